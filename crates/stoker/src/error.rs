@@ -1,0 +1,200 @@
+//! The one public error type.
+
+use std::fmt;
+
+/// Result alias used across Stoker.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while opening or reading a source.
+///
+/// Every variant names what failed (a URI with credentials redacted, a shard, an offset, a
+/// key) and, where there is one, what to do about it. [`Error::is_retryable`] tells whether
+/// trying the same request again can help.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The URI could not be understood.
+    #[error("invalid source URI `{uri}`: {reason}")]
+    InvalidUri {
+        /// The URI, credentials redacted.
+        uri: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// An option (from a URI query, a config file or code) is unknown or has a bad value.
+    #[error("invalid option: {message}")]
+    InvalidOption {
+        /// What is wrong, including the valid choices.
+        message: String,
+    },
+
+    /// A path or object does not exist.
+    #[error("not found: {what}{hint}", hint = Hint(.hint))]
+    NotFound {
+        /// What was looked for.
+        what: String,
+        /// What to do about it.
+        hint: Option<String>,
+    },
+
+    /// The location exists but holds no samples.
+    #[error("no samples in {uri}: {reason}")]
+    Empty {
+        /// The source URI, credentials redacted.
+        uri: String,
+        /// What was looked for there.
+        reason: String,
+    },
+
+    /// A local I/O operation failed.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A store (local file system or object store) request failed.
+    #[error("store error reading {path}: {source}")]
+    Store {
+        /// The object, relative to the store root, with the store URI.
+        path: String,
+        /// The object_store error.
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// A tar shard is malformed: truncated, bad checksum, not a tar at all.
+    #[error("corrupt tar shard {shard} at byte {offset}: {reason}")]
+    CorruptTar {
+        /// The shard path or URI.
+        shard: String,
+        /// Byte offset in the shard where the problem was found.
+        offset: u64,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+
+    /// A sidecar index or manifest could not be parsed or does not match its shard.
+    #[error("bad index {path}: {reason}")]
+    BadIndex {
+        /// The index file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// An LMDB environment could not be opened or read.
+    #[error("LMDB error in {path}: {reason}")]
+    Lmdb {
+        /// The environment directory.
+        path: String,
+        /// What failed and what to do.
+        reason: String,
+    },
+
+    /// A sample index past the end of the source.
+    #[error("sample index {index} out of range: the source has {len} samples")]
+    IndexOutOfRange {
+        /// The index asked for.
+        index: usize,
+        /// The number of samples.
+        len: usize,
+    },
+
+    /// A sample lacks the field asked for.
+    #[error("sample {key} has no field `{field}`; it has: {available}")]
+    MissingField {
+        /// The sample key.
+        key: String,
+        /// The field asked for.
+        field: String,
+        /// The fields it does have, comma separated.
+        available: String,
+    },
+
+    /// The feature or scheme is not available in this build or not implemented yet.
+    #[error("not supported: {what}")]
+    NotSupported {
+        /// What was asked for, and the alternatives.
+        what: String,
+    },
+
+    /// A background task panicked or was cancelled.
+    #[error("internal task failed: {0}")]
+    Task(String),
+}
+
+struct Hint<'a>(&'a Option<String>);
+
+impl fmt::Display for Hint<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(h) => write!(f, " ({h})"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Error {
+    /// Whether the same request may succeed if tried again (a transient I/O or store failure).
+    ///
+    /// Corrupt data, bad URIs, missing objects and out-of-range indices are never retryable.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => io_retryable(source),
+            Error::Store { source, .. } => match source {
+                object_store::Error::Generic { .. } | object_store::Error::JoinError { .. } => true,
+                _ => false,
+            },
+            Error::Task(_) => false,
+            _ => false,
+        }
+    }
+
+    pub(crate) fn io(path: impl fmt::Display, source: std::io::Error) -> Self {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            return Error::NotFound {
+                what: path.to_string(),
+                hint: Some("check the path; relative paths are resolved from the current directory".into()),
+            };
+        }
+        Error::Io { path: path.to_string(), source }
+    }
+
+    pub(crate) fn invalid_option(message: impl Into<String>) -> Self {
+        Error::InvalidOption { message: message.into() }
+    }
+
+    pub(crate) fn task(e: tokio::task::JoinError) -> Self {
+        Error::Task(e.to_string())
+    }
+}
+
+fn io_retryable(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        Interrupted | TimedOut | WouldBlock | ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_only_for_transient_failures() {
+        let reset = Error::Io { path: "x".into(), source: std::io::ErrorKind::ConnectionReset.into() };
+        assert!(reset.is_retryable());
+        assert!(!Error::IndexOutOfRange { index: 3, len: 2 }.is_retryable());
+        assert!(!Error::CorruptTar { shard: "a.tar".into(), offset: 0, reason: "x".into() }.is_retryable());
+        let missing = Error::io("/nope", std::io::ErrorKind::NotFound.into());
+        assert!(matches!(missing, Error::NotFound { .. }));
+        assert!(!missing.is_retryable());
+        assert!(missing.to_string().contains("/nope"), "{missing}");
+    }
+}

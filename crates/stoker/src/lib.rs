@@ -1,0 +1,14 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+pub mod conformance;
+pub mod error;
+pub mod sample;
+pub mod source;
+pub mod store;
+pub mod uri;
+
+pub use error::{Error, Result};
+pub use sample::{Field, Sample, SampleMeta};
+pub use source::{open, Capability, DynSampleSource, SampleSource, SourceInfo};
+pub use uri::{Layout, SourceOptions};

@@ -1,0 +1,281 @@
+//! The `lmdb` layout: a read-only LMDB environment (heed), sample `i` = the `i`-th key in
+//! byte order, one field (`data` unless configured).
+//!
+//! Opened read-only with `NO_LOCK`, so no `lock.mdb` is ever written and read-only
+//! directories work. Reads run on blocking threads and copy values into `Bytes` before their
+//! transaction ends.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::{Bound, Range};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use heed::types::{Bytes as RawBytes, DecodeIgnore};
+use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
+
+use super::{check_index, Capability, SampleSource, SourceInfo};
+use crate::error::{Error, Result};
+use crate::sample::{Field, Sample};
+use crate::uri::{Layout, SourceOptions};
+
+/// An LMDB environment as a sample source.
+pub struct LmdbSource {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    env: &'static OpenEnv,
+    display: String,
+    field: Arc<str>,
+    /// All keys, concatenated, in byte order; key `i` is `keys[ends[i-1]..ends[i]]`.
+    keys: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+struct OpenEnv {
+    env: Env<WithoutTls>,
+    db: Database<'static, RawBytes, RawBytes>,
+}
+
+/// heed refuses to open one environment twice in a process, and a database handle borrows
+/// its environment; so each environment is opened once per process and kept for its life.
+fn registry() -> &'static Mutex<HashMap<(u32, PathBuf), &'static OpenEnv>> {
+    static R: OnceLock<Mutex<HashMap<(u32, PathBuf), &'static OpenEnv>>> = OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+fn lmdb_err(path: &Path, reason: impl fmt::Display) -> Error {
+    Error::Lmdb { path: path.display().to_string(), reason: reason.to_string() }
+}
+
+impl LmdbSource {
+    /// Open the environment in directory `dir` (the one holding `data.mdb`).
+    pub fn open(dir: &Path, opts: &SourceOptions, display: String) -> Result<Self> {
+        let data = dir.join("data.mdb");
+        if !data.is_file() {
+            return Err(if dir.exists() {
+                lmdb_err(dir, "no data.mdb here, so this is not an LMDB environment; pass the directory that holds data.mdb, or drop ?layout=lmdb")
+            } else {
+                Error::NotFound { what: dir.display().to_string(), hint: Some("no such directory".into()) }
+            });
+        }
+        check_data_file(&data)?;
+        let canonical = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
+        let env = open_env(&canonical)?;
+        let txn = env.env.read_txn().map_err(|e| lmdb_err(dir, e))?;
+        let mut keys = Vec::new();
+        let mut ends = Vec::new();
+        let iter = env.db.remap_data_type::<DecodeIgnore>().iter(&txn).map_err(|e| lmdb_err(dir, e))?;
+        for item in iter {
+            let (k, ()) = item.map_err(|e| lmdb_err(dir, e))?;
+            keys.extend_from_slice(k);
+            ends.push(keys.len());
+        }
+        drop(txn);
+        if ends.is_empty() {
+            return Err(Error::Empty { uri: display, reason: "the LMDB database has no records".into() });
+        }
+        Ok(LmdbSource { inner: Arc::new(Inner { env, display, field: Arc::from(opts.field_name()), keys, ends }) })
+    }
+}
+
+fn open_env(canonical: &Path) -> Result<&'static OpenEnv> {
+    // Keyed by process id too: a forked child must not reuse its parent's handle.
+    let key = (std::process::id(), canonical.to_path_buf());
+    let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(env) = reg.get(&key) {
+        return Ok(env);
+    }
+    let mut options = EnvOpenOptions::new().read_txn_without_tls();
+    // SAFETY: READ_ONLY | NO_LOCK is sound as long as nobody writes the environment while we
+    // read it; Stoker reads finished datasets, which is the documented contract.
+    let env = unsafe {
+        options.flags(EnvFlags::READ_ONLY | EnvFlags::NO_LOCK);
+        options.open(canonical)
+    }
+    .map_err(|e| lmdb_err(canonical, format!("cannot open: {e}")))?;
+    let env: &'static Env<WithoutTls> = Box::leak(Box::new(env));
+    let txn = env.read_txn().map_err(|e| lmdb_err(canonical, e))?;
+    let db = env
+        .open_databases_and_commit(txn, |dbo, rtxn| {
+            dbo.open_database::<RawBytes, RawBytes>(rtxn, None).map(CommitOrAbort::<_, ()>::Commit)
+        })
+        .map_err(|e| lmdb_err(canonical, e))?
+        .unwrap_commit()
+        .ok_or_else(|| lmdb_err(canonical, "the environment has no unnamed database"))?;
+    let open: &'static OpenEnv = Box::leak(Box::new(OpenEnv { env: env.clone(), db }));
+    reg.insert(key, open);
+    Ok(open)
+}
+
+/// Check `data.mdb`'s meta pages before mapping it: LMDB maps the size the meta page claims,
+/// and touching a page past the end of a truncated file kills the process with SIGBUS.
+fn check_data_file(data: &Path) -> Result<()> {
+    use std::io::Read;
+    const MAGIC: u32 = 0xBEEF_C0DE;
+    let bad = |reason: String| lmdb_err(data, reason);
+    let mut f = std::fs::File::open(data).map_err(|e| Error::io(data.display(), e))?;
+    let len = f.metadata().map_err(|e| Error::io(data.display(), e))?.len();
+    let mut page0 = [0u8; 152];
+    f.read_exact(&mut page0)
+        .map_err(|_| bad(format!("data.mdb is only {len} bytes, too short for an LMDB file: truncated or not LMDB")))?;
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default());
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
+    if u32_at(&page0, 16) != MAGIC {
+        return Err(bad(
+            "data.mdb does not start with an LMDB meta page (bad magic): not an LMDB file, or corrupt".into()
+        ));
+    }
+    let psize = u32_at(&page0, 40) as u64;
+    if !(512..=65536).contains(&psize) || !psize.is_power_of_two() {
+        return Err(bad(format!("meta page names an impossible page size {psize}: corrupt")));
+    }
+    let mut page1 = [0u8; 152];
+    let meta1 =
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut page1, psize).ok().filter(|_| u32_at(&page1, 16) == MAGIC);
+    // The newer of the two meta pages is the live one.
+    let live = match meta1 {
+        Some(()) if u64_at(&page1, 144) > u64_at(&page0, 144) => &page1,
+        _ => &page0,
+    };
+    let last_page = u64_at(live, 136);
+    let need = last_page.saturating_add(1).saturating_mul(psize);
+    if len < need {
+        return Err(bad(format!(
+            "data.mdb is {len} bytes but its meta page says the data runs to {need} bytes: the file is truncated; copy it again"
+        )));
+    }
+    Ok(())
+}
+
+impl Inner {
+    fn key(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.keys[start..self.ends[i]]
+    }
+
+    fn key_string(&self, i: usize) -> String {
+        String::from_utf8_lossy(self.key(i)).into_owned()
+    }
+
+    fn sample(&self, i: usize, value: &[u8]) -> Sample {
+        Sample {
+            key: self.key_string(i),
+            fields: vec![Field { name: self.field.clone(), data: Bytes::copy_from_slice(value) }],
+        }
+    }
+
+    fn missing(&self, i: usize) -> Error {
+        lmdb_err(
+            Path::new(&self.display),
+            format!(
+                "key `{}` (sample {i}) vanished: the environment was modified after opening; reopen it",
+                self.key_string(i)
+            ),
+        )
+    }
+
+    /// Read `indices` (all in range) in one transaction; consecutive runs walk a cursor.
+    fn read(&self, indices: &[usize]) -> Result<Vec<Sample>> {
+        let path = Path::new(&self.display);
+        let txn = self.env.env.read_txn().map_err(|e| lmdb_err(path, e))?;
+        let mut out = Vec::with_capacity(indices.len());
+        let mut at = 0;
+        while at < indices.len() {
+            let run = consecutive_run(&indices[at..]);
+            let first = indices[at];
+            if run.len() == 1 {
+                let v = self.env.db.get(&txn, self.key(first)).map_err(|e| lmdb_err(path, e))?;
+                out.push(self.sample(first, v.ok_or_else(|| self.missing(first))?));
+            } else {
+                let last = first + run.len() - 1;
+                let bounds = (Bound::Included(self.key(first)), Bound::Included(self.key(last)));
+                let mut iter = self.env.db.range(&txn, &bounds).map_err(|e| lmdb_err(path, e))?;
+                for i in first..=last {
+                    let (k, v) = iter.next().ok_or_else(|| self.missing(i))?.map_err(|e| lmdb_err(path, e))?;
+                    if k != self.key(i) {
+                        return Err(self.missing(i));
+                    }
+                    out.push(self.sample(i, v));
+                }
+            }
+            at += run.len();
+        }
+        Ok(out)
+    }
+}
+
+/// The longest prefix of `idx` that counts up by one.
+fn consecutive_run(idx: &[usize]) -> Range<usize> {
+    let n = idx.windows(2).take_while(|w| w[1] == w[0].wrapping_add(1)).count() + 1;
+    0..n.min(idx.len())
+}
+
+impl fmt::Debug for LmdbSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LmdbSource").field("uri", &self.inner.display).field("samples", &self.inner.ends.len()).finish()
+    }
+}
+
+impl fmt::Display for LmdbSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "lmdb:{}", self.inner.display)
+    }
+}
+
+/// Samples per blocking task in `get_many`: big enough to amortise the hand-off, small enough
+/// that a batch spreads over the cores.
+const CHUNK: usize = 128;
+
+#[async_trait]
+impl SampleSource for LmdbSource {
+    fn len(&self) -> usize {
+        self.inner.ends.len()
+    }
+
+    fn capability(&self) -> Capability {
+        Capability { random_access: true, coalesced_reads: false, locality: false, cheap_meta: false, local: true }
+    }
+
+    fn info(&self) -> SourceInfo {
+        SourceInfo { layout: Layout::Lmdb, shards: 1 }
+    }
+
+    async fn get(&self, index: usize) -> Result<Sample> {
+        Ok(self.get_many(&[index]).await?.remove(0))
+    }
+
+    async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
+        for &i in indices {
+            check_index(i, self.len())?;
+        }
+        let tasks: Vec<_> = indices
+            .chunks(CHUNK)
+            .map(|chunk| {
+                let (inner, chunk) = (self.inner.clone(), chunk.to_vec());
+                tokio::task::spawn_blocking(move || inner.read(&chunk))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(indices.len());
+        for t in tasks {
+            out.extend(t.await.map_err(Error::task)??);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_of_consecutive_indices() {
+        assert_eq!(consecutive_run(&[3, 4, 5, 9]), 0..3);
+        assert_eq!(consecutive_run(&[3, 3]), 0..1);
+        assert_eq!(consecutive_run(&[7]), 0..1);
+        assert_eq!(consecutive_run(&[usize::MAX, 0]), 0..1);
+    }
+}

@@ -1,0 +1,245 @@
+//! The [`SampleSource`] trait, what a source can do ([`Capability`]), and [`open`].
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt};
+
+use crate::error::{Error, Result};
+use crate::sample::{Sample, SampleMeta};
+use crate::store::{IoCounters, ObjectInfo, Store};
+use crate::uri::{self, Layout, Location, SourceOptions};
+
+pub mod lmdb;
+pub mod objects;
+pub mod tar;
+mod tar_index;
+
+pub use self::lmdb::LmdbSource;
+pub use self::objects::ObjectsSource;
+pub use self::tar::TarSource;
+
+/// What a source can do, so callers and the conformance suite adapt to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capability {
+    /// `get(i)` costs about the same for every `i` (no sequential scan to reach it).
+    pub random_access: bool,
+    /// `get_many` merges the byte ranges of nearby samples into fewer store requests.
+    pub coalesced_reads: bool,
+    /// `locality(i)` names the shard sample `i` lives in.
+    pub locality: bool,
+    /// `meta(i)` answers from an index or listing without reading payloads.
+    pub cheap_meta: bool,
+    /// Bytes are on the local machine (file system or mmap).
+    pub local: bool,
+}
+
+/// A short description of an opened source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceInfo {
+    /// The layout in use.
+    pub layout: Layout,
+    /// Number of shards (tar files); 1 for an LMDB environment; objects for the objects layout.
+    pub shards: usize,
+}
+
+/// A random-access collection of samples.
+///
+/// Required: [`len`](Self::len), [`capability`](Self::capability), [`info`](Self::info) and
+/// [`get`](Self::get). The provided [`get_many`](Self::get_many) runs gets concurrently;
+/// ranged layouts override it to read coalesced ranges. Errors name what failed.
+#[async_trait]
+pub trait SampleSource: fmt::Debug + fmt::Display + Send + Sync + 'static {
+    /// Number of samples.
+    fn len(&self) -> usize;
+
+    /// Whether the source has no samples (opening an empty location is an error, so this is
+    /// mostly false).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What this source can do.
+    fn capability(&self) -> Capability;
+
+    /// Layout and shard count.
+    fn info(&self) -> SourceInfo;
+
+    /// Sample `index`; an index past the end is [`Error::IndexOutOfRange`].
+    async fn get(&self, index: usize) -> Result<Sample>;
+
+    /// Samples at `indices`, in that order (duplicates allowed).
+    async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
+        get_concurrently(self, indices, DEFAULT_CONCURRENCY).await
+    }
+
+    /// The shard sample `index` lives in, so samplers and caches can keep shard locality.
+    fn locality(&self, _index: usize) -> Option<usize> {
+        None
+    }
+
+    /// Key and field sizes of sample `index`; cheap when [`Capability::cheap_meta`] is set.
+    async fn meta(&self, index: usize) -> Result<SampleMeta> {
+        Ok(self.get(index).await?.meta())
+    }
+
+    /// Requests and bytes the underlying store has served, when the source reads a store.
+    fn io_counters(&self) -> Option<IoCounters> {
+        None
+    }
+}
+
+/// A type-erased source, as [`open`] returns it.
+pub type DynSampleSource = dyn SampleSource;
+
+const DEFAULT_CONCURRENCY: usize = 32;
+
+/// Run `get` for every index with up to `concurrency` in flight, keeping order.
+pub async fn get_concurrently<S: SampleSource + ?Sized>(
+    src: &S,
+    indices: &[usize],
+    concurrency: usize,
+) -> Result<Vec<Sample>> {
+    let gets: Vec<_> = indices.iter().map(|&i| src.get(i)).collect();
+    futures::stream::iter(gets).buffered(concurrency.max(1)).try_collect().await
+}
+
+pub(crate) fn check_index(index: usize, len: usize) -> Result<()> {
+    if index >= len {
+        return Err(Error::IndexOutOfRange { index, len });
+    }
+    Ok(())
+}
+
+/// Files that are never samples or shards: hidden files (any path component starting with
+/// a dot) and Stoker's own sidecar indexes.
+pub(crate) fn is_dataset_file(path: &str) -> bool {
+    !path.split('/').any(|c| c.starts_with('.')) && !path.ends_with(tar_index::SIDECAR_SUFFIX)
+}
+
+/// Open the source a URI names. Options in the URI query override those passed in.
+///
+/// The layout is inferred unless forced with `?layout=`: a directory holding `data.mdb` is
+/// LMDB; `.tar` files or a brace pattern are tar shards; anything else is one file per
+/// sample.
+pub async fn open(uri: &str, options: SourceOptions) -> Result<Arc<DynSampleSource>> {
+    let parsed = uri::parse(uri)?;
+    let opts = options.merged(parsed.options);
+    let display = parsed.display;
+    match parsed.location {
+        Location::Local(path) => open_local(&path, opts, display).await,
+        Location::LocalPattern(paths) => open_pattern(&paths, opts, display).await,
+    }
+}
+
+async fn open_local(path: &Path, opts: SourceOptions, display: String) -> Result<Arc<DynSampleSource>> {
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::NotFound {
+            what: path.display().to_string(),
+            hint: Some(
+                "no such file or directory; check the path (relative paths start at the working directory)".into(),
+            ),
+        },
+        _ => Error::io(path.display(), e),
+    })?;
+    if meta.is_file() {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if opts.layout == Some(Layout::Lmdb) || name == "data.mdb" {
+            return Ok(Arc::new(LmdbSource::open(parent, &opts, display)?));
+        }
+        let store = Store::local(parent)?;
+        let layout = opts.layout.unwrap_or(if name.ends_with(".tar") { Layout::Tar } else { Layout::Objects });
+        let info = store.head(&name).await?;
+        return from_listing(store, layout, vec![info], opts, display).await;
+    }
+    let has_mdb = path.join("data.mdb").is_file();
+    if opts.layout == Some(Layout::Lmdb) || (opts.layout.is_none() && has_mdb) {
+        return Ok(Arc::new(LmdbSource::open(path, &opts, display)?));
+    }
+    let store = Store::local(path)?;
+    let listing: Vec<ObjectInfo> = store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
+    let layout = opts.layout.unwrap_or(if listing.iter().any(|o| o.path.ends_with(".tar")) {
+        Layout::Tar
+    } else {
+        Layout::Objects
+    });
+    from_listing(store, layout, listing, opts, display).await
+}
+
+async fn open_pattern(paths: &[PathBuf], opts: SourceOptions, display: String) -> Result<Arc<DynSampleSource>> {
+    if opts.layout == Some(Layout::Lmdb) {
+        return Err(Error::invalid_option(format!(
+            "{display}: a brace pattern names tar shards or files, not an LMDB environment; give the LMDB directory"
+        )));
+    }
+    let root = common_dir(paths);
+    let store = Store::local(&root)?;
+    let rel: Vec<String> =
+        paths.iter().map(|p| p.strip_prefix(&root).unwrap_or(p).to_string_lossy().into_owned()).collect();
+    let layout =
+        opts.layout.unwrap_or(if rel.iter().all(|p| p.ends_with(".tar")) { Layout::Tar } else { Layout::Objects });
+    // Each name is checked once here so a typo in the pattern fails at open, not mid-epoch.
+    let listing: Vec<ObjectInfo> =
+        futures::stream::iter(rel.iter().map(|p| store.head(p))).buffered(opts.concurrency()).try_collect().await?;
+    from_listing(store, layout, listing, opts, display).await
+}
+
+async fn from_listing(
+    store: Store,
+    layout: Layout,
+    listing: Vec<ObjectInfo>,
+    opts: SourceOptions,
+    display: String,
+) -> Result<Arc<DynSampleSource>> {
+    match layout {
+        Layout::Objects => Ok(Arc::new(ObjectsSource::new(store, listing, &opts, display)?)),
+        Layout::Tar => {
+            let shards: Vec<ObjectInfo> = listing.into_iter().filter(|o| o.path.ends_with(".tar")).collect();
+            Ok(Arc::new(TarSource::open(store, shards, &opts, display).await?))
+        }
+        Layout::Lmdb => unreachable!("LMDB is opened before listing"),
+    }
+}
+
+/// The deepest directory containing every path's parent.
+fn common_dir(paths: &[PathBuf]) -> PathBuf {
+    let mut parents = paths.iter().map(|p| p.parent().unwrap_or(Path::new("")).to_path_buf());
+    let mut common = parents.next().unwrap_or_default();
+    for p in parents {
+        while !p.starts_with(&common) {
+            if !common.pop() {
+                break;
+            }
+        }
+    }
+    if common.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        common
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn common_dir_of_patterns() {
+        let p = |v: &[&str]| common_dir(&v.iter().map(PathBuf::from).collect::<Vec<_>>());
+        assert_eq!(p(&["/d/a/x.tar", "/d/a/y.tar"]), PathBuf::from("/d/a"));
+        assert_eq!(p(&["/d/train/x.tar", "/d/val/y.tar"]), PathBuf::from("/d"));
+        assert_eq!(p(&["x.tar", "y.tar"]), PathBuf::from("."));
+    }
+
+    #[test]
+    fn hidden_and_sidecar_files_are_not_data() {
+        assert!(is_dataset_file("a/b.jpg"));
+        assert!(!is_dataset_file(".DS_Store"));
+        assert!(!is_dataset_file("a/.git/config"));
+        assert!(!is_dataset_file(&format!("s.tar{}", tar_index::SIDECAR_SUFFIX)));
+    }
+}

@@ -1,0 +1,111 @@
+//! The `objects` layout: one file or object per sample, ordered by sorted relative path.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::{check_index, get_concurrently, Capability, SampleSource, SourceInfo};
+use crate::error::{Error, Result};
+use crate::sample::{split_key, Field, Sample, SampleMeta};
+use crate::store::{IoCounters, ObjectInfo, Store};
+use crate::uri::{Layout, SourceOptions};
+
+/// One sample per object. Key = path without its extension (WebDataset's split: up to the
+/// first dot of the basename); the single field is named by the extension, or `data` when
+/// there is none.
+pub struct ObjectsSource {
+    store: Store,
+    display: String,
+    objects: Vec<Entry>,
+    concurrency: usize,
+}
+
+struct Entry {
+    path: String,
+    key_len: usize,
+    field: Arc<str>,
+    size: u64,
+}
+
+impl ObjectsSource {
+    /// A source over `listing` (already filtered and sorted) in `store`.
+    pub fn new(store: Store, mut listing: Vec<ObjectInfo>, opts: &SourceOptions, display: String) -> Result<Self> {
+        if listing.is_empty() {
+            return Err(Error::Empty {
+                uri: display,
+                reason: "no files found (hidden files and Stoker indexes are ignored)".into(),
+            });
+        }
+        listing.sort_by(|a, b| a.path.cmp(&b.path));
+        // Field names repeat across millions of samples; share one allocation per name.
+        let mut names: HashMap<String, Arc<str>> = HashMap::new();
+        let objects = listing
+            .into_iter()
+            .map(|o| {
+                let (key_len, ext) = match split_key(&o.path) {
+                    Some((key, ext)) => (key.len(), ext.to_ascii_lowercase()),
+                    None => (o.path.len(), "data".to_string()),
+                };
+                let field = names.entry(ext.clone()).or_insert_with(|| Arc::from(ext)).clone();
+                Entry { path: o.path, key_len, field, size: o.size }
+            })
+            .collect();
+        Ok(ObjectsSource { store, display, objects, concurrency: opts.concurrency() })
+    }
+}
+
+impl fmt::Debug for ObjectsSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectsSource").field("uri", &self.display).field("samples", &self.objects.len()).finish()
+    }
+}
+
+impl fmt::Display for ObjectsSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "objects:{}", self.display)
+    }
+}
+
+#[async_trait]
+impl SampleSource for ObjectsSource {
+    fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    fn capability(&self) -> Capability {
+        Capability {
+            random_access: true,
+            coalesced_reads: false,
+            locality: false,
+            cheap_meta: true,
+            local: self.store.local_root().is_some(),
+        }
+    }
+
+    fn info(&self) -> SourceInfo {
+        SourceInfo { layout: Layout::Objects, shards: self.objects.len() }
+    }
+
+    async fn get(&self, index: usize) -> Result<Sample> {
+        check_index(index, self.objects.len())?;
+        let e = &self.objects[index];
+        let data = self.store.get(&e.path).await?;
+        Ok(Sample { key: e.path[..e.key_len].to_string(), fields: vec![Field { name: e.field.clone(), data }] })
+    }
+
+    async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
+        get_concurrently(self, indices, self.concurrency).await
+    }
+
+    async fn meta(&self, index: usize) -> Result<SampleMeta> {
+        check_index(index, self.objects.len())?;
+        let e = &self.objects[index];
+        Ok(SampleMeta { key: e.path[..e.key_len].to_string(), fields: vec![(e.field.clone(), e.size)] })
+    }
+
+    fn io_counters(&self) -> Option<IoCounters> {
+        Some(self.store.counters())
+    }
+}

@@ -1,0 +1,344 @@
+//! Where bytes live: one thin wrapper over `object_store`, the only place layouts read from.
+//!
+//! Layout code (objects, tar) asks a [`Store`] for listings, whole objects and byte ranges by
+//! path relative to the store root. Today the store is a local directory through
+//! `object_store`'s `LocalFileSystem`; remote stores plug in here without layout changes.
+
+use std::fmt;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use crate::error::{Error, Result};
+
+/// An object in a store: its path relative to the store root and what identifies its version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Path relative to the store root, `/`-separated.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Last modification, microseconds since the Unix epoch.
+    pub modified_us: i64,
+    /// The store's version tag, if it has one (local: inode, mtime and size).
+    pub e_tag: Option<String>,
+}
+
+/// Requests and bytes a store has served, for benchmarks and for checking that ranged
+/// layouts really coalesce.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoCounters {
+    /// Read requests issued (each range of a multi-range read counts once).
+    pub requests: u64,
+    /// Payload bytes returned.
+    pub bytes: u64,
+}
+
+/// A cheaply cloneable handle on a store rooted at a directory or prefix.
+#[derive(Clone)]
+pub struct Store(Arc<Inner>);
+
+struct Inner {
+    objects: Arc<dyn ObjectStore>,
+    /// Display form of the root (a path or a redacted URI).
+    root: String,
+    /// Set for local stores: lets blocking readers use positioned reads on one open file.
+    local_root: Option<PathBuf>,
+    requests: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store").field("root", &self.0.root).finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.root)
+    }
+}
+
+impl Store {
+    /// A store over a local directory, which must exist.
+    pub fn local(dir: &Path) -> Result<Self> {
+        let canonical = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
+        let objects = LocalFileSystem::new_with_prefix(&canonical)
+            .map_err(|e| Error::Store { path: dir.display().to_string(), source: e })?;
+        Ok(Store(Arc::new(Inner {
+            objects: Arc::new(objects),
+            root: canonical.display().to_string(),
+            local_root: Some(canonical),
+            requests: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        })))
+    }
+
+    /// The local directory behind this store, if it is local.
+    pub fn local_root(&self) -> Option<&Path> {
+        self.0.local_root.as_deref()
+    }
+
+    /// A human-readable location of `path` for messages (`/data/shards/a.tar`).
+    pub fn describe(&self, path: &str) -> String {
+        if path.is_empty() {
+            self.0.root.clone()
+        } else {
+            format!("{}/{}", self.0.root.trim_end_matches('/'), path)
+        }
+    }
+
+    /// Requests and bytes served so far.
+    pub fn counters(&self) -> IoCounters {
+        IoCounters { requests: self.0.requests.load(Ordering::Relaxed), bytes: self.0.bytes.load(Ordering::Relaxed) }
+    }
+
+    fn count(&self, requests: u64, bytes: u64) {
+        self.0.requests.fetch_add(requests, Ordering::Relaxed);
+        self.0.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn obj_path(&self, path: &str) -> ObjPath {
+        ObjPath::parse(path).unwrap_or_else(|_| ObjPath::from(path))
+    }
+
+    fn err(&self, path: &str, e: object_store::Error) -> Error {
+        match e {
+            object_store::Error::NotFound { .. } => Error::NotFound {
+                what: self.describe(path),
+                hint: Some("the object disappeared or was renamed since the source was opened".into()),
+            },
+            source => Error::Store { path: self.describe(path), source },
+        }
+    }
+
+    /// Every object under the root (recursively), sorted by path.
+    pub async fn list(&self) -> Result<Vec<ObjectInfo>> {
+        let mut out: Vec<ObjectInfo> = self
+            .0
+            .objects
+            .list(None)
+            .map_ok(|m| ObjectInfo {
+                path: m.location.as_ref().to_string(),
+                size: m.size,
+                modified_us: m.last_modified.timestamp_micros(),
+                e_tag: m.e_tag,
+            })
+            .try_collect()
+            .await
+            .map_err(|e| self.err("", e))?;
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    /// Size and version of one object.
+    pub async fn head(&self, path: &str) -> Result<ObjectInfo> {
+        let m = self.0.objects.head(&self.obj_path(path)).await.map_err(|e| self.err(path, e))?;
+        Ok(ObjectInfo {
+            path: path.to_string(),
+            size: m.size,
+            modified_us: m.last_modified.timestamp_micros(),
+            e_tag: m.e_tag,
+        })
+    }
+
+    /// A whole object.
+    pub async fn get(&self, path: &str) -> Result<Bytes> {
+        let fetch = async { self.0.objects.get(&self.obj_path(path)).await?.bytes().await };
+        let bytes = fetch.await.map_err(|e| self.err(path, e))?;
+        self.count(1, bytes.len() as u64);
+        Ok(bytes)
+    }
+
+    /// One byte range of an object. A short read (the object shrank) is an error.
+    pub async fn get_range(&self, path: &str, range: Range<u64>) -> Result<Bytes> {
+        let want = range.end - range.start;
+        let bytes =
+            self.0.objects.get_range(&self.obj_path(path), range.clone()).await.map_err(|e| self.err(path, e))?;
+        self.count(1, bytes.len() as u64);
+        check_len(self, path, &range, &bytes, want)?;
+        Ok(bytes)
+    }
+
+    /// Several byte ranges of one object, in the order asked.
+    pub async fn get_ranges(&self, path: &str, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        let out = self.0.objects.get_ranges(&self.obj_path(path), ranges).await.map_err(|e| self.err(path, e))?;
+        self.count(ranges.len() as u64, out.iter().map(|b| b.len() as u64).sum());
+        for (r, b) in ranges.iter().zip(&out) {
+            check_len(self, path, r, b, r.end - r.start)?;
+        }
+        Ok(out)
+    }
+
+    /// Write a whole object atomically (local: a staged file renamed into place).
+    pub async fn put(&self, path: &str, bytes: Bytes) -> Result<()> {
+        self.0.objects.put(&self.obj_path(path), PutPayload::from(bytes)).await.map_err(|e| self.err(path, e))?;
+        Ok(())
+    }
+
+    /// A blocking `Read + Seek` view of an object for header walks (tar indexing).
+    ///
+    /// Reads go `block` bytes at a time and a seek within the current block is free, so
+    /// walking headers does not read the payloads between them. Call it from a blocking
+    /// thread, never from an async task.
+    pub fn blocking_reader(&self, path: &str, size: u64, block: usize) -> Result<BlockReader> {
+        let fetch = match self.local_root() {
+            Some(root) => {
+                let full = root.join(path);
+                let file = std::fs::File::open(&full).map_err(|e| Error::io(full.display(), e))?;
+                Fetch::Local(file)
+            }
+            None => Fetch::Remote(self.clone(), path.to_string(), tokio::runtime::Handle::current()),
+        };
+        Ok(BlockReader { fetch, size, pos: 0, buf: Bytes::new(), buf_start: 0, block: block.max(512) })
+    }
+}
+
+fn check_len(store: &Store, path: &str, range: &Range<u64>, got: &Bytes, want: u64) -> Result<()> {
+    if got.len() as u64 != want {
+        return Err(Error::Io {
+            path: store.describe(path),
+            source: io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("asked for bytes {}..{} ({want} bytes) but got {}", range.start, range.end, got.len()),
+            ),
+        });
+    }
+    Ok(())
+}
+
+enum Fetch {
+    Local(std::fs::File),
+    Remote(Store, String, tokio::runtime::Handle),
+}
+
+/// Blocking, block-buffered `Read + Seek` over one object. See [`Store::blocking_reader`].
+pub struct BlockReader {
+    fetch: Fetch,
+    size: u64,
+    pos: u64,
+    buf: Bytes,
+    buf_start: u64,
+    block: usize,
+}
+
+impl BlockReader {
+    /// The current position.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// The object size given when the reader was made.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn fill(&mut self) -> io::Result<()> {
+        let end = (self.pos + self.block as u64).min(self.size);
+        let range = self.pos..end;
+        self.buf = match &self.fetch {
+            Fetch::Local(file) => {
+                use std::os::unix::fs::FileExt;
+                let mut v = vec![0u8; (end - self.pos) as usize];
+                let mut done = 0;
+                while done < v.len() {
+                    match file.read_at(&mut v[done..], self.pos + done as u64) {
+                        Ok(0) => break,
+                        Ok(n) => done += n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                v.truncate(done);
+                Bytes::from(v)
+            }
+            Fetch::Remote(store, path, handle) => {
+                handle.block_on(store.get_range(path, range)).map_err(|e| io::Error::other(e.to_string()))?
+            }
+        };
+        self.buf_start = self.pos;
+        Ok(())
+    }
+}
+
+impl Read for BlockReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.pos >= self.size || out.is_empty() {
+            return Ok(0);
+        }
+        let in_buf = self.pos >= self.buf_start && self.pos < self.buf_start + self.buf.len() as u64;
+        if !in_buf {
+            self.fill()?;
+            if self.buf.is_empty() {
+                return Ok(0);
+            }
+        }
+        let off = (self.pos - self.buf_start) as usize;
+        let n = out.len().min(self.buf.len() - off);
+        out[..n].copy_from_slice(&self.buf[off..off + n]);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for BlockReader {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let target = match to {
+            SeekFrom::Start(n) => Some(n),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+            SeekFrom::End(d) => self.size.checked_add_signed(d),
+        };
+        self.pos = target.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before start"))?;
+        Ok(self.pos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn local_store_lists_reads_and_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/b.bin"), b"0123456789").unwrap();
+        std::fs::write(dir.path().join("a.bin"), b"xy").unwrap();
+        let s = Store::local(dir.path()).unwrap();
+        let l = s.list().await.unwrap();
+        assert_eq!(l.iter().map(|o| o.path.as_str()).collect::<Vec<_>>(), ["a.bin", "sub/b.bin"]);
+        assert_eq!(&s.get_range("sub/b.bin", 2..5).await.unwrap()[..], b"234");
+        let r = s.get_ranges("sub/b.bin", &[0..1, 8..10]).await.unwrap();
+        assert_eq!((&r[0][..], &r[1][..]), (&b"0"[..], &b"89"[..]));
+        assert_eq!(s.counters(), IoCounters { requests: 3, bytes: 6 });
+        assert!(s.get_range("sub/b.bin", 5..20).await.is_err(), "a short read must be an error");
+        assert!(matches!(s.get("nope").await, Err(Error::NotFound { .. })));
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn block_reader_seeks_within_and_past_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("f"), &data).unwrap();
+        let s = Store::local(dir.path()).unwrap();
+        let mut r = s.blocking_reader("f", data.len() as u64, 1024).unwrap();
+        let mut b = [0u8; 10];
+        r.seek(SeekFrom::Start(1020)).unwrap();
+        r.read_exact(&mut b).unwrap();
+        assert_eq!(&b[..], &data[1020..1030]);
+        r.seek(SeekFrom::Current(3000)).unwrap();
+        r.read_exact(&mut b).unwrap();
+        assert_eq!(&b[..], &data[4030..4040]);
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, &data[4040..]);
+    }
+}

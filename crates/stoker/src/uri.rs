@@ -1,0 +1,376 @@
+//! Source URIs and options: `file:///data/shards/train-{000..127}.tar?layout=tar`.
+//!
+//! The options a URI query carries are the same [`SourceOptions`] a JSON or TOML config file
+//! deserialises into, so a config file and a query string say the same thing.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// How samples are laid out in storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// One file or object per sample, ordered by sorted relative path.
+    Objects,
+    /// WebDataset tar shards.
+    Tar,
+    /// An LMDB environment (`data.mdb`), one record per sample in key order.
+    Lmdb,
+}
+
+impl Layout {
+    /// The name used in URIs and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layout::Objects => "objects",
+            Layout::Tar => "tar",
+            Layout::Lmdb => "lmdb",
+        }
+    }
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Options for opening a source. Every field is optional; `None` means "the default".
+///
+/// The same struct comes from a URI query (`?layout=tar&concurrency=64`), from JSON or TOML,
+/// or from code. Unknown keys are rejected with the list of valid ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SourceOptions {
+    /// Force a layout instead of inferring it.
+    pub layout: Option<Layout>,
+    /// Field name for single-field LMDB records (default `data`).
+    pub field: Option<String>,
+    /// Requests a source keeps in flight for one `get_many` (default 32).
+    pub concurrency: Option<usize>,
+    /// Ranges closer than this many bytes are read as one request (default 16 KiB).
+    pub coalesce_gap: Option<u64>,
+    /// Coalesced reads are capped at this many bytes so big batches still read in parallel
+    /// (default 4 MiB).
+    pub max_read: Option<u64>,
+    /// Where tar sidecar indexes go when the shard directory is read-only
+    /// (default `$STOKER_CACHE_DIR/index`, else `$XDG_CACHE_HOME/stoker/index`, else `~/.cache/stoker/index`).
+    pub index_dir: Option<PathBuf>,
+    /// Write sidecar indexes next to shards (default true); when false, indexes go to `index_dir`.
+    pub write_sidecar: Option<bool>,
+}
+
+/// The option keys a URI query or config file may use.
+pub const OPTION_KEYS: &[&str] =
+    &["layout", "field", "concurrency", "coalesce_gap", "max_read", "index_dir", "write_sidecar"];
+
+impl SourceOptions {
+    /// Parse a URL query string (`layout=tar&concurrency=8`).
+    pub fn from_query(query: &str) -> Result<Self> {
+        serde_urlencoded::from_str(query).map_err(|e| option_error(e.to_string()))
+    }
+
+    /// Parse a JSON object.
+    pub fn from_json(text: &str) -> Result<Self> {
+        serde_json::from_str(text).map_err(|e| option_error(e.to_string()))
+    }
+
+    /// Options set in `other` override those set in `self`.
+    pub fn merged(mut self, other: SourceOptions) -> Self {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
+        }
+        take!(layout, field, concurrency, coalesce_gap, max_read, index_dir, write_sidecar);
+        self
+    }
+
+    pub(crate) fn concurrency(&self) -> usize {
+        self.concurrency.unwrap_or(32).max(1)
+    }
+    pub(crate) fn coalesce_gap(&self) -> u64 {
+        self.coalesce_gap.unwrap_or(16 * 1024)
+    }
+    pub(crate) fn max_read(&self) -> u64 {
+        self.max_read.unwrap_or(4 << 20).max(1)
+    }
+    pub(crate) fn field_name(&self) -> &str {
+        self.field.as_deref().unwrap_or("data")
+    }
+
+    /// The directory for indexes that cannot live next to their shards.
+    pub fn index_cache_dir(&self) -> PathBuf {
+        if let Some(d) = &self.index_dir {
+            return d.clone();
+        }
+        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        if let Some(d) = env("STOKER_CACHE_DIR") {
+            return d.join("index");
+        }
+        if let Some(d) = env("XDG_CACHE_HOME") {
+            return d.join("stoker/index");
+        }
+        if let Some(h) = env("HOME") {
+            return h.join(".cache/stoker/index");
+        }
+        std::env::temp_dir().join("stoker-index")
+    }
+}
+
+fn option_error(serde_msg: String) -> Error {
+    // serde names the valid keys and variants already ("expected one of ..."); make sure the
+    // message always lists the keys, also for errors serde words differently.
+    Error::invalid_option(format!("{serde_msg}; valid options: {}", OPTION_KEYS.join(", ")))
+}
+
+/// Where a source's bytes live, after parsing the URI.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// A local path (file or directory), absolute or relative to the working directory.
+    Local(PathBuf),
+    /// Local paths from a brace pattern, in expansion order.
+    LocalPattern(Vec<PathBuf>),
+}
+
+/// A parsed source URI: where, plus the options from its query.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceUri {
+    /// Where the bytes are.
+    pub location: Location,
+    /// Options from the query string.
+    pub options: SourceOptions,
+    /// The URI as given, credentials redacted, for messages and `Display`.
+    pub display: String,
+}
+
+/// Schemes this build understands.
+pub const SCHEMES: &[&str] = &["file"];
+
+/// Parse a source URI: a plain path, `file://`, with an optional `?query` of options.
+pub fn parse(uri: &str) -> Result<SourceUri> {
+    let display = redact(uri);
+    let bad = |reason: String| Error::InvalidUri { uri: display.clone(), reason };
+    if uri.trim().is_empty() {
+        return Err(bad("empty URI; give a path such as ./data or file:///data/shards".into()));
+    }
+    let (base, query) = match uri.split_once('?') {
+        Some((b, q)) => (b, q),
+        None => (uri, ""),
+    };
+    let options = SourceOptions::from_query(query)?;
+    let path = if let Some((scheme, rest)) = base.split_once("://") {
+        match scheme.to_ascii_lowercase().as_str() {
+            "file" => {
+                let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+                if !rest.starts_with('/') {
+                    return Err(bad("file:// URIs need an absolute path, e.g. file:///data/train".into()));
+                }
+                percent_encoding::percent_decode_str(rest)
+                    .decode_utf8()
+                    .map_err(|_| bad("path is not valid UTF-8 after percent-decoding".into()))?
+                    .into_owned()
+            }
+            "s3" | "gs" | "az" | "abfs" | "http" | "https" => {
+                return Err(Error::NotSupported {
+                    what: format!(
+                        "scheme `{scheme}://` in {display}: remote stores are not in this build yet; \
+                         supported schemes: {}, or a plain path",
+                        SCHEMES.join(", ")
+                    ),
+                })
+            }
+            other => {
+                return Err(bad(format!(
+                    "unknown scheme `{other}`; supported: {}, or a plain path",
+                    SCHEMES.join(", ")
+                )))
+            }
+        }
+    } else {
+        base.to_string()
+    };
+    let location = if path.contains('{') {
+        let expanded = expand_braces(&path).map_err(bad)?;
+        Location::LocalPattern(expanded.into_iter().map(PathBuf::from).collect())
+    } else {
+        Location::Local(PathBuf::from(path))
+    };
+    Ok(SourceUri { location, options, display })
+}
+
+/// The most names one brace pattern may expand to; more is almost surely a typo.
+const MAX_EXPANSION: usize = 10_000_000;
+
+/// Expand shell-style braces: `a-{000..003}.tar` (zero-padded ranges) and `{train,val}`.
+///
+/// Several groups multiply out left to right. Nested braces are not supported.
+pub fn expand_braces(pattern: &str) -> std::result::Result<Vec<String>, String> {
+    let mut out = vec![String::new()];
+    let mut rest = pattern;
+    while let Some(open) = rest.find('{') {
+        let close =
+            rest[open..].find('}').map(|c| open + c).ok_or_else(|| format!("unclosed `{{` in pattern `{pattern}`"))?;
+        let body = &rest[open + 1..close];
+        if body.contains('{') {
+            return Err(format!("nested braces are not supported in `{pattern}`"));
+        }
+        let alts = brace_alternatives(body).map_err(|e| format!("{e} in pattern `{pattern}`"))?;
+        let prefix = &rest[..open];
+        if out.len().saturating_mul(alts.len()) > MAX_EXPANSION {
+            return Err(format!("pattern `{pattern}` expands to more than {MAX_EXPANSION} names"));
+        }
+        out = out.iter().flat_map(|head| alts.iter().map(move |a| format!("{head}{prefix}{a}"))).collect();
+        rest = &rest[close + 1..];
+    }
+    if rest.contains('}') {
+        return Err(format!("unmatched `}}` in pattern `{pattern}`"));
+    }
+    for s in &mut out {
+        s.push_str(rest);
+    }
+    Ok(out)
+}
+
+fn brace_alternatives(body: &str) -> std::result::Result<Vec<String>, String> {
+    if let Some((a, b)) = body.split_once("..") {
+        let parse = |s: &str| s.parse::<u64>().map_err(|_| format!("`{{{body}}}` is not a range of whole numbers"));
+        let (lo, hi) = (parse(a)?, parse(b)?);
+        if lo > hi {
+            return Err(format!("range `{{{body}}}` runs backwards"));
+        }
+        if hi - lo >= MAX_EXPANSION as u64 {
+            return Err(format!("range `{{{body}}}` has more than {MAX_EXPANSION} values"));
+        }
+        // Zero padding follows the wider endpoint when either is written with a leading zero,
+        // as bash and Python's braceexpand do.
+        let padded = (a.len() > 1 && a.starts_with('0')) || (b.len() > 1 && b.starts_with('0'));
+        let width = if padded { a.len().max(b.len()) } else { 0 };
+        return Ok((lo..=hi).map(|n| format!("{n:0width$}")).collect());
+    }
+    if body.contains(',') {
+        return Ok(body.split(',').map(str::to_string).collect());
+    }
+    Err(format!("`{{{body}}}` is neither a range `{{a..b}}` nor a list `{{x,y}}`"))
+}
+
+/// Query keys whose values are secrets.
+const SECRET_HINTS: &[&str] =
+    &["secret", "password", "token", "key_id", "access_key", "signature", "credential", "sas", "sig"];
+
+/// Remove credentials from a URI: userinfo passwords and secret-looking query values.
+pub fn redact(uri: &str) -> String {
+    let (base, query) = match uri.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (uri, None),
+    };
+    let mut out = String::with_capacity(uri.len());
+    match base.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = match rest.find('/') {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            out.push_str(scheme);
+            out.push_str("://");
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split(':').next().unwrap_or("");
+                    out.push_str(user);
+                    out.push_str(":***@");
+                    out.push_str(host);
+                }
+                None => out.push_str(authority),
+            }
+            out.push_str(path);
+        }
+        None => out.push_str(base),
+    }
+    if let Some(q) = query {
+        out.push('?');
+        let parts: Vec<String> = q
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
+                _ => kv.to_string(),
+            })
+            .collect();
+        out.push_str(&parts.join("&"));
+    }
+    out
+}
+
+fn is_secret_key(k: &str) -> bool {
+    let k = k.to_ascii_lowercase();
+    SECRET_HINTS.iter().any(|h| k.contains(h))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn braces_expand_ranges_and_lists() {
+        assert_eq!(expand_braces("s-{000..002}.tar").unwrap(), ["s-000.tar", "s-001.tar", "s-002.tar"]);
+        assert_eq!(expand_braces("{a,b}/{1..2}").unwrap(), ["a/1", "a/2", "b/1", "b/2"]);
+        assert_eq!(expand_braces("{8..10}").unwrap(), ["8", "9", "10"]);
+        assert_eq!(expand_braces("plain").unwrap(), ["plain"]);
+        for bad in ["{1..", "a}", "{3..1}", "{x..y}", "{a}", "{{a,b}}", "{0..99999999999}"] {
+            assert!(expand_braces(bad).is_err(), "{bad} should fail");
+        }
+    }
+
+    #[test]
+    fn uri_forms() {
+        let u = parse("/data/x?layout=tar&concurrency=4").unwrap();
+        assert_eq!(u.location, Location::Local("/data/x".into()));
+        assert_eq!(u.options.layout, Some(Layout::Tar));
+        assert_eq!(u.options.concurrency, Some(4));
+        let f = parse("file:///data/a%20b").unwrap();
+        assert_eq!(f.location, Location::Local("/data/a b".into()));
+        assert!(matches!(parse("file:///d/s-{0..1}.tar").unwrap().location, Location::LocalPattern(v) if v.len() == 2));
+    }
+
+    #[test]
+    fn bad_uris_and_options_name_the_choices() {
+        let e = parse("/d?layout=zip").unwrap_err().to_string();
+        assert!(e.contains("objects") && e.contains("tar") && e.contains("lmdb"), "{e}");
+        let e = parse("/d?colour=red").unwrap_err().to_string();
+        assert!(e.contains("colour") && e.contains("concurrency"), "{e}");
+        let e = parse("/d?concurrency=many").unwrap_err().to_string();
+        assert!(e.contains("concurrency"), "{e}");
+        let e = parse("ftp://host/x").unwrap_err().to_string();
+        assert!(e.contains("ftp") && e.contains("file"), "{e}");
+        assert!(parse("file://relative/x").is_err());
+        assert!(parse("").is_err());
+    }
+
+    #[test]
+    fn query_json_and_toml_agree() {
+        let q = SourceOptions::from_query("layout=lmdb&field=img&concurrency=8&write_sidecar=false").unwrap();
+        let j = SourceOptions::from_json(r#"{"layout":"lmdb","field":"img","concurrency":8,"write_sidecar":false}"#)
+            .unwrap();
+        let t: SourceOptions =
+            toml::from_str("layout = \"lmdb\"\nfield = \"img\"\nconcurrency = 8\nwrite_sidecar = false").unwrap();
+        assert_eq!(q, j);
+        assert_eq!(q, t);
+        assert!(SourceOptions::from_json(r#"{"layuot":"tar"}"#).unwrap_err().to_string().contains("layout"));
+    }
+
+    #[test]
+    fn merge_prefers_the_later_options() {
+        let base = SourceOptions { layout: Some(Layout::Tar), concurrency: Some(2), ..Default::default() };
+        let over = SourceOptions { concurrency: Some(9), ..Default::default() };
+        let m = base.merged(over);
+        assert_eq!((m.layout, m.concurrency), (Some(Layout::Tar), Some(9)));
+    }
+
+    #[test]
+    fn redaction_hides_secrets() {
+        let r = redact("s3://AKIA:hunter2@bucket/p?secret_access_key=hunter2&region=x");
+        assert!(!r.contains("hunter2"), "{r}");
+        assert!(r.contains("bucket/p") && r.contains("region=x"), "{r}");
+        assert_eq!(redact("/plain/path"), "/plain/path");
+    }
+}
