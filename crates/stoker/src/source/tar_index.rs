@@ -230,13 +230,16 @@ pub(crate) fn build(store: &Store, info: &ObjectInfo) -> Result<ShardIndex> {
 }
 
 fn describe_tar_error(e: &io::Error) -> String {
-    let msg = e.to_string();
-    if msg.contains("checksum mismatch") {
-        format!("{msg}: not a tar file, or a damaged header; re-pack the shard or remove it from the pattern")
-    } else if msg.contains("entire block") {
-        format!("{msg}: the shard ends in the middle of a header (truncated)")
+    // The tar crate quotes raw header bytes in some messages; garbage must not reach a
+    // terminal, so keep printable ASCII and cut it short.
+    let msg: String = e.to_string().chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(80).collect();
+    let advice = "not a tar file, or a damaged header; re-pack the shard or leave it out";
+    if msg.contains("entire block") {
+        "the shard ends in the middle of a header: it is truncated; re-copy or re-pack it".into()
+    } else if msg.contains("checksum mismatch") {
+        format!("header checksum mismatch: {advice}")
     } else {
-        msg
+        format!("cannot parse the header ({msg}): {advice}")
     }
 }
 
