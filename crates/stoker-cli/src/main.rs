@@ -1,1 +1,248 @@
-fn main() {}
+//! `stoker`: look inside datasets that feed GPU training, from any source URI.
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+use stoker::{DynSampleSource, SourceOptions};
+
+const URI_HELP: &str = "Where the samples are: a directory of files, a directory of .tar shards, \
+a brace pattern like 'shards/train-{000..127}.tar', an LMDB directory (with data.mdb), or the \
+same as a file:// URI. Options go in the query: '?layout=tar&concurrency=64'.";
+
+/// Stoker keeps the GPU fed. This tool lists, reads and describes the samples a source holds.
+#[derive(Parser)]
+#[command(
+    name = "stoker",
+    version,
+    after_help = "Examples:\n  \
+stoker inspect ./shards\n  stoker ls 'shards/train-{000..003}.tar' --limit 5\n  stoker cat ./lmdb-dir 0 > first.bin"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List samples: index, key, and each field with its size.
+    Ls {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Print one JSON object per line instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Stop after this many samples.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Write one field of one sample, raw, to standard output.
+    Cat {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// The sample's index (0-based, in the source's order; see `stoker ls`).
+        index: usize,
+        /// Which field to write; required when the sample has more than one.
+        #[arg(long)]
+        field: Option<String>,
+    },
+    /// Describe a source: layout, samples, shards, fields, total bytes, time to open.
+    Inspect {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct SourceArgs {
+    #[arg(help = URI_HELP)]
+    uri: String,
+    /// Options from a JSON or TOML file (the same keys as the URI query; the query wins).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    async fn open(&self) -> Result<Arc<DynSampleSource>, String> {
+        let options = match &self.config {
+            None => SourceOptions::default(),
+            Some(path) => load_config(path)?,
+        };
+        stoker::open(&self.uri, options).await.map_err(|e| e.to_string())
+    }
+}
+
+fn load_config(path: &PathBuf) -> Result<SourceOptions, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
+    let is_json = path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
+    if is_json {
+        SourceOptions::from_json(&text).map_err(|e| format!("config {}: {e}", path.display()))
+    } else {
+        toml::from_str(&text).map_err(|e| format!("config {}: invalid option: {e}", path.display()))
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Ls { source, json, limit } => ls(&source, json, limit).await,
+        Command::Cat { source, index, field } => cat(&source, index, field.as_deref()).await,
+        Command::Inspect { source, json } => inspect(&source, json).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A closed pipe (`stoker ls | head`) is a normal way to stop, not an error.
+fn write_result(r: io::Result<()>) -> Result<(), String> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.map_err(|e| format!("writing output: {e}")),
+    }
+}
+
+async fn ls(args: &SourceArgs, json: bool, limit: Option<usize>) -> Result<(), String> {
+    let src = args.open().await?;
+    let n = limit.map_or(src.len(), |l| l.min(src.len()));
+    let mut out = BufWriter::new(io::stdout().lock());
+    for i in 0..n {
+        let meta = src.meta(i).await.map_err(|e| e.to_string())?;
+        let line = if json {
+            let fields: serde_json::Map<String, serde_json::Value> =
+                meta.fields.iter().map(|(name, size)| (name.to_string(), (*size).into())).collect();
+            serde_json::json!({"index": i, "key": meta.key, "fields": fields}).to_string()
+        } else {
+            let fields: Vec<String> = meta.fields.iter().map(|(name, size)| format!("{name}={size}")).collect();
+            format!("{i}\t{}\t{}", meta.key, fields.join(" "))
+        };
+        if let Err(e) = writeln!(out, "{line}") {
+            return write_result(Err(e));
+        }
+    }
+    write_result(out.flush())
+}
+
+async fn cat(args: &SourceArgs, index: usize, field: Option<&str>) -> Result<(), String> {
+    let src = args.open().await?;
+    let sample = src.get(index).await.map_err(|e| e.to_string())?;
+    let data = match field {
+        Some(name) => sample.require(name).map_err(|e| e.to_string())?,
+        None if sample.fields.len() == 1 => &sample.fields[0].data,
+        None => {
+            let names: Vec<&str> = sample.field_names().collect();
+            return Err(format!(
+                "sample {index} ({}) has {} fields ({}); choose one with --field NAME",
+                sample.key,
+                names.len(),
+                names.join(", ")
+            ));
+        }
+    };
+    let mut out = io::stdout().lock();
+    write_result(out.write_all(data).and_then(|_| out.flush()))
+}
+
+/// Per-field totals for `inspect`.
+#[derive(Default)]
+struct FieldTotal {
+    samples: u64,
+    bytes: u64,
+}
+
+async fn inspect(args: &SourceArgs, json: bool) -> Result<(), String> {
+    let started = Instant::now();
+    let src = args.open().await?;
+    let open_time = started.elapsed();
+    let mut fields: Vec<(String, FieldTotal)> = Vec::new();
+    let mut total = 0u64;
+    for i in 0..src.len() {
+        let meta = src.meta(i).await.map_err(|e| e.to_string())?;
+        for (name, size) in &meta.fields {
+            let slot = match fields.iter().position(|(n, _)| n == &**name) {
+                Some(p) => p,
+                None => {
+                    fields.push((name.to_string(), FieldTotal::default()));
+                    fields.len() - 1
+                }
+            };
+            fields[slot].1.samples += 1;
+            fields[slot].1.bytes += size;
+            total += size;
+        }
+    }
+    let info = src.info();
+    let cap = src.capability();
+    let caps: Vec<&str> = [
+        ("random_access", cap.random_access),
+        ("coalesced_reads", cap.coalesced_reads),
+        ("locality", cap.locality),
+        ("cheap_meta", cap.cheap_meta),
+        ("local", cap.local),
+    ]
+    .iter()
+    .filter(|(_, on)| *on)
+    .map(|(n, _)| *n)
+    .collect();
+    let mut out = io::stdout().lock();
+    let text = if json {
+        let f: Vec<_> = fields
+            .iter()
+            .map(|(n, t)| serde_json::json!({"name": n, "samples": t.samples, "bytes": t.bytes}))
+            .collect();
+        serde_json::json!({
+            "source": src.to_string(), "layout": info.layout.as_str(), "samples": src.len(),
+            "shards": info.shards, "fields": f, "total_bytes": total,
+            "open_seconds": open_time.as_secs_f64(), "capability": caps,
+        })
+        .to_string()
+    } else {
+        let f: Vec<String> =
+            fields.iter().map(|(n, t)| format!("{n} ({} samples, {})", t.samples, human_bytes(t.bytes))).collect();
+        format!(
+            "source      {src}\nlayout      {}\nsamples     {}\nshards      {}\nfields      {}\ntotal bytes {} ({total} bytes)\nopen time   {}\ncapability  {}",
+            info.layout,
+            src.len(),
+            info.shards,
+            f.join(", "),
+            human_bytes(total),
+            human_duration(open_time),
+            caps.join(", ")
+        )
+    };
+    write_result(writeln!(out, "{text}"))
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn human_duration(d: Duration) -> String {
+    if d.as_secs_f64() >= 1.0 {
+        format!("{:.2} s", d.as_secs_f64())
+    } else {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    }
+}

@@ -18,7 +18,7 @@ use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
 
 use super::{check_index, Capability, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
-use crate::sample::{Field, Sample};
+use crate::sample::{Field, Sample, SampleMeta};
 use crate::uri::{Layout, SourceOptions};
 
 /// An LMDB environment as a sample source.
@@ -168,6 +168,13 @@ impl Inner {
         }
     }
 
+    fn value_len(&self, i: usize) -> Result<u64> {
+        let path = Path::new(&self.display);
+        let txn = self.env.env.read_txn().map_err(|e| lmdb_err(path, e))?;
+        let v = self.env.db.get(&txn, self.key(i)).map_err(|e| lmdb_err(path, e))?;
+        Ok(v.ok_or_else(|| self.missing(i))?.len() as u64)
+    }
+
     fn missing(&self, i: usize) -> Error {
         lmdb_err(
             Path::new(&self.display),
@@ -210,7 +217,7 @@ impl Inner {
 
 /// The longest prefix of `idx` that counts up by one.
 fn consecutive_run(idx: &[usize]) -> Range<usize> {
-    let n = idx.windows(2).take_while(|w| w[1] == w[0].wrapping_add(1)).count() + 1;
+    let n = idx.windows(2).take_while(|w| w[0].checked_add(1) == Some(w[1])).count() + 1;
     0..n.min(idx.len())
 }
 
@@ -237,7 +244,8 @@ impl SampleSource for LmdbSource {
     }
 
     fn capability(&self) -> Capability {
-        Capability { random_access: true, coalesced_reads: false, locality: false, cheap_meta: false, local: true }
+        // Sizes come from the B-tree node without touching the value pages.
+        Capability { random_access: true, coalesced_reads: false, locality: false, cheap_meta: true, local: true }
     }
 
     fn info(&self) -> SourceInfo {
@@ -264,6 +272,13 @@ impl SampleSource for LmdbSource {
             out.extend(t.await.map_err(Error::task)??);
         }
         Ok(out)
+    }
+
+    async fn meta(&self, index: usize) -> Result<SampleMeta> {
+        check_index(index, self.len())?;
+        let inner = self.inner.clone();
+        let len = tokio::task::spawn_blocking(move || inner.value_len(index)).await.map_err(Error::task)??;
+        Ok(SampleMeta { key: self.inner.key_string(index), fields: vec![(self.inner.field.clone(), len)] })
     }
 }
 

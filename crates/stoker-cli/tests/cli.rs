@@ -1,0 +1,114 @@
+//! The `stoker` binary end to end, on real files.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn stoker(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stoker")).args(args).output().expect("run stoker")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Two shards, three samples each, fields `txt` and `cls`.
+fn shards(dir: &Path) {
+    for s in 0..2 {
+        let mut b = tar::Builder::new(std::fs::File::create(dir.join(format!("s-{s}.tar"))).unwrap());
+        for i in 0..3 {
+            for (ext, data) in [("txt", format!("sample {s}-{i}")), ("cls", format!("{i}"))] {
+                let mut h = tar::Header::new_gnu();
+                h.set_size(data.len() as u64);
+                h.set_mode(0o644);
+                b.append_data(&mut h, format!("k{s}{i}.{ext}"), data.as_bytes()).unwrap();
+            }
+        }
+        b.into_inner().unwrap();
+    }
+}
+
+#[test]
+fn ls_cat_inspect_on_tar_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    shards(dir.path());
+    let uri = dir.path().to_str().unwrap();
+
+    let ls = stoker(&["ls", uri]);
+    assert!(ls.status.success(), "{}", text(&ls.stderr));
+    let lines: Vec<String> = text(&ls.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 6);
+    assert_eq!(lines[4], "4\tk11\ttxt=10 cls=1");
+
+    let json = stoker(&["ls", uri, "--json", "--limit", "2"]);
+    let rows: Vec<serde_json::Value> = text(&json.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1]["key"], "k01");
+    assert_eq!(rows[1]["fields"]["txt"], 10);
+
+    let cat = stoker(&["cat", uri, "4", "--field", "txt"]);
+    assert_eq!(text(&cat.stdout), "sample 1-1");
+    let ambiguous = stoker(&["cat", uri, "4"]);
+    assert!(!ambiguous.status.success());
+    assert!(text(&ambiguous.stderr).contains("--field") && text(&ambiguous.stderr).contains("cls"));
+
+    let inspect = stoker(&["inspect", uri, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(v["layout"], "tar");
+    assert_eq!(v["samples"], 6);
+    assert_eq!(v["shards"], 2);
+    assert_eq!(v["total_bytes"], 6 * 10 + 6);
+    let human = text(&stoker(&["inspect", uri]).stdout);
+    assert!(human.contains("layout      tar") && human.contains("open time"), "{human}");
+}
+
+#[test]
+fn config_file_and_query_say_the_same_thing() {
+    let dir = tempfile::tempdir().unwrap();
+    shards(dir.path());
+    let cfg = dir.path().join("opts.toml");
+    std::fs::write(&cfg, "layout = \"objects\"\nwrite_sidecar = false\n").unwrap();
+    let uri = dir.path().join("s-0.tar");
+    let via_cfg = stoker(&["inspect", uri.to_str().unwrap(), "--json", "--config", cfg.to_str().unwrap()]);
+    let via_query = stoker(&["inspect", &format!("{}?layout=objects&write_sidecar=false", uri.display()), "--json"]);
+    let a: serde_json::Value = serde_json::from_slice(&via_cfg.stdout).unwrap();
+    let b: serde_json::Value = serde_json::from_slice(&via_query.stdout).unwrap();
+    assert_eq!(a["layout"], "objects");
+    assert_eq!((&a["samples"], &a["fields"]), (&b["samples"], &b["fields"]));
+    std::fs::write(&cfg, "{\"layuot\": \"tar\"}").unwrap();
+    let bad = stoker(&["ls", uri.to_str().unwrap(), "--config", cfg.to_str().unwrap()]);
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("layuot") && text(&bad.stderr).contains("layout"));
+}
+
+#[test]
+fn errors_are_one_clear_line_and_a_failing_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let out = stoker(&["inspect", missing.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.starts_with("error: not found") && err.contains("nope"), "{err}");
+    shards(dir.path());
+    let out = stoker(&["cat", dir.path().to_str().unwrap(), "6"]);
+    assert!(text(&out.stderr).contains("out of range"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_closed_pipe_is_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..20_000 {
+        std::fs::write(dir.path().join(format!("{i:05}.bin")), b"x").unwrap();
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stoker"))
+        .args(["ls", dir.path().to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "stderr: {}", text(&out.stderr));
+}
