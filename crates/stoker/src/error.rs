@@ -146,11 +146,11 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Io { source, .. } => io_retryable(source),
-            Error::Store { source, .. } => match source {
-                object_store::Error::Generic { .. } | object_store::Error::JoinError { .. } => true,
-                _ => false,
-            },
-            Error::Task(_) => false,
+            // A generic store failure is how object_store reports transport errors; the retry
+            // layer decides how often to try, this only says whether trying can help.
+            Error::Store { source, .. } => {
+                matches!(source, object_store::Error::Generic { .. } | object_store::Error::JoinError { .. })
+            }
             _ => false,
         }
     }
