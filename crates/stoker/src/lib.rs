@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+mod buffer;
 pub mod conformance;
 pub mod error;
 pub mod sample;

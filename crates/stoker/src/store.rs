@@ -48,6 +48,8 @@ pub struct Store(Arc<Inner>);
 
 struct Inner {
     objects: Arc<dyn ObjectStore>,
+    /// The same store when it is local: reads bypass object_store to use recycled buffers.
+    local: Option<Arc<LocalFileSystem>>,
     /// Display form of the root (a path or a redacted URI).
     root: String,
     /// Set for local stores: lets blocking readers use positioned reads on one open file.
@@ -72,10 +74,13 @@ impl Store {
     /// A store over a local directory, which must exist.
     pub fn local(dir: &Path) -> Result<Self> {
         let canonical = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
-        let objects = LocalFileSystem::new_with_prefix(&canonical)
-            .map_err(|e| Error::Store { path: dir.display().to_string(), source: e })?;
+        let local = Arc::new(
+            LocalFileSystem::new_with_prefix(&canonical)
+                .map_err(|e| Error::Store { path: dir.display().to_string(), source: e })?,
+        );
         Ok(Store(Arc::new(Inner {
-            objects: Arc::new(objects),
+            objects: local.clone(),
+            local: Some(local),
             root: canonical.display().to_string(),
             local_root: Some(canonical),
             requests: AtomicU64::new(0),
@@ -153,6 +158,11 @@ impl Store {
 
     /// A whole object.
     pub async fn get(&self, path: &str) -> Result<Bytes> {
+        if self.0.local.is_some() {
+            let bytes = self.local_read(path, None).await?.pop().unwrap_or_default();
+            self.count(1, bytes.len() as u64);
+            return Ok(bytes);
+        }
         let fetch = async { self.0.objects.get(&self.obj_path(path)).await?.bytes().await };
         let bytes = fetch.await.map_err(|e| self.err(path, e))?;
         self.count(1, bytes.len() as u64);
@@ -162,8 +172,11 @@ impl Store {
     /// One byte range of an object. A short read (the object shrank) is an error.
     pub async fn get_range(&self, path: &str, range: Range<u64>) -> Result<Bytes> {
         let want = range.end - range.start;
-        let bytes =
-            self.0.objects.get_range(&self.obj_path(path), range.clone()).await.map_err(|e| self.err(path, e))?;
+        let bytes = if self.0.local.is_some() {
+            self.local_read(path, Some(vec![range.clone()])).await?.pop().unwrap_or_default()
+        } else {
+            self.0.objects.get_range(&self.obj_path(path), range.clone()).await.map_err(|e| self.err(path, e))?
+        };
         self.count(1, bytes.len() as u64);
         check_len(self, path, &range, &bytes, want)?;
         Ok(bytes)
@@ -171,12 +184,52 @@ impl Store {
 
     /// Several byte ranges of one object, in the order asked.
     pub async fn get_ranges(&self, path: &str, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        let out = self.0.objects.get_ranges(&self.obj_path(path), ranges).await.map_err(|e| self.err(path, e))?;
+        let out = if self.0.local.is_some() {
+            self.local_read(path, Some(ranges.to_vec())).await?
+        } else {
+            self.0.objects.get_ranges(&self.obj_path(path), ranges).await.map_err(|e| self.err(path, e))?
+        };
         self.count(ranges.len() as u64, out.iter().map(|b| b.len() as u64).sum());
         for (r, b) in ranges.iter().zip(&out) {
             check_len(self, path, r, b, r.end - r.start)?;
         }
         Ok(out)
+    }
+
+    /// Local reads: one blocking task opens the file once and reads each range (or the whole
+    /// file) into recycled buffers. A range past the end comes back short and the caller's
+    /// length check reports it.
+    async fn local_read(&self, path: &str, ranges: Option<Vec<Range<u64>>>) -> Result<Vec<Bytes>> {
+        let fs = self.0.local.as_ref().expect("local_read is only called on local stores");
+        let full = fs.path_to_filesystem(&self.obj_path(path)).map_err(|e| self.err(path, e))?;
+        let shown = self.describe(path);
+        tokio::task::spawn_blocking(move || {
+            use std::os::unix::fs::FileExt;
+            let file = std::fs::File::open(&full).map_err(|e| Error::io(&shown, e))?;
+            let ranges = match ranges {
+                Some(r) => r,
+                None => vec![0..file.metadata().map_err(|e| Error::io(&shown, e))?.len()],
+            };
+            ranges
+                .into_iter()
+                .map(|r| {
+                    let want = (r.end.saturating_sub(r.start)) as usize;
+                    let mut buf = crate::buffer::take(want);
+                    let mut done = 0;
+                    while done < want {
+                        match file.read_at(&mut buf[done..want], r.start + done as u64) {
+                            Ok(0) => break,
+                            Ok(n) => done += n,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(e) => return Err(Error::io(&shown, e)),
+                        }
+                    }
+                    Ok(crate::buffer::freeze(buf, done))
+                })
+                .collect()
+        })
+        .await
+        .map_err(Error::task)?
     }
 
     /// Write a whole object atomically (local: a staged file renamed into place).

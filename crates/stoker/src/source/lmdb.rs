@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use heed::types::{Bytes as RawBytes, DecodeIgnore};
 use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
 
@@ -161,13 +160,6 @@ impl Inner {
         String::from_utf8_lossy(self.key(i)).into_owned()
     }
 
-    fn sample(&self, i: usize, value: &[u8]) -> Sample {
-        Sample {
-            key: self.key_string(i),
-            fields: vec![Field { name: self.field.clone(), data: Bytes::copy_from_slice(value) }],
-        }
-    }
-
     fn value_len(&self, i: usize) -> Result<u64> {
         let path = Path::new(&self.display);
         let txn = self.env.env.read_txn().map_err(|e| lmdb_err(path, e))?;
@@ -186,17 +178,19 @@ impl Inner {
     }
 
     /// Read `indices` (all in range) in one transaction; consecutive runs walk a cursor.
+    /// Values are copied into one buffer for the whole call and handed out as slices of it:
+    /// one allocation (usually recycled) instead of one per sample.
     fn read(&self, indices: &[usize]) -> Result<Vec<Sample>> {
         let path = Path::new(&self.display);
         let txn = self.env.env.read_txn().map_err(|e| lmdb_err(path, e))?;
-        let mut out = Vec::with_capacity(indices.len());
+        let mut values: Vec<&[u8]> = Vec::with_capacity(indices.len());
         let mut at = 0;
         while at < indices.len() {
             let run = consecutive_run(&indices[at..]);
             let first = indices[at];
             if run.len() == 1 {
                 let v = self.env.db.get(&txn, self.key(first)).map_err(|e| lmdb_err(path, e))?;
-                out.push(self.sample(first, v.ok_or_else(|| self.missing(first))?));
+                values.push(v.ok_or_else(|| self.missing(first))?);
             } else {
                 let last = first + run.len() - 1;
                 let bounds = (Bound::Included(self.key(first)), Bound::Included(self.key(last)));
@@ -206,12 +200,33 @@ impl Inner {
                     if k != self.key(i) {
                         return Err(self.missing(i));
                     }
-                    out.push(self.sample(i, v));
+                    values.push(v);
                 }
             }
             at += run.len();
         }
-        Ok(out)
+        let total: usize = values.iter().map(|v| v.len()).sum();
+        let mut buf = crate::buffer::take(total);
+        let mut ends = Vec::with_capacity(values.len());
+        let mut end = 0;
+        for v in &values {
+            buf[end..end + v.len()].copy_from_slice(v);
+            end += v.len();
+            ends.push(end);
+        }
+        drop(values);
+        drop(txn);
+        let all = crate::buffer::freeze(buf, total);
+        let mut start = 0;
+        Ok(indices
+            .iter()
+            .zip(ends)
+            .map(|(&i, end)| {
+                let data = all.slice(start..end);
+                start = end;
+                Sample { key: self.key_string(i), fields: vec![Field { name: self.field.clone(), data }] }
+            })
+            .collect())
     }
 }
 

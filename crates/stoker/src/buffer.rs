@@ -1,0 +1,105 @@
+//! Recycled read buffers.
+//!
+//! Reading from the page cache is a memory copy, and a fresh multi-MiB allocation per read
+//! adds page faults and zeroing that cost more than the copy: measured on the 2-core dev box,
+//! 64 KiB samples through tar ran at 0.26x a raw read with fresh buffers and above 1x with
+//! recycled ones. Buffers come back when the last `Bytes` slice of them drops.
+
+use std::sync::{Mutex, OnceLock};
+
+use bytes::Bytes;
+
+/// Smaller reads use plain allocations: the heap serves them without faults.
+pub(crate) const MIN_POOLED: usize = 32 << 10;
+/// Most buffers kept for reuse, and most bytes they may hold together.
+const MAX_KEPT: usize = 256;
+const MAX_KEPT_BYTES: usize = 512 << 20;
+/// Buffers are sized in these steps so a buffer fits many nearby request sizes.
+const GRANULE: usize = 64 << 10;
+
+struct Pool {
+    free: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+fn pool() -> &'static Mutex<Pool> {
+    static P: OnceLock<Mutex<Pool>> = OnceLock::new();
+    P.get_or_init(|| Mutex::new(Pool { free: Vec::new(), bytes: 0 }))
+}
+
+/// An initialised buffer of at least `len` bytes, recycled when possible. Its contents are
+/// stale, never uninitialised: callers overwrite what they use.
+pub(crate) fn take(len: usize) -> Vec<u8> {
+    if len >= MIN_POOLED {
+        let mut p = pool().lock().unwrap_or_else(|e| e.into_inner());
+        // Best fit, but never a buffer more than 4x too big: it would pin memory for little.
+        let best = p
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.len() >= len && b.len() / 4 <= len)
+            .min_by_key(|(_, b)| b.len())
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            let buf = p.free.swap_remove(i);
+            p.bytes -= buf.len();
+            return buf;
+        }
+        return vec![0u8; len.div_ceil(GRANULE) * GRANULE];
+    }
+    vec![0u8; len]
+}
+
+/// Freeze the first `len` bytes of `buf` into `Bytes`; a pooled-size buffer goes back to the
+/// pool when the last slice of it drops.
+pub(crate) fn freeze(mut buf: Vec<u8>, len: usize) -> Bytes {
+    if buf.len() < MIN_POOLED {
+        buf.truncate(len);
+        return Bytes::from(buf);
+    }
+    Bytes::from_owner(Pooled { buf, len })
+}
+
+struct Pooled {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        let mut p = pool().lock().unwrap_or_else(|e| e.into_inner());
+        if p.free.len() < MAX_KEPT && p.bytes + buf.len() <= MAX_KEPT_BYTES {
+            p.bytes += buf.len();
+            p.free.push(buf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_come_back_after_the_last_slice_drops() {
+        let mut b = take(100_000);
+        let ptr = b.as_ptr();
+        b[..5].copy_from_slice(b"hello");
+        let bytes = freeze(b, 5);
+        let slice = bytes.slice(1..3);
+        drop(bytes);
+        assert_eq!(&slice[..], b"el");
+        drop(slice);
+        // Another thread may race us for the pool in other tests; look for our buffer.
+        let again: Vec<Vec<u8>> = (0..MAX_KEPT).map_while(|_| Some(take(100_000))).take(8).collect();
+        assert!(again.iter().any(|v| v.as_ptr() == ptr), "the buffer was recycled");
+        let small = freeze(take(10), 3);
+        assert_eq!(small.len(), 3);
+    }
+}
