@@ -192,7 +192,10 @@ async fn main() {
         }
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    println!("stoker local_bench: {cores} cores, batch {} x {} in flight, median of {} passes", cfg.batch, cfg.inflight, cfg.reps);
+    println!(
+        "stoker local_bench: {cores} cores, batch {} x {} in flight, median of {} passes",
+        cfg.batch, cfg.inflight, cfg.reps
+    );
     for &(size, count) in &cfg.sizes {
         let tmp = tempfile::tempdir_in(cfg.dir.clone().unwrap_or_else(std::env::temp_dir)).expect("temp dir");
         let t = Instant::now();

@@ -208,7 +208,7 @@ impl Store {
             let file = std::fs::File::open(&full).map_err(|e| Error::io(&shown, e))?;
             let ranges = match ranges {
                 Some(r) => r,
-                None => vec![0..file.metadata().map_err(|e| Error::io(&shown, e))?.len()],
+                None => std::iter::once(0..file.metadata().map_err(|e| Error::io(&shown, e))?.len()).collect(),
             };
             ranges
                 .into_iter()
