@@ -123,6 +123,10 @@ pub enum Error {
         what: String,
     },
 
+    /// A sampler configuration or resume state is invalid (rank, world size, window...).
+    #[error("sampler: {0}")]
+    Sampler(#[from] crate::sampler::SamplerError),
+
     /// A background task panicked or was cancelled.
     #[error("internal task failed: {0}")]
     Task(String),

@@ -5,7 +5,9 @@ mod buffer;
 pub mod conformance;
 pub mod error;
 pub mod sample;
+pub mod sampler;
 pub mod source;
+pub mod stats;
 pub mod store;
 pub mod uri;
 

@@ -1,0 +1,269 @@
+//! Counters that stay on: throughput, the consumer's wait (GPU starvation), producer stalls,
+//! fetch latency percentiles, bytes in flight.
+//!
+//! Everything is a relaxed atomic; a latency record is two atomic adds. A [`StatsSnapshot`]
+//! turns them into rates and percentiles.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::IoCounters;
+
+/// Sub-buckets per power of two: 4 gives about 19% relative error per bucket.
+const SUB: usize = 4;
+const BUCKETS: usize = 64 * SUB;
+
+/// A lock-free log-scale histogram of durations (nanoseconds).
+pub struct Histogram {
+    counts: Box<[AtomicU64]>,
+    total: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            counts: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            total: AtomicU64::new(0),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+fn bucket_of(ns: u64) -> usize {
+    if ns < SUB as u64 {
+        return ns as usize;
+    }
+    let log = 63 - ns.leading_zeros() as usize;
+    // The two bits after the leading one pick the sub-bucket.
+    let sub = ((ns >> (log - 2)) & (SUB as u64 - 1)) as usize;
+    (log * SUB + sub).min(BUCKETS - 1)
+}
+
+fn bucket_floor(b: usize) -> u64 {
+    // Buckets SUB..2*SUB are never used: 4..8 ns already lands in log 2's buckets.
+    if b < 2 * SUB {
+        return (b as u64).min(SUB as u64);
+    }
+    let (log, sub) = (b / SUB, (b % SUB) as u64);
+    (1u64 << log) + (sub << (log - 2))
+}
+
+impl Histogram {
+    /// Record one duration.
+    pub fn record(&self, d: Duration) {
+        let ns = d.as_nanos().min(u64::MAX as u128) as u64;
+        self.counts[bucket_of(ns)].fetch_add(1, Relaxed);
+        self.total.fetch_add(1, Relaxed);
+        self.sum_ns.fetch_add(ns, Relaxed);
+    }
+
+    /// Number of records.
+    pub fn count(&self) -> u64 {
+        self.total.load(Relaxed)
+    }
+
+    /// The duration below which fraction `q` (0..=1) of records fall (bucket resolution).
+    pub fn quantile(&self, q: f64) -> Duration {
+        let total = self.count();
+        if total == 0 {
+            return Duration::ZERO;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (b, c) in self.counts.iter().enumerate() {
+            seen += c.load(Relaxed);
+            if seen >= rank {
+                // Report the bucket's midpoint: unbiased within the bucket's width.
+                let lo = bucket_floor(b);
+                let hi = if b + 1 < BUCKETS { bucket_floor(b + 1) } else { lo };
+                return Duration::from_nanos(lo + (hi - lo) / 2);
+            }
+        }
+        Duration::ZERO
+    }
+
+    /// Mean of all records.
+    pub fn mean(&self) -> Duration {
+        Duration::from_nanos(self.sum_ns.load(Relaxed).checked_div(self.count()).unwrap_or(0))
+    }
+}
+
+/// Live counters of one loader.
+pub struct Stats {
+    started: Instant,
+    /// Samples delivered to the consumer.
+    pub samples: AtomicU64,
+    /// Payload bytes delivered.
+    pub bytes: AtomicU64,
+    /// Batches delivered.
+    pub batches: AtomicU64,
+    /// Time the consumer spent blocked waiting for the next batch, in ns.
+    pub consumer_wait_ns: AtomicU64,
+    /// Time producers spent blocked on a full queue or the byte budget, in ns.
+    pub producer_stall_ns: AtomicU64,
+    /// Samples skipped under the skip error policy.
+    pub skipped: AtomicU64,
+    /// Batches that failed (raise policy) or had samples skipped.
+    pub errors: AtomicU64,
+    /// Bytes fetched and not yet released by the consumer.
+    pub bytes_in_flight: AtomicU64,
+    /// The most bytes ever in flight.
+    pub peak_bytes_in_flight: AtomicU64,
+    /// Latency of each fetch (`get_many` of one batch).
+    pub fetch_latency: Histogram,
+    /// Time spent in the per-sample transform, per batch.
+    pub transform_time: Histogram,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            started: Instant::now(),
+            samples: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            consumer_wait_ns: AtomicU64::new(0),
+            producer_stall_ns: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            bytes_in_flight: AtomicU64::new(0),
+            peak_bytes_in_flight: AtomicU64::new(0),
+            fetch_latency: Histogram::default(),
+            transform_time: Histogram::default(),
+        }
+    }
+}
+
+pub(crate) fn add_ns(counter: &AtomicU64, d: Duration) {
+    counter.fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Relaxed);
+}
+
+impl Stats {
+    pub(crate) fn add_in_flight(&self, n: u64) {
+        let now = self.bytes_in_flight.fetch_add(n, Relaxed) + n;
+        self.peak_bytes_in_flight.fetch_max(now, Relaxed);
+    }
+
+    pub(crate) fn sub_in_flight(&self, n: u64) {
+        self.bytes_in_flight.fetch_sub(n, Relaxed);
+    }
+
+    /// A consistent-enough copy with rates and percentiles; `io` adds store counters.
+    pub fn snapshot(&self, io: Option<IoCounters>) -> StatsSnapshot {
+        let elapsed = self.started.elapsed().as_secs_f64().max(1e-9);
+        let samples = self.samples.load(Relaxed);
+        let bytes = self.bytes.load(Relaxed);
+        let wait = self.consumer_wait_ns.load(Relaxed) as f64 / 1e9;
+        let io = io.unwrap_or_default();
+        StatsSnapshot {
+            elapsed_s: elapsed,
+            samples,
+            bytes,
+            batches: self.batches.load(Relaxed),
+            samples_per_s: samples as f64 / elapsed,
+            bytes_per_s: bytes as f64 / elapsed,
+            consumer_wait_s: wait,
+            consumer_wait_fraction: (wait / elapsed).min(1.0),
+            producer_stall_s: self.producer_stall_ns.load(Relaxed) as f64 / 1e9,
+            fetch_p50_ms: self.fetch_latency.quantile(0.50).as_secs_f64() * 1e3,
+            fetch_p95_ms: self.fetch_latency.quantile(0.95).as_secs_f64() * 1e3,
+            fetch_p99_ms: self.fetch_latency.quantile(0.99).as_secs_f64() * 1e3,
+            transform_mean_ms: self.transform_time.mean().as_secs_f64() * 1e3,
+            skipped: self.skipped.load(Relaxed),
+            errors: self.errors.load(Relaxed),
+            bytes_in_flight: self.bytes_in_flight.load(Relaxed),
+            peak_bytes_in_flight: self.peak_bytes_in_flight.load(Relaxed),
+            store_requests: io.requests,
+            store_bytes: io.bytes,
+            cache_hit_rate: None,
+            retries: 0,
+            hedges: 0,
+        }
+    }
+}
+
+/// Loader statistics at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatsSnapshot {
+    /// Seconds since the loader started.
+    pub elapsed_s: f64,
+    /// Samples delivered.
+    pub samples: u64,
+    /// Payload bytes delivered.
+    pub bytes: u64,
+    /// Batches delivered.
+    pub batches: u64,
+    /// Delivered samples per second since start.
+    pub samples_per_s: f64,
+    /// Delivered bytes per second since start.
+    pub bytes_per_s: f64,
+    /// Seconds the consumer was blocked waiting for data: the GPU-starvation figure.
+    pub consumer_wait_s: f64,
+    /// `consumer_wait_s / elapsed_s`: near 0 means the input side keeps up.
+    pub consumer_wait_fraction: f64,
+    /// Seconds producers were blocked (queue full or byte budget): near `elapsed_s` means
+    /// the consumer is the bottleneck.
+    pub producer_stall_s: f64,
+    /// Fetch latency per batch, median, in ms.
+    pub fetch_p50_ms: f64,
+    /// 95th percentile fetch latency in ms.
+    pub fetch_p95_ms: f64,
+    /// 99th percentile fetch latency in ms.
+    pub fetch_p99_ms: f64,
+    /// Mean per-batch transform time in ms.
+    pub transform_mean_ms: f64,
+    /// Samples skipped under the skip policy.
+    pub skipped: u64,
+    /// Batches that failed or lost samples.
+    pub errors: u64,
+    /// Bytes fetched and not yet released.
+    pub bytes_in_flight: u64,
+    /// Peak of `bytes_in_flight`.
+    pub peak_bytes_in_flight: u64,
+    /// Requests the store served.
+    pub store_requests: u64,
+    /// Bytes the store served.
+    pub store_bytes: u64,
+    /// Cache hit rate, when a cache is in the path.
+    pub cache_hit_rate: Option<f64>,
+    /// Retried requests.
+    pub retries: u64,
+    /// Hedged requests.
+    pub hedges: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotonic_and_tight() {
+        let mut last = 0;
+        for ns in [0u64, 1, 3, 4, 5, 7, 8, 100, 1000, 12345, 1 << 40, u64::MAX] {
+            let b = bucket_of(ns);
+            assert!(b >= last, "{ns}");
+            last = b;
+            assert!(bucket_floor(b) <= ns, "{ns} below its bucket floor {}", bucket_floor(b));
+            if b + 1 < BUCKETS {
+                assert!(ns < bucket_floor(b + 1), "{ns} past its bucket");
+            }
+        }
+    }
+
+    #[test]
+    fn quantiles_within_bucket_error() {
+        let h = Histogram::default();
+        for ms in 1..=100u64 {
+            h.record(Duration::from_millis(ms));
+        }
+        let p50 = h.quantile(0.5).as_secs_f64() * 1e3;
+        let p99 = h.quantile(0.99).as_secs_f64() * 1e3;
+        assert!((40.0..=62.0).contains(&p50), "p50 {p50}");
+        assert!((80.0..=125.0).contains(&p99), "p99 {p99}");
+        assert_eq!(Histogram::default().quantile(0.5), Duration::ZERO);
+        assert!((h.mean().as_secs_f64() * 1e3 - 50.5).abs() < 0.01);
+    }
+}
