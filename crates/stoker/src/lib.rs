@@ -1,9 +1,11 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod batch;
 mod buffer;
 pub mod conformance;
 pub mod error;
+pub mod loader;
 pub mod sample;
 pub mod sampler;
 pub mod source;
