@@ -187,7 +187,7 @@ impl Loader {
             n: self.source.len() as u64,
             order: self.cfg.order.clone(),
             epoch,
-            partition: self.cfg.partition.clone(),
+            partition: self.cfg.partition,
             tail: self.cfg.tail,
             worker: 0,
             num_workers: 1,
