@@ -1,0 +1,136 @@
+//! Batch storage is recycled: in steady state, assembling a batch allocates nothing, and a
+//! whole loader pass allocates far less than the payload it moves. Counted with a global
+//! allocator, so this file holds only these tests.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use stoker::batch::BatchPool;
+use stoker::loader::{Loader, LoaderConfig};
+use stoker::source::{Capability, SampleSource, SourceInfo};
+use stoker::{Field, Layout as SrcLayout, Sample};
+
+struct Counting;
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static BYTES: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if COUNTING.load(Relaxed) {
+            ALLOCS.fetch_add(1, Relaxed);
+            BYTES.fetch_add(l.size() as u64, Relaxed);
+        }
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        if COUNTING.load(Relaxed) {
+            ALLOCS.fetch_add(1, Relaxed);
+            BYTES.fetch_add(n as u64, Relaxed);
+        }
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Counting is process-wide, so the tests of this file take turns.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn count<R>(f: impl FnOnce() -> R) -> (R, u64, u64) {
+    let (a0, b0) = (ALLOCS.load(Relaxed), BYTES.load(Relaxed));
+    COUNTING.store(true, Relaxed);
+    let r = f();
+    COUNTING.store(false, Relaxed);
+    (r, ALLOCS.load(Relaxed) - a0, BYTES.load(Relaxed) - b0)
+}
+
+fn samples(n: usize, size: usize) -> Vec<Sample> {
+    (0..n)
+        .map(|i| Sample {
+            key: format!("{i:08}"),
+            fields: vec![
+                Field { name: "jpg".into(), data: Bytes::from(vec![i as u8; size]) },
+                Field { name: "cls".into(), data: Bytes::from(vec![1u8; 4]) },
+            ],
+        })
+        .collect()
+}
+
+#[test]
+fn assembling_a_batch_allocates_nothing_in_steady_state() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let pool = BatchPool::new(4);
+    let batch = samples(64, 65536);
+    let idx: Vec<u64> = (0..64).collect();
+    for _ in 0..3 {
+        drop(pool.assemble(0, 0, &idx, &batch)); // warm up: storage grows to size once
+    }
+    let ((), allocs, bytes) = count(|| {
+        for n in 0..100 {
+            let b = pool.assemble(0, n, &idx, &batch);
+            assert_eq!(b.len(), 64);
+            drop(b);
+        }
+    });
+    assert_eq!((allocs, bytes), (0, 0), "100 batches of 4 MiB assembled with {allocs} allocations ({bytes} bytes)");
+}
+
+/// An in-memory source whose samples share their payloads: reading allocates only the small
+/// per-sample structures, so what the loader allocates shows.
+#[derive(Debug)]
+struct Memory(Vec<Sample>);
+
+impl std::fmt::Display for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("memory")
+    }
+}
+
+#[async_trait]
+impl SampleSource for Memory {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn capability(&self) -> Capability {
+        Capability::default()
+    }
+    fn info(&self) -> SourceInfo {
+        SourceInfo { layout: SrcLayout::Objects, shards: 1 }
+    }
+    async fn get(&self, index: usize) -> stoker::Result<Sample> {
+        self.0.get(index).cloned().ok_or(stoker::Error::IndexOutOfRange { index, len: self.0.len() })
+    }
+}
+
+#[test]
+fn a_loader_pass_allocates_a_small_fraction_of_its_payload() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let src: Arc<stoker::DynSampleSource> = Arc::new(Memory(samples(2048, 65536)));
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let _guard = rt.enter();
+    let loader = Loader::new(src, LoaderConfig::new(64)).unwrap();
+    for b in loader.epoch_blocking(0).unwrap() {
+        b.unwrap(); // warm up pools and the runtime
+    }
+    let (payload, _allocs, bytes) = count(|| {
+        let mut payload = 0;
+        for b in loader.epoch_blocking(1).unwrap() {
+            payload += b.unwrap().payload_bytes();
+        }
+        payload
+    });
+    assert_eq!(payload, 2048 * (65536 + 4));
+    let per_batch = bytes / 32;
+    assert!(
+        bytes * 50 < payload,
+        "a pass moving {payload} bytes allocated {bytes} bytes ({per_batch} per batch): payload buffers are not recycled"
+    );
+}
