@@ -153,6 +153,28 @@ fn raw_read(files: &[PathBuf]) -> (u64, Duration) {
     (total, t.elapsed())
 }
 
+/// Read one epoch through the full Loader (batches assembled into recycled columnar storage).
+fn loader_pass(loader: &stoker::loader::Loader, epoch: u64) -> (u64, u64, Duration) {
+    let t = Instant::now();
+    let (mut samples, mut bytes) = (0, 0);
+    for b in loader.epoch_blocking(epoch).expect("epoch") {
+        let b = b.expect("batch");
+        samples += b.len() as u64;
+        bytes += b.payload_bytes();
+    }
+    (samples, bytes, t.elapsed())
+}
+
+/// Peak resident memory of this process so far (Linux), in MiB.
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
 /// Read every sample once through `get_many`, `inflight` batches at a time.
 async fn pass(src: &Arc<DynSampleSource>, batch: usize, inflight: usize) -> (u64, u64, Duration) {
     let n = src.len();
@@ -242,6 +264,40 @@ async fn main() {
                 ratios[ratios.len() / 2],
                 open_ms
             );
+            if layout == "files" {
+                continue;
+            }
+            // The same data through the full Loader, from a plain thread as a training loop.
+            let mut lcfg = stoker::loader::LoaderConfig::new(cfg.batch);
+            lcfg.prefetch = cfg.inflight;
+            lcfg.max_bytes_in_flight = 256 << 20;
+            let loader = stoker::loader::Loader::new(src.clone(), lcfg).expect("loader");
+            let rows = tokio::task::block_in_place(|| {
+                loader_pass(&loader, 0);
+                let mut ratios = Vec::new();
+                let mut times = Vec::new();
+                let mut last = (0, 0);
+                for e in 0..cfg.reps as u64 {
+                    let (s, b, d) = loader_pass(&loader, e + 1);
+                    let (rb, rd) = raw_read(&files);
+                    ratios.push(mib(b, d) / mib(rb, rd));
+                    times.push(d);
+                    last = (s, b);
+                }
+                ratios.sort_by(f64::total_cmp);
+                (last, median(times), ratios[ratios.len() / 2])
+            });
+            let ((s, b), d, ratio) = rows;
+            println!(
+                "{:<8} {s:>9} {:>12.0} {:>10.0} {:>10} {:>7.2}x {:>10}",
+                format!("{layout}+L"),
+                s as f64 / d.as_secs_f64(),
+                mib(b, d),
+                "",
+                ratio,
+                ""
+            );
         }
     }
+    println!("\npeak RSS of this process: {:.0} MiB (datasets are written by this process too)", peak_rss_mib());
 }
