@@ -1,41 +1,53 @@
 //! Batches: per field one contiguous buffer plus offsets (an Arrow-style binary column), the
-//! keys and sample indices, all in recycled storage.
+//! keys and the sample indices, all in recycled storage.
 //!
-//! A batch's payload lives in one buffer (field columns one after another), so a GPU copy is
-//! one transfer. When the batch drops, its buffer and vectors go back to the pool: in steady
-//! state assembling a batch allocates nothing.
+//! Sources write sample bytes straight into a [`BatchBuilder`] (one copy from storage to the
+//! batch), and when a [`Batch`] drops its buffers go back to the [`BatchPool`]: in steady
+//! state building a batch allocates nothing.
 
-use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use crate::sample::Sample;
-
-/// Field columns start at this alignment inside the batch buffer, so dense views of them can
-/// be reinterpreted without copies.
-const ALIGN: usize = 64;
 
 /// One field across a batch.
 #[derive(Debug, Default)]
 struct Column {
     name: Option<Arc<str>>,
-    /// Byte range of this column in the batch buffer.
-    range: Range<usize>,
-    /// `offsets[i]..offsets[i + 1]` is sample `i`'s value, relative to the column start.
+    /// Values back to back in `buf[..len]`; `buf` only grows, so reuse never reallocates.
+    buf: Vec<u8>,
+    len: usize,
+    /// `offsets[i]..offsets[i + 1]` is sample `i`'s value.
     offsets: Vec<u64>,
     /// Samples that lack this field (their value is empty).
     missing: usize,
 }
 
+impl Column {
+    fn reset(&mut self, name: Arc<str>) {
+        self.name = Some(name);
+        self.len = 0;
+        self.offsets.clear();
+        self.offsets.push(0);
+        self.missing = 0;
+    }
+
+    /// Close rows up to `rows` (exclusive), marking rows without a value as missing.
+    fn pad_to(&mut self, rows: usize) {
+        while self.offsets.len() < rows + 1 {
+            self.offsets.push(self.len as u64);
+            self.missing += 1;
+        }
+    }
+}
+
 /// Reusable storage of a batch.
 #[derive(Debug, Default)]
 struct Shell {
-    buf: Vec<u8>,
-    len: usize,
     indices: Vec<u64>,
     keys: String,
     key_ends: Vec<usize>,
     columns: Vec<Column>,
-    used_columns: usize,
+    used: usize,
 }
 
 /// Recycles batch storage. Cloning shares the pool.
@@ -51,8 +63,28 @@ impl BatchPool {
         BatchPool { free: Arc::default(), max_kept: max_kept.max(1) }
     }
 
-    fn take(&self) -> Shell {
-        self.free.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default()
+    /// Idle batch storages held for reuse.
+    pub fn idle(&self) -> usize {
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Start a batch in recycled storage.
+    pub fn builder(&self) -> BatchBuilder {
+        let mut shell = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
+        shell.indices.clear();
+        shell.keys.clear();
+        shell.key_ends.clear();
+        shell.used = 0;
+        BatchBuilder { shell, pool: Some(self.clone()), open: false }
+    }
+
+    /// Assemble already-read samples (drawn from `indices`) into a batch (one copy each).
+    pub fn assemble(&self, epoch: u64, number: u64, indices: &[u64], samples: &[Sample]) -> Batch {
+        let mut b = self.builder();
+        for (s, &i) in samples.iter().zip(indices) {
+            b.push_sample(i, s);
+        }
+        b.finish(epoch, number)
     }
 
     fn give(&self, shell: Shell) {
@@ -61,78 +93,125 @@ impl BatchPool {
             free.push(shell);
         }
     }
+}
 
-    /// Idle batch storages held for reuse.
-    pub fn idle(&self) -> usize {
-        self.free.lock().unwrap_or_else(|e| e.into_inner()).len()
+/// A batch being written: sources append samples, field by field, straight into the column
+/// buffers. Columns appear in order of first appearance.
+///
+/// `BatchBuilder::default()` is an unpooled builder that allocates nothing until written.
+#[derive(Debug, Default)]
+pub struct BatchBuilder {
+    shell: Shell,
+    pool: Option<BatchPool>,
+    open: bool,
+}
+
+impl BatchBuilder {
+    /// Rows added so far.
+    pub fn rows(&self) -> usize {
+        self.shell.key_ends.len()
     }
 
-    /// Assemble `samples` (drawn from sample `indices`) into a batch.
-    ///
-    /// Field columns appear in order of first appearance in the batch; a sample that lacks a
-    /// field has an empty value there and the column counts it as missing.
-    pub fn assemble(&self, epoch: u64, number: u64, indices: &[u64], samples: &[Sample]) -> Batch {
-        let mut s = self.take();
-        s.indices.clear();
-        s.indices.extend_from_slice(indices);
-        s.keys.clear();
-        s.key_ends.clear();
-        for sample in samples {
-            s.keys.push_str(&sample.key);
-            s.key_ends.push(s.keys.len());
+    /// Start the next sample: its source index and key.
+    pub fn begin(&mut self, index: u64, key: &str) {
+        self.close_row();
+        self.shell.indices.push(index);
+        self.shell.keys.push_str(key);
+        self.shell.key_ends.push(self.shell.keys.len());
+        self.open = true;
+    }
+
+    /// Like [`begin`](Self::begin) with a byte key (LMDB), decoded lossily.
+    pub fn begin_bytes(&mut self, index: u64, key: &[u8]) {
+        match std::str::from_utf8(key) {
+            Ok(k) => self.begin(index, k),
+            Err(_) => self.begin(index, &String::from_utf8_lossy(key)),
         }
-        // Pass 1: the columns and their sizes, without allocating (columns are reused).
-        s.used_columns = 0;
-        for sample in samples {
-            for f in &sample.fields {
-                let found = s.columns[..s.used_columns].iter().position(|c| c.name.as_deref() == Some(&*f.name));
-                let c = match found {
-                    Some(c) => c,
-                    None => {
-                        if s.used_columns == s.columns.len() {
-                            s.columns.push(Column::default());
-                        }
-                        let col = &mut s.columns[s.used_columns];
-                        col.name = Some(f.name.clone());
-                        col.range = 0..0;
-                        s.used_columns += 1;
-                        s.used_columns - 1
-                    }
-                };
-                s.columns[c].range.end += f.data.len();
-            }
-        }
-        let mut at = 0;
-        for col in &mut s.columns[..s.used_columns] {
-            let size = col.range.end;
-            col.range = at..at + size;
-            at = (at + size).div_ceil(ALIGN) * ALIGN;
-        }
-        s.len = at;
-        if s.buf.len() < at {
-            // Grows once to the largest batch seen; after that the buffer is reused as is.
-            s.buf.resize(at, 0);
-        }
-        // Pass 2: copy each field into its column.
-        let Shell { buf, columns, used_columns, .. } = &mut s;
-        for col in &mut columns[..*used_columns] {
-            col.offsets.clear();
-            col.offsets.push(0);
-            col.missing = 0;
-            let name = col.name.as_deref().unwrap_or_default();
-            let mut w = col.range.start;
-            for sample in samples {
-                match sample.fields.iter().find(|f| &*f.name == name) {
-                    Some(f) => {
-                        buf[w..w + f.data.len()].copy_from_slice(&f.data);
-                        w += f.data.len();
-                    }
-                    None => col.missing += 1,
+    }
+
+    /// Space for the current sample's field `name`, `len` bytes, to be filled by the caller.
+    /// Its contents are stale until written.
+    pub fn field(&mut self, name: &Arc<str>, len: usize) -> &mut [u8] {
+        let row = self.rows() - 1;
+        let s = &mut self.shell;
+        // Sources hand out shared name pointers, so a pointer match usually settles it.
+        let same = |c: &Column| c.name.as_ref().is_some_and(|n| Arc::ptr_eq(n, name) || **n == **name);
+        let c = match s.columns[..s.used].iter().position(same) {
+            Some(c) => c,
+            None => {
+                if s.used == s.columns.len() {
+                    s.columns.push(Column::default());
                 }
-                col.offsets.push((w - col.range.start) as u64);
+                s.columns[s.used].reset(name.clone());
+                s.used += 1;
+                s.used - 1
+            }
+        };
+        let col = &mut s.columns[c];
+        col.pad_to(row);
+        let start = col.len;
+        let end = start + len;
+        if col.buf.len() < end {
+            // Grows to the largest column seen (doubling), then is reused as is.
+            col.buf.resize(end.max(col.buf.len() * 2), 0);
+        }
+        col.len = end;
+        col.offsets.push(end as u64);
+        &mut col.buf[start..end]
+    }
+
+    /// Copy a whole sample in.
+    pub fn push_sample(&mut self, index: u64, sample: &Sample) {
+        self.begin(index, &sample.key);
+        for f in &sample.fields {
+            self.field(&f.name, f.data.len()).copy_from_slice(&f.data);
+        }
+    }
+
+    fn close_row(&mut self) {
+        if self.open {
+            let rows = self.rows();
+            let s = &mut self.shell;
+            for col in &mut s.columns[..s.used] {
+                col.pad_to(rows);
+            }
+            self.open = false;
+        }
+    }
+
+    /// Drop the sample begun last (a source that failed half-way through it).
+    pub fn abandon_row(&mut self) {
+        if !self.open {
+            return;
+        }
+        let rows = self.rows();
+        let s = &mut self.shell;
+        for col in &mut s.columns[..s.used] {
+            if col.offsets.len() == rows + 1 {
+                col.offsets.pop();
+                col.len = *col.offsets.last().unwrap_or(&0) as usize;
             }
         }
-        Batch { epoch, number, shell: Some(s), pool: self.clone() }
+        s.indices.pop();
+        s.key_ends.pop();
+        s.keys.truncate(s.key_ends.last().copied().unwrap_or(0));
+        self.open = false;
+    }
+
+    /// Seal the batch.
+    pub fn finish(mut self, epoch: u64, number: u64) -> Batch {
+        self.close_row();
+        let shell = std::mem::take(&mut self.shell);
+        Batch { epoch, number, shell: Some(shell), pool: self.pool.take().unwrap_or_default() }
+    }
+}
+
+impl Drop for BatchBuilder {
+    fn drop(&mut self) {
+        // An unfinished builder (an error mid-batch) still returns its storage.
+        if let Some(pool) = &self.pool {
+            pool.give(std::mem::take(&mut self.shell));
+        }
     }
 }
 
@@ -141,7 +220,7 @@ impl BatchPool {
 pub struct Batch {
     /// The epoch it belongs to.
     pub epoch: u64,
-    /// Its position in the epoch run (0 for the first batch this rank delivers).
+    /// Its position in the epoch run (0 for the first batch the run delivers).
     pub number: u64,
     shell: Option<Shell>,
     pool: BatchPool,
@@ -225,43 +304,34 @@ impl Batch {
     /// Field names in column order.
     pub fn field_names(&self) -> impl Iterator<Item = &str> {
         let s = self.shell();
-        s.columns[..s.used_columns].iter().map(|c| c.name.as_deref().unwrap_or_default())
+        s.columns[..s.used].iter().map(|c| c.name.as_deref().unwrap_or_default())
+    }
+
+    fn view<'a>(&'a self, col: &'a Column) -> FieldColumn<'a> {
+        FieldColumn {
+            name: col.name.as_deref().unwrap_or_default(),
+            data: &col.buf[..col.len],
+            offsets: &col.offsets,
+            missing: col.missing,
+        }
     }
 
     /// The column of field `name`.
     pub fn field(&self, name: &str) -> Option<FieldColumn<'_>> {
         let s = self.shell();
-        let col = s.columns[..s.used_columns].iter().find(|c| c.name.as_deref() == Some(name))?;
-        Some(FieldColumn {
-            name: col.name.as_deref().unwrap_or_default(),
-            data: &s.buf[col.range.clone()],
-            offsets: &col.offsets,
-            missing: col.missing,
-        })
+        s.columns[..s.used].iter().find(|c| c.name.as_deref() == Some(name)).map(|c| self.view(c))
     }
 
     /// The columns in order.
     pub fn fields(&self) -> impl Iterator<Item = FieldColumn<'_>> {
-        let names: Vec<&str> = self.field_names().collect();
-        names.into_iter().filter_map(move |n| self.field(n))
-    }
-
-    /// The whole payload buffer (all columns, aligned), e.g. for one host-to-device copy.
-    pub fn payload(&self) -> &[u8] {
         let s = self.shell();
-        &s.buf[..s.len]
+        s.columns[..s.used].iter().map(|c| self.view(c))
     }
 
-    /// Payload bytes (sum of all values, without alignment padding).
+    /// Payload bytes (sum of all values).
     pub fn payload_bytes(&self) -> u64 {
         let s = self.shell();
-        s.columns[..s.used_columns].iter().map(|c| c.range.len() as u64).sum()
-    }
-
-    /// Byte range of field `name`'s column inside [`payload`](Self::payload).
-    pub fn column_range(&self, name: &str) -> Option<Range<usize>> {
-        let s = self.shell();
-        s.columns[..s.used_columns].iter().find(|c| c.name.as_deref() == Some(name)).map(|c| c.range.clone())
+        s.columns[..s.used].iter().map(|c| c.len as u64).sum()
     }
 }
 
@@ -290,42 +360,51 @@ mod tests {
     #[test]
     fn columns_offsets_dense_and_missing() {
         let pool = BatchPool::new(4);
+        // `png` first appears in the second sample and is missing from the first and third.
         let samples = [
             s("a", &[("jpg", b"12345"), ("cls", b"1")]),
-            s("b", &[("jpg", b"xy"), ("cls", b"2")]),
+            s("b", &[("jpg", b"xy"), ("png", b"P"), ("cls", b"2")]),
             s("c", &[("cls", b"3")]),
         ];
         let b = pool.assemble(0, 0, &[7, 8, 9], &samples);
         assert_eq!(b.len(), 3);
         assert_eq!(b.keys().collect::<Vec<_>>(), ["a", "b", "c"]);
         assert_eq!(b.indices(), [7, 8, 9]);
-        assert_eq!(b.field_names().collect::<Vec<_>>(), ["jpg", "cls"]);
+        assert_eq!(b.field_names().collect::<Vec<_>>(), ["jpg", "cls", "png"]);
         let jpg = b.field("jpg").unwrap();
         assert_eq!(
             (jpg.get(0).unwrap(), jpg.get(1).unwrap(), jpg.get(2).unwrap()),
             (&b"12345"[..], &b"xy"[..], &b""[..])
         );
-        assert_eq!(jpg.missing, 1);
+        assert_eq!((jpg.missing, jpg.len()), (1, 3));
         assert!(jpg.dense().is_none());
-        let cls = b.field("cls").unwrap();
-        assert_eq!(cls.dense(), Some((&b"123"[..], 1)));
-        assert_eq!(b.column_range("cls").unwrap().start % ALIGN, 0);
-        assert_eq!(b.payload_bytes(), 10);
-        assert!(b.field("png").is_none());
+        let png = b.field("png").unwrap();
+        assert_eq!((png.get(0).unwrap(), png.get(1).unwrap(), png.get(2).unwrap()), (&b""[..], &b"P"[..], &b""[..]));
+        assert_eq!((png.missing, png.len()), (2, 3));
+        assert_eq!(b.field("cls").unwrap().dense(), Some((&b"123"[..], 1)));
+        assert_eq!(b.payload_bytes(), 11);
+        assert!(b.field("gif").is_none());
     }
 
     #[test]
-    fn storage_is_recycled() {
+    fn storage_is_recycled_and_abandoned_rows_vanish() {
         let pool = BatchPool::new(2);
         let samples = [s("a", &[("x", &[1u8; 1000])])];
         let first = pool.assemble(0, 0, &[0], &samples);
-        let ptr = first.payload().as_ptr();
+        let ptr = first.field("x").unwrap().data.as_ptr();
         drop(first);
         assert_eq!(pool.idle(), 1);
         let again = pool.assemble(0, 1, &[0], &samples);
-        assert_eq!(again.payload().as_ptr(), ptr, "the same buffer is reused");
-        // A batch with other fields reuses the storage too and shows only its own columns.
+        assert_eq!(again.field("x").unwrap().data.as_ptr(), ptr, "the same buffer is reused");
         drop(again);
+        let mut b = pool.builder();
+        b.push_sample(0, &samples[0]);
+        b.begin(1, "half");
+        b.field(&"x".into(), 3).copy_from_slice(b"bad");
+        b.abandon_row();
+        let partial = b.finish(0, 1);
+        assert_eq!((partial.len(), partial.payload_bytes(), partial.keys().collect::<Vec<_>>()), (1, 1000, vec!["a"]));
+        drop(partial);
         let other = pool.assemble(0, 2, &[1], &[s("b", &[("y", b"z")])]);
         assert_eq!(other.field_names().collect::<Vec<_>>(), ["y"]);
     }

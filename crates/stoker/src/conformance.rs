@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::batch::BatchPool;
 use crate::error::Error;
 use crate::sample::Sample;
 use crate::source::DynSampleSource;
@@ -17,6 +18,7 @@ pub async fn run_all(src: Arc<DynSampleSource>, expected: &[Sample], display_mus
     check_len(&*src, expected).await;
     check_every_sample(&*src, expected).await;
     check_get_many(&*src, expected).await;
+    check_get_many_into(&*src, expected).await;
     check_concurrent_gets(src.clone(), expected).await;
     check_out_of_range(&*src).await;
     check_meta(&*src, expected).await;
@@ -64,6 +66,31 @@ pub async fn check_get_many(src: &DynSampleSource, expected: &[Sample]) {
     }
     let none = src.get_many(&[]).await.unwrap_or_else(|e| panic!("{src}: get_many([]) failed: {e}"));
     assert!(none.is_empty(), "{src}: get_many([]) must be empty");
+}
+
+/// `get_many_into` writes the same keys and bytes as `get` into a batch, in order, and a bad
+/// index leaves only the rows before it.
+pub async fn check_get_many_into(src: &DynSampleSource, expected: &[Sample]) {
+    let n = expected.len();
+    let pool = BatchPool::new(2);
+    let order: Vec<usize> = (0..n).rev().chain(0..n.min(3)).collect();
+    let mut b = pool.builder();
+    src.get_many_into(&order, &mut b).await.unwrap_or_else(|e| panic!("{src}: get_many_into failed: {e}"));
+    let batch = b.finish(0, 0);
+    assert_eq!(batch.len(), order.len(), "{src}: get_many_into rows");
+    for (row, &i) in order.iter().enumerate() {
+        let want = &expected[i];
+        assert_eq!(batch.indices()[row], i as u64, "{src}: get_many_into index of row {row}");
+        assert_eq!(batch.key(row), Some(want.key.as_str()), "{src}: get_many_into key of row {row}");
+        for f in &want.fields {
+            let col = batch.field(&f.name).unwrap_or_else(|| panic!("{src}: get_many_into lost field {}", f.name));
+            assert!(col.get(row) == Some(&f.data[..]), "{src}: get_many_into bytes of `{}` in row {row}", f.name);
+        }
+    }
+    let mut b = pool.builder();
+    let bad = src.get_many_into(&[0, n], &mut b).await;
+    assert!(matches!(bad, Err(Error::IndexOutOfRange { .. })), "{src}: get_many_into with a bad index should fail");
+    assert!(b.rows() <= 1, "{src}: rows after a failed get_many_into");
 }
 
 /// Many tasks reading at once all get the right bytes.

@@ -6,6 +6,7 @@
 //! batch into recycled storage and queues it. Batches arrive in sampler order. A byte budget
 //! bounds data fetched but not yet delivered.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -330,7 +331,7 @@ impl Producer {
             .then(|b| {
                 let (me, estimate) = (me.clone(), estimate.clone());
                 async move {
-                    let want = estimate.load(std::sync::atomic::Ordering::Relaxed).min(budget_kib) as u32;
+                    let want = estimate.load(Relaxed).min(budget_kib) as u32;
                     let t = Instant::now();
                     let permit = if want > 0 { me.budget.clone().acquire_many_owned(want).await.ok() } else { None };
                     add_ns(&me.stats.producer_stall_ns, t.elapsed());
@@ -346,9 +347,9 @@ impl Producer {
                     let result = me.fetch(b, &positions).await;
                     let bytes = result.as_ref().map_or(0, |x| x.payload_bytes());
                     // Running estimate of a batch's size for the next budget reservations.
-                    let prev = estimate.load(std::sync::atomic::Ordering::Relaxed);
+                    let prev = estimate.load(Relaxed);
                     let next = if prev == 0 { kib(bytes) } else { (prev * 7 + kib(bytes)) / 8 };
-                    estimate.store(next, std::sync::atomic::Ordering::Relaxed);
+                    estimate.store(next, Relaxed);
                     me.stats.add_in_flight(bytes);
                     (result, permit, bytes) as Fetched
                 }
@@ -369,26 +370,51 @@ impl Producer {
 
     async fn fetch(&self, number: u64, indices: &[u64]) -> Result<Batch> {
         let idx: Vec<usize> = indices.iter().map(|&i| i as usize).collect();
+        let epoch = self.sampler.config().epoch;
+        if self.cfg.transform.is_none() {
+            // Straight from storage into the batch's buffers.
+            let mut b = self.pool.builder();
+            let t = Instant::now();
+            let read = self.source.get_many_into(&idx, &mut b).await;
+            self.stats.fetch_latency.record(t.elapsed());
+            return match (read, self.cfg.on_error) {
+                (Ok(()), _) => Ok(b.finish(epoch, number)),
+                (Err(e), ErrorPolicy::Raise) => {
+                    self.stats.errors.fetch_add(1, Relaxed);
+                    Err(e)
+                }
+                (Err(_), ErrorPolicy::Skip) => {
+                    self.stats.errors.fetch_add(1, Relaxed);
+                    let mut b = self.pool.builder();
+                    for &i in &idx {
+                        // A failed read leaves no partial row behind (get_many_into's contract).
+                        if self.source.get_many_into(&[i], &mut b).await.is_err() {
+                            self.stats.skipped.fetch_add(1, Relaxed);
+                        }
+                    }
+                    Ok(b.finish(epoch, number))
+                }
+            };
+        }
         let t = Instant::now();
         let fetched = self.source.get_many(&idx).await;
         self.stats.fetch_latency.record(t.elapsed());
         let (samples, kept) = match (fetched, self.cfg.on_error) {
             (Ok(s), _) => (s, indices.to_vec()),
             (Err(e), ErrorPolicy::Raise) => {
-                self.stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.stats.errors.fetch_add(1, Relaxed);
                 return Err(e);
             }
             (Err(_), ErrorPolicy::Skip) => self.salvage(indices).await,
         };
         let samples = self.transform(samples).await?;
         let pool = self.pool.clone();
-        let epoch = self.sampler.config().epoch;
         tokio::task::spawn_blocking(move || pool.assemble(epoch, number, &kept, &samples)).await.map_err(Error::task)
     }
 
     /// Read samples one by one after a failed batch; keep those that succeed.
     async fn salvage(&self, indices: &[u64]) -> (Vec<Sample>, Vec<u64>) {
-        self.stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.stats.errors.fetch_add(1, Relaxed);
         let mut samples = Vec::with_capacity(indices.len());
         let mut kept = Vec::with_capacity(indices.len());
         for &i in indices {
@@ -398,7 +424,7 @@ impl Producer {
                     kept.push(i);
                 }
                 Err(_) => {
-                    self.stats.skipped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.stats.skipped.fetch_add(1, Relaxed);
                 }
             }
         }
@@ -461,9 +487,9 @@ impl EpochStream {
 
     fn delivered(&self, item: &Result<Batch>) {
         if let Ok(b) = item {
-            self.stats.samples.fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            self.stats.bytes.fetch_add(b.payload_bytes(), std::sync::atomic::Ordering::Relaxed);
-            self.stats.batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.stats.samples.fetch_add(b.len() as u64, Relaxed);
+            self.stats.bytes.fetch_add(b.payload_bytes(), Relaxed);
+            self.stats.batches.fetch_add(1, Relaxed);
             let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
             if let Some((s, delivered)) = &mut p.run {
                 if Arc::ptr_eq(s, &self.sampler) {

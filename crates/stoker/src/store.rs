@@ -102,12 +102,18 @@ impl Store {
         }
     }
 
+    /// The file behind `path` when the store is local.
+    pub fn local_path(&self, path: &str) -> Option<PathBuf> {
+        self.0.local.as_ref()?.path_to_filesystem(&self.obj_path(path)).ok()
+    }
+
     /// Requests and bytes served so far.
     pub fn counters(&self) -> IoCounters {
         IoCounters { requests: self.0.requests.load(Ordering::Relaxed), bytes: self.0.bytes.load(Ordering::Relaxed) }
     }
 
-    fn count(&self, requests: u64, bytes: u64) {
+    /// Count reads made outside the store's own methods (direct reads into batches).
+    pub(crate) fn count(&self, requests: u64, bytes: u64) {
         self.0.requests.fetch_add(requests, Ordering::Relaxed);
         self.0.bytes.fetch_add(bytes, Ordering::Relaxed);
     }

@@ -120,3 +120,34 @@ async fn lmdb_written_by_py_lmdb_never_gets_a_lock_file_from_us() {
     let src = open(env.join("data.mdb").to_str().unwrap()).await;
     assert_eq!(src.len(), expected.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tar_mixing_small_and_large_samples() {
+    // Samples above and below the direct-read threshold, interleaved, multi-field.
+    let dir = tempfile::tempdir().unwrap();
+    let sizes = [100usize, 40_000, 70_000, 10, 33_000, 1, 300_000, 2_000];
+    let samples: Vec<_> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| sample(&format!("k{i:03}"), &[("bin", payload(i, n)), ("txt", payload(i + 50, n / 3))]))
+        .collect();
+    write_tar(&dir.path().join("a.tar"), &samples[..5]);
+    write_tar(&dir.path().join("b.tar"), &samples[5..]);
+    let uri = dir.path().to_str().unwrap();
+    run_all(open(uri).await, &samples, uri, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lmdb_with_large_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let records: Vec<(Vec<u8>, Vec<u8>)> = [0usize, 1, 5000, 70_000, 300_000]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (vec![b'a' + i as u8], payload(i, n)))
+        .collect();
+    write_lmdb(dir.path(), &records);
+    let expected: Vec<_> =
+        records.iter().map(|(k, v)| sample(std::str::from_utf8(k).unwrap(), &[("data", v.clone())])).collect();
+    let uri = dir.path().to_str().unwrap();
+    run_all(open(uri).await, &expected, uri, &[]).await;
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
 
+use crate::batch::BatchBuilder;
 use crate::error::{Error, Result};
 use crate::sample::{Sample, SampleMeta};
 use crate::store::{IoCounters, ObjectInfo, Store};
@@ -76,6 +77,16 @@ pub trait SampleSource: fmt::Debug + fmt::Display + Send + Sync + 'static {
         get_concurrently(self, indices, DEFAULT_CONCURRENCY).await
     }
 
+    /// Read samples `indices` straight into a batch being built, in order: one copy from
+    /// storage into the batch's column buffers.
+    ///
+    /// On error the rows completed so far stay in `out`, the failing sample is not in it and
+    /// later ones are not read. The provided version reads with `get_many` and copies; local
+    /// layouts override it to skip the intermediate buffers.
+    async fn get_many_into(&self, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
+        copy_into(self, indices, out).await
+    }
+
     /// The shard sample `index` lives in, so samplers and caches can keep shard locality.
     fn locality(&self, _index: usize) -> Option<usize> {
         None
@@ -105,6 +116,32 @@ pub async fn get_concurrently<S: SampleSource + ?Sized>(
 ) -> Result<Vec<Sample>> {
     let gets: Vec<_> = indices.iter().map(|&i| src.get(i)).collect();
     futures::stream::iter(gets).buffered(concurrency.max(1)).try_collect().await
+}
+
+/// `get_many`, then copy each sample into `out`: the provided `get_many_into`.
+pub async fn copy_into<S: SampleSource + ?Sized>(src: &S, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
+    let samples = src.get_many(indices).await?;
+    for (s, &i) in samples.iter().zip(indices) {
+        out.push_sample(i as u64, s);
+    }
+    Ok(())
+}
+
+/// Run `f` on a blocking thread with the builder moved in and back (it must be `'static`
+/// there); the caller's builder is left empty meanwhile, which costs no allocation.
+pub(crate) async fn fill_blocking<F>(out: &mut BatchBuilder, f: F) -> Result<()>
+where
+    F: FnOnce(&mut BatchBuilder) -> Result<()> + Send + 'static,
+{
+    let mut b = std::mem::take(out);
+    let (b, res) = tokio::task::spawn_blocking(move || {
+        let r = f(&mut b);
+        (b, r)
+    })
+    .await
+    .map_err(Error::task)?;
+    *out = b;
+    res
 }
 
 pub(crate) fn check_index(index: usize, len: usize) -> Result<()> {

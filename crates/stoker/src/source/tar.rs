@@ -10,7 +10,8 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
 use super::tar_index::{self, ShardIndex};
-use super::{check_index, Capability, SampleSource, SourceInfo};
+use super::{check_index, copy_into, fill_blocking, Capability, SampleSource, SourceInfo};
+use crate::batch::BatchBuilder;
 use crate::error::{Error, Result};
 use crate::sample::{Field, Sample, SampleMeta};
 use crate::store::{IoCounters, ObjectInfo, Store};
@@ -19,6 +20,11 @@ use crate::uri::{Layout, SourceOptions};
 /// WebDataset tar shards. Sample order: shards in the order given (sorted for directories,
 /// expansion order for brace patterns), members in archive order.
 pub struct TarSource {
+    inner: Arc<Inner>,
+}
+
+/// The shared state; blocking readers hold it past the borrow of `&self`.
+struct Inner {
     store: Store,
     display: String,
     shards: Vec<Shard>,
@@ -69,14 +75,22 @@ impl TarSource {
             return Err(Error::Empty { uri: display, reason: format!("{} shard(s) hold no samples", shards.len()) });
         }
         Ok(TarSource {
-            store,
-            display,
-            shards,
-            starts,
-            gap: opts.coalesce_gap(),
-            max_read: opts.max_read(),
-            concurrency: opts.concurrency(),
+            inner: Arc::new(Inner {
+                store,
+                display,
+                shards,
+                starts,
+                gap: opts.coalesce_gap(),
+                max_read: opts.max_read(),
+                concurrency: opts.concurrency(),
+            }),
         })
+    }
+}
+
+impl Inner {
+    fn len(&self) -> usize {
+        *self.starts.last().unwrap_or(&0)
     }
 
     fn locate(&self, index: usize) -> Result<(usize, usize)> {
@@ -126,11 +140,96 @@ impl TarSource {
     }
 }
 
+/// Samples at least this big are read straight into the batch, one read per field.
+const DIRECT_MIN: u64 = 32 << 10;
+/// Smaller samples are read in coalesced spans of at most this size, small enough to stay in
+/// the CPU cache for the copy into the batch that follows.
+const SMALL_SPAN: u64 = 256 << 10;
+
+impl Inner {
+    /// Read `indices` (all valid) of a local store into `out`, in order (blocking).
+    fn read_into(&self, root: &std::path::Path, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let short = |shard: usize, at: u64| Error::CorruptTar {
+            shard: self.store.describe(&self.shards[shard].index.shard),
+            offset: at,
+            reason: "the shard is shorter than its index says: it changed since it was indexed; reopen the source"
+                .into(),
+        };
+        // Small samples: plan coalesced spans over all of them first, then read those spans.
+        let located: Vec<(usize, usize)> = indices.iter().map(|&i| self.locate(i)).collect::<Result<_>>()?;
+        // A batch touches few shards: open each once.
+        let mut files: HashMap<usize, std::fs::File> = HashMap::new();
+        for &(shard, _) in &located {
+            if let std::collections::hash_map::Entry::Vacant(slot) = files.entry(shard) {
+                let path = root.join(&self.shards[shard].index.shard);
+                slot.insert(std::fs::File::open(&path).map_err(|e| Error::io(path.display(), e))?);
+            }
+        }
+        let mut small: Vec<(usize, std::ops::Range<u64>, usize)> = located
+            .iter()
+            .enumerate()
+            .filter_map(|(pos, &(shard, local))| {
+                let span = self.shards[shard].index.span(local);
+                (span.end - span.start < DIRECT_MIN).then_some((shard, span, pos))
+            })
+            .collect();
+        small.sort_unstable_by_key(|(shard, span, _)| (*shard, span.start));
+        let mut spans: Vec<(usize, std::ops::Range<u64>)> = Vec::new();
+        let mut span_of = vec![usize::MAX; indices.len()];
+        for (shard, span, pos) in small {
+            match spans.last_mut() {
+                Some((s, r))
+                    if *s == shard && span.start <= r.end + self.gap && span.end.max(r.end) - r.start <= SMALL_SPAN =>
+                {
+                    r.end = r.end.max(span.end);
+                }
+                _ => spans.push((shard, span)),
+            }
+            span_of[pos] = spans.len() - 1;
+        }
+        let mut span_bufs = Vec::with_capacity(spans.len());
+        for (shard, r) in &spans {
+            let mut buf = crate::buffer::take((r.end - r.start) as usize);
+            let want = (r.end - r.start) as usize;
+            files[shard].read_exact_at(&mut buf[..want], r.start).map_err(|_| short(*shard, r.start))?;
+            self.store.count(1, want as u64);
+            span_bufs.push(buf);
+        }
+        for (pos, &(shard, local)) in located.iter().enumerate() {
+            let s = &self.shards[shard];
+            out.begin(indices[pos] as u64, &s.index.keys[local]);
+            let fields = s.index.sample_fields(local);
+            let result = if span_of[pos] != usize::MAX {
+                let (buf, start) = (&span_bufs[span_of[pos]], spans[span_of[pos]].1.start);
+                for &(name, off, len) in fields {
+                    let at = (off - start) as usize;
+                    out.field(&s.names[name as usize], len as usize).copy_from_slice(&buf[at..at + len as usize]);
+                }
+                Ok(())
+            } else {
+                let file = &files[&shard];
+                fields.iter().try_for_each(|&(name, off, len)| {
+                    let dst = out.field(&s.names[name as usize], len as usize);
+                    file.read_exact_at(dst, off).map_err(|_| short(shard, off))?;
+                    self.store.count(1, len);
+                    Ok(())
+                })
+            };
+            if let Err(e) = result {
+                out.abandon_row();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Debug for TarSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TarSource")
-            .field("uri", &self.display)
-            .field("shards", &self.shards.len())
+            .field("uri", &self.inner.display)
+            .field("shards", &self.inner.shards.len())
             .field("samples", &self.len())
             .finish()
     }
@@ -138,14 +237,14 @@ impl fmt::Debug for TarSource {
 
 impl fmt::Display for TarSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "tar:{}", self.display)
+        write!(f, "tar:{}", self.inner.display)
     }
 }
 
 #[async_trait]
 impl SampleSource for TarSource {
     fn len(&self) -> usize {
-        *self.starts.last().unwrap_or(&0)
+        self.inner.len()
     }
 
     fn capability(&self) -> Capability {
@@ -154,44 +253,55 @@ impl SampleSource for TarSource {
             coalesced_reads: true,
             locality: true,
             cheap_meta: true,
-            local: self.store.local_root().is_some(),
+            local: self.inner.store.local_root().is_some(),
         }
     }
 
     fn info(&self) -> SourceInfo {
-        SourceInfo { layout: Layout::Tar, shards: self.shards.len() }
+        SourceInfo { layout: Layout::Tar, shards: self.inner.shards.len() }
     }
 
     async fn get(&self, index: usize) -> Result<Sample> {
-        let (shard, local) = self.locate(index)?;
-        let span = self.shards[shard].index.span(local);
-        let buf = self.store.get_range(&self.shards[shard].index.shard, span.clone()).await?;
-        Ok(self.assemble(shard, local, &buf, span.start))
+        let (shard, local) = self.inner.locate(index)?;
+        let span = self.inner.shards[shard].index.span(local);
+        let buf = self.inner.store.get_range(&self.inner.shards[shard].index.shard, span.clone()).await?;
+        Ok(self.inner.assemble(shard, local, &buf, span.start))
     }
 
     async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
-        let reads = self.plan(indices)?;
+        let reads = self.inner.plan(indices)?;
         let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
         let mut done = futures::stream::iter(reads.into_iter().map(|r| async move {
-            let buf = self.store.get_range(&self.shards[r.shard].index.shard, r.range.clone()).await?;
+            let buf = self.inner.store.get_range(&self.inner.shards[r.shard].index.shard, r.range.clone()).await?;
             Ok::<_, Error>((r, buf))
         }))
-        .buffer_unordered(self.concurrency);
+        .buffer_unordered(self.inner.concurrency);
         while let Some((r, buf)) = done.try_next().await? {
             for &(pos, local) in &r.members {
-                out[pos] = Some(self.assemble(r.shard, local, &buf, r.range.start));
+                out[pos] = Some(self.inner.assemble(r.shard, local, &buf, r.range.start));
             }
         }
         Ok(out.into_iter().map(|s| s.expect("every planned sample is assembled")).collect())
     }
 
+    async fn get_many_into(&self, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
+        let Some(root) = self.inner.store.local_root().map(|p| p.to_path_buf()) else {
+            return copy_into(self, indices, out).await;
+        };
+        for &i in indices {
+            check_index(i, self.len())?;
+        }
+        let (inner, idx) = (self.inner.clone(), indices.to_vec());
+        fill_blocking(out, move |b| inner.read_into(&root, &idx, b)).await
+    }
+
     fn locality(&self, index: usize) -> Option<usize> {
-        self.locate(index).ok().map(|(shard, _)| shard)
+        self.inner.locate(index).ok().map(|(shard, _)| shard)
     }
 
     async fn meta(&self, index: usize) -> Result<SampleMeta> {
-        let (shard, local) = self.locate(index)?;
-        let s = &self.shards[shard];
+        let (shard, local) = self.inner.locate(index)?;
+        let s = &self.inner.shards[shard];
         Ok(SampleMeta {
             key: s.index.keys[local].clone(),
             fields: s
@@ -204,6 +314,6 @@ impl SampleSource for TarSource {
     }
 
     fn io_counters(&self) -> Option<IoCounters> {
-        Some(self.store.counters())
+        Some(self.inner.store.counters())
     }
 }
