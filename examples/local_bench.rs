@@ -35,6 +35,14 @@ fn parse_args() -> Result<Config, String> {
     let (mut size, mut count) = (None, None);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
+        if a == "--rss-of" {
+            // Child mode: one loader epoch over URI in a fresh process; print peak RSS.
+            let uri = args.next().ok_or("--rss-of needs a URI")?;
+            cfg.dir = Some(PathBuf::from(uri));
+            cfg.sizes = vec![];
+            cfg.reps = 0;
+            continue;
+        }
         let mut val = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         let num = |s: String| s.replace('_', "").parse::<usize>().map_err(|e| format!("{s}: {e}"));
         match a.as_str() {
@@ -48,7 +56,8 @@ fn parse_args() -> Result<Config, String> {
             "-h" | "--help" => {
                 println!(
                     "local_bench [--size BYTES --count N] [--batch 256] [--inflight 8] [--reps 5] [--max-files 20000] [--dir DIR]\n\
-                     Without --size/--count: 4096 x 64 KiB and 262144 x 1 KiB (256 MiB each)."
+                     Without --size/--count: 4096 x 64 KiB and 262144 x 1 KiB (256 MiB each).\n\
+                     Rows `+L` read the same data through the full Loader (budget 256 MiB in flight)."
                 );
                 std::process::exit(0);
             }
@@ -165,14 +174,23 @@ fn loader_pass(loader: &stoker::loader::Loader, epoch: u64) -> (u64, u64, Durati
     (samples, bytes, t.elapsed())
 }
 
-/// Peak resident memory of this process so far (Linux), in MiB.
-fn peak_rss_mib() -> f64 {
+/// A memory figure of this process from /proc/self/status (Linux), in MiB.
+fn status_mib(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn peak_rss_mib() -> f64 {
+    status_mib("VmHWM:")
+}
+
+/// Start a new peak-RSS measurement (writing 5 to clear_refs resets VmHWM).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 /// Read every sample once through `get_many`, `inflight` batches at a time.
@@ -213,6 +231,17 @@ async fn main() {
             std::process::exit(2);
         }
     };
+    if cfg.reps == 0 {
+        let uri = cfg.dir.clone().unwrap_or_default();
+        let src = stoker::open(uri.to_str().unwrap_or_default(), Default::default()).await.expect("open");
+        let mut lcfg = stoker::loader::LoaderConfig::new(cfg.batch);
+        lcfg.prefetch = cfg.inflight;
+        lcfg.max_bytes_in_flight = 256 << 20;
+        let loader = stoker::loader::Loader::new(src, lcfg).expect("loader");
+        tokio::task::block_in_place(|| loader_pass(&loader, 0));
+        println!("{:.0} {:.0}", peak_rss_mib(), status_mib("RssFile:"));
+        return;
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
         "stoker local_bench: {cores} cores, batch {} x {} in flight, median of {} passes",
@@ -274,6 +303,8 @@ async fn main() {
             let loader = stoker::loader::Loader::new(src.clone(), lcfg).expect("loader");
             let rows = tokio::task::block_in_place(|| {
                 loader_pass(&loader, 0);
+                reset_peak_rss();
+                let before = status_mib("VmRSS:");
                 let mut ratios = Vec::new();
                 let mut times = Vec::new();
                 let mut last = (0, 0);
@@ -285,11 +316,20 @@ async fn main() {
                     last = (s, b);
                 }
                 ratios.sort_by(f64::total_cmp);
-                (last, median(times), ratios[ratios.len() / 2])
+                (last, median(times), ratios[ratios.len() / 2], peak_rss_mib() - before)
             });
-            let ((s, b), d, ratio) = rows;
+            let ((s, b), d, ratio, _) = rows;
+            // Peak memory of a fresh process running one loader epoch (RssFile: mapped files,
+            // i.e. LMDB pages, which are page cache rather than memory the loader holds).
+            let child = std::process::Command::new(std::env::current_exe().expect("own path"))
+                .args(["--rss-of", dir.to_str().unwrap(), "--batch", &cfg.batch.to_string()])
+                .args(["--inflight", &cfg.inflight.to_string()])
+                .output()
+                .expect("run child");
+            let rss = String::from_utf8_lossy(&child.stdout).trim().to_string();
+            let (peak, file) = rss.split_once(' ').unwrap_or((&rss, "?"));
             println!(
-                "{:<8} {s:>9} {:>12.0} {:>10.0} {:>10} {:>7.2}x {:>10}",
+                "{:<8} {s:>9} {:>12.0} {:>10.0} {:>10} {:>7.2}x {:>10}   one-epoch process peak RSS {peak} MiB ({file} MiB mapped file)",
                 format!("{layout}+L"),
                 s as f64 / d.as_secs_f64(),
                 mib(b, d),
