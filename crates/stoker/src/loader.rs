@@ -48,8 +48,13 @@ pub struct LoaderConfig {
     pub max_bytes_in_flight: u64,
     /// Sample order per epoch.
     pub order: Order,
-    /// This process's rank and world size.
+    /// This process's rank and world size (`Partition::from_env()` reads `RANK`/`WORLD_SIZE`).
     pub partition: Partition,
+    /// This loader's worker id within the rank, when a rank runs several loaders (e.g.
+    /// PyTorch DataLoader workers); they split the rank's samples round-robin.
+    pub worker: u64,
+    /// Loaders per rank (1 unless split across workers).
+    pub num_workers: u64,
     /// How ranks are equalised when samples do not divide evenly.
     pub tail: Tail,
     /// Error handling per batch.
@@ -69,6 +74,7 @@ impl std::fmt::Debug for LoaderConfig {
             .field("max_bytes_in_flight", &self.max_bytes_in_flight)
             .field("order", &self.order)
             .field("partition", &self.partition)
+            .field("worker", &(self.worker, self.num_workers))
             .field("tail", &self.tail)
             .field("on_error", &self.on_error)
             .field("transform", &self.transform.is_some())
@@ -87,6 +93,8 @@ impl LoaderConfig {
             max_bytes_in_flight: 1 << 30,
             order: Order::Sequential,
             partition: Partition::single(),
+            worker: 0,
+            num_workers: 1,
             tail: Tail::default(),
             on_error: ErrorPolicy::Raise,
             transform: None,
@@ -190,8 +198,8 @@ impl Loader {
             epoch,
             partition: self.cfg.partition,
             tail: self.cfg.tail,
-            worker: 0,
-            num_workers: 1,
+            worker: self.cfg.worker,
+            num_workers: self.cfg.num_workers,
             shards: self.shards.clone(),
         }
     }

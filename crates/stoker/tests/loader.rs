@@ -279,3 +279,26 @@ fn bad_configs_are_errors() {
     };
     assert!(l.load_state(wrong).unwrap_err().to_string().contains("11"));
 }
+
+#[test]
+fn workers_of_a_rank_split_its_samples() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (src, _) = rt.block_on(tar_source(dir.path(), 50));
+    let mut all = Vec::new();
+    for w in 0..3 {
+        let mut c = LoaderConfig::new(4);
+        c.order = Order::Shuffle { seed: 3 };
+        c.partition = Partition::new(1, 2).unwrap();
+        c.worker = w;
+        c.num_workers = 3;
+        all.extend(blocking_indices(&Loader::new(src.clone(), c).unwrap(), 0, usize::MAX));
+    }
+    let mut rank = LoaderConfig::new(4);
+    rank.order = Order::Shuffle { seed: 3 };
+    rank.partition = Partition::new(1, 2).unwrap();
+    let mut whole = blocking_indices(&Loader::new(src, rank).unwrap(), 0, usize::MAX);
+    all.sort();
+    whole.sort();
+    assert_eq!(all, whole, "the workers of rank 1 together read exactly rank 1's samples");
+}
