@@ -185,27 +185,10 @@ impl Inner {
         let path = Path::new(&self.display);
         let txn = self.env.env.read_txn().map_err(|e| lmdb_err(path, e))?;
         let mut values: Vec<&[u8]> = Vec::with_capacity(indices.len());
-        let mut at = 0;
-        while at < indices.len() {
-            let run = consecutive_run(&indices[at..]);
-            let first = indices[at];
-            if run.len() == 1 {
-                let v = self.env.db.get(&txn, self.key(first)).map_err(|e| lmdb_err(path, e))?;
-                values.push(v.ok_or_else(|| self.missing(first))?);
-            } else {
-                let last = first + run.len() - 1;
-                let bounds = (Bound::Included(self.key(first)), Bound::Included(self.key(last)));
-                let mut iter = self.env.db.range(&txn, &bounds).map_err(|e| lmdb_err(path, e))?;
-                for i in first..=last {
-                    let (k, v) = iter.next().ok_or_else(|| self.missing(i))?.map_err(|e| lmdb_err(path, e))?;
-                    if k != self.key(i) {
-                        return Err(self.missing(i));
-                    }
-                    values.push(v);
-                }
-            }
-            at += run.len();
-        }
+        self.for_each_value(&txn, indices, |_, v| {
+            values.push(v);
+            Ok(())
+        })?;
         let total: usize = values.iter().map(|v| v.len()).sum();
         let mut buf = crate::buffer::take(total);
         let mut ends = Vec::with_capacity(values.len());
@@ -236,14 +219,42 @@ impl Inner {
     fn read_into(&self, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
         let path = Path::new(&self.display);
         let txn = self.env.env.read_txn().map_err(|e| lmdb_err(path, e))?;
-        for &i in indices {
-            let v = match self.env.db.get(&txn, self.key(i)) {
-                Ok(Some(v)) => v,
-                Ok(None) => return Err(self.missing(i)),
-                Err(e) => return Err(lmdb_err(path, e)),
-            };
+        self.for_each_value(&txn, indices, |i, v| {
             out.begin_bytes(i as u64, self.key(i));
             out.field(&self.field, v.len()).copy_from_slice(v);
+            Ok(())
+        })
+    }
+
+    /// Visit the values of `indices` (all in range) in order. Runs of consecutive indices
+    /// walk a cursor instead of searching the tree for each key.
+    fn for_each_value<'t>(
+        &self,
+        txn: &'t heed::RoTxn<'t, WithoutTls>,
+        indices: &[usize],
+        mut f: impl FnMut(usize, &'t [u8]) -> Result<()>,
+    ) -> Result<()> {
+        let path = Path::new(&self.display);
+        let mut at = 0;
+        while at < indices.len() {
+            let run = consecutive_run(&indices[at..]);
+            let first = indices[at];
+            if run.len() == 1 {
+                let v = self.env.db.get(txn, self.key(first)).map_err(|e| lmdb_err(path, e))?;
+                f(first, v.ok_or_else(|| self.missing(first))?)?;
+            } else {
+                let last = first + run.len() - 1;
+                let bounds = (Bound::Included(self.key(first)), Bound::Included(self.key(last)));
+                let mut iter = self.env.db.range(txn, &bounds).map_err(|e| lmdb_err(path, e))?;
+                for i in first..=last {
+                    let (k, v) = iter.next().ok_or_else(|| self.missing(i))?.map_err(|e| lmdb_err(path, e))?;
+                    if k != self.key(i) {
+                        return Err(self.missing(i));
+                    }
+                    f(i, v)?;
+                }
+            }
+            at += run.len();
         }
         Ok(())
     }
