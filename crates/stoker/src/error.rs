@@ -127,6 +127,10 @@ pub enum Error {
     #[error("sampler: {0}")]
     Sampler(#[from] crate::sampler::SamplerError),
 
+    /// Pinned memory or the GPU copy path failed, or CUDA is not available here.
+    #[error(transparent)]
+    Pinned(#[from] crate::pinned::PinnedError),
+
     /// A background task panicked or was cancelled.
     #[error("internal task failed: {0}")]
     Task(String),

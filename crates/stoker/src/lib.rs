@@ -6,6 +6,7 @@ mod buffer;
 pub mod conformance;
 pub mod error;
 pub mod loader;
+pub mod pinned;
 pub mod sample;
 pub mod sampler;
 pub mod source;

@@ -1,0 +1,400 @@
+//! Reusable host staging buffers and host-to-device copies for batch assembly.
+//!
+//! The loader fills a [`HostBuffer`] from a [`HostPool`], hands it to a
+//! [`GpuCopier`], and drops it. A buffer whose copy is still in flight is
+//! *fenced* with a [`CopyEvent`]; dropping it parks it on a pending list and it
+//! is only handed out again once that event has completed, so DMA never reads
+//! a buffer the CPU is already overwriting.
+//!
+//! With the `cuda` feature the pool can hand out page-locked memory and
+//! [`GpuCopier`] works; without it the same API exists, the CPU path works,
+//! and everything CUDA returns [`PinnedError::CudaUnavailable`]. Callers need
+//! no `cfg` of their own.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+/// Errors from the pinned-memory pool and the GPU copier.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PinnedError {
+    /// CUDA cannot be used here: no driver, no device, or a build without the
+    /// `cuda` feature. Callers usually fall back to `device: None`.
+    #[error("CUDA unavailable: {reason}")]
+    CudaUnavailable {
+        /// Human-readable explanation, including what to do about it.
+        reason: String,
+    },
+    /// A CUDA driver call failed.
+    #[error("CUDA error in {op}: {message}")]
+    Cuda {
+        /// The operation that failed, e.g. `"memcpy_htod"`.
+        op: &'static str,
+        /// The driver's description of the failure.
+        message: String,
+    },
+    /// A length larger than the buffer's fixed capacity was requested.
+    #[error("requested {requested} bytes but the buffer holds only {capacity}")]
+    TooLarge {
+        /// Bytes asked for.
+        requested: usize,
+        /// Fixed capacity of the buffer.
+        capacity: usize,
+    },
+    /// The pool or copier configuration cannot work (zero sizes, allocation failure).
+    #[error("invalid configuration: {message}")]
+    Config {
+        /// What is wrong with the configuration.
+        message: String,
+    },
+}
+
+mod recycler;
+use recycler::{Lease, Recycler};
+
+#[cfg(feature = "cuda")]
+#[path = "enabled.rs"]
+mod imp;
+#[cfg(not(feature = "cuda"))]
+#[path = "disabled.rs"]
+mod imp;
+
+#[cfg(feature = "cuda")]
+pub use imp::CudaCopyEvent;
+pub use imp::{cuda_driver_available, DeviceBatch, GpuCopier};
+
+/// Completion signal of asynchronous work that reads a buffer (a GPU copy).
+pub trait CopyEvent: Send + Sync {
+    /// Non-blocking check. Errors count as "not complete"; [`CopyEvent::wait`] reports them.
+    fn is_complete(&self) -> bool;
+    /// Blocks until the work has completed.
+    fn wait(&self) -> Result<(), PinnedError>;
+}
+
+/// Sizes of a [`HostPool`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Capacity of every buffer, in bytes.
+    pub buffer_bytes: usize,
+    /// Number of buffers, all allocated up front.
+    pub buffers: usize,
+    /// `Some(ordinal)`: page-locked memory usable by that CUDA device. `None`: heap memory.
+    pub device: Option<usize>,
+}
+
+/// Sizes of a [`GpuCopier`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopierConfig {
+    /// CUDA device ordinal.
+    pub device: usize,
+    /// Capacity of every device buffer, in bytes.
+    pub buffer_bytes: usize,
+    /// Number of device buffers; bounds how many batches can be in flight.
+    pub ring: usize,
+}
+
+/// Snapshot of a pool's counters.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolStats {
+    /// Buffers the pool was created with.
+    pub buffers: usize,
+    /// Ready to hand out.
+    pub free: usize,
+    /// Returned, but their fence has not been seen complete yet.
+    pub pending: usize,
+    /// Held by callers.
+    pub in_use: usize,
+    /// Successful acquisitions so far.
+    pub acquires: u64,
+    /// Acquisitions that had to block.
+    pub waits: u64,
+    /// Buffers withdrawn because waiting on their fence failed: they may still
+    /// be read by the device, so they are never reused.
+    pub lost: usize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while holding these locks, so a poisoned state is still consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn zero_sized(what: &str) -> PinnedError {
+    PinnedError::Config { message: format!("{what} must be at least 1") }
+}
+
+impl PoolConfig {
+    fn validate(&self) -> Result<(), PinnedError> {
+        match (self.buffers, self.buffer_bytes) {
+            (0, _) => Err(zero_sized("buffers")),
+            (_, 0) => Err(zero_sized("buffer_bytes")),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl CopierConfig {
+    fn validate(&self) -> Result<(), PinnedError> {
+        match (self.ring, self.buffer_bytes) {
+            (0, _) => Err(zero_sized("ring")),
+            (_, 0) => Err(zero_sized("buffer_bytes")),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Heap buffers for the CPU path; fallible so absurd sizes become an error, not an abort.
+fn heap_buffers(cfg: &PoolConfig) -> Result<Vec<Vec<u8>>, PinnedError> {
+    (0..cfg.buffers)
+        .map(|_| {
+            let mut v = Vec::new();
+            v.try_reserve_exact(cfg.buffer_bytes).map_err(|e| PinnedError::Config {
+                message: format!("cannot allocate {} bytes: {e}", cfg.buffer_bytes),
+            })?;
+            v.resize(cfg.buffer_bytes, 0);
+            Ok(v)
+        })
+        .collect()
+}
+
+/// Byte storage behind a [`HostBuffer`]; heap or page-locked.
+trait HostBytes: Send {
+    fn bytes(&self) -> &[u8];
+    fn bytes_mut(&mut self) -> &mut [u8];
+    fn pinned(&self) -> bool;
+}
+
+impl HostBytes for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+    fn pinned(&self) -> bool {
+        false
+    }
+}
+
+/// A pool of fixed-size host buffers, allocated once and reused forever.
+///
+/// Cloning is cheap and shares the same buffers. The memory is freed when the
+/// last handle and the last [`HostBuffer`] are gone, and only after every
+/// pending fence has completed (that drop blocks on them).
+#[derive(Clone)]
+pub struct HostPool {
+    inner: Arc<Recycler<imp::HostStorage>>,
+    buffer_bytes: usize,
+}
+
+impl HostPool {
+    /// Allocates every buffer up front; page-locked when `cfg.device` is `Some`.
+    pub fn new(cfg: PoolConfig) -> Result<Self, PinnedError> {
+        cfg.validate()?;
+        let storage = imp::allocate_host(&cfg)?;
+        Ok(HostPool { inner: Recycler::new(storage), buffer_bytes: cfg.buffer_bytes })
+    }
+
+    /// Blocks until a buffer is free; when only fenced buffers remain, waits on the oldest fence.
+    ///
+    /// # Panics
+    /// If every buffer was lost to failed fence waits (see [`PoolStats::lost`]).
+    pub fn acquire(&self) -> HostBuffer {
+        HostBuffer::new(self.inner.acquire())
+    }
+
+    /// A free buffer if there is one right now.
+    pub fn try_acquire(&self) -> Option<HostBuffer> {
+        self.inner.try_acquire().map(HostBuffer::new)
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> PoolStats {
+        self.inner.stats()
+    }
+
+    /// Capacity of each buffer in bytes.
+    pub fn buffer_bytes(&self) -> usize {
+        self.buffer_bytes
+    }
+}
+
+impl fmt::Debug for HostPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostPool").field("buffer_bytes", &self.buffer_bytes).field("stats", &self.stats()).finish()
+    }
+}
+
+/// A buffer on loan from a [`HostPool`]; returns there on drop.
+///
+/// Derefs to all `buffer_bytes` bytes; [`HostBuffer::len`] is the part in use
+/// (and shadows the slice's `len`). Mutable access first waits for any fence,
+/// so the CPU never writes bytes a copy is still reading.
+pub struct HostBuffer {
+    lease: Lease<imp::HostStorage>,
+    len: usize,
+}
+
+impl HostBuffer {
+    fn new(lease: Lease<imp::HostStorage>) -> Self {
+        HostBuffer { lease, len: 0 }
+    }
+
+    /// Stable identity of the underlying buffer within its pool (`0..buffers`).
+    pub fn id(&self) -> usize {
+        self.lease.slot().id
+    }
+
+    /// Fixed capacity in bytes.
+    pub fn capacity(&self) -> usize {
+        self.lease.item().bytes().len()
+    }
+
+    /// Bytes in use, as set by [`HostBuffer::set_len`]; 0 when acquired.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no bytes are in use.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Marks the first `len` bytes as in use.
+    pub fn set_len(&mut self, len: usize) -> Result<(), PinnedError> {
+        let capacity = self.capacity();
+        if len > capacity {
+            return Err(PinnedError::TooLarge { requested: len, capacity });
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// The bytes in use, `&self[..self.len()]`.
+    pub fn filled(&self) -> &[u8] {
+        &self.lease.item().bytes()[..self.len]
+    }
+
+    /// Whether this is page-locked memory.
+    pub fn is_pinned(&self) -> bool {
+        self.lease.item().pinned()
+    }
+
+    /// Records asynchronous work reading this buffer; it is not reused (nor
+    /// mutably borrowed) until `ev` completes. Reclaim order follows fence order.
+    pub fn fence(&mut self, ev: Arc<dyn CopyEvent>) {
+        self.lease.fence(ev);
+    }
+
+    /// Whether fences not yet seen complete remain.
+    pub fn is_fenced(&self) -> bool {
+        self.lease.open_fences() > 0
+    }
+
+    /// Blocks until every fence completed; use it to handle wait errors instead
+    /// of the panic in `deref_mut`.
+    pub fn wait_fences(&mut self) -> Result<(), PinnedError> {
+        self.lease.wait_fences()
+    }
+}
+
+impl Deref for HostBuffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // Reading while a host-to-device copy also reads is harmless: no wait.
+        self.lease.item().bytes()
+    }
+}
+
+impl DerefMut for HostBuffer {
+    /// # Panics
+    /// If waiting on a fence fails; call [`HostBuffer::wait_fences`] first to handle that.
+    fn deref_mut(&mut self) -> &mut [u8] {
+        if let Err(e) = self.lease.wait_fences() {
+            panic!("cannot write a HostBuffer whose copy failed to complete: {e}");
+        }
+        self.lease.item_mut().bytes_mut()
+    }
+}
+
+impl fmt::Debug for HostBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostBuffer")
+            .field("id", &self.id())
+            .field("len", &self.len)
+            .field("capacity", &self.capacity())
+            .field("open_fences", &self.lease.open_fences())
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+enum FakeState {
+    Pending,
+    Complete,
+    Failed(String),
+}
+
+/// A [`CopyEvent`] that completes when told to; for tests of the reuse rules.
+#[derive(Debug)]
+pub struct FakeEvent {
+    state: Mutex<FakeState>,
+    changed: Condvar,
+    wait_calls: AtomicUsize,
+}
+
+impl Default for FakeEvent {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FakeEvent {
+    /// A not-yet-complete event.
+    pub fn new() -> Self {
+        FakeEvent { state: Mutex::new(FakeState::Pending), changed: Condvar::new(), wait_calls: AtomicUsize::new(0) }
+    }
+
+    /// Marks the work done and wakes waiters.
+    pub fn complete(&self) {
+        self.settle(FakeState::Complete);
+    }
+
+    /// Makes waits fail, as a broken CUDA context would; `is_complete` stays false.
+    pub fn fail(&self, message: impl Into<String>) {
+        self.settle(FakeState::Failed(message.into()));
+    }
+
+    /// How many times [`CopyEvent::wait`] was entered.
+    pub fn wait_calls(&self) -> usize {
+        self.wait_calls.load(Ordering::SeqCst)
+    }
+
+    fn settle(&self, to: FakeState) {
+        let mut st = lock(&self.state);
+        if matches!(*st, FakeState::Pending) {
+            *st = to;
+        }
+        self.changed.notify_all();
+    }
+}
+
+impl CopyEvent for FakeEvent {
+    fn is_complete(&self) -> bool {
+        matches!(*lock(&self.state), FakeState::Complete)
+    }
+
+    fn wait(&self) -> Result<(), PinnedError> {
+        self.wait_calls.fetch_add(1, Ordering::SeqCst);
+        let mut st = lock(&self.state);
+        while matches!(*st, FakeState::Pending) {
+            st = self.changed.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        match &*st {
+            FakeState::Failed(message) => Err(PinnedError::Cuda { op: "FakeEvent::wait", message: message.clone() }),
+            _ => Ok(()),
+        }
+    }
+}
