@@ -7,3 +7,6 @@ cd "$root"
 bash integration/setup.sh
 export STOKER_PYTHON="$root/.venv/bin/python"
 cargo test --workspace --locked
+# Same pool and ordering logic with the `cuda` feature on: without a driver it must report
+# CudaUnavailable, never panic.
+cargo test -p stoker --features cuda --locked --test pinned --test gpu --test loader

@@ -5,16 +5,56 @@
 //! batch), and when a [`Batch`] drops its buffers go back to the [`BatchPool`]: in steady
 //! state building a batch allocates nothing.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
+use crate::pinned::{DeviceBatch, GpuCopier, HostBuffer, HostPool, PinnedError};
 use crate::sample::Sample;
+
+/// Where a column's bytes live: ordinary memory, or a (page-locked, when CUDA is on) buffer
+/// from a [`HostPool`] that can be copied to the GPU without staging.
+#[derive(Debug)]
+enum Storage {
+    Heap(Vec<u8>),
+    Host(HostBuffer),
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Storage::Heap(Vec::new())
+    }
+}
+
+impl Storage {
+    fn capacity(&self) -> usize {
+        match self {
+            Storage::Heap(v) => v.len(),
+            Storage::Host(h) => h.capacity(),
+        }
+    }
+
+    fn bytes(&self, len: usize) -> &[u8] {
+        match self {
+            Storage::Heap(v) => &v[..len],
+            Storage::Host(h) => &h[..len],
+        }
+    }
+
+    fn bytes_mut(&mut self, range: std::ops::Range<usize>) -> &mut [u8] {
+        match self {
+            Storage::Heap(v) => &mut v[range],
+            // Waits for an earlier GPU copy out of this buffer before it is overwritten.
+            Storage::Host(h) => &mut h[range],
+        }
+    }
+}
 
 /// One field across a batch.
 #[derive(Debug, Default)]
 struct Column {
     name: Option<Arc<str>>,
     /// Values back to back in `buf[..len]`; `buf` only grows, so reuse never reallocates.
-    buf: Vec<u8>,
+    buf: Storage,
     len: usize,
     /// `offsets[i]..offsets[i + 1]` is sample `i`'s value.
     offsets: Vec<u64>,
@@ -55,12 +95,31 @@ struct Shell {
 pub struct BatchPool {
     free: Arc<Mutex<Vec<Shell>>>,
     max_kept: usize,
+    host: Option<HostPool>,
+    spills: Arc<AtomicU64>,
 }
 
 impl BatchPool {
     /// A pool that keeps up to `max_kept` idle batches' storage.
     pub fn new(max_kept: usize) -> Self {
-        BatchPool { free: Arc::default(), max_kept: max_kept.max(1) }
+        BatchPool { free: Arc::default(), max_kept: max_kept.max(1), host: None, spills: Arc::default() }
+    }
+
+    /// Like [`new`](Self::new), with columns written straight into buffers of `host` (pinned
+    /// when it was made for a device). A column larger than one buffer, or one for which no
+    /// buffer is free, lives in ordinary memory instead ("spills", counted).
+    pub fn with_host_pool(max_kept: usize, host: HostPool) -> Self {
+        BatchPool { host: Some(host), ..Self::new(max_kept) }
+    }
+
+    /// Columns that could not use a host-pool buffer.
+    pub fn spills(&self) -> u64 {
+        self.spills.load(Relaxed)
+    }
+
+    /// The host buffer pool, when batches are assembled into one.
+    pub fn host_pool(&self) -> Option<&HostPool> {
+        self.host.as_ref()
     }
 
     /// Idle batch storages held for reuse.
@@ -151,13 +210,46 @@ impl BatchBuilder {
         col.pad_to(row);
         let start = col.len;
         let end = start + len;
-        if col.buf.len() < end {
-            // Grows to the largest column seen (doubling), then is reused as is.
-            col.buf.resize(end.max(col.buf.len() * 2), 0);
+        if col.buf.capacity() < end {
+            self.grow(c, end);
         }
+        let col = &mut self.shell.columns[c];
         col.len = end;
         col.offsets.push(end as u64);
-        &mut col.buf[start..end]
+        col.buf.bytes_mut(start..end)
+    }
+
+    /// Make column `c` hold at least `end` bytes, keeping what it has.
+    fn grow(&mut self, c: usize, end: usize) {
+        let host = self.pool.as_ref().and_then(|p| p.host.as_ref().map(|h| (h, &p.spills)));
+        let col = &mut self.shell.columns[c];
+        if let (Storage::Heap(v), Some((host, spills))) = (&col.buf, host) {
+            if v.is_empty() {
+                // A fresh column slot: try a host buffer first.
+                match host.try_acquire() {
+                    Some(h) if h.capacity() >= end => {
+                        col.buf = Storage::Host(h);
+                        return;
+                    }
+                    _ => {
+                        spills.fetch_add(1, Relaxed);
+                    }
+                }
+            }
+        }
+        if let Storage::Host(h) = &col.buf {
+            if let Some((_, spills)) = host {
+                spills.fetch_add(1, Relaxed);
+            }
+            let mut v = vec![0u8; end.max(h.capacity() * 2)];
+            v[..col.len].copy_from_slice(&h[..col.len]);
+            col.buf = Storage::Heap(v);
+            return;
+        }
+        if let Storage::Heap(v) = &mut col.buf {
+            // Grows to the largest column seen (doubling), then is reused as is.
+            v.resize(end.max(v.len() * 2), 0);
+        }
     }
 
     /// Copy a whole sample in.
@@ -202,7 +294,14 @@ impl BatchBuilder {
     pub fn finish(mut self, epoch: u64, number: u64) -> Batch {
         self.close_row();
         let shell = std::mem::take(&mut self.shell);
-        Batch { epoch, number, shell: Some(shell), pool: self.pool.take().unwrap_or_default() }
+        Batch {
+            epoch,
+            number,
+            shell: Some(shell),
+            pool: self.pool.take().unwrap_or_default(),
+            device: Vec::new(),
+            staged: Vec::new(),
+        }
     }
 }
 
@@ -224,6 +323,11 @@ pub struct Batch {
     pub number: u64,
     shell: Option<Shell>,
     pool: BatchPool,
+    /// Per column (same order as `fields()`), its copy on the GPU, once made.
+    device: Vec<DeviceBatch>,
+    /// Staging buffers for columns that were not in host-pool memory; kept until the copy
+    /// out of them has completed (they are fenced and return to their pool after that).
+    staged: Vec<HostBuffer>,
 }
 
 /// One field across a batch: contiguous values plus offsets.
@@ -310,7 +414,7 @@ impl Batch {
     fn view<'a>(&'a self, col: &'a Column) -> FieldColumn<'a> {
         FieldColumn {
             name: col.name.as_deref().unwrap_or_default(),
-            data: &col.buf[..col.len],
+            data: col.buf.bytes(col.len),
             offsets: &col.offsets,
             missing: col.missing,
         }
@@ -332,6 +436,47 @@ impl Batch {
     pub fn payload_bytes(&self) -> u64 {
         let s = self.shell();
         s.columns[..s.used].iter().map(|c| c.len as u64).sum()
+    }
+}
+
+impl Batch {
+    /// Queue every column's copy to the GPU on the copier's stream. Columns already in
+    /// host-pool buffers are copied from there; others are staged through a buffer of the
+    /// pool first. Returns when the copies are queued, not done: see [`device`](Self::device).
+    pub fn copy_to_device(&mut self, copier: &GpuCopier) -> Result<(), PinnedError> {
+        let host = self.pool.host.clone();
+        let shell = self.shell.as_mut().expect("a batch holds its storage until dropped");
+        self.device.clear();
+        for col in &mut shell.columns[..shell.used] {
+            let len = col.len;
+            let batch = match &mut col.buf {
+                Storage::Host(h) => {
+                    h.set_len(len)?;
+                    copier.copy(h)?
+                }
+                Storage::Heap(v) => {
+                    let host = host.as_ref().ok_or_else(|| PinnedError::Config {
+                        message: "copying to the GPU needs a host buffer pool".into(),
+                    })?;
+                    let mut stage = host.acquire();
+                    stage.set_len(len)?;
+                    stage[..len].copy_from_slice(&v[..len]);
+                    let d = copier.copy(&mut stage)?;
+                    self.staged.push(stage);
+                    d
+                }
+            };
+            self.device.push(batch);
+        }
+        Ok(())
+    }
+
+    /// The GPU copy of field `name`, after [`copy_to_device`](Self::copy_to_device): wait on
+    /// its event (or make the compute stream wait on it) before reading it.
+    pub fn device(&self, name: &str) -> Option<&DeviceBatch> {
+        let s = self.shell();
+        let at = s.columns[..s.used].iter().position(|c| c.name.as_deref() == Some(name))?;
+        self.device.get(at)
     }
 }
 

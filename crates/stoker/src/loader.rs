@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::batch::{Batch, BatchPool};
 use crate::error::{Error, Result};
+use crate::pinned::{CopierConfig, GpuCopier, HostPool, PoolConfig};
 use crate::sample::Sample;
 use crate::sampler::{Order, Partition, Sampler, SamplerConfig, SamplerState, ShardLayout, Tail};
 use crate::source::DynSampleSource;
@@ -63,6 +64,36 @@ pub struct LoaderConfig {
     pub transform: Option<Transform>,
     /// Threads the transform may use at once.
     pub transform_threads: usize,
+    /// Assemble batches into host-pool buffers (page-locked with a device) and, with a
+    /// device, copy each batch to the GPU on a dedicated stream. `None`: ordinary memory.
+    pub host_buffers: Option<HostBuffers>,
+}
+
+/// Host buffers for batch columns, and the GPU to copy them to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostBuffers {
+    /// CUDA device ordinal; `None` keeps plain (pageable) host buffers and no GPU copy.
+    pub device: Option<usize>,
+    /// Bytes per buffer: the largest column of a batch should fit (larger ones spill).
+    pub buffer_bytes: usize,
+    /// Buffers in the pool (columns x batches alive at once).
+    pub buffers: usize,
+    /// Device buffers in the ring the copies land in.
+    pub device_ring: usize,
+}
+
+impl HostBuffers {
+    /// Buffers for a device (or `None` for plain host memory), sized for `batch_bytes`
+    /// columns and `fields` fields per sample, with `prefetch` batches ahead.
+    pub fn for_batches(device: Option<usize>, batch_bytes: usize, fields: usize, prefetch: usize) -> Self {
+        let alive = prefetch + 4;
+        HostBuffers {
+            device,
+            buffer_bytes: batch_bytes,
+            buffers: alive * fields.max(1),
+            device_ring: alive * fields.max(1),
+        }
+    }
 }
 
 impl std::fmt::Debug for LoaderConfig {
@@ -79,6 +110,7 @@ impl std::fmt::Debug for LoaderConfig {
             .field("on_error", &self.on_error)
             .field("transform", &self.transform.is_some())
             .field("transform_threads", &self.transform_threads)
+            .field("host_buffers", &self.host_buffers)
             .finish()
     }
 }
@@ -99,6 +131,7 @@ impl LoaderConfig {
             on_error: ErrorPolicy::Raise,
             transform: None,
             transform_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            host_buffers: None,
         }
     }
 }
@@ -126,6 +159,7 @@ pub struct Loader {
     shards: Option<Arc<ShardLayout>>,
     stats: Arc<Stats>,
     pool: BatchPool,
+    copier: Option<Arc<GpuCopier>>,
     progress: Arc<Mutex<Progress>>,
     runtime: RuntimeHandle,
 }
@@ -164,13 +198,31 @@ impl Loader {
                     .map_err(|e| Error::Task(format!("cannot start a tokio runtime: {e}")))?,
             ),
         };
-        let pool = BatchPool::new(cfg.prefetch.max(1) * 2 + 2);
+        let kept = cfg.prefetch.max(1) * 2 + 2;
+        // Both fail with CudaUnavailable (never a panic) when no driver or no `cuda` feature.
+        let (pool, copier) = match cfg.host_buffers {
+            None => (BatchPool::new(kept), None),
+            Some(h) => {
+                let host =
+                    HostPool::new(PoolConfig { buffer_bytes: h.buffer_bytes, buffers: h.buffers, device: h.device })?;
+                let copier = match h.device {
+                    Some(device) => Some(Arc::new(GpuCopier::new(CopierConfig {
+                        device,
+                        buffer_bytes: h.buffer_bytes,
+                        ring: h.device_ring,
+                    })?)),
+                    None => None,
+                };
+                (BatchPool::with_host_pool(kept, host), copier)
+            }
+        };
         Ok(Loader {
             source,
             cfg,
             shards,
             stats: Arc::new(Stats::default()),
             pool,
+            copier,
             progress: Arc::new(Mutex::new(Progress { run: None, pending: None })),
             runtime,
         })
@@ -184,6 +236,16 @@ impl Loader {
     /// Counters since the loader was made.
     pub fn stats(&self) -> StatsSnapshot {
         self.stats.snapshot(self.source.io_counters())
+    }
+
+    /// Batch columns that could not live in host-pool buffers (too large, or none free).
+    pub fn host_spills(&self) -> u64 {
+        self.pool.spills()
+    }
+
+    /// Counters of the host buffer pool, when batches are assembled into one.
+    pub fn host_pool_stats(&self) -> Option<crate::pinned::PoolStats> {
+        self.pool.host_pool().map(|h| h.stats())
     }
 
     /// The live counters (for sharing with a monitor).
@@ -263,6 +325,7 @@ impl Loader {
             cfg: self.cfg.clone(),
             stats: self.stats.clone(),
             pool: self.pool.clone(),
+            copier: self.copier.clone(),
             sampler: sampler.clone(),
             budget: Arc::new(Semaphore::new(kib(self.cfg.max_bytes_in_flight).max(1) as usize)),
             transform_slots: Arc::new(Semaphore::new(self.cfg.transform_threads.max(1))),
@@ -318,6 +381,7 @@ struct Producer {
     cfg: LoaderConfig,
     stats: Arc<Stats>,
     pool: BatchPool,
+    copier: Option<Arc<GpuCopier>>,
     sampler: Arc<Sampler>,
     budget: Arc<Semaphore>,
     transform_slots: Arc<Semaphore>,
@@ -339,9 +403,12 @@ impl Producer {
             .then(|b| {
                 let (me, estimate) = (me.clone(), estimate.clone());
                 async move {
-                    let want = estimate.load(Relaxed).min(budget_kib) as u32;
+                    // Until a batch has been measured, reserve the whole budget: one batch
+                    // at a time. After that, reserve the largest batch seen so far.
+                    let known = estimate.load(Relaxed);
+                    let want = if known == 0 { budget_kib } else { known.min(budget_kib) } as u32;
                     let t = Instant::now();
-                    let permit = if want > 0 { me.budget.clone().acquire_many_owned(want).await.ok() } else { None };
+                    let permit = me.budget.clone().acquire_many_owned(want).await.ok();
                     add_ns(&me.stats.producer_stall_ns, t.elapsed());
                     (b, permit)
                 }
@@ -354,10 +421,8 @@ impl Producer {
                     let positions: Vec<u64> = (start..end).filter_map(|k| me.sampler.get(k)).collect();
                     let result = me.fetch(b, &positions).await;
                     let bytes = result.as_ref().map_or(0, |x| x.payload_bytes());
-                    // Running estimate of a batch's size for the next budget reservations.
-                    let prev = estimate.load(Relaxed);
-                    let next = if prev == 0 { kib(bytes) } else { (prev * 7 + kib(bytes)) / 8 };
-                    estimate.store(next, Relaxed);
+                    // The largest batch so far is what the next reservations assume.
+                    estimate.fetch_max(kib(bytes).max(1), Relaxed);
                     me.stats.add_in_flight(bytes);
                     (result, permit, bytes) as Fetched
                 }
@@ -377,6 +442,18 @@ impl Producer {
     }
 
     async fn fetch(&self, number: u64, indices: &[u64]) -> Result<Batch> {
+        let mut batch = self.build(number, indices).await?;
+        if let Some(copier) = self.copier.clone() {
+            // Queues the host-to-device copies on the copy stream; may wait for a free device
+            // buffer, so it runs on a blocking thread.
+            batch = tokio::task::spawn_blocking(move || batch.copy_to_device(&copier).map(|()| batch))
+                .await
+                .map_err(Error::task)??;
+        }
+        Ok(batch)
+    }
+
+    async fn build(&self, number: u64, indices: &[u64]) -> Result<Batch> {
         let idx: Vec<usize> = indices.iter().map(|&i| i as usize).collect();
         let epoch = self.sampler.config().epoch;
         if self.cfg.transform.is_none() {

@@ -302,3 +302,49 @@ fn workers_of_a_rank_split_its_samples() {
     whole.sort();
     assert_eq!(all, whole, "the workers of rank 1 together read exactly rank 1's samples");
 }
+
+#[test]
+fn batches_assembled_into_host_pool_buffers_are_right_and_recycled() {
+    use stoker::loader::HostBuffers;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (src, samples) = rt.block_on(tar_source(dir.path(), 60));
+    for (buffer_bytes, expect_spills) in [(1 << 20, false), (4096, true)] {
+        let mut cfg = LoaderConfig::new(6);
+        cfg.prefetch = 2;
+        cfg.host_buffers = Some(HostBuffers { device: None, buffer_bytes, buffers: 24, device_ring: 0 });
+        let loader = Loader::new(src.clone(), cfg).unwrap();
+        for epoch in 0..3 {
+            for b in loader.epoch_blocking(epoch).unwrap() {
+                let b = b.unwrap();
+                let (jpg, cls) = (b.field("jpg").unwrap(), b.field("cls").unwrap());
+                for (row, &i) in b.indices().iter().enumerate() {
+                    assert_eq!(jpg.get(row).unwrap(), &samples[i as usize].fields[0].data[..]);
+                    assert_eq!(cls.get(row).unwrap(), &samples[i as usize].fields[1].data[..]);
+                }
+            }
+        }
+        assert_eq!(loader.host_spills() > 0, expect_spills, "buffer {buffer_bytes}: spills {}", loader.host_spills());
+        let pool = loader.host_pool_stats().unwrap();
+        // 30 batches x 2 columns, but buffers live with recycled batch storage: few acquires.
+        assert!(pool.acquires < 30, "{pool:?}");
+    }
+}
+
+#[test]
+fn asking_for_a_gpu_without_a_driver_is_a_clear_error() {
+    use stoker::loader::HostBuffers;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (src, _) = rt.block_on(tar_source(dir.path(), 10));
+    let mut cfg = LoaderConfig::new(2);
+    cfg.host_buffers = Some(HostBuffers::for_batches(Some(0), 1 << 20, 2, 2));
+    match Loader::new(src, cfg) {
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(msg.contains("CUDA"), "{msg}");
+            assert!(matches!(e, stoker::Error::Pinned(stoker::pinned::PinnedError::CudaUnavailable { .. })), "{e:?}");
+        }
+        Ok(_) => assert!(stoker::pinned::cuda_driver_available(), "a loader on device 0 without a driver must fail"),
+    }
+}
