@@ -67,6 +67,23 @@ pub enum Error {
         source: object_store::Error,
     },
 
+    /// A remote read failed for good: not transient, or still failing after every attempt.
+    #[error("reading {object} ({what}) failed after {attempts} attempt(s): {message}{hint}", hint = Hint(.hint))]
+    Fetch {
+        /// The object, as a URI with credentials redacted.
+        object: String,
+        /// Which bytes.
+        what: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        message: String,
+        /// What to do about it.
+        hint: Option<String>,
+        /// Whether the last failure was transient (the retry budget ran out).
+        transient: bool,
+    },
+
     /// A tar shard is malformed: truncated, bad checksum, not a tar at all.
     #[error("corrupt tar shard {shard} at byte {offset}: {reason}")]
     CorruptTar {

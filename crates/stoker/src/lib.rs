@@ -5,6 +5,7 @@ pub mod batch;
 mod buffer;
 pub mod conformance;
 pub mod error;
+pub mod fetch;
 pub mod loader;
 pub mod pinned;
 pub mod sample;
