@@ -186,16 +186,35 @@ impl Fetcher {
         .await
     }
 
+    /// Size and version of an object (retried).
+    pub async fn head(&self, path: &ObjPath, shown: &str) -> Result<object_store::ObjectMeta> {
+        self.retrying(shown, "metadata", || async {
+            self.counters.requests.fetch_add(1, Relaxed);
+            self.store.head(path).await.map_err(classify)
+        })
+        .await
+    }
+
+    /// Every object under `prefix` (the whole listing is retried on a transient failure).
+    pub async fn list(&self, prefix: Option<&ObjPath>, shown: &str) -> Result<Vec<object_store::ObjectMeta>> {
+        use futures::TryStreamExt;
+        self.retrying(shown, "listing", || async {
+            self.counters.requests.fetch_add(1, Relaxed);
+            self.store.list(prefix).try_collect::<Vec<_>>().await.map_err(classify)
+        })
+        .await
+    }
+
     async fn fetch_range(&self, path: &ObjPath, shown: &str, range: Range<u64>) -> Result<Bytes> {
         let label = format!("bytes {}..{}", range.start, range.end);
         self.retrying(shown, &label, || self.hedged(|| self.attempt(path, range.clone()))).await
     }
 
     /// Retry transient failures with exponential backoff and full jitter.
-    async fn retrying<F, Fut>(&self, shown: &str, what: &str, mut f: F) -> Result<Bytes>
+    async fn retrying<T, F, Fut>(&self, shown: &str, what: &str, mut f: F) -> Result<T>
     where
         F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = std::result::Result<Bytes, Failure>>,
+        Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
     {
         let attempts = self.cfg.attempts.max(1);
         let mut backoff = self.cfg.backoff;

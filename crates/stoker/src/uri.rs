@@ -41,8 +41,9 @@ impl std::fmt::Display for Layout {
 /// Options for opening a source. Every field is optional; `None` means "the default".
 ///
 /// The same struct comes from a URI query (`?layout=tar&concurrency=64`), from JSON or TOML,
-/// or from code. Unknown keys are rejected with the list of valid ones.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// or from code. Unknown keys are rejected with the list of valid ones. `Debug` masks the
+/// credentials.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SourceOptions {
     /// Force a layout instead of inferring it.
@@ -61,11 +62,101 @@ pub struct SourceOptions {
     pub index_dir: Option<PathBuf>,
     /// Write sidecar indexes next to shards (default true); when false, indexes go to `index_dir`.
     pub write_sidecar: Option<bool>,
+
+    /// Object store endpoint (S3-compatible servers, emulators), e.g. `http://127.0.0.1:9000`.
+    pub endpoint: Option<String>,
+    /// Region (S3; default `us-east-1`, or `AWS_REGION`).
+    pub region: Option<String>,
+    /// Allow plain `http://` endpoints (default: true when the endpoint is http).
+    pub allow_http: Option<bool>,
+    /// S3 virtual-hosted-style requests (`bucket.host`) instead of path-style (default false).
+    pub virtual_hosted: Option<bool>,
+    /// S3 access key id (else `AWS_ACCESS_KEY_ID`).
+    pub access_key_id: Option<String>,
+    /// S3 secret access key (else `AWS_SECRET_ACCESS_KEY`).
+    pub secret_access_key: Option<String>,
+    /// S3 session token (else `AWS_SESSION_TOKEN`).
+    pub session_token: Option<String>,
+    /// S3: read without credentials (public buckets).
+    pub anonymous: Option<bool>,
+    /// S3/GCS: allow the cloud instance-metadata credential service.
+    pub instance_metadata: Option<bool>,
+    /// GCS service account: a JSON key file path or the JSON itself (else `GOOGLE_SERVICE_ACCOUNT`
+    /// / `GOOGLE_APPLICATION_CREDENTIALS`).
+    pub service_account: Option<String>,
+    /// Azure storage account (else `AZURE_STORAGE_ACCOUNT_NAME`).
+    pub account: Option<String>,
+    /// Azure account key (else `AZURE_STORAGE_ACCOUNT_KEY`).
+    pub access_key: Option<String>,
+    /// Azure: talk to the Azurite emulator.
+    pub use_emulator: Option<bool>,
+    /// HTTP: a file (relative to the URI) listing one object name per line.
+    pub list: Option<String>,
+
+    /// Remote requests in flight at once (default 64).
+    pub max_in_flight: Option<usize>,
+    /// Remote reads larger than this are split into parallel parts (default 8 MiB).
+    pub part_size: Option<u64>,
+    /// Tries per remote request, the first included (default 6).
+    pub attempts: Option<u32>,
+    /// First retry backoff in ms, doubling with jitter (default 50).
+    pub backoff_ms: Option<u64>,
+    /// Hedge a request after this many ms (0: never; default: twice the recent p95).
+    pub hedge_ms: Option<u64>,
+    /// Time limit of one request attempt in ms (default 60000).
+    pub timeout_ms: Option<u64>,
 }
 
 /// The option keys a URI query or config file may use.
-pub const OPTION_KEYS: &[&str] =
-    &["layout", "field", "concurrency", "coalesce_gap", "max_read", "index_dir", "write_sidecar"];
+pub const OPTION_KEYS: &[&str] = &[
+    "layout",
+    "field",
+    "concurrency",
+    "coalesce_gap",
+    "max_read",
+    "index_dir",
+    "write_sidecar",
+    "endpoint",
+    "region",
+    "allow_http",
+    "virtual_hosted",
+    "access_key_id",
+    "secret_access_key",
+    "session_token",
+    "anonymous",
+    "instance_metadata",
+    "service_account",
+    "account",
+    "access_key",
+    "use_emulator",
+    "list",
+    "max_in_flight",
+    "part_size",
+    "attempts",
+    "backoff_ms",
+    "hedge_ms",
+    "timeout_ms",
+];
+
+/// Options whose values are credentials: masked in `Debug`, redacted in URIs.
+const SECRET_OPTIONS: &[&str] =
+    &["access_key_id", "secret_access_key", "session_token", "service_account", "access_key"];
+
+impl std::fmt::Debug for SourceOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Through JSON so every field is listed without a second list to keep in step.
+        let mut v = serde_json::to_value(self).map_err(|_| std::fmt::Error)?;
+        if let Some(map) = v.as_object_mut() {
+            map.retain(|_, v| !v.is_null());
+            for k in SECRET_OPTIONS {
+                if let Some(x) = map.get_mut(*k) {
+                    *x = serde_json::Value::String("***".into());
+                }
+            }
+        }
+        write!(f, "SourceOptions {v}")
+    }
+}
 
 impl SourceOptions {
     /// Parse a URL query string (`layout=tar&concurrency=8`).
@@ -83,15 +174,65 @@ impl SourceOptions {
         macro_rules! take {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
         }
-        take!(layout, field, concurrency, coalesce_gap, max_read, index_dir, write_sidecar);
+        take!(
+            layout,
+            field,
+            concurrency,
+            coalesce_gap,
+            max_read,
+            index_dir,
+            write_sidecar,
+            endpoint,
+            region,
+            allow_http,
+            virtual_hosted,
+            access_key_id,
+            secret_access_key,
+            session_token,
+            anonymous,
+            instance_metadata,
+            service_account,
+            account,
+            access_key,
+            use_emulator,
+            list,
+            max_in_flight,
+            part_size,
+            attempts,
+            backoff_ms,
+            hedge_ms,
+            timeout_ms
+        );
         self
     }
 
     pub(crate) fn concurrency(&self) -> usize {
         self.concurrency.unwrap_or(32).max(1)
     }
-    pub(crate) fn coalesce_gap(&self) -> u64 {
-        self.coalesce_gap.unwrap_or(16 * 1024)
+    /// Default gap: 16 KiB on local disks (a read through a gap costs bandwidth), 1 MiB on
+    /// remote stores (a request costs a round trip).
+    pub(crate) fn coalesce_gap(&self, remote: bool) -> u64 {
+        self.coalesce_gap.unwrap_or(if remote { 1 << 20 } else { 16 * 1024 })
+    }
+
+    /// The fetch layer's settings from these options.
+    pub fn fetch_config(&self) -> crate::fetch::FetchConfig {
+        use std::time::Duration;
+        let d = crate::fetch::FetchConfig::default();
+        crate::fetch::FetchConfig {
+            max_in_flight: self.max_in_flight.unwrap_or(d.max_in_flight).max(1),
+            coalesce_gap: self.coalesce_gap(true),
+            part_size: self.part_size.unwrap_or(d.part_size).max(1),
+            attempts: self.attempts.unwrap_or(d.attempts).max(1),
+            backoff: self.backoff_ms.map_or(d.backoff, Duration::from_millis),
+            max_backoff: d.max_backoff,
+            hedge: match self.hedge_ms {
+                None => d.hedge,
+                Some(0) => crate::fetch::Hedge::Off,
+                Some(ms) => crate::fetch::Hedge::After(Duration::from_millis(ms)),
+            },
+            timeout: self.timeout_ms.map_or(d.timeout, Duration::from_millis),
+        }
     }
     pub(crate) fn max_read(&self) -> u64 {
         self.max_read.unwrap_or(4 << 20).max(1)
@@ -132,6 +273,22 @@ pub enum Location {
     Local(PathBuf),
     /// Local paths from a brace pattern, in expansion order.
     LocalPattern(Vec<PathBuf>),
+    /// An object store location.
+    Remote(RemoteLocation),
+}
+
+/// A remote location: `scheme://bucket/prefix`, or an HTTP base URL, and named objects when
+/// the URI was a brace pattern.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteLocation {
+    /// `s3`, `gs`, `az` or `http`/`https`.
+    pub scheme: String,
+    /// Bucket or container; for HTTP the origin (`http://host:port`).
+    pub bucket: String,
+    /// Path inside the bucket that everything is relative to (no leading or trailing `/`).
+    pub prefix: String,
+    /// Object names relative to `prefix`, when the URI named them (brace pattern or one file).
+    pub names: Option<Vec<String>>,
 }
 
 /// A parsed source URI: where, plus the options from its query.
@@ -146,7 +303,7 @@ pub struct SourceUri {
 }
 
 /// Schemes this build understands.
-pub const SCHEMES: &[&str] = &["file"];
+pub const SCHEMES: &[&str] = &["file", "s3", "gs", "az", "http", "https"];
 
 /// Parse a source URI: a plain path, `file://`, with an optional `?query` of options.
 pub fn parse(uri: &str) -> Result<SourceUri> {
@@ -172,14 +329,9 @@ pub fn parse(uri: &str) -> Result<SourceUri> {
                     .map_err(|_| bad("path is not valid UTF-8 after percent-decoding".into()))?
                     .into_owned()
             }
-            "s3" | "gs" | "az" | "abfs" | "http" | "https" => {
-                return Err(Error::NotSupported {
-                    what: format!(
-                        "scheme `{scheme}://` in {display}: remote stores are not in this build yet; \
-                         supported schemes: {}, or a plain path",
-                        SCHEMES.join(", ")
-                    ),
-                })
+            s @ ("s3" | "gs" | "az" | "http" | "https") => {
+                let remote = parse_remote(s, rest).map_err(bad)?;
+                return Ok(SourceUri { location: Location::Remote(remote), options, display });
             }
             other => {
                 return Err(bad(format!(
@@ -198,6 +350,47 @@ pub fn parse(uri: &str) -> Result<SourceUri> {
         Location::Local(PathBuf::from(path))
     };
     Ok(SourceUri { location, options, display })
+}
+
+fn parse_remote(scheme: &str, rest: &str) -> std::result::Result<RemoteLocation, String> {
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i + 1..].trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    if authority.is_empty() {
+        return Err(format!("`{scheme}://` needs a bucket (or host), e.g. {scheme}://my-bucket/train"));
+    }
+    if authority.contains('@') {
+        return Err("credentials do not go in the URI's host part; use options or environment variables".into());
+    }
+    let bucket = if scheme.starts_with("http") { format!("{scheme}://{authority}") } else { authority.to_string() };
+    let path = percent_encoding::percent_decode_str(path)
+        .decode_utf8()
+        .map_err(|_| "path is not valid UTF-8 after percent-decoding".to_string())?
+        .into_owned();
+    if path.contains('{') {
+        let names = expand_braces(&path)?;
+        // Everything is relative to the deepest directory shared by all names.
+        let first_brace = path.find('{').unwrap_or(0);
+        let prefix = path[..first_brace].rsplit_once('/').map_or("", |(d, _)| d).to_string();
+        let cut = if prefix.is_empty() { 0 } else { prefix.len() + 1 };
+        let names = names.into_iter().map(|n| n[cut..].to_string()).collect();
+        return Ok(RemoteLocation { scheme: scheme.to_string(), bucket, prefix, names: Some(names) });
+    }
+    let last = path.rsplit('/').next().unwrap_or("");
+    if scheme.starts_with("http") || last.ends_with(".tar") {
+        // HTTP cannot list: a URI there names a file (a shard, or the list's directory).
+        if last.contains('.') {
+            let (prefix, name) = path.rsplit_once('/').map_or(("", path.as_str()), |(d, n)| (d, n));
+            return Ok(RemoteLocation {
+                scheme: scheme.to_string(),
+                bucket,
+                prefix: prefix.to_string(),
+                names: Some(vec![name.to_string()]),
+            });
+        }
+    }
+    Ok(RemoteLocation { scheme: scheme.to_string(), bucket, prefix: path, names: None })
 }
 
 /// The most names one brace pattern may expand to; more is almost surely a typo.

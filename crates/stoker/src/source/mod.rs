@@ -11,7 +11,7 @@ use crate::batch::BatchBuilder;
 use crate::error::{Error, Result};
 use crate::sample::{Sample, SampleMeta};
 use crate::store::{IoCounters, ObjectInfo, Store};
-use crate::uri::{self, Layout, Location, SourceOptions};
+use crate::uri::{self, Layout, Location, RemoteLocation, SourceOptions};
 
 pub mod lmdb;
 pub mod objects;
@@ -169,7 +169,59 @@ pub async fn open(uri: &str, options: SourceOptions) -> Result<Arc<DynSampleSour
     match parsed.location {
         Location::Local(path) => open_local(&path, opts, display).await,
         Location::LocalPattern(paths) => open_pattern(&paths, opts, display).await,
+        Location::Remote(loc) => open_remote(&loc, opts, display).await,
     }
+}
+
+async fn open_remote(loc: &RemoteLocation, opts: SourceOptions, display: String) -> Result<Arc<DynSampleSource>> {
+    if opts.layout == Some(Layout::Lmdb) {
+        return Err(Error::NotSupported {
+            what: format!(
+                "{display}: LMDB is memory-mapped and needs a local directory; copy it to local disk, or convert \
+                 it to tar shards (which read well remotely)"
+            ),
+        });
+    }
+    let store = Store::remote(loc, &opts, &display)?;
+    let names: Option<Vec<String>> = match (&loc.names, &opts.list) {
+        (Some(n), _) => Some(n.clone()),
+        (None, Some(list)) => {
+            let text = store.get(list).await?;
+            let text = String::from_utf8_lossy(&text);
+            Some(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(str::to_string)
+                    .collect(),
+            )
+        }
+        (None, None) if loc.scheme.starts_with("http") => {
+            return Err(Error::InvalidUri {
+                uri: display,
+                reason: "HTTP servers cannot be listed: name the shards with a brace pattern \
+                         (https://host/data/train-{0000..0099}.tar) or give ?list=FILE with one object name per line"
+                    .into(),
+            })
+        }
+        (None, None) => None,
+    };
+    let listing: Vec<ObjectInfo> = match names {
+        Some(names) => {
+            // Each name is checked once here so a typo in the pattern fails at open.
+            futures::stream::iter(names.iter().map(|p| store.head(p)))
+                .buffered(opts.concurrency())
+                .try_collect()
+                .await?
+        }
+        None => store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect(),
+    };
+    let layout = opts.layout.unwrap_or(if listing.iter().any(|o| o.path.ends_with(".tar")) {
+        Layout::Tar
+    } else {
+        Layout::Objects
+    });
+    from_listing(store, layout, listing, opts, display).await
 }
 
 async fn open_local(path: &Path, opts: SourceOptions, display: String) -> Result<Arc<DynSampleSource>> {

@@ -74,13 +74,14 @@ impl TarSource {
         if total == 0 {
             return Err(Error::Empty { uri: display, reason: format!("{} shard(s) hold no samples", shards.len()) });
         }
+        let gap = opts.coalesce_gap(store.is_remote());
         Ok(TarSource {
             inner: Arc::new(Inner {
                 store,
                 display,
                 shards,
                 starts,
-                gap: opts.coalesce_gap(),
+                gap,
                 max_read: opts.max_read(),
                 concurrency: opts.concurrency(),
             }),

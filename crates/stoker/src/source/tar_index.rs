@@ -23,6 +23,7 @@ const FORMAT: &str = "stoker-tar-index";
 const VERSION: u32 = 1;
 /// Header walks read this much at a time: one page, so payloads between headers are skipped.
 const HEADER_BLOCK: usize = 4096;
+const REMOTE_HEADER_BLOCK: usize = 1 << 20;
 
 /// The index of one shard, as stored in its sidecar.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -146,7 +147,9 @@ async fn load_if_fresh(store: &Store, path: &str, info: &ObjectInfo) -> Option<S
 pub(crate) fn build(store: &Store, info: &ObjectInfo) -> Result<ShardIndex> {
     let shard = store.describe(&info.path);
     let corrupt = |offset: u64, reason: String| Error::CorruptTar { shard: shard.clone(), offset, reason };
-    let reader = store.blocking_reader(&info.path, info.size, HEADER_BLOCK)?;
+    // Remote header walks read bigger blocks: a request costs a round trip, bytes are cheap.
+    let block = if store.is_remote() { REMOTE_HEADER_BLOCK } else { HEADER_BLOCK };
+    let reader = store.blocking_reader(&info.path, info.size, block)?;
     let mut archive = tar::Archive::new(reader);
     let entries = archive.entries_with_seek().map_err(|e| corrupt(0, e.to_string()))?;
 

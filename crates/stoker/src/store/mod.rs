@@ -18,6 +18,9 @@ use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::error::{Error, Result};
+use crate::fetch::Fetcher;
+
+mod remote;
 
 /// An object in a store: its path relative to the store root and what identifies its version.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,6 +57,10 @@ struct Inner {
     root: String,
     /// Set for local stores: lets blocking readers use positioned reads on one open file.
     local_root: Option<PathBuf>,
+    /// Path inside the object store that every relative path is under ("" for local).
+    prefix: String,
+    /// Remote stores read through the fetch layer.
+    fetcher: Option<Fetcher>,
     requests: AtomicU64,
     bytes: AtomicU64,
 }
@@ -83,6 +90,8 @@ impl Store {
             local: Some(local),
             root: canonical.display().to_string(),
             local_root: Some(canonical),
+            prefix: String::new(),
+            fetcher: None,
             requests: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
         })))
@@ -119,7 +128,18 @@ impl Store {
     }
 
     fn obj_path(&self, path: &str) -> ObjPath {
-        ObjPath::parse(path).unwrap_or_else(|_| ObjPath::from(path))
+        let full = if self.0.prefix.is_empty() { path.to_string() } else { format!("{}/{path}", self.0.prefix) };
+        ObjPath::parse(&full).unwrap_or_else(|_| ObjPath::from(full.as_str()))
+    }
+
+    /// Whether bytes come over the network (through the fetch layer).
+    pub fn is_remote(&self) -> bool {
+        self.0.fetcher.is_some()
+    }
+
+    /// The fetch layer's counters, for remote stores.
+    pub fn fetch_counters(&self) -> Option<&crate::fetch::FetchCounters> {
+        self.0.fetcher.as_ref().map(|f| f.counters())
     }
 
     fn err(&self, path: &str, e: object_store::Error) -> Error {
@@ -134,26 +154,30 @@ impl Store {
 
     /// Every object under the root (recursively), sorted by path.
     pub async fn list(&self) -> Result<Vec<ObjectInfo>> {
-        let mut out: Vec<ObjectInfo> = self
-            .0
-            .objects
-            .list(None)
-            .map_ok(|m| ObjectInfo {
-                path: m.location.as_ref().to_string(),
-                size: m.size,
-                modified_us: m.last_modified.timestamp_micros(),
-                e_tag: m.e_tag,
-            })
-            .try_collect()
-            .await
-            .map_err(|e| self.err("", e))?;
+        let prefix = (!self.0.prefix.is_empty()).then(|| self.obj_path(""));
+        let strip = if self.0.prefix.is_empty() { 0 } else { self.0.prefix.len() + 1 };
+        let info = |m: object_store::ObjectMeta| ObjectInfo {
+            path: m.location.as_ref().get(strip..).unwrap_or_default().to_string(),
+            size: m.size,
+            modified_us: m.last_modified.timestamp_micros(),
+            e_tag: m.e_tag,
+        };
+        let mut out: Vec<ObjectInfo> = match &self.0.fetcher {
+            Some(f) => f.list(prefix.as_ref(), &self.describe("")).await?.into_iter().map(info).collect(),
+            None => {
+                self.0.objects.list(prefix.as_ref()).map_ok(info).try_collect().await.map_err(|e| self.err("", e))?
+            }
+        };
         out.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(out)
     }
 
     /// Size and version of one object.
     pub async fn head(&self, path: &str) -> Result<ObjectInfo> {
-        let m = self.0.objects.head(&self.obj_path(path)).await.map_err(|e| self.err(path, e))?;
+        let m = match &self.0.fetcher {
+            Some(f) => f.head(&self.obj_path(path), &self.describe(path)).await?,
+            None => self.0.objects.head(&self.obj_path(path)).await.map_err(|e| self.err(path, e))?,
+        };
         Ok(ObjectInfo {
             path: path.to_string(),
             size: m.size,
@@ -164,6 +188,11 @@ impl Store {
 
     /// A whole object.
     pub async fn get(&self, path: &str) -> Result<Bytes> {
+        if let Some(f) = &self.0.fetcher {
+            let bytes = f.get(&self.obj_path(path), &self.describe(path)).await?;
+            self.count(1, bytes.len() as u64);
+            return Ok(bytes);
+        }
         if self.0.local.is_some() {
             let bytes = self.local_read(path, None).await?.pop().unwrap_or_default();
             self.count(1, bytes.len() as u64);
@@ -178,7 +207,12 @@ impl Store {
     /// One byte range of an object. A short read (the object shrank) is an error.
     pub async fn get_range(&self, path: &str, range: Range<u64>) -> Result<Bytes> {
         let want = range.end - range.start;
-        let bytes = if self.0.local.is_some() {
+        let bytes = if let Some(f) = &self.0.fetcher {
+            f.get_ranges(&self.obj_path(path), &self.describe(path), std::slice::from_ref(&range))
+                .await?
+                .pop()
+                .unwrap_or_default()
+        } else if self.0.local.is_some() {
             self.local_read(path, Some(vec![range.clone()])).await?.pop().unwrap_or_default()
         } else {
             self.0.objects.get_range(&self.obj_path(path), range.clone()).await.map_err(|e| self.err(path, e))?
@@ -190,7 +224,9 @@ impl Store {
 
     /// Several byte ranges of one object, in the order asked.
     pub async fn get_ranges(&self, path: &str, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        let out = if self.0.local.is_some() {
+        let out = if let Some(f) = &self.0.fetcher {
+            f.get_ranges(&self.obj_path(path), &self.describe(path), ranges).await?
+        } else if self.0.local.is_some() {
             self.local_read(path, Some(ranges.to_vec())).await?
         } else {
             self.0.objects.get_ranges(&self.obj_path(path), ranges).await.map_err(|e| self.err(path, e))?

@@ -1,0 +1,175 @@
+//! Building object stores from a remote location and options: S3 (and S3-compatible
+//! servers), GCS, Azure, HTTP. Credentials come from options or the usual environment
+//! variables and never reach `Display`, `Debug` or errors.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::http::HttpBuilder;
+use object_store::{ClientOptions, ObjectStore, RetryConfig};
+
+use super::{Inner, Store};
+use crate::error::{Error, Result};
+use crate::fetch::Fetcher;
+use crate::uri::{RemoteLocation, SourceOptions};
+
+fn env(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|v| !v.is_empty())
+}
+
+impl Store {
+    /// A store over a remote location. `shown` is the URI with credentials redacted.
+    pub fn remote(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Self> {
+        let objects = build(loc, opts, shown)?;
+        let root = match &loc.names {
+            // The display root is the bucket and prefix, not the pattern.
+            Some(_) => format!(
+                "{}{}{}",
+                if loc.scheme.starts_with("http") { String::new() } else { format!("{}://", loc.scheme) },
+                loc.bucket,
+                if loc.prefix.is_empty() { String::new() } else { format!("/{}", loc.prefix) }
+            ),
+            None => shown.split('?').next().unwrap_or(shown).trim_end_matches('/').to_string(),
+        };
+        Ok(Store(Arc::new(Inner {
+            fetcher: Some(Fetcher::new(objects.clone(), opts.fetch_config())),
+            objects,
+            local: None,
+            root,
+            local_root: None,
+            prefix: loc.prefix.clone(),
+            requests: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        })))
+    }
+}
+
+fn client_options(opts: &SourceOptions, endpoint: Option<&str>) -> ClientOptions {
+    let http = opts.allow_http.unwrap_or_else(|| endpoint.is_some_and(|e| e.starts_with("http://")));
+    // Per-attempt limits are the fetch layer's; these bound connection set-up only.
+    ClientOptions::new().with_allow_http(http).with_connect_timeout(Duration::from_secs(10)).with_timeout_disabled()
+}
+
+/// Retries happen in the fetch layer, counted and uniform across stores.
+fn no_retries() -> RetryConfig {
+    RetryConfig { max_retries: 0, retry_timeout: Duration::from_secs(1), ..Default::default() }
+}
+
+fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<dyn ObjectStore>> {
+    let bad = |reason: String| Error::InvalidUri { uri: shown.to_string(), reason };
+    // object_store errors can quote configuration; never pass them through unredacted.
+    let build_err = |what: &str, e: object_store::Error| {
+        let msg = crate::uri::redact(&e.to_string());
+        Error::InvalidOption { message: format!("cannot configure the {what} store for {shown}: {msg}") }
+    };
+    let endpoint = opts.endpoint.clone();
+    match loc.scheme.as_str() {
+        "s3" => {
+            let mut b = AmazonS3Builder::from_env()
+                .with_client_options(client_options(opts, endpoint.as_deref().or(env("AWS_ENDPOINT_URL").as_deref())))
+                .with_bucket_name(&loc.bucket)
+                .with_retry(no_retries());
+            if let Some(e) = &endpoint {
+                b = b.with_endpoint(e);
+            }
+            b = b.with_virtual_hosted_style_request(opts.virtual_hosted.unwrap_or(false));
+            if let Some(r) = opts.region.clone().or_else(|| env("AWS_REGION")).or_else(|| env("AWS_DEFAULT_REGION")) {
+                b = b.with_region(r);
+            }
+            if let Some(k) = &opts.access_key_id {
+                b = b.with_access_key_id(k);
+            }
+            if let Some(k) = &opts.secret_access_key {
+                b = b.with_secret_access_key(k);
+            }
+            if let Some(t) = &opts.session_token {
+                b = b.with_token(t);
+            }
+            let anonymous = opts.anonymous.unwrap_or(false);
+            if anonymous {
+                b = b.with_skip_signature(true);
+            }
+            let has_keys = (opts.access_key_id.is_some() || env("AWS_ACCESS_KEY_ID").is_some())
+                && (opts.secret_access_key.is_some() || env("AWS_SECRET_ACCESS_KEY").is_some());
+            let has_other = [
+                "AWS_WEB_IDENTITY_TOKEN_FILE",
+                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            ]
+            .iter()
+            .any(|k| env(k).is_some());
+            // Without any credential source object_store falls back to the instance metadata
+            // service: a network call that hangs off the cloud. Ask instead.
+            if !(has_keys || has_other || anonymous || opts.instance_metadata.unwrap_or(false)) {
+                return Err(Error::InvalidOption {
+                    message: format!(
+                        "no S3 credentials for {shown}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the \
+                         options access_key_id/secret_access_key, or anonymous=true for a public bucket, or \
+                         instance_metadata=true on a cloud VM"
+                    ),
+                });
+            }
+            Ok(Arc::new(b.build().map_err(|e| build_err("S3", e))?))
+        }
+        "gs" => {
+            let mut b = GoogleCloudStorageBuilder::from_env()
+                .with_client_options(client_options(opts, None))
+                .with_bucket_name(&loc.bucket)
+                .with_retry(no_retries());
+            match &opts.service_account {
+                Some(sa) if sa.trim_start().starts_with('{') => b = b.with_service_account_key(sa),
+                Some(path) => b = b.with_service_account_path(path),
+                None => {}
+            }
+            let has = opts.service_account.is_some()
+                || [
+                    "GOOGLE_SERVICE_ACCOUNT",
+                    "GOOGLE_SERVICE_ACCOUNT_PATH",
+                    "GOOGLE_SERVICE_ACCOUNT_KEY",
+                    "GOOGLE_APPLICATION_CREDENTIALS",
+                ]
+                .iter()
+                .any(|k| env(k).is_some());
+            if !(has || opts.instance_metadata.unwrap_or(false)) {
+                return Err(Error::InvalidOption {
+                    message: format!(
+                        "no GCS credentials for {shown}: set GOOGLE_APPLICATION_CREDENTIALS or the option \
+                         service_account (a key file path or the JSON), or instance_metadata=true on a cloud VM"
+                    ),
+                });
+            }
+            Ok(Arc::new(b.build().map_err(|e| build_err("GCS", e))?))
+        }
+        "az" => {
+            let mut b = MicrosoftAzureBuilder::from_env()
+                .with_client_options(client_options(opts, endpoint.as_deref()))
+                .with_container_name(&loc.bucket)
+                .with_retry(no_retries());
+            if opts.use_emulator.unwrap_or(false) {
+                b = b.with_use_emulator(true).with_allow_http(true);
+            }
+            if let Some(a) = &opts.account {
+                b = b.with_account(a);
+            }
+            if let Some(k) = &opts.access_key {
+                b = b.with_access_key(k);
+            }
+            if let Some(e) = &endpoint {
+                b = b.with_endpoint(e.clone());
+            }
+            Ok(Arc::new(b.build().map_err(|e| build_err("Azure", e))?))
+        }
+        "http" | "https" => {
+            let b = HttpBuilder::new()
+                .with_client_options(client_options(opts, Some(&loc.bucket)))
+                .with_url(&loc.bucket)
+                .with_retry(no_retries());
+            Ok(Arc::new(b.build().map_err(|e| build_err("HTTP", e))?))
+        }
+        other => Err(bad(format!("unknown scheme `{other}`"))),
+    }
+}
