@@ -176,6 +176,7 @@ impl Error {
             Error::Store { source, .. } => {
                 matches!(source, object_store::Error::Generic { .. } | object_store::Error::JoinError { .. })
             }
+            Error::Fetch { transient, .. } => *transient,
             _ => false,
         }
     }

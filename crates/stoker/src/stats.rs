@@ -179,8 +179,8 @@ impl Stats {
             store_requests: io.requests,
             store_bytes: io.bytes,
             cache_hit_rate: None,
-            retries: 0,
-            hedges: 0,
+            retries: io.retries,
+            hedges: io.hedges,
         }
     }
 }

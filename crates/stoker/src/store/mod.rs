@@ -43,6 +43,12 @@ pub struct IoCounters {
     pub requests: u64,
     /// Payload bytes returned.
     pub bytes: u64,
+    /// Remote requests retried after a transient failure.
+    pub retries: u64,
+    /// Remote requests hedged (a duplicate sent because the first was slow).
+    pub hedges: u64,
+    /// Hedges that answered first.
+    pub hedge_wins: u64,
 }
 
 /// A cheaply cloneable handle on a store rooted at a directory or prefix.
@@ -118,7 +124,17 @@ impl Store {
 
     /// Requests and bytes served so far.
     pub fn counters(&self) -> IoCounters {
-        IoCounters { requests: self.0.requests.load(Ordering::Relaxed), bytes: self.0.bytes.load(Ordering::Relaxed) }
+        let mut c = IoCounters {
+            requests: self.0.requests.load(Ordering::Relaxed),
+            bytes: self.0.bytes.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        if let Some(f) = self.fetch_counters() {
+            c.retries = f.retries.load(Ordering::Relaxed);
+            c.hedges = f.hedges.load(Ordering::Relaxed);
+            c.hedge_wins = f.hedge_wins.load(Ordering::Relaxed);
+        }
+        c
     }
 
     /// Count reads made outside the store's own methods (direct reads into batches).
@@ -413,7 +429,7 @@ mod tests {
         assert_eq!(&s.get_range("sub/b.bin", 2..5).await.unwrap()[..], b"234");
         let r = s.get_ranges("sub/b.bin", &[0..1, 8..10]).await.unwrap();
         assert_eq!((&r[0][..], &r[1][..]), (&b"0"[..], &b"89"[..]));
-        assert_eq!(s.counters(), IoCounters { requests: 3, bytes: 6 });
+        assert_eq!(s.counters(), IoCounters { requests: 3, bytes: 6, ..Default::default() });
         assert!(s.get_range("sub/b.bin", 5..20).await.is_err(), "a short read must be an error");
         assert!(matches!(s.get("nope").await, Err(Error::NotFound { .. })));
     }

@@ -1,0 +1,163 @@
+//! The layouts over S3: a real S3 server (s3s-fs, in-process on loopback) and a fault and
+//! latency proxy in front of it. Same conformance suite as the local layouts.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use stoker::conformance::run_all;
+use stoker::{Error, Layout, Sample, SourceOptions};
+use stoker_test_servers::proxy::{self, FaultPatch, ProxyConfig};
+use stoker_test_servers::s3::{self, S3ServerConfig};
+
+const AK: &str = "stoker-test-key";
+const SK: &str = "s3cr3t-do-not-print";
+
+struct Server {
+    _root: tempfile::TempDir,
+    handle: stoker_test_servers::ServerHandle,
+    /// Samples written under `data/tar` (3 shards) and `data/objects`.
+    tar: Vec<Sample>,
+    objects: Vec<Sample>,
+}
+
+async fn server() -> Server {
+    let root = tempfile::tempdir().unwrap();
+    let bucket = root.path().join("data");
+    std::fs::create_dir_all(bucket.join("tar")).unwrap();
+    std::fs::create_dir_all(bucket.join("objects")).unwrap();
+    let tar = tar_dir(&bucket.join("tar"), 3, 7);
+    let objects = objects_dir(&bucket.join("objects"));
+    // The hidden file objects_dir adds would be a sample name on S3 only if listed; it is
+    // skipped by the same rule as locally.
+    let handle = s3::serve(S3ServerConfig::new(root.path()).with_credentials(AK, SK)).await.unwrap();
+    Server { _root: root, handle, tar, objects }
+}
+
+fn uri(endpoint: &str, path: &str, extra: &str) -> String {
+    format!("s3://data/{path}?endpoint={endpoint}&access_key_id={AK}&secret_access_key={SK}{extra}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_tar_and_objects_over_s3() {
+    let s = server().await;
+    let ep = s.handle.endpoint();
+    let src = open(&uri(&ep, "tar", "")).await;
+    assert_eq!(src.info().layout, Layout::Tar);
+    assert_eq!(src.info().shards, 3);
+    run_all(src, &s.tar, "s3://data/tar", &[SK]).await;
+    let src = open(&uri(&ep, "objects", "")).await;
+    assert_eq!(src.info().layout, Layout::Objects);
+    run_all(src, &s.objects, "s3://data/objects", &[SK]).await;
+    // A brace pattern names shards without listing.
+    let src = open(&uri(&ep, "tar/shard-{0001..0002}.tar", "")).await;
+    run_all(src, &s.tar[7..], "shard-{0001..0002}.tar", &[SK]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_never_show_and_bad_ones_fail_clearly() {
+    let s = server().await;
+    let ep = s.handle.endpoint();
+    let src = open(&uri(&ep, "tar", "")).await;
+    assert!(!format!("{src} {src:?}").contains(SK));
+    let opts = SourceOptions::from_query(&format!("access_key_id={AK}&secret_access_key={SK}")).unwrap();
+    assert!(!format!("{opts:?}").contains(SK) && !format!("{opts:?}").contains(AK), "{opts:?}");
+
+    let wrong = format!("s3://data/tar?endpoint={ep}&access_key_id={AK}&secret_access_key=wrong-secret-123");
+    let e = stoker::open(&wrong, Default::default()).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(!msg.contains("wrong-secret-123"), "{msg}");
+    assert!(msg.contains("s3://data/tar") && msg.contains("credentials"), "{msg}");
+    assert!(!e.is_retryable());
+
+    // No credentials anywhere (the tests never set AWS_* variables).
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+        let e = stoker::open(&format!("s3://data/tar?endpoint={ep}"), Default::default()).await.unwrap_err();
+        assert!(e.to_string().contains("AWS_ACCESS_KEY_ID") && e.to_string().contains("anonymous"), "{e}");
+    }
+    let e = stoker::open(&uri(&ep, "nothing-here", ""), Default::default()).await.unwrap_err();
+    assert!(matches!(e, Error::Empty { .. }), "{e:?}");
+}
+
+async fn with_proxy(s: &Server, faults: FaultPatch) -> proxy::ProxyHandle {
+    let p = proxy::serve(ProxyConfig::new(s.handle.addr())).await.unwrap();
+    p.control.apply(&faults).unwrap();
+    p
+}
+
+/// Read every sample of `src` through `get_many` batches and compare.
+async fn full_pass(src: &stoker::DynSampleSource, expected: &[Sample]) {
+    let idx: Vec<usize> = (0..src.len()).collect();
+    for chunk in idx.chunks(5) {
+        let got = src.get_many(chunk).await.unwrap_or_else(|e| panic!("batch {chunk:?}: {e}"));
+        for (g, &i) in got.iter().zip(chunk) {
+            assert_eq!(g, &expected[i], "sample {i}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_are_retried_and_nothing_is_lost() {
+    let s = server().await;
+    let p = with_proxy(
+        &s,
+        FaultPatch {
+            slowdown: Some(0.05),
+            reset: Some(0.02),
+            truncate: Some(0.02),
+            seed: Some(7),
+            ..Default::default()
+        },
+    )
+    .await;
+    // Short backoff keeps the test quick; the policy is the same.
+    let src = open(&uri(&p.endpoint(), "tar", "&backoff_ms=5&attempts=10&hedge_ms=0")).await;
+    for _ in 0..4 {
+        full_pass(&*src, &s.tar).await;
+    }
+    let objects = open(&uri(&p.endpoint(), "objects", "&backoff_ms=5&attempts=10&hedge_ms=0")).await;
+    for _ in 0..4 {
+        full_pass(&*objects, &s.objects).await;
+    }
+    let faults = p.control.stats();
+    assert!(faults.slowdowns + faults.resets + faults.truncations > 0, "faults were injected: {faults:?}");
+    let retries = src.io_counters().unwrap().retries + objects.io_counters().unwrap().retries;
+    assert!(retries > 0, "retries counted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_503_storm_fails_within_the_retry_budget_naming_the_object() {
+    let s = server().await;
+    let p = with_proxy(&s, FaultPatch::default()).await;
+    let src = open(&uri(&p.endpoint(), "tar", "&backoff_ms=10&attempts=4&hedge_ms=0")).await;
+    p.control.apply(&FaultPatch { slowdown: Some(1.0), ..Default::default() }).unwrap();
+    let t = Instant::now();
+    let e = src.get(3).await.unwrap_err();
+    let elapsed = t.elapsed();
+    let msg = e.to_string();
+    assert!(msg.contains("shard-0000.tar") && msg.contains("4 attempt"), "{msg}");
+    assert!(msg.contains("503") || msg.contains("SlowDown"), "{msg}");
+    assert!(e.is_retryable(), "a storm is transient: a later retry may succeed: {e:?}");
+    // 4 attempts with 10, 20, 40 ms of (jittered) backoff: well under a second.
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+    assert!(!msg.contains(SK));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stragglers_are_hedged() {
+    let s = server().await;
+    let p = with_proxy(&s, FaultPatch::default()).await;
+    let src = open(&uri(&p.endpoint(), "tar", "&hedge_ms=40")).await;
+    p.control
+        .apply(&FaultPatch { spike_prob: Some(0.3), spike_ms: Some(400), seed: Some(3), ..Default::default() })
+        .unwrap();
+    let t = Instant::now();
+    for i in 0..src.len() {
+        assert_eq!(src.get(i).await.unwrap(), s.tar[i]);
+    }
+    let c = src.io_counters().unwrap();
+    assert!(c.hedges > 0 && c.hedge_wins > 0, "{c:?}");
+    // Without hedging ~30% of 21 requests would wait 400 ms (~2.5 s).
+    assert!(t.elapsed() < Duration::from_millis(2500), "{:?}", t.elapsed());
+}

@@ -1,0 +1,770 @@
+//! A fault-injecting HTTP/1.1 reverse proxy.
+//!
+//! Put it between an S3 client and [`crate::s3`] to make the pipeline see
+//! what real object stores do under load: added latency with jitter, rare
+//! latency spikes (for hedged requests), `503 SlowDown`, connections reset
+//! mid-request, and bodies cut short.
+//!
+//! Every proxied request draws the same five random numbers from one seeded
+//! RNG, in arrival order, whatever the knobs are set to; the fault pattern
+//! for a given seed and request order is therefore reproducible.
+//!
+//! Control endpoints, answered by the proxy itself and never forwarded nor
+//! counted:
+//!
+//! * `GET /__proxy/stats`: counters as JSON ([`ProxyStats`]).
+//! * `POST /__proxy/stats/reset`: zero the counters.
+//! * `GET /__proxy/config`: current [`FaultConfig`] as JSON.
+//! * `POST /__proxy/config`: JSON [`FaultPatch`] with any subset of the knobs;
+//!   answers the new config, or `400` (config unchanged) if invalid.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::rng::XorShift64;
+use crate::ServerHandle;
+
+/// Body of the injected `503`, byte for byte what S3 sends for throttling.
+pub const SLOWDOWN_BODY: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+
+/// Upper bound for `latency_ms`, `jitter_ms` and `spike_ms` (10 minutes).
+///
+/// A typo such as an extra zero should fail loudly rather than hang a test.
+pub const MAX_DELAY_MS: u64 = 600_000;
+
+/// Path prefix of the control endpoints.
+pub const CONTROL_PREFIX: &str = "/__proxy/";
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type ProxyBody = BoxBody<Bytes, BoxError>;
+
+/// The fault knobs. Probabilities are in `[0, 1]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FaultConfig {
+    /// Fixed delay before each request is handled, in milliseconds.
+    pub latency_ms: u64,
+    /// Extra uniform delay in `[0, jitter_ms]` per request.
+    pub jitter_ms: u64,
+    /// Probability of answering `503 SlowDown` without contacting upstream.
+    pub slowdown: f64,
+    /// Probability of resetting the client connection (TCP RST).
+    pub reset: f64,
+    /// Probability of cutting a GET/HEAD response body to about half.
+    pub truncate: f64,
+    /// Probability of adding `spike_ms` to the delay.
+    pub spike_prob: f64,
+    /// Size of a latency spike, in milliseconds.
+    pub spike_ms: u64,
+    /// RNG seed; setting it (even to the same value) restarts the sequence.
+    pub seed: u64,
+}
+
+impl Default for FaultConfig {
+    /// No faults, seed 1 (the CLI default).
+    fn default() -> Self {
+        Self {
+            latency_ms: 0,
+            jitter_ms: 0,
+            slowdown: 0.0,
+            reset: 0.0,
+            truncate: 0.0,
+            spike_prob: 0.0,
+            spike_ms: 0,
+            seed: 1,
+        }
+    }
+}
+
+impl FaultConfig {
+    /// Checks that probabilities are in `[0, 1]` and delays at most
+    /// [`MAX_DELAY_MS`].
+    ///
+    /// # Errors
+    /// A message naming the first bad knob.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, p) in [
+            ("slowdown", self.slowdown),
+            ("reset", self.reset),
+            ("truncate", self.truncate),
+            ("spike_prob", self.spike_prob),
+        ] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("{name} must be a probability in [0, 1], got {p}"));
+            }
+        }
+        for (name, ms) in [("latency_ms", self.latency_ms), ("jitter_ms", self.jitter_ms), ("spike_ms", self.spike_ms)]
+        {
+            if ms > MAX_DELAY_MS {
+                return Err(format!("{name} must be at most {MAX_DELAY_MS}, got {ms}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Returns this config with the fields present in `patch` replaced.
+    pub fn patched(&self, patch: &FaultPatch) -> Self {
+        Self {
+            latency_ms: patch.latency_ms.unwrap_or(self.latency_ms),
+            jitter_ms: patch.jitter_ms.unwrap_or(self.jitter_ms),
+            slowdown: patch.slowdown.unwrap_or(self.slowdown),
+            reset: patch.reset.unwrap_or(self.reset),
+            truncate: patch.truncate.unwrap_or(self.truncate),
+            spike_prob: patch.spike_prob.unwrap_or(self.spike_prob),
+            spike_ms: patch.spike_ms.unwrap_or(self.spike_ms),
+            seed: patch.seed.unwrap_or(self.seed),
+        }
+    }
+}
+
+/// A partial [`FaultConfig`], the body of `POST /__proxy/config`.
+///
+/// Field names match the config (`latency_ms`) and the CLI flags
+/// (`latency-ms`). Unknown fields are rejected so a typo cannot silently
+/// leave a fault off.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultPatch {
+    /// See [`FaultConfig::latency_ms`].
+    #[serde(default, alias = "latency-ms", skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
+    /// See [`FaultConfig::jitter_ms`].
+    #[serde(default, alias = "jitter-ms", skip_serializing_if = "Option::is_none")]
+    pub jitter_ms: Option<u64>,
+    /// See [`FaultConfig::slowdown`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slowdown: Option<f64>,
+    /// See [`FaultConfig::reset`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset: Option<f64>,
+    /// See [`FaultConfig::truncate`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncate: Option<f64>,
+    /// See [`FaultConfig::spike_prob`].
+    #[serde(default, alias = "spike-prob", skip_serializing_if = "Option::is_none")]
+    pub spike_prob: Option<f64>,
+    /// See [`FaultConfig::spike_ms`].
+    #[serde(default, alias = "spike-ms", skip_serializing_if = "Option::is_none")]
+    pub spike_ms: Option<u64>,
+    /// See [`FaultConfig::seed`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+/// Counters, as served by `GET /__proxy/stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyStats {
+    /// Requests received (control endpoints excluded).
+    pub requests: u64,
+    /// Requests sent to the upstream.
+    pub forwarded: u64,
+    /// Injected `503 SlowDown` answers.
+    pub slowdowns: u64,
+    /// Injected connection resets.
+    pub resets: u64,
+    /// Injected truncated responses.
+    pub truncations: u64,
+    /// Requests that got a latency spike.
+    pub spikes: u64,
+    /// Forwarded requests the upstream failed to answer (`502` sent).
+    pub upstream_errors: u64,
+}
+
+/// Settings for [`serve`].
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// The HTTP server to forward to.
+    pub upstream: SocketAddr,
+    /// Initial fault settings.
+    pub faults: FaultConfig,
+}
+
+impl ProxyConfig {
+    /// Listens on `127.0.0.1:0`, forwards to `upstream`, no faults.
+    pub fn new(upstream: SocketAddr) -> Self {
+        Self { listen: SocketAddr::from(([127, 0, 0, 1], 0)), upstream, faults: FaultConfig::default() }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    forwarded: AtomicU64,
+    slowdowns: AtomicU64,
+    resets: AtomicU64,
+    truncations: AtomicU64,
+    spikes: AtomicU64,
+    upstream_errors: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+struct FaultState {
+    config: FaultConfig,
+    rng: XorShift64,
+}
+
+struct Shared {
+    upstream: SocketAddr,
+    faults: Mutex<FaultState>,
+    counters: Counters,
+    client: Client<HttpConnector, Incoming>,
+}
+
+/// What to do with one request, drawn up front.
+struct Decision {
+    delay: Duration,
+    spike: bool,
+    slowdown: bool,
+    reset: bool,
+    truncate: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, FaultState> {
+        // A panic while holding this lock cannot leave the state torn (plain
+        // field writes), so a poisoned lock is still usable.
+        self.faults.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn decide(&self) -> Decision {
+        let mut guard = self.lock();
+        let FaultState { config: c, rng } = &mut *guard;
+        // Always five draws in this order, so the sequence depends only on the
+        // seed and request order, not on which knobs happen to be on.
+        let jitter = rng.up_to(c.jitter_ms);
+        let spike = rng.chance(c.spike_prob);
+        let slowdown = rng.chance(c.slowdown);
+        let reset = rng.chance(c.reset);
+        let truncate = rng.chance(c.truncate);
+        let spike_ms = if spike { c.spike_ms } else { 0 };
+        Decision { delay: Duration::from_millis(c.latency_ms + jitter + spike_ms), spike, slowdown, reset, truncate }
+    }
+}
+
+/// In-process access to a running proxy's counters and knobs; the same
+/// operations as the HTTP control endpoints.
+#[derive(Clone)]
+pub struct ProxyControl {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for ProxyControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyControl").field("upstream", &self.shared.upstream).finish_non_exhaustive()
+    }
+}
+
+impl ProxyControl {
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> ProxyStats {
+        let c = &self.shared.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ProxyStats {
+            requests: get(&c.requests),
+            forwarded: get(&c.forwarded),
+            slowdowns: get(&c.slowdowns),
+            resets: get(&c.resets),
+            truncations: get(&c.truncations),
+            spikes: get(&c.spikes),
+            upstream_errors: get(&c.upstream_errors),
+        }
+    }
+
+    /// Sets all counters to zero.
+    pub fn reset_stats(&self) {
+        let c = &self.shared.counters;
+        for a in [&c.requests, &c.forwarded, &c.slowdowns, &c.resets, &c.truncations, &c.spikes, &c.upstream_errors] {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The current fault settings.
+    pub fn config(&self) -> FaultConfig {
+        self.shared.lock().config.clone()
+    }
+
+    /// Applies `patch`; a `seed` in it restarts the RNG sequence.
+    ///
+    /// # Errors
+    /// If the result is invalid (see [`FaultConfig::validate`]); the
+    /// settings are then left unchanged.
+    pub fn apply(&self, patch: &FaultPatch) -> Result<FaultConfig, String> {
+        let mut state = self.shared.lock();
+        let next = state.config.patched(patch);
+        next.validate()?;
+        if let Some(seed) = patch.seed {
+            state.rng = XorShift64::new(seed);
+        }
+        state.config = next.clone();
+        Ok(next)
+    }
+}
+
+/// A running proxy: its server handle plus in-process control.
+#[derive(Debug)]
+pub struct ProxyHandle {
+    /// The listening server.
+    pub server: ServerHandle,
+    /// Counters and knobs.
+    pub control: ProxyControl,
+}
+
+impl ProxyHandle {
+    /// The proxy's listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    /// `http://IP:PORT` of the proxy.
+    pub fn endpoint(&self) -> String {
+        self.server.endpoint()
+    }
+
+    /// Stops the proxy (see [`ServerHandle::shutdown`]).
+    pub async fn shutdown(self) {
+        self.server.shutdown().await;
+    }
+}
+
+/// Binds and starts the proxy in a background task.
+///
+/// # Errors
+/// An invalid fault config (as `InvalidInput`) or a bind failure.
+pub async fn serve(config: ProxyConfig) -> io::Result<ProxyHandle> {
+    config.faults.validate().map_err(|msg| io::Error::new(io::ErrorKind::InvalidInput, msg))?;
+
+    let mut connector = HttpConnector::new();
+    // Same reason as on the accept side: no Nagle stalls on small requests.
+    connector.set_nodelay(true);
+    // Idle upstream connections are reused (keep-alive is the pool's default).
+    let client = Client::builder(TokioExecutor::new()).build(connector);
+
+    let shared = Arc::new(Shared {
+        upstream: config.upstream,
+        faults: Mutex::new(FaultState { rng: XorShift64::new(config.faults.seed), config: config.faults }),
+        counters: Counters::default(),
+        client,
+    });
+    let control = ProxyControl { shared: shared.clone() };
+
+    let listener = TcpListener::bind(config.listen).await?;
+    let server = crate::spawn_accept_loop(listener, move |socket, graceful| {
+        let reset = Arc::new(AtomicBool::new(false));
+        let io = TokioIo::new(ResettableStream { inner: socket, reset: reset.clone() });
+        let shared = shared.clone();
+        let svc = service_fn(move |req| handle(shared.clone(), reset.clone(), req));
+        let conn = hyper::server::conn::http1::Builder::new().keep_alive(true).serve_connection(io, svc);
+        let conn = graceful.watch(conn);
+        Box::pin(async move {
+            // Errors here are injected faults or client disconnects.
+            let _ = conn.await;
+        })
+    })?;
+    Ok(ProxyHandle { server, control })
+}
+
+/// Returned by the service to make hyper drop the connection; the socket's
+/// `Drop` then turns the close into a TCP RST.
+#[derive(Debug)]
+struct InjectedReset;
+
+impl std::fmt::Display for InjectedReset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("injected connection reset")
+    }
+}
+
+impl std::error::Error for InjectedReset {}
+
+async fn handle(
+    shared: Arc<Shared>,
+    reset_flag: Arc<AtomicBool>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, InjectedReset> {
+    if req.uri().path().starts_with(CONTROL_PREFIX) {
+        return Ok(control(&shared, req).await);
+    }
+    let c = &shared.counters;
+    bump(&c.requests);
+
+    let d = shared.decide();
+    if d.spike {
+        bump(&c.spikes);
+    }
+    if !d.delay.is_zero() {
+        tokio::time::sleep(d.delay).await;
+    }
+    if d.slowdown {
+        bump(&c.slowdowns);
+        return Ok(slowdown_response());
+    }
+    if d.reset {
+        bump(&c.resets);
+        reset_flag.store(true, Ordering::SeqCst);
+        return Err(InjectedReset);
+    }
+
+    let truncate = d.truncate && matches!(*req.method(), Method::GET | Method::HEAD);
+    let is_head = req.method() == Method::HEAD;
+    let upstream_req = match upstream_request(shared.upstream, req) {
+        Ok(r) => r,
+        Err(msg) => return Ok(text_response(StatusCode::BAD_REQUEST, msg)),
+    };
+    bump(&c.forwarded);
+    let resp = match shared.client.request(upstream_req).await {
+        Ok(resp) => resp,
+        Err(err) => {
+            bump(&c.upstream_errors);
+            return Ok(text_response(StatusCode::BAD_GATEWAY, format!("upstream error: {err}")));
+        }
+    };
+
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    if !truncate {
+        return Ok(Response::from_parts(parts, body.map_err(BoxError::from).boxed()));
+    }
+    bump(&c.truncations);
+    let declared =
+        parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if is_head || declared == Some(0) {
+        // Nothing to cut (HEAD, empty body): end the connection right after
+        // the headers instead, which is what a dying server looks like there.
+        parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return Ok(Response::from_parts(parts, body.map_err(BoxError::from).boxed()));
+    }
+    let cut = TruncatedBody::new(body, declared.map(|n| n / 2));
+    Ok(Response::from_parts(parts, cut.boxed()))
+}
+
+/// Rewrites a client request for the upstream: absolute URI, hop-by-hop
+/// headers removed. `Host` is kept because SigV4 signs it; changing it would
+/// make every signed request fail at the upstream.
+fn upstream_request(upstream: SocketAddr, req: Request<Incoming>) -> Result<Request<Incoming>, String> {
+    let (mut parts, body) = req.into_parts();
+    let pq = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    parts.uri = format!("http://{upstream}{pq}").parse().map_err(|e| format!("bad request target: {e}"))?;
+    strip_hop_by_hop(&mut parts.headers);
+    // hyper already answered any `Expect: 100-continue` on our side.
+    parts.headers.remove(header::EXPECT);
+    Ok(Request::from_parts(parts, body))
+}
+
+/// Removes headers that apply to one connection only (RFC 9110 §7.6.1),
+/// including any named in `Connection`; hyper re-frames each side itself.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+}
+
+fn full(body: impl Into<Bytes>) -> ProxyBody {
+    Full::new(body.into()).map_err(|never: Infallible| match never {}).boxed()
+}
+
+fn slowdown_response() -> Response<ProxyBody> {
+    let mut resp = Response::new(full(SLOWDOWN_BODY));
+    *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/xml"));
+    resp
+}
+
+fn text_response(status: StatusCode, msg: impl Into<String>) -> Response<ProxyBody> {
+    let mut resp = Response::new(full(msg.into()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp
+}
+
+fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response<ProxyBody> {
+    // Serializing these plain structs cannot fail; fall back to `{}` anyway.
+    let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+    let mut resp = Response::new(full(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// Largest accepted `POST /__proxy/config` body.
+const MAX_CONTROL_BODY: usize = 64 * 1024;
+
+async fn control(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let ctl = ProxyControl { shared: shared.clone() };
+    let path = req.uri().path().to_owned();
+    match (req.method().clone(), path.as_str()) {
+        (Method::GET, "/__proxy/stats") => json_response(StatusCode::OK, &ctl.stats()),
+        (Method::POST, "/__proxy/stats/reset") => {
+            ctl.reset_stats();
+            json_response(StatusCode::OK, &ctl.stats())
+        }
+        (Method::GET, "/__proxy/config") => json_response(StatusCode::OK, &ctl.config()),
+        (Method::POST, "/__proxy/config") => {
+            let bytes = match Limited::new(req.into_body(), MAX_CONTROL_BODY).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => return text_response(StatusCode::BAD_REQUEST, format!("cannot read body: {e}\n")),
+            };
+            let patch: FaultPatch = match serde_json::from_slice(&bytes) {
+                Ok(p) => p,
+                Err(e) => return text_response(StatusCode::BAD_REQUEST, format!("invalid config JSON: {e}\n")),
+            };
+            match ctl.apply(&patch) {
+                Ok(cfg) => json_response(StatusCode::OK, &cfg),
+                Err(msg) => text_response(StatusCode::BAD_REQUEST, format!("{msg}\n")),
+            }
+        }
+        _ => text_response(
+            StatusCode::NOT_FOUND,
+            "control endpoints: GET /__proxy/stats, POST /__proxy/stats/reset, GET|POST /__proxy/config\n",
+        ),
+    }
+}
+
+/// Why a truncated body ended: makes hyper abort the connection, so the
+/// client sees fewer bytes than `Content-Length` promised.
+#[derive(Debug)]
+struct Truncated;
+
+impl std::fmt::Display for Truncated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("injected truncation")
+    }
+}
+
+impl std::error::Error for Truncated {}
+
+/// How long the cut body waits before failing, so hyper flushes the bytes
+/// already queued: failing at once can discard them, and the client would
+/// see no body at all instead of half of it.
+const TRUNCATE_FLUSH_DELAY: Duration = Duration::from_millis(20);
+
+/// Passes through the first `limit` bytes of a body, then fails.
+///
+/// With an unknown length (chunked upstream) `limit` is `None` and half of
+/// the first data frame is sent.
+struct TruncatedBody {
+    inner: Incoming,
+    limit: Option<u64>,
+    /// Set once the limit is reached: the delay before the final error.
+    ending: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl TruncatedBody {
+    fn new(inner: Incoming, limit: Option<u64>) -> Self {
+        Self { inner, limit, ending: None }
+    }
+
+    fn start_ending(&mut self) {
+        self.ending = Some(Box::pin(tokio::time::sleep(TRUNCATE_FLUSH_DELAY)));
+    }
+}
+
+impl Body for TruncatedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if let Some(sleep) = this.ending.as_mut() {
+            return match sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(Truncated)))),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+        if this.limit == Some(0) {
+            this.start_ending();
+            return self.poll_frame(cx);
+        }
+        let frame = match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
+            // Upstream ended before the cut (short body): still fail, the
+            // client was promised the declared length.
+            Poll::Ready(None) => {
+                this.start_ending();
+                return self.poll_frame(cx);
+            }
+            Poll::Pending => return Poll::Pending,
+        };
+        let Ok(mut data) = frame.into_data() else {
+            // Trailers: drop them, the body is cut anyway.
+            this.start_ending();
+            return self.poll_frame(cx);
+        };
+        let keep = match this.limit {
+            Some(limit) => limit.min(data.len() as u64),
+            None => data.len() as u64 / 2,
+        };
+        // `keep` is at most `data.len()`, so it fits in usize.
+        data.truncate(usize::try_from(keep).unwrap_or(data.len()));
+        match &mut this.limit {
+            Some(limit) => *limit -= keep,
+            None => this.limit = Some(0),
+        }
+        Poll::Ready(Some(Ok(Frame::data(data))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        false
+    }
+
+    /// Unknown on purpose: hyper then frames the response with the upstream's
+    /// `Content-Length` header instead of the (shorter) real length.
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+/// A client socket that can be closed with a TCP RST instead of a FIN.
+///
+/// hyper owns the socket while serving, so the service cannot close it
+/// directly; it sets `reset` and returns an error, hyper drops the
+/// connection, and `Drop` here sets `SO_LINGER` to 0 right before the close.
+struct ResettableStream {
+    inner: TcpStream,
+    reset: Arc<AtomicBool>,
+}
+
+impl ResettableStream {
+    fn resetting(&self) -> bool {
+        self.reset.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ResettableStream {
+    fn drop(&mut self) {
+        if self.resetting() {
+            // If this fails the close is a FIN: still a failed request.
+            let _ = socket2::SockRef::from(&self.inner).set_linger(Some(Duration::ZERO));
+        }
+    }
+}
+
+impl AsyncRead for ResettableStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ResettableStream {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if self.resetting() {
+            // Nothing may reach the client after a reset was decided.
+            return Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if self.resetting() {
+            return Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()));
+        }
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.resetting() {
+            // A shutdown would send a FIN first; the client must see only the RST.
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validate_rejects_bad_knobs() {
+        assert!(FaultConfig::default().validate().is_ok());
+        let bad = FaultConfig { slowdown: 1.5, ..FaultConfig::default() };
+        assert!(bad.validate().unwrap_err().contains("slowdown"));
+        let bad = FaultConfig { spike_prob: -0.1, ..FaultConfig::default() };
+        assert!(bad.validate().unwrap_err().contains("spike_prob"));
+        let bad = FaultConfig { latency_ms: MAX_DELAY_MS + 1, ..FaultConfig::default() };
+        assert!(bad.validate().unwrap_err().contains("latency_ms"));
+    }
+
+    #[test]
+    fn patch_accepts_both_spellings_and_rejects_typos() {
+        let p: FaultPatch = serde_json::from_str(r#"{"latency-ms": 5, "spike_ms": 7, "slowdown": 0.5}"#).unwrap();
+        assert_eq!(p.latency_ms, Some(5));
+        assert_eq!(p.spike_ms, Some(7));
+        let cfg = FaultConfig::default().patched(&p);
+        assert_eq!((cfg.latency_ms, cfg.spike_ms, cfg.slowdown, cfg.reset), (5, 7, 0.5, 0.0));
+        assert!(serde_json::from_str::<FaultPatch>(r#"{"slowdwn": 1.0}"#).is_err());
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-custom"));
+        h.insert("x-custom", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:1"));
+        h.insert("x-amz-date", HeaderValue::from_static("20240101T000000Z"));
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["host", "x-amz-date"]);
+    }
+}
