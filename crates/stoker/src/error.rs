@@ -148,6 +148,10 @@ pub enum Error {
     #[error(transparent)]
     Pinned(#[from] crate::pinned::PinnedError),
 
+    /// An error shared by several waiters of one fetch (single-flight caches).
+    #[error("{0}")]
+    Shared(std::sync::Arc<Error>),
+
     /// A background task panicked or was cancelled.
     #[error("internal task failed: {0}")]
     Task(String),
@@ -177,6 +181,7 @@ impl Error {
                 matches!(source, object_store::Error::Generic { .. } | object_store::Error::JoinError { .. })
             }
             Error::Fetch { transient, .. } => *transient,
+            Error::Shared(e) => e.is_retryable(),
             _ => false,
         }
     }

@@ -58,6 +58,8 @@ pub struct FetchConfig {
     pub hedge: Hedge,
     /// One attempt's time limit.
     pub timeout: Duration,
+    /// Memory and disk caches for ranged reads of versioned objects (off by default).
+    pub cache: crate::cache::CacheConfig,
 }
 
 impl Default for FetchConfig {
@@ -71,6 +73,7 @@ impl Default for FetchConfig {
             max_backoff: Duration::from_secs(5),
             hedge: Hedge::Auto { quantile: 0.95, factor: 2.0, min: Duration::from_millis(20) },
             timeout: Duration::from_secs(60),
+            cache: crate::cache::CacheConfig { block: 1 << 20, ..Default::default() },
         }
     }
 }
@@ -105,6 +108,7 @@ pub struct Fetcher {
     /// Current hedging threshold in ns (0: not hedging yet).
     threshold_ns: AtomicU64,
     counters: FetchCounters,
+    cache: Option<crate::cache::BlockCache>,
 }
 
 /// One attempt's failure, classified.
@@ -121,16 +125,73 @@ impl std::fmt::Debug for Fetcher {
 }
 
 impl Fetcher {
-    /// A fetcher over `store`.
-    pub fn new(store: Arc<dyn ObjectStore>, cfg: FetchConfig) -> Self {
-        Fetcher {
+    /// A fetcher over `store`; fails only if the disk cache directory cannot be made.
+    pub fn new(store: Arc<dyn ObjectStore>, cfg: FetchConfig) -> Result<Self> {
+        let cache = if cfg.cache.enabled() { Some(crate::cache::BlockCache::new(cfg.cache.clone())?) } else { None };
+        Ok(Fetcher {
+            cache,
             limit: Arc::new(Semaphore::new(cfg.max_in_flight.max(1))),
             store,
             cfg,
             recent: Mutex::new(VecDeque::with_capacity(RECENT)),
             threshold_ns: AtomicU64::new(0),
             counters: FetchCounters::default(),
-        }
+        })
+    }
+
+    /// The block cache, when one is configured.
+    pub fn cache(&self) -> Option<&crate::cache::BlockCache> {
+        self.cache.as_ref()
+    }
+
+    /// Like [`get_ranges`](Self::get_ranges) for an object of known `size` and `version`,
+    /// through the block cache when there is one: whole aligned blocks are fetched, cached,
+    /// and the asked ranges cut from them.
+    pub async fn get_ranges_cached(
+        self: &Arc<Self>,
+        path: &ObjPath,
+        shown: &str,
+        ranges: &[Range<u64>],
+        size: u64,
+        version: &str,
+    ) -> Result<Vec<Bytes>> {
+        let Some(cache) = &self.cache else { return self.get_ranges(path, shown, ranges).await };
+        let bs = cache.config().block.max(1);
+        let mut blocks: Vec<u64> =
+            ranges.iter().filter(|r| r.end > r.start).flat_map(|r| r.start / bs..=(r.end - 1) / bs).collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        let object = path.to_string();
+        let fetched = futures::future::try_join_all(blocks.iter().map(|&b| {
+            let range = b * bs..((b + 1) * bs).min(size);
+            let key = crate::cache::block_key(&object, version, b);
+            let (me, path, shown) = (self.clone(), path.clone(), shown.to_string());
+            let len = (range.end - range.start) as usize;
+            cache.get_or_fetch(key, len, move || async move { me.fetch_range(&path, &shown, range).await })
+        }))
+        .await?;
+        Ok(ranges
+            .iter()
+            .map(|r| {
+                if r.end <= r.start {
+                    return Bytes::new();
+                }
+                let (first, last) = (r.start / bs, (r.end - 1) / bs);
+                let at = |b: u64| blocks.binary_search(&b).map(|i| &fetched[i]).expect("block planned");
+                if first == last {
+                    at(first).slice((r.start - first * bs) as usize..(r.end - first * bs) as usize)
+                } else {
+                    let mut out = BytesMut::with_capacity((r.end - r.start) as usize);
+                    for b in first..=last {
+                        let blk = at(b);
+                        let lo = r.start.max(b * bs) - b * bs;
+                        let hi = r.end.min((b + 1) * bs) - b * bs;
+                        out.extend_from_slice(&blk[lo as usize..hi as usize]);
+                    }
+                    out.freeze()
+                }
+            })
+            .collect())
     }
 
     /// The counters.

@@ -3,6 +3,7 @@
 
 pub mod batch;
 mod buffer;
+pub mod cache;
 pub mod conformance;
 pub mod error;
 pub mod fetch;

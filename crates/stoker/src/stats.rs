@@ -178,7 +178,8 @@ impl Stats {
             peak_bytes_in_flight: self.peak_bytes_in_flight.load(Relaxed),
             store_requests: io.requests,
             store_bytes: io.bytes,
-            cache_hit_rate: None,
+            cache_hit_rate: (io.cache_hits + io.cache_misses > 0)
+                .then(|| io.cache_hits as f64 / (io.cache_hits + io.cache_misses) as f64),
             retries: io.retries,
             hedges: io.hedges,
         }

@@ -105,6 +105,14 @@ pub struct SourceOptions {
     pub hedge_ms: Option<u64>,
     /// Time limit of one request attempt in ms (default 60000).
     pub timeout_ms: Option<u64>,
+    /// Memory cache for remote shard bytes, in bytes (default 0: off).
+    pub cache_bytes: Option<u64>,
+    /// Cache block size in bytes (default 1 MiB).
+    pub cache_block: Option<u64>,
+    /// Disk cache directory for remote shard bytes, shareable by processes (default: none).
+    pub disk_cache_dir: Option<PathBuf>,
+    /// Disk cache limit in bytes (default 10 GiB).
+    pub disk_cache_bytes: Option<u64>,
 }
 
 /// The option keys a URI query or config file may use.
@@ -136,6 +144,10 @@ pub const OPTION_KEYS: &[&str] = &[
     "backoff_ms",
     "hedge_ms",
     "timeout_ms",
+    "cache_bytes",
+    "cache_block",
+    "disk_cache_dir",
+    "disk_cache_bytes",
 ];
 
 /// Options whose values are credentials: masked in `Debug`, redacted in URIs.
@@ -201,7 +213,11 @@ impl SourceOptions {
             attempts,
             backoff_ms,
             hedge_ms,
-            timeout_ms
+            timeout_ms,
+            cache_bytes,
+            cache_block,
+            disk_cache_dir,
+            disk_cache_bytes
         );
         self
     }
@@ -232,6 +248,12 @@ impl SourceOptions {
                 Some(ms) => crate::fetch::Hedge::After(Duration::from_millis(ms)),
             },
             timeout: self.timeout_ms.map_or(d.timeout, Duration::from_millis),
+            cache: crate::cache::CacheConfig {
+                memory_bytes: self.cache_bytes.unwrap_or(0),
+                block: self.cache_block.unwrap_or(d.cache.block).max(4096),
+                disk_dir: self.disk_cache_dir.clone(),
+                disk_bytes: self.disk_cache_bytes.unwrap_or(10 << 30),
+            },
         }
     }
     pub(crate) fn max_read(&self) -> u64 {

@@ -161,3 +161,27 @@ async fn stragglers_are_hedged() {
     // Without hedging ~30% of 21 requests would wait 400 ms (~2.5 s).
     assert!(t.elapsed() < Duration::from_millis(2500), "{:?}", t.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_cache_serves_repeat_epochs_without_requests() {
+    let s = server().await;
+    let ep = s.handle.endpoint();
+    let src = open(&uri(&ep, "tar", "&cache_bytes=67108864&cache_block=65536")).await;
+    full_pass(&*src, &s.tar).await;
+    let first = src.io_counters().unwrap();
+    full_pass(&*src, &s.tar).await;
+    let second = src.io_counters().unwrap();
+    assert!(first.cache_misses > 0);
+    assert_eq!(second.cache_misses, first.cache_misses, "the second epoch is all hits: {second:?}");
+    assert!(second.cache_hits > first.cache_hits);
+    // Concurrent readers of one block make one request (single flight).
+    let cold = open(&uri(&ep, "tar", "&cache_bytes=67108864&cache_block=1048576")).await;
+    let before = cold.io_counters().unwrap();
+    let gets: Vec<_> = (0..7).map(|i| cold.get(i)).collect();
+    for (i, g) in futures::future::join_all(gets).await.into_iter().enumerate() {
+        assert_eq!(g.unwrap(), s.tar[i]);
+    }
+    let after = cold.io_counters().unwrap();
+    assert_eq!(after.cache_misses - before.cache_misses, 7, "{after:?}");
+    assert_eq!(after.remote_requests - before.remote_requests, 1, "seven misses of one block, one request: {after:?}");
+}

@@ -90,6 +90,19 @@ impl TarSource {
 }
 
 impl Inner {
+    /// One byte range of a shard; remote shards go through the block cache when configured,
+    /// keyed by the shard's version so a rewritten shard is never served stale.
+    async fn read(&self, shard: usize, range: Range<u64>) -> Result<Bytes> {
+        let idx = &self.shards[shard].index;
+        let version = match &idx.e_tag {
+            Some(tag) => format!("{tag}/{}", idx.size),
+            None => format!("{}/{}", idx.modified_us, idx.size),
+        };
+        let mut got =
+            self.store.get_ranges_versioned(&idx.shard, std::slice::from_ref(&range), idx.size, &version).await?;
+        Ok(got.pop().unwrap_or_default())
+    }
+
     fn len(&self) -> usize {
         *self.starts.last().unwrap_or(&0)
     }
@@ -265,7 +278,7 @@ impl SampleSource for TarSource {
     async fn get(&self, index: usize) -> Result<Sample> {
         let (shard, local) = self.inner.locate(index)?;
         let span = self.inner.shards[shard].index.span(local);
-        let buf = self.inner.store.get_range(&self.inner.shards[shard].index.shard, span.clone()).await?;
+        let buf = self.inner.read(shard, span.clone()).await?;
         Ok(self.inner.assemble(shard, local, &buf, span.start))
     }
 
@@ -273,7 +286,7 @@ impl SampleSource for TarSource {
         let reads = self.inner.plan(indices)?;
         let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
         let mut done = futures::stream::iter(reads.into_iter().map(|r| async move {
-            let buf = self.inner.store.get_range(&self.inner.shards[r.shard].index.shard, r.range.clone()).await?;
+            let buf = self.inner.read(r.shard, r.range.clone()).await?;
             Ok::<_, Error>((r, buf))
         }))
         .buffer_unordered(self.inner.concurrency);

@@ -43,12 +43,20 @@ pub struct IoCounters {
     pub requests: u64,
     /// Payload bytes returned.
     pub bytes: u64,
+    /// HTTP requests the fetch layer sent (remote stores; retries and hedges included).
+    pub remote_requests: u64,
     /// Remote requests retried after a transient failure.
     pub retries: u64,
     /// Remote requests hedged (a duplicate sent because the first was slow).
     pub hedges: u64,
     /// Hedges that answered first.
     pub hedge_wins: u64,
+    /// Block cache hits (memory).
+    pub cache_hits: u64,
+    /// Block cache misses (memory).
+    pub cache_misses: u64,
+    /// Misses served by the disk cache.
+    pub disk_hits: u64,
 }
 
 /// A cheaply cloneable handle on a store rooted at a directory or prefix.
@@ -66,7 +74,7 @@ struct Inner {
     /// Path inside the object store that every relative path is under ("" for local).
     prefix: String,
     /// Remote stores read through the fetch layer.
-    fetcher: Option<Fetcher>,
+    fetcher: Option<Arc<Fetcher>>,
     requests: AtomicU64,
     bytes: AtomicU64,
 }
@@ -130,9 +138,15 @@ impl Store {
             ..Default::default()
         };
         if let Some(f) = self.fetch_counters() {
+            c.remote_requests = f.requests.load(Ordering::Relaxed);
             c.retries = f.retries.load(Ordering::Relaxed);
             c.hedges = f.hedges.load(Ordering::Relaxed);
             c.hedge_wins = f.hedge_wins.load(Ordering::Relaxed);
+        }
+        if let Some(k) = self.cache_counters() {
+            c.cache_hits = k.hits.load(Ordering::Relaxed);
+            c.cache_misses = k.misses.load(Ordering::Relaxed);
+            c.disk_hits = k.disk_hits.load(Ordering::Relaxed);
         }
         c
     }
@@ -236,6 +250,31 @@ impl Store {
         self.count(1, bytes.len() as u64);
         check_len(self, path, &range, &bytes, want)?;
         Ok(bytes)
+    }
+
+    /// Byte ranges of an object whose `size` and `version` are known (from an index): remote
+    /// stores serve them through the block cache when one is configured.
+    pub async fn get_ranges_versioned(
+        &self,
+        path: &str,
+        ranges: &[Range<u64>],
+        size: u64,
+        version: &str,
+    ) -> Result<Vec<Bytes>> {
+        match &self.0.fetcher {
+            Some(f) if f.cache().is_some() => {
+                let out =
+                    f.get_ranges_cached(&self.obj_path(path), &self.describe(path), ranges, size, version).await?;
+                self.count(ranges.len() as u64, out.iter().map(|b| b.len() as u64).sum());
+                Ok(out)
+            }
+            _ => self.get_ranges(path, ranges).await,
+        }
+    }
+
+    /// Cache counters, when this store has a block cache.
+    pub fn cache_counters(&self) -> Option<&crate::cache::CacheCounters> {
+        self.0.fetcher.as_ref()?.cache().map(|c| c.counters())
     }
 
     /// Several byte ranges of one object, in the order asked.

@@ -36,7 +36,7 @@ impl Store {
             None => shown.split('?').next().unwrap_or(shown).trim_end_matches('/').to_string(),
         };
         Ok(Store(Arc::new(Inner {
-            fetcher: Some(Fetcher::new(objects.clone(), opts.fetch_config())),
+            fetcher: Some(Arc::new(Fetcher::new(objects.clone(), opts.fetch_config())?)),
             objects,
             local: None,
             root,

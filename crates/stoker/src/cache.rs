@@ -1,0 +1,409 @@
+//! Caches for remote bytes: a bytes-bounded in-memory LRU of fixed-size blocks with
+//! single-flight misses, backed optionally by a disk cache directory that several processes
+//! on a node may share (DataLoader workers, ranks).
+//!
+//! Disk entries are written to a temporary file and renamed into place, so a reader sees a
+//! whole block or none; an entry of the wrong length is treated as a miss. Eviction takes an
+//! advisory lock so one process at a time trims the directory to its byte limit, oldest
+//! (least recently read) first.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use futures::future::{BoxFuture, FutureExt, Shared};
+
+use crate::error::{Error, Result};
+
+/// Cache settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Memory cache size in bytes (0: no memory cache).
+    pub memory_bytes: u64,
+    /// Block size: objects are cached in aligned blocks of this many bytes.
+    pub block: u64,
+    /// Disk cache directory (None: no disk cache).
+    pub disk_dir: Option<PathBuf>,
+    /// Disk cache size limit in bytes.
+    pub disk_bytes: u64,
+}
+
+impl CacheConfig {
+    /// Whether any cache is on.
+    pub fn enabled(&self) -> bool {
+        self.memory_bytes > 0 || self.disk_dir.is_some()
+    }
+}
+
+/// Cache counters.
+#[derive(Debug, Default)]
+pub struct CacheCounters {
+    /// Blocks served from memory.
+    pub hits: AtomicU64,
+    /// Blocks not in memory.
+    pub misses: AtomicU64,
+    /// Blocks dropped from memory to stay within the limit.
+    pub evictions: AtomicU64,
+    /// Misses served from the disk cache.
+    pub disk_hits: AtomicU64,
+    /// Blocks written to the disk cache.
+    pub disk_writes: AtomicU64,
+    /// Files removed from the disk cache to stay within its limit.
+    pub disk_evictions: AtomicU64,
+    /// Misses that joined a fetch already in flight for the same block.
+    pub joined: AtomicU64,
+}
+
+/// A fetch in flight: the block, and whether it came from the disk cache.
+type Flight = Shared<BoxFuture<'static, std::result::Result<(Bytes, bool), Arc<Error>>>>;
+
+/// A block cache keyed by 128-bit hashes of (object, version, block).
+pub struct BlockCache {
+    cfg: CacheConfig,
+    mem: Mutex<(lru::LruCache<u128, Bytes>, u64)>,
+    flights: Mutex<HashMap<u128, Flight>>,
+    disk: Option<Arc<DiskCache>>,
+    counters: CacheCounters,
+}
+
+impl std::fmt::Debug for BlockCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockCache").field("cfg", &self.cfg).finish_non_exhaustive()
+    }
+}
+
+/// The cache key of one block of one version of an object.
+pub fn block_key(object: &str, version: &str, block: u64) -> u128 {
+    let h = |seed: u64| {
+        let mut x = seed;
+        for b in object.bytes().chain([0]).chain(version.bytes()).chain([0]).chain(block.to_le_bytes()) {
+            x = (x ^ b as u64).wrapping_mul(0x100000001b3);
+        }
+        x
+    };
+    ((h(0xcbf29ce484222325) as u128) << 64) | h(0x84222325cbf29ce4) as u128
+}
+
+impl BlockCache {
+    /// A cache with these settings; the disk directory is created if needed.
+    pub fn new(cfg: CacheConfig) -> Result<Self> {
+        let disk = match &cfg.disk_dir {
+            Some(dir) => Some(Arc::new(DiskCache::open(dir, cfg.disk_bytes)?)),
+            None => None,
+        };
+        Ok(BlockCache {
+            mem: Mutex::new((lru::LruCache::unbounded(), 0)),
+            flights: Mutex::new(HashMap::new()),
+            disk,
+            counters: CacheCounters::default(),
+            cfg,
+        })
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &CacheCounters {
+        &self.counters
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &CacheConfig {
+        &self.cfg
+    }
+
+    /// Bytes held in memory.
+    pub fn memory_used(&self) -> u64 {
+        self.mem.lock().unwrap_or_else(|e| e.into_inner()).1
+    }
+
+    /// Block `key` of `len` bytes: from memory, else from disk, else from `fetch`. Concurrent
+    /// misses of one key make one fetch.
+    pub async fn get_or_fetch<Fut>(&self, key: u128, len: usize, fetch: impl FnOnce() -> Fut) -> Result<Bytes>
+    where
+        Fut: Future<Output = Result<Bytes>> + Send + 'static,
+    {
+        if let Some(b) = self.mem.lock().unwrap_or_else(|e| e.into_inner()).0.get(&key) {
+            self.counters.hits.fetch_add(1, Relaxed);
+            return Ok(b.clone());
+        }
+        self.counters.misses.fetch_add(1, Relaxed);
+        let (flight, leader) = {
+            let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+            match flights.get(&key) {
+                Some(f) => {
+                    self.counters.joined.fetch_add(1, Relaxed);
+                    (f.clone(), false)
+                }
+                None => {
+                    let disk = self.disk.clone();
+                    let fut = fetch();
+                    let f = async move {
+                        if let Some(d) = &disk {
+                            let d2 = d.clone();
+                            if let Ok(Some(b)) = tokio::task::spawn_blocking(move || d2.read(key, len)).await {
+                                return Ok((b, true));
+                            }
+                        }
+                        let b = fut.await.map_err(Arc::new)?;
+                        if let Some(d) = disk {
+                            let b2 = b.clone();
+                            // Best effort: a full disk must not fail the read.
+                            let _ = tokio::task::spawn_blocking(move || d.write(key, &b2)).await;
+                        }
+                        Ok((b, false))
+                    }
+                    .boxed()
+                    .shared();
+                    flights.insert(key, f.clone());
+                    (f, true)
+                }
+            }
+        };
+        let result = flight.await;
+        if leader {
+            self.flights.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+        }
+        let (bytes, from_disk) = result.map_err(|e| Arc::try_unwrap(e).unwrap_or_else(Error::Shared))?;
+        if leader && from_disk {
+            self.counters.disk_hits.fetch_add(1, Relaxed);
+        }
+        if let Some(d) = &self.disk {
+            self.counters.disk_writes.store(d.writes.load(Relaxed), Relaxed);
+            self.counters.disk_evictions.store(d.evictions.load(Relaxed), Relaxed);
+        }
+        self.insert(key, bytes.clone());
+        Ok(bytes)
+    }
+
+    fn insert(&self, key: u128, bytes: Bytes) {
+        if self.cfg.memory_bytes == 0 || bytes.len() as u64 > self.cfg.memory_bytes {
+            return;
+        }
+        let mut mem = self.mem.lock().unwrap_or_else(|e| e.into_inner());
+        let (lru, used) = &mut *mem;
+        if let Some(old) = lru.put(key, bytes.clone()) {
+            *used -= old.len() as u64;
+        }
+        *used += bytes.len() as u64;
+        while *used > self.cfg.memory_bytes {
+            match lru.pop_lru() {
+                Some((_, b)) => {
+                    *used -= b.len() as u64;
+                    self.counters.evictions.fetch_add(1, Relaxed);
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+/// The disk half: `dir/ab/<32 hex>.blk` files.
+struct DiskCache {
+    dir: PathBuf,
+    limit: u64,
+    used: AtomicU64,
+    writes: AtomicU64,
+    evictions: AtomicU64,
+}
+
+impl DiskCache {
+    fn open(dir: &Path, limit: u64) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
+        let used = scan(dir).iter().map(|(_, len, _)| len).sum();
+        Ok(DiskCache {
+            dir: dir.to_path_buf(),
+            limit: limit.max(1),
+            used: AtomicU64::new(used),
+            writes: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+        })
+    }
+
+    fn path(&self, key: u128) -> PathBuf {
+        let hex = format!("{key:032x}");
+        self.dir.join(&hex[..2]).join(format!("{hex}.blk"))
+    }
+
+    /// A whole block, or `None` (absent, or the wrong length: never a torn read).
+    fn read(&self, key: u128, len: usize) -> Option<Bytes> {
+        let path = self.path(key);
+        let data = std::fs::read(&path).ok()?;
+        if data.len() != len {
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
+        // Reading refreshes the entry's age for least-recently-used eviction.
+        if let Ok(f) = std::fs::File::options().write(true).open(&path) {
+            let _ = f.set_modified(std::time::SystemTime::now());
+        }
+        Some(Bytes::from(data))
+    }
+
+    fn write(&self, key: u128, data: &Bytes) -> std::io::Result<()> {
+        let path = self.path(key);
+        if path.exists() {
+            return Ok(());
+        }
+        let parent = path.parent().unwrap_or(&self.dir);
+        std::fs::create_dir_all(parent)?;
+        // A unique temporary name per writer; the rename makes the entry appear whole.
+        let tmp = parent.join(format!(".{key:032x}.{}.{:x}.tmp", std::process::id(), unique()));
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(data)?;
+        drop(f);
+        if let Err(e) = std::fs::rename(&tmp, &path) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        self.writes.fetch_add(1, Relaxed);
+        if self.used.fetch_add(data.len() as u64, Relaxed) + data.len() as u64 > self.limit {
+            self.evict();
+        }
+        Ok(())
+    }
+
+    /// Trim to 90% of the limit, oldest first. One process at a time; the others skip.
+    fn evict(&self) {
+        let lock_path = self.dir.join(".evict.lock");
+        let Ok(lock) = std::fs::File::options().create(true).truncate(false).write(true).open(&lock_path) else {
+            return;
+        };
+        if lock.try_lock().is_err() {
+            return;
+        }
+        let mut entries = scan(&self.dir);
+        let mut total: u64 = entries.iter().map(|(_, len, _)| len).sum();
+        entries.sort_by_key(|(_, _, modified)| *modified);
+        let target = self.limit / 10 * 9;
+        for (path, len, _) in entries {
+            if total <= target {
+                break;
+            }
+            // Readers that already opened the file keep reading it; new ones see a miss.
+            if std::fs::remove_file(&path).is_ok() {
+                total -= len;
+                self.evictions.fetch_add(1, Relaxed);
+            }
+        }
+        self.used.store(total, Relaxed);
+        let _ = lock.unlock();
+    }
+}
+
+fn unique() -> u64 {
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Relaxed)
+        ^ (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64))
+}
+
+/// Every block file: path, length, modification time.
+fn scan(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
+    let mut out = Vec::new();
+    for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if !sub.path().is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(sub.path()).into_iter().flatten().flatten() {
+            let p = f.path();
+            if p.extension().is_some_and(|e| e == "blk") {
+                if let Ok(m) = f.metadata() {
+                    out.push((p, m.len(), m.modified().unwrap_or(std::time::UNIX_EPOCH)));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    fn block(n: usize, fill: u8) -> Bytes {
+        Bytes::from(vec![fill; n])
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_misses_make_one_fetch() {
+        let cache = Arc::new(
+            BlockCache::new(CacheConfig { memory_bytes: 1 << 20, block: 1024, ..Default::default() }).unwrap(),
+        );
+        let calls = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..16)
+            .map(|_| {
+                let (cache, calls) = (cache.clone(), calls.clone());
+                tokio::spawn(async move {
+                    cache
+                        .get_or_fetch(7, 1024, || async move {
+                            calls.fetch_add(1, Relaxed);
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                            Ok(block(1024, 9))
+                        })
+                        .await
+                })
+            })
+            .collect();
+        for t in tasks {
+            assert_eq!(t.await.unwrap().unwrap(), block(1024, 9));
+        }
+        assert_eq!(calls.load(Relaxed), 1, "one request for 16 concurrent misses");
+        let c = cache.counters();
+        assert_eq!(c.misses.load(Relaxed), 16);
+        assert_eq!(c.joined.load(Relaxed), 15);
+        cache.get_or_fetch(7, 1024, || async { unreachable!("cached") }).await.unwrap();
+        assert_eq!(c.hits.load(Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn memory_is_bounded_and_evicts_least_recent() {
+        let cache = BlockCache::new(CacheConfig { memory_bytes: 3000, block: 1000, ..Default::default() }).unwrap();
+        for k in 0..5u128 {
+            cache.get_or_fetch(k, 1000, move || async move { Ok(block(1000, k as u8)) }).await.unwrap();
+            assert!(cache.memory_used() <= 3000);
+        }
+        assert_eq!(cache.counters().evictions.load(Relaxed), 2);
+        // 0 and 1 were evicted; 4 is still there.
+        let refetched = Arc::new(AtomicUsize::new(0));
+        let r = refetched.clone();
+        cache
+            .get_or_fetch(0, 1000, move || async move {
+                r.fetch_add(1, Relaxed);
+                Ok(block(1000, 0))
+            })
+            .await
+            .unwrap();
+        cache.get_or_fetch(4, 1000, || async { unreachable!("4 is cached") }).await.unwrap();
+        assert_eq!(refetched.load(Relaxed), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn disk_cache_is_shared_whole_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = CacheConfig { memory_bytes: 0, block: 4096, disk_dir: Some(dir.path().into()), disk_bytes: 40_000 };
+        // Two caches on one directory stand for two processes.
+        let a = BlockCache::new(cfg.clone()).unwrap();
+        let b = BlockCache::new(cfg).unwrap();
+        a.get_or_fetch(1, 4096, || async { Ok(block(4096, 1)) }).await.unwrap();
+        let got = b.get_or_fetch(1, 4096, || async { unreachable!("on disk") }).await.unwrap();
+        assert_eq!(got, block(4096, 1));
+        assert_eq!(b.counters().disk_hits.load(Relaxed), 1);
+        // A torn or foreign file of the wrong length is a miss, never returned.
+        let path = a.disk.as_ref().unwrap().path(2);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"short").unwrap();
+        let got = b.get_or_fetch(2, 4096, || async { Ok(block(4096, 2)) }).await.unwrap();
+        assert_eq!(got, block(4096, 2));
+        // Writing far past the limit keeps the directory near it.
+        for k in 10..60u128 {
+            let c = if k % 2 == 0 { &a } else { &b };
+            c.get_or_fetch(k, 4096, move || async move { Ok(block(4096, k as u8)) }).await.unwrap();
+        }
+        let total: u64 = scan(dir.path()).iter().map(|(_, l, _)| l).sum();
+        assert!(total <= 40_000 + 2 * 4096, "disk cache holds {total} bytes");
+        assert!(a.counters().disk_evictions.load(Relaxed) + b.counters().disk_evictions.load(Relaxed) > 0);
+    }
+}
