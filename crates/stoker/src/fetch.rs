@@ -377,7 +377,7 @@ impl Fetcher {
         }
         recent.push_back(latency.as_nanos() as u64);
         // Recomputing over the window every 16 requests keeps this off the hot path.
-        if recent.len() >= MIN_SEEN && recent.len() % 16 == 0 || recent.len() == MIN_SEEN {
+        if (recent.len() >= MIN_SEEN && recent.len().is_multiple_of(16)) || recent.len() == MIN_SEEN {
             let mut v: Vec<u64> = recent.iter().copied().collect();
             v.sort_unstable();
             let q = v[((v.len() - 1) as f64 * quantile.clamp(0.0, 1.0)) as usize];
