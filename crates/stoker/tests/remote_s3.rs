@@ -185,3 +185,30 @@ async fn memory_cache_serves_repeat_epochs_without_requests() {
     assert_eq!(after.cache_misses - before.cache_misses, 7, "{after:?}");
     assert_eq!(after.remote_requests - before.remote_requests, 1, "seven misses of one block, one request: {after:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_tar_by_brace_pattern_and_objects_by_list_file() {
+    // The same S3 server without credentials answers plain HTTP GET/HEAD with ranges: a
+    // real HTTP server for object_store's HTTP store.
+    let root = tempfile::tempdir().unwrap();
+    let bucket = root.path().join("web");
+    std::fs::create_dir_all(bucket.join("tar")).unwrap();
+    std::fs::create_dir_all(bucket.join("objects")).unwrap();
+    let tar = tar_dir(&bucket.join("tar"), 3, 6);
+    let objects = objects_dir(&bucket.join("objects"));
+    let names = ["a/0001.jpg", "a/0002.JPG", "b/c/x.tar.gz", "noext", "z.txt"];
+    std::fs::write(bucket.join("objects/files.txt"), names.join("\n")).unwrap();
+    let h = s3::serve(S3ServerConfig::new(root.path())).await.unwrap();
+    let ep = h.endpoint();
+
+    let src = open(&format!("{ep}/web/tar/shard-{{0000..0002}}.tar")).await;
+    assert_eq!(src.info().layout, Layout::Tar);
+    run_all(src, &tar, "shard-{0000..0002}.tar", &[]).await;
+    let src = open(&format!("{ep}/web/objects?list=files.txt")).await;
+    run_all(src, &objects, "/web/objects", &[]).await;
+
+    let e = stoker::open(&format!("{ep}/web/tar"), Default::default()).await.unwrap_err();
+    assert!(e.to_string().contains("brace pattern") && e.to_string().contains("list="), "{e}");
+    let e = stoker::open(&format!("{ep}/web/tar/shard-{{0000..0003}}.tar"), Default::default()).await.unwrap_err();
+    assert!(e.to_string().contains("shard-0003.tar"), "a missing shard is named: {e}");
+}
