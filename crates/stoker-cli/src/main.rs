@@ -19,7 +19,7 @@ same as a file:// URI. Options go in the query: '?layout=tar&concurrency=64'.";
     name = "stoker",
     version,
     after_help = "Examples:\n  \
-stoker inspect ./shards\n  stoker ls 'shards/train-{000..003}.tar' --limit 5\n  stoker cat ./lmdb-dir 0 > first.bin"
+stoker inspect ./shards\n  stoker index s3://bucket/shards\n  stoker ls 'shards/train-{000..003}.tar' --limit 5\n  stoker cat ./lmdb-dir 0 > first.bin"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -48,6 +48,15 @@ enum Command {
         /// Which field to write; required when the sample has more than one.
         #[arg(long)]
         field: Option<String>,
+    },
+    /// Build or refresh tar indexes and write the dataset's manifest, so later opens read one
+    /// small object instead of listing the directory or bucket prefix.
+    Index {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Describe a source: layout, samples, shards, fields, total bytes, time to open.
     Inspect {
@@ -95,6 +104,7 @@ async fn main() -> ExitCode {
         Command::Ls { source, json, limit } => ls(&source, json, limit).await,
         Command::Cat { source, index, field } => cat(&source, index, field.as_deref()).await,
         Command::Inspect { source, json } => inspect(&source, json).await,
+        Command::Index { source, json } => index(&source, json).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -152,6 +162,34 @@ async fn cat(args: &SourceArgs, index: usize, field: Option<&str>) -> Result<(),
     };
     let mut out = io::stdout().lock();
     write_result(out.write_all(data).and_then(|_| out.flush()))
+}
+
+async fn index(args: &SourceArgs, json: bool) -> Result<(), String> {
+    let options = match &args.config {
+        None => SourceOptions::default(),
+        Some(path) => load_config(path)?,
+    };
+    let started = Instant::now();
+    let r = stoker::index(&args.uri, options).await.map_err(|e| e.to_string())?;
+    let took = started.elapsed();
+    let text = if json {
+        serde_json::json!({
+            "manifest": r.manifest, "manifest_bytes": r.manifest_bytes, "layout": r.layout.as_str(),
+            "objects": r.objects, "samples": r.samples, "seconds": took.as_secs_f64(),
+        })
+        .to_string()
+    } else {
+        format!(
+            "wrote {} ({}): {} layout, {} objects, {} samples, in {}",
+            r.manifest,
+            human_bytes(r.manifest_bytes),
+            r.layout,
+            r.objects,
+            r.samples,
+            human_duration(took)
+        )
+    };
+    write_result(writeln!(io::stdout().lock(), "{text}"))
 }
 
 /// Per-field totals for `inspect`.

@@ -112,3 +112,19 @@ fn a_closed_pipe_is_not_an_error() {
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     assert!(out.stderr.is_empty(), "stderr: {}", text(&out.stderr));
 }
+
+#[test]
+fn index_writes_a_manifest_that_later_opens_use() {
+    let dir = tempfile::tempdir().unwrap();
+    shards(dir.path());
+    let uri = dir.path().to_str().unwrap();
+    let out = stoker(&["index", uri, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["layout"].as_str(), v["objects"].as_u64(), v["samples"].as_u64()), (Some("tar"), Some(2), Some(6)));
+    assert!(dir.path().join(".stoker-manifest.json").is_file());
+    let ls = stoker(&["ls", uri]);
+    assert_eq!(text(&ls.stdout).lines().count(), 6);
+    let bad = stoker(&["index", &format!("{uri}/s-{{0..1}}.tar")]);
+    assert!(!bad.status.success() && text(&bad.stderr).contains("directory or prefix"), "{}", text(&bad.stderr));
+}

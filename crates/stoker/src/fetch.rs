@@ -238,6 +238,7 @@ impl Fetcher {
     /// A whole object (one request, retried).
     pub async fn get(&self, path: &ObjPath, shown: &str) -> Result<Bytes> {
         self.retrying(shown, "whole object", || async {
+            self.counters.requests.fetch_add(1, Relaxed);
             let r = self.store.get(path).await;
             match r {
                 Ok(g) => g.bytes().await.map_err(classify),

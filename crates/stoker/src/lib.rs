@@ -18,5 +18,5 @@ pub mod uri;
 
 pub use error::{Error, Result};
 pub use sample::{Field, Sample, SampleMeta};
-pub use source::{open, Capability, DynSampleSource, SampleSource, SourceInfo};
+pub use source::{index, open, Capability, DynSampleSource, IndexReport, SampleSource, SourceInfo};
 pub use uri::{Layout, SourceOptions};

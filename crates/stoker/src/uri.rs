@@ -113,6 +113,8 @@ pub struct SourceOptions {
     pub disk_cache_dir: Option<PathBuf>,
     /// Disk cache limit in bytes (default 10 GiB).
     pub disk_cache_bytes: Option<u64>,
+    /// Use the dataset's manifest (`stoker index`) when it has one (default true).
+    pub manifest: Option<bool>,
 }
 
 /// The option keys a URI query or config file may use.
@@ -148,6 +150,7 @@ pub const OPTION_KEYS: &[&str] = &[
     "cache_block",
     "disk_cache_dir",
     "disk_cache_bytes",
+    "manifest",
 ];
 
 /// Options whose values are credentials: masked in `Debug`, redacted in URIs.
@@ -217,7 +220,8 @@ impl SourceOptions {
             cache_bytes,
             cache_block,
             disk_cache_dir,
-            disk_cache_bytes
+            disk_cache_bytes,
+            manifest
         );
         self
     }

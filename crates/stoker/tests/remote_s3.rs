@@ -212,3 +212,22 @@ async fn http_tar_by_brace_pattern_and_objects_by_list_file() {
     let e = stoker::open(&format!("{ep}/web/tar/shard-{{0000..0003}}.tar"), Default::default()).await.unwrap_err();
     assert!(e.to_string().contains("shard-0003.tar"), "a missing shard is named: {e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_makes_reopening_one_request() {
+    let s = server().await;
+    let ep = s.handle.endpoint();
+    for (path, expected) in [("tar", &s.tar), ("objects", &s.objects)] {
+        let report = stoker::index(&uri(&ep, path, ""), Default::default()).await.unwrap();
+        assert_eq!(report.samples, expected.len());
+        assert!(report.manifest.ends_with(".stoker-manifest.json"), "{report:?}");
+        let src = open(&uri(&ep, path, "")).await;
+        assert_eq!(src.io_counters().unwrap().remote_requests, 1, "{path}: one GET of the manifest, no listing");
+        run_all(src, expected, "s3://data", &[SK]).await;
+        // Ignoring the manifest lists again, and reads each shard's sidecar.
+        let listed = open(&uri(&ep, path, "&manifest=false")).await;
+        if path == "tar" {
+            assert_eq!(listed.io_counters().unwrap().remote_requests, 1 + 3, "a listing and three sidecars");
+        }
+    }
+}

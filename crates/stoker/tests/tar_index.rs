@@ -125,3 +125,37 @@ async fn get_many_coalesces_and_caps_reads() {
     assert!(reqs >= total / 40000, "reads are capped at max_read: {reqs} requests for {total} bytes");
     assert!(reqs < 60, "adjacent samples are coalesced: {reqs} requests");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifests_are_written_used_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let samples = tar_dir(dir.path(), 2, 4);
+    let uri = dir.path().to_str().unwrap();
+    let report = stoker::index(uri, Default::default()).await.unwrap();
+    assert_eq!((report.objects, report.samples, report.layout), (2, 8, stoker::Layout::Tar));
+    let manifest = dir.path().join(".stoker-manifest.json");
+    assert!(manifest.is_file());
+    // Sidecars are not needed once the manifest holds the indexes.
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.to_string_lossy().ends_with(SIDECAR) {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let src = open(uri).await;
+    assert_eq!(src.get(5).await.unwrap(), samples[5]);
+    assert!(!dir.path().join(format!("shard-0000.tar{SIDECAR}")).exists(), "opened from the manifest, no re-index");
+    // A manifest that lies about its shards is an error naming it and the fix.
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["tar"].as_array_mut().unwrap().pop();
+    std::fs::write(&manifest, serde_json::to_vec(&v).unwrap()).unwrap();
+    let e = stoker::open(uri, Default::default()).await.unwrap_err().to_string();
+    assert!(e.contains(".stoker-manifest.json") && e.contains("stoker index"), "{e}");
+    assert!(stoker::open(&format!("{uri}?manifest=false"), Default::default()).await.is_ok());
+    std::fs::write(&manifest, b"{garbage").unwrap();
+    assert!(stoker::open(uri, Default::default()).await.is_err());
+    // Re-indexing repairs it.
+    stoker::index(uri, Default::default()).await.unwrap();
+    assert_eq!(open(uri).await.len(), 8);
+}

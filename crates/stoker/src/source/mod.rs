@@ -14,6 +14,7 @@ use crate::store::{IoCounters, ObjectInfo, Store};
 use crate::uri::{self, Layout, Location, RemoteLocation, SourceOptions};
 
 pub mod lmdb;
+pub mod manifest;
 pub mod objects;
 pub mod tar;
 mod tar_index;
@@ -214,7 +215,7 @@ async fn open_remote(loc: &RemoteLocation, opts: SourceOptions, display: String)
                 .try_collect()
                 .await?
         }
-        None => store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect(),
+        None => return Ok(open_listed(store, &opts, display).await?.source),
     };
     let layout = opts.layout.unwrap_or(if listing.iter().any(|o| o.path.ends_with(".tar")) {
         Layout::Tar
@@ -250,13 +251,7 @@ async fn open_local(path: &Path, opts: SourceOptions, display: String) -> Result
         return Ok(Arc::new(LmdbSource::open(path, &opts, display)?));
     }
     let store = Store::local(path)?;
-    let listing: Vec<ObjectInfo> = store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
-    let layout = opts.layout.unwrap_or(if listing.iter().any(|o| o.path.ends_with(".tar")) {
-        Layout::Tar
-    } else {
-        Layout::Objects
-    });
-    from_listing(store, layout, listing, opts, display).await
+    Ok(open_listed(store, &opts, display).await?.source)
 }
 
 async fn open_pattern(paths: &[PathBuf], opts: SourceOptions, display: String) -> Result<Arc<DynSampleSource>> {
@@ -284,14 +279,109 @@ async fn from_listing(
     opts: SourceOptions,
     display: String,
 ) -> Result<Arc<DynSampleSource>> {
+    Ok(build(store, layout, listing, &opts, display, None).await?.source)
+}
+
+/// A source with what a manifest needs to describe it.
+struct Opened {
+    source: Arc<DynSampleSource>,
+    store: Store,
+    layout: Layout,
+    listing: Vec<ObjectInfo>,
+    tar: Vec<tar_index::ShardIndex>,
+}
+
+async fn build(
+    store: Store,
+    layout: Layout,
+    listing: Vec<ObjectInfo>,
+    opts: &SourceOptions,
+    display: String,
+    known: Option<Vec<tar_index::ShardIndex>>,
+) -> Result<Opened> {
     match layout {
-        Layout::Objects => Ok(Arc::new(ObjectsSource::new(store, listing, &opts, display)?)),
+        Layout::Objects => {
+            let source = Arc::new(ObjectsSource::new(store.clone(), listing.clone(), opts, display)?);
+            Ok(Opened { source, store, layout, listing, tar: Vec::new() })
+        }
         Layout::Tar => {
-            let shards: Vec<ObjectInfo> = listing.into_iter().filter(|o| o.path.ends_with(".tar")).collect();
-            Ok(Arc::new(TarSource::open(store, shards, &opts, display).await?))
+            let shards: Vec<ObjectInfo> = listing.iter().filter(|o| o.path.ends_with(".tar")).cloned().collect();
+            let tar = TarSource::open_with(store.clone(), shards.clone(), opts, display, known).await?;
+            let indexes = tar.indexes();
+            Ok(Opened { source: Arc::new(tar), store, layout, listing: shards, tar: indexes })
         }
         Layout::Lmdb => unreachable!("LMDB is opened before listing"),
     }
+}
+
+/// Open a directory or prefix: from its manifest when there is one (one read, no listing),
+/// else by listing it.
+async fn open_listed(store: Store, opts: &SourceOptions, display: String) -> Result<Opened> {
+    if opts.manifest.unwrap_or(true) {
+        if let Some(m) = manifest::load(&store).await? {
+            let layout = opts.layout.unwrap_or(m.layout);
+            let known = (layout == m.layout).then(|| m.tar.clone());
+            return build(store, layout, m.listing(), opts, display, known).await;
+        }
+    }
+    let listing: Vec<ObjectInfo> = store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
+    let layout = opts.layout.unwrap_or(if listing.iter().any(|o| o.path.ends_with(".tar")) {
+        Layout::Tar
+    } else {
+        Layout::Objects
+    });
+    build(store, layout, listing, opts, display, None).await
+}
+
+/// What `index` wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexReport {
+    /// Where the manifest went.
+    pub manifest: String,
+    /// Its size in bytes.
+    pub manifest_bytes: u64,
+    /// The layout recorded.
+    pub layout: Layout,
+    /// Objects (files or shards) listed.
+    pub objects: usize,
+    /// Samples.
+    pub samples: usize,
+}
+
+/// Build or refresh the indexes of a directory or prefix (tar sidecars) and write its
+/// manifest, so later opens read one small object instead of listing.
+pub async fn index(uri: &str, options: SourceOptions) -> Result<IndexReport> {
+    let parsed = uri::parse(uri)?;
+    let mut opts = options.merged(parsed.options);
+    // Always from the truth: list and re-check every shard, ignoring an old manifest.
+    opts.manifest = Some(false);
+    let display = parsed.display;
+    let store = match &parsed.location {
+        Location::Local(p) if p.join("data.mdb").is_file() || opts.layout == Some(Layout::Lmdb) => {
+            return Err(Error::NotSupported {
+                what: format!("{display}: LMDB keeps its own index; there is nothing to build"),
+            })
+        }
+        Location::Local(p) if p.is_dir() => Store::local(p)?,
+        Location::Remote(loc) if loc.names.is_none() && opts.list.is_none() => Store::remote(loc, &opts, &display)?,
+        _ => {
+            return Err(Error::InvalidUri {
+                uri: display,
+                reason: "`index` takes a directory or prefix (the manifest goes at its root), not a pattern or file"
+                    .into(),
+            })
+        }
+    };
+    let opened = open_listed(store, &opts, display).await?;
+    let m = manifest::Manifest::new(opened.layout, &opened.listing, opened.tar);
+    let bytes = manifest::save(&opened.store, &m).await?;
+    Ok(IndexReport {
+        manifest: opened.store.describe(manifest::MANIFEST),
+        manifest_bytes: bytes,
+        layout: opened.layout,
+        objects: opened.listing.len(),
+        samples: opened.source.len(),
+    })
 }
 
 /// The deepest directory containing every path's parent.

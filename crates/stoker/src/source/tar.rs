@@ -51,14 +51,29 @@ struct Read {
 impl TarSource {
     /// Index (or load the indexes of) `shards` in `store` and open them as one source.
     pub async fn open(store: Store, shards: Vec<ObjectInfo>, opts: &SourceOptions, display: String) -> Result<Self> {
+        Self::open_with(store, shards, opts, display, None).await
+    }
+
+    /// Like [`open`](Self::open), with indexes already at hand (from a manifest).
+    pub(crate) async fn open_with(
+        store: Store,
+        shards: Vec<ObjectInfo>,
+        opts: &SourceOptions,
+        display: String,
+        known: Option<Vec<ShardIndex>>,
+    ) -> Result<Self> {
         if shards.is_empty() {
             return Err(Error::Empty { uri: display, reason: "no .tar shards found".into() });
         }
-        let indexes: Vec<ShardIndex> =
-            futures::stream::iter(shards.iter().map(|s| tar_index::load_or_build(&store, s, opts)))
-                .buffered(opts.concurrency().min(8))
-                .try_collect()
-                .await?;
+        let indexes: Vec<ShardIndex> = match known {
+            Some(k) if k.len() == shards.len() && k.iter().zip(&shards).all(|(i, s)| i.shard == s.path) => k,
+            _ => {
+                futures::stream::iter(shards.iter().map(|s| tar_index::load_or_build(&store, s, opts)))
+                    .buffered(opts.concurrency().min(8))
+                    .try_collect()
+                    .await?
+            }
+        };
         let mut pool = HashMap::new();
         let mut starts = Vec::with_capacity(indexes.len() + 1);
         let mut total = 0usize;
@@ -105,6 +120,11 @@ impl Inner {
 
     fn len(&self) -> usize {
         *self.starts.last().unwrap_or(&0)
+    }
+
+    /// The shard indexes, for writing a manifest.
+    pub(crate) fn indexes(&self) -> Vec<ShardIndex> {
+        self.shards.iter().map(|s| s.index.clone()).collect()
     }
 
     fn locate(&self, index: usize) -> Result<(usize, usize)> {
@@ -236,6 +256,12 @@ impl Inner {
             }
         }
         Ok(())
+    }
+}
+
+impl TarSource {
+    pub(crate) fn indexes(&self) -> Vec<ShardIndex> {
+        self.inner.indexes()
     }
 }
 

@@ -71,6 +71,13 @@ impl ShardIndex {
     }
 
     /// Check the internal consistency of a loaded index (a sidecar may be damaged or edited).
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
+        if self.format != FORMAT || self.version != VERSION {
+            return Err(format!("format {} v{} is not {FORMAT} v{VERSION}", self.format, self.version));
+        }
+        self.validate()
+    }
+
     fn validate(&self) -> std::result::Result<(), String> {
         if self.starts.len() != self.keys.len() + 1 || self.starts.first() != Some(&0) {
             return Err("sample table is inconsistent".into());

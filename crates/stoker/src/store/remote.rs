@@ -149,17 +149,37 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
                 .with_client_options(client_options(opts, endpoint.as_deref()))
                 .with_container_name(&loc.bucket)
                 .with_retry(no_retries());
-            if opts.use_emulator.unwrap_or(false) {
-                b = b.with_use_emulator(true).with_allow_http(true);
-            }
+            use object_store::azure::AzureConfigKey as Key;
+            /// Azurite's well-known development account and key (public).
+            const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+            const AZURITE_KEY: &str =
+                "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
             if let Some(a) = &opts.account {
                 b = b.with_account(a);
             }
             if let Some(k) = &opts.access_key {
                 b = b.with_access_key(k);
             }
-            if let Some(e) = &endpoint {
-                b = b.with_endpoint(e.clone());
+            let emulator =
+                opts.use_emulator.unwrap_or_else(|| b.get_config_value(&Key::UseEmulator).is_some_and(|v| v == "true"));
+            match (&endpoint, emulator) {
+                // object_store's emulator mode takes Azurite's address from AZURITE_BLOB_STORAGE_URL
+                // only (else 127.0.0.1:10000) and ignores an endpoint. With one, talk to it the way
+                // emulator mode does: the well-known account and key unless given, the account as
+                // the first path segment (added when the endpoint has no path).
+                (Some(e), true) => {
+                    let account = b.get_config_value(&Key::AccountName).unwrap_or_else(|| AZURITE_ACCOUNT.into());
+                    if b.get_config_value(&Key::AccessKey).is_none() {
+                        b = b.with_access_key(AZURITE_KEY);
+                    }
+                    let e = e.trim_end_matches('/');
+                    let has_path = url::Url::parse(e).is_ok_and(|u| u.path() != "/");
+                    let e = if has_path { e.to_string() } else { format!("{e}/{account}") };
+                    b = b.with_use_emulator(false).with_account(account).with_endpoint(e).with_allow_http(true);
+                }
+                (None, true) => b = b.with_use_emulator(true).with_allow_http(true),
+                (Some(e), false) => b = b.with_endpoint(e.clone()),
+                (None, false) => {}
             }
             Ok(Arc::new(b.build().map_err(|e| build_err("Azure", e))?))
         }

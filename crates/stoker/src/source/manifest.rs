@@ -1,0 +1,103 @@
+//! Manifests: one small object at the root of a dataset holding its object list and, for
+//! tar shards, every shard's index. With one, opening a prefix of 1e5 objects is one GET
+//! instead of a listing plus a sidecar read per shard. `stoker index URI` writes it.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::tar_index::ShardIndex;
+use crate::error::{Error, Result};
+use crate::store::{ObjectInfo, Store};
+use crate::uri::Layout;
+
+/// The manifest's name at the dataset root (hidden, so never listed as a sample).
+pub const MANIFEST: &str = ".stoker-manifest.json";
+const FORMAT: &str = "stoker-manifest";
+const VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct Object {
+    path: String,
+    size: u64,
+    modified_us: i64,
+    e_tag: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Manifest {
+    format: String,
+    version: u32,
+    pub layout: Layout,
+    objects: Vec<Object>,
+    /// One index per tar shard, in `objects` order (empty for other layouts).
+    pub tar: Vec<ShardIndex>,
+}
+
+impl Manifest {
+    pub fn new(layout: Layout, listing: &[ObjectInfo], tar: Vec<ShardIndex>) -> Self {
+        Manifest {
+            format: FORMAT.into(),
+            version: VERSION,
+            layout,
+            objects: listing
+                .iter()
+                .map(|o| Object {
+                    path: o.path.clone(),
+                    size: o.size,
+                    modified_us: o.modified_us,
+                    e_tag: o.e_tag.clone(),
+                })
+                .collect(),
+            tar,
+        }
+    }
+
+    pub fn listing(&self) -> Vec<ObjectInfo> {
+        self.objects
+            .iter()
+            .map(|o| ObjectInfo {
+                path: o.path.clone(),
+                size: o.size,
+                modified_us: o.modified_us,
+                e_tag: o.e_tag.clone(),
+            })
+            .collect()
+    }
+}
+
+/// The manifest at the store root, if there is a usable one. A manifest that does not parse
+/// is an error (it would otherwise silently cost a full listing on every start).
+pub(crate) async fn load(store: &Store) -> Result<Option<Manifest>> {
+    let bytes = match store.get(MANIFEST).await {
+        Ok(b) => b,
+        Err(Error::NotFound { .. }) => return Ok(None),
+        Err(Error::Fetch { hint: Some(h), .. }) if h.contains("does not exist") => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let bad = |reason: String| Error::BadIndex {
+        path: store.describe(MANIFEST),
+        reason: format!("{reason}; rebuild it with `stoker index`, or open with ?manifest=false"),
+    };
+    let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+    if m.format != FORMAT || m.version != VERSION {
+        return Err(bad(format!("format {} v{} is not {FORMAT} v{VERSION}", m.format, m.version)));
+    }
+    if m.layout == Layout::Tar {
+        let shards = m.objects.iter().filter(|o| o.path.ends_with(".tar")).count();
+        if shards != m.tar.len() {
+            return Err(bad(format!("it lists {shards} shards but holds {} indexes", m.tar.len())));
+        }
+        for idx in &m.tar {
+            idx.check().map_err(|r| bad(format!("index of {}: {r}", idx.shard)))?;
+        }
+    }
+    Ok(Some(m))
+}
+
+/// Write `m` at the store root.
+pub(crate) async fn save(store: &Store, m: &Manifest) -> Result<u64> {
+    let json = serde_json::to_vec(m).map_err(|e| Error::Task(e.to_string()))?;
+    let n = json.len() as u64;
+    store.put(MANIFEST, Bytes::from(json)).await?;
+    Ok(n)
+}
