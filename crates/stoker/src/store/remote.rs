@@ -145,15 +145,15 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
             Ok(Arc::new(b.build().map_err(|e| build_err("GCS", e))?))
         }
         "az" => {
-            let mut b = MicrosoftAzureBuilder::from_env()
-                .with_client_options(client_options(opts, endpoint.as_deref()))
-                .with_container_name(&loc.bucket)
-                .with_retry(no_retries());
             use object_store::azure::AzureConfigKey as Key;
             /// Azurite's well-known development account and key (public).
             const AZURITE_ACCOUNT: &str = "devstoreaccount1";
             const AZURITE_KEY: &str =
                 "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+            let mut b = MicrosoftAzureBuilder::from_env()
+                .with_client_options(client_options(opts, endpoint.as_deref()))
+                .with_container_name(&loc.bucket)
+                .with_retry(no_retries());
             if let Some(a) = &opts.account {
                 b = b.with_account(a);
             }
