@@ -2,7 +2,7 @@
 //! fault and latency proxy, read through Stoker's fetch layer.
 //!
 //! ```text
-//! cargo run --release -p stoker-examples --example remote_bench [-- --samples 2000 --latency-ms 25 --inflight 64]
+//! cargo run --release -p stoker-examples --example remote_bench [-- --samples 2000 --latency-ms 25 --inflight 32]
 //! ```
 //!
 //! Reports, in one run: per-sample random reads (one request each) with `inflight` requests
@@ -31,24 +31,39 @@ fn payload(i: usize, n: usize) -> Vec<u8> {
     (0..n).map(|j| (i.wrapping_mul(131) ^ j.wrapping_mul(7)) as u8).collect()
 }
 
-/// `n` samples of `size` bytes as objects and as tar shards of 250 samples.
-fn write(bucket: &std::path::Path, n: usize, size: usize) {
-    let objects = bucket.join("objects");
-    let tar = bucket.join("tar");
-    std::fs::create_dir_all(&objects).unwrap();
-    std::fs::create_dir_all(&tar).unwrap();
-    for i in 0..n {
-        std::fs::write(objects.join(format!("{i:07}.bin")), payload(i, size)).unwrap();
-    }
+/// Upload `n` samples of `size` bytes as objects and as tar shards of 250 samples, through
+/// the S3 API (s3s-fs records each object's ETag on upload; for files put in its directory
+/// by hand it would hash the whole file on every GET, which is no real server's cost).
+async fn upload(endpoint: &str, n: usize, size: usize) {
+    use object_store::ObjectStoreExt;
+    let s3 = object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(endpoint)
+        .with_allow_http(true)
+        .with_bucket_name("data")
+        .with_access_key_id(AK)
+        .with_secret_access_key(SK)
+        .with_region("us-east-1")
+        .build()
+        .expect("client");
+    let s3 = &s3;
+    futures::stream::iter((0..n).map(|i| async move {
+        let path = object_store::path::Path::from(format!("objects/{i:07}.bin"));
+        s3.put(&path, payload(i, size).into()).await.expect("upload object");
+    }))
+    .buffer_unordered(32)
+    .count()
+    .await;
     for (s, chunk) in (0..n).collect::<Vec<_>>().chunks(250).enumerate() {
-        let mut b = tar::Builder::new(std::fs::File::create(tar.join(format!("shard-{s:04}.tar"))).unwrap());
+        let mut b = tar::Builder::new(Vec::new());
         for &i in chunk {
             let mut h = tar::Header::new_gnu();
             h.set_size(size as u64);
             h.set_mode(0o644);
             b.append_data(&mut h, format!("{i:07}.bin"), &payload(i, size)[..]).unwrap();
         }
-        b.into_inner().unwrap();
+        let bytes = b.into_inner().unwrap();
+        let path = object_store::path::Path::from(format!("tar/shard-{s:04}.tar"));
+        s3.put(&path, bytes.into()).await.expect("upload shard");
     }
 }
 
@@ -93,12 +108,18 @@ async fn batched(src: &Arc<DynSampleSource>) -> f64 {
 async fn main() {
     let n = arg("--samples", 2000) as usize;
     let latency = arg("--latency-ms", 25);
-    let inflight = arg("--inflight", 64) as usize;
+    let inflight = arg("--inflight", 32) as usize;
     let size = 64 << 10;
     let root = tempfile::tempdir().unwrap();
-    write(&root.path().join("data"), n.max(5000), size);
-    let server = s3::serve(S3ServerConfig::new(root.path()).with_credentials(AK, SK)).await.unwrap();
-    let px = proxy::serve(ProxyConfig::new(server.addr())).await.unwrap();
+    // The servers get their own runtime so their work is not queued behind the client's
+    // tasks (they would be separate machines in real life).
+    let servers = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let cfg = S3ServerConfig::new(root.path()).with_credentials(AK, SK).with_bucket("data");
+    let server = servers.spawn(s3::serve(cfg)).await.unwrap().unwrap();
+    let t = Instant::now();
+    upload(&server.endpoint(), n.max(5000), size).await;
+    println!("uploaded the dataset in {:.1} s", t.elapsed().as_secs_f64());
+    let px = servers.spawn(proxy::serve(ProxyConfig::new(server.addr()))).await.unwrap().unwrap();
     let ep = px.endpoint();
     println!(
         "remote_bench: {} cores, {} x 64 KiB samples on s3s-fs behind the proxy, {inflight} requests in flight",
@@ -117,7 +138,9 @@ async fn main() {
             let rate = random_gets(&src, n, inflight).await;
             let single = random_gets(&src, if ms > 0 { 40 } else { 400 }, 1).await;
             let bound = if ms > 0 { inflight as f64 / (ms as f64 / 1e3) } else { f64::NAN };
-            println!("{layout:<8} {:>6}ms {rate:>14.0} {bound:>14.0} {:>9.2}x {single:>14.0}", ms, rate / bound);
+            let ratio = if ms > 0 { format!("{:.2}x", rate / bound) } else { "-".into() };
+            let bound = if ms > 0 { format!("{bound:.0}") } else { "-".into() };
+            println!("{layout:<8} {ms:>6}ms {rate:>14.0} {bound:>14} {ratio:>10} {single:>14.0}");
         }
         let tar = open(&ep, "tar", &format!("&max_in_flight={inflight}")).await;
         let rate = batched(&tar).await;
@@ -167,6 +190,9 @@ async fn main() {
     let e = src.get(0).await.expect_err("a 100% 503 storm must fail");
     println!("100% 503: failed after {:.2} s: {e}", t.elapsed().as_secs_f64());
     assert!(t.elapsed() < Duration::from_secs(10));
-    px.shutdown().await;
-    server.shutdown().await;
+    servers.spawn(async move {
+        px.shutdown().await;
+        server.shutdown().await;
+    });
+    servers.shutdown_background();
 }
