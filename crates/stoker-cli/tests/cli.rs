@@ -128,3 +128,16 @@ fn index_writes_a_manifest_that_later_opens_use() {
     let bad = stoker(&["index", &format!("{uri}/s-{{0..1}}.tar")]);
     assert!(!bad.status.success() && text(&bad.stderr).contains("directory or prefix"), "{}", text(&bad.stderr));
 }
+
+#[test]
+fn bench_reads_every_sample_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    shards(dir.path());
+    let out = stoker(&["bench", dir.path().to_str().unwrap(), "--batch", "4", "--epochs", "2", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(v["samples"], 12, "two epochs of six samples");
+    assert!(v["samples_per_s"].as_f64().unwrap() > 0.0);
+    let none = stoker(&["bench"]);
+    assert!(!none.status.success());
+}
