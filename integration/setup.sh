@@ -49,5 +49,16 @@ if [ "$have_azurite" != "$azurite_ver" ] || [ ! -x integration/node_modules/.bin
   npm ci --prefix integration --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
+# docker-compose (Debian's 1.29) checks docker/docker-compose.yml without a Docker engine.
+if ! command -v docker-compose >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing docker-compose (Debian) to check the compose file"
+    apt-get install -y -q docker-compose >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q docker-compose >/dev/null; }
+  else
+    echo "setup: docker-compose is missing (sudo apt-get install docker-compose); the compose file check needs it" >&2
+    exit 1
+  fi
+fi
+
 echo "setup: ok ($(.venv/bin/python -c 'import lmdb; print("py-lmdb", lmdb.__version__)'), $gcs_pkg $gcs_ver," \
   "azurite $(node -p "require('./integration/node_modules/azurite/package.json').version"))"

@@ -9,6 +9,8 @@ export STOKER_PYTHON="$root/.venv/bin/python"
 # The GCS and Azure emulators integration/setup.sh installs (tests/remote_gcs.rs, remote_azure.rs).
 export STOKER_FAKE_GCS="$root/.venv/bin/fake-gcs-server"
 export STOKER_AZURITE="$root/integration/node_modules/.bin/azurite-blob"
+# The docker-compose recipe must at least parse and resolve (no engine runs here).
+docker-compose -f docker/docker-compose.yml config -q
 cargo test --workspace --locked
 # Same pool and ordering logic with the `cuda` feature on: without a driver it must report
 # CudaUnavailable, never panic.
