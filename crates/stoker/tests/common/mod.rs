@@ -153,3 +153,85 @@ fn hex(s: &str) -> Vec<u8> {
 pub async fn open(uri: &str) -> std::sync::Arc<stoker::DynSampleSource> {
     stoker::open(uri, Default::default()).await.unwrap_or_else(|e| panic!("open {uri}: {e}"))
 }
+
+/// A server or tool the tests need: `$env_var` if set, else `fallback` (relative to the
+/// workspace root, where integration/setup.sh installs it). Missing is a failure that says
+/// how to install it, never a skip.
+pub fn installed_tool(env_var: &str, fallback: &str, what: &str) -> PathBuf {
+    let path = std::env::var_os(env_var)
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(fallback));
+    assert!(
+        path.is_file(),
+        "{what} not found at {}: run integration/setup.sh (it installs it), or set {env_var}",
+        path.display()
+    );
+    std::fs::canonicalize(&path).unwrap()
+}
+
+/// A child process, killed on drop.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback port free at the time of asking.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The status of `GET path` on a loopback port, or None while nothing answers.
+pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").ok()?;
+    let mut head = [0u8; 12]; // "HTTP/1.1 200"
+    s.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..]).ok()?.parse().ok()
+}
+
+/// Start a server process on a free loopback port (`command(port)` builds it; its output goes
+/// to `log_dir/server.log`) and wait, at most 20 s, until `ready(port)`. A port found free can
+/// be taken before the server binds it, so a server that exits at start is tried 3 times.
+pub fn start_server(
+    name: &str,
+    log_dir: &Path,
+    command: impl Fn(u16) -> Command,
+    ready: impl Fn(u16) -> bool,
+) -> (Killed, u16) {
+    use std::time::{Duration, Instant};
+    const READY_WITHIN: Duration = Duration::from_secs(20);
+    let log_path = log_dir.join("server.log");
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    for _ in 0..3 {
+        let port = free_port();
+        let out = std::fs::File::create(&log_path).unwrap();
+        let child = command(port)
+            .stdin(std::process::Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}; run integration/setup.sh"));
+        let mut server = Killed(child);
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            if let Some(status) = server.0.try_wait().unwrap() {
+                eprintln!("{name} on port {port} exited ({status}):\n{}", log());
+                break;
+            }
+            if ready(port) {
+                return (server, port);
+            }
+            assert!(Instant::now() < deadline, "{name} not ready on port {port} within {READY_WITHIN:?}:\n{}", log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    panic!("{name} exited at start three times: see its log above");
+}
