@@ -141,3 +141,50 @@ fn bench_reads_every_sample_and_reports() {
     let none = stoker(&["bench"]);
     assert!(!none.status.success());
 }
+
+#[test]
+fn processes_sharing_a_disk_cache_read_right_bytes_and_keep_it_bounded() {
+    use stoker_test_servers::s3::{serve, S3ServerConfig};
+    let root = tempfile::tempdir().unwrap();
+    let bucket = root.path().join("data");
+    std::fs::create_dir_all(&bucket).unwrap();
+    shards(&bucket);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(serve(S3ServerConfig::new(root.path()).with_credentials("ak", "sk"))).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let uri = format!(
+        "s3://data?endpoint={}&access_key_id=ak&secret_access_key=sk&cache_block=4096&disk_cache_dir={}&disk_cache_bytes=6000",
+        server.endpoint(),
+        cache.path().display()
+    );
+    // Several rounds of six processes at once, each reading one sample through the shared cache.
+    for round in 0..3 {
+        let children: Vec<_> = (0..6)
+            .map(|i| {
+                Command::new(env!("CARGO_BIN_EXE_stoker"))
+                    .args(["cat", &uri, &i.to_string(), "--field", "txt"])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for (i, c) in children.into_iter().enumerate() {
+            let out = c.wait_with_output().unwrap();
+            assert!(out.status.success(), "round {round}, sample {i}: {}", text(&out.stderr));
+            assert_eq!(text(&out.stdout), format!("sample {}-{}", i / 3, i % 3), "round {round}");
+        }
+    }
+    let mut blocks = 0u64;
+    let mut bytes = 0u64;
+    for sub in std::fs::read_dir(cache.path()).unwrap().flatten().filter(|e| e.path().is_dir()) {
+        for f in std::fs::read_dir(sub.path()).unwrap().flatten() {
+            let name = f.file_name().to_string_lossy().into_owned();
+            assert!(!name.ends_with(".tmp"), "no temporary file is left behind: {name}");
+            blocks += 1;
+            bytes += f.metadata().unwrap().len();
+        }
+    }
+    assert!(blocks > 0, "the processes wrote to the shared cache");
+    assert!(bytes <= 6000 + 2 * 4096, "the cache stays near its limit: {bytes} bytes");
+}

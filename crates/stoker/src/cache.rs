@@ -204,7 +204,11 @@ impl BlockCache {
 struct DiskCache {
     dir: PathBuf,
     limit: u64,
+    /// This process's estimate of the directory's size; other processes write too, so it is
+    /// refreshed from a scan at most once a second (`last_scan`, ms since `born`).
     used: AtomicU64,
+    born: std::time::Instant,
+    last_scan: AtomicU64,
     writes: AtomicU64,
     evictions: AtomicU64,
 }
@@ -213,13 +217,20 @@ impl DiskCache {
     fn open(dir: &Path, limit: u64) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
         let used = scan(dir).iter().map(|(_, len, _)| len).sum();
-        Ok(DiskCache {
+        let cache = DiskCache {
             dir: dir.to_path_buf(),
             limit: limit.max(1),
             used: AtomicU64::new(used),
+            born: std::time::Instant::now(),
+            last_scan: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
-        })
+        };
+        // Earlier processes may have left it over the limit (each saw only its own writes).
+        if used > cache.limit {
+            cache.evict();
+        }
+        Ok(cache)
     }
 
     fn path(&self, key: u128) -> PathBuf {
@@ -259,7 +270,15 @@ impl DiskCache {
             return Err(e);
         }
         self.writes.fetch_add(1, Relaxed);
-        if self.used.fetch_add(data.len() as u64, Relaxed) + data.len() as u64 > self.limit {
+        let mut used = self.used.fetch_add(data.len() as u64, Relaxed) + data.len() as u64;
+        let now = self.born.elapsed().as_millis() as u64;
+        let last = self.last_scan.load(Relaxed);
+        if now.saturating_sub(last) >= 1000 && self.last_scan.compare_exchange(last, now, Relaxed, Relaxed).is_ok() {
+            // What the other processes sharing the directory wrote since.
+            used = scan(&self.dir).iter().map(|(_, len, _)| len).sum();
+            self.used.store(used, Relaxed);
+        }
+        if used > self.limit {
             self.evict();
         }
         Ok(())

@@ -231,3 +231,17 @@ async fn a_manifest_makes_reopening_one_request() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_reads_are_split_into_parallel_parts() {
+    let s = server().await;
+    let ep = s.handle.endpoint();
+    // Every tar sample (200..8400 bytes of jpg) spans several 1 KiB parts.
+    let src = open(&uri(&ep, "tar", "&part_size=1024&manifest=false")).await;
+    let before = src.io_counters().unwrap().remote_requests;
+    let got = src.get(6).await.unwrap();
+    assert_eq!(got, s.tar[6]);
+    let parts = src.io_counters().unwrap().remote_requests - before;
+    let span = got.total_bytes() + 512;
+    assert!(parts >= span / 1024, "{parts} requests for a {span}-byte span in 1 KiB parts");
+}
