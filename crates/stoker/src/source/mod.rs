@@ -215,7 +215,7 @@ async fn open_remote(loc: &RemoteLocation, opts: SourceOptions, display: String)
                 .try_collect()
                 .await?
         }
-        None => return Ok(open_listed(store, &opts, display).await?.source),
+        None => return Ok(open_listed(store, &opts, display, false).await?.source),
     };
     let layout = opts.layout.unwrap_or(if listing.iter().any(|o| o.path.ends_with(".tar")) {
         Layout::Tar
@@ -251,7 +251,7 @@ async fn open_local(path: &Path, opts: SourceOptions, display: String) -> Result
         return Ok(Arc::new(LmdbSource::open(path, &opts, display)?));
     }
     let store = Store::local(path)?;
-    Ok(open_listed(store, &opts, display).await?.source)
+    Ok(open_listed(store, &opts, display, false).await?.source)
 }
 
 async fn open_pattern(paths: &[PathBuf], opts: SourceOptions, display: String) -> Result<Arc<DynSampleSource>> {
@@ -279,16 +279,16 @@ async fn from_listing(
     opts: SourceOptions,
     display: String,
 ) -> Result<Arc<DynSampleSource>> {
-    Ok(build(store, layout, listing, &opts, display, None).await?.source)
+    Ok(build(store, layout, listing, &opts, display, None, false).await?.source)
 }
 
-/// A source with what a manifest needs to describe it.
+/// A source, and when asked for (by `index`) what a manifest needs to describe it.
 struct Opened {
     source: Arc<DynSampleSource>,
     store: Store,
     layout: Layout,
-    listing: Vec<ObjectInfo>,
-    tar: Vec<tar_index::ShardIndex>,
+    /// Objects (all files, or the shards) and the tar indexes; only kept for a manifest.
+    described: Option<(Vec<ObjectInfo>, Vec<tar_index::ShardIndex>)>,
 }
 
 async fn build(
@@ -298,17 +298,20 @@ async fn build(
     opts: &SourceOptions,
     display: String,
     known: Option<Vec<tar_index::ShardIndex>>,
+    describe: bool,
 ) -> Result<Opened> {
     match layout {
         Layout::Objects => {
-            let source = Arc::new(ObjectsSource::new(store.clone(), listing.clone(), opts, display)?);
-            Ok(Opened { source, store, layout, listing, tar: Vec::new() })
+            let kept = describe.then(|| (listing.clone(), Vec::new()));
+            let source = Arc::new(ObjectsSource::new(store.clone(), listing, opts, display)?);
+            Ok(Opened { source, store, layout, described: kept })
         }
         Layout::Tar => {
-            let shards: Vec<ObjectInfo> = listing.iter().filter(|o| o.path.ends_with(".tar")).cloned().collect();
-            let tar = TarSource::open_with(store.clone(), shards.clone(), opts, display, known).await?;
-            let indexes = tar.indexes();
-            Ok(Opened { source: Arc::new(tar), store, layout, listing: shards, tar: indexes })
+            let shards: Vec<ObjectInfo> = listing.into_iter().filter(|o| o.path.ends_with(".tar")).collect();
+            let kept = describe.then(|| shards.clone());
+            let tar = TarSource::open_with(store.clone(), shards, opts, display, known).await?;
+            let described = kept.map(|shards| (shards, tar.indexes()));
+            Ok(Opened { source: Arc::new(tar), store, layout, described })
         }
         Layout::Lmdb => unreachable!("LMDB is opened before listing"),
     }
@@ -316,12 +319,13 @@ async fn build(
 
 /// Open a directory or prefix: from its manifest when there is one (one read, no listing),
 /// else by listing it.
-async fn open_listed(store: Store, opts: &SourceOptions, display: String) -> Result<Opened> {
+async fn open_listed(store: Store, opts: &SourceOptions, display: String, describe: bool) -> Result<Opened> {
     if opts.manifest.unwrap_or(true) {
         if let Some(m) = manifest::load(&store).await? {
             let layout = opts.layout.unwrap_or(m.layout);
-            let known = (layout == m.layout).then(|| m.tar.clone());
-            return build(store, layout, m.listing(), opts, display, known).await;
+            let listing = m.listing();
+            let known = (layout == m.layout).then_some(m.tar);
+            return build(store, layout, listing, opts, display, known, describe).await;
         }
     }
     let listing: Vec<ObjectInfo> = store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
@@ -330,7 +334,7 @@ async fn open_listed(store: Store, opts: &SourceOptions, display: String) -> Res
     } else {
         Layout::Objects
     });
-    build(store, layout, listing, opts, display, None).await
+    build(store, layout, listing, opts, display, None, describe).await
 }
 
 /// What `index` wrote.
@@ -372,14 +376,16 @@ pub async fn index(uri: &str, options: SourceOptions) -> Result<IndexReport> {
             })
         }
     };
-    let opened = open_listed(store, &opts, display).await?;
-    let m = manifest::Manifest::new(opened.layout, &opened.listing, opened.tar);
+    let opened = open_listed(store, &opts, display, true).await?;
+    let (listing, tar) = opened.described.unwrap_or_default();
+    let objects = listing.len();
+    let m = manifest::Manifest::new(opened.layout, &listing, tar);
     let bytes = manifest::save(&opened.store, &m).await?;
     Ok(IndexReport {
         manifest: opened.store.describe(manifest::MANIFEST),
         manifest_bytes: bytes,
         layout: opened.layout,
-        objects: opened.listing.len(),
+        objects,
         samples: opened.source.len(),
     })
 }
