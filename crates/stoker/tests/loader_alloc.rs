@@ -131,6 +131,7 @@ fn a_loader_pass_allocates_a_small_fraction_of_its_payload() {
     });
     assert_eq!(payload, 2048 * (65536 + 4));
     let per_batch = bytes / 32;
+    eprintln!("loader pass: {bytes} bytes allocated for {payload} bytes of payload");
     // Allocating payload buffers per batch would cost at least the payload. A loaded machine
     // can keep a few more batches alive at once than the warm-up did, and each of those gets
     // storage once (4 MiB here), so the bound leaves room for several, not for one per batch.
