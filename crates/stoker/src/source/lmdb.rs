@@ -40,10 +40,13 @@ struct OpenEnv {
     db: Database<'static, RawBytes, RawBytes>,
 }
 
-/// heed refuses to open one environment twice in a process, and a database handle borrows
-/// its environment; so each environment is opened once per process and kept for its life.
-fn registry() -> &'static Mutex<HashMap<(u32, PathBuf), &'static OpenEnv>> {
-    static R: OnceLock<Mutex<HashMap<(u32, PathBuf), &'static OpenEnv>>> = OnceLock::new();
+/// heed refuses to open one environment twice in a process (its registry survives fork, so
+/// a forked DataLoader worker cannot reopen either), and a database handle borrows its
+/// environment; so each environment is opened once and kept for the process's life. A forked
+/// child reuses the inherited handle: with READ_ONLY | NO_LOCK there is no lock file and no
+/// reader table, only the inherited read-only mapping, which is safe to read after fork.
+fn registry() -> &'static Mutex<HashMap<PathBuf, &'static OpenEnv>> {
+    static R: OnceLock<Mutex<HashMap<PathBuf, &'static OpenEnv>>> = OnceLock::new();
     R.get_or_init(Default::default)
 }
 
@@ -83,8 +86,7 @@ impl LmdbSource {
 }
 
 fn open_env(canonical: &Path) -> Result<&'static OpenEnv> {
-    // Keyed by process id too: a forked child must not reuse its parent's handle.
-    let key = (std::process::id(), canonical.to_path_buf());
+    let key = canonical.to_path_buf();
     let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
     if let Some(env) = reg.get(&key) {
         return Ok(env);

@@ -210,10 +210,10 @@ async fn open_remote(loc: &RemoteLocation, opts: SourceOptions, display: String)
     let listing: Vec<ObjectInfo> = match names {
         Some(names) => {
             // Each name is checked once here so a typo in the pattern fails at open.
-            futures::stream::iter(names.iter().map(|p| store.head(p)))
-                .buffered(opts.concurrency())
-                .try_collect()
-                .await?
+            // Futures collected first: a lazy `map` over borrowed names makes the whole open
+            // future fail the compiler's higher-ranked Send check (it could not be spawned).
+            let heads: Vec<_> = names.iter().map(|p| store.head(p)).collect();
+            futures::stream::iter(heads).buffered(opts.concurrency()).try_collect().await?
         }
         None => return Ok(open_listed(store, &opts, display, false).await?.source),
     };
@@ -267,8 +267,10 @@ async fn open_pattern(paths: &[PathBuf], opts: SourceOptions, display: String) -
     let layout =
         opts.layout.unwrap_or(if rel.iter().all(|p| p.ends_with(".tar")) { Layout::Tar } else { Layout::Objects });
     // Each name is checked once here so a typo in the pattern fails at open, not mid-epoch.
-    let listing: Vec<ObjectInfo> =
-        futures::stream::iter(rel.iter().map(|p| store.head(p))).buffered(opts.concurrency()).try_collect().await?;
+    let listing: Vec<ObjectInfo> = futures::stream::iter(rel.iter().map(|p| store.head(p)).collect::<Vec<_>>())
+        .buffered(opts.concurrency())
+        .try_collect()
+        .await?;
     from_listing(store, layout, listing, opts, display).await
 }
 

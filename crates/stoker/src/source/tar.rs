@@ -68,10 +68,8 @@ impl TarSource {
         let indexes: Vec<ShardIndex> = match known {
             Some(k) if k.len() == shards.len() && k.iter().zip(&shards).all(|(i, s)| i.shard == s.path) => k,
             _ => {
-                futures::stream::iter(shards.iter().map(|s| tar_index::load_or_build(&store, s, opts)))
-                    .buffered(opts.concurrency().min(8))
-                    .try_collect()
-                    .await?
+                let loads: Vec<_> = shards.iter().map(|s| tar_index::load_or_build(&store, s, opts)).collect();
+                futures::stream::iter(loads).buffered(opts.concurrency().min(8)).try_collect().await?
             }
         };
         let mut pool = HashMap::new();

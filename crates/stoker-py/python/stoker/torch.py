@@ -1,0 +1,59 @@
+"""For code that keeps a PyTorch DataLoader with workers: an IterableDataset that splits the
+samples by DataLoader worker and by rank, so no sample repeats."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator, Optional
+
+import torch.utils.data
+
+from . import Dataset, _options_json, _stoker, _to_python
+
+
+class IterableDataset(torch.utils.data.IterableDataset):
+    """Samples of ``uri`` in Stoker's order (shuffled per epoch with ``shuffle=True``), each
+    DataLoader worker reading its share through a Rust loader with prefetching. Call
+    ``set_epoch(e)`` before each epoch when shuffling."""
+
+    def __init__(
+        self,
+        uri: str,
+        shuffle: bool = False,
+        seed: int = 0,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        prefetch: int = 4,
+        read_batch: int = 64,
+        **options: Any,
+    ) -> None:
+        super().__init__()
+        self.uri, self.options = os.fspath(uri), options
+        self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
+        self.prefetch, self.read_batch, self.epoch = prefetch, read_batch, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        source = _stoker.Source(self.uri, _options_json(self.options))
+        loader = _stoker.Loader(
+            source,
+            self.read_batch,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            prefetch=self.prefetch,
+            rank=self.rank,
+            world_size=self.world_size,
+            worker=worker,
+            num_workers=workers,
+        )
+        for batch in loader.epoch(self.epoch):
+            names = batch.fields()
+            for row, key in enumerate(batch.keys()):
+                yield _to_python(key, [(n, batch.value(n, row)) for n in names])
+
+
+__all__ = ["IterableDataset", "Dataset"]

@@ -1,0 +1,494 @@
+//! `stoker._stoker`: the native half of the Python package.
+//!
+//! One tokio runtime per process, created lazily and created again after `fork` (a runtime's
+//! threads do not survive fork; the inherited one is leaked, never used or dropped). Sources
+//! are reopened per process for the same reason (connection pools, LMDB handles). Every
+//! blocking call releases the GIL and, while waiting, checks for Ctrl-C.
+
+use std::ffi::{c_void, CStr};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyIndexError, PyStopIteration};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use stoker::loader::{EpochStream, Loader as RsLoader, LoaderConfig, LoaderState};
+use stoker::sampler::{Order, Partition, Tail};
+use stoker::{DynSampleSource, SourceOptions};
+
+create_exception!(_stoker, StokerError, PyException, "Any error from Stoker.");
+create_exception!(_stoker, NotFoundError, StokerError, "A path, object or bucket does not exist.");
+create_exception!(_stoker, InvalidInputError, StokerError, "A bad URI, option, index or configuration.");
+create_exception!(_stoker, CorruptDataError, StokerError, "A shard, index or LMDB file is damaged.");
+create_exception!(_stoker, RemoteError, StokerError, "A remote store failed (after retries when transient).");
+create_exception!(_stoker, CudaUnavailableError, StokerError, "CUDA was asked for but cannot be used here.");
+
+fn err(e: stoker::Error) -> PyErr {
+    use stoker::Error as E;
+    let msg = e.to_string();
+    match e {
+        E::NotFound { .. } | E::Empty { .. } => NotFoundError::new_err(msg),
+        E::InvalidUri { .. } | E::InvalidOption { .. } | E::IndexOutOfRange { .. } | E::MissingField { .. } => {
+            InvalidInputError::new_err(msg)
+        }
+        E::Sampler(_) | E::NotSupported { .. } => InvalidInputError::new_err(msg),
+        E::CorruptTar { .. } | E::BadIndex { .. } | E::Lmdb { .. } => CorruptDataError::new_err(msg),
+        E::Fetch { .. } | E::Store { .. } | E::Shared(_) => RemoteError::new_err(msg),
+        E::Pinned(stoker::pinned::PinnedError::CudaUnavailable { .. }) => CudaUnavailableError::new_err(msg),
+        _ => StokerError::new_err(msg),
+    }
+}
+
+/// A runtime and the process that made it.
+type OwnedRuntime = (u32, Arc<tokio::runtime::Runtime>);
+
+/// The process's runtime, made anew in a forked child.
+fn runtime() -> PyResult<Arc<tokio::runtime::Runtime>> {
+    static RT: OnceLock<Mutex<Option<OwnedRuntime>>> = OnceLock::new();
+    let mut slot = RT.get_or_init(|| Mutex::new(None)).lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    if let Some((owner, rt)) = slot.as_ref() {
+        if *owner == pid {
+            return Ok(rt.clone());
+        }
+        // Inherited across fork: its worker threads are gone. Dropping it would wait for them
+        // forever, so it is leaked.
+        if let Some((_, old)) = slot.take() {
+            std::mem::forget(old);
+        }
+    }
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("stoker")
+            .build()
+            .map_err(|e| StokerError::new_err(format!("cannot start the I/O runtime: {e}")))?,
+    );
+    *slot = Some((pid, rt.clone()));
+    Ok(rt)
+}
+
+/// Run `fut` on the runtime with the GIL released, checking for Ctrl-C every 100 ms.
+fn block_on<T: Send>(py: Python<'_>, fut: impl std::future::Future<Output = T> + Send) -> PyResult<T> {
+    let rt = runtime()?;
+    let mut fut = Box::pin(fut);
+    loop {
+        let step =
+            py.detach(|| rt.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut fut).await }));
+        match step {
+            Ok(v) => return Ok(v),
+            Err(_) => py.check_signals()?,
+        }
+    }
+}
+
+/// An opened source, reopened in each process that uses it.
+#[pyclass(module = "stoker._stoker", frozen)]
+struct Source {
+    uri: String,
+    options: String,
+    opened: Mutex<Option<(u32, Arc<DynSampleSource>)>>,
+}
+
+impl Source {
+    fn get_src(&self, py: Python<'_>) -> PyResult<Arc<DynSampleSource>> {
+        let pid = std::process::id();
+        if let Some((owner, src)) = self.opened.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            if *owner == pid {
+                return Ok(src.clone());
+            }
+        }
+        let opts = SourceOptions::from_json(&self.options).map_err(err)?;
+        let uri = self.uri.clone();
+        let src = block_on(py, async move { stoker::open(&uri, opts).await })?.map_err(err)?;
+        *self.opened.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, src.clone()));
+        Ok(src)
+    }
+}
+
+fn sample_to_py<'py>(py: Python<'py>, s: &stoker::Sample) -> PyResult<Bound<'py, PyAny>> {
+    let fields = PyList::empty(py);
+    for f in &s.fields {
+        fields.append((f.name.as_ref(), PyBytes::new(py, &f.data)))?;
+    }
+    Ok((s.key.as_str(), fields).into_pyobject(py)?.into_any())
+}
+
+fn index(i: i64, len: usize) -> PyResult<usize> {
+    let j = if i < 0 { i + len as i64 } else { i };
+    if j < 0 || j >= len as i64 {
+        return Err(PyIndexError::new_err(format!("sample index {i} out of range: the source has {len} samples")));
+    }
+    Ok(j as usize)
+}
+
+#[pymethods]
+impl Source {
+    #[new]
+    #[pyo3(signature = (uri, options = "{}"))]
+    fn new(py: Python<'_>, uri: String, options: &str) -> PyResult<Self> {
+        let s = Source { uri, options: options.to_string(), opened: Mutex::new(None) };
+        s.get_src(py)?; // open now so a bad URI fails at construction
+        Ok(s)
+    }
+
+    fn __getnewargs__(&self) -> (String, String) {
+        (self.uri.clone(), self.options.clone())
+    }
+
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.get_src(py)?.len())
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!("stoker.Source({})", self.get_src(py)?))
+    }
+
+    /// `(key, [(field, bytes), ...])` of sample `i`.
+    fn get<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyAny>> {
+        let src = self.get_src(py)?;
+        let i = index(i, src.len())?;
+        let s = block_on(py, async move { src.get(i).await })?.map_err(err)?;
+        sample_to_py(py, &s)
+    }
+
+    /// Several samples, read concurrently (coalesced for tar shards).
+    fn get_many<'py>(&self, py: Python<'py>, indices: Vec<i64>) -> PyResult<Bound<'py, PyList>> {
+        let src = self.get_src(py)?;
+        let idx = indices.iter().map(|&i| index(i, src.len())).collect::<PyResult<Vec<_>>>()?;
+        let got = block_on(py, async move { src.get_many(&idx).await })?.map_err(err)?;
+        let out = PyList::empty(py);
+        for s in &got {
+            out.append(sample_to_py(py, s)?)?;
+        }
+        Ok(out)
+    }
+
+    /// Layout, shards, samples and the URI (credentials redacted).
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let src = self.get_src(py)?;
+        let d = PyDict::new(py);
+        d.set_item("uri", src.to_string())?;
+        d.set_item("layout", src.info().layout.as_str())?;
+        d.set_item("shards", src.info().shards)?;
+        d.set_item("samples", src.len())?;
+        Ok(d)
+    }
+}
+
+/// The Rust Loader for one source.
+#[pyclass(module = "stoker._stoker")]
+struct Loader {
+    loader: Arc<RsLoader>,
+}
+
+#[pymethods]
+impl Loader {
+    #[new]
+    #[pyo3(signature = (source, batch_size, shuffle=false, seed=0, drop_last=false, prefetch=4,
+                        rank=None, world_size=None, worker=0, num_workers=1, wrap=true,
+                        max_bytes_in_flight=1u64<<30, skip_errors=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        source: &Source,
+        batch_size: usize,
+        shuffle: bool,
+        seed: u64,
+        drop_last: bool,
+        prefetch: usize,
+        rank: Option<u64>,
+        world_size: Option<u64>,
+        worker: u64,
+        num_workers: u64,
+        wrap: bool,
+        max_bytes_in_flight: u64,
+        skip_errors: bool,
+    ) -> PyResult<Self> {
+        let src = source.get_src(py)?;
+        let mut cfg = LoaderConfig::new(batch_size);
+        cfg.drop_last = drop_last;
+        cfg.prefetch = prefetch;
+        cfg.max_bytes_in_flight = max_bytes_in_flight;
+        cfg.order = if shuffle { Order::Shuffle { seed } } else { Order::Sequential };
+        cfg.partition = match (rank, world_size) {
+            (Some(r), Some(w)) => Partition::new(r, w).map_err(|e| err(e.into()))?,
+            (None, None) => Partition::from_env().map_err(|e| err(e.into()))?,
+            _ => {
+                return Err(InvalidInputError::new_err(
+                    "give both rank and world_size, or neither (then RANK/WORLD_SIZE)",
+                ))
+            }
+        };
+        cfg.worker = worker;
+        cfg.num_workers = num_workers;
+        cfg.tail = if wrap { Tail::Wrap } else { Tail::Drop };
+        if skip_errors {
+            cfg.on_error = stoker::loader::ErrorPolicy::Skip;
+        }
+        let rt = runtime()?;
+        let _guard = rt.enter();
+        Ok(Loader { loader: Arc::new(RsLoader::new(src, cfg).map_err(err)?) })
+    }
+
+    /// Batches this rank (and worker) gets per epoch.
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.loader.batches_per_epoch().map_err(err)? as usize)
+    }
+
+    /// Start `epoch` (resuming if a loaded state is for it).
+    fn epoch(&self, epoch: u64) -> PyResult<Epoch> {
+        let rt = runtime()?;
+        let _guard = rt.enter();
+        Ok(Epoch { stream: Some(self.loader.epoch(epoch).map_err(err)?) })
+    }
+
+    /// The epoch a loaded state is for, if one is pending.
+    fn resume_epoch(&self) -> Option<u64> {
+        self.loader.resume_epoch()
+    }
+
+    /// The resume state as JSON (samples consumed globally, seed, epoch).
+    fn state(&self) -> PyResult<Option<String>> {
+        self.loader
+            .state()
+            .map(|s| serde_json::to_string(&s))
+            .transpose()
+            .map_err(|e| StokerError::new_err(e.to_string()))
+    }
+
+    /// Resume from `state()` JSON on the next `epoch()` of its epoch.
+    fn load_state(&self, state: &str) -> PyResult<()> {
+        let s: LoaderState =
+            serde_json::from_str(state).map_err(|e| InvalidInputError::new_err(format!("bad loader state: {e}")))?;
+        self.loader.load_state(s).map_err(err)
+    }
+
+    /// Statistics as a dict (consumer wait, throughput, fetch latency, retries...).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let json = serde_json::to_string(&self.loader.stats()).map_err(|e| StokerError::new_err(e.to_string()))?;
+        py.import("json")?.call_method1("loads", (json,))
+    }
+}
+
+/// One epoch's batches.
+#[pyclass(module = "stoker._stoker")]
+struct Epoch {
+    stream: Option<EpochStream>,
+}
+
+#[pymethods]
+impl Epoch {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Batch> {
+        let Some(stream) = self.stream.as_mut() else { return Err(PyStopIteration::new_err(())) };
+        match block_on(py, stream.next_batch())? {
+            Some(Ok(b)) => Ok(Batch { batch: Arc::new(b) }),
+            Some(Err(e)) => Err(err(e)),
+            None => {
+                self.stream = None;
+                Err(PyStopIteration::new_err(()))
+            }
+        }
+    }
+}
+
+/// A batch: keys, indices and per-field columns, shared zero-copy through DLPack.
+#[pyclass(module = "stoker._stoker", frozen)]
+struct Batch {
+    batch: Arc<stoker::batch::Batch>,
+}
+
+#[pymethods]
+impl Batch {
+    fn __len__(&self) -> usize {
+        self.batch.len()
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.batch.keys().map(str::to_string).collect()
+    }
+
+    fn indices(&self) -> Vec<u64> {
+        self.batch.indices().to_vec()
+    }
+
+    fn fields(&self) -> Vec<String> {
+        self.batch.field_names().map(str::to_string).collect()
+    }
+
+    /// `(data, offsets, width)`: DLPack exporters for the values (uint8) and the offsets
+    /// (int64, len+1), and the common value length when every sample has one (else None).
+    fn column(&self, name: &str) -> PyResult<(DlPack, DlPack, Option<usize>)> {
+        let col = self.batch.field(name).ok_or_else(|| {
+            InvalidInputError::new_err(format!("the batch has no field `{name}`; it has {:?}", self.fields()))
+        })?;
+        let width = col.dense().map(|(_, w)| w);
+        let (ptr, len) = (col.data.as_ptr(), col.data.len());
+        let (optr, olen) = (col.offsets.as_ptr(), col.offsets.len());
+        let data_shape = match width {
+            Some(w) if w > 0 => vec![(len / w) as i64, w as i64],
+            _ => vec![len as i64],
+        };
+        Ok((
+            DlPack { owner: self.batch.clone(), ptr: ptr as *mut c_void, shape: data_shape, code: 1, bits: 8 },
+            DlPack { owner: self.batch.clone(), ptr: optr as *mut c_void, shape: vec![olen as i64], code: 0, bits: 64 },
+            width,
+        ))
+    }
+
+    /// Sample `i`'s value of field `name` as bytes (a copy).
+    fn value<'py>(&self, py: Python<'py>, name: &str, i: usize) -> PyResult<Bound<'py, PyBytes>> {
+        let col = self.batch.field(name).ok_or_else(|| InvalidInputError::new_err(format!("no field `{name}`")))?;
+        let v = col.get(i).ok_or_else(|| PyIndexError::new_err(format!("row {i} out of range")))?;
+        Ok(PyBytes::new(py, v))
+    }
+}
+
+// --- DLPack (https://dmlc.github.io/dlpack): the structs as the spec lays them out. ---
+
+#[repr(C)]
+struct DLDevice {
+    device_type: i32,
+    device_id: i32,
+}
+
+#[repr(C)]
+struct DLDataType {
+    code: u8,
+    bits: u8,
+    lanes: u16,
+}
+
+#[repr(C)]
+struct DLTensor {
+    data: *mut c_void,
+    device: DLDevice,
+    ndim: i32,
+    dtype: DLDataType,
+    shape: *mut i64,
+    strides: *mut i64,
+    byte_offset: u64,
+}
+
+#[repr(C)]
+struct DLManagedTensor {
+    dl_tensor: DLTensor,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
+/// What keeps an exported tensor's memory alive: the batch and the shape array.
+struct Keeper {
+    _owner: Arc<stoker::batch::Batch>,
+    _shape: Vec<i64>,
+}
+
+unsafe extern "C" fn dl_deleter(t: *mut DLManagedTensor) {
+    if t.is_null() {
+        return;
+    }
+    // SAFETY: `t` and its keeper were made by Box::into_raw in `__dlpack__`; the consumer
+    // calls this once.
+    unsafe {
+        drop(Box::from_raw((*t).manager_ctx as *mut Keeper));
+        drop(Box::from_raw(t));
+    }
+}
+
+const DLTENSOR: &CStr = c"dltensor";
+
+unsafe extern "C" fn capsule_destructor(capsule: *mut pyo3::ffi::PyObject) {
+    // SAFETY: called by Python with our capsule. A consumer renames it to "used_dltensor" and
+    // owns the tensor; only an unconsumed capsule still holds it.
+    unsafe {
+        if pyo3::ffi::PyCapsule_IsValid(capsule, DLTENSOR.as_ptr()) == 1 {
+            let t = pyo3::ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr()) as *mut DLManagedTensor;
+            dl_deleter(t);
+        } else {
+            pyo3::ffi::PyErr_Clear();
+        }
+    }
+}
+
+/// A one-dimensional or two-dimensional CPU array of a batch column, for `torch.from_dlpack`
+/// and `numpy.from_dlpack` (zero-copy; the batch stays alive while any tensor uses it).
+#[pyclass(module = "stoker._stoker", frozen)]
+struct DlPack {
+    owner: Arc<stoker::batch::Batch>,
+    ptr: *mut c_void,
+    shape: Vec<i64>,
+    code: u8,
+    bits: u8,
+}
+
+// SAFETY: the pointer is into the batch's immutable buffers, kept alive by `owner`.
+unsafe impl Send for DlPack {}
+unsafe impl Sync for DlPack {}
+
+#[pymethods]
+impl DlPack {
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+        _kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let mut shape = self.shape.clone();
+        let keeper = Box::new(Keeper { _owner: self.owner.clone(), _shape: Vec::new() });
+        let tensor = Box::new(DLManagedTensor {
+            dl_tensor: DLTensor {
+                // An empty column may have a dangling pointer; consumers never read it.
+                data: self.ptr,
+                device: DLDevice { device_type: 1, device_id: 0 },
+                ndim: shape.len() as i32,
+                dtype: DLDataType { code: self.code, bits: self.bits, lanes: 1 },
+                shape: shape.as_mut_ptr(),
+                strides: std::ptr::null_mut(),
+                byte_offset: 0,
+            },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(dl_deleter),
+        });
+        let keeper = Box::into_raw(Box::new(Keeper { _owner: keeper._owner.clone(), _shape: shape }));
+        let t = Box::into_raw(tensor);
+        // SAFETY: `t` is a valid, uniquely owned DLManagedTensor; its shape points into the
+        // keeper's vector, which lives until the deleter runs.
+        unsafe {
+            (*t).dl_tensor.shape = (*keeper)._shape.as_mut_ptr();
+            (*t).manager_ctx = keeper as *mut c_void;
+            let cap = pyo3::ffi::PyCapsule_New(t as *mut c_void, DLTENSOR.as_ptr(), Some(capsule_destructor));
+            if cap.is_null() {
+                dl_deleter(t);
+                return Err(PyErr::fetch(py));
+            }
+            Ok(Bound::from_owned_ptr(py, cap).unbind())
+        }
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (1, 0)
+    }
+}
+
+#[pymodule]
+fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Source>()?;
+    m.add_class::<Loader>()?;
+    m.add_class::<Epoch>()?;
+    m.add_class::<Batch>()?;
+    m.add_class::<DlPack>()?;
+    m.add("StokerError", py.get_type::<StokerError>())?;
+    m.add("NotFoundError", py.get_type::<NotFoundError>())?;
+    m.add("InvalidInputError", py.get_type::<InvalidInputError>())?;
+    m.add("CorruptDataError", py.get_type::<CorruptDataError>())?;
+    m.add("RemoteError", py.get_type::<RemoteError>())?;
+    m.add("CudaUnavailableError", py.get_type::<CudaUnavailableError>())?;
+    Ok(())
+}

@@ -1,0 +1,141 @@
+"""Stoker inside PyTorch's real DataLoader, and stoker.Loader: every sample exactly once, the
+right bytes, fork and spawn workers, resume across processes, ranks under torchrun."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import stoker
+import stoker.torch
+from conftest import N, payload
+
+
+def keep(batch):
+    return batch
+
+
+def value(sample):
+    return sample if isinstance(sample, bytes) else sample["bin"]
+
+
+def index_of(sample):
+    return int(sample["__key__"]) if isinstance(sample, dict) else None
+
+
+@pytest.mark.parametrize("layout", ["files", "tar", "lmdb", "s3-tar", "s3-files"])
+@pytest.mark.parametrize("workers,context", [(0, None), (2, "fork"), (4, "fork"), (2, "spawn")])
+def test_dataloader_every_sample_once(data, s3, layout, workers, context):
+    uri = s3(layout[3:]) if layout.startswith("s3-") else str(data / ("bucket/" + layout if layout != "lmdb" else "lmdb"))
+    ds = stoker.open(uri)
+    assert len(ds) == N
+    dl = DataLoader(ds, batch_size=7, shuffle=True, num_workers=workers, multiprocessing_context=context, collate_fn=keep)
+    got = sorted(value(s) for b in dl for s in b)
+    assert got == sorted(payload(i) for i in range(N))
+    # The samples are the right ones for their index, not just the right multiset.
+    for i in (0, 17, N - 1):
+        assert value(ds[i]) == payload(i)
+    assert value(ds[-1]) == payload(N - 1)
+
+
+def test_iterable_dataset_splits_by_worker_without_repeats(data):
+    ds = stoker.torch.IterableDataset(str(data / "bucket/tar"), shuffle=True, seed=3)
+    dl = DataLoader(ds, batch_size=None, num_workers=3, multiprocessing_context="fork")
+    keys = [s["__key__"] for s in dl]
+    assert sorted(keys) == [f"{i:05d}" for i in range(N)]
+
+
+def test_loader_batches_zero_copy_tensors(data):
+    loader = stoker.Loader(str(data / "bucket/tar"), batch_size=8, shuffle=True, seed=5)
+    seen = []
+    for batch in loader:
+        bins, offsets = batch["bin"]  # variable length: (data, offsets)
+        assert bins.dtype == torch.uint8 and offsets.dtype == torch.int64
+        for row, idx in enumerate(batch["__index__"]):
+            assert bytes(bins[offsets[row] : offsets[row + 1]].numpy()) == payload(idx)
+        seen += batch["__index__"]
+    assert sorted(seen) == list(range(N))
+    stats = loader.stats()
+    assert stats["samples"] == N and "consumer_wait_fraction" in stats
+    lmdb = stoker.Loader(str(data / "lmdb"), batch_size=4, output="numpy")
+    first = next(iter(lmdb))
+    assert isinstance(first["data"][0], numpy.ndarray)
+
+
+def test_dense_fields_are_2d(tmp_path):
+    for i in range(10):
+        (tmp_path / f"{i:03d}.bin").write_bytes(bytes([i]) * 16)
+    batch = next(iter(stoker.Loader(str(tmp_path), batch_size=4)))
+    t = batch["bin"]
+    assert t.shape == (4, 16) and t[2, 0].item() == 2
+
+
+RESUME = r"""
+import json, sys, stoker
+uri, state_path, mode = sys.argv[1:4]
+loader = stoker.Loader(uri, batch_size=5, shuffle=True, seed=9)
+if mode == "first":
+    out = []
+    for i, batch in enumerate(loader):
+        out += batch["__index__"]
+        if i == 4:
+            json.dump(loader.state_dict(), open(state_path, "w"))
+            break
+else:
+    loader.load_state_dict(json.load(open(state_path)))
+    out = [j for b in loader for j in b["__index__"]]
+print(json.dumps(out))
+"""
+
+
+def test_resume_in_a_new_process(data, tmp_path):
+    uri, state = str(data / "bucket/tar"), str(tmp_path / "state.json")
+    run = lambda mode: json.loads(subprocess.check_output([sys.executable, "-c", RESUME, uri, state, mode]))
+    first, rest = run("first"), run("rest")
+    assert len(first) == 25
+    assert sorted(first + rest) == list(range(N)), "the union is the epoch exactly once"
+
+
+TORCHRUN = r"""
+import json, os, sys, torch.distributed as dist, stoker
+dist.init_process_group("gloo")
+loader = stoker.Loader(sys.argv[1], batch_size=4, shuffle=True, seed=1)
+mine = [j for b in loader for j in b["__index__"]]
+everyone = [None] * dist.get_world_size()
+dist.all_gather_object(everyone, mine)
+if dist.get_rank() == 0:
+    print(json.dumps(everyone))
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_four_ranks_partition_the_epoch(data, tmp_path):
+    script = tmp_path / "ranks.py"
+    script.write_text(TORCHRUN)
+    out = subprocess.check_output(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port", "0", str(script), str(data / "bucket/tar")],
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    parts = json.loads(out.decode().strip().splitlines()[-1])
+    assert len(parts) == 4 and len({len(p) for p in parts}) == 1, "equal lengths per rank"
+    flat = [i for p in parts for i in p]
+    assert set(flat) == set(range(N)), "together the whole epoch"
+    assert len(flat) - len(set(flat)) < 4, "only the wrap padding repeats"
+
+
+def test_errors_are_stoker_exceptions(data):
+    with pytest.raises(stoker.NotFoundError, match="nope"):
+        stoker.open("/nope")
+    with pytest.raises(stoker.InvalidInputError, match="layout"):
+        stoker.open(str(data / "bucket/tar"), layout="zip")
+    with pytest.raises(IndexError):
+        stoker.open(str(data / "lmdb"))[N]
+    with pytest.raises(stoker.CudaUnavailableError):
+        stoker.Loader(str(data / "lmdb"), batch_size=2, device="cuda")
+    assert issubclass(stoker.NotFoundError, stoker.StokerError)
