@@ -118,7 +118,7 @@ def test_torchrun_four_ranks_partition_the_epoch(data, tmp_path):
     script = tmp_path / "ranks.py"
     script.write_text(TORCHRUN)
     out = subprocess.check_output(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port", "0", str(script), str(data / "bucket/tar")],
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4", str(script), str(data / "bucket/tar")],
         timeout=300,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
