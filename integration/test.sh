@@ -12,6 +12,11 @@ export STOKER_AZURITE="$root/integration/node_modules/.bin/azurite-blob"
 # The docker-compose recipe must at least parse and resolve (no engine runs here).
 docker-compose -f docker/docker-compose.yml config -q
 cargo test --workspace --locked
+# The Python package, built into .venv, against the real torch DataLoader (fork and spawn
+# workers, torchrun); its S3 tests use the embedded S3 server binary.
+cargo build --locked -p stoker-test-servers --bin s3_server
+(cd crates/stoker-py && VIRTUAL_ENV="$root/.venv" "$root/.venv/bin/maturin" develop --quiet --locked)
+STOKER_S3_SERVER="$root/target/debug/s3_server" "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider crates/stoker-py/tests
 # Same pool and ordering logic with the `cuda` feature on: without a driver it must report
 # CudaUnavailable, never panic.
 cargo test -p stoker --features cuda --locked --test pinned --test gpu --test loader
