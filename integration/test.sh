@@ -16,6 +16,8 @@ cargo test --workspace --locked
 # workers, torchrun); its S3 tests use the embedded S3 server binary.
 cargo build --locked -p stoker-test-servers --bin s3_server
 (cd crates/stoker-py && VIRTUAL_ENV="$root/.venv" "$root/.venv/bin/maturin" develop --quiet --locked)
+# The checked-in type stub must match the compiled module.
+(cd crates/stoker-py && "$root/.venv/bin/python" -m mypy.stubtest stoker._stoker)
 STOKER_S3_SERVER="$root/target/debug/s3_server" "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider crates/stoker-py/tests
 # Same pool and ordering logic with the `cuda` feature on: without a driver it must report
 # CudaUnavailable, never panic.
