@@ -29,7 +29,7 @@ def index_of(sample):
 
 
 @pytest.mark.parametrize("layout", ["files", "tar", "lmdb", "s3-tar", "s3-files"])
-@pytest.mark.parametrize("workers,context", [(0, None), (2, "fork"), (4, "fork"), (2, "spawn")])
+@pytest.mark.parametrize("workers,context", [(0, None), (2, "fork"), (4, "fork"), (2, "spawn"), (4, "spawn")])
 def test_dataloader_every_sample_once(data, s3, layout, workers, context):
     uri = s3(layout[3:]) if layout.startswith("s3-") else str(data / ("bucket/" + layout if layout != "lmdb" else "lmdb"))
     ds = stoker.open(uri)
