@@ -139,3 +139,32 @@ def test_errors_are_stoker_exceptions(data):
     with pytest.raises(stoker.CudaUnavailableError):
         stoker.Loader(str(data / "lmdb"), batch_size=2, device="cuda")
     assert issubclass(stoker.NotFoundError, stoker.StokerError)
+
+
+HANG = r"""
+import socket, sys, stoker
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(8)  # accepts connections, never answers
+port = srv.getsockname()[1]
+print("ready", flush=True)
+try:
+    stoker.open(f"http://127.0.0.1:{port}/data/shard-{{0..1}}.tar", timeout_ms=600000, attempts=1)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(3)
+"""
+
+
+def test_a_blocked_call_answers_ctrl_c():
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", HANG], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(1.0)  # let it block inside the native call
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 3 and "interrupted" in out, (proc.returncode, out)
+    assert time.monotonic() - started < 5, "the GIL-free wait notices Ctrl-C within ~100 ms"
