@@ -136,3 +136,23 @@ where
     });
     Ok(ServerHandle { addr, stop, task })
 }
+
+/// Run a binary's `main` future on a new multi-threaded runtime; failing to start one is an
+/// error exit.
+pub fn run_main(main: impl std::future::Future<Output = std::process::ExitCode>) -> std::process::ExitCode {
+    match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt.block_on(main),
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Announce `addr` (the line scripts read the port from) and wait for SIGTERM or SIGINT.
+pub async fn announce_and_wait(addr: std::net::SocketAddr) {
+    print_listening(addr);
+    if let Err(err) = shutdown_signal().await {
+        eprintln!("error: cannot wait for signals: {err}");
+    }
+}

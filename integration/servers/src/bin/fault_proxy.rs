@@ -65,14 +65,7 @@ fn main() -> ExitCode {
     }
     let config = ProxyConfig { listen: args.listen, upstream: args.upstream, faults };
 
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(err) => {
-            eprintln!("error: cannot start the async runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(async move {
+    stoker_test_servers::run_main(async move {
         let proxy = match proxy::serve(config).await {
             Ok(proxy) => proxy,
             Err(err) => {
@@ -80,10 +73,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        stoker_test_servers::print_listening(proxy.addr());
-        if let Err(err) = stoker_test_servers::shutdown_signal().await {
-            eprintln!("error: cannot wait for signals: {err}");
-        }
+        stoker_test_servers::announce_and_wait(proxy.addr()).await;
         proxy.shutdown().await;
         ExitCode::SUCCESS
     })

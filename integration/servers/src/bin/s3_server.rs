@@ -46,14 +46,7 @@ fn main() -> ExitCode {
         config = config.with_credentials(ak, sk);
     }
 
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(err) => {
-            eprintln!("error: cannot start the async runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(async move {
+    stoker_test_servers::run_main(async move {
         let server = match s3::serve(config).await {
             Ok(server) => server,
             // Bad input the parser could not see (missing root, bad bucket name):
@@ -64,10 +57,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        stoker_test_servers::print_listening(server.addr());
-        if let Err(err) = stoker_test_servers::shutdown_signal().await {
-            eprintln!("error: cannot wait for signals: {err}");
-        }
+        stoker_test_servers::announce_and_wait(server.addr()).await;
         server.shutdown().await;
         ExitCode::SUCCESS
     })
