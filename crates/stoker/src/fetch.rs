@@ -237,43 +237,56 @@ impl Fetcher {
 
     /// A whole object (one request, retried).
     pub async fn get(&self, path: &ObjPath, shown: &str) -> Result<Bytes> {
-        self.retrying(shown, "whole object", || async {
-            self.counters.requests.fetch_add(1, Relaxed);
-            let r = self.store.get(path).await;
-            match r {
-                Ok(g) => g.bytes().await.map_err(classify),
-                Err(e) => Err(classify(e)),
-            }
-        })
+        self.retrying(
+            shown,
+            || "whole object".to_string(),
+            || async {
+                self.counters.requests.fetch_add(1, Relaxed);
+                let r = self.store.get(path).await;
+                match r {
+                    Ok(g) => g.bytes().await.map_err(classify),
+                    Err(e) => Err(classify(e)),
+                }
+            },
+        )
         .await
     }
 
     /// Size and version of an object (retried).
     pub async fn head(&self, path: &ObjPath, shown: &str) -> Result<object_store::ObjectMeta> {
-        self.retrying(shown, "metadata", || async {
-            self.counters.requests.fetch_add(1, Relaxed);
-            self.store.head(path).await.map_err(classify)
-        })
+        self.retrying(
+            shown,
+            || "metadata".to_string(),
+            || async {
+                self.counters.requests.fetch_add(1, Relaxed);
+                self.store.head(path).await.map_err(classify)
+            },
+        )
         .await
     }
 
     /// Every object under `prefix` (the whole listing is retried on a transient failure).
     pub async fn list(&self, prefix: Option<&ObjPath>, shown: &str) -> Result<Vec<object_store::ObjectMeta>> {
         use futures::TryStreamExt;
-        self.retrying(shown, "listing", || async {
-            self.counters.requests.fetch_add(1, Relaxed);
-            self.store.list(prefix).try_collect::<Vec<_>>().await.map_err(classify)
-        })
+        self.retrying(
+            shown,
+            || "listing".to_string(),
+            || async {
+                self.counters.requests.fetch_add(1, Relaxed);
+                self.store.list(prefix).try_collect::<Vec<_>>().await.map_err(classify)
+            },
+        )
         .await
     }
 
     async fn fetch_range(&self, path: &ObjPath, shown: &str, range: Range<u64>) -> Result<Bytes> {
-        let label = format!("bytes {}..{}", range.start, range.end);
-        self.retrying(shown, &label, || self.hedged(|| self.attempt(path, range.clone()))).await
+        let what = || format!("bytes {}..{}", range.start, range.end);
+        self.retrying(shown, what, || self.hedged(|| self.attempt(path, range.clone()))).await
     }
 
     /// Retry transient failures with exponential backoff and full jitter.
-    async fn retrying<T, F, Fut>(&self, shown: &str, what: &str, mut f: F) -> Result<T>
+    /// `what` names the bytes in the final error; it is only formatted if there is one.
+    async fn retrying<T, F, Fut>(&self, shown: &str, what: impl Fn() -> String, mut f: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
@@ -293,7 +306,7 @@ impl Fetcher {
                     self.counters.failures.fetch_add(1, Relaxed);
                     return Err(Error::Fetch {
                         object: shown.to_string(),
-                        what: what.to_string(),
+                        what: what(),
                         attempts: attempt,
                         message: fail.message,
                         hint: fail.hint,

@@ -117,41 +117,15 @@ pub struct SourceOptions {
     pub manifest: Option<bool>,
 }
 
-/// The option keys a URI query or config file may use.
-pub const OPTION_KEYS: &[&str] = &[
-    "layout",
-    "field",
-    "concurrency",
-    "coalesce_gap",
-    "max_read",
-    "index_dir",
-    "write_sidecar",
-    "endpoint",
-    "region",
-    "allow_http",
-    "virtual_hosted",
-    "access_key_id",
-    "secret_access_key",
-    "session_token",
-    "anonymous",
-    "instance_metadata",
-    "service_account",
-    "account",
-    "access_key",
-    "use_emulator",
-    "list",
-    "max_in_flight",
-    "part_size",
-    "attempts",
-    "backoff_ms",
-    "hedge_ms",
-    "timeout_ms",
-    "cache_bytes",
-    "cache_block",
-    "disk_cache_dir",
-    "disk_cache_bytes",
-    "manifest",
-];
+/// The option keys a URI query or config file may use (the fields of [`SourceOptions`]).
+pub fn option_keys() -> Vec<String> {
+    // Every field is an Option serialised as null by default, so the keys come from serde and
+    // cannot drift from the struct.
+    match serde_json::to_value(SourceOptions::default()) {
+        Ok(serde_json::Value::Object(map)) => map.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
 
 /// Options whose values are credentials: masked in `Debug`, redacted in URIs.
 const SECRET_OPTIONS: &[&str] =
@@ -185,45 +159,15 @@ impl SourceOptions {
     }
 
     /// Options set in `other` override those set in `self`.
-    pub fn merged(mut self, other: SourceOptions) -> Self {
-        macro_rules! take {
-            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
-        }
-        take!(
-            layout,
-            field,
-            concurrency,
-            coalesce_gap,
-            max_read,
-            index_dir,
-            write_sidecar,
-            endpoint,
-            region,
-            allow_http,
-            virtual_hosted,
-            access_key_id,
-            secret_access_key,
-            session_token,
-            anonymous,
-            instance_metadata,
-            service_account,
-            account,
-            access_key,
-            use_emulator,
-            list,
-            max_in_flight,
-            part_size,
-            attempts,
-            backoff_ms,
-            hedge_ms,
-            timeout_ms,
-            cache_bytes,
-            cache_block,
-            disk_cache_dir,
-            disk_cache_bytes,
-            manifest
-        );
-        self
+    pub fn merged(self, other: SourceOptions) -> Self {
+        // Field by field through serde, so a new option needs no change here.
+        let (Ok(serde_json::Value::Object(mut base)), Ok(serde_json::Value::Object(over))) =
+            (serde_json::to_value(&self), serde_json::to_value(&other))
+        else {
+            return self;
+        };
+        base.extend(over.into_iter().filter(|(_, v)| !v.is_null()));
+        serde_json::from_value(serde_json::Value::Object(base)).unwrap_or(self)
     }
 
     pub(crate) fn concurrency(&self) -> usize {
@@ -289,7 +233,7 @@ impl SourceOptions {
 fn option_error(serde_msg: String) -> Error {
     // serde names the valid keys and variants already ("expected one of ..."); make sure the
     // message always lists the keys, also for errors serde words differently.
-    Error::invalid_option(format!("{serde_msg}; valid options: {}", OPTION_KEYS.join(", ")))
+    Error::invalid_option(format!("{serde_msg}; valid options: {}", option_keys().join(", ")))
 }
 
 /// Where a source's bytes live, after parsing the URI.

@@ -208,20 +208,10 @@ async fn open_remote(loc: &RemoteLocation, opts: SourceOptions, display: String)
         (None, None) => None,
     };
     let listing: Vec<ObjectInfo> = match names {
-        Some(names) => {
-            // Each name is checked once here so a typo in the pattern fails at open.
-            // Futures collected first: a lazy `map` over borrowed names makes the whole open
-            // future fail the compiler's higher-ranked Send check (it could not be spawned).
-            let heads: Vec<_> = names.iter().map(|p| store.head(p)).collect();
-            futures::stream::iter(heads).buffered(opts.concurrency()).try_collect().await?
-        }
+        Some(names) => head_all(&store, &names, opts.concurrency()).await?,
         None => return Ok(open_listed(store, &opts, display, false).await?.source),
     };
-    let layout = opts.layout.unwrap_or(if listing.iter().any(|o| o.path.ends_with(".tar")) {
-        Layout::Tar
-    } else {
-        Layout::Objects
-    });
+    let layout = inferred_layout(&opts, &listing);
     from_listing(store, layout, listing, opts, display).await
 }
 
@@ -266,11 +256,7 @@ async fn open_pattern(paths: &[PathBuf], opts: SourceOptions, display: String) -
         paths.iter().map(|p| p.strip_prefix(&root).unwrap_or(p).to_string_lossy().into_owned()).collect();
     let layout =
         opts.layout.unwrap_or(if rel.iter().all(|p| p.ends_with(".tar")) { Layout::Tar } else { Layout::Objects });
-    // Each name is checked once here so a typo in the pattern fails at open, not mid-epoch.
-    let listing: Vec<ObjectInfo> = futures::stream::iter(rel.iter().map(|p| store.head(p)).collect::<Vec<_>>())
-        .buffered(opts.concurrency())
-        .try_collect()
-        .await?;
+    let listing = head_all(&store, &rel, opts.concurrency()).await?;
     from_listing(store, layout, listing, opts, display).await
 }
 
@@ -331,12 +317,22 @@ async fn open_listed(store: Store, opts: &SourceOptions, display: String, descri
         }
     }
     let listing: Vec<ObjectInfo> = store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
-    let layout = opts.layout.unwrap_or(if listing.iter().any(|o| o.path.ends_with(".tar")) {
-        Layout::Tar
-    } else {
-        Layout::Objects
-    });
+    let layout = inferred_layout(opts, &listing);
     build(store, layout, listing, opts, display, None, describe).await
+}
+
+/// The layout options force, else `tar` when the listing holds `.tar` files, else `objects`.
+fn inferred_layout(opts: &SourceOptions, listing: &[ObjectInfo]) -> Layout {
+    opts.layout.unwrap_or(if listing.iter().any(|o| o.path.ends_with(".tar")) { Layout::Tar } else { Layout::Objects })
+}
+
+/// Every named object's size and version, `concurrency` at a time. Checking each name once
+/// at open makes a typo in a pattern fail there, not mid-epoch.
+async fn head_all(store: &Store, names: &[String], concurrency: usize) -> Result<Vec<ObjectInfo>> {
+    // Futures collected first: a lazy `map` over borrowed names makes the whole open future
+    // fail the compiler's higher-ranked Send check (it could not be spawned).
+    let heads: Vec<_> = names.iter().map(|p| store.head(p)).collect();
+    futures::stream::iter(heads).buffered(concurrency).try_collect().await
 }
 
 /// What `index` wrote.
