@@ -476,8 +476,9 @@ pub fn redact(uri: &str) -> String {
     out
 }
 
-fn is_secret_key(k: &str) -> bool {
-    let k = k.to_ascii_lowercase();
+pub(crate) fn is_secret_key(k: &str) -> bool {
+    // Judged as the query parser will read it: `%73ecret_access_key` is `secret_access_key`.
+    let k = percent_encoding::percent_decode_str(&k.replace('+', " ")).decode_utf8_lossy().to_ascii_lowercase();
     SECRET_OPTIONS.contains(&k.as_str()) || SECRET_HINTS.iter().any(|h| k.contains(h))
 }
 
