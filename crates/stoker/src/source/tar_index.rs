@@ -90,7 +90,10 @@ impl ShardIndex {
         } else {
             Err(format!(
                 "the tar header in front of sample `{key}` field `{ext}` is not the one indexed: the shard was \
-                 rewritten after it was indexed; reopen the source to re-index it (or run `stoker index` again)"
+                 rewritten after it was indexed, keeping its size and time stamp; delete its index \
+                 `{}{SIDECAR_SUFFIX}` (next to it or in the index_dir) and reopen, or run `stoker index` again \
+                 if the dataset has a manifest",
+                self.shard.rsplit('/').next().unwrap_or(&self.shard)
             ))
         }
     }
