@@ -29,9 +29,15 @@ for t in "${targets[@]}"; do
   [ -f "$here/dict/$t.dict" ] && dict=(-dict="$here/dict/$t.dict")
   echo "fuzz: $t for ${seconds}s"
   # -max_len 64 KiB: shards bigger than that add no new header paths, only slower runs.
+  log="$here/artifacts/$t/last-run.log"
+  status=0
   "$bin/$t" "$here/corpus/$t" "${dict[@]}" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
-    -rss_limit_mb=2048 -artifact_prefix="$here/artifacts/$t/" -print_final_stats=1 2>&1 |
-    grep -E '^(stat::number_of_executed_units|stat::peak_rss|==|SUMMARY|.*(panicked|ERROR|crash|deadly))' || true
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "fuzz: $t FAILED: see $here/artifacts/$t/" >&2; exit 1; }
+    -rss_limit_mb=2048 -artifact_prefix="$here/artifacts/$t/" -print_final_stats=1 >"$log" 2>&1 || status=$?
+  grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb' "$log" | sed "s/^/fuzz: $t /"
+  if [ "$status" -ne 0 ]; then
+    tail -40 "$log" >&2
+    echo "fuzz: $t FAILED (exit $status): the input is in $here/artifacts/$t/" >&2
+    exit 1
+  fi
 done
 echo "fuzz: no crashes"
