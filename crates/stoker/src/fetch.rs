@@ -297,7 +297,13 @@ impl Fetcher {
         .await
     }
 
-    async fn fetch_range(&self, path: &ObjPath, shown: &str, range: Range<u64>, if_match: Option<&str>) -> Result<Bytes> {
+    async fn fetch_range(
+        &self,
+        path: &ObjPath,
+        shown: &str,
+        range: Range<u64>,
+        if_match: Option<&str>,
+    ) -> Result<Bytes> {
         let what = || format!("bytes {}..{}", range.start, range.end);
         self.retrying(shown, what, || self.hedged(|| self.attempt(path, range.clone(), if_match))).await
     }

@@ -162,7 +162,8 @@ async fn manifests_that_lie_are_errors_or_corrected() {
         let off = f[1].as_u64().unwrap();
         f[1] = (off + 1024).into();
     }
-    let last_end = v["tar"][1]["fields"].as_array().unwrap().iter().map(|f| f[1].as_u64().unwrap() + f[2].as_u64().unwrap()).max();
+    let last_end =
+        v["tar"][1]["fields"].as_array().unwrap().iter().map(|f| f[1].as_u64().unwrap() + f[2].as_u64().unwrap()).max();
     assert!(last_end.unwrap() <= v["tar"][1]["size"].as_u64().unwrap(), "the lie stays inside the shard");
     write(&v);
     let src = open(uri).await;
@@ -240,7 +241,10 @@ async fn lmdb_cut_anywhere_fails_at_open_or_reads_right() {
         match stoker::open(d.path().to_str().unwrap(), Default::default()).await {
             Err(e) => {
                 let msg = e.to_string();
-                assert!(msg.contains("data.mdb") && (msg.contains("truncated") || msg.contains("LMDB")), "cut {cut}: {msg}");
+                assert!(
+                    msg.contains("data.mdb") && (msg.contains("truncated") || msg.contains("LMDB")),
+                    "cut {cut}: {msg}"
+                );
             }
             Ok(src) => {
                 // Only a cut in the unused tail may open; then every record must read right.
@@ -277,7 +281,9 @@ async fn an_s3_shard_replaced_after_indexing_is_an_etag_mismatch_not_other_bytes
         let e = src.get(4).await.unwrap_err();
         let msg = e.to_string();
         assert!(
-            msg.contains("a.tar") && (msg.contains("replaced") || msg.contains("rewritten")) && msg.contains("stoker index"),
+            msg.contains("a.tar")
+                && (msg.contains("replaced") || msg.contains("rewritten"))
+                && msg.contains("stoker index"),
             "{extra}: {msg}"
         );
         assert!(!e.is_retryable(), "retrying cannot bring the old object back: {e:?}");

@@ -88,7 +88,15 @@ async fn credentials_stay_out_of_options_uris_and_errors() {
         assert_clean(&format!("open error for {}", stoker::uri::redact(&uri)), &format!("{e} {e:?}"));
     }
     // A source that opened and then fails: Display, Debug and the read error.
-    let ok = stoker::open(&format!("s3://data/x?endpoint={live}&access_key_id={}&secret_access_key={}&session_token={tok}", common::s3::AK, common::s3::SK), Default::default()).await;
+    let ok = stoker::open(
+        &format!(
+            "s3://data/x?endpoint={live}&access_key_id={}&secret_access_key={}&session_token={tok}",
+            common::s3::AK,
+            common::s3::SK
+        ),
+        Default::default(),
+    )
+    .await;
     if let Ok(src) = ok {
         assert_clean("source", &format!("{src} {src:?}"));
         drop(server);
@@ -175,7 +183,9 @@ async fn disk_cache_entries_stay_in_the_cache_directory_whatever_the_object_name
         let s = p.to_string_lossy();
         let ok = s == "cache"
             || s == "cache/.evict.lock"
-            || (s.starts_with("cache/") && p.components().count() <= 3 && (outer.path().join(p).is_dir() || s.ends_with(".blk")));
+            || (s.starts_with("cache/")
+                && p.components().count() <= 3
+                && (outer.path().join(p).is_dir() || s.ends_with(".blk")));
         assert!(ok, "unexpected {s} in {all:?}");
     }
     assert_eq!(all.iter().filter(|p| p.to_string_lossy().ends_with(".blk")).count(), names.len());

@@ -105,9 +105,8 @@ async fn get_reads_only_that_samples_bytes() {
     assert_eq!(got, samples[13]);
     assert_eq!(after.requests - before.requests, 1, "one ranged read");
     // The fields plus the header in front of each (checked against the index), nothing else.
-    let span = got.total_bytes()
-        + 2 * 512
-        + (got.fields[0].data.len().div_ceil(512) * 512 - got.fields[0].data.len()) as u64;
+    let span =
+        got.total_bytes() + 2 * 512 + (got.fields[0].data.len().div_ceil(512) * 512 - got.fields[0].data.len()) as u64;
     assert_eq!(after.bytes - before.bytes, span);
 }
 

@@ -74,7 +74,11 @@ impl TarSource {
                     let mut fresh = Vec::with_capacity(k.len());
                     for idx in k {
                         let now = store.head(&idx.shard).await?;
-                        fresh.push(if idx.matches(&now) { idx } else { tar_index::load_or_build(&store, &now, opts).await? });
+                        fresh.push(if idx.matches(&now) {
+                            idx
+                        } else {
+                            tar_index::load_or_build(&store, &now, opts).await?
+                        });
                     }
                     fresh
                 } else {

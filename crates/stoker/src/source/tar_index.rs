@@ -207,8 +207,11 @@ async fn load_if_fresh(store: &Store, path: &str, info: &ObjectInfo) -> Option<S
     let idx: ShardIndex = serde_json::from_slice(&bytes).ok()?;
     // A stale or damaged sidecar is rebuilt, never trusted.
     // One without header digests predates them: rebuilding it costs one header walk.
-    (idx.shard == info.path && idx.matches(info) && (idx.fields.is_empty() || !idx.headers.is_empty()) && idx.validate().is_ok())
-        .then_some(idx)
+    (idx.shard == info.path
+        && idx.matches(info)
+        && (idx.fields.is_empty() || !idx.headers.is_empty())
+        && idx.validate().is_ok())
+    .then_some(idx)
 }
 
 /// Walk the headers of one shard (blocking) and group members into samples as webdataset does.
@@ -287,7 +290,10 @@ pub(crate) fn build_from<R: io::Read + io::Seek>(reader: R, info: &ObjectInfo, s
             ));
         }
         if data_pos != entry.raw_header_position() + HEADER {
-            return Err(corrupt(entry.raw_header_position(), format!("member `{name}`: its payload does not follow its header")));
+            return Err(corrupt(
+                entry.raw_header_position(),
+                format!("member `{name}`: its payload does not follow its header"),
+            ));
         }
         idx.fields.push((id, data_pos, size));
         idx.headers.push(header_digest(entry.header().as_bytes()));
