@@ -129,12 +129,14 @@ const HANG_GUARD: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_retry_budget_the_loader_reports_the_object_and_attempts() {
-    for (what, faults) in [
-        ("503", FaultPatch { slowdown: Some(1.0), ..Default::default() }),
-        ("reset", FaultPatch { reset: Some(1.0), ..Default::default() }),
-        ("truncated", FaultPatch { truncate: Some(1.0), ..Default::default() }),
+    for (what, faults, extra) in [
+        ("503", FaultPatch { slowdown: Some(1.0), ..Default::default() }, ""),
+        ("reset", FaultPatch { reset: Some(1.0), ..Default::default() }, ""),
+        ("truncated", FaultPatch { truncate: Some(1.0), ..Default::default() }, ""),
+        // A server that accepts and never answers: each attempt ends at its time limit.
+        ("silent", FaultPatch { latency_ms: Some(600_000), ..Default::default() }, "&timeout_ms=300"),
     ] {
-        let (_root, _server, proxy, src) = failing_source(faults, "&attempts=3").await;
+        let (_root, _server, proxy, src) = failing_source(faults, &format!("&attempts=3{extra}")).await;
         let loader = Loader::new(src, LoaderConfig::new(4)).unwrap();
         let first = tokio::time::timeout(HANG_GUARD, async {
             let mut stream = loader.epoch(0).unwrap();
