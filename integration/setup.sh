@@ -58,6 +58,10 @@ if [ "$have_azurite" != "$azurite_ver" ] || [ ! -x integration/node_modules/.bin
   npm ci --prefix integration --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
+# fuzz/run.sh links libFuzzer, which the libfuzzer-sys crate compiles from source with the
+# system C++ compiler (checked, not installed, like GNU tar).
+command -v c++ >/dev/null || { echo "setup: a C++ compiler is missing (apt-get install g++); fuzz/run.sh needs it" >&2; exit 1; }
+
 # docker-compose (Debian's 1.29) checks docker/docker-compose.yml without a Docker engine.
 if ! command -v docker-compose >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -12,6 +12,9 @@ export STOKER_AZURITE="$root/integration/node_modules/.bin/azurite-blob"
 # The docker-compose recipe must at least parse and resolve (no engine runs here).
 docker-compose -f docker/docker-compose.yml config -q
 cargo test --workspace --locked
+# Coverage-guided fuzzing of the URI, tar-index, sidecar and manifest readers (libFuzzer on
+# stable Rust): 10 s a target here; `fuzz/run.sh 600` is the longer run (fuzz/README.md).
+bash fuzz/run.sh 10
 # The Python package, built into .venv, against the real torch DataLoader (fork and spawn
 # workers, torchrun); its S3 tests use the embedded S3 server binary.
 cargo build --locked -p stoker-test-servers --bin s3_server

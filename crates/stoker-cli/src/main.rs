@@ -103,8 +103,25 @@ pub(crate) fn load_config(path: &PathBuf) -> Result<SourceOptions, String> {
     if is_json {
         SourceOptions::from_json(&text).map_err(|e| format!("config {}: {e}", path.display()))
     } else {
-        toml::from_str(&text).map_err(|e| format!("config {}: invalid option: {e}", path.display()))
+        toml::from_str(&text).map_err(|e| {
+            // TOML errors quote the offending line and value: a secret's too.
+            let msg = stoker::uri::scrub(&e.to_string(), &toml_secret_values(&text));
+            format!("config {}: invalid option: {msg}", path.display())
+        })
     }
+}
+
+/// The values of secret options in TOML text, read line by line so that text which does not
+/// parse is covered too.
+fn toml_secret_values(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .filter(|(k, _)| stoker::uri::is_secret_option(k.trim().trim_matches(['"', '\''])))
+        .flat_map(|(_, v)| {
+            let v = v.trim();
+            [v.to_string(), v.trim_matches(['"', '\'']).to_string()]
+        })
+        .collect()
 }
 
 #[tokio::main]

@@ -146,7 +146,9 @@ impl Fetcher {
 
     /// Like [`get_ranges`](Self::get_ranges) for an object of known `size` and `version`,
     /// through the block cache when there is one: whole aligned blocks are fetched, cached,
-    /// and the asked ranges cut from them.
+    /// and the asked ranges cut from them. With `if_match` (the entity tag the object had when
+    /// it was indexed), a replaced object fails with a clear error instead of yielding its
+    /// new bytes at the old offsets.
     pub async fn get_ranges_cached(
         self: &Arc<Self>,
         path: &ObjPath,
@@ -154,8 +156,9 @@ impl Fetcher {
         ranges: &[Range<u64>],
         size: u64,
         version: &str,
+        if_match: Option<&str>,
     ) -> Result<Vec<Bytes>> {
-        let Some(cache) = &self.cache else { return self.get_ranges(path, shown, ranges).await };
+        let Some(cache) = &self.cache else { return self.get_ranges_if(path, shown, ranges, if_match).await };
         let bs = cache.config().block.max(1);
         let mut blocks: Vec<u64> =
             ranges.iter().filter(|r| r.end > r.start).flat_map(|r| r.start / bs..=(r.end - 1) / bs).collect();
@@ -166,8 +169,11 @@ impl Fetcher {
             let range = b * bs..((b + 1) * bs).min(size);
             let key = crate::cache::block_key(&object, version, b);
             let (me, path, shown) = (self.clone(), path.clone(), shown.to_string());
+            let if_match = if_match.map(str::to_string);
             let len = (range.end - range.start) as usize;
-            cache.get_or_fetch(key, len, move || async move { me.fetch_range(&path, &shown, range).await })
+            cache.get_or_fetch(key, len, move || async move {
+                me.fetch_range(&path, &shown, range, if_match.as_deref()).await
+            })
         }))
         .await?;
         Ok(ranges
@@ -206,10 +212,22 @@ impl Fetcher {
 
     /// Read `ranges` of `path` (`shown` names it in errors), in the order asked.
     pub async fn get_ranges(&self, path: &ObjPath, shown: &str, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        self.get_ranges_if(path, shown, ranges, None).await
+    }
+
+    /// [`get_ranges`](Self::get_ranges), only while the object's entity tag is `if_match`
+    /// (when given): a replaced object is an error, not other bytes.
+    pub async fn get_ranges_if(
+        &self,
+        path: &ObjPath,
+        shown: &str,
+        ranges: &[Range<u64>],
+        if_match: Option<&str>,
+    ) -> Result<Vec<Bytes>> {
         let plan = plan(ranges, self.cfg.coalesce_gap, self.cfg.part_size);
         let parts = plan.iter().flat_map(|m| m.parts.iter().cloned());
         let fetched: Vec<Bytes> =
-            futures::future::try_join_all(parts.map(|p| self.fetch_range(path, shown, p))).await?;
+            futures::future::try_join_all(parts.map(|p| self.fetch_range(path, shown, p, if_match))).await?;
         let mut fetched = fetched.into_iter();
         let mut merged: Vec<(Range<u64>, Bytes)> = Vec::with_capacity(plan.len());
         for m in &plan {
@@ -279,9 +297,15 @@ impl Fetcher {
         .await
     }
 
-    async fn fetch_range(&self, path: &ObjPath, shown: &str, range: Range<u64>) -> Result<Bytes> {
+    async fn fetch_range(
+        &self,
+        path: &ObjPath,
+        shown: &str,
+        range: Range<u64>,
+        if_match: Option<&str>,
+    ) -> Result<Bytes> {
         let what = || format!("bytes {}..{}", range.start, range.end);
-        self.retrying(shown, what, || self.hedged(|| self.attempt(path, range.clone()))).await
+        self.retrying(shown, what, || self.hedged(|| self.attempt(path, range.clone(), if_match))).await
     }
 
     /// Retry transient failures with exponential backoff and full jitter.
@@ -353,13 +377,31 @@ impl Fetcher {
         }
     }
 
-    async fn attempt(&self, path: &ObjPath, range: Range<u64>) -> std::result::Result<Bytes, Failure> {
+    async fn attempt(
+        &self,
+        path: &ObjPath,
+        range: Range<u64>,
+        if_match: Option<&str>,
+    ) -> std::result::Result<Bytes, Failure> {
         let _slot =
             self.limit.acquire().await.map_err(|e| Failure { transient: false, message: e.to_string(), hint: None })?;
         self.counters.requests.fetch_add(1, Relaxed);
         let started = Instant::now();
         let want = range.end - range.start;
-        let result = tokio::time::timeout(self.cfg.timeout, self.store.get_range(path, range.clone())).await;
+        let request = async {
+            match if_match {
+                None => self.store.get_range(path, range.clone()).await,
+                Some(tag) => {
+                    let opts = object_store::GetOptions {
+                        if_match: Some(tag.to_string()),
+                        range: Some(range.clone().into()),
+                        ..Default::default()
+                    };
+                    self.store.get_opts(path, opts).await?.bytes().await
+                }
+            }
+        };
+        let result = tokio::time::timeout(self.cfg.timeout, request).await;
         let bytes = match result {
             Err(_) => {
                 return Err(Failure {
@@ -422,9 +464,14 @@ fn classify(e: object_store::Error) -> Failure {
                     .into(),
             ),
         ),
-        E::Precondition { .. } | E::NotModified { .. } => {
-            (false, Some("the object changed while it was read; reopen the source".to_string()))
-        }
+        E::Precondition { .. } | E::NotModified { .. } => (
+            false,
+            Some(
+                "the object was replaced after the source was opened or indexed (its entity tag changed); reopen \
+                 the source, and run `stoker index` again if the dataset has a manifest"
+                    .to_string(),
+            ),
+        ),
         E::Generic { .. } | E::JoinError { .. } => {
             let status = http_status(&message);
             match status {

@@ -7,6 +7,8 @@ pub mod cache;
 pub mod conformance;
 pub mod error;
 pub mod fetch;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod loader;
 pub mod pinned;
 pub mod sample;

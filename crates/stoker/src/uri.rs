@@ -155,7 +155,16 @@ impl SourceOptions {
 
     /// Parse a JSON object.
     pub fn from_json(text: &str) -> Result<Self> {
-        serde_json::from_str(text).map_err(|e| option_error(e.to_string()))
+        serde_json::from_str(text).map_err(|e| {
+            // serde quotes a value of the wrong type (`invalid type: integer `123``), secrets too.
+            let secrets = match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(serde_json::Value::Object(map)) => {
+                    map.into_iter().filter(|(k, _)| is_secret_option(k)).flat_map(|(_, v)| json_leaves(v)).collect()
+                }
+                _ => Vec::new(),
+            };
+            option_error(scrub(&e.to_string(), &secrets))
+        })
     }
 
     /// Options set in `other` override those set in `self`.
@@ -228,6 +237,26 @@ impl SourceOptions {
         }
         std::env::temp_dir().join("stoker-index")
     }
+}
+
+/// Every scalar in a JSON value, as text.
+fn json_leaves(v: serde_json::Value) -> Vec<String> {
+    match v {
+        serde_json::Value::String(s) => vec![s],
+        serde_json::Value::Array(a) => a.into_iter().flat_map(json_leaves).collect(),
+        serde_json::Value::Object(m) => m.into_iter().flat_map(|(_, v)| json_leaves(v)).collect(),
+        serde_json::Value::Null => Vec::new(),
+        other => vec![other.to_string()],
+    }
+}
+
+/// `message` with every occurrence of each of `secrets` replaced by `***`.
+pub fn scrub(message: &str, secrets: &[String]) -> String {
+    let mut out = message.to_string();
+    for s in secrets.iter().filter(|s| !s.is_empty()) {
+        out = out.replace(s.as_str(), "***");
+    }
+    out
 }
 
 fn option_error(serde_msg: String) -> Error {
@@ -476,8 +505,14 @@ pub fn redact(uri: &str) -> String {
     out
 }
 
-fn is_secret_key(k: &str) -> bool {
-    let k = k.to_ascii_lowercase();
+/// Whether an option or query key holds a credential (its value is redacted everywhere).
+pub fn is_secret_option(key: &str) -> bool {
+    is_secret_key(key)
+}
+
+pub(crate) fn is_secret_key(k: &str) -> bool {
+    // Judged as the query parser will read it: `%73ecret_access_key` is `secret_access_key`.
+    let k = percent_encoding::percent_decode_str(&k.replace('+', " ")).decode_utf8_lossy().to_ascii_lowercase();
     SECRET_OPTIONS.contains(&k.as_str()) || SECRET_HINTS.iter().any(|h| k.contains(h))
 }
 

@@ -207,3 +207,31 @@ async fn keys_never_show_and_a_wrong_key_fails_clearly() {
     let e = stoker::open(&s.uri("nothing-here", KEY), Default::default()).await.unwrap_err();
     assert!(matches!(e, Error::Empty { .. }), "{e:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_replaced_after_indexing_fails_its_etag_precondition() {
+    let s = server().await;
+    let src = open(&s.uri("tar", KEY)).await;
+    assert_eq!(src.get(0).await.unwrap(), s.tar[0]);
+    // Overwrite the first shard: Azurite gives it a new ETag, and reads carry the old one.
+    let store = MicrosoftAzureBuilder::new()
+        .with_account(ACCOUNT)
+        .with_access_key(KEY)
+        .with_container_name(CONTAINER)
+        .with_endpoint(s.endpoint())
+        .with_allow_http(true)
+        .build()
+        .unwrap();
+    let shard = tempfile::NamedTempFile::new().unwrap();
+    write_tar(shard.path(), &tar_samples(9, 7));
+    let bytes = std::fs::read(shard.path()).unwrap();
+    store.put(&object_store::path::Path::from("tar/shard-0000.tar"), PutPayload::from(bytes)).await.unwrap();
+    let e = src.get(1).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("shard-0000.tar") && msg.contains("entity tag") && msg.contains("reopen"), "{msg}");
+    assert!(!e.is_retryable(), "{e:?}");
+    assert_eq!(src.get(7).await.unwrap(), s.tar[7], "the other shards still read");
+    // Reopening lists the new tag and re-indexes.
+    let fresh = open(&s.uri("tar", KEY)).await;
+    assert_eq!(fresh.get(1).await.unwrap(), tar_samples(9, 7)[1]);
+}

@@ -5,14 +5,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::s3::{uri, with_proxy, AK, SK};
 use common::*;
 use stoker::conformance::run_all;
 use stoker::{Error, Layout, Sample, SourceOptions};
-use stoker_test_servers::proxy::{self, FaultPatch, ProxyConfig};
+use stoker_test_servers::proxy::FaultPatch;
 use stoker_test_servers::s3::{self, S3ServerConfig};
-
-const AK: &str = "stoker-test-key";
-const SK: &str = "s3cr3t-do-not-print";
 
 struct Server {
     _root: tempfile::TempDir,
@@ -31,12 +29,8 @@ async fn server() -> Server {
     let objects = objects_dir(&bucket.join("objects"));
     // The hidden file objects_dir adds would be a sample name on S3 only if listed; it is
     // skipped by the same rule as locally.
-    let handle = s3::serve(S3ServerConfig::new(root.path()).with_credentials(AK, SK)).await.unwrap();
+    let handle = common::s3::serve(root.path()).await;
     Server { _root: root, handle, tar, objects }
-}
-
-fn uri(endpoint: &str, path: &str, extra: &str) -> String {
-    format!("s3://data/{path}?endpoint={endpoint}&access_key_id={AK}&secret_access_key={SK}{extra}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,12 +74,6 @@ async fn credentials_never_show_and_bad_ones_fail_clearly() {
     assert!(matches!(e, Error::Empty { .. }), "{e:?}");
 }
 
-async fn with_proxy(s: &Server, faults: FaultPatch) -> proxy::ProxyHandle {
-    let p = proxy::serve(ProxyConfig::new(s.handle.addr())).await.unwrap();
-    p.control.apply(&faults).unwrap();
-    p
-}
-
 /// Read every sample of `src` through `get_many` batches and compare.
 async fn full_pass(src: &stoker::DynSampleSource, expected: &[Sample]) {
     let idx: Vec<usize> = (0..src.len()).collect();
@@ -101,7 +89,7 @@ async fn full_pass(src: &stoker::DynSampleSource, expected: &[Sample]) {
 async fn faults_are_retried_and_nothing_is_lost() {
     let s = server().await;
     let p = with_proxy(
-        &s,
+        &s.handle,
         FaultPatch {
             slowdown: Some(0.05),
             reset: Some(0.02),
@@ -129,7 +117,7 @@ async fn faults_are_retried_and_nothing_is_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_503_storm_fails_within_the_retry_budget_naming_the_object() {
     let s = server().await;
-    let p = with_proxy(&s, FaultPatch::default()).await;
+    let p = with_proxy(&s.handle, FaultPatch::default()).await;
     let src = open(&uri(&p.endpoint(), "tar", "&backoff_ms=10&attempts=4&hedge_ms=0")).await;
     p.control.apply(&FaultPatch { slowdown: Some(1.0), ..Default::default() }).unwrap();
     let t = Instant::now();
@@ -147,7 +135,7 @@ async fn a_503_storm_fails_within_the_retry_budget_naming_the_object() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stragglers_are_hedged() {
     let s = server().await;
-    let p = with_proxy(&s, FaultPatch::default()).await;
+    let p = with_proxy(&s.handle, FaultPatch::default()).await;
     let src = open(&uri(&p.endpoint(), "tar", "&hedge_ms=40")).await;
     p.control
         .apply(&FaultPatch { spike_prob: Some(0.3), spike_ms: Some(400), seed: Some(3), ..Default::default() })

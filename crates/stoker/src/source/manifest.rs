@@ -74,13 +74,25 @@ pub(crate) async fn load(store: &Store) -> Result<Option<Manifest>> {
         Err(Error::Fetch { hint: Some(h), .. }) if h.contains("does not exist") => return Ok(None),
         Err(e) => return Err(e),
     };
+    parse(&bytes, &store.describe(MANIFEST)).map(Some)
+}
+
+/// Parse and check a manifest's bytes; `shown` names it in errors.
+pub(crate) fn parse(bytes: &[u8], shown: &str) -> Result<Manifest> {
     let bad = |reason: String| Error::BadIndex {
-        path: store.describe(MANIFEST),
+        path: shown.to_string(),
         reason: format!("{reason}; rebuild it with `stoker index`, or open with ?manifest=false"),
     };
-    let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+    let m: Manifest = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
     if m.format != FORMAT || m.version != VERSION {
         return Err(bad(format!("format {} v{} is not {FORMAT} v{VERSION}", m.format, m.version)));
+    }
+    // Paths are relative to the dataset root: one that climbs out of it (or is absolute) would
+    // read, and index next to, files the dataset does not own.
+    for path in m.objects.iter().map(|o| &o.path).chain(m.tar.iter().map(|t| &t.shard)) {
+        if !is_clean_relative(path) {
+            return Err(bad(format!("object path `{}` is not a plain path inside the dataset", path.escape_debug())));
+        }
     }
     if m.layout == Layout::Tar {
         let shards = m.objects.iter().filter(|o| o.path.ends_with(".tar")).count();
@@ -91,7 +103,12 @@ pub(crate) async fn load(store: &Store) -> Result<Option<Manifest>> {
             idx.check().map_err(|r| bad(format!("index of {}: {r}", idx.shard)))?;
         }
     }
-    Ok(Some(m))
+    Ok(m)
+}
+
+/// A `/`-separated relative path with no empty, `.` or `..` component and no NUL.
+pub(crate) fn is_clean_relative(path: &str) -> bool {
+    !path.is_empty() && !path.contains('\0') && path.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
 }
 
 /// Write `m` at the store root.

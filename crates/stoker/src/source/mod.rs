@@ -17,7 +17,7 @@ pub mod lmdb;
 pub mod manifest;
 pub mod objects;
 pub mod tar;
-mod tar_index;
+pub(crate) mod tar_index;
 
 pub use self::lmdb::LmdbSource;
 pub use self::objects::ObjectsSource;

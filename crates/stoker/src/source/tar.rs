@@ -66,7 +66,25 @@ impl TarSource {
             return Err(Error::Empty { uri: display, reason: "no .tar shards found".into() });
         }
         let indexes: Vec<ShardIndex> = match known {
-            Some(k) if k.len() == shards.len() && k.iter().zip(&shards).all(|(i, s)| i.shard == s.path) => k,
+            Some(k) if k.len() == shards.len() && k.iter().zip(&shards).all(|(i, s)| i.shard == s.path) => {
+                // Local shards are re-checked against the manifest (a stat each): one rewritten
+                // since `stoker index` is re-indexed, not read at its old offsets. Remote reads
+                // carry the indexed entity tag instead (If-Match), so the manifest stays one GET.
+                if store.local_root().is_some() {
+                    let mut fresh = Vec::with_capacity(k.len());
+                    for idx in k {
+                        let now = store.head(&idx.shard).await?;
+                        fresh.push(if idx.matches(&now) {
+                            idx
+                        } else {
+                            tar_index::load_or_build(&store, &now, opts).await?
+                        });
+                    }
+                    fresh
+                } else {
+                    k
+                }
+            }
             _ => {
                 let loads: Vec<_> = shards.iter().map(|s| tar_index::load_or_build(&store, s, opts)).collect();
                 futures::stream::iter(loads).buffered(opts.concurrency().min(8)).try_collect().await?
@@ -111,8 +129,12 @@ impl Inner {
             Some(tag) => format!("{tag}/{}", idx.size),
             None => format!("{}/{}", idx.modified_us, idx.size),
         };
-        let mut got =
-            self.store.get_ranges_versioned(&idx.shard, std::slice::from_ref(&range), idx.size, &version).await?;
+        // A weak tag names equivalent content, not these bytes: no precondition on it.
+        let e_tag = idx.e_tag.as_deref().filter(|t| !t.starts_with("W/"));
+        let mut got = self
+            .store
+            .get_ranges_versioned(&idx.shard, std::slice::from_ref(&range), idx.size, &version, e_tag)
+            .await?;
         Ok(got.pop().unwrap_or_default())
     }
 
@@ -131,18 +153,34 @@ impl Inner {
         Ok((shard, index - self.starts[shard]))
     }
 
-    fn assemble(&self, shard: usize, local: usize, buf: &Bytes, buf_start: u64) -> Sample {
+    /// Cut sample `local` of `shard` out of `buf` (which starts at byte `buf_start` of the
+    /// shard and covers the sample's span), checking each field's tar header first.
+    fn assemble(&self, shard: usize, local: usize, buf: &Bytes, buf_start: u64) -> Result<Sample> {
         let s = &self.shards[shard];
+        let key = &s.index.keys[local];
+        let first = s.index.starts[local] as usize;
         let fields = s
             .index
             .sample_fields(local)
             .iter()
-            .map(|&(name, off, len)| {
+            .enumerate()
+            .map(|(j, &(name, off, len))| {
                 let at = (off - buf_start) as usize;
-                Field { name: s.names[name as usize].clone(), data: buf.slice(at..at + len as usize) }
+                self.check_header(shard, first + j, key, off, &buf[at - tar_index::HEADER as usize..at])?;
+                Ok(Field { name: s.names[name as usize].clone(), data: buf.slice(at..at + len as usize) })
             })
-            .collect();
-        Sample { key: s.index.keys[local].clone(), fields }
+            .collect::<Result<_>>()?;
+        Ok(Sample { key: key.clone(), fields })
+    }
+
+    /// Check the header in front of the payload at `off` (global field number `field`).
+    fn check_header(&self, shard: usize, field: usize, key: &str, off: u64, header: &[u8]) -> Result<()> {
+        let index = &self.shards[shard].index;
+        index.check_header(field, key, header).map_err(|reason| Error::CorruptTar {
+            shard: self.store.describe(&index.shard),
+            offset: off - tar_index::HEADER,
+            reason,
+        })
     }
 
     /// Group the wanted samples by shard and merge nearby spans into capped reads.
@@ -232,16 +270,22 @@ impl Inner {
             let s = &self.shards[shard];
             out.begin(indices[pos] as u64, &s.index.keys[local]);
             let fields = s.index.sample_fields(local);
+            let (key, first) = (&s.index.keys[local], s.index.starts[local] as usize);
             let result = if span_of[pos] != usize::MAX {
                 let (buf, start) = (&span_bufs[span_of[pos]], spans[span_of[pos]].1.start);
-                for &(name, off, len) in fields {
+                fields.iter().enumerate().try_for_each(|(j, &(name, off, len))| {
                     let at = (off - start) as usize;
+                    self.check_header(shard, first + j, key, off, &buf[at - tar_index::HEADER as usize..at])?;
                     out.field(&s.names[name as usize], len as usize).copy_from_slice(&buf[at..at + len as usize]);
-                }
-                Ok(())
+                    Ok(())
+                })
             } else {
                 let file = &files[&shard];
-                fields.iter().try_for_each(|&(name, off, len)| {
+                fields.iter().enumerate().try_for_each(|(j, &(name, off, len))| {
+                    let mut header = [0u8; tar_index::HEADER as usize];
+                    let at = off - tar_index::HEADER;
+                    file.read_exact_at(&mut header, at).map_err(|_| short(shard, at))?;
+                    self.check_header(shard, first + j, key, off, &header)?;
                     let dst = out.field(&s.names[name as usize], len as usize);
                     file.read_exact_at(dst, off).map_err(|_| short(shard, off))?;
                     self.store.count(1, len);
@@ -303,7 +347,7 @@ impl SampleSource for TarSource {
         let (shard, local) = self.inner.locate(index)?;
         let span = self.inner.shards[shard].index.span(local);
         let buf = self.inner.read(shard, span.clone()).await?;
-        Ok(self.inner.assemble(shard, local, &buf, span.start))
+        self.inner.assemble(shard, local, &buf, span.start)
     }
 
     async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
@@ -316,7 +360,7 @@ impl SampleSource for TarSource {
         .buffer_unordered(self.inner.concurrency);
         while let Some((r, buf)) = done.try_next().await? {
             for &(pos, local) in &r.members {
-                out[pos] = Some(self.inner.assemble(r.shard, local, &buf, r.range.start));
+                out[pos] = Some(self.inner.assemble(r.shard, local, &buf, r.range.start)?);
             }
         }
         Ok(out.into_iter().map(|s| s.expect("every planned sample is assembled")).collect())

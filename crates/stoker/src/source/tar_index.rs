@@ -43,6 +43,10 @@ pub(crate) struct ShardIndex {
     pub starts: Vec<u32>,
     /// `(name id, payload offset, payload length)` per field.
     pub fields: Vec<(u32, u64, u64)>,
+    /// Per field, a digest of the tar header in front of its payload (see [`check_header`]);
+    /// empty in indexes written before it was recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<u32>,
 }
 
 impl ShardIndex {
@@ -54,15 +58,47 @@ impl ShardIndex {
         &self.fields[self.starts[i] as usize..self.starts[i + 1] as usize]
     }
 
-    /// The byte span covering all of sample `i`'s payloads (and the headers between them).
+    /// The byte span covering all of sample `i`'s payloads and the header in front of each,
+    /// so a read can check that the shard still holds what was indexed.
     pub fn span(&self, i: usize) -> Range<u64> {
         let f = self.sample_fields(i);
-        let start = f.iter().map(|x| x.1).min().unwrap_or(0);
+        let start = f.iter().map(|x| x.1).min().unwrap_or(HEADER);
         let end = f.iter().map(|x| x.1 + x.2).max().unwrap_or(start);
-        start..end
+        start - HEADER..end
     }
 
-    fn matches(&self, info: &ObjectInfo) -> bool {
+    /// Check the header in front of field `field` (a global field number) of sample `key`:
+    /// `header` is the 512 bytes before its payload. A shard rewritten after it was indexed,
+    /// even at the same size and modification time, fails here rather than yield other bytes.
+    pub fn check_header(&self, field: usize, key: &str, header: &[u8]) -> std::result::Result<(), String> {
+        let (name, _, len) = self.fields[field];
+        let ext = &self.names[name as usize];
+        let ok = match self.headers.get(field) {
+            Some(&digest) => header.len() == HEADER as usize && header_digest(header) == digest,
+            // Older indexes: at least a valid header announcing a file of this size.
+            None => {
+                header.len() == HEADER as usize && {
+                    let h = tar::Header::from_byte_slice(header);
+                    h.cksum().ok() == Some(header_checksum(header))
+                        && h.entry_size().ok() == Some(len)
+                        && (h.entry_type().is_file() || h.entry_type().is_contiguous())
+                }
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "the tar header in front of sample `{key}` field `{ext}` is not the one indexed: the shard was \
+                 rewritten after it was indexed, keeping its size and time stamp; delete its index \
+                 `{}{SIDECAR_SUFFIX}` (next to it or in the index_dir) and reopen, or run `stoker index` again \
+                 if the dataset has a manifest",
+                self.shard.rsplit('/').next().unwrap_or(&self.shard)
+            ))
+        }
+    }
+
+    pub(crate) fn matches(&self, info: &ObjectInfo) -> bool {
         self.format == FORMAT
             && self.version == VERSION
             && self.size == info.size
@@ -82,12 +118,21 @@ impl ShardIndex {
         if self.starts.len() != self.keys.len() + 1 || self.starts.first() != Some(&0) {
             return Err("sample table is inconsistent".into());
         }
-        if self.starts.windows(2).any(|w| w[0] > w[1])
+        if self.starts.windows(2).any(|w| w[0] >= w[1])
             || *self.starts.last().unwrap_or(&0) as usize != self.fields.len()
         {
             return Err("field table is inconsistent".into());
         }
+        if !self.headers.is_empty() && self.headers.len() != self.fields.len() {
+            return Err("header table is inconsistent".into());
+        }
+        // Members follow each other in the archive, each behind its own header.
+        let mut next_free = 0u64;
         for &(name, off, len) in &self.fields {
+            if off < next_free.saturating_add(HEADER) {
+                return Err(format!("field at {off} overlaps the field or header before it"));
+            }
+            next_free = off.saturating_add(len);
             if name as usize >= self.names.len() {
                 return Err(format!("field name id {name} out of range"));
             }
@@ -110,6 +155,20 @@ fn cache_path(store: &Store, shard: &str) -> String {
     let full = store.describe(shard);
     let base = shard.rsplit('/').next().unwrap_or(shard);
     format!("{:016x}-{base}{SIDECAR_SUFFIX}", fnv1a(full.as_bytes()))
+}
+
+/// The size of a tar header block.
+pub(crate) const HEADER: u64 = 512;
+
+/// What an index records of a member's header: a 32-bit FNV-1a of its 512 bytes.
+fn header_digest(header: &[u8]) -> u32 {
+    let h = fnv1a(header);
+    (h ^ (h >> 32)) as u32
+}
+
+/// The tar checksum of a header: its bytes summed with the checksum field read as spaces.
+fn header_checksum(header: &[u8]) -> u32 {
+    header.iter().enumerate().map(|(i, &b)| if (148..156).contains(&i) { 32 } else { b as u32 }).sum()
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -147,16 +206,25 @@ async fn load_if_fresh(store: &Store, path: &str, info: &ObjectInfo) -> Option<S
     let bytes = store.get(path).await.ok()?;
     let idx: ShardIndex = serde_json::from_slice(&bytes).ok()?;
     // A stale or damaged sidecar is rebuilt, never trusted.
-    (idx.shard == info.path && idx.matches(info) && idx.validate().is_ok()).then_some(idx)
+    // One without header digests predates them: rebuilding it costs one header walk.
+    (idx.shard == info.path
+        && idx.matches(info)
+        && (idx.fields.is_empty() || !idx.headers.is_empty())
+        && idx.validate().is_ok())
+    .then_some(idx)
 }
 
 /// Walk the headers of one shard (blocking) and group members into samples as webdataset does.
 pub(crate) fn build(store: &Store, info: &ObjectInfo) -> Result<ShardIndex> {
-    let shard = store.describe(&info.path);
-    let corrupt = |offset: u64, reason: String| Error::CorruptTar { shard: shard.clone(), offset, reason };
     // Remote header walks read bigger blocks: a request costs a round trip, bytes are cheap.
     let block = if store.is_remote() { REMOTE_HEADER_BLOCK } else { HEADER_BLOCK };
     let reader = store.blocking_reader(&info.path, info.size, block)?;
+    build_from(reader, info, &store.describe(&info.path))
+}
+
+/// [`build`] over any reader of the shard's `info.size` bytes; `shard` names it in errors.
+pub(crate) fn build_from<R: io::Read + io::Seek>(reader: R, info: &ObjectInfo, shard: &str) -> Result<ShardIndex> {
+    let corrupt = |offset: u64, reason: String| Error::CorruptTar { shard: shard.to_string(), offset, reason };
     let mut archive = tar::Archive::new(reader);
     let entries = archive.entries_with_seek().map_err(|e| corrupt(0, e.to_string()))?;
 
@@ -171,6 +239,7 @@ pub(crate) fn build(store: &Store, info: &ObjectInfo) -> Result<ShardIndex> {
         keys: Vec::new(),
         starts: vec![0],
         fields: Vec::new(),
+        headers: Vec::new(),
     };
     let mut name_ids: HashMap<String, u32> = HashMap::new();
     // Where the next header should start: the error offset when a header fails to parse.
@@ -220,7 +289,14 @@ pub(crate) fn build(store: &Store, info: &ObjectInfo) -> Result<ShardIndex> {
                 format!("member `{name}`: sample `{key}` already has a `{ext}` field (webdataset rejects duplicate file names too)"),
             ));
         }
+        if data_pos != entry.raw_header_position() + HEADER {
+            return Err(corrupt(
+                entry.raw_header_position(),
+                format!("member `{name}`: its payload does not follow its header"),
+            ));
+        }
         idx.fields.push((id, data_pos, size));
+        idx.headers.push(header_digest(entry.header().as_bytes()));
     }
     if open_key.is_some() {
         idx.starts.push(idx.fields.len() as u32);

@@ -253,22 +253,27 @@ impl Store {
     }
 
     /// Byte ranges of an object whose `size` and `version` are known (from an index): remote
-    /// stores serve them through the block cache when one is configured.
+    /// stores serve them through the block cache when one is configured, and only while the
+    /// object still has entity tag `e_tag` (when known), so a replaced object is an error.
     pub async fn get_ranges_versioned(
         &self,
         path: &str,
         ranges: &[Range<u64>],
         size: u64,
         version: &str,
+        e_tag: Option<&str>,
     ) -> Result<Vec<Bytes>> {
         match &self.0.fetcher {
-            Some(f) if f.cache().is_some() => {
-                let out =
-                    f.get_ranges_cached(&self.obj_path(path), &self.describe(path), ranges, size, version).await?;
+            Some(f) => {
+                let (obj, shown) = (self.obj_path(path), self.describe(path));
+                let out = f.get_ranges_cached(&obj, &shown, ranges, size, version, e_tag).await?;
                 self.count(ranges.len() as u64, out.iter().map(|b| b.len() as u64).sum());
+                for (r, b) in ranges.iter().zip(&out) {
+                    check_len(self, path, r, b, r.end - r.start)?;
+                }
                 Ok(out)
             }
-            _ => self.get_ranges(path, ranges).await,
+            None => self.get_ranges(path, ranges).await,
         }
     }
 

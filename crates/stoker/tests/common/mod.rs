@@ -1,6 +1,8 @@
 //! Fixture builders shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod s3;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -1,0 +1,91 @@
+//! Entry points for the coverage-guided fuzz targets in `fuzz/` (not a stable API).
+//!
+//! Each takes arbitrary bytes, runs one parser, and panics only when an invariant the rest
+//! of the library relies on does not hold: a panic here is a bug, an `Err` is the right
+//! answer to bad input.
+
+use std::io::Cursor;
+
+use crate::source::{manifest, tar_index};
+use crate::store::ObjectInfo;
+
+/// URIs, brace patterns, option queries and JSON option files.
+pub fn uri(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    // Secret values that occur once in the URI must not show anywhere: not in the display
+    // form, not in an error.
+    let query = text.split_once('?').map_or("", |(_, q)| q);
+    let secrets: Vec<&str> = query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, v)| crate::uri::is_secret_key(k) && v.len() >= 6 && text.matches(v).count() == 1)
+        .map(|(_, v)| v)
+        .collect();
+    let shown = crate::uri::redact(&text);
+    let said = match crate::uri::parse(&text) {
+        Ok(parsed) => {
+            assert_eq!(parsed.display, shown, "the display form is the redacted URI");
+            format!("{} {:?}", parsed.display, parsed.options)
+        }
+        Err(e) => format!("{e} {e:?}"),
+    };
+    for v in secrets {
+        assert!(!shown.contains(v) && !said.contains(v), "secret `{v}` shown: {said}");
+    }
+    let _ = crate::uri::expand_braces(&text);
+    let _ = crate::SourceOptions::from_json(&text);
+}
+
+/// A tar shard's bytes through the header walk, then every indexed field's header check.
+pub fn tar_index(data: &[u8]) {
+    let info = ObjectInfo { path: "f.tar".into(), size: data.len() as u64, modified_us: 0, e_tag: None };
+    let Ok(idx) = tar_index::build_from(Cursor::new(data), &info, "f.tar") else { return };
+    if let Err(e) = idx.check() {
+        panic!("a built index must pass its own check: {e}");
+    }
+    for i in 0..idx.len() {
+        let span = idx.span(i);
+        assert!(span.end <= data.len() as u64, "sample {i} runs past the shard");
+        let first = idx.starts[i] as usize;
+        for (j, &(_, off, _)) in idx.sample_fields(i).iter().enumerate() {
+            let header = &data[(off - tar_index::HEADER) as usize..off as usize];
+            if let Err(e) = idx.check_header(first + j, &idx.keys[i], header) {
+                panic!("an untouched shard fails its own header check: {e}");
+            }
+        }
+    }
+}
+
+/// A sidecar index's JSON: whatever loads and validates must be safe to read by.
+pub fn sidecar(data: &[u8]) {
+    let Ok(idx) = serde_json::from_slice::<tar_index::ShardIndex>(data) else { return };
+    if idx.check().is_err() {
+        return;
+    }
+    exercise(&idx);
+}
+
+/// A manifest's JSON: what parses must be safe to open and read by.
+pub fn manifest(data: &[u8]) {
+    let Ok(m) = manifest::parse(data, "fuzz/.stoker-manifest.json") else { return };
+    for o in m.listing() {
+        assert!(manifest::is_clean_relative(&o.path), "path `{}` escapes the dataset", o.path);
+    }
+    for idx in &m.tar {
+        exercise(idx);
+    }
+}
+
+/// Everything a source does with a checked index short of reading: spans, fields, headers.
+fn exercise(idx: &tar_index::ShardIndex) {
+    for i in 0..idx.len() {
+        let span = idx.span(i);
+        assert!(span.start <= span.end && span.end <= idx.size, "sample {i} span {span:?} past {}", idx.size);
+        let first = idx.starts[i] as usize;
+        for (j, &(_, off, len)) in idx.sample_fields(i).iter().enumerate() {
+            assert!(span.start + tar_index::HEADER <= off && off + len <= span.end);
+            let _ = idx.check_header(first + j, &idx.keys[i], &[0u8; 512]);
+        }
+    }
+    let _ = tar_index::intern_names(idx, &mut Default::default());
+}

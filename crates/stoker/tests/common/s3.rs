@@ -1,0 +1,27 @@
+//! The embedded S3 server (s3s-fs over a directory, in-process on loopback) and the fault
+//! proxy in front of it, as the remote tests start them.
+
+use stoker_test_servers::proxy::{self, FaultPatch, ProxyConfig};
+use stoker_test_servers::s3::{self, S3ServerConfig};
+use stoker_test_servers::ServerHandle;
+
+/// The test server's access key id and secret key (the secret must never be printed).
+pub const AK: &str = "stoker-test-key";
+pub const SK: &str = "s3cr3t-do-not-print";
+
+/// Serve `root` (one directory per bucket) with the test credentials.
+pub async fn serve(root: &std::path::Path) -> ServerHandle {
+    s3::serve(S3ServerConfig::new(root).with_credentials(AK, SK)).await.unwrap()
+}
+
+/// `s3://data/{path}` at `endpoint` with the test credentials and `extra` options (`&k=v`).
+pub fn uri(endpoint: &str, path: &str, extra: &str) -> String {
+    format!("s3://data/{path}?endpoint={endpoint}&access_key_id={AK}&secret_access_key={SK}{extra}")
+}
+
+/// The fault proxy in front of `upstream`, with `faults` applied.
+pub async fn with_proxy(upstream: &ServerHandle, faults: FaultPatch) -> proxy::ProxyHandle {
+    let p = proxy::serve(ProxyConfig::new(upstream.addr())).await.unwrap();
+    p.control.apply(&faults).unwrap();
+    p
+}
