@@ -2,11 +2,13 @@
 and (through the embedded S3 server) an S3 bucket."""
 
 import io
+import json
 import os
 import socket
 import subprocess
 import tarfile
 import time
+from typing import Dict, Tuple
 
 import pytest
 
@@ -66,3 +68,150 @@ def s3(data):
     yield lambda path: f"s3://bucket/{path}?endpoint={endpoint}&access_key_id=ak&secret_access_key=sk"
     proc.terminate()
     proc.wait(timeout=10)
+
+
+# --- GCS (fake-gcs-server), Azure (Azurite) and plain HTTP servers over the same samples. ---
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+def _tool(env_var: str, fallback: str) -> str:
+    """`$env_var`, else where integration/setup.sh installs it; missing is a failure, not a skip."""
+    path = os.environ.get(env_var) or os.path.join(ROOT, fallback)
+    assert os.path.isfile(path), f"{path} not found: run integration/setup.sh (it installs it), or set {env_var}"
+    return path
+
+
+def _answers(port: int, path: str):
+    """The HTTP status of GET path on a loopback port, or None while nothing answers."""
+    import http.client
+
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        conn.request("GET", path)
+        return conn.getresponse().status
+    except OSError:
+        return None
+
+
+def _start(name: str, log_dir, command, ready) -> Tuple[subprocess.Popen, int]:
+    """Start `command(port)` on a free loopback port and wait (at most 30 s) until `ready(port)`.
+    A port found free can be taken before the server binds it: a server that exits is retried."""
+    log_path = os.path.join(str(log_dir), f"{name}.log")
+    for _ in range(3):
+        port = _free_port()
+        log = open(log_path, "w")
+        proc = subprocess.Popen(command(port), stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=str(log_dir))
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            if ready(port):
+                return proc, port
+            time.sleep(0.05)  # polling a server coming up; nothing to wait on instead
+        proc.kill()
+        proc.wait()
+    raise AssertionError(f"{name} did not start; its log:\n" + open(log_path).read())
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def gcs(data, tmp_path_factory):
+    """fake-gcs-server holding bucket `bucket` (data/bucket: files/, tar/); yields a function
+    path -> gs:// URI with a service account that points object_store at it."""
+    import shutil
+    import urllib.parse
+
+    root = tmp_path_factory.mktemp("gcs")
+    shutil.copytree(data / "bucket", root / "buckets" / "bucket")  # the server loads it at start
+    binary = _tool("STOKER_FAKE_GCS", ".venv/bin/fake-gcs-server")
+
+    def command(port):
+        return [binary, "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+                # object_store speaks the XML API, which the server routes by this Host header.
+                "-public-host", f"127.0.0.1:{port}", "-backend", "memory", "-log-level", "warn",
+                "-data", str(root / "buckets")]
+
+    proc, port = _start("fake-gcs-server", root, command, lambda p: _answers(p, "/storage/v1/b") == 200)
+    account = root / "service-account.json"
+    account.write_text(json.dumps({
+        "gcs_base_url": f"http://127.0.0.1:{port}", "disable_oauth": True,
+        "client_email": "stoker-test@example.invalid", "private_key": "unused", "private_key_id": "unused",
+    }))
+    sa = urllib.parse.quote(str(account), safe="")
+    yield lambda path: f"gs://bucket/{path}?allow_http=true&service_account={sa}"
+    _stop(proc)
+
+
+AZ_ACCOUNT = "devstoreaccount1"
+# Azurite's well-known development key (public, documented by Microsoft).
+AZ_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def _azure_put(port: int, path: str, query: Dict[str, str], body: bytes, headers: Dict[str, str]) -> None:
+    """A SharedKey-signed PUT to Azurite (path-style: /account/container[/blob])."""
+    import base64
+    import email.utils
+    import hashlib
+    import hmac
+    import http.client
+    import urllib.parse
+
+    ms = {"x-ms-date": email.utils.formatdate(usegmt=True), "x-ms-version": "2021-08-06", **headers}
+    canonical_headers = "".join(f"{k}:{ms[k]}\n" for k in sorted(ms))
+    resource = f"/{AZ_ACCOUNT}{path}" + "".join(f"\n{k}:{query[k]}" for k in sorted(query))
+    length = str(len(body)) if body else ""
+    to_sign = "PUT\n\n\n" + length + "\n" + "\n" * 7 + "\n" + canonical_headers + resource
+    sig = base64.b64encode(hmac.new(base64.b64decode(AZ_KEY), to_sign.encode(), hashlib.sha256).digest()).decode()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    url = urllib.parse.quote(path) + ("?" + urllib.parse.urlencode(query) if query else "")
+    conn.request("PUT", url, body=body, headers={**ms, "Content-Length": str(len(body)),
+                                                 "Authorization": f"SharedKey {AZ_ACCOUNT}:{sig}"})
+    resp = conn.getresponse()
+    assert resp.status == 201, f"PUT {path} to Azurite: HTTP {resp.status}: {resp.read()[:500]!r}"
+
+
+@pytest.fixture(scope="session")
+def azure(data, tmp_path_factory):
+    """Azurite with container `data` holding data/bucket (files/, tar/); yields path -> az:// URI
+    in emulator mode."""
+    import urllib.parse
+
+    root = tmp_path_factory.mktemp("azurite")
+    binary = _tool("STOKER_AZURITE", "integration/node_modules/.bin/azurite-blob")
+
+    def command(port):
+        return [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
+                "--skipApiVersionCheck", "--disableTelemetry", "--loose", "--silent"]
+
+    proc, port = _start("azurite", root, command, lambda p: _answers(p, f"/{AZ_ACCOUNT}?comp=list") is not None)
+    _azure_put(port, f"/{AZ_ACCOUNT}/data", {"restype": "container"}, b"", {})
+    for sub in ("files", "tar"):
+        for name in sorted(os.listdir(data / "bucket" / sub)):
+            body = (data / "bucket" / sub / name).read_bytes()
+            _azure_put(port, f"/{AZ_ACCOUNT}/data/{sub}/{name}", {}, body, {"x-ms-blob-type": "BlockBlob"})
+    endpoint = urllib.parse.quote(f"http://127.0.0.1:{port}/{AZ_ACCOUNT}", safe="")
+    key = urllib.parse.quote(AZ_KEY, safe="")
+    yield lambda path: f"az://data/{path}?use_emulator=true&endpoint={endpoint}&access_key={key}"
+    _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def http(data):
+    """The embedded S3 server without credentials: a plain HTTP server (GET/HEAD with ranges)
+    over data/; yields path -> http:// URI (tar shards by brace pattern, no listing)."""
+    binary = os.environ.get("STOKER_S3_SERVER")
+    assert binary and os.path.exists(binary), "set STOKER_S3_SERVER (integration/test.sh builds and sets it)"
+    proc = subprocess.Popen([binary, "--root", str(data), "--addr", f"127.0.0.1:{_free_port()}"],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    assert line.startswith("listening on "), line
+    endpoint = "http://" + line.split()[-1]
+    yield lambda path: f"{endpoint}/bucket/{path}"
+    _stop(proc)

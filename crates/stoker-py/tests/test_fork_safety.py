@@ -1,0 +1,131 @@
+"""Fork safety: PyTorch's DataLoader with fork workers (4) over every backend, 3 epochs, with
+the source already used in the parent before the workers fork (its runtime and connection pool
+exist, and in the hardest case a stoker.Loader is prefetching on them at fork time). Every
+epoch must deliver every sample exactly once with its bytes; nothing may hang or crash.
+
+Guards against a hang: the DataLoader's own `timeout` for each batch, and a watchdog that
+dumps every thread's stack and ends the run if a test exceeds its time."""
+
+import collections
+import faulthandler
+import sys
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import stoker
+from conftest import N, payload
+
+# 4 workers on a 2-core machine is the point here, not a mistake.
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create 4 worker processes")
+
+EPOCHS = 3
+BATCH_TIMEOUT_S = 60  # DataLoader: a worker that delivers nothing for this long is an error
+TEST_TIMEOUT_S = 240  # watchdog for the whole test (covers the parent and worker shutdown)
+
+
+@pytest.fixture(autouse=True)
+def watchdog():
+    faulthandler.dump_traceback_later(TEST_TIMEOUT_S, exit=True, file=sys.stderr)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+class Indexed(torch.utils.data.Dataset):
+    """(index, sample) so each delivery can be checked against what that index must hold."""
+
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __len__(self):
+        return len(self.ds)
+
+    def __getitem__(self, i):
+        return i, self.ds[i]
+
+
+def keep(batch):
+    return batch
+
+
+def value(sample):
+    return sample if isinstance(sample, bytes) else sample["bin"]
+
+
+def uri_for(backend, data, s3, gcs, azure, http):
+    local = {"files": data / "bucket/files", "tar": data / "bucket/tar", "lmdb": data / "lmdb"}
+    if backend in local:
+        return str(local[backend])
+    remote, layout = backend.split("-")
+    if remote == "http":
+        return http("tar/shard-{0..2}.tar")  # no listing over plain HTTP: a brace pattern
+    return {"s3": s3, "gcs": gcs, "azure": azure}[remote](layout)
+
+
+def check_epoch(dl, epoch):
+    seen = collections.Counter()
+    for batch in dl:
+        for i, sample in batch:
+            assert value(sample) == payload(i), f"epoch {epoch}: sample {i} has wrong bytes"
+            if isinstance(sample, dict):
+                assert sample["__key__"] == f"{i:05d}", f"epoch {epoch}: sample {i} has key {sample['__key__']}"
+            seen[i] += 1
+    assert sorted(seen) == list(range(N)), f"epoch {epoch}: missing {sorted(set(range(N)) - set(seen))}"
+    assert max(seen.values()) == 1, f"epoch {epoch}: repeated {[i for i, n in seen.items() if n > 1]}"
+
+
+BACKENDS = ["files", "tar", "lmdb", "s3-tar", "s3-files", "gcs-tar", "azure-tar", "http-tar"]
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["fresh-workers", "persistent-workers"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fork_workers_after_the_parent_used_the_source(backend, persistent, data, s3, gcs, azure, http):
+    ds = stoker.open(uri_for(backend, data, s3, gcs, azure, http))
+    assert len(ds) == N
+    # The parent reads first: its runtime, connection pool (remote) or LMDB handle exist when
+    # the workers fork.
+    assert value(ds[0]) == payload(0)
+    assert [value(s) for s in ds.get_many([5, 1, 7])] == [payload(5), payload(1), payload(7)]
+    dl = DataLoader(
+        Indexed(ds),
+        batch_size=7,
+        shuffle=True,
+        num_workers=4,
+        multiprocessing_context="fork",
+        persistent_workers=persistent,
+        timeout=BATCH_TIMEOUT_S,
+        collate_fn=keep,
+    )
+    for epoch in range(EPOCHS):
+        check_epoch(dl, epoch)
+        # And between epochs, so fresh workers fork from a parent that used it again.
+        assert value(ds[epoch + 10]) == payload(epoch + 10)
+    # The parent's source still works after its children came and went.
+    assert value(ds[N - 1]) == payload(N - 1)
+
+
+@pytest.mark.parametrize("backend", ["s3-tar", "lmdb"])
+def test_fork_while_a_loader_is_prefetching_in_the_parent(backend, data, s3, gcs, azure, http):
+    # The hard case: the parent's runtime threads are mid-fetch (holding whatever locks they
+    # hold) at the moment the workers fork. The children must not inherit a stuck runtime.
+    uri = uri_for(backend, data, s3, gcs, azure, http)
+    loader = stoker.Loader(uri, batch_size=4, shuffle=True, seed=2, prefetch=8)
+    running = iter(loader)
+    first = next(running)  # the producer now prefetches the next batches
+    ds = stoker.open(uri)
+    assert value(ds[3]) == payload(3)
+    dl = DataLoader(
+        Indexed(ds),
+        batch_size=5,
+        shuffle=True,
+        num_workers=4,
+        multiprocessing_context="fork",
+        timeout=BATCH_TIMEOUT_S,
+        collate_fn=keep,
+    )
+    for epoch in range(EPOCHS):
+        check_epoch(dl, epoch)
+    # The parent's loader, forked around three times, finishes its epoch exactly once.
+    rest = [i for b in running for i in b["__index__"]]
+    assert sorted(first["__index__"] + rest) == list(range(N))
