@@ -8,6 +8,7 @@ pub mod conformance;
 pub mod error;
 pub mod fetch;
 pub mod loader;
+pub mod pack;
 pub mod pinned;
 pub mod sample;
 pub mod sampler;
@@ -18,5 +19,5 @@ pub mod uri;
 
 pub use error::{Error, Result};
 pub use sample::{Field, Sample, SampleMeta};
-pub use source::{index, open, Capability, DynSampleSource, IndexReport, SampleSource, SourceInfo};
+pub use source::{index, index_with_progress, open, Capability, DynSampleSource, IndexReport, SampleSource, SourceInfo};
 pub use uri::{Layout, SourceOptions};
