@@ -31,6 +31,7 @@ pub(crate) async fn write(
     src: &Arc<DynSampleSource>,
     out: &Dest,
     plan: &Plan,
+    field: Option<&str>,
     resume: bool,
     progress: &dyn PackProgress,
     shown: &str,
@@ -69,7 +70,7 @@ pub(crate) async fn write(
     let outs = &plan.outs[start..];
     let mut fetched = futures::stream::iter(chunks(outs).into_iter().map(|r| {
         let part = &outs[r];
-        async move { Ok::<_, Error>((part, fetch(&**src, part, None).await?)) }
+        async move { Ok::<_, Error>((part, fetch(&**src, part, field).await?)) }
     }))
     .buffered(2);
     let fed: Result<()> = async {

@@ -160,6 +160,9 @@ pub async fn pack(
     }
     let parsed = uri::parse(dest)?;
     let shown = parsed.display.clone();
+    // Planning first: a source that cannot be packed as asked leaves no trace at DEST.
+    let metas = plan::metas(&src).await?;
+    let mut plan = plan::make(metas, opts, &src.to_string(), &shown)?;
     let dest_opts = opts.dest_options.clone().merged(parsed.options);
     let out = match parsed.location {
         Location::Local(path) => {
@@ -183,8 +186,6 @@ pub async fn pack(
     };
     let fail = |reason: String| Error::Pack { dest: shown.clone(), reason };
 
-    let metas = plan::metas(&src).await?;
-    let mut plan = plan::make(metas, opts, &src.to_string(), &shown)?;
     let previous = out.read_plan().await.map_err(|r| fail(format!("{PLAN_FILE}: {r}")))?;
     let resume = match previous {
         Some(old) if old.fingerprint == plan.file.fingerprint => true,
@@ -219,7 +220,7 @@ pub async fn pack(
 
     let done = match opts.layout {
         Layout::Tar => tar_out::write(&src, &out, &plan, opts, resume, progress, &shown).await?,
-        _ => lmdb_out::write(&src, &out, &plan, resume, progress, &shown).await?,
+        _ => lmdb_out::write(&src, &out, &plan, opts.field.as_deref(), resume, progress, &shown).await?,
     };
     if opts.layout == Layout::Tar {
         progress.stage("indexing");
