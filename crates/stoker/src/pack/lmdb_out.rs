@@ -2,7 +2,7 @@
 //! records in key order, a commit per chunk, while the source is read ahead of it; at the end
 //! a compacted copy is synced and renamed to `data.mdb`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -54,11 +54,12 @@ pub(crate) async fn write(
     let keys: Vec<String> = plan.outs.iter().map(|o| o.key.clone()).collect();
     let map_size = map_size(plan);
     let (start_tx, start_rx) = oneshot::channel();
-    let (tx, rx) = mpsc::channel::<Vec<Bytes>>(2);
+    let (tx, rx) = mpsc::channel::<Vec<Bytes>>(1);
+    let (ack_tx, mut ack_rx) = mpsc::unbounded_channel::<()>();
     let work = dir.join(WORK_DIR);
     let (to, err_path) = (final_path.clone(), work.display().to_string());
     let writer = tokio::task::spawn_blocking(move || {
-        writer(&work, &to, map_size, &keys, start_tx, rx)
+        writer(&work, &to, map_size, &keys, start_tx, rx, ack_tx)
             .map_err(|reason| Error::Lmdb { path: err_path.clone(), reason })
     });
     let Ok(start) = start_rx.await else {
@@ -73,19 +74,35 @@ pub(crate) async fn write(
         async move { Ok::<_, Error>((part, fetch(&**src, part, field).await?)) }
     }))
     .buffered(2);
+    // Progress follows commits, one chunk behind the sends: the writer never holds more than
+    // one uncommitted chunk, and a count reported is a count that survives a crash.
+    let mut pending: std::collections::VecDeque<(u64, u64)> = Default::default();
     let fed: Result<()> = async {
         while let Some((part, fields)) = fetched.try_next().await? {
             let values: Vec<Bytes> = fields.into_iter().map(|mut f| f.remove(0).data).collect();
             if tx.send(values).await.is_err() {
-                break; // the writer failed; its error is reported below
+                return Ok(()); // the writer failed; its error is reported below
             }
-            progress.advance(part.len() as u64, part.iter().map(|o| o.payload()).sum());
+            pending.push_back((part.len() as u64, part.iter().map(|o| o.payload()).sum()));
+            if pending.len() > 1 {
+                if ack_rx.recv().await.is_none() {
+                    return Ok(());
+                }
+                let (n, b) = pending.pop_front().unwrap_or_default();
+                progress.advance(n, b);
+            }
         }
         Ok(())
     }
     .await;
     drop(tx);
     if fed.is_ok() {
+        while let Some((n, b)) = pending.pop_front() {
+            if ack_rx.recv().await.is_none() {
+                break;
+            }
+            progress.advance(n, b);
+        }
         progress.stage("compacting");
     }
     let written = writer.await.map_err(Error::task)?;
@@ -120,15 +137,17 @@ fn map_size(plan: &Plan) -> usize {
 /// The writer thread: report where to start, append every record it is sent, then publish.
 fn writer(
     work: &Path,
-    to: &PathBuf,
+    to: &Path,
     map_size: usize,
     keys: &[String],
     start_tx: oneshot::Sender<usize>,
     mut rx: mpsc::Receiver<Vec<Bytes>>,
+    ack: mpsc::UnboundedSender<()>,
 ) -> std::result::Result<u64, String> {
     std::fs::create_dir_all(work).map_err(|e| e.to_string())?;
     // SAFETY: the working environment is private to this pack: nobody else maps it.
-    let env = unsafe { EnvOpenOptions::new().map_size(map_size).open(work) }.map_err(|e| format!("cannot open: {e}"))?;
+    let env =
+        unsafe { EnvOpenOptions::new().map_size(map_size).open(work) }.map_err(|e| format!("cannot open: {e}"))?;
     let wtxn = env.write_txn().map_err(|e| e.to_string())?;
     let db: Database<RawBytes, RawBytes> = env
         .create_databases_and_commit(wtxn, |wdo, wtxn| {
@@ -164,7 +183,9 @@ fn writer(
             next += 1;
         }
         w.commit().map_err(|e| e.to_string())?;
+        let _ = ack.send(());
     }
+    drop(ack);
     if next < keys.len() {
         return Ok(0); // the reader stopped early; its error is the one to report
     }

@@ -39,7 +39,9 @@
 //! Rerunning the same command on the same source finds the plan, keeps the finished shards
 //! (checked by size) and writes the rest, giving the same bytes as an uninterrupted run. LMDB
 //! is written with a commit every chunk into a hidden working environment, resumed from its
-//! last committed key, and published as a compacted copy renamed to `data.mdb`. A destination
+//! last committed key, and published as a compacted copy renamed to `data.mdb` (the same
+//! records in the same order as an uninterrupted run; LMDB leaves stale bytes in the slack of
+//! its pages, so the file is not byte-identical). A destination
 //! holding anything else (a different plan, or files not written by `pack`) is refused unless
 //! `force` is set.
 

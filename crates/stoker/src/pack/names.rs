@@ -28,7 +28,11 @@ pub(crate) fn member(key: &str, field: &str) -> Result<String, String> {
         return Err(format!("key `{key}` is an absolute path; extracting the shard would write outside its directory"));
     }
     if let Some(bad) = key.split('/').find(|c| c.is_empty() || *c == "." || *c == "..") {
-        let what = if bad.is_empty() { "an empty path component (`//` or a trailing `/`)".into() } else { format!("a `{bad}` component") };
+        let what = if bad.is_empty() {
+            "an empty path component (`//` or a trailing `/`)".into()
+        } else {
+            format!("a `{bad}` component")
+        };
         return Err(format!("key `{key}` has {what}; member names must stay inside the shard's directory"));
     }
     if key.contains('\\') {
@@ -97,7 +101,12 @@ mod tests {
 
     #[test]
     fn sizes_match_the_tar_crate() {
-        for name in ["a.b", &format!("{}.jpg", "k".repeat(96)), &format!("{}.jpg", "k".repeat(97)), &format!("{}y.jpg", "x/".repeat(300))] {
+        for name in [
+            "a.b",
+            &format!("{}.jpg", "k".repeat(96)),
+            &format!("{}.jpg", "k".repeat(97)),
+            &format!("{}y.jpg", "x/".repeat(300)),
+        ] {
             for size in [0u64, 1, 511, 512, 513, 70_000] {
                 let mut b = tar::Builder::new(Vec::new());
                 let mut h = tar::Header::new_gnu();

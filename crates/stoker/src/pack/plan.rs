@@ -188,7 +188,7 @@ fn check_tar(outs: &mut [Out], grouped: bool) -> std::result::Result<(), String>
 }
 
 /// LMDB holds one value per key, in key byte order: one field per sample, unique keys.
-fn check_lmdb(outs: &mut Vec<Out>) -> std::result::Result<(), String> {
+fn check_lmdb(outs: &mut [Out]) -> std::result::Result<(), String> {
     for o in outs.iter() {
         if o.fields.len() != 1 {
             let names: Vec<&str> = o.fields.iter().map(|f| &*f.0).collect();
