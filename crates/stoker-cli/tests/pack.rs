@@ -237,6 +237,15 @@ async fn any_layout_packs_into_any_other() {
 
 #[test]
 fn keys_that_could_escape_or_split_differently_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("images");
+    image_dir(&src, 2);
+    for prefix in ["../up", "a/b", ".hidden", ""] {
+        let e = err(&stoker(&["pack", s(&src), s(&dir.path().join("out")), "--group", "--prefix", prefix]));
+        assert!(e.contains("shard prefix"), "{prefix:?}: {e}");
+    }
+    assert!(!dir.path().join("out").exists() && !dir.path().join("up").exists());
+
     for (key, why) in [
         ("../evil", "`..`"),
         ("ok/../../evil", "`..`"),
@@ -373,4 +382,20 @@ fn pack_and_index_from_and_to_s3() {
     rt.block_on(conformance(&format!("s3://out/shards?{q}"), &want));
     let idx = ok(&stoker(&["index", &format!("s3://out/shards?{q}"), "--json", "--quiet"]));
     assert_eq!((idx["objects"].as_u64(), idx["samples"].as_u64()), (Some(3), Some(25)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_reports_progress_shard_by_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("images"), dir.path().join("shards"));
+    image_dir(&src, 30);
+    ok(&stoker(&["pack", s(&src), s(&dest), "--group", "--samples-per-shard", "4", "--json"]));
+    let seen = std::sync::Mutex::new(Vec::new());
+    let r = stoker::index_with_progress(s(&dest), SourceOptions::default(), &|done, total| {
+        seen.lock().unwrap().push((done, total))
+    })
+    .await
+    .unwrap();
+    assert_eq!((r.objects, r.samples), (8, 30));
+    assert_eq!(seen.into_inner().unwrap(), (1..=8).map(|d| (d, 8)).collect::<Vec<_>>());
 }

@@ -71,7 +71,7 @@ pub(crate) async fn write(
     let outs = &plan.outs[start..];
     let mut fetched = futures::stream::iter(chunks(outs).into_iter().map(|r| {
         let part = &outs[r];
-        async move { Ok::<_, Error>((part, fetch(&**src, part, field).await?)) }
+        async move { Ok::<_, Error>((part, fetch(&**src, part, field, shown).await?)) }
     }))
     .buffered(2);
     // Progress follows commits, one chunk behind the sends: the writer never holds more than

@@ -7,7 +7,8 @@
 //! - **tar**: `PREFIX-000000.tar`, … in WebDataset layout (member `KEY.FIELD`, members of a
 //!   sample adjacent), readable by the `webdataset` Python library and by `tar`, then each
 //!   shard's sidecar index and the dataset manifest (as [`crate::index`] writes them). Remote
-//!   destinations (`s3://…`) work: each shard is one PUT.
+//!   destinations (`s3://…`) work: each shard is built in memory and sent as one PUT (an
+//!   object appears whole or not at all), with at most 1 GiB of shards in flight.
 //! - **lmdb**: `data.mdb` in the destination directory, one record per sample: key = sample
 //!   key (UTF-8), value = the raw bytes of its one field. Records are in key byte order, which
 //!   is the order Stoker's `lmdb` layout reads them. LMDB has no field names; Stoker names the
@@ -160,6 +161,7 @@ pub async fn pack(
     if opts.layout == Layout::Objects {
         return Err(Error::invalid_option("pack writes `tar` or `lmdb` (objects is what it reads)"));
     }
+    check_prefix(&opts.prefix)?;
     let parsed = uri::parse(dest)?;
     let shown = parsed.display.clone();
     // Planning first: a source that cannot be packed as asked leaves no trace at DEST.
@@ -246,6 +248,23 @@ pub async fn pack(
         seconds: started.elapsed().as_secs_f64(),
     })
 }
+
+/// A shard prefix names files directly in the destination, visible to globs like `*.tar`.
+fn check_prefix(prefix: &str) -> Result<()> {
+    let bad =
+        prefix.is_empty() || prefix.starts_with('.') || prefix.chars().any(|c| c == '/' || c == '\\' || c.is_control());
+    if bad {
+        return Err(Error::invalid_option(format!(
+            "shard prefix `{}` must be a plain file name: non-empty, not starting with `.`, without `/`, `\\` or \
+             control characters",
+            prefix.escape_debug()
+        )));
+    }
+    Ok(())
+}
+
+/// Remote shards are built in memory for one PUT each: bound how many are in flight.
+const REMOTE_BYTES_IN_FLIGHT: u64 = 1 << 30;
 
 /// What the writers report back.
 pub(crate) struct Written {
@@ -378,6 +397,7 @@ pub(crate) async fn fetch(
     src: &DynSampleSource,
     outs: &[plan::Out],
     field: Option<&str>,
+    dest: &str,
 ) -> Result<Vec<Vec<crate::sample::Field>>> {
     let idx: Vec<usize> = outs.iter().flat_map(|o| o.parts.iter().copied()).collect();
     let mut samples = src.get_many(&idx).await?.into_iter();
@@ -392,9 +412,9 @@ pub(crate) async fn fetch(
             && fields.iter().zip(&o.fields).all(|(f, (_, size))| f.data.len() as u64 == *size);
         if !same {
             return Err(Error::Pack {
-                dest: src.to_string(),
+                dest: dest.to_string(),
                 reason: format!(
-                    "sample `{}` changed while packing (its fields or sizes differ from when it was planned); \
+                    "sample `{}` of {src} changed while packing (its fields or sizes differ from when it was planned); \
                      rerun when the source is stable",
                     o.key
                 ),

@@ -63,8 +63,12 @@ pub(crate) async fn write(
     }
     let written_samples = todo.iter().map(|s| s.samples).sum();
     let field = opts.field.as_deref();
+    let jobs = match out {
+        Dest::Local(_) => opts.jobs,
+        Dest::Remote(_) => opts.jobs.min((super::REMOTE_BYTES_IN_FLIGHT / opts.shard_size.max(1)) as usize),
+    };
     futures::stream::iter(todo.into_iter().map(|s| write_shard(src, out, plan, s, field, progress, shown)))
-        .buffer_unordered(opts.jobs.max(1))
+        .buffer_unordered(jobs.max(1))
         .try_collect::<Vec<()>>()
         .await?;
     Ok(Written { bytes: plan.file.shards.iter().map(|s| s.bytes).sum(), resumed, written_samples })
@@ -107,7 +111,7 @@ async fn write_shard(
     let io_err = |e: io::Error| Error::Io { path: format!("{shown}/{}", s.name), source: e };
     let mut fetched = futures::stream::iter(chunks(outs).into_iter().map(|r| {
         let part = &outs[r];
-        async move { Ok::<_, Error>((part, fetch(&**src, part, field).await?)) }
+        async move { Ok::<_, Error>((part, fetch(&**src, part, field, shown).await?)) }
     }))
     .buffered(2);
     while let Some((part, fields)) = fetched.try_next().await? {
