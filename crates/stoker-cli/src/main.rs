@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod bench;
 mod diagnose;
+mod index;
 mod pack;
 use stoker::{DynSampleSource, SourceOptions};
 
@@ -61,6 +62,9 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// No progress bar (it is only drawn when standard error is a terminal anyway).
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// Benchmark backends through the Loader against a raw read of the same bytes.
     Bench(bench::BenchArgs),
@@ -131,7 +135,7 @@ async fn main() -> ExitCode {
         Command::Ls { source, json, limit } => ls(&source, json, limit).await,
         Command::Cat { source, index, field } => cat(&source, index, field.as_deref()).await,
         Command::Inspect { source, json } => inspect(&source, json).await,
-        Command::Index { source, json } => index(&source, json).await,
+        Command::Index { source, json, quiet } => index::run(&source, json, quiet).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Pack(args) => pack::run(args).await,
         Command::Diagnose(args) => diagnose::run(args).await,
@@ -192,34 +196,6 @@ async fn cat(args: &SourceArgs, index: usize, field: Option<&str>) -> Result<(),
     };
     let mut out = io::stdout().lock();
     write_result(out.write_all(data).and_then(|_| out.flush()))
-}
-
-async fn index(args: &SourceArgs, json: bool) -> Result<(), String> {
-    let options = match &args.config {
-        None => SourceOptions::default(),
-        Some(path) => load_config(path)?,
-    };
-    let started = Instant::now();
-    let r = stoker::index(&args.uri, options).await.map_err(|e| e.to_string())?;
-    let took = started.elapsed();
-    let text = if json {
-        serde_json::json!({
-            "manifest": r.manifest, "manifest_bytes": r.manifest_bytes, "layout": r.layout.as_str(),
-            "objects": r.objects, "samples": r.samples, "seconds": took.as_secs_f64(),
-        })
-        .to_string()
-    } else {
-        format!(
-            "wrote {} ({}): {} layout, {} objects, {} samples, in {}",
-            r.manifest,
-            human_bytes(r.manifest_bytes),
-            r.layout,
-            r.objects,
-            r.samples,
-            human_duration(took)
-        )
-    };
-    write_result(writeln!(io::stdout().lock(), "{text}"))
 }
 
 /// Per-field totals for `inspect`.

@@ -1,19 +1,201 @@
 //! `stoker pack`: convert any source into WebDataset tar shards or an LMDB.
 
-use clap::Args;
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::SourceArgs;
+use clap::{Args, ValueEnum};
+use indicatif::ProgressBar;
+use stoker::pack::{PackOptions, PackProgress};
+use stoker::Layout;
+
+use crate::{human_bytes, human_duration, write_result, SourceArgs};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PackLayout {
+    /// WebDataset tar shards, with sidecar indexes and a manifest.
+    Tar,
+    /// One LMDB environment (data.mdb); one field per sample.
+    Lmdb,
+}
 
 /// Arguments of `stoker pack`.
 #[derive(Args)]
+#[command(after_help = "Examples:\n  \
+stoker pack ./images ./shards --group --prefix train\n  \
+stoker pack 's3://bucket/raw?endpoint=http://127.0.0.1:9000' s3://bucket/shards --shard-size 1GiB\n  \
+stoker pack ./images ./lmdb --layout lmdb --field jpg\n\n\
+Rerunning the same command after an interruption finishes the job and keeps the shards already written.")]
 pub(crate) struct PackArgs {
     #[command(flatten)]
     source: SourceArgs,
-    /// Where to write the packed dataset.
+    /// Where to write: a local directory (created if missing) or, for tar, a remote prefix
+    /// such as s3://bucket/shards (options in its query, as for sources).
     dest: String,
+    /// Output layout.
+    #[arg(long, value_enum, default_value = "tar")]
+    layout: PackLayout,
+    /// Tar: close a shard before it would pass this size (units: B, KiB, MiB, GiB, KB, MB, GB).
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    shard_size: u64,
+    /// Tar: at most this many samples per shard.
+    #[arg(long, value_name = "N")]
+    samples_per_shard: Option<usize>,
+    /// Tar: shard names are PREFIX-000000.tar, PREFIX-000001.tar, ...
+    #[arg(long, default_value = "shard")]
+    prefix: String,
+    /// Merge samples sharing a key (0001.jpg + 0001.cls) into one sample with several fields.
+    /// Without it each source sample stays one sample, and two in a row with one key are an
+    /// error (a tar reader would merge them).
+    #[arg(long)]
+    group: bool,
+    /// Keep only this field of each sample (LMDB holds one value per key: needed when samples
+    /// have several fields).
+    #[arg(long, value_name = "NAME")]
+    field: Option<String>,
+    /// Shards written at once.
+    #[arg(long, value_name = "N")]
+    jobs: Option<usize>,
+    /// Write into a destination that holds another dataset (an earlier pack's files are
+    /// replaced).
+    #[arg(long)]
+    force: bool,
+    /// Print a JSON summary instead of text.
+    #[arg(long)]
+    json: bool,
+    /// No progress bar (it is only drawn when standard error is a terminal anyway).
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// `256MiB`, `1.5GB`, `4096`: binary units with `i` (or a bare K/M/G), decimal with `B` alone.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a size; write e.g. 256MiB, 1GB or 4096"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        other => return Err(format!("unknown unit `{other}` in `{s}`; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB")),
+    };
+    let bytes = n * mult as f64;
+    if !(1.0..=u64::MAX as f64).contains(&bytes) {
+        return Err(format!("`{s}` is out of range; a shard size is at least 1 byte"));
+    }
+    Ok(bytes as u64)
+}
+
+/// The progress bar, plus a test hook: `STOKER_TEST_PACK_ABORT_AFTER=N` kills the process
+/// (no unwinding, no cleanup, like `kill -9`) once N samples are done, so tests can interrupt
+/// a pack at a known point without timing.
+struct Bar {
+    pb: ProgressBar,
+    done: AtomicU64,
+    abort_after: Option<u64>,
+}
+
+impl PackProgress for Bar {
+    fn planned(&self, samples: u64, bytes: u64) {
+        self.pb.set_length(bytes);
+        self.pb.set_message(format!("0/{samples} samples"));
+    }
+
+    fn advance(&self, samples: u64, bytes: u64) {
+        let done = self.done.fetch_add(samples, Ordering::Relaxed) + samples;
+        self.pb.inc(bytes);
+        self.pb.set_message(format!("{done} samples"));
+        if self.abort_after.is_some_and(|n| done >= n) {
+            std::process::abort();
+        }
+    }
+
+    fn stage(&self, what: &str) {
+        self.pb.set_message(what.to_string());
+    }
 }
 
 pub(crate) async fn run(args: PackArgs) -> Result<(), String> {
-    let _ = (&args.source.uri, &args.dest);
-    Err("stoker pack is not built yet".into())
+    let src = args.source.open().await?;
+    let layout = match args.layout {
+        PackLayout::Tar => Layout::Tar,
+        PackLayout::Lmdb => Layout::Lmdb,
+    };
+    let mut opts = PackOptions {
+        layout,
+        shard_size: args.shard_size,
+        samples_per_shard: args.samples_per_shard,
+        prefix: args.prefix.clone(),
+        group: args.group,
+        field: args.field.clone(),
+        force: args.force,
+        ..PackOptions::default()
+    };
+    if let Some(j) = args.jobs {
+        opts.jobs = j.max(1);
+    }
+    if let Some(cfg) = &args.source.config {
+        // Remote destinations take the same store options (endpoint, region) as the source.
+        opts.dest_options = crate::load_config(cfg)?;
+        (opts.dest_options.layout, opts.dest_options.list, opts.dest_options.field) = (None, None, None);
+    }
+    let bar = Bar {
+        pb: crate::index::bar(
+            args.quiet,
+            "{spinner} packing [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} {msg} eta {eta}",
+        ),
+        done: AtomicU64::new(0),
+        abort_after: std::env::var("STOKER_TEST_PACK_ABORT_AFTER").ok().and_then(|v| v.parse().ok()),
+    };
+    let r = stoker::pack::pack(src, &args.dest, &opts, &bar).await;
+    bar.pb.finish_and_clear();
+    let r = r.map_err(|e| e.to_string())?;
+    let text = if args.json {
+        serde_json::json!({
+            "dest": r.dest, "layout": r.layout.as_str(), "samples": r.samples, "shards": r.shards,
+            "payload_bytes": r.payload_bytes, "written_bytes": r.written_bytes, "resumed_shards": r.resumed_shards,
+            "written_samples": r.written_samples, "seconds": r.seconds,
+        })
+        .to_string()
+    } else {
+        let resumed = if r.resumed_shards > 0 {
+            format!(" ({} already complete from an earlier run)", r.resumed_shards)
+        } else {
+            String::new()
+        };
+        format!(
+            "packed {} samples ({}) into {} {} {}{resumed}: {} on disk, in {}",
+            r.samples,
+            human_bytes(r.payload_bytes),
+            r.shards,
+            if r.layout == Layout::Tar { "tar shards at" } else { "LMDB at" },
+            r.dest,
+            human_bytes(r.written_bytes),
+            human_duration(std::time::Duration::from_secs_f64(r.seconds))
+        )
+    };
+    write_result(writeln!(io::stdout().lock(), "{text}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_with_units() {
+        assert_eq!(parse_size("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_size("1GB"), Ok(1_000_000_000));
+        assert_eq!(parse_size("1.5 GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert!(parse_size("12 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("0").is_err());
+    }
 }

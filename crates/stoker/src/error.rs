@@ -113,6 +113,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// `pack` cannot write the destination as asked (a name that could escape, a key clash,
+    /// a destination holding something else).
+    #[error("cannot pack into {dest}: {reason}")]
+    Pack {
+        /// The destination, credentials redacted.
+        dest: String,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+
     /// A sample index past the end of the source.
     #[error("sample index {index} out of range: the source has {len} samples")]
     IndexOutOfRange {

@@ -10,6 +10,7 @@ pub mod fetch;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod loader;
+pub mod pack;
 pub mod pinned;
 pub mod sample;
 pub mod sampler;
@@ -20,5 +21,5 @@ pub mod uri;
 
 pub use error::{Error, Result};
 pub use sample::{Field, Sample, SampleMeta};
-pub use source::{index, open, Capability, DynSampleSource, IndexReport, SampleSource, SourceInfo};
+pub use source::{index, index_with_progress, open, Capability, DynSampleSource, IndexReport, SampleSource, SourceInfo};
 pub use uri::{Layout, SourceOptions};

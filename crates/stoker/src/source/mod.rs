@@ -353,6 +353,16 @@ pub struct IndexReport {
 /// Build or refresh the indexes of a directory or prefix (tar sidecars) and write its
 /// manifest, so later opens read one small object instead of listing.
 pub async fn index(uri: &str, options: SourceOptions) -> Result<IndexReport> {
+    index_with_progress(uri, options, &|_, _| {}).await
+}
+
+/// [`index`], calling `progress(done, total)` each time a shard's index is loaded or built
+/// (once with `(n, n)` for layouts without per-shard indexes).
+pub async fn index_with_progress(
+    uri: &str,
+    options: SourceOptions,
+    progress: &(dyn Fn(usize, usize) + Send + Sync),
+) -> Result<IndexReport> {
     let parsed = uri::parse(uri)?;
     let mut opts = options.merged(parsed.options);
     // Always from the truth: list and re-check every shard, ignoring an old manifest.
@@ -374,7 +384,27 @@ pub async fn index(uri: &str, options: SourceOptions) -> Result<IndexReport> {
             })
         }
     };
-    let opened = open_listed(store, &opts, display, true).await?;
+    let listing: Vec<ObjectInfo> = store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
+    let layout = inferred_layout(&opts, &listing);
+    let known = match layout {
+        Layout::Tar => {
+            let shards: Vec<&ObjectInfo> = listing.iter().filter(|o| o.path.ends_with(".tar")).collect();
+            let total = shards.len();
+            let loads: Vec<_> = shards.iter().map(|s| tar_index::load_or_build(&store, s, &opts)).collect();
+            let done = std::sync::atomic::AtomicUsize::new(0);
+            let indexes: Vec<tar_index::ShardIndex> = futures::stream::iter(loads)
+                .buffered(opts.concurrency().min(8))
+                .inspect_ok(|_| progress(done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1, total))
+                .try_collect()
+                .await?;
+            Some(indexes)
+        }
+        _ => {
+            progress(listing.len(), listing.len());
+            None
+        }
+    };
+    let opened = build(store, layout, listing, &opts, display, known, true).await?;
     let (listing, tar) = opened.described.unwrap_or_default();
     let objects = listing.len();
     let m = manifest::Manifest::new(opened.layout, &listing, tar);

@@ -1,0 +1,429 @@
+//! Convert any source into WebDataset tar shards or an LMDB environment.
+//!
+//! Packing many small files into a few big shards is the standard cure for a GPU starved by
+//! per-file opens and requests. [`pack`] reads any [`SampleSource`](crate::SampleSource)
+//! (files, tar shards, LMDB, a remote prefix) and writes:
+//!
+//! - **tar**: `PREFIX-000000.tar`, … in WebDataset layout (member `KEY.FIELD`, members of a
+//!   sample adjacent), readable by the `webdataset` Python library and by `tar`, then each
+//!   shard's sidecar index and the dataset manifest (as [`crate::index`] writes them). Remote
+//!   destinations (`s3://…`) work: each shard is built in memory and sent as one PUT (an
+//!   object appears whole or not at all), with at most 1 GiB of shards in flight.
+//! - **lmdb**: `data.mdb` in the destination directory, one record per sample: key = sample
+//!   key (UTF-8), value = the raw bytes of its one field. Records are in key byte order, which
+//!   is the order Stoker's `lmdb` layout reads them. LMDB has no field names; Stoker names the
+//!   field `data` (or `?field=NAME`), and the plan file records the source's field name.
+//!   Samples with several fields are refused with a message asking for `field` (keep one) or
+//!   the tar layout (keeps all): packing them into one value would need a container format
+//!   that neither py-lmdb users nor Stoker's reader could use directly.
+//!
+//! ## Samples and keys
+//!
+//! Without `group`, every source sample becomes one output sample with the same key and
+//! fields. Two consecutive samples with one key (e.g. `0001.jpg` and `0001.cls` from a
+//! directory of files, which the objects layout reads as two samples) would merge in a
+//! reader of the tar, so that is an error that names the key and suggests `group`. With
+//! `group`, samples sharing a key anywhere in the source become one sample, at the place the
+//! key first appears, with the fields of each in source order (a field name twice is an error).
+//!
+//! Keys are never rewritten: a key whose member name could escape the shard's directory
+//! (absolute, `..`, `.`, empty components, backslashes), holds control characters, or would
+//! split back into a different key and field (a dot in its last component) is an error naming
+//! it. Field names are written lower-case, as readers see them.
+//!
+//! ## Interruption and reruns
+//!
+//! The plan (every output key, field and size, and the shard boundaries) is made up front
+//! from sample metadata, so it does not depend on timing, and it is saved as
+//! `.stoker-pack.json` in the destination before any data. Shards are written under a hidden
+//! temporary name, synced, then renamed; a name in final form is always a whole shard.
+//! Rerunning the same command on the same source finds the plan, keeps the finished shards
+//! (checked by size) and writes the rest, giving the same bytes as an uninterrupted run. LMDB
+//! is written with a commit every chunk into a hidden working environment, resumed from its
+//! last committed key, and published as a compacted copy renamed to `data.mdb` (the same
+//! records in the same order as an uninterrupted run; LMDB leaves stale bytes in the slack of
+//! its pages, so the file is not byte-identical). A destination
+//! holding anything else (a different plan, or files not written by `pack`) is refused unless
+//! `force` is set.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::source::DynSampleSource;
+use crate::store::Store;
+use crate::uri::{self, Layout, Location, SourceOptions};
+
+mod lmdb_out;
+mod names;
+mod plan;
+mod tar_out;
+
+use plan::{PlanFile, PLAN_FILE};
+
+/// How to pack. [`Default`] is tar shards of up to 256 MiB named `shard-000000.tar`, ….
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackOptions {
+    /// `Layout::Tar` or `Layout::Lmdb`.
+    pub layout: Layout,
+    /// Tar: a shard closes before the sample that would take it past this many bytes (a
+    /// sample bigger than this gets a shard of its own).
+    pub shard_size: u64,
+    /// Tar: at most this many samples per shard.
+    pub samples_per_shard: Option<usize>,
+    /// Tar: shard names are `{prefix}-{000000}.tar`.
+    pub prefix: String,
+    /// Merge samples sharing a key into one sample with several fields.
+    pub group: bool,
+    /// Keep only this field of every sample (required for LMDB when samples have several).
+    pub field: Option<String>,
+    /// Write into a destination holding something else (a different pack's files are
+    /// removed first; other files are left, and with tar become part of the index).
+    pub force: bool,
+    /// Shards written at once (tar); reads of the source overlap writes either way.
+    pub jobs: usize,
+    /// Options for the destination store (endpoint, credentials) when it is remote.
+    pub dest_options: SourceOptions,
+}
+
+impl Default for PackOptions {
+    fn default() -> Self {
+        PackOptions {
+            layout: Layout::Tar,
+            shard_size: 256 << 20,
+            samples_per_shard: None,
+            prefix: "shard".into(),
+            group: false,
+            field: None,
+            force: false,
+            jobs: std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 8),
+            dest_options: SourceOptions::default(),
+        }
+    }
+}
+
+impl PackOptions {
+    /// Defaults for `layout`.
+    pub fn new(layout: Layout) -> Self {
+        PackOptions { layout, ..Default::default() }
+    }
+}
+
+/// What [`pack`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PackReport {
+    /// The destination, credentials redacted.
+    pub dest: String,
+    /// The layout written.
+    pub layout: Layout,
+    /// Output samples.
+    pub samples: usize,
+    /// Tar shards (1 for LMDB).
+    pub shards: usize,
+    /// Payload bytes over all samples.
+    pub payload_bytes: u64,
+    /// Bytes of the shards or of `data.mdb` (headers and padding included).
+    pub written_bytes: u64,
+    /// Shards already complete from an earlier, interrupted run and kept as they were.
+    pub resumed_shards: usize,
+    /// Samples written by this run (the rest were already there).
+    pub written_samples: usize,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// Hooks for showing progress. Every method has an empty default; `()` ignores everything.
+pub trait PackProgress: Send + Sync {
+    /// The plan is made: how many samples and payload bytes the whole job has.
+    fn planned(&self, _samples: u64, _bytes: u64) {}
+    /// `samples` samples with `bytes` payload bytes are done (written now, or found complete).
+    fn advance(&self, _samples: u64, _bytes: u64) {}
+    /// A named step after the data: `indexing`, `compacting`.
+    fn stage(&self, _what: &str) {}
+}
+
+impl PackProgress for () {}
+
+/// Pack `src` into `dest` (a local directory, created if missing, or a remote prefix for tar).
+///
+/// `source` is a label recorded in the plan file (the source URI, credentials redacted).
+/// See the [module docs](self) for the output layout, grouping, names and reruns.
+pub async fn pack(
+    src: Arc<DynSampleSource>,
+    dest: &str,
+    opts: &PackOptions,
+    progress: &dyn PackProgress,
+) -> Result<PackReport> {
+    let started = Instant::now();
+    if opts.layout == Layout::Objects {
+        return Err(Error::invalid_option("pack writes `tar` or `lmdb` (objects is what it reads)"));
+    }
+    check_prefix(&opts.prefix)?;
+    let parsed = uri::parse(dest)?;
+    let shown = parsed.display.clone();
+    // Planning first: a source that cannot be packed as asked leaves no trace at DEST.
+    let metas = plan::metas(&src).await?;
+    let mut plan = plan::make(metas, opts, &src.to_string(), &shown)?;
+    let dest_opts = opts.dest_options.clone().merged(parsed.options);
+    let out = match parsed.location {
+        Location::Local(path) => {
+            std::fs::create_dir_all(&path).map_err(|e| Error::io(path.display(), e))?;
+            Dest::Local(std::fs::canonicalize(&path).map_err(|e| Error::io(path.display(), e))?)
+        }
+        Location::Remote(loc) if loc.names.is_none() && opts.layout == Layout::Tar => {
+            Dest::Remote(Store::remote(&loc, &dest_opts, &shown)?)
+        }
+        Location::Remote(_) if opts.layout == Layout::Lmdb => {
+            return Err(Error::NotSupported {
+                what: format!("{shown}: LMDB is written to a local directory; pack it locally and copy it"),
+            })
+        }
+        _ => {
+            return Err(Error::InvalidUri {
+                uri: shown,
+                reason: "the destination is a directory or prefix, not a pattern or list of names".into(),
+            })
+        }
+    };
+    let fail = |reason: String| Error::Pack { dest: shown.clone(), reason };
+
+    let previous = out.read_plan().await.map_err(|r| fail(format!("{PLAN_FILE}: {r}")))?;
+    let resume = match previous {
+        Some(old) if old.fingerprint == plan.file.fingerprint => true,
+        Some(old) if opts.force => {
+            out.remove_pack(&old).await.map_err(fail)?;
+            false
+        }
+        Some(old) => {
+            return Err(fail(format!(
+                "it holds {} pack of {} samples from {} with other contents or settings; rerun with the same \
+                 source and options to finish it, pass --force to replace it, or choose another destination",
+                if old.complete { "a finished" } else { "an unfinished" },
+                old.samples,
+                old.source
+            )))
+        }
+        None => {
+            if !opts.force {
+                if let Some(found) = out.foreign_entry().await? {
+                    return Err(fail(format!(
+                        "it is not empty (it holds `{found}`) and was not written by `stoker pack`; choose an empty \
+                         or new destination, or pass --force to write into it anyway"
+                    )));
+                }
+            }
+            false
+        }
+    };
+    out.write_plan(&plan.file).await?;
+    let total = plan.file.payload_bytes;
+    progress.planned(plan.outs.len() as u64, total);
+
+    let done = match opts.layout {
+        Layout::Tar => tar_out::write(&src, &out, &plan, opts, resume, progress, &shown).await?,
+        _ => lmdb_out::write(&src, &out, &plan, opts.field.as_deref(), resume, progress, &shown).await?,
+    };
+    if opts.layout == Layout::Tar {
+        progress.stage("indexing");
+        let index_uri = match &out {
+            Dest::Local(p) => p.display().to_string(),
+            Dest::Remote(_) => dest.to_string(),
+        };
+        crate::source::index(&index_uri, opts.dest_options.clone()).await?;
+    }
+    plan.file.complete = true;
+    out.write_plan(&plan.file).await?;
+    Ok(PackReport {
+        dest: shown,
+        layout: opts.layout,
+        samples: plan.outs.len(),
+        shards: if opts.layout == Layout::Tar { plan.file.shards.len() } else { 1 },
+        payload_bytes: total,
+        written_bytes: done.bytes,
+        resumed_shards: done.resumed,
+        written_samples: done.written_samples,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// A shard prefix names files directly in the destination, visible to globs like `*.tar`.
+fn check_prefix(prefix: &str) -> Result<()> {
+    let bad =
+        prefix.is_empty() || prefix.starts_with('.') || prefix.chars().any(|c| c == '/' || c == '\\' || c.is_control());
+    if bad {
+        return Err(Error::invalid_option(format!(
+            "shard prefix `{}` must be a plain file name: non-empty, not starting with `.`, without `/`, `\\` or \
+             control characters",
+            prefix.escape_debug()
+        )));
+    }
+    Ok(())
+}
+
+/// Remote shards are built in memory for one PUT each: bound how many are in flight.
+const REMOTE_BYTES_IN_FLIGHT: u64 = 1 << 30;
+
+/// What the writers report back.
+pub(crate) struct Written {
+    bytes: u64,
+    resumed: usize,
+    written_samples: usize,
+}
+
+/// Where the output goes.
+pub(crate) enum Dest {
+    Local(PathBuf),
+    Remote(Store),
+}
+
+impl Dest {
+    async fn read_plan(&self) -> std::result::Result<Option<PlanFile>, String> {
+        let bytes = match self {
+            Dest::Local(dir) => match std::fs::read(dir.join(PLAN_FILE)) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e.to_string()),
+            },
+            Dest::Remote(store) => match store.get(PLAN_FILE).await {
+                Ok(b) => b.to_vec(),
+                Err(Error::NotFound { .. }) => return Ok(None),
+                Err(Error::Fetch { hint: Some(h), .. }) if h.contains("does not exist") => return Ok(None),
+                Err(e) => return Err(e.to_string()),
+            },
+        };
+        PlanFile::parse(&bytes).map(Some).map_err(|e| format!("{e}; delete it (and the pack) or use --force"))
+    }
+
+    async fn write_plan(&self, p: &PlanFile) -> Result<()> {
+        match self {
+            Dest::Local(dir) => write_atomic(dir, PLAN_FILE, &p.to_json()),
+            Dest::Remote(store) => store.put(PLAN_FILE, Bytes::from(p.to_json())).await,
+        }
+    }
+
+    /// Something in the destination that `pack` did not write, if any.
+    async fn foreign_entry(&self) -> Result<Option<String>> {
+        match self {
+            Dest::Local(dir) => {
+                let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir.display(), e))?;
+                for e in rd {
+                    let name = e.map_err(|e| Error::io(dir.display(), e))?.file_name().to_string_lossy().into_owned();
+                    if !is_own_temp(&name) {
+                        return Ok(Some(name));
+                    }
+                }
+                Ok(None)
+            }
+            Dest::Remote(store) => Ok(store.list().await?.into_iter().next().map(|o| o.path)),
+        }
+    }
+
+    /// Remove what an earlier pack wrote (its plan names it all), for `force`.
+    async fn remove_pack(&self, old: &PlanFile) -> std::result::Result<(), String> {
+        let Dest::Local(dir) = self else {
+            return Err("replacing an earlier pack on a remote store is not supported: delete the prefix first, \
+                        or choose another destination"
+                .into());
+        };
+        let mut names: Vec<String> = vec![crate::source::manifest::MANIFEST.into(), "data.mdb".into()];
+        for s in &old.shards {
+            names.push(format!("{}.stoker-idx.json", s.name));
+            names.push(tar_out::temp_name(&s.name));
+            names.push(s.name.clone());
+        }
+        for n in names {
+            match std::fs::remove_file(dir.join(&n)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(format!("removing {n}: {e}")),
+                _ => {}
+            }
+        }
+        lmdb_out::remove_work(dir).map_err(|e| format!("removing the LMDB working copy: {e}"))
+    }
+}
+
+/// Temporary files of an interrupted pack (and its plan) do not make a destination foreign.
+fn is_own_temp(name: &str) -> bool {
+    name == PLAN_FILE || name == lmdb_out::WORK_DIR || (name.starts_with('.') && name.ends_with(tar_out::TEMP_SUFFIX))
+}
+
+/// Write `name` in `dir` under a temporary name, sync it, rename it into place and sync the
+/// directory: readers see the old file or the whole new one, even after a crash.
+pub(crate) fn write_atomic(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let tmp = dir.join(tar_out::temp_name(name));
+    let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
+    f.write_all(data).and_then(|_| f.sync_all()).map_err(|e| Error::io(tmp.display(), e))?;
+    publish(&tmp, &dir.join(name))
+}
+
+/// Rename a synced temporary file to its final name and sync the directory entry.
+pub(crate) fn publish(tmp: &Path, to: &Path) -> Result<()> {
+    std::fs::rename(tmp, to).map_err(|e| Error::io(to.display(), e))?;
+    if let Some(dir) = to.parent() {
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir.display(), e))?;
+    }
+    Ok(())
+}
+
+/// Output samples read per request to the source: enough to let ranged sources coalesce,
+/// small enough to keep memory bounded with several shards in flight.
+const CHUNK_SAMPLES: usize = 256;
+const CHUNK_BYTES: u64 = 8 << 20;
+
+/// Split `outs` into consecutive runs to read at once.
+pub(crate) fn chunks(outs: &[plan::Out]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, o) in outs.iter().enumerate() {
+        if i > start && (i - start >= CHUNK_SAMPLES || bytes + o.payload() > CHUNK_BYTES) {
+            out.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += o.payload();
+    }
+    if start < outs.len() {
+        out.push(start..outs.len());
+    }
+    out
+}
+
+/// Read the samples `outs` are made of and return each one's kept fields (plan names, in plan
+/// order). A sample whose fields no longer match the plan is an error: the source changed
+/// since it was planned, and writing it would break the shard sizes the plan promised.
+pub(crate) async fn fetch(
+    src: &DynSampleSource,
+    outs: &[plan::Out],
+    field: Option<&str>,
+    dest: &str,
+) -> Result<Vec<Vec<crate::sample::Field>>> {
+    let idx: Vec<usize> = outs.iter().flat_map(|o| o.parts.iter().copied()).collect();
+    let mut samples = src.get_many(&idx).await?.into_iter();
+    let mut got = Vec::with_capacity(outs.len());
+    for o in outs {
+        let mut fields: Vec<crate::sample::Field> = Vec::with_capacity(o.fields.len());
+        for _ in &o.parts {
+            let s = samples.next().ok_or_else(|| Error::Task("the source returned fewer samples than asked".into()))?;
+            fields.extend(s.fields.into_iter().filter(|f| field.is_none_or(|k| &*f.name == k)));
+        }
+        let same = fields.len() == o.fields.len()
+            && fields.iter().zip(&o.fields).all(|(f, (_, size))| f.data.len() as u64 == *size);
+        if !same {
+            return Err(Error::Pack {
+                dest: dest.to_string(),
+                reason: format!(
+                    "sample `{}` of {src} changed while packing (its fields or sizes differ from when it was planned); \
+                     rerun when the source is stable",
+                    o.key
+                ),
+            });
+        }
+        for (f, (name, _)) in fields.iter_mut().zip(&o.fields) {
+            f.name = name.clone();
+        }
+        got.push(fields);
+    }
+    Ok(got)
+}

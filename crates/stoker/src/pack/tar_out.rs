@@ -1,0 +1,171 @@
+//! Writing the tar shards of a plan: several shards at once, each read in chunks while the
+//! previous chunk is written, under a temporary name until it is whole and synced.
+
+use std::io::{self, BufWriter, Write};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+
+use super::plan::{Plan, ShardPlan};
+use super::{chunks, fetch, publish, Dest, PackOptions, PackProgress, Written};
+use crate::error::{Error, Result};
+use crate::sample::Field;
+use crate::source::DynSampleSource;
+
+pub(crate) const TEMP_SUFFIX: &str = ".partial";
+
+/// The hidden name a file is written under before it is complete (never listed as data, never
+/// matched by `*.tar`).
+pub(crate) fn temp_name(name: &str) -> String {
+    format!(".{name}{TEMP_SUFFIX}")
+}
+
+/// A shard being written: to a local file, or to memory for one PUT to a remote store.
+enum Sink {
+    File(BufWriter<std::fs::File>),
+    Memory(Vec<u8>),
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sink::File(f) => f.write(buf),
+            Sink::Memory(v) => v.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::File(f) => f.flush(),
+            Sink::Memory(_) => Ok(()),
+        }
+    }
+}
+
+pub(crate) async fn write(
+    src: &Arc<DynSampleSource>,
+    out: &Dest,
+    plan: &Plan,
+    opts: &PackOptions,
+    resume: bool,
+    progress: &dyn PackProgress,
+    shown: &str,
+) -> Result<Written> {
+    let mut todo: Vec<&ShardPlan> = Vec::new();
+    let mut resumed = 0;
+    for s in &plan.file.shards {
+        if resume && is_complete(out, s).await? {
+            resumed += 1;
+            progress.advance(s.samples as u64, payload(plan, s));
+        } else {
+            todo.push(s);
+        }
+    }
+    let written_samples = todo.iter().map(|s| s.samples).sum();
+    let field = opts.field.as_deref();
+    let jobs = match out {
+        Dest::Local(_) => opts.jobs,
+        Dest::Remote(_) => opts.jobs.min((super::REMOTE_BYTES_IN_FLIGHT / opts.shard_size.max(1)) as usize),
+    };
+    futures::stream::iter(todo.into_iter().map(|s| write_shard(src, out, plan, s, field, progress, shown)))
+        .buffer_unordered(jobs.max(1))
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(Written { bytes: plan.file.shards.iter().map(|s| s.bytes).sum(), resumed, written_samples })
+}
+
+fn payload(plan: &Plan, s: &ShardPlan) -> u64 {
+    plan.outs[s.first..s.first + s.samples].iter().map(|o| o.payload()).sum()
+}
+
+/// A shard under its final name was renamed there whole; its size confirms it is this plan's.
+async fn is_complete(out: &Dest, s: &ShardPlan) -> Result<bool> {
+    Ok(match out {
+        Dest::Local(dir) => std::fs::metadata(dir.join(&s.name)).is_ok_and(|m| m.len() == s.bytes),
+        Dest::Remote(store) => store.head(&s.name).await.is_ok_and(|o| o.size == s.bytes),
+    })
+}
+
+async fn write_shard(
+    src: &Arc<DynSampleSource>,
+    out: &Dest,
+    plan: &Plan,
+    s: &ShardPlan,
+    field: Option<&str>,
+    progress: &dyn PackProgress,
+    shown: &str,
+) -> Result<()> {
+    let outs = &plan.outs[s.first..s.first + s.samples];
+    let tmp = match out {
+        Dest::Local(dir) => Some(dir.join(temp_name(&s.name))),
+        Dest::Remote(_) => None,
+    };
+    let sink = match &tmp {
+        Some(path) => Sink::File(BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(path).map_err(|e| Error::io(path.display(), e))?,
+        )),
+        None => Sink::Memory(Vec::with_capacity(s.bytes as usize)),
+    };
+    let mut builder = tar::Builder::new(sink);
+    let io_err = |e: io::Error| Error::Io { path: format!("{shown}/{}", s.name), source: e };
+    let mut fetched = futures::stream::iter(chunks(outs).into_iter().map(|r| {
+        let part = &outs[r];
+        async move { Ok::<_, Error>((part, fetch(&**src, part, field, shown).await?)) }
+    }))
+    .buffered(2);
+    while let Some((part, fields)) = fetched.try_next().await? {
+        let keys: Vec<String> = part.iter().map(|o| o.key.clone()).collect();
+        let bytes: u64 = part.iter().map(|o| o.payload()).sum();
+        let (b, res) = tokio::task::spawn_blocking(move || {
+            let r = keys.iter().zip(&fields).try_for_each(|(k, f)| append(&mut builder, k, f));
+            (builder, r)
+        })
+        .await
+        .map_err(Error::task)?;
+        builder = b;
+        res.map_err(io_err)?;
+        progress.advance(part.len() as u64, bytes);
+    }
+    let sink = tokio::task::spawn_blocking(move || -> io::Result<Sink> {
+        match builder.into_inner()? {
+            Sink::File(f) => {
+                let f = f.into_inner().map_err(|e| e.into_error())?;
+                f.sync_all()?;
+                Ok(Sink::File(BufWriter::new(f)))
+            }
+            m => Ok(m),
+        }
+    })
+    .await
+    .map_err(Error::task)?
+    .map_err(io_err)?;
+    let len = match &sink {
+        Sink::File(f) => f.get_ref().metadata().map_err(io_err)?.len(),
+        Sink::Memory(v) => v.len() as u64,
+    };
+    if len != s.bytes {
+        return Err(Error::Task(format!("{}: wrote {len} bytes, the plan said {} (a bug in pack)", s.name, s.bytes)));
+    }
+    match (out, sink, tmp) {
+        (Dest::Local(dir), _, Some(tmp)) => publish(&tmp, &dir.join(&s.name)),
+        (Dest::Remote(store), Sink::Memory(v), _) => store.put(&s.name, Bytes::from(v)).await,
+        _ => Err(Error::Task("shard sink does not match its destination".into())),
+    }
+}
+
+/// One sample's members, with fixed metadata (mode 0644, owner 0, mtime 0) so the same input
+/// always gives the same bytes.
+fn append<W: Write>(b: &mut tar::Builder<W>, key: &str, fields: &[Field]) -> io::Result<()> {
+    for f in fields {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_size(f.data.len() as u64);
+        h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        b.append_data(&mut h, format!("{key}.{}", f.name), &f.data[..])?;
+    }
+    Ok(())
+}
