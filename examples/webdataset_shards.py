@@ -56,6 +56,7 @@ def write_files(root: Path, samples: int, size: int) -> None:
 
 def embedded_s3(data: Path) -> Tuple[subprocess.Popen, str]:
     """Stoker's S3 test server over ``data`` (bucket ``bucket``), credentials ak/sk."""
+    data.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [find_binary("STOKER_S3_SERVER", "s3_server"), "--root", str(data), "--bucket", "bucket",
          "--access-key", "ak", "--secret-key", "sk", "--addr", "127.0.0.1:0"],
