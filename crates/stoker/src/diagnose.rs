@@ -290,19 +290,33 @@ impl Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.setup;
-        writeln!(f, "source    {} ({} layout, {} samples{})", s.source, s.layout, s.len, if s.remote { ", remote" } else { "" })?;
+        writeln!(
+            f,
+            "source    {} ({} layout, {} samples{})",
+            s.source,
+            s.layout,
+            s.len,
+            if s.remote { ", remote" } else { "" }
+        )?;
         writeln!(
             f,
             "pipeline  batch {}, prefetch {}, concurrency {}, transform {}, cache {}",
             s.batch_size,
             s.prefetch,
             s.concurrency,
-            if s.transform { format!("on ({} threads of {} cores)", s.transform_threads, s.cores) } else { "none".into() },
+            if s.transform {
+                format!("on ({} threads of {} cores)", s.transform_threads, s.cores)
+            } else {
+                "none".into()
+            },
             if s.cache { "configured (off in the fetch step)" } else { "off" },
         )?;
         writeln!(f, "copy      {}", s.copy)?;
         writeln!(f)?;
-        writeln!(f, "  step                                          samples/s      MiB/s   ms/batch    added   own part")?;
+        writeln!(
+            f,
+            "  step                                          samples/s      MiB/s   ms/batch    added   own part"
+        )?;
         for (i, r) in self.steps.iter().enumerate() {
             let mark = if r.step == self.verdict.step { "  <-" } else { "" };
             writeln!(
@@ -356,7 +370,8 @@ impl fmt::Display for Report {
 ///
 /// The source is opened twice: once with the fetch layer's cache off (the fetch step, and the
 /// samples the earlier steps cache), once as configured (the pipeline step) when a cache is
-/// configured. Errors name the step that failed.
+/// configured. Source errors name what failed as everywhere else; an error of the consumer or
+/// the transform (an `InvalidOption` or `Task` error) is prefixed with the step it failed in.
 pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) -> Result<Report> {
     if cfg.loader.batch_size == 0 {
         return Err(Error::invalid_option("batch_size must be at least 1"));
@@ -377,7 +392,7 @@ pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) ->
         return Err(Error::invalid_option(format!("{uncached} has no samples to diagnose")));
     }
     let full = if cache { crate::open(base, configured.clone()).await? } else { uncached.clone() };
-    let cached = preload(&uncached, cfg.loader.batch_size).await?;
+    let cached = preload(&uncached, cfg.loader.batch_size, cfg.max_time).await?;
     let mean = cached.iter().map(Sample::total_bytes).sum::<u64>() / cached.len().max(1) as u64;
     let device = cfg.loader.host_buffers.and_then(|h| h.device);
     let setup = Setup {
@@ -407,13 +422,15 @@ pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) ->
     Ok(Report { setup, steps, verdict })
 }
 
-/// Samples kept in memory for the collate step: eight batches, at most 256 MiB.
-async fn preload(src: &Arc<DynSampleSource>, batch: usize) -> Result<Vec<Sample>> {
+/// Samples kept in memory for the collate step: eight batches, at most 256 MiB, read within
+/// one step's time limit (but at least one batch).
+async fn preload(src: &Arc<DynSampleSource>, batch: usize, max_time: Duration) -> Result<Vec<Sample>> {
     const MAX_BYTES: u64 = 256 << 20;
+    let started = Instant::now();
     let want = src.len().min(batch.saturating_mul(8).max(1));
     let mut out = Vec::with_capacity(want);
     let mut bytes = 0;
-    while out.len() < want && (bytes < MAX_BYTES || out.len() < batch) {
+    while out.len() < want && ((bytes < MAX_BYTES && started.elapsed() < max_time) || out.len() < batch) {
         let idx: Vec<usize> = (out.len()..(out.len() + batch).min(want)).collect();
         let got = src.get_many(&idx).await?;
         bytes += got.iter().map(Sample::total_bytes).sum::<u64>();
@@ -547,8 +564,10 @@ fn transform_all(samples: Vec<Sample>, f: &Transform, threads: usize) -> Result<
         parts.push(std::mem::replace(&mut rest, tail));
     }
     std::thread::scope(|scope| {
-        let handles: Vec<_> =
-            parts.into_iter().map(|p| scope.spawn(move || p.into_iter().map(|s| f(s)).collect::<Result<Vec<_>>>())).collect();
+        let handles: Vec<_> = parts
+            .into_iter()
+            .map(|p| scope.spawn(move || p.into_iter().map(|s| f(s)).collect::<Result<Vec<_>>>()))
+            .collect();
         let mut out = Vec::new();
         for h in handles {
             out.extend(h.join().map_err(|_| Error::Task("the transform panicked".into()))??);
@@ -772,7 +791,9 @@ impl Ladder {
 /// Say which step failed, keeping the error's own words (and its retryability).
 fn in_step(step: Step, e: Error) -> Error {
     match e {
-        Error::InvalidOption { message } => Error::InvalidOption { message: format!("diagnose, {step} step: {message}") },
+        Error::InvalidOption { message } => {
+            Error::InvalidOption { message: format!("diagnose, {step} step: {message}") }
+        }
         Error::Task(message) => Error::Task(format!("diagnose, {step} step: {message}")),
         other => other,
     }

@@ -105,9 +105,8 @@ fn check_shape(r: &Report) {
 async fn storage_latency_is_the_fetch_step_and_prefetch_hides_it() {
     let s = s3_dataset().await;
     let p = slow(&s, 40).await;
-    let r = diagnose(&uri(&p.endpoint(), "objects", ""), SourceOptions::default(), config(step(ms(2)), 256))
-        .await
-        .unwrap();
+    let r =
+        diagnose(&uri(&p.endpoint(), "objects", ""), SourceOptions::default(), config(step(ms(2)), 256)).await.unwrap();
     check_shape(&r);
     assert_eq!((r.verdict.step, r.verdict.knob), (Step::Fetch, Knob::Prefetch), "{r}");
     assert!(r.verdict.advice.contains("prefetch"), "{r}");
@@ -120,13 +119,10 @@ async fn storage_latency_is_the_fetch_step_and_prefetch_hides_it() {
 async fn a_concurrency_of_one_is_named() {
     let s = s3_dataset().await;
     let p = slow(&s, 10).await;
-    let r = diagnose(
-        &uri(&p.endpoint(), "objects", "&concurrency=1"),
-        SourceOptions::default(),
-        config(step(ms(2)), 128),
-    )
-    .await
-    .unwrap();
+    let r =
+        diagnose(&uri(&p.endpoint(), "objects", "&concurrency=1"), SourceOptions::default(), config(step(ms(2)), 128))
+            .await
+            .unwrap();
     check_shape(&r);
     assert_eq!(r.setup.concurrency, 1);
     assert_eq!((r.verdict.step, r.verdict.knob), (Step::Fetch, Knob::Concurrency), "{r}");
@@ -149,7 +145,7 @@ async fn an_expensive_transform_is_the_collate_step() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_consumer_is_named_even_over_s3() {
     let s = s3_dataset().await;
-    let r = diagnose(&uri(&s.server.endpoint(), "objects", ""), SourceOptions::default(), config(step(ms(60)), 128))
+    let r = diagnose(&uri(&s.server.endpoint(), "objects", ""), SourceOptions::default(), config(step(ms(80)), 128))
         .await
         .unwrap();
     check_shape(&r);
@@ -180,10 +176,7 @@ async fn budgets_bound_the_run_and_bad_settings_are_refused() {
     dataset(dir.path());
     let path = format!("{}/data/objects", dir.path().display());
     // A 20 ms step cannot get through a million samples in 200 ms: the time limit ends each step.
-    let cfg = DiagnoseConfig {
-        max_time: Duration::from_millis(200),
-        ..config(step(ms(20)), 1_000_000)
-    };
+    let cfg = DiagnoseConfig { max_time: Duration::from_millis(200), ..config(step(ms(20)), 1_000_000) };
     let r = diagnose(&path, SourceOptions::default(), cfg).await.unwrap();
     for s in &r.steps {
         assert!(s.samples < 1_000_000, "{r}");

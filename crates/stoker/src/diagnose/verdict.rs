@@ -122,11 +122,10 @@ fn fetch(setup: &Setup, r: &StepResult, collate: &StepResult) -> Verdict {
         }
     };
     // Over a network what waits in line is HTTP requests (coalesced ranges); locally, reads.
-    let requests = r
-        .io
-        .map(|io| if setup.remote { io.remote_requests } else { io.requests })
-        .map(|n| n as f64 / r.batches.max(1) as f64)
-        .filter(|&n| n >= 1.0);
+    let requests =
+        r.io.map(|io| if setup.remote { io.remote_requests } else { io.requests })
+            .map(|n| n as f64 / r.batches.max(1) as f64)
+            .filter(|&n| n >= 1.0);
     let small_files = setup.layout == Layout::Objects && setup.mean_sample_bytes < SMALL_FILE;
     if let Some(per_batch) = requests {
         let rounds = (per_batch / c).ceil().max(1.0);
@@ -173,7 +172,9 @@ fn fetch(setup: &Setup, r: &StepResult, collate: &StepResult) -> Verdict {
                 v.also.push(format!("that is {requests_then} requests at once: raise ?max_in_flight={requests_then}"));
             }
             if small_files {
-                v.also.push("packing the small files into tar shards (stoker pack) makes a batch a few large reads".into());
+                v.also.push(
+                    "packing the small files into tar shards (stoker pack) makes a batch a few large reads".into(),
+                );
             }
             fits_note(&mut v.also);
             return v;
