@@ -15,15 +15,18 @@
 //!
 //! Steps 1–4 run one batch at a time, each batch doing all the work of the steps before it,
 //! so each step's throughput drops by what its part costs; that part is also timed on its
-//! own. Step 5 overlaps everything as training does. The verdict: when the pipeline delivers
-//! at least 75% of the consumer's ceiling the consumer is the bottleneck; otherwise the step
-//! whose own part takes the most time per batch is: the step where throughput drops the
-//! most, measured in time rather than as a ratio (a ratio would blame a cheap part that
-//! follows a nearly free one, e.g. a copy after a no-op consumer), and timed directly so
-//! noise in the other parts of a step cannot move the blame. [`Knob`] then names what helps,
-//! from the measured numbers (see `verdict.rs`): the transform's threads against the cores;
-//! for reads, Little's law on requests in flight (concurrency first, as it costs no memory,
-//! then prefetch), then small files (pack), then the store's bandwidth (cache).
+//! own. Step 5 overlaps everything as training does.
+//!
+//! The verdict: when the consumer of the full pipeline waits for data at most 25% of the time,
+//! the consumer is the bottleneck (the wait is measured in that run, not against step 1, which
+//! a loaded machine can disturb). Otherwise the step whose own part takes the most time per
+//! batch is: the step where throughput drops the most, measured in time rather than as a
+//! ratio (a ratio would blame a cheap part that follows a nearly free one, e.g. a copy after
+//! a no-op consumer), and timed directly so noise in the other parts of a step cannot move
+//! the blame. [`Knob`] then names what helps, from the measured numbers (see `verdict.rs`):
+//! the transform's threads against the cores; for reads, Little's law on requests in flight
+//! (concurrency first, as it costs no memory, then prefetch), then small files (pack), then
+//! the store's bandwidth (cache).
 
 use std::fmt;
 use std::sync::Arc;
@@ -179,6 +182,9 @@ pub struct StepResult {
     pub fetch_p99_ms: Option<f64>,
     /// Share of the time the consumer waited for data (pipeline).
     pub consumer_wait_fraction: Option<f64>,
+    /// Samples per second after the first batch arrived: the rate without the time to fill
+    /// the pipeline (pipeline).
+    pub steady_samples_per_s: Option<f64>,
     /// What the store did (fetch and pipeline, when the source reads a store).
     pub io: Option<IoDelta>,
 }
@@ -339,6 +345,9 @@ impl fmt::Display for Report {
             if let Some(t) = r.transform_ms_per_batch {
                 notes.push(format!("{}: transform {t:.2} ms per batch", r.step));
             }
+            if let Some(v) = r.steady_samples_per_s {
+                notes.push(format!("{}: {v:.1} samples/s once the first batch arrived", r.step));
+            }
             if let Some(w) = r.consumer_wait_fraction {
                 notes.push(format!("{}: the consumer waited {:.0}% of the time", r.step, w * 100.0));
             }
@@ -450,6 +459,8 @@ struct Meter {
     bytes: u64,
     /// Time in the step's own part.
     own: Duration,
+    /// When the first batch was delivered, and its samples.
+    first: Option<(Instant, u64)>,
 }
 
 impl Meter {
@@ -464,10 +475,12 @@ impl Meter {
             batches: 0,
             bytes: 0,
             own: Duration::ZERO,
+            first: None,
         }
     }
 
     fn add(&mut self, batch: &Batch) {
+        self.first.get_or_insert((Instant::now(), batch.len() as u64));
         self.samples += batch.len() as u64;
         self.bytes += batch.payload_bytes();
         self.batches += 1;
@@ -503,6 +516,7 @@ impl Meter {
             fetch_p50_ms: None,
             fetch_p99_ms: None,
             consumer_wait_fraction: None,
+            steady_samples_per_s: None,
             io: None,
         }
     }
@@ -776,7 +790,12 @@ impl Ladder {
             epoch += 1;
         }
         let stats = loader.stats();
+        let steady = m
+            .first
+            .filter(|_| m.batches > 1)
+            .map(|(at, first)| (m.samples - first) as f64 / at.elapsed().as_secs_f64().max(1e-9));
         let mut r = m.finish("full pipeline (Loader as configured)");
+        r.steady_samples_per_s = steady;
         r.fetch_p50_ms = Some(stats.fetch_p50_ms);
         r.fetch_p99_ms = Some(stats.fetch_p99_ms);
         r.consumer_wait_fraction = Some(stats.consumer_wait_fraction);
