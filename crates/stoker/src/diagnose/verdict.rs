@@ -277,3 +277,127 @@ fn cache_costs() -> Verdict {
             .into(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    //! The decision table on synthetic measurements: every branch, and the tie-breaks.
+
+    use super::*;
+    use crate::diagnose::IoDelta;
+
+    fn setup() -> Setup {
+        Setup {
+            source: "s3://b/p".into(),
+            layout: Layout::Objects,
+            remote: true,
+            len: 1000,
+            batch_size: 16,
+            prefetch: 4,
+            concurrency: 32,
+            max_in_flight: 64,
+            transform: false,
+            transform_threads: 2,
+            cores: 2,
+            cache: false,
+            device: None,
+            copy: "host".into(),
+            mean_sample_bytes: 16 << 10,
+        }
+    }
+
+    fn step(step: Step, ms: f64, own: f64) -> StepResult {
+        StepResult {
+            step,
+            what: step.to_string(),
+            samples: 160,
+            batches: 10,
+            bytes: 160 << 14,
+            seconds: ms * 10.0 / 1e3,
+            samples_per_s: 16.0 / (ms / 1e3),
+            mib_per_s: 1.0,
+            ms_per_batch: ms,
+            added_ms_per_batch: 0.0,
+            own_ms_per_batch: own,
+            transform_ms_per_batch: None,
+            fetch_p50_ms: None,
+            fetch_p99_ms: None,
+            consumer_wait_fraction: None,
+            steady_samples_per_s: None,
+            io: None,
+        }
+    }
+
+    /// Steps with these own-part times (ms per batch); the pipeline at `pipeline_ms` with the
+    /// consumer waiting `wait` of the time; `requests` per fetched batch.
+    fn ladder(own: [f64; 4], pipeline_ms: f64, wait: f64, requests: u64) -> Vec<StepResult> {
+        let mut total = 0.0;
+        let mut out: Vec<StepResult> = [Step::Consumer, Step::Copy, Step::Collate, Step::Fetch]
+            .iter()
+            .zip(own)
+            .map(|(&s, o)| {
+                total += o;
+                step(s, total, o)
+            })
+            .collect();
+        out[3].io = Some(IoDelta { requests: requests * 10, remote_requests: requests * 10, ..Default::default() });
+        let mut p = step(Step::Pipeline, pipeline_ms, pipeline_ms - total);
+        p.consumer_wait_fraction = Some(wait);
+        out.push(p);
+        out
+    }
+
+    fn judged(s: &Setup, steps: &[StepResult]) -> (Step, Knob) {
+        let v = judge(s, steps);
+        (v.step, v.knob)
+    }
+
+    #[test]
+    fn a_consumer_that_rarely_waits_is_the_bottleneck_whatever_the_parts_cost() {
+        let steps = ladder([50.0, 0.1, 0.1, 40.0], 51.0, 0.05, 16);
+        assert_eq!(judged(&setup(), &steps), (Step::Consumer, Knob::Consumer));
+    }
+
+    #[test]
+    fn fetch_knobs_follow_requests_in_flight() {
+        // 16 requests, 32 at a time, 100 ms each against 2 ms of the rest: latency-bound, and
+        // the pipeline read 4x faster with 4x the requests in flight.
+        let mut steps = ladder([2.0, 0.1, 0.1, 100.0], 25.0, 0.9, 16);
+        steps[4].steady_samples_per_s = Some(4.0 * 16.0 / 0.1);
+        assert_eq!(judged(&setup(), &steps), (Step::Fetch, Knob::Prefetch));
+        // The same, read 16 requests one at a time: concurrency first (it costs no memory).
+        let one = Setup { concurrency: 1, ..setup() };
+        assert_eq!(judged(&one, &steps), (Step::Fetch, Knob::Concurrency));
+        assert!(judge(&one, &steps).advice.contains("?concurrency=16"));
+        // More in flight did not read faster: the store is at its limit; small files -> pack.
+        steps[4].steady_samples_per_s = Some(1.1 * 16.0 / 0.1);
+        assert_eq!(judged(&setup(), &steps), (Step::Fetch, Knob::Pack));
+        let big = Setup { mean_sample_bytes: 8 << 20, ..setup() };
+        assert_eq!(judged(&big, &steps), (Step::Fetch, Knob::CacheSize));
+        let local = Setup { remote: false, layout: Layout::Tar, ..setup() };
+        assert_eq!(judged(&local, &steps), (Step::Fetch, Knob::Storage));
+    }
+
+    #[test]
+    fn transform_copy_and_collation() {
+        let mut steps = ladder([2.0, 0.1, 60.0, 1.0], 70.0, 0.9, 16);
+        steps[2].transform_ms_per_batch = Some(58.0);
+        let with = Setup { transform: true, ..setup() };
+        assert_eq!(judged(&with, &steps), (Step::Collate, Knob::Transform));
+        let few = Setup { transform: true, transform_threads: 1, cores: 8, ..setup() };
+        assert!(judge(&few, &steps).advice.contains("transform_threads=8"));
+        // Assembly alone (no transform) is helped by assembling batches in parallel.
+        assert_eq!(judged(&setup(), &steps), (Step::Collate, Knob::Prefetch));
+        let steps = ladder([2.0, 30.0, 0.1, 1.0], 40.0, 0.9, 16);
+        assert_eq!(judged(&setup(), &steps), (Step::Copy, Knob::Copy));
+    }
+
+    #[test]
+    fn only_a_configured_cache_puts_the_blame_on_the_pipeline() {
+        let steps = ladder([2.0, 0.1, 0.1, 10.0], 60.0, 0.9, 1);
+        let cached = Setup { cache: true, ..setup() };
+        assert_eq!(judged(&cached, &steps), (Step::Pipeline, Knob::CacheSize));
+        let v = judge(&setup(), &steps);
+        assert_eq!(v.step, Step::Fetch, "without a cache a slower pipeline is the same parts again");
+        assert!(v.also.iter().any(|a| a.contains("noise")), "{v:?}");
+    }
+}
