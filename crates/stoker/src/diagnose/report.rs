@@ -53,6 +53,8 @@ pub struct IoDelta {
     pub remote_requests: u64,
     /// Retried requests.
     pub retries: u64,
+    /// Duplicates sent for slow requests.
+    pub hedges: u64,
     /// Cache hits (0 when the cache is off).
     pub cache_hits: u64,
     /// Cache misses (0 when the cache is off: nothing was looked up).
@@ -67,6 +69,7 @@ impl IoDelta {
             bytes: a.bytes - b.bytes,
             remote_requests: a.remote_requests - b.remote_requests,
             retries: a.retries - b.retries,
+            hedges: a.hedges - b.hedges,
             cache_hits: a.cache_hits - b.cache_hits,
             cache_misses: a.cache_misses - b.cache_misses,
         })

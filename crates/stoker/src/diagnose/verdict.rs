@@ -141,11 +141,13 @@ fn fetch(setup: &Setup, r: &StepResult, collate: &StepResult, pipeline: &StepRes
         )
     };
     let small_files = setup.layout == Layout::Objects && setup.mean_sample_bytes < SMALL_FILE;
-    // Over a network what waits in line is HTTP requests (coalesced ranges); locally, reads.
-    let requests =
-        r.io.map(|io| if setup.remote { io.remote_requests } else { io.requests })
-            .map(|n| n as f64 / r.batches.max(1) as f64)
-            .filter(|&n| n >= 1.0);
+    // Over a network what waits in line is HTTP requests (coalesced ranges; first tries only,
+    // as retries and hedges are not what a batch asks for); locally, reads.
+    let requests = r
+        .io
+        .map(|io| if setup.remote { io.remote_requests.saturating_sub(io.retries + io.hedges) } else { io.requests })
+        .map(|n| n as f64 / r.batches.max(1) as f64)
+        .filter(|&n| n >= 1.0);
     let mut saturated = None;
     if let Some(per_batch) = requests {
         let rounds = (per_batch / c).ceil().max(1.0);
