@@ -1,17 +1,175 @@
 //! `stoker diagnose`: measure each step of the caching ladder and name where the pipeline starves.
+//!
+//! The ladder itself is `stoker::diagnose`; this module models the two parts only a training
+//! program has. The consumer is a step that waits `--step-time` per batch, as a training step
+//! waiting on the GPU does (the CPU is free meanwhile). The transform, with
+//! `--transform-cost`, is a busy loop over the sample's bytes for that long per sample: real
+//! CPU work that competes for cores the way decoding does, not a sleep.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use clap::Args;
+use stoker::diagnose::{diagnose, Consumer, DiagnoseConfig};
+use stoker::loader::{HostBuffers, LoaderConfig, Transform};
+use stoker::sampler::Order;
+use stoker::SourceOptions;
 
-use crate::SourceArgs;
+use crate::{load_config, write_result, SourceArgs};
 
 /// Arguments of `stoker diagnose`.
 #[derive(Args)]
+#[command(after_help = "Steps, each adding one part: 1 the consumer on one cached batch, 2 + the copy to the GPU \
+(a host copy stands in without one), 3 + transform and collation from cached samples, 4 + reading from storage \
+with the cache off, 5 the full pipeline as configured. The verdict names the step whose part costs the most time \
+per batch, or the consumer when the pipeline keeps up, and the knob that helps.\n\nExample:\n  stoker diagnose \
+'s3://bucket/train?concurrency=8' --batch 64 --step-time 20ms --transform-cost 1ms")]
 pub(crate) struct DiagnoseArgs {
     #[command(flatten)]
     source: SourceArgs,
+    /// Samples per batch.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// Batches the Loader fetches ahead.
+    #[arg(long, default_value_t = 4)]
+    prefetch: usize,
+    /// Shuffle (as training would) instead of reading in order.
+    #[arg(long)]
+    shuffle: bool,
+    /// Your training step's time per batch (e.g. 20ms): the consumer waits that long, as a step
+    /// waiting on the GPU does. 0 measures the input side alone.
+    #[arg(long, value_parser = parse_duration, default_value = "0ms", value_name = "DURATION")]
+    step_time: Duration,
+    /// A per-sample transform costing this much CPU per sample (e.g. 2ms): a busy loop over the
+    /// sample's bytes, standing in for decoding and augmentation.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    transform_cost: Option<Duration>,
+    /// Threads the transform may use (default: one per core).
+    #[arg(long, value_name = "N")]
+    transform_threads: Option<usize>,
+    /// The GPU to copy batches to from pinned buffers: a device number, `cpu` for none, or
+    /// `auto` (device 0 when a CUDA driver is there and this build has the `cuda` feature).
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Samples each step measures, at most.
+    #[arg(long, default_value_t = 2048)]
+    samples: u64,
+    /// Seconds each step may take, at most (a run takes at most about six times this: five
+    /// steps and reading the samples the early steps reuse).
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 pub(crate) async fn run(args: DiagnoseArgs) -> Result<(), String> {
-    let _ = &args.source.uri;
-    Err("stoker diagnose is not built yet".into())
+    let options = match &args.source.config {
+        None => SourceOptions::default(),
+        Some(path) => load_config(path)?,
+    };
+    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
+        return Err(format!("--seconds must be a positive number, not {}", args.seconds));
+    }
+    let mut loader = LoaderConfig::new(args.batch);
+    loader.prefetch = args.prefetch;
+    if args.shuffle {
+        loader.order = Order::Shuffle { seed: 0 };
+    }
+    if let Some(n) = args.transform_threads {
+        loader.transform_threads = n;
+    }
+    loader.transform = args.transform_cost.map(busy_transform);
+    if let Some(device) = device(&args.device)? {
+        let src = args.source.open().await?;
+        // Pinned buffers sized for the largest of the first samples, with room to spare.
+        let mut widest = 0;
+        for i in 0..src.len().min(args.batch) {
+            widest = widest.max(src.meta(i).await.map_err(|e| e.to_string())?.total_bytes());
+        }
+        let batch_bytes = (widest as usize).saturating_mul(args.batch).saturating_mul(2).max(1 << 20);
+        loader.host_buffers = Some(HostBuffers::for_batches(Some(device), batch_bytes, 4, args.prefetch));
+    }
+    let step = args.step_time;
+    let consumer: Option<Consumer> = (!step.is_zero()).then(|| {
+        Arc::new(move |_: &stoker::batch::Batch| {
+            std::thread::sleep(step);
+            Ok(())
+        }) as Consumer
+    });
+    let cfg =
+        DiagnoseConfig { loader, consumer, samples: args.samples, max_time: Duration::from_secs_f64(args.seconds) };
+    if !args.json {
+        eprintln!(
+            "diagnosing {}: 5 steps of at most {} samples or {} s each",
+            stoker::uri::redact(&args.source.uri),
+            args.samples,
+            args.seconds
+        );
+    }
+    let report = diagnose(&args.source.uri, options, cfg).await.map_err(|e| e.to_string())?;
+    let text =
+        if args.json { serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? } else { report.to_string() };
+    write_result(writeln!(std::io::stdout().lock(), "{}", text.trim_end()))
+}
+
+/// `--device`: a number, `cpu`, or `auto`.
+fn device(arg: &str) -> Result<Option<usize>, String> {
+    match arg {
+        "cpu" | "none" => Ok(None),
+        "auto" => Ok(stoker::pinned::cuda_driver_available().then_some(0)),
+        n => n.parse().map(Some).map_err(|_| format!("--device takes a device number, `cpu` or `auto`, not `{n}`")),
+    }
+}
+
+/// A transform that keeps a core busy for `cost` per sample, folding the sample's bytes.
+fn busy_transform(cost: Duration) -> Transform {
+    Arc::new(move |sample| {
+        let started = Instant::now();
+        let mut acc = 0u64;
+        loop {
+            for f in &sample.fields {
+                acc = f.data.iter().fold(acc, |a, &b| a.rotate_left(5) ^ u64::from(b));
+            }
+            if started.elapsed() >= cost {
+                break;
+            }
+        }
+        std::hint::black_box(acc);
+        Ok(sample)
+    })
+}
+
+/// `20ms`, `1.5s`, `250us`, `2m`, or a bare number of milliseconds.
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration; write it like 20ms, 1.5s or 250us"))?;
+    let seconds = match unit.trim() {
+        "" | "ms" => value / 1e3,
+        "s" => value,
+        "us" | "µs" => value / 1e6,
+        "ns" => value / 1e9,
+        "m" | "min" => value * 60.0,
+        other => return Err(format!("unknown unit `{other}` in `{s}`; use ns, us, ms, s or m")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("`{s}`: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("20ms").unwrap(), Duration::from_millis(20));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
+        assert_eq!(parse_duration("7").unwrap(), Duration::from_millis(7));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("3 parsecs").unwrap_err().contains("parsecs"));
+    }
 }

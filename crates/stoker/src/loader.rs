@@ -272,6 +272,12 @@ impl Loader {
         Ok(batches_for(s.len(), self.cfg.batch_size as u64, self.cfg.drop_last))
     }
 
+    /// The order a fresh `epoch` reads this rank's samples in, as [`epoch`](Self::epoch)
+    /// would, for tools that walk the same positions themselves (`stoker diagnose`).
+    pub fn sampler(&self, epoch: u64) -> Result<Sampler> {
+        Ok(Sampler::new(self.sampler_config(epoch))?)
+    }
+
     /// Where the loader stands: resume with [`load_state`](Self::load_state), also in another
     /// process or at another world size.
     pub fn state(&self) -> Option<LoaderState> {
