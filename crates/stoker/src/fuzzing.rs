@@ -21,19 +21,28 @@ pub fn uri(data: &[u8]) {
         .filter(|(k, v)| crate::uri::is_secret_key(k) && v.len() >= 6 && text.matches(v).count() == 1)
         .map(|(_, v)| v)
         .collect();
-    let shown = crate::uri::redact(&text);
-    let said = match crate::uri::parse(&text) {
-        Ok(parsed) => {
-            assert_eq!(parsed.display, shown, "the display form is the redacted URI");
-            format!("{} {:?}", parsed.display, parsed.options)
-        }
-        Err(e) => format!("{e} {e:?}"),
-    };
+    let said = shown_for(&text);
     for v in secrets {
-        assert!(!shown.contains(v) && !said.contains(v), "secret `{v}` shown: {said}");
+        // A secret may only show where any other value would show the same (an option
+        // name such as `backoff_ms` contains `ackoff_ms`): swap it and compare.
+        let other: String = v.chars().map(|c| if c == 'Q' { 'Z' } else { 'Q' }).collect();
+        let said_other = shown_for(&text.replacen(v, &other, 1));
+        assert_eq!(said.matches(v).count(), said_other.matches(v).count(), "secret `{v}` shown: {said}");
     }
     let _ = crate::uri::expand_braces(&text);
     let _ = crate::SourceOptions::from_json(&text);
+}
+
+/// The display form and options (or the error) for a URI: everything a user may see of it.
+fn shown_for(text: &str) -> String {
+    let shown = crate::uri::redact(text);
+    match crate::uri::parse(text) {
+        Ok(parsed) => {
+            assert_eq!(parsed.display, shown, "the display form is the redacted URI");
+            format!("{shown} {} {:?}", parsed.display, parsed.options)
+        }
+        Err(e) => format!("{shown} {e} {e:?}"),
+    }
 }
 
 /// A tar shard's bytes through the header walk, then every indexed field's header check.

@@ -393,7 +393,10 @@ fn parse_remote(scheme: &str, rest: &str) -> std::result::Result<RemoteLocation,
 }
 
 /// The most names one brace pattern may expand to; more is almost surely a typo.
-const MAX_EXPANSION: usize = 10_000_000;
+const MAX_EXPANSION: usize = 1_000_000;
+/// The most bytes the expanded names may take: long literal parts times many names would
+/// otherwise exhaust memory before the name count is reached.
+const MAX_EXPANSION_BYTES: usize = 128 << 20;
 
 /// Expand shell-style braces: `a-{000..003}.tar` (zero-padded ranges) and `{train,val}`.
 ///
@@ -410,8 +413,18 @@ pub fn expand_braces(pattern: &str) -> std::result::Result<Vec<String>, String> 
         }
         let alts = brace_alternatives(body).map_err(|e| format!("{e} in pattern `{pattern}`"))?;
         let prefix = &rest[..open];
-        if out.len().saturating_mul(alts.len()) > MAX_EXPANSION {
+        let names = out.len().saturating_mul(alts.len());
+        if names > MAX_EXPANSION {
             return Err(format!("pattern `{pattern}` expands to more than {MAX_EXPANSION} names"));
+        }
+        // Every name is at most the longest so far, this literal, the longest alternative and
+        // all the text after the group.
+        let longest = out.iter().map(String::len).max().unwrap_or(0)
+            + prefix.len()
+            + alts.iter().map(String::len).max().unwrap_or(0)
+            + (rest.len() - close);
+        if names.saturating_mul(longest) > MAX_EXPANSION_BYTES {
+            return Err(format!("pattern `{pattern}` expands to more than {} MiB of names", MAX_EXPANSION_BYTES >> 20));
         }
         out = out.iter().flat_map(|head| alts.iter().map(move |a| format!("{head}{prefix}{a}"))).collect();
         rest = &rest[close + 1..];
@@ -526,9 +539,12 @@ mod tests {
         assert_eq!(expand_braces("{a,b}/{1..2}").unwrap(), ["a/1", "a/2", "b/1", "b/2"]);
         assert_eq!(expand_braces("{8..10}").unwrap(), ["8", "9", "10"]);
         assert_eq!(expand_braces("plain").unwrap(), ["plain"]);
-        for bad in ["{1..", "a}", "{3..1}", "{x..y}", "{a}", "{{a,b}}", "{0..99999999999}"] {
+        for bad in ["{1..", "a}", "{3..1}", "{x..y}", "{a}", "{{a,b}}", "{0..99999999999}", "{0..999}{0..9999}"] {
             assert!(expand_braces(bad).is_err(), "{bad} should fail");
         }
+        // Few enough names, far too many bytes: refused before anything is built.
+        let long = format!("{}{{0..999}}{{0..999}}", "x".repeat(1000));
+        assert!(expand_braces(&long).unwrap_err().contains("MiB"));
     }
 
     #[test]

@@ -107,6 +107,16 @@ async fn a_shard_rewritten_at_the_same_size_and_mtime_is_detected_not_misread() 
     for (i, want) in new.iter().enumerate() {
         assert_eq!(&src.get(i).await.unwrap(), want);
     }
+    // The same size with a new modification time (an ordinary rewrite) needs no advice: the
+    // sidecar no longer matches and is rebuilt at open.
+    rewrite_keeping_metadata(&shard, &old);
+    let f = std::fs::File::options().write(true).open(&shard).unwrap();
+    f.set_modified(f.metadata().unwrap().modified().unwrap() + std::time::Duration::from_secs(1)).unwrap();
+    drop(f);
+    let src = open(uri).await;
+    for (i, want) in old.iter().enumerate() {
+        assert_eq!(&src.get(i).await.unwrap(), want);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
