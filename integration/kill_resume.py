@@ -13,7 +13,12 @@ consumer processes (integration/kill_resume_consumer.py, which describes the com
 and the kill events); the ranks run side by side, each killed at its own points, chosen
 uniformly over the epoch's events: on receiving a batch, mid-way through logging it (torn
 line), after logging, mid-way through writing the checkpoint, before and after its rename.
-The kill points follow from ``--seed``: the same seed kills at the same events.
+The kill points follow from ``--seed``: the same seed kills at the same events. A share of
+the runs (``--timed-share``) is also SIGKILLed by this script after a seeded random delay
+(``--max-timer``), whichever comes first: those kills land where no event is, e.g. during
+start-up, while the source opens, or while Stoker writes its disk cache (the S3 runs share a
+disk cache and a memory cache, in 64 KiB blocks); the same seed gives the same delays, not
+the same instruction.
 
 Exit status 0 when the check holds, 1 with the missing/duplicated samples otherwise.
 ``--protocol save-first`` runs a consumer that checkpoints before logging: the check must
@@ -35,6 +40,7 @@ import tarfile
 import tempfile
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -82,8 +88,7 @@ class S3Server:
         self.endpoint = "http://" + line.split()[-1]
 
     def uri(self, path: str) -> str:
-        # A memory cache of whole 1 MiB blocks: each run reads each shard once, as training would.
-        return f"s3://{path}?endpoint={self.endpoint}&access_key_id=ak&secret_access_key=sk&cache_bytes={32 << 20}"
+        return f"s3://{path}?endpoint={self.endpoint}&access_key_id=ak&secret_access_key=sk"
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -101,15 +106,31 @@ class Chain:
         self.runs = 0
         self.unreached = 0  # kill points a resumed run never reached (save-first mode only)
         self.error: Optional[str] = None
-        self.batches = 0
+        self.timed = 0  # kills by timer rather than at an event
+        # Which runs also get a timer, and its delay: seeded per rank.
+        self.rng = random.Random(args.seed * 1009 + rank)
 
-    def run(self, die_at: int = -1) -> subprocess.CompletedProcess:
+    def run(self, die_at: int = -1, timer: Optional[float] = None) -> subprocess.CompletedProcess:
+        """One consumer run; with `timer`, SIGKILLed from here after that many seconds unless
+        it died at `die_at` first."""
         a = self.args
         cmd = [sys.executable, str(CONSUMER), "--uri", self.uri, "--dir", str(self.work)]
         cmd += ["--rank", str(self.rank), "--world-size", str(a.ranks), "--batch-size", str(a.batch_size)]
         cmd += ["--seed", str(a.seed), "--die-at", str(die_at), "--protocol", a.protocol]
         self.runs += 1
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=self.env)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
+        try:
+            out, err = proc.communicate(timeout=timer if timer is not None else RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            if timer is None:
+                proc.kill()
+                proc.communicate()
+                raise
+            proc.kill()  # SIGKILL at a moment no event chose: start-up, open, native calls
+            out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+            if proc.returncode == -9:
+                self.timed += 1
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
     def committed_len(self) -> int:
         ckpt = self.work / f"rank-{self.rank}.ckpt"
@@ -127,7 +148,10 @@ class Chain:
         log = self.work / f"rank-{self.rank}.log"
         tmp = self.work / f"rank-{self.rank}.ckpt.tmp"
         for point in points:
-            r = self.run(point)
+            timed = self.rng.random() < self.args.timed_share
+            timer = self.rng.uniform(0.0, self.args.max_timer) if timed else None
+            before = self.timed
+            r = self.run(point, timer)
             if r.returncode == 0:
                 if self.args.protocol == "commit":
                     self.error = f"rank {self.rank}: kill point {point} was never reached:\n{r.stdout}{r.stderr}"
@@ -137,7 +161,10 @@ class Chain:
             if r.returncode != -9:
                 self.error = f"rank {self.rank}: consumer exited {r.returncode} (not SIGKILL):\n{r.stderr}"
                 return
-            self.kills.append(point)
+            if self.timed > before:  # by the timer: before or after the source had opened
+                self.kills.append(-2 if "opened" in r.stderr else -1)
+            else:
+                self.kills.append(point)
             extra = log.stat().st_size - self.committed_len() if log.exists() else 0
             self.uncommitted += -(-max(extra, 0) // LINE)
             self.tmp_left += tmp.exists()
@@ -156,6 +183,8 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=6)
     p.add_argument("--backend", choices=["s3", "tar"], default="s3")
     p.add_argument("--protocol", choices=["commit", "save-first"], default="commit")
+    p.add_argument("--timed-share", type=float, default=0.3, help="share of runs that also get a kill timer")
+    p.add_argument("--max-timer", type=float, default=1.5, help="timer delays are uniform in [0, this] seconds")
     p.add_argument("--work", help="work directory (default: a temporary one, removed after)")
     a = p.parse_args()
     if a.samples % a.ranks:
@@ -168,6 +197,11 @@ def main() -> int:
     env = {**os.environ, "STOKER_CACHE_DIR": str(work / "cache")}
     server = S3Server(work / "data") if a.backend == "s3" else None
     uri = server.uri("bucket/kr") if server else str(work / "data/bucket/kr")
+    if server:
+        # A memory cache and a disk cache that all ranks' processes share, in 64 KiB blocks:
+        # runs write blocks as they go, so kills land mid-write too, and later runs read them.
+        disk = urllib.parse.quote(str(work / "disk-cache"), safe="")
+        uri += f"&cache_bytes={32 << 20}&cache_block={64 << 10}&disk_cache_dir={disk}"
     try:
         # The uninterrupted run of each rank: the order a resumed chain must reproduce.
         refs = []
@@ -221,7 +255,8 @@ def main() -> int:
     for c in chains:
         plan_events = events(int(json.loads((c.work / f"rank-{c.rank}.ckpt").read_text())["batches"]), a.seed)
         for k in c.kills:
-            names[plan_events[k][1]] = names.get(plan_events[k][1], 0) + 1
+            name = {-1: "timer-while-starting", -2: "timer-while-reading"}.get(k) or plan_events[k][1]
+            names[name] = names.get(name, 0) + 1
     counts = collections.Counter(i for c in chains for i in committed(c))
     missing = sorted(set(range(a.samples)) - set(counts))
     twice = sorted(i for i, n in counts.items() if n > 1)
@@ -240,6 +275,7 @@ def main() -> int:
         "delivered_then_dropped_on_resume": sum(c.uncommitted for c in chains),
         "unrenamed_checkpoints_left": sum(c.tmp_left for c in chains),
         "kill_points_not_reached": sum(c.unreached for c in chains),
+        "disk_cache_blocks": sum(1 for _ in (work / "disk-cache").rglob("*.blk")) if server else None,
         "committed": sum(counts.values()),
         "missing": len(missing),
         "duplicated": len(twice),

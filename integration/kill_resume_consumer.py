@@ -105,6 +105,7 @@ def main() -> int:
     else:
         loader.set_epoch(a.epoch)
         first = 0
+    print("opened", file=sys.stderr, flush=True)  # tells the driver where a timed kill landed
     schedule = events(len(loader), a.seed)
     position = {e: k for k, e in enumerate(schedule)}
 

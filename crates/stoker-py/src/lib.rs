@@ -177,10 +177,43 @@ impl Source {
     }
 }
 
-/// The Rust Loader for one source.
+/// The Rust Loader for one source, built again in a forked child: the one made in the parent
+/// spawns its producers on the parent's runtime and reads through the parent's connections,
+/// neither of which runs in the child, so using it there would wait forever.
 #[pyclass(module = "stoker._stoker")]
 struct Loader {
-    loader: Arc<RsLoader>,
+    source: Py<Source>,
+    cfg: LoaderConfig,
+    /// The loader and the process that built it.
+    built: Mutex<(u32, Arc<RsLoader>)>,
+}
+
+impl Loader {
+    fn build(py: Python<'_>, source: &Source, cfg: LoaderConfig) -> PyResult<Arc<RsLoader>> {
+        let src = source.get_src(py)?;
+        let rt = runtime()?;
+        let _guard = rt.enter();
+        Ok(Arc::new(RsLoader::new(src, cfg).map_err(err)?))
+    }
+
+    /// This process's loader. In a forked child, a new one that keeps a resume state loaded
+    /// in the parent and not yet started, so the next iteration is the one the parent would
+    /// have run; an iteration in progress in the parent is not continued (in the parent, too,
+    /// a new iteration starts afresh).
+    fn get(&self, py: Python<'_>) -> PyResult<Arc<RsLoader>> {
+        let pid = std::process::id();
+        let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+        if built.0 == pid {
+            return Ok(built.1.clone());
+        }
+        let pending = built.1.resume_epoch().and(built.1.state());
+        let fresh = Self::build(py, self.source.get(), self.cfg.clone())?;
+        if let Some(state) = pending {
+            fresh.load_state(state).map_err(err)?;
+        }
+        *built = (pid, fresh.clone());
+        Ok(fresh)
+    }
 }
 
 #[pymethods]
@@ -192,7 +225,7 @@ impl Loader {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        source: &Source,
+        source: Py<Source>,
         batch_size: usize,
         shuffle: bool,
         seed: u64,
@@ -206,7 +239,6 @@ impl Loader {
         max_bytes_in_flight: u64,
         skip_errors: bool,
     ) -> PyResult<Self> {
-        let src = source.get_src(py)?;
         let mut cfg = LoaderConfig::new(batch_size);
         cfg.drop_last = drop_last;
         cfg.prefetch = prefetch;
@@ -227,31 +259,31 @@ impl Loader {
         if skip_errors {
             cfg.on_error = stoker::loader::ErrorPolicy::Skip;
         }
-        let rt = runtime()?;
-        let _guard = rt.enter();
-        Ok(Loader { loader: Arc::new(RsLoader::new(src, cfg).map_err(err)?) })
+        let loader = Self::build(py, source.get(), cfg.clone())?;
+        Ok(Loader { source, cfg, built: Mutex::new((std::process::id(), loader)) })
     }
 
     /// Batches this rank (and worker) gets per epoch.
-    fn __len__(&self) -> PyResult<usize> {
-        Ok(self.loader.batches_per_epoch().map_err(err)? as usize)
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.get(py)?.batches_per_epoch().map_err(err)? as usize)
     }
 
     /// Start `epoch` (resuming if a loaded state is for it).
-    fn epoch(&self, epoch: u64) -> PyResult<Epoch> {
+    fn epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<Epoch> {
+        let loader = self.get(py)?;
         let rt = runtime()?;
         let _guard = rt.enter();
-        Ok(Epoch { stream: Some(self.loader.epoch(epoch).map_err(err)?) })
+        Ok(Epoch { stream: Some(loader.epoch(epoch).map_err(err)?), pid: std::process::id() })
     }
 
     /// The epoch a loaded state is for, if one is pending.
-    fn resume_epoch(&self) -> Option<u64> {
-        self.loader.resume_epoch()
+    fn resume_epoch(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        Ok(self.get(py)?.resume_epoch())
     }
 
     /// The resume state as JSON (samples consumed globally, seed, epoch).
-    fn state(&self) -> PyResult<Option<String>> {
-        self.loader
+    fn state(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        self.get(py)?
             .state()
             .map(|s| serde_json::to_string(&s))
             .transpose()
@@ -259,15 +291,15 @@ impl Loader {
     }
 
     /// Resume from `state()` JSON on the next `epoch()` of its epoch.
-    fn load_state(&self, state: &str) -> PyResult<()> {
+    fn load_state(&self, py: Python<'_>, state: &str) -> PyResult<()> {
         let s: LoaderState =
             serde_json::from_str(state).map_err(|e| InvalidInputError::new_err(format!("bad loader state: {e}")))?;
-        self.loader.load_state(s).map_err(err)
+        self.get(py)?.load_state(s).map_err(err)
     }
 
     /// Statistics as a dict (consumer wait, throughput, fetch latency, retries...).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let json = serde_json::to_string(&self.loader.stats()).map_err(|e| StokerError::new_err(e.to_string()))?;
+        let json = serde_json::to_string(&self.get(py)?.stats()).map_err(|e| StokerError::new_err(e.to_string()))?;
         py.import("json")?.call_method1("loads", (json,))
     }
 }
@@ -276,6 +308,8 @@ impl Loader {
 #[pyclass(module = "stoker._stoker")]
 struct Epoch {
     stream: Option<EpochStream>,
+    /// The process whose runtime produces the batches.
+    pid: u32,
 }
 
 #[pymethods]
@@ -286,6 +320,14 @@ impl Epoch {
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Batch> {
         let Some(stream) = self.stream.as_mut() else { return Err(PyStopIteration::new_err(())) };
+        if self.pid != std::process::id() {
+            // Its producer ran on the parent's runtime, which does not run here: waiting on it
+            // would never end.
+            return Err(StokerError::new_err(
+                "this epoch was started in the parent process before a fork and cannot continue in the child; \
+                 start a new iteration of the loader in this process",
+            ));
+        }
         match block_on(py, stream.next_batch())? {
             Some(Ok(b)) => Ok(Batch { batch: Arc::new(b) }),
             Some(Err(e)) => Err(err(e)),

@@ -129,3 +129,69 @@ def test_fork_while_a_loader_is_prefetching_in_the_parent(backend, data, s3, gcs
     # The parent's loader, forked around three times, finishes its epoch exactly once.
     rest = [i for b in running for i in b["__index__"]]
     assert sorted(first["__index__"] + rest) == list(range(N))
+
+
+def _in_child(queue, fn):
+    try:
+        queue.put(("ok", fn()))
+    except BaseException as e:  # reported to the parent, which fails the test with it
+        queue.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def run_forked(fn):
+    """fn() in a forked child; its result, or the test fails (error, crash or hang)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_in_child, args=(queue, fn))
+    proc.start()
+    try:
+        status, result = queue.get(timeout=TEST_TIMEOUT_S / 2)
+    except Exception:
+        proc.kill()
+        raise AssertionError(f"the forked child gave no answer (exit code {proc.exitcode}): hung or crashed")
+    proc.join(timeout=30)
+    assert proc.exitcode == 0, f"the child exited {proc.exitcode}"
+    assert status == "ok", result
+    return result
+
+
+@pytest.mark.parametrize("backend", ["s3-tar", "tar"])
+def test_a_loader_made_before_fork_works_in_the_child(backend, data, s3, gcs, azure, http):
+    # A Loader built (and iterating) in the parent is copied into a forked child, e.g. inside
+    # a dataset object handed to DataLoader workers. Its producers ran on the parent's runtime,
+    # which does not exist in the child: the child must not wait on it forever.
+    uri = uri_for(backend, data, s3, gcs, azure, http)
+    loader = stoker.Loader(uri, batch_size=4, shuffle=True, seed=3, output="numpy")
+    running = iter(loader)
+    first = next(running)
+
+    def child():
+        # Continuing the parent's iteration is a clear error...
+        try:
+            next(running)
+            continued = "no error"
+        except stoker.StokerError as e:
+            continued = str(e)
+        # ...and a new iteration is the next epoch, whole, as it would be in the parent.
+        epoch = [int(i) for b in loader for i in b["__index__"]]
+        return continued, epoch, loader.epoch
+
+    continued, epoch, which = run_forked(child)
+    assert "before a fork" in continued, continued
+    assert sorted(epoch) == list(range(N)) and which == 1
+    # The parent's own iteration is untouched by the child.
+    rest = [int(i) for b in running for i in b["__index__"]]
+    assert sorted([int(i) for i in first["__index__"]] + rest) == list(range(N))
+
+
+def test_a_state_loaded_before_fork_resumes_in_the_child(data, s3):
+    uri = s3("tar")
+    done = stoker.Loader(uri, batch_size=5, shuffle=True, seed=4, output="numpy")
+    it = iter(done)
+    head = [int(i) for _ in range(3) for i in next(it)["__index__"]]
+    loader = stoker.Loader(uri, batch_size=5, shuffle=True, seed=4, output="numpy")
+    loader.load_state_dict(done.state_dict())
+    tail = run_forked(lambda: [int(i) for b in loader for i in b["__index__"]])
+    assert len(head) == 15 and sorted(head + tail) == list(range(N))

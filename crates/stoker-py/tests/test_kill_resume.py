@@ -1,5 +1,6 @@
 """Kill and resume (integration/kill_resume.py): 100 SIGKILLs of stoker.Loader consumers over
-S3, each resumed from its checkpoint; the committed deliveries are the epoch exactly once."""
+S3 (4 ranks, shuffled, a shared disk cache), at batch/log/checkpoint events and by timer, each
+resumed from its checkpoint; the committed deliveries are the epoch exactly once."""
 
 import json
 import os
@@ -28,8 +29,11 @@ def test_a_hundred_kills_over_s3_lose_and_repeat_nothing():
     assert got["kills"] == 100 and got["samples"] == got["committed"] == 1200
     assert got["missing"] == got["duplicated"] == 0 and got["order_as_uninterrupted"]
     # The kills fell everywhere that matters, not only between batches.
-    assert set(got["kills_by_event"]) == {"received", "mid-record", "recorded", "mid-save", "pre-rename", "saved"}
+    events = {"received", "mid-record", "recorded", "mid-save", "pre-rename", "saved"}
+    assert events <= set(got["kills_by_event"]), got["kills_by_event"]
     assert got["delivered_then_dropped_on_resume"] > 0 and got["unrenamed_checkpoints_left"] > 0
+    # The runs shared a disk cache that kills interrupted, and read it back right.
+    assert got["disk_cache_blocks"] > 0
 
 
 def test_the_check_fails_for_a_consumer_that_checkpoints_before_logging():
