@@ -22,5 +22,7 @@ pub mod uri;
 
 pub use error::{Error, Result};
 pub use sample::{Field, Sample, SampleMeta};
-pub use source::{index, index_with_progress, open, Capability, DynSampleSource, IndexReport, SampleSource, SourceInfo};
+pub use source::{
+    index, index_with_progress, open, Capability, DynSampleSource, IndexReport, SampleSource, SourceInfo,
+};
 pub use uri::{Layout, SourceOptions};

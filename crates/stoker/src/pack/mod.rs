@@ -147,10 +147,24 @@ pub trait PackProgress: Send + Sync {
 
 impl PackProgress for () {}
 
-/// Pack `src` into `dest` (a local directory, created if missing, or a remote prefix for tar).
+/// Pack `src` into `dest` (a local directory, created if missing, or a remote prefix for tar;
+/// options such as `?endpoint=` go in its query or in [`PackOptions::dest_options`]).
 ///
-/// `source` is a label recorded in the plan file (the source URI, credentials redacted).
-/// See the [module docs](self) for the output layout, grouping, names and reruns.
+/// The whole plan is made from sample metadata before anything is written, so a source that
+/// cannot be packed as asked leaves the destination untouched. Calling it again with the same
+/// source and options after an interruption finishes the job; on a finished pack it only
+/// re-checks (nothing is rewritten). See the [module docs](self) for the output layout,
+/// grouping, names and reruns.
+///
+/// ```no_run
+/// # async fn demo() -> stoker::Result<()> {
+/// use stoker::pack::{pack, PackOptions};
+/// let src = stoker::open("./images", Default::default()).await?;
+/// let opts = PackOptions { group: true, prefix: "train".into(), ..PackOptions::default() };
+/// let report = pack(src, "./shards", &opts, &()).await?;
+/// println!("{} samples in {} shards", report.samples, report.shards);
+/// # Ok(()) }
+/// ```
 pub async fn pack(
     src: Arc<DynSampleSource>,
     dest: &str,
