@@ -8,6 +8,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
+use std::future::Future;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
@@ -396,6 +397,24 @@ struct Producer {
 /// A fetched batch with the budget it holds until delivery.
 type Fetched = (Result<Batch>, Option<OwnedSemaphorePermit>, u64);
 
+/// A spawned fetch that is cancelled when the epoch is dropped (the consumer went away), so
+/// abandoned prefetches neither keep running nor hold budget.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = std::result::Result<T, tokio::task::JoinError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl Producer {
     async fn run(self, tx: mpsc::Sender<Result<Batch>>) {
         let batch = self.cfg.batch_size as u64;
@@ -421,7 +440,10 @@ impl Producer {
             })
             .map(|(b, permit)| {
                 let (me, estimate) = (me.clone(), estimate.clone());
-                async move {
+                // Each fetch is its own task: `buffered` only polls its futures while this loop
+                // polls the stream, so fetches in flight would otherwise stall whenever the
+                // producer waits for the consumer to take a batch (a full prefetch queue).
+                AbortOnDrop(tokio::spawn(async move {
                     let start = b * batch;
                     let end = (start + batch).min(me.sampler.len());
                     let positions: Vec<u64> = (start..end).filter_map(|k| me.sampler.get(k)).collect();
@@ -431,11 +453,15 @@ impl Producer {
                     estimate.fetch_max(kib(bytes).max(1), Relaxed);
                     me.stats.add_in_flight(bytes);
                     (result, permit, bytes) as Fetched
-                }
+                }))
             })
             .buffered(me.cfg.prefetch.max(1));
         futures::pin_mut!(stream);
-        while let Some((result, permit, bytes)) = stream.next().await {
+        while let Some(fetched) = stream.next().await {
+            let (result, permit, bytes) = match fetched {
+                Ok(f) => f,
+                Err(e) => (Err(Error::task(e)), None, 0),
+            };
             let t = Instant::now();
             let sent = tx.send(result).await;
             add_ns(&me.stats.producer_stall_ns, t.elapsed());

@@ -258,7 +258,8 @@ async fn wait_and_stall_figures_point_at_the_slow_side() {
     let l = Loader::new(src, LoaderConfig::new(4)).unwrap();
     let mut s = l.epoch(0).unwrap();
     while s.next().await.is_some() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Far slower than the fetch and transform above, so the figures hold on a loaded machine.
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let fed = l.stats();
     assert!(starving.consumer_wait_fraction > 0.5, "{starving:?}");
