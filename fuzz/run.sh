@@ -21,7 +21,9 @@ export RUSTFLAGS="--cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-co
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares -Cdebug-assertions -Coverflow-checks"
 export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-$here/target}"
-cargo build --locked --release --manifest-path "$here/Cargo.toml" --target "$host" --bins
+# Not --locked: fuzz/Cargo.lock pins what it holds, and a dependency stoker gains later is
+# added to it (crates.io) instead of failing the suite until someone updates the lock.
+cargo build --release --manifest-path "$here/Cargo.toml" --target "$host" --bins
 bin="$CARGO_TARGET_DIR/$host/release"
 for t in "${targets[@]}"; do
   mkdir -p "$here/corpus/$t" "$here/artifacts/$t"
