@@ -58,7 +58,7 @@ pub(crate) struct BenchArgs {
     /// Demo: number of samples (default: about 1 GiB's worth).
     #[arg(long)]
     samples: Option<u64>,
-    /// Demo: bytes per sample (suffixes K/KiB, M/MiB: powers of 1024).
+    /// Demo: bytes per sample, default 64KiB (suffixes K/KiB, M/MiB: powers of 1024).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     size: Option<u64>,
     /// Demo: keep the dataset in DIR (reused by later runs with the same --samples/--size)
@@ -99,22 +99,19 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
     if args.batch == 0 {
         return Err("--batch must be at least 1".into());
     }
-    match args.worker {
-        Some(kind) => {
-            let [target] = args.uris.as_slice() else {
-                return Err("--worker takes exactly one source".into());
-            };
-            return match kind {
-                WorkerKind::Loader => worker::loader_child(target, &params).await,
-                WorkerKind::Raw => {
-                    let (dir, samples, epochs) = (PathBuf::from(target), args.samples.unwrap_or(0), params.epochs);
-                    tokio::task::spawn_blocking(move || worker::raw_child(&dir, samples, epochs))
-                        .await
-                        .map_err(|e| format!("the raw read stopped: {e}"))?
-                }
-            };
-        }
-        None => {}
+    if let Some(kind) = args.worker {
+        let [target] = args.uris.as_slice() else {
+            return Err("--worker takes exactly one source".into());
+        };
+        return match kind {
+            WorkerKind::Loader => worker::loader_child(target, &params).await,
+            WorkerKind::Raw => {
+                let (dir, samples, epochs) = (PathBuf::from(target), args.samples.unwrap_or(0), params.epochs);
+                tokio::task::spawn_blocking(move || worker::raw_child(&dir, samples, epochs))
+                    .await
+                    .map_err(|e| format!("the raw read stopped: {e}"))?
+            }
+        };
     }
     let ui = Ui::new();
     // Ctrl-C drops the run: children are killed (kill_on_drop) and the temporary dataset removed.
@@ -248,7 +245,13 @@ async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: rep
             latency_ms,
         }),
     };
-    report::print(&run, &rows, args.json)
+    report::print(&run, &rows, args.json)?;
+    if !data.kept {
+        // Several GiB of files: on a busy disk removing them takes a while; say why we linger.
+        ui.note(&format!("removing the demo dataset in {}", data.root.display()));
+    }
+    drop(data);
+    Ok(())
 }
 
 /// `25ms`, `1.5s`, `500us`, `2m`; a bare number is milliseconds.
@@ -264,7 +267,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         "m" | "min" => v * 60.0,
         other => return Err(format!("unknown unit {other:?} in {s:?}; use us, ms, s or m")),
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 86_400.0 {
+    if !(0.0..=86_400.0).contains(&secs) {
         return Err(format!("{s:?} is out of range (0 to 24 h)"));
     }
     Ok(Duration::from_secs_f64(secs))

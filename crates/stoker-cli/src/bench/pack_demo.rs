@@ -61,7 +61,6 @@ fn write_tar(files: &[(String, PathBuf)], dest: &Path, shard_bytes: u64, progres
         let tmp = path.with_extension("tar.partial");
         b.into_inner()
             .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
-            .and_then(|f| f.sync_all())
             .and_then(|_| std::fs::rename(&tmp, &path))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))
     };

@@ -232,10 +232,12 @@ fn table(run: &Run, rows: &[Row], raw_sps: Option<f64>) -> Vec<String> {
     out.push(String::new());
     if raw_sps.is_some() {
         out.push(
-            "x raw: samples/s over the raw row's, a plain sequential read of the tar files' bytes (4 MiB at a time) \
-             in the same run."
+            "x raw: samples/s over the raw row's: a plain read of the tar files' bytes in the same run (one thread \
+             per core, whole files, 4 MiB at a time)."
                 .into(),
         );
+    } else if run.demo.is_some() {
+        out.push("x raw: no raw row in this run (add raw to --backends).".into());
     } else {
         out.push("x raw: no raw reference for given sources (the embedded default, without sources, has one).".into());
     }

@@ -32,7 +32,8 @@ impl Ui {
         }
         let template = match unit {
             Unit::Bytes => "{prefix:>14} [{bar:32}] {bytes:>10}/{total_bytes:<10} {bytes_per_sec:>12} {msg}",
-            Unit::Samples => "{prefix:>14} [{bar:32}] {human_pos:>8}/{human_len:<8} {per_sec:>14} {msg}",
+            // The rate is the caller's message: indicatif's {per_sec} prints long fractions.
+            Unit::Samples => "{prefix:>14} [{bar:32}] {human_pos:>9}/{human_len:<9} {elapsed:>4} {msg}",
         };
         let style =
             ProgressStyle::with_template(template).expect("the templates above are valid").progress_chars("=> ");

@@ -121,15 +121,20 @@ pub(crate) async fn run_child(
     });
     let mut lines = BufReader::new(stdout).lines();
     let mut result = None;
+    let mut reading_since = None;
     while let Some(line) = lines.next_line().await.map_err(|e| format!("reading a measuring process: {e}"))? {
         if let Some(n) = line.strip_prefix("total ") {
             if let Ok(n) = n.trim().parse::<u64>() {
                 bar.set_length(n);
                 bar.set_message("");
+                reading_since = Some(Instant::now());
             }
         } else if let Some(n) = line.strip_prefix("progress ") {
             if let Ok(n) = n.trim().parse::<u64>() {
                 bar.set_position(n);
+                if let Some(t) = reading_since {
+                    bar.set_message(format!("{:.0} samples/s", n as f64 / t.elapsed().as_secs_f64().max(1e-3)));
+                }
             }
         } else if let Some(json) = line.strip_prefix("result ") {
             result = Some(serde_json::from_str::<Measured>(json).map_err(|e| format!("bad result line {json}: {e}"))?);
@@ -212,38 +217,59 @@ pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<(), Stri
 }
 
 /// Child side of [`Job::Raw`]: the fastest plain read of the bytes, the reference every
-/// backend is compared with. One reused 4 MiB buffer, files in name order, one at a time.
+/// backend is compared with. One thread per core, each reading whole files in turn with one
+/// reused 4 MiB buffer, so the reference uses the same cores a loader may.
 pub(crate) fn raw_child(dir: &Path, samples: u64, epochs: u64) -> Result<(), String> {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     let files = data_files(dir)?;
-    let total: u64 = files.iter().map(|(_, len)| len).sum();
+    let total: u64 = files.iter().map(|(_, len)| len).sum::<u64>() * epochs.max(1);
     emit(&format!("total {}", samples * epochs.max(1)))?;
-    let mut buf = vec![0u8; 4 << 20];
-    let (mut read, mut last_report) = (0u64, 0u64);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len());
+    let read = AtomicU64::new(0);
     let started = Instant::now();
-    for _ in 0..epochs.max(1) {
-        for (path, _) in &files {
-            let mut f = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-            loop {
-                let n = f.read(&mut buf).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                if n == 0 {
-                    break;
-                }
-                read += n as u64;
-            }
-            // Progress in samples: the share of bytes read, since samples are not visible here.
-            let done = (read as u128 * samples as u128 / total.max(1) as u128) as u64;
-            if done > last_report {
+    std::thread::scope(|scope| -> Result<(), String> {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (files, read) = (&files, &read);
+                scope.spawn(move || -> Result<(), String> {
+                    let mut buf = vec![0u8; 4 << 20];
+                    for _ in 0..epochs.max(1) {
+                        for (path, _) in files.iter().skip(t).step_by(threads) {
+                            let mut f = std::fs::File::open(path)
+                                .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+                            loop {
+                                let n = f.read(&mut buf).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                                if n == 0 {
+                                    break;
+                                }
+                                read.fetch_add(n as u64, Relaxed);
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        // Progress in samples: the share of bytes read, since samples are not visible here.
+        let mut last = 0;
+        while !workers.iter().all(|w| w.is_finished()) {
+            let done =
+                (read.load(Relaxed) as u128 * samples as u128 * epochs.max(1) as u128 / total.max(1) as u128) as u64;
+            if done > last {
                 emit(&format!("progress {done}"))?;
-                last_report = done;
+                last = done;
             }
+            std::thread::sleep(Duration::from_millis(50));
         }
-    }
+        workers.into_iter().try_for_each(|w| w.join().map_err(|_| "a raw read thread panicked".to_string())?)
+    })?;
+    let seconds = started.elapsed().as_secs_f64();
     let m = Measured {
         source: dir.display().to_string(),
         layout: "raw".into(),
         samples: samples * epochs.max(1),
-        bytes: read,
-        seconds: started.elapsed().as_secs_f64(),
+        bytes: read.load(Relaxed),
+        seconds,
         open_s: 0.0,
         fetch_p50_ms: None,
         fetch_p99_ms: None,
