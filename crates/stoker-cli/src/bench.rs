@@ -156,7 +156,9 @@ async fn orchestrate(args: &BenchArgs, params: &LoaderParams, ui: &Ui) -> Result
     report::print(&run, &rows, args.json)
 }
 
+/// A bar label: the source without its options, cut to its last 24 characters.
 fn short(name: &str) -> String {
+    let name = name.split('?').next().unwrap_or(name);
     let n: Vec<char> = name.chars().collect();
     if n.len() <= 24 {
         name.to_string()
