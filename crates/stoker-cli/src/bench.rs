@@ -1,20 +1,37 @@
-//! `stoker bench`: read sources through the Loader and report throughput, fetch latency and
-//! how long the consumer waited (the GPU-starvation figure).
+//! `stoker bench`: read sources through the Loader and report throughput, fetch latency, how
+//! long the consumer waited (the GPU-starvation figure) and peak memory, against a raw read
+//! of the same bytes in the same run.
+//!
+//! Without URIs it benchmarks an embedded default (bench/demo.rs): a demo dataset in every
+//! layout, locally and on a loopback S3 server. Each backend runs in its own child process
+//! (bench/worker.rs) so its peak RSS is its own.
 
-use std::io::{self, Write};
+mod demo;
+mod pack_demo;
+mod report;
+mod ui;
+mod worker;
+
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::Duration;
 
-use clap::Args;
-use stoker::SourceOptions;
+use clap::{Args, ValueEnum};
 
-use crate::{load_config, write_result};
+use report::Row;
+use ui::{Ui, Unit};
+use worker::{Job, LoaderParams};
 
 /// Arguments of `stoker bench`.
 #[derive(Args)]
+#[command(after_help = "Examples:\n  \
+stoker bench                                   # the embedded default: ~1 GiB demo, every backend\n  \
+stoker bench --samples 2000 --latency 25ms     # smaller, with 25 ms added to every S3 request\n  \
+stoker bench --dir ./bench-data --backends tar,s3-tar\n  \
+stoker bench ./shards 's3://bucket/train?endpoint=http://localhost:9000' --epochs 2")]
 pub(crate) struct BenchArgs {
-    /// Source URIs (same forms as the other commands).
-    #[arg(required = true)]
+    /// Sources to benchmark (same forms as the other commands). Without any, bench makes a
+    /// demo dataset in every layout, serves it from an embedded S3 server on loopback, and
+    /// benchmarks each backend against a raw read of the same bytes.
     uris: Vec<String>,
     /// Samples per batch.
     #[arg(long, default_value_t = 256)]
@@ -22,91 +39,272 @@ pub(crate) struct BenchArgs {
     /// Batches fetched ahead.
     #[arg(long, default_value_t = 8)]
     prefetch: usize,
-    /// Epochs to read (the first one warms caches and connections).
+    /// Epochs to read per backend (all are timed; the first includes connection set-up).
     #[arg(long, default_value_t = 1)]
     epochs: u64,
     /// Shuffle (a new permutation per epoch) instead of reading in order.
     #[arg(long)]
     shuffle: bool,
-    /// Options file for every URI (JSON or TOML).
+    /// Simulated training step per batch (e.g. 20ms): the loader reads ahead meanwhile, and
+    /// `wait %` then says how much of the time such a consumer would starve.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "0ms")]
+    step: Duration,
+    /// Options file for every source (JSON or TOML).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Print JSON lines instead of a table.
+    /// Print JSON lines (one for the run: machine, parameters, dataset; one per backend).
     #[arg(long)]
     json: bool,
+    /// Demo: number of samples (default: about 1 GiB's worth).
+    #[arg(long)]
+    samples: Option<u64>,
+    /// Demo: bytes per sample, default 64KiB (suffixes K/KiB, M/MiB: powers of 1024).
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    size: Option<u64>,
+    /// Demo: keep the dataset in DIR (reused by later runs with the same --samples/--size)
+    /// instead of a temporary directory removed at the end.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Demo: latency added to every S3 request by a proxy in front of the server (e.g. 25ms).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    latency: Option<Duration>,
+    /// Demo: which rows to run, comma-separated (default all): raw, files, tar, lmdb,
+    /// s3-objects, s3-tar.
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    backends: Vec<String>,
+    /// Internal: measure one backend in this process and report to the parent.
+    #[arg(long, hide = true)]
+    worker: Option<WorkerKind>,
 }
+
+#[derive(Clone, Copy, ValueEnum)]
+enum WorkerKind {
+    Loader,
+    Raw,
+}
+
+const DEMO_BACKENDS: [&str; 6] = ["raw", "files", "tar", "lmdb", "s3-objects", "s3-tar"];
+const DEFAULT_SAMPLE_BYTES: u64 = 64 << 10;
+const DEFAULT_DEMO_BYTES: u64 = 1 << 30;
 
 pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
-    let BenchArgs { uris, batch, prefetch, epochs, shuffle, config, json } = args;
-    bench(&uris, batch, prefetch, epochs, shuffle, config.as_ref(), json).await
+    let params = LoaderParams {
+        batch: args.batch,
+        prefetch: args.prefetch,
+        epochs: args.epochs.max(1),
+        shuffle: args.shuffle,
+        step: args.step,
+        config: args.config.clone(),
+    };
+    if args.batch == 0 {
+        return Err("--batch must be at least 1".into());
+    }
+    if let Some(kind) = args.worker {
+        let [target] = args.uris.as_slice() else {
+            return Err("--worker takes exactly one source".into());
+        };
+        return match kind {
+            WorkerKind::Loader => worker::loader_child(target, &params).await,
+            WorkerKind::Raw => {
+                let (dir, samples, epochs) = (PathBuf::from(target), args.samples.unwrap_or(0), params.epochs);
+                tokio::task::spawn_blocking(move || worker::raw_child(&dir, samples, epochs))
+                    .await
+                    .map_err(|e| format!("the raw read stopped: {e}"))?
+            }
+        };
+    }
+    let ui = Ui::new();
+    // Ctrl-C drops the run: children are killed (kill_on_drop) and the temporary dataset removed.
+    tokio::select! {
+        r = orchestrate(&args, &params, &ui) => r,
+        _ = tokio::signal::ctrl_c() => Err("interrupted".into()),
+    }
 }
 
-async fn bench(
-    uris: &[String],
-    batch: usize,
-    prefetch: usize,
-    epochs: u64,
-    shuffle: bool,
-    config: Option<&PathBuf>,
-    json: bool,
-) -> Result<(), String> {
-    use stoker::loader::{Loader, LoaderConfig};
-    let options = match config {
-        None => SourceOptions::default(),
-        Some(path) => load_config(path)?,
-    };
-    let mut out = io::stdout().lock();
-    if !json {
-        let _ = writeln!(
-            out,
-            "{:<40} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8}",
-            "source", "samples/s", "MiB/s", "fetch p50", "fetch p99", "wait %", "retries"
-        );
+async fn orchestrate(args: &BenchArgs, params: &LoaderParams, ui: &Ui) -> Result<(), String> {
+    let machine = report::Machine::here();
+    if args.uris.is_empty() {
+        return demo_run(args, params, ui, machine).await;
     }
-    for uri in uris {
-        let src = stoker::open(uri, options.clone()).await.map_err(|e| e.to_string())?;
-        let mut cfg = LoaderConfig::new(batch);
-        cfg.prefetch = prefetch;
-        if shuffle {
-            cfg.order = stoker::sampler::Order::Shuffle { seed: 0 };
-        }
-        let loader = Loader::new(src.clone(), cfg).map_err(|e| e.to_string())?;
-        let (mut samples, mut bytes) = (0u64, 0u64);
-        let started = Instant::now();
-        for epoch in 0..epochs.max(1) {
-            let mut stream = loader.epoch(epoch).map_err(|e| e.to_string())?;
-            while let Some(b) = stream.next_batch().await {
-                let b = b.map_err(|e| e.to_string())?;
-                samples += b.len() as u64;
-                bytes += b.payload_bytes();
+    let demo_only = [
+        ("--samples", args.samples.is_some()),
+        ("--size", args.size.is_some()),
+        ("--dir", args.dir.is_some()),
+        ("--latency", args.latency.is_some()),
+        ("--backends", !args.backends.is_empty()),
+    ];
+    if let Some((flag, _)) = demo_only.iter().find(|(_, set)| *set) {
+        return Err(format!("{flag} applies to the embedded demo only; run `stoker bench` without sources to use it"));
+    }
+    // Every URI is checked before anything runs, so a typo in the last one fails at once.
+    let mut named = Vec::new();
+    for uri in &args.uris {
+        let parsed = stoker::uri::parse(uri).map_err(|e| format!("{e}"))?;
+        named.push((parsed.display, uri.clone()));
+    }
+    let mut rows = Vec::new();
+    for (name, uri) in named {
+        let bar = ui.bar(&short(&name), 0, Unit::Samples);
+        bar.set_message("opening");
+        let m = worker::run_child(&Job::Loader(uri), params, &bar, &[])
+            .await
+            .map_err(|e| format!("benchmarking {name}: {e}"))?;
+        bar.finish_with_message(format!("{:.0} samples/s", m.samples as f64 / m.seconds.max(1e-9)));
+        rows.push(Row { backend: name, m, proxy_requests: None });
+    }
+    let run = report::Run { machine, params: params.clone(), demo: None };
+    report::print(&run, &rows, args.json)
+}
+
+/// A bar label: the source without its options, cut to its last 24 characters.
+fn short(name: &str) -> String {
+    let name = name.split('?').next().unwrap_or(name);
+    let n: Vec<char> = name.chars().collect();
+    if n.len() <= 24 {
+        name.to_string()
+    } else {
+        format!("...{}", n[n.len() - 21..].iter().collect::<String>())
+    }
+}
+
+async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: report::Machine) -> Result<(), String> {
+    let size = args.size.unwrap_or(DEFAULT_SAMPLE_BYTES);
+    if size == 0 {
+        return Err("--size must be at least 1 byte".into());
+    }
+    let samples = args.samples.unwrap_or((DEFAULT_DEMO_BYTES / size).max(1));
+    if samples == 0 {
+        return Err("--samples must be at least 1".into());
+    }
+    let wanted: Vec<&str> = if args.backends.is_empty() {
+        DEMO_BACKENDS.to_vec()
+    } else {
+        for b in &args.backends {
+            if !DEMO_BACKENDS.contains(&b.as_str()) {
+                return Err(format!("unknown backend {b:?} in --backends; choose from {}", DEMO_BACKENDS.join(", ")));
             }
         }
-        let secs = started.elapsed().as_secs_f64().max(1e-9);
-        let st = loader.stats();
-        let row = serde_json::json!({
-            "source": src.to_string(), "samples": samples, "samples_per_s": samples as f64 / secs,
-            "mib_per_s": bytes as f64 / secs / (1 << 20) as f64, "fetch_p50_ms": st.fetch_p50_ms,
-            "fetch_p99_ms": st.fetch_p99_ms, "consumer_wait_fraction": st.consumer_wait_fraction,
-            "retries": st.retries, "hedges": st.hedges, "cache_hit_rate": st.cache_hit_rate,
-            "peak_bytes_in_flight": st.peak_bytes_in_flight,
-        });
-        let line = if json {
-            row.to_string()
-        } else {
-            let name: String = src.to_string().chars().take(40).collect();
-            format!(
-                "{name:<40} {:>10.0} {:>10.1} {:>7.1}ms {:>7.1}ms {:>8.1}% {:>8}",
-                samples as f64 / secs,
-                bytes as f64 / secs / (1 << 20) as f64,
-                st.fetch_p50_ms,
-                st.fetch_p99_ms,
-                st.consumer_wait_fraction * 100.0,
-                st.retries
-            )
-        };
-        if let Err(e) = writeln!(out, "{line}") {
-            return write_result(Err(e));
-        }
+        DEMO_BACKENDS.iter().copied().filter(|b| args.backends.iter().any(|x| x == b)).collect()
+    };
+    let spec = demo::Spec { samples, size };
+    let latency_ms = args.latency.map(|d| d.as_millis() as u64);
+    if latency_ms.is_some_and(|ms| ms > stoker_test_servers::proxy::MAX_DELAY_MS) {
+        return Err(format!("--latency is at most {} s", stoker_test_servers::proxy::MAX_DELAY_MS / 1000));
     }
+    ui.note(&format!(
+        "demo dataset: {samples} samples x {} = {}, in {}; {} cores",
+        crate::human_bytes(size),
+        crate::human_bytes(spec.total_bytes()),
+        args.dir.as_ref().map_or("a temporary directory".to_string(), |d| d.display().to_string()),
+        machine.cores
+    ));
+    let mut data = demo::prepare(spec, args.dir.as_deref(), ui).await?;
+    if data.reused {
+        ui.note(&format!("reusing the dataset in {}", data.root.display()));
+    }
+    let servers = demo::serve(&mut data, latency_ms, ui).await?;
+    let mut rows = Vec::new();
+    let result = async {
+        for name in wanted {
+            let (job, remote) = match name {
+                "raw" => (Job::Raw { dir: data.tar(), samples }, false),
+                "files" => (Job::Loader(data.files().display().to_string()), false),
+                "tar" => (Job::Loader(data.tar().display().to_string()), false),
+                "lmdb" => (Job::Loader(data.lmdb().display().to_string()), false),
+                "s3-objects" => (Job::Loader(servers.uri("objects")), true),
+                _ => (Job::Loader(servers.uri("tar")), true),
+            };
+            let bar = ui.bar(name, samples * params.epochs, Unit::Samples);
+            bar.set_message("opening");
+            servers.reset_proxy_count();
+            // The demo's keys are in the URI; a session token from the user's environment
+            // would be sent with them and spoil the signature.
+            let m = worker::run_child(&job, params, &bar, &["AWS_SESSION_TOKEN"])
+                .await
+                .map_err(|e| format!("benchmarking {name}: {e}"))?;
+            bar.finish_with_message(format!("{:.0} samples/s", m.samples as f64 / m.seconds.max(1e-9)));
+            let proxy_requests = if remote { servers.proxy_requests() } else { None };
+            rows.push(Row { backend: name.to_string(), m, proxy_requests });
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    let described = servers.describe();
+    servers.shutdown().await;
+    result?;
+    let run = report::Run {
+        machine,
+        params: params.clone(),
+        demo: Some(report::Demo {
+            samples,
+            sample_bytes: size,
+            dir: data.root.clone(),
+            kept: data.kept,
+            reused: data.reused,
+            write_s: data.write_s,
+            upload_s: data.upload_s,
+            servers: described,
+            latency_ms,
+        }),
+    };
+    report::print(&run, &rows, args.json)?;
+    if !data.kept {
+        // Several GiB of files: on a busy disk removing them takes a while; say why we linger.
+        ui.note(&format!("removing the demo dataset in {}", data.root.display()));
+    }
+    drop(data);
     Ok(())
+}
+
+/// `25ms`, `1.5s`, `500us`, `2m`; a bare number is milliseconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration; write e.g. 25ms or 1.5s"))?;
+    let secs = match unit.trim() {
+        "" | "ms" => v / 1e3,
+        "us" | "µs" => v / 1e6,
+        "s" => v,
+        "m" | "min" => v * 60.0,
+        other => return Err(format!("unknown unit {other:?} in {s:?}; use us, ms, s or m")),
+    };
+    if !(0.0..=86_400.0).contains(&secs) {
+        return Err(format!("{s:?} is out of range (0 to 24 h)"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// `65536`, `64K`, `64KiB`, `1M`, `1MiB` (powers of 1024).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit() && c != '_').unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: u64 = num.replace('_', "").parse().map_err(|_| format!("{s:?} is not a size; write e.g. 65536 or 64KiB"))?;
+    let mul: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" | "kb" => 1 << 10,
+        "m" | "mib" | "mb" => 1 << 20,
+        "g" | "gib" | "gb" => 1 << 30,
+        other => return Err(format!("unknown unit {other:?} in {s:?}; use K, M or G (powers of 1024)")),
+    };
+    v.checked_mul(mul).ok_or_else(|| format!("{s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_sizes_parse() {
+        assert_eq!(parse_duration("25ms").unwrap(), Duration::from_millis(25));
+        assert_eq!(parse_duration("25").unwrap(), Duration::from_millis(25));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
+        assert!(parse_duration("fast").is_err() && parse_duration("3h").is_err() && parse_duration("-1s").is_err());
+        assert_eq!(parse_bytes("65536").unwrap(), 65536);
+        assert_eq!(parse_bytes("64KiB").unwrap(), 65536);
+        assert_eq!(parse_bytes("1M").unwrap(), 1 << 20);
+        assert!(parse_bytes("1T").is_err() && parse_bytes("x").is_err() && parse_bytes("99999999999G").is_err());
+    }
 }

@@ -130,19 +130,6 @@ fn index_writes_a_manifest_that_later_opens_use() {
 }
 
 #[test]
-fn bench_reads_every_sample_and_reports() {
-    let dir = tempfile::tempdir().unwrap();
-    shards(dir.path());
-    let out = stoker(&["bench", dir.path().to_str().unwrap(), "--batch", "4", "--epochs", "2", "--json"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
-    assert_eq!(v["samples"], 12, "two epochs of six samples");
-    assert!(v["samples_per_s"].as_f64().unwrap() > 0.0);
-    let none = stoker(&["bench"]);
-    assert!(!none.status.success());
-}
-
-#[test]
 fn processes_sharing_a_disk_cache_read_right_bytes_and_keep_it_bounded() {
     use stoker_test_servers::s3::{serve, S3ServerConfig};
     let root = tempfile::tempdir().unwrap();

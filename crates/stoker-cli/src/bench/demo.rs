@@ -1,0 +1,340 @@
+//! The embedded default: a demo dataset in every layout, and an S3 server on loopback
+//! holding its objects and shards.
+//!
+//! ```text
+//! DIR/stoker-bench.json   what is here and whether it is complete (reuse with --dir)
+//! DIR/files/              one file per sample: 000000000.bin, ...
+//! DIR/tar/                WebDataset shards of the same files (pack_demo.rs)
+//! DIR/lmdb/               an LMDB of the same files (pack_demo.rs)
+//! DIR/s3/bench/           the S3 server's root: objects/ and tar/, uploaded through its API
+//! ```
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use stoker::Layout;
+use stoker_test_servers::proxy::{self, ProxyConfig, ProxyHandle};
+use stoker_test_servers::s3::{self, S3ServerConfig};
+use stoker_test_servers::ServerHandle;
+use tokio::task::JoinSet;
+
+use super::pack_demo;
+use super::ui::{Ui, Unit};
+
+/// The demo server's bucket and keys (loopback only, never real credentials).
+const BUCKET: &str = "bench";
+const ACCESS_KEY: &str = "stoker-bench";
+const SECRET_KEY: &str = "stoker-bench-loopback-only";
+const MARKER: &str = "stoker-bench.json";
+/// Subdirectories this module owns under the dataset directory (and may delete to rebuild).
+const PARTS: [&str; 4] = ["files", "tar", "lmdb", "s3"];
+/// Tar shard size: several shards even for a small demo, so reads spread over objects.
+const SHARD_BYTES: u64 = 64 << 20;
+
+/// The demo dataset's shape.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Spec {
+    pub samples: u64,
+    pub size: u64,
+}
+
+impl Spec {
+    pub(crate) fn total_bytes(&self) -> u64 {
+        self.samples * self.size
+    }
+}
+
+#[derive(Serialize, Deserialize, PartialEq, Debug)]
+struct Marker {
+    format: String,
+    version: u32,
+    samples: u64,
+    sample_bytes: u64,
+    complete: bool,
+}
+
+impl Marker {
+    fn new(spec: &Spec, complete: bool) -> Self {
+        Marker {
+            format: "stoker-bench-demo".into(),
+            version: 1,
+            samples: spec.samples,
+            sample_bytes: spec.size,
+            complete,
+        }
+    }
+}
+
+/// A demo dataset on disk (removed on drop unless it lives in a directory the user gave).
+pub(crate) struct Dataset {
+    pub spec: Spec,
+    pub root: PathBuf,
+    /// The user gave `--dir`: the dataset stays.
+    pub kept: bool,
+    /// An earlier run's complete dataset was found and used as is.
+    pub reused: bool,
+    /// Seconds spent writing the layouts and uploading (0 when reused).
+    pub write_s: f64,
+    pub upload_s: f64,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Dataset {
+    pub(crate) fn files(&self) -> PathBuf {
+        self.root.join("files")
+    }
+    pub(crate) fn tar(&self) -> PathBuf {
+        self.root.join("tar")
+    }
+    pub(crate) fn lmdb(&self) -> PathBuf {
+        self.root.join("lmdb")
+    }
+    fn s3_root(&self) -> PathBuf {
+        self.root.join("s3")
+    }
+    fn write_marker(&self, complete: bool) -> Result<(), String> {
+        let path = self.root.join(MARKER);
+        let json = serde_json::to_vec_pretty(&Marker::new(&self.spec, complete)).map_err(|e| e.to_string())?;
+        std::fs::write(&path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+}
+
+/// Make the dataset (or find a complete one in `dir`) in the local layouts.
+pub(crate) async fn prepare(spec: Spec, dir: Option<&Path>, ui: &Ui) -> Result<Dataset, String> {
+    let (root, temp) = match dir {
+        Some(d) => (d.to_path_buf(), None),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("stoker-bench-")
+                .tempdir()
+                .map_err(|e| format!("cannot make a temporary directory (set TMPDIR, or give --dir): {e}"))?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    let mut data = Dataset { spec, root, kept: dir.is_some(), reused: false, write_s: 0.0, upload_s: 0.0, _temp: temp };
+    if data.kept {
+        std::fs::create_dir_all(&data.root).map_err(|e| format!("cannot create {}: {e}", data.root.display()))?;
+        let marker = std::fs::read(data.root.join(MARKER)).ok().and_then(|b| serde_json::from_slice::<Marker>(&b).ok());
+        match marker {
+            Some(m) if m == Marker::new(&spec, true) => {
+                data.reused = true;
+                return Ok(data);
+            }
+            // Ours (the marker says so), but incomplete or of another shape: rebuild our parts.
+            Some(_) => {
+                for part in PARTS {
+                    let p = data.root.join(part);
+                    if p.exists() {
+                        std::fs::remove_dir_all(&p).map_err(|e| format!("cannot remove {}: {e}", p.display()))?;
+                    }
+                }
+            }
+            None => {
+                let mut entries =
+                    std::fs::read_dir(&data.root).map_err(|e| format!("cannot list {}: {e}", data.root.display()))?;
+                if entries.next().is_some() {
+                    return Err(format!(
+                        "{} is not empty and holds no stoker bench dataset ({MARKER}); give a new or empty directory \
+                         to --dir, so nothing of yours is overwritten",
+                        data.root.display()
+                    ));
+                }
+            }
+        }
+    }
+    data.write_marker(false)?;
+    let started = Instant::now();
+    let total = spec.total_bytes();
+    let bars = [
+        ui.bar("write files", total, Unit::Bytes),
+        ui.bar("pack tar", total, Unit::Bytes),
+        ui.bar("pack lmdb", total, Unit::Bytes),
+    ];
+    let (files, tar, lmdb) = (data.files(), data.tar(), data.lmdb());
+    tokio::task::spawn_blocking(move || -> Result<(), String> {
+        write_files(&files, spec, &|n| bars[0].inc(n))?;
+        bars[0].finish();
+        pack_demo::pack(&files, &tar, Layout::Tar, SHARD_BYTES, &|n| bars[1].inc(n))?;
+        bars[1].finish();
+        pack_demo::pack(&files, &lmdb, Layout::Lmdb, SHARD_BYTES, &|n| bars[2].inc(n))?;
+        bars[2].finish();
+        Ok(())
+    })
+    .await
+    .map_err(|e| format!("writing the demo dataset stopped: {e}"))??;
+    data.write_s = started.elapsed().as_secs_f64();
+    Ok(data)
+}
+
+/// Sample `i`'s bytes: distinct per sample and incompressible, so no layer can shortcut them.
+fn payload(i: u64, len: usize, out: &mut Vec<u8>) {
+    out.clear();
+    let mut x = i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    while out.len() < len {
+        // splitmix64
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let take = (len - out.len()).min(8);
+        out.extend_from_slice(&z.to_le_bytes()[..take]);
+    }
+}
+
+fn write_files(dir: &Path, spec: Spec, progress: &dyn Fn(u64)) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let len = usize::try_from(spec.size).map_err(|_| format!("--size {} is too large", spec.size))?;
+    let mut buf = Vec::with_capacity(len);
+    for i in 0..spec.samples {
+        payload(i, len, &mut buf);
+        let path = dir.join(format!("{i:09}.bin"));
+        std::fs::File::create(&path)
+            .and_then(|mut f| f.write_all(&buf))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        progress(spec.size);
+    }
+    Ok(())
+}
+
+/// The running demo servers: S3 on loopback, and the latency proxy in front when asked.
+pub(crate) struct Servers {
+    s3: ServerHandle,
+    proxy: Option<ProxyHandle>,
+}
+
+impl Servers {
+    /// A source URI for `prefix` in the demo bucket, through the proxy when there is one.
+    pub(crate) fn uri(&self, prefix: &str) -> String {
+        let endpoint = self.proxy.as_ref().map_or_else(|| self.s3.endpoint(), |p| p.endpoint());
+        format!("s3://{BUCKET}/{prefix}?endpoint={endpoint}&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}")
+    }
+
+    /// Where the S3 server listens, and the latency the proxy adds, for the report.
+    pub(crate) fn describe(&self) -> String {
+        match &self.proxy {
+            None => format!("embedded S3 server (s3s-fs) on {}", self.s3.addr()),
+            Some(p) => format!(
+                "embedded S3 server (s3s-fs) on {}, through a proxy on {} adding {} ms per request",
+                self.s3.addr(),
+                p.addr(),
+                p.control.config().latency_ms
+            ),
+        }
+    }
+
+    /// Zero the proxy's request counter (before a backend runs).
+    pub(crate) fn reset_proxy_count(&self) {
+        if let Some(p) = &self.proxy {
+            p.control.reset_stats();
+        }
+    }
+
+    /// Requests the proxy forwarded since the last reset; `None` without a proxy.
+    pub(crate) fn proxy_requests(&self) -> Option<u64> {
+        self.proxy.as_ref().map(|p| p.control.stats().requests)
+    }
+
+    pub(crate) async fn shutdown(self) {
+        if let Some(p) = self.proxy {
+            p.shutdown().await;
+        }
+        self.s3.shutdown().await;
+    }
+}
+
+/// Start the S3 server over the dataset's `s3/` directory, upload the objects and shards
+/// through its API unless an earlier run did, and put the latency proxy in front if asked.
+pub(crate) async fn serve(data: &mut Dataset, latency_ms: Option<u64>, ui: &Ui) -> Result<Servers, String> {
+    let root = data.s3_root();
+    std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+    let cfg = S3ServerConfig::new(&root).with_credentials(ACCESS_KEY, SECRET_KEY).with_bucket(BUCKET);
+    let s3 = s3::serve(cfg).await.map_err(|e| format!("cannot start the embedded S3 server: {e}"))?;
+    let mut servers = Servers { s3, proxy: None };
+    if !data.reused {
+        let started = Instant::now();
+        upload(data, &servers, ui).await?;
+        data.upload_s = started.elapsed().as_secs_f64();
+        data.write_marker(true)?;
+    }
+    if let Some(ms) = latency_ms {
+        let mut cfg = ProxyConfig::new(servers.s3.addr());
+        cfg.faults.latency_ms = ms;
+        let p = proxy::serve(cfg).await.map_err(|e| format!("cannot start the latency proxy: {e}"))?;
+        servers.proxy = Some(p);
+    }
+    Ok(servers)
+}
+
+/// Upload `files/` as `objects/` and `tar/` as `tar/` (shards only: indexes are the
+/// benchmark's to build), through the S3 API: the server records each object's ETag then,
+/// where files put in its directory by hand would be hashed whole on every GET.
+async fn upload(data: &Dataset, servers: &Servers, ui: &Ui) -> Result<(), String> {
+    let parsed = stoker::uri::parse(&format!(
+        "s3://{BUCKET}?endpoint={}&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}",
+        servers.s3.endpoint()
+    ))
+    .map_err(|e| e.to_string())?;
+    let stoker::uri::Location::Remote(loc) = &parsed.location else {
+        return Err("the demo S3 URI did not parse as remote".into());
+    };
+    let store = stoker::store::Store::remote(loc, &parsed.options, &parsed.display).map_err(|e| e.to_string())?;
+    let total = data.spec.total_bytes();
+    let objects = ui.bar("upload objects", total, Unit::Bytes);
+    put_all(&store, &data.files(), "objects", 16, &objects).await?;
+    objects.finish();
+    let shards = ui.bar("upload tar", total, Unit::Bytes);
+    // Shards are read whole into memory to upload: few at once.
+    put_all(&store, &data.tar(), "tar", 2, &shards).await?;
+    shards.finish();
+    Ok(())
+}
+
+async fn put_all(
+    store: &stoker::store::Store,
+    dir: &Path,
+    prefix: &str,
+    concurrency: usize,
+    bar: &indicatif::ProgressBar,
+) -> Result<(), String> {
+    let mut names = Vec::new();
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))? {
+        let e = e.map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with('.') && !name.ends_with(".stoker-idx.json") && !name.ends_with(".partial") {
+            total += e.metadata().map_err(|err| format!("cannot stat {}: {err}", e.path().display()))?.len();
+            names.push(name);
+        }
+    }
+    names.sort();
+    bar.set_length(total);
+    let dir = Arc::new(dir.to_path_buf());
+    let mut tasks = JoinSet::new();
+    let mut names = names.into_iter();
+    loop {
+        while tasks.len() < concurrency {
+            let Some(name) = names.next() else { break };
+            let (store, dir, bar, prefix) = (store.clone(), dir.clone(), bar.clone(), prefix.to_string());
+            tasks.spawn(async move {
+                let path = dir.join(&name);
+                let bytes = tokio::fs::read(&path).await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                let n = bytes.len() as u64;
+                store
+                    .put(&format!("{prefix}/{name}"), Bytes::from(bytes))
+                    .await
+                    .map_err(|e| format!("uploading to the embedded S3 server: {e}"))?;
+                bar.inc(n);
+                Ok::<(), String>(())
+            });
+        }
+        match tasks.join_next().await {
+            None => return Ok(()),
+            Some(r) => r.map_err(|e| format!("an upload task stopped: {e}"))??,
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! One measurement per process: the parent runs each backend (and the raw read) in a child
+//! process of this same binary (`stoker bench --worker ...`, hidden), so the child's peak
+//! RSS is that backend's alone, and no backend inherits another's caches, connections or heap.
+//!
+//! The child speaks a line protocol on stdout: `progress N` (samples read so far) while it
+//! works, then one `result {json}`. Errors go to stderr and a non-zero exit, as for any command.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+/// What a child measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Measured {
+    /// The source as opened (credentials redacted), or the directory read raw.
+    pub source: String,
+    /// Its layout (`raw` for the raw read).
+    pub layout: String,
+    /// Samples delivered over all epochs.
+    pub samples: u64,
+    /// Payload bytes delivered (raw: file bytes read).
+    pub bytes: u64,
+    /// Seconds from the first epoch's start to the last batch (opening excluded).
+    pub seconds: f64,
+    /// Seconds to open the source (listing, indexes).
+    pub open_s: f64,
+    /// Per-batch fetch latency quantiles (none for the raw read).
+    pub fetch_p50_ms: Option<f64>,
+    pub fetch_p99_ms: Option<f64>,
+    /// Seconds the consuming loop waited for a batch.
+    pub consumer_wait_s: Option<f64>,
+    /// Requests the store served, retried and hedged (remote stores).
+    pub store_requests: u64,
+    pub retries: u64,
+    pub hedges: u64,
+    /// Peak resident set of the child (VmHWM), MiB; includes mapped file pages.
+    pub peak_rss_mib: Option<f64>,
+    /// Peak of anonymous memory (heap, buffers), sampled after every batch, MiB.
+    pub peak_anon_mib: Option<f64>,
+    /// Resident file-backed pages at the end (LMDB's memory map), MiB.
+    pub rss_file_mib: Option<f64>,
+}
+
+/// How the consuming loop reads in a loader child.
+#[derive(Clone, Debug)]
+pub(crate) struct LoaderParams {
+    pub batch: usize,
+    pub prefetch: usize,
+    pub epochs: u64,
+    pub shuffle: bool,
+    /// Simulated work per batch (a training step), during which the loader reads ahead.
+    pub step: Duration,
+    pub config: Option<PathBuf>,
+}
+
+impl LoaderParams {
+    fn to_args(&self) -> Vec<String> {
+        let mut a = vec![
+            "--batch".to_string(),
+            self.batch.to_string(),
+            "--prefetch".into(),
+            self.prefetch.to_string(),
+            "--epochs".into(),
+            self.epochs.to_string(),
+            "--step".into(),
+            format!("{}us", self.step.as_micros()),
+        ];
+        if self.shuffle {
+            a.push("--shuffle".into());
+        }
+        if let Some(c) = &self.config {
+            a.push("--config".into());
+            a.push(c.display().to_string());
+        }
+        a
+    }
+}
+
+/// What a child process measures.
+pub(crate) enum Job {
+    /// Read `uri` through the Loader.
+    Loader(String),
+    /// Read every file under the directory sequentially, `samples` samples' worth.
+    Raw { dir: PathBuf, samples: u64 },
+}
+
+/// Run `job` in a child process, showing its progress on `bar`.
+pub(crate) async fn run_child(
+    job: &Job,
+    params: &LoaderParams,
+    bar: &ProgressBar,
+    extra_env_remove: &[&str],
+) -> Result<Measured, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program's own path: {e}"))?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg("bench");
+    match job {
+        Job::Loader(uri) => cmd.args(["--worker", "loader", uri]),
+        Job::Raw { dir, samples } => {
+            cmd.args(["--worker", "raw", &dir.display().to_string(), "--samples", &samples.to_string()])
+        }
+    };
+    cmd.args(params.to_args());
+    for k in extra_env_remove {
+        cmd.env_remove(k);
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start a measuring process: {e}"))?;
+    let stdout = child.stdout.take().expect("stdout was piped above");
+    let mut stderr = child.stderr.take().expect("stderr was piped above");
+    // Drained concurrently: a child blocked on a full stderr pipe would never finish.
+    let errors = tokio::spawn(async move {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s).await;
+        s
+    });
+    let mut lines = BufReader::new(stdout).lines();
+    let mut result = None;
+    let mut reading_since = None;
+    while let Some(line) = lines.next_line().await.map_err(|e| format!("reading a measuring process: {e}"))? {
+        if let Some(n) = line.strip_prefix("total ") {
+            if let Ok(n) = n.trim().parse::<u64>() {
+                bar.set_length(n);
+                bar.set_message("");
+                reading_since = Some(Instant::now());
+            }
+        } else if let Some(n) = line.strip_prefix("progress ") {
+            if let Ok(n) = n.trim().parse::<u64>() {
+                bar.set_position(n);
+                if let Some(t) = reading_since {
+                    bar.set_message(format!("{:.0} samples/s", n as f64 / t.elapsed().as_secs_f64().max(1e-3)));
+                }
+            }
+        } else if let Some(json) = line.strip_prefix("result ") {
+            result = Some(serde_json::from_str::<Measured>(json).map_err(|e| format!("bad result line {json}: {e}"))?);
+        }
+    }
+    let status = child.wait().await.map_err(|e| format!("waiting for a measuring process: {e}"))?;
+    let stderr = errors.await.unwrap_or_default();
+    match result {
+        Some(r) if status.success() => Ok(r),
+        _ => {
+            let msg = stderr.trim().trim_start_matches("error: ").trim();
+            Err(if msg.is_empty() { format!("the measuring process failed ({status})") } else { msg.to_string() })
+        }
+    }
+}
+
+fn emit(line: &str) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").and_then(|_| out.flush()).map_err(|e| format!("writing to the parent: {e}"))
+}
+
+/// Child side of [`Job::Loader`].
+pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<(), String> {
+    use stoker::loader::{Loader, LoaderConfig};
+    let options = match &p.config {
+        None => stoker::SourceOptions::default(),
+        Some(path) => crate::load_config(path)?,
+    };
+    let opened = Instant::now();
+    let src = stoker::open(uri, options).await.map_err(|e| e.to_string())?;
+    let open_s = opened.elapsed().as_secs_f64();
+    let mut cfg = LoaderConfig::new(p.batch);
+    cfg.prefetch = p.prefetch;
+    if p.shuffle {
+        cfg.order = stoker::sampler::Order::Shuffle { seed: 0 };
+    }
+    let loader = Loader::new(src.clone(), cfg).map_err(|e| e.to_string())?;
+    emit(&format!("total {}", src.len() as u64 * p.epochs.max(1)))?;
+    let (mut samples, mut bytes) = (0u64, 0u64);
+    let mut peak_anon = status_mib("RssAnon:");
+    let mut wait = Duration::ZERO;
+    let started = Instant::now();
+    for epoch in 0..p.epochs.max(1) {
+        let mut stream = loader.epoch(epoch).map_err(|e| e.to_string())?;
+        loop {
+            let asked = Instant::now();
+            let Some(b) = stream.next_batch().await else { break };
+            wait += asked.elapsed();
+            let b = b.map_err(|e| e.to_string())?;
+            samples += b.len() as u64;
+            bytes += b.payload_bytes();
+            drop(b);
+            peak_anon = max_opt(peak_anon, status_mib("RssAnon:"));
+            emit(&format!("progress {samples}"))?;
+            if !p.step.is_zero() {
+                tokio::time::sleep(p.step).await;
+            }
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let st = loader.stats();
+    let m = Measured {
+        source: src.to_string(),
+        layout: src.info().layout.as_str().to_string(),
+        samples,
+        bytes,
+        seconds,
+        open_s,
+        fetch_p50_ms: Some(st.fetch_p50_ms),
+        fetch_p99_ms: Some(st.fetch_p99_ms),
+        consumer_wait_s: Some(wait.as_secs_f64()),
+        store_requests: st.store_requests,
+        retries: st.retries,
+        hedges: st.hedges,
+        peak_rss_mib: status_mib("VmHWM:"),
+        peak_anon_mib: peak_anon,
+        rss_file_mib: status_mib("RssFile:"),
+    };
+    emit(&format!("result {}", serde_json::to_string(&m).map_err(|e| e.to_string())?))
+}
+
+/// Child side of [`Job::Raw`]: the fastest plain read of the bytes, the reference every
+/// backend is compared with. One thread per core, each reading whole files in turn with one
+/// reused 4 MiB buffer, so the reference uses the same cores a loader may.
+pub(crate) fn raw_child(dir: &Path, samples: u64, epochs: u64) -> Result<(), String> {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let files = data_files(dir)?;
+    let total: u64 = files.iter().map(|(_, len)| len).sum::<u64>() * epochs.max(1);
+    emit(&format!("total {}", samples * epochs.max(1)))?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len());
+    let read = AtomicU64::new(0);
+    let started = Instant::now();
+    std::thread::scope(|scope| -> Result<(), String> {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (files, read) = (&files, &read);
+                scope.spawn(move || -> Result<(), String> {
+                    let mut buf = vec![0u8; 4 << 20];
+                    for _ in 0..epochs.max(1) {
+                        for (path, _) in files.iter().skip(t).step_by(threads) {
+                            let mut f = std::fs::File::open(path)
+                                .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+                            loop {
+                                let n = f.read(&mut buf).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                                if n == 0 {
+                                    break;
+                                }
+                                read.fetch_add(n as u64, Relaxed);
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        // Progress in samples: the share of bytes read, since samples are not visible here.
+        let mut last = 0;
+        while !workers.iter().all(|w| w.is_finished()) {
+            let done =
+                (read.load(Relaxed) as u128 * samples as u128 * epochs.max(1) as u128 / total.max(1) as u128) as u64;
+            if done > last {
+                emit(&format!("progress {done}"))?;
+                last = done;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        workers.into_iter().try_for_each(|w| w.join().map_err(|_| "a raw read thread panicked".to_string())?)
+    })?;
+    let seconds = started.elapsed().as_secs_f64();
+    let m = Measured {
+        source: dir.display().to_string(),
+        layout: "raw".into(),
+        samples: samples * epochs.max(1),
+        bytes: read.load(Relaxed),
+        seconds,
+        open_s: 0.0,
+        fetch_p50_ms: None,
+        fetch_p99_ms: None,
+        consumer_wait_s: None,
+        store_requests: 0,
+        retries: 0,
+        hedges: 0,
+        peak_rss_mib: status_mib("VmHWM:"),
+        peak_anon_mib: status_mib("RssAnon:"),
+        rss_file_mib: status_mib("RssFile:"),
+    };
+    emit(&format!("result {}", serde_json::to_string(&m).map_err(|e| e.to_string())?))
+}
+
+/// The files holding a dataset's bytes, sorted, without Stoker's indexes and hidden files.
+fn data_files(dir: &Path) -> Result<Vec<(PathBuf, u64)>, String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|e| format!("cannot list {}: {e}", d.display()))?;
+        for e in entries {
+            let e = e.map_err(|e| format!("cannot list {}: {e}", d.display()))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let meta = e.metadata().map_err(|err| format!("cannot stat {}: {err}", e.path().display()))?;
+            if name.starts_with('.') || name.ends_with(".stoker-idx.json") || name == "lock.mdb" {
+                continue;
+            }
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push((e.path(), meta.len()));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("no data files under {}", dir.display()));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A memory figure of this process from /proc/self/status, in MiB (Linux only).
+fn status_mib(field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+}
+
+fn max_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
