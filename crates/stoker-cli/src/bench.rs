@@ -7,7 +7,6 @@
 //! (bench/worker.rs) so its peak RSS is its own.
 
 mod demo;
-mod pack_demo;
 mod report;
 mod ui;
 mod worker;

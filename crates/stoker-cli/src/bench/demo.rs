@@ -4,8 +4,8 @@
 //! ```text
 //! DIR/stoker-bench.json   what is here and whether it is complete (reuse with --dir)
 //! DIR/files/              one file per sample: 000000000.bin, ...
-//! DIR/tar/                WebDataset shards of the same files (pack_demo.rs)
-//! DIR/lmdb/               an LMDB of the same files (pack_demo.rs)
+//! DIR/tar/                WebDataset shards of the same files (`stoker::pack`)
+//! DIR/lmdb/               an LMDB of the same files (`stoker::pack`)
 //! DIR/s3/bench/           the S3 server's root: objects/ and tar/, uploaded through its API
 //! ```
 
@@ -16,13 +16,13 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use stoker::Layout;
+use stoker::pack::{PackOptions, PackProgress};
+use stoker::{Layout, SourceOptions};
 use stoker_test_servers::proxy::{self, ProxyConfig, ProxyHandle};
 use stoker_test_servers::s3::{self, S3ServerConfig};
 use stoker_test_servers::ServerHandle;
 use tokio::task::JoinSet;
 
-use super::pack_demo;
 use super::ui::{Ui, Unit};
 
 /// The demo server's bucket and keys (loopback only, never real credentials).
@@ -154,20 +154,33 @@ pub(crate) async fn prepare(spec: Spec, dir: Option<&Path>, ui: &Ui) -> Result<D
         ui.bar("pack tar", total, Unit::Bytes),
         ui.bar("pack lmdb", total, Unit::Bytes),
     ];
-    let (files, tar, lmdb) = (data.files(), data.tar(), data.lmdb());
-    tokio::task::spawn_blocking(move || -> Result<(), String> {
-        write_files(&files, spec, &|n| bars[0].inc(n))?;
-        bars[0].finish();
-        pack_demo::pack(&files, &tar, Layout::Tar, SHARD_BYTES, &|n| bars[1].inc(n))?;
-        bars[1].finish();
-        pack_demo::pack(&files, &lmdb, Layout::Lmdb, SHARD_BYTES, &|n| bars[2].inc(n))?;
-        bars[2].finish();
-        Ok(())
-    })
-    .await
-    .map_err(|e| format!("writing the demo dataset stopped: {e}"))??;
+    let [files_bar, tar_bar, lmdb_bar] = bars;
+    let files = data.files();
+    let written = files.clone();
+    tokio::task::spawn_blocking(move || write_files(&written, spec, &|n| files_bar.inc(n)))
+        .await
+        .map_err(|e| format!("writing the demo dataset stopped: {e}"))??;
+    // The other layouts are made the way users make theirs: `stoker pack` from the files.
+    let src = stoker::open(&files.display().to_string(), SourceOptions::default()).await.map_err(|e| e.to_string())?;
+    for (dest, layout, bar) in [(data.tar(), Layout::Tar, tar_bar), (data.lmdb(), Layout::Lmdb, lmdb_bar)] {
+        let mut opts = PackOptions::new(layout);
+        opts.shard_size = SHARD_BYTES;
+        stoker::pack::pack(src.clone(), &dest.display().to_string(), &opts, &BarProgress(bar.clone()))
+            .await
+            .map_err(|e| format!("packing the demo dataset into {}: {e}", dest.display()))?;
+        bar.finish();
+    }
     data.write_s = started.elapsed().as_secs_f64();
     Ok(data)
+}
+
+/// Pack progress on a byte bar.
+struct BarProgress(indicatif::ProgressBar);
+
+impl PackProgress for BarProgress {
+    fn advance(&self, _samples: u64, bytes: u64) {
+        self.0.inc(bytes);
+    }
 }
 
 /// Sample `i`'s bytes: distinct per sample and incompressible, so no layer can shortcut them.
