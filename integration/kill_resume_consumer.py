@@ -82,6 +82,8 @@ def main() -> int:
     if os.path.exists(ckpt_path):
         with open(ckpt_path) as f:
             ckpt = json.load(f)  # always whole: it only ever appears by os.replace
+    if os.path.exists(tmp_path):
+        os.remove(tmp_path)  # a checkpoint a kill left unrenamed: never valid, never read
     log_len = ckpt["log_len"] if ckpt else 0
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT, 0o644)
     os.ftruncate(fd, log_len)  # drop what was delivered after the last checkpoint

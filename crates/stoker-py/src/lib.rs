@@ -202,17 +202,25 @@ impl Loader {
     /// a new iteration starts afresh).
     fn get(&self, py: Python<'_>) -> PyResult<Arc<RsLoader>> {
         let pid = std::process::id();
-        let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
-        if built.0 == pid {
-            return Ok(built.1.clone());
-        }
-        let pending = built.1.resume_epoch().and(built.1.state());
+        let inherited = {
+            let built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+            if built.0 == pid {
+                return Ok(built.1.clone());
+            }
+            built.1.clone()
+        };
+        // Not under the lock: building waits with the GIL released and takes it back to check
+        // for Ctrl-C, while another thread may hold the GIL waiting for the lock.
+        let pending = inherited.resume_epoch().and(inherited.state());
         let fresh = Self::build(py, self.source.get(), self.cfg.clone())?;
         if let Some(state) = pending {
             fresh.load_state(state).map_err(err)?;
         }
-        *built = (pid, fresh.clone());
-        Ok(fresh)
+        let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+        if built.0 != pid {
+            *built = (pid, fresh); // else another thread of this process built one first
+        }
+        Ok(built.1.clone())
     }
 }
 
