@@ -109,6 +109,9 @@ pub struct Fetcher {
     threshold_ns: AtomicU64,
     counters: FetchCounters,
     cache: Option<crate::cache::BlockCache>,
+    /// Cache blocks that cached reads may hold at once (see `get_ranges_cached`).
+    held_blocks: Arc<Semaphore>,
+    held_blocks_max: usize,
 }
 
 /// One attempt's failure, classified.
@@ -128,8 +131,15 @@ impl Fetcher {
     /// A fetcher over `store`; fails only if the disk cache directory cannot be made.
     pub fn new(store: Arc<dyn ObjectStore>, cfg: FetchConfig) -> Result<Self> {
         let cache = if cfg.cache.enabled() { Some(crate::cache::BlockCache::new(cfg.cache.clone())?) } else { None };
+        // Blocks in use by reads come on top of the cache's own bytes (a block being fetched,
+        // or evicted while a read still cuts from it): half the memory cache's worth, at least
+        // 8 and at most one per request in flight, keeps that bounded and still parallel.
+        let block = cfg.cache.block.max(1);
+        let held_blocks_max = ((cfg.cache.memory_bytes / 2 / block) as usize).clamp(8, cfg.max_in_flight.max(8));
         Ok(Fetcher {
             cache,
+            held_blocks: Arc::new(Semaphore::new(held_blocks_max)),
+            held_blocks_max,
             limit: Arc::new(Semaphore::new(cfg.max_in_flight.max(1))),
             store,
             cfg,
@@ -165,6 +175,10 @@ impl Fetcher {
         blocks.sort_unstable();
         blocks.dedup();
         let object = path.to_string();
+        // Reads wait their turn rather than hold more blocks than the bound at once; a read
+        // needing more than the bound takes all of it and goes alone.
+        let want = blocks.len().clamp(1, self.held_blocks_max) as u32;
+        let _held = self.held_blocks.acquire_many(want).await.ok(); // never closed
         let fetched = futures::future::try_join_all(blocks.iter().map(|&b| {
             let range = b * bs..((b + 1) * bs).min(size);
             let key = crate::cache::block_key(&object, version, b);
@@ -185,7 +199,15 @@ impl Fetcher {
                 let (first, last) = (r.start / bs, (r.end - 1) / bs);
                 let at = |b: u64| blocks.binary_search(&b).map(|i| &fetched[i]).expect("block planned");
                 if first == last {
-                    at(first).slice((r.start - first * bs) as usize..(r.end - first * bs) as usize)
+                    let blk = at(first);
+                    let cut = (r.start - first * bs) as usize..(r.end - first * bs) as usize;
+                    // A small piece is copied out, so it does not keep its whole block alive
+                    // after the cache evicts it (a 4 KiB sample pinning 1 MiB).
+                    if cut.len() < blk.len() / 4 {
+                        Bytes::copy_from_slice(&blk[cut])
+                    } else {
+                        blk.slice(cut)
+                    }
                 } else {
                     let mut out = BytesMut::with_capacity((r.end - r.start) as usize);
                     for b in first..=last {

@@ -6,9 +6,9 @@
 //! batch into recycled storage and queues it. Batches arrive in sampler order. A byte budget
 //! bounds data fetched but not yet delivered.
 
+use std::future::Future;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
-use std::future::Future;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};

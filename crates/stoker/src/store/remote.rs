@@ -59,6 +59,22 @@ fn no_retries() -> RetryConfig {
     RetryConfig { max_retries: 0, retry_timeout: Duration::from_secs(1), ..Default::default() }
 }
 
+/// An endpoint must be an absolute http(s) URL with a host.
+fn check_endpoint(e: &str) -> Result<()> {
+    let shown = crate::uri::redact(e);
+    let bad = |why: &str| {
+        Error::invalid_option(format!(
+            "endpoint `{shown}` {why}; give the server's base URL, e.g. endpoint=http://127.0.0.1:9000"
+        ))
+    };
+    match url::Url::parse(e) {
+        Ok(u) if !matches!(u.scheme(), "http" | "https") => Err(bad("is not an http(s) URL")),
+        Ok(u) if u.host_str().is_none_or(str::is_empty) => Err(bad("has no host")),
+        Ok(_) => Ok(()),
+        Err(err) => Err(bad(&format!("is not a URL ({err})"))),
+    }
+}
+
 fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<dyn ObjectStore>> {
     let bad = |reason: String| Error::InvalidUri { uri: shown.to_string(), reason };
     // object_store errors can quote configuration; never pass them through unredacted.
@@ -67,6 +83,15 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
         Error::InvalidOption { message: format!("cannot configure the {what} store for {shown}: {msg}") }
     };
     let endpoint = opts.endpoint.clone();
+    // object_store panics on an endpoint it cannot turn into a request URI (`http://`).
+    if let Some(e) = endpoint.as_deref() {
+        check_endpoint(e)?;
+    }
+    if loc.scheme == "s3" {
+        if let Some(e) = env("AWS_ENDPOINT_URL").filter(|_| endpoint.is_none()) {
+            check_endpoint(&e).map_err(|err| Error::invalid_option(format!("AWS_ENDPOINT_URL: {err}")))?;
+        }
+    }
     match loc.scheme.as_str() {
         "s3" => {
             let mut b = AmazonS3Builder::from_env()
