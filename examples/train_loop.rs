@@ -161,7 +161,7 @@ async fn run() -> Result<(), String> {
             samples += batch.len() as u64;
             steps += 1;
             if let Some(path) = &args.checkpoint {
-                if steps % args.every.max(1) == 0 {
+                if steps.is_multiple_of(args.every.max(1)) {
                     save_state(path, &loader.state().ok_or("the loader has no position to save")?)?;
                 }
             }
