@@ -6,14 +6,13 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod common;
+use common::{shards, text};
+
 const ALL: [&str; 6] = ["raw", "files", "tar", "lmdb", "s3-objects", "s3-tar"];
 
 fn stoker(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_stoker")).args(args).output().expect("run stoker")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// The run object and the rows of a `--json` run that must have succeeded.
@@ -141,22 +140,6 @@ fn dir_keeps_the_dataset_for_the_next_run_and_never_overwrites_other_files() {
     assert!(err.contains("not empty") && err.contains("mine"), "{err}");
     assert_eq!(std::fs::read_to_string(foreign.join("thesis.tex")).unwrap(), "precious");
     assert_eq!(std::fs::read_dir(&foreign).unwrap().count(), 1);
-}
-
-/// Two shards of three samples, fields `txt` and `cls`.
-fn shards(dir: &Path) {
-    for s in 0..2 {
-        let mut b = tar::Builder::new(std::fs::File::create(dir.join(format!("s-{s}.tar"))).unwrap());
-        for i in 0..3 {
-            for (ext, data) in [("txt", format!("sample {s}-{i}")), ("cls", format!("{i}"))] {
-                let mut h = tar::Header::new_gnu();
-                h.set_size(data.len() as u64);
-                h.set_mode(0o644);
-                b.append_data(&mut h, format!("k{s}{i}.{ext}"), data.as_bytes()).unwrap();
-            }
-        }
-        b.into_inner().unwrap();
-    }
 }
 
 #[test]

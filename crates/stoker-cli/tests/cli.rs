@@ -1,30 +1,12 @@
 //! The `stoker` binary end to end, on real files.
 
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
+
+mod common;
+use common::{shards, text};
 
 fn stoker(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_stoker")).args(args).output().expect("run stoker")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// Two shards, three samples each, fields `txt` and `cls`.
-fn shards(dir: &Path) {
-    for s in 0..2 {
-        let mut b = tar::Builder::new(std::fs::File::create(dir.join(format!("s-{s}.tar"))).unwrap());
-        for i in 0..3 {
-            for (ext, data) in [("txt", format!("sample {s}-{i}")), ("cls", format!("{i}"))] {
-                let mut h = tar::Header::new_gnu();
-                h.set_size(data.len() as u64);
-                h.set_mode(0o644);
-                b.append_data(&mut h, format!("k{s}{i}.{ext}"), data.as_bytes()).unwrap();
-            }
-        }
-        b.into_inner().unwrap();
-    }
 }
 
 #[test]

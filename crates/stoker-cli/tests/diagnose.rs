@@ -3,12 +3,11 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+mod common;
+use common::text;
+
 fn stoker(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_stoker")).args(args).output().expect("run stoker")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// 160 files of 8 KiB.

@@ -1,0 +1,25 @@
+//! Fixtures shared by the CLI's integration tests.
+#![allow(dead_code)] // each test crate uses its own subset
+
+use std::path::Path;
+
+/// Command output as text, invalid UTF-8 replaced.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Two shards, three samples each, fields `txt` and `cls`.
+pub fn shards(dir: &Path) {
+    for s in 0..2 {
+        let mut b = tar::Builder::new(std::fs::File::create(dir.join(format!("s-{s}.tar"))).unwrap());
+        for i in 0..3 {
+            for (ext, data) in [("txt", format!("sample {s}-{i}")), ("cls", format!("{i}"))] {
+                let mut h = tar::Header::new_gnu();
+                h.set_size(data.len() as u64);
+                h.set_mode(0o644);
+                b.append_data(&mut h, format!("k{s}{i}.{ext}"), data.as_bytes()).unwrap();
+            }
+        }
+        b.into_inner().unwrap();
+    }
+}
