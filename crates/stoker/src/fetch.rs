@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use futures::FutureExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
@@ -114,6 +115,9 @@ pub struct Fetcher {
     held_blocks_max: usize,
 }
 
+/// One request for a run of adjacent cache blocks, awaited by each block that misses.
+type RunFetch = futures::future::Shared<futures::future::BoxFuture<'static, std::result::Result<Bytes, Arc<Error>>>>;
+
 /// One attempt's failure, classified.
 struct Failure {
     transient: bool,
@@ -179,14 +183,49 @@ impl Fetcher {
         // needing more than the bound takes all of it and goes alone.
         let want = blocks.len().clamp(1, self.held_blocks_max) as u32;
         let _held = self.held_blocks.acquire_many(want).await.ok(); // never closed
+                                                                    // Adjacent blocks missing together are one request (cut into blocks for the cache),
+                                                                    // not one request each: a cold batch costs as many requests as without a cache. A
+                                                                    // run is fetched only if one of its blocks is a miss, and at most once.
+        let max_run = (self.cfg.part_size / bs).max(1);
+        let mut runs: Vec<(Range<u64>, RunFetch)> = Vec::new();
+        let mut i = 0;
+        while i < blocks.len() {
+            let first = blocks[i];
+            let mut end = first + 1;
+            i += 1;
+            while i < blocks.len() && blocks[i] == end && end - first < max_run {
+                end += 1;
+                i += 1;
+            }
+            let range = first * bs..(end * bs).min(size);
+            let (me, path, shown) = (self.clone(), path.clone(), shown.to_string());
+            let if_match = if_match.map(str::to_string);
+            let fetch: RunFetch =
+                async move { me.fetch_range(&path, &shown, range, if_match.as_deref()).await.map_err(Arc::new) }
+                    .boxed()
+                    .shared();
+            runs.push((first..end, fetch));
+        }
         let fetched = futures::future::try_join_all(blocks.iter().map(|&b| {
             let range = b * bs..((b + 1) * bs).min(size);
             let key = crate::cache::block_key(&object, version, b);
-            let (me, path, shown) = (self.clone(), path.clone(), shown.to_string());
-            let if_match = if_match.map(str::to_string);
             let len = (range.end - range.start) as usize;
+            let (run_blocks, run) =
+                runs.iter().find(|(r, _)| r.contains(&b)).cloned().expect("every block is in a run");
+            let at = ((b - run_blocks.start) * bs) as usize;
+            let shown = shown.to_string();
             cache.get_or_fetch(key, len, move || async move {
-                me.fetch_range(&path, &shown, range, if_match.as_deref()).await
+                let data = run.await.map_err(Error::Shared)?;
+                // A copy, so each cached block is its own allocation and the cache's byte
+                // count is what it holds.
+                data.get(at..at + len).map(Bytes::copy_from_slice).ok_or_else(|| Error::Fetch {
+                    object: shown,
+                    what: format!("block {b}"),
+                    attempts: 1,
+                    message: format!("the read returned {} bytes where the block needs {}", data.len(), at + len),
+                    hint: None,
+                    transient: true,
+                })
             })
         }))
         .await?;

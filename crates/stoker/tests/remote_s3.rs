@@ -175,6 +175,30 @@ async fn memory_cache_serves_repeat_epochs_without_requests() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_batch_through_small_cache_blocks_costs_no_more_requests_than_without_a_cache() {
+    let s = server().await;
+    let ep = s.handle.endpoint();
+    let n = s.tar.len().min(64);
+    let idx: Vec<usize> = (0..n).collect();
+    let plain = open(&uri(&ep, "tar", "")).await;
+    let opened = plain.io_counters().unwrap().remote_requests;
+    assert_eq!(plain.get_many(&idx).await.unwrap(), s.tar[..n]);
+    let uncached = plain.io_counters().unwrap().remote_requests - opened;
+    // 4 KiB blocks: the batch spans many blocks, fetched as adjacent runs, not one by one.
+    let cached = open(&uri(&ep, "tar", "&cache_bytes=67108864&cache_block=4096")).await;
+    let before = cached.io_counters().unwrap();
+    assert_eq!(cached.get_many(&idx).await.unwrap(), s.tar[..n]);
+    let after = cached.io_counters().unwrap();
+    let misses = after.cache_misses - before.cache_misses;
+    let requests = after.remote_requests - before.remote_requests;
+    assert!(misses > 4 * uncached.max(1), "the batch should span many blocks: {after:?}");
+    assert!(requests <= uncached.max(1), "{requests} requests with the cache, {uncached} without: {after:?}");
+    // And the blocks are cached: the same batch again makes no request.
+    assert_eq!(cached.get_many(&idx).await.unwrap(), s.tar[..n]);
+    assert_eq!(cached.io_counters().unwrap().remote_requests, after.remote_requests);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_tar_by_brace_pattern_and_objects_by_list_file() {
     // The same S3 server without credentials answers plain HTTP GET/HEAD with ranges: a
     // real HTTP server for object_store's HTTP store.
