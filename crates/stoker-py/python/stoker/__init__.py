@@ -26,6 +26,7 @@ __all__ = [
     "open",
     "Dataset",
     "Loader",
+    "diagnose",
     "StokerError",
     "NotFoundError",
     "InvalidInputError",
@@ -205,3 +206,40 @@ class Loader:
     def stats(self) -> Dict[str, Any]:
         """Consumer wait (GPU starvation), throughput, fetch latency, retries, cache hits."""
         return self._loader.stats()
+
+
+def diagnose(
+    uri: Union[str, "os.PathLike[str]"],
+    batch_size: int = 64,
+    *,
+    step: Optional[Callable[[], Any]] = None,
+    prefetch: int = 4,
+    shuffle: bool = False,
+    seed: int = 0,
+    samples: int = 2048,
+    seconds: float = 10.0,
+    **options: Any,
+) -> Dict[str, Any]:
+    """Find where the input pipeline starves the consumer, as ``stoker diagnose`` does.
+
+    Measures (1) the consumer on one cached batch, (2) plus the copy, (3) plus collation from
+    cached samples, (4) plus reading from storage with the cache off, (5) the full pipeline,
+    and names the step that costs most and the knob that helps. ``step`` is called once per
+    batch as the consumer: your training step on a fixed input (e.g. a forward and backward
+    pass followed by ``torch.cuda.synchronize()``). Returns the report as a dict (``steps``,
+    ``verdict`` with ``step``, ``knob`` and ``advice``) with its printable form in ``"text"``.
+    """
+    text, report = _stoker.diagnose(
+        os.fspath(uri),
+        _options_json(options),
+        batch_size,
+        prefetch=prefetch,
+        shuffle=shuffle,
+        seed=seed,
+        samples=samples,
+        seconds=seconds,
+        step=step,
+    )
+    out: Dict[str, Any] = json.loads(report)
+    out["text"] = text
+    return out

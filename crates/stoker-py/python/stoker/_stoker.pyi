@@ -1,4 +1,4 @@
-from typing import Any, Dict, List, Optional, Tuple, final
+from typing import Any, Callable, Dict, List, Optional, Tuple, final
 
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "Epoch",
     "InvalidInputError",
     "Loader",
+    "diagnose",
     "NotFoundError",
     "RemoteError",
     "Source",
@@ -73,3 +74,16 @@ class Loader:
     def state(self) -> Optional[str]: ...
     def load_state(self, state: str) -> None: ...
     def stats(self) -> Dict[str, Any]: ...
+
+
+def diagnose(
+    uri: str,
+    options: str,
+    batch_size: int,
+    prefetch: int = 4,
+    shuffle: bool = False,
+    seed: int = 0,
+    samples: int = 2048,
+    seconds: float = 10.0,
+    step: Optional[Callable[[], Any]] = None,
+) -> Tuple[str, str]: ...
