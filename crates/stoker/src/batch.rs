@@ -458,7 +458,7 @@ impl Batch {
                     let host = host.as_ref().ok_or_else(|| PinnedError::Config {
                         message: "copying to the GPU needs a host buffer pool".into(),
                     })?;
-                    let mut stage = host.acquire();
+                    let mut stage = host.acquire()?;
                     stage.set_len(len)?;
                     stage[..len].copy_from_slice(&v[..len]);
                     let d = copier.copy(&mut stage)?;

@@ -242,7 +242,7 @@ impl Copier {
         match self {
             Copier::Host(pool) => {
                 for col in batch.fields() {
-                    let mut buf = pool.acquire();
+                    let mut buf = pool.acquire()?;
                     let cap = buf.capacity();
                     // Larger columns go through in pieces: the same bytes are copied.
                     for piece in col.data.chunks(cap) {

@@ -45,7 +45,7 @@ fn pinned_batch_round_trips_through_the_device() {
     let Some((pool, copier)) = setup(2, 2, 4 * MIB) else {
         return;
     };
-    let mut b = pool.acquire();
+    let mut b = pool.acquire().unwrap();
     assert!(b.is_pinned());
     fill(&mut b, 3 * MIB + 7, 5);
     let expected = b.filled().to_vec();
@@ -62,12 +62,12 @@ fn host_buffer_is_reused_only_after_its_copy_completed() {
     let Some((pool, copier)) = setup(1, 1, 64 * MIB) else {
         return;
     };
-    let mut b = pool.acquire();
+    let mut b = pool.acquire().unwrap();
     fill(&mut b, 64 * MIB, 1);
     let id = b.id();
     let batch = copier.copy(&mut b).unwrap();
     drop(b);
-    let again = pool.acquire(); // only buffer: must wait for the copy
+    let again = pool.acquire().unwrap(); // only buffer: must wait for the copy
     assert_eq!(again.id(), id);
     assert!(batch.is_ready(), "host buffer handed out while DMA still reads it");
 }
@@ -78,14 +78,14 @@ fn ring_slot_is_reused_after_the_batch_is_released() {
         return;
     };
     let compute = copier.context().new_stream().unwrap();
-    let mut a = pool.acquire();
+    let mut a = pool.acquire().unwrap();
     fill(&mut a, MIB, 2);
     let mut first = copier.copy(&mut a).unwrap();
     first.stream_wait(&compute).unwrap();
     first.release_after(&compute).unwrap();
     let slot = first.slot_id();
     drop(first);
-    let mut b = pool.acquire();
+    let mut b = pool.acquire().unwrap();
     fill(&mut b, MIB / 2, 9);
     let expected = b.filled().to_vec();
     let second = copier.copy(&mut b).unwrap();
@@ -101,7 +101,7 @@ fn copy_rejects_a_batch_larger_than_the_device_buffer() {
         return;
     };
     let big = HostPool::new(PoolConfig { buffer_bytes: 2 * MIB, buffers: 1, device: None }).unwrap();
-    let mut b = big.acquire();
+    let mut b = big.acquire().unwrap();
     b.set_len(2 * MIB).unwrap();
     let err = copier.copy(&mut b).unwrap_err();
     assert_eq!(err, PinnedError::TooLarge { requested: 2 * MIB, capacity: MIB });
@@ -113,7 +113,7 @@ fn heap_buffers_can_be_copied_too() {
         return;
     };
     let heap = HostPool::new(PoolConfig { buffer_bytes: MIB, buffers: 1, device: None }).unwrap();
-    let mut b = heap.acquire();
+    let mut b = heap.acquire().unwrap();
     fill(&mut b, 1000, 3);
     let expected = b.filled().to_vec();
     let batch = copier.copy(&mut b).unwrap();

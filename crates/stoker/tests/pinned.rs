@@ -31,7 +31,7 @@ fn eventually(what: &str, cond: impl Fn() -> bool) {
 #[test]
 fn buffers_have_fixed_capacity_and_track_used_length() {
     let p = pool(2, 64);
-    let mut b = p.acquire();
+    let mut b = p.acquire().unwrap();
     assert_eq!((b.capacity(), b.len(), b.is_empty()), (64, 0, true));
     assert_eq!(b[..].len(), 64, "deref covers the whole capacity");
     b[..3].copy_from_slice(b"abc");
@@ -55,7 +55,7 @@ fn zero_sizes_are_config_errors() {
 #[test]
 fn unfenced_buffer_is_reused_immediately() {
     let p = pool(1, 8);
-    let id = p.acquire().id();
+    let id = p.acquire().unwrap().id();
     assert_eq!(p.try_acquire().map(|b| b.id()), Some(id));
     let s = p.stats();
     assert_eq!((s.free, s.pending, s.in_use, s.acquires), (1, 0, 0, 2));
@@ -65,7 +65,7 @@ fn unfenced_buffer_is_reused_immediately() {
 fn fenced_buffer_is_not_reused_before_completion() {
     let p = pool(1, 8);
     let ev = event();
-    let mut b = p.acquire();
+    let mut b = p.acquire().unwrap();
     b.fence(ev.clone());
     assert!(b.is_fenced());
     drop(b);
@@ -82,7 +82,7 @@ fn fenced_buffer_is_not_reused_before_completion() {
 fn fence_completed_before_drop_goes_straight_to_free() {
     let p = pool(1, 8);
     let ev = event();
-    let mut b = p.acquire();
+    let mut b = p.acquire().unwrap();
     b.fence(ev.clone());
     ev.complete();
     drop(b);
@@ -93,7 +93,7 @@ fn fence_completed_before_drop_goes_straight_to_free() {
 fn every_fence_must_complete() {
     let p = pool(1, 8);
     let (e1, e2) = (event(), event());
-    let mut b = p.acquire();
+    let mut b = p.acquire().unwrap();
     b.fence(e1.clone());
     b.fence(e2.clone());
     drop(b);
@@ -106,7 +106,7 @@ fn every_fence_must_complete() {
 #[test]
 fn pending_buffers_are_reclaimed_in_fence_order() {
     let p = pool(3, 8);
-    let mut bufs: Vec<HostBuffer> = (0..3).map(|_| p.acquire()).collect();
+    let mut bufs: Vec<HostBuffer> = (0..3).map(|_| p.acquire().unwrap()).collect();
     let ids: Vec<usize> = bufs.iter().map(HostBuffer::id).collect();
     let evs: Vec<_> = (0..3).map(|_| event()).collect();
     // Fence order 1, 2, 0 differs from both acquisition and drop order.
@@ -123,7 +123,7 @@ fn pending_buffers_are_reclaimed_in_fence_order() {
 #[test]
 fn completed_buffers_are_reclaimed_past_an_older_incomplete_one() {
     let p = pool(2, 8);
-    let (mut a, mut b) = (p.acquire(), p.acquire());
+    let (mut a, mut b) = (p.acquire().unwrap(), p.acquire().unwrap());
     let (ea, eb) = (event(), event());
     a.fence(ea.clone());
     b.fence(eb.clone());
@@ -139,7 +139,7 @@ fn completed_buffers_are_reclaimed_past_an_older_incomplete_one() {
 #[test]
 fn acquire_waits_on_the_oldest_pending_event() {
     let p = pool(2, 8);
-    let (mut a, mut b) = (p.acquire(), p.acquire());
+    let (mut a, mut b) = (p.acquire().unwrap(), p.acquire().unwrap());
     let (ea, eb) = (event(), event());
     let a_id = a.id();
     a.fence(ea.clone());
@@ -147,7 +147,7 @@ fn acquire_waits_on_the_oldest_pending_event() {
     drop(b); // dropped first, but fenced later
     drop(a);
     let p2 = p.clone();
-    let waiter = thread::spawn(move || p2.acquire().id());
+    let waiter = thread::spawn(move || p2.acquire().unwrap().id());
     eventually("acquire to wait on a's event", || ea.wait_calls() == 1);
     assert_eq!(eb.wait_calls(), 0, "waited on the younger event");
     assert!(!waiter.is_finished());
@@ -161,9 +161,9 @@ fn acquire_waits_on_the_oldest_pending_event() {
 #[test]
 fn acquire_blocks_until_a_buffer_is_dropped() {
     let p = pool(1, 8);
-    let held = p.acquire();
+    let held = p.acquire().unwrap();
     let p2 = p.clone();
-    let waiter = thread::spawn(move || p2.acquire().id());
+    let waiter = thread::spawn(move || p2.acquire().unwrap().id());
     thread::sleep(Duration::from_millis(50));
     assert!(!waiter.is_finished());
     let id = held.id();
@@ -175,9 +175,9 @@ fn acquire_blocks_until_a_buffer_is_dropped() {
 #[test]
 fn acquire_parked_on_condvar_switches_to_a_newly_pending_event() {
     let p = pool(1, 8);
-    let mut held = p.acquire();
+    let mut held = p.acquire().unwrap();
     let p2 = p.clone();
-    let waiter = thread::spawn(move || p2.acquire().id());
+    let waiter = thread::spawn(move || p2.acquire().unwrap().id());
     thread::sleep(Duration::from_millis(50));
     let ev = event();
     held.fence(ev.clone());
@@ -192,7 +192,7 @@ fn acquire_parked_on_condvar_switches_to_a_newly_pending_event() {
 fn writing_a_fenced_buffer_waits_for_its_copy() {
     let p = pool(1, 8);
     let ev = event();
-    let mut b = p.acquire();
+    let mut b = p.acquire().unwrap();
     b.fence(ev.clone());
     let _ = &b[..]; // reads do not wait
     let completer = {
@@ -211,8 +211,8 @@ fn writing_a_fenced_buffer_waits_for_its_copy() {
 #[test]
 fn failed_event_withdraws_the_buffer_for_good() {
     let p = pool(2, 8);
-    let mut a = p.acquire();
-    let held = p.acquire();
+    let mut a = p.acquire().unwrap();
+    let held = p.acquire().unwrap();
     let ev = event();
     a.fence(ev.clone());
     let a_id = a.id();
@@ -221,12 +221,12 @@ fn failed_event_withdraws_the_buffer_for_good() {
     // Nothing is free, so the waiter must try a's event; the failure withdraws
     // a, and the waiter then gets the other buffer once it is dropped.
     let p2 = p.clone();
-    let waiter = thread::spawn(move || p2.acquire().id());
+    let waiter = thread::spawn(move || p2.acquire().unwrap().id());
     eventually("a to be withdrawn", || p.stats().lost == 1);
     let held_id = held.id();
     drop(held);
     assert_eq!(waiter.join().unwrap(), held_id);
-    let b = p.acquire();
+    let b = p.acquire().unwrap();
     assert_ne!(b.id(), a_id);
     assert!(p.try_acquire().is_none(), "a must never come back");
     let s = p.stats();
@@ -237,29 +237,31 @@ fn failed_event_withdraws_the_buffer_for_good() {
 fn wait_fences_reports_the_error() {
     let p = pool(1, 8);
     let ev = event();
-    let mut b = p.acquire();
+    let mut b = p.acquire().unwrap();
     b.fence(ev.clone());
     ev.fail("boom");
     assert!(matches!(b.wait_fences(), Err(PinnedError::Cuda { .. })));
 }
 
 #[test]
-#[should_panic(expected = "lost to failed copy events")]
-fn acquire_panics_when_every_buffer_is_lost() {
+fn acquire_fails_clearly_when_every_buffer_is_lost() {
     let p = pool(1, 8);
     let ev = event();
-    let mut b = p.acquire();
+    let mut b = p.acquire().unwrap();
     b.fence(ev.clone());
     drop(b);
     ev.fail("context lost");
-    let _ = p.acquire();
+    let e = p.acquire().unwrap_err();
+    assert!(matches!(e, PinnedError::Cuda { .. }), "{e:?}");
+    assert!(e.to_string().contains("lost to failed copy events"), "{e}");
+    assert!(p.acquire().is_err(), "and stays an error, never a hang");
 }
 
 #[test]
 fn dropping_the_pool_waits_for_pending_copies() {
     let p = pool(1, 8);
     let ev = event();
-    let mut b = p.acquire();
+    let mut b = p.acquire().unwrap();
     b.fence(ev.clone());
     drop(b);
     let dropper = thread::spawn(move || drop(p));
@@ -272,7 +274,7 @@ fn dropping_the_pool_waits_for_pending_copies() {
 #[test]
 fn buffers_outlive_their_pool_handle() {
     let p = pool(1, 8);
-    let b = p.acquire();
+    let b = p.acquire().unwrap();
     drop(p);
     drop(b);
 }
@@ -283,7 +285,7 @@ fn device_pool_without_driver_is_cuda_unavailable() {
     if cfg!(feature = "cuda") && cuda_driver_available() {
         // A GPU machine: the pinned path must work instead.
         let p = res.expect("pinned pool on a machine with a driver");
-        assert!(p.acquire().is_pinned());
+        assert!(p.acquire().unwrap().is_pinned());
         return;
     }
     match res {
@@ -333,7 +335,7 @@ fn stats_add_up_under_contention() {
             let (p, events) = (p.clone(), events.clone());
             thread::spawn(move || {
                 for i in 0..500 {
-                    let mut b = p.acquire();
+                    let mut b = p.acquire().unwrap();
                     if i % 2 == 0 {
                         let ev = event();
                         b.fence(ev.clone());

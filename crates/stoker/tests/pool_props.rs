@@ -69,7 +69,8 @@ impl World {
                     // Blocking only with empty hands: then whoever holds buffers
                     // never blocks, and the simulated GPU completes every event,
                     // so the test cannot deadlock.
-                    let got = if holding.is_empty() { Some(self.pool.acquire()) } else { self.pool.try_acquire() };
+                    let got =
+                        if holding.is_empty() { Some(self.pool.acquire().unwrap()) } else { self.pool.try_acquire() };
                     if let Some(b) = got {
                         self.took(&b);
                         holding.push(b);

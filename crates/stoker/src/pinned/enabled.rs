@@ -192,7 +192,7 @@ impl GpuCopier {
         if len > self.buffer_bytes {
             return Err(PinnedError::TooLarge { requested: len, capacity: self.buffer_bytes });
         }
-        let mut slot = self.ring.acquire();
+        let mut slot = self.ring.acquire().map_err(|_| super::all_lost())?;
         self.stream.memcpy_htod(host.filled(), &mut slot.item_mut().buf).map_err(cuda_err("memcpy_htod"))?;
         let event = match CudaCopyEvent::record(&self.stream) {
             Ok(ev) => Arc::new(ev),

@@ -199,10 +199,10 @@ impl HostPool {
 
     /// Blocks until a buffer is free; when only fenced buffers remain, waits on the oldest fence.
     ///
-    /// # Panics
-    /// If every buffer was lost to failed fence waits (see [`PoolStats::lost`]).
-    pub fn acquire(&self) -> HostBuffer {
-        HostBuffer::new(self.inner.acquire())
+    /// Fails with [`PinnedError::Cuda`] once every buffer was lost to failed fence waits (see
+    /// [`PoolStats::lost`]): the CUDA context is unusable and nothing will come back.
+    pub fn acquire(&self) -> Result<HostBuffer, PinnedError> {
+        self.inner.acquire().map(HostBuffer::new).map_err(|_| all_lost())
     }
 
     /// A free buffer if there is one right now.
@@ -218,6 +218,16 @@ impl HostPool {
     /// Capacity of each buffer in bytes.
     pub fn buffer_bytes(&self) -> usize {
         self.buffer_bytes
+    }
+}
+
+/// The error for a pool or ring whose every buffer was withdrawn after failed copy events.
+pub(crate) fn all_lost() -> PinnedError {
+    PinnedError::Cuda {
+        op: "acquire",
+        message: "every buffer of this pool was lost to failed copy events; the CUDA context is unusable \
+                  (recreate the loader, or use device=None)"
+            .to_owned(),
     }
 }
 

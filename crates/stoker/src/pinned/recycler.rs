@@ -30,6 +30,10 @@ struct State<T> {
     waits: u64,
 }
 
+/// Every slot of a recycler was withdrawn after failed copy events.
+#[derive(Debug)]
+pub(super) struct AllLost;
+
 impl<T> State<T> {
     fn reclaim_completed(&mut self) {
         let mut i = 0;
@@ -86,7 +90,9 @@ impl<T: Send> Recycler<T> {
         Some(self.lease(&mut st, slot))
     }
 
-    pub(super) fn acquire(self: &Arc<Self>) -> Lease<T> {
+    /// A free slot, waiting for one; `Err(AllLost)` once every slot was withdrawn after a
+    /// failed copy event (nothing will ever come back).
+    pub(super) fn acquire(self: &Arc<Self>) -> Result<Lease<T>, AllLost> {
         let mut st = lock(&self.state);
         let mut waited = false;
         loop {
@@ -98,7 +104,7 @@ impl<T: Send> Recycler<T> {
                     // We may have reclaimed several; pass the wake-up on.
                     self.returned.notify_one();
                 }
-                return lease;
+                return Ok(lease);
             }
             waited = true;
             if let Some(oldest) = st.pending.front() {
@@ -115,8 +121,7 @@ impl<T: Send> Recycler<T> {
                     }
                 }
             } else if st.in_use == 0 {
-                drop(st);
-                panic!("every buffer of this pool was lost to failed copy events; the CUDA context is unusable");
+                return Err(AllLost);
             } else {
                 st = self.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
             }
