@@ -11,8 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::IoCounters;
 
-/// Sub-buckets per power of two: 4 gives about 19% relative error per bucket.
-const SUB: usize = 4;
+/// Sub-buckets per power of two: 16 keeps a bucket within about 6% of its values, so p50
+/// and p99 of a narrow distribution stay apart instead of sharing one coarse bucket.
+const SUB: usize = 16;
+const SUB_BITS: usize = SUB.trailing_zeros() as usize;
 const BUCKETS: usize = 64 * SUB;
 
 /// A lock-free log-scale histogram of durations (nanoseconds).
@@ -37,18 +39,21 @@ fn bucket_of(ns: u64) -> usize {
         return ns as usize;
     }
     let log = 63 - ns.leading_zeros() as usize;
-    // The two bits after the leading one pick the sub-bucket.
-    let sub = ((ns >> (log - 2)) & (SUB as u64 - 1)) as usize;
+    // The SUB_BITS bits after the leading one pick the sub-bucket.
+    let sub = ((ns >> (log - SUB_BITS)) & (SUB as u64 - 1)) as usize;
     (log * SUB + sub).min(BUCKETS - 1)
 }
 
 fn bucket_floor(b: usize) -> u64 {
-    // Buckets SUB..2*SUB are never used: 4..8 ns already lands in log 2's buckets.
-    if b < 2 * SUB {
-        return (b as u64).min(SUB as u64);
+    if b < SUB {
+        return b as u64;
     }
     let (log, sub) = (b / SUB, (b % SUB) as u64);
-    (1u64 << log) + (sub << (log - 2))
+    // Rows below SUB_BITS are never used: values under SUB land in the exact buckets above.
+    if log < SUB_BITS {
+        return SUB as u64;
+    }
+    (1u64 << log) + (sub << (log - SUB_BITS))
 }
 
 impl Histogram {
@@ -243,13 +248,16 @@ mod tests {
     #[test]
     fn buckets_are_monotonic_and_tight() {
         let mut last = 0;
-        for ns in [0u64, 1, 3, 4, 5, 7, 8, 100, 1000, 12345, 1 << 40, u64::MAX] {
+        for ns in [0u64, 1, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 100, 1000, 12345, 1 << 40, u64::MAX] {
             let b = bucket_of(ns);
             assert!(b >= last, "{ns}");
             last = b;
             assert!(bucket_floor(b) <= ns, "{ns} below its bucket floor {}", bucket_floor(b));
             if b + 1 < BUCKETS {
-                assert!(ns < bucket_floor(b + 1), "{ns} past its bucket");
+                let next = bucket_floor(b + 1);
+                assert!(ns < next, "{ns} past its bucket");
+                // Within 1/SUB of the value: what keeps p50 and p99 of a narrow spread apart.
+                assert!((next - bucket_floor(b)) as f64 <= (ns.max(SUB as u64) as f64) / SUB as f64 + 1.0, "{ns}");
             }
         }
     }
@@ -262,8 +270,13 @@ mod tests {
         }
         let p50 = h.quantile(0.5).as_secs_f64() * 1e3;
         let p99 = h.quantile(0.99).as_secs_f64() * 1e3;
-        assert!((40.0..=62.0).contains(&p50), "p50 {p50}");
-        assert!((80.0..=125.0).contains(&p99), "p99 {p99}");
+        assert!((47.0..=54.0).contains(&p50), "p50 {p50}");
+        assert!((93.0..=106.0).contains(&p99), "p99 {p99}");
+        // Two close latencies land in different buckets.
+        let (a, b) = (Histogram::default(), Histogram::default());
+        a.record(Duration::from_micros(37_700));
+        b.record(Duration::from_micros(41_500));
+        assert_ne!(a.quantile(0.5), b.quantile(0.5));
         assert_eq!(Histogram::default().quantile(0.5), Duration::ZERO);
         assert!((h.mean().as_secs_f64() * 1e3 - 50.5).abs() < 0.01);
     }
