@@ -20,6 +20,8 @@ use report::Row;
 use ui::{Ui, Unit};
 use worker::{Job, LoaderParams};
 
+use crate::units::{parse_duration, parse_size};
+
 /// Arguments of `stoker bench`.
 #[derive(Args)]
 #[command(after_help = "Examples:\n  \
@@ -57,8 +59,8 @@ pub(crate) struct BenchArgs {
     /// Demo: number of samples (default: about 1 GiB's worth).
     #[arg(long)]
     samples: Option<u64>,
-    /// Demo: bytes per sample, default 64KiB (suffixes K/KiB, M/MiB: powers of 1024).
-    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    /// Demo: bytes per sample, default 64KiB (K/KiB, M/MiB: powers of 1024; KB, MB: of 1000).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     size: Option<u64>,
     /// Demo: keep the dataset in DIR (reused by later runs with the same --samples/--size)
     /// instead of a temporary directory removed at the end.
@@ -253,57 +255,4 @@ async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: rep
     }
     drop(data);
     Ok(())
-}
-
-/// `25ms`, `1.5s`, `500us`, `2m`; a bare number is milliseconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration; write e.g. 25ms or 1.5s"))?;
-    let secs = match unit.trim() {
-        "" | "ms" => v / 1e3,
-        "us" | "µs" => v / 1e6,
-        "s" => v,
-        "m" | "min" => v * 60.0,
-        other => return Err(format!("unknown unit {other:?} in {s:?}; use us, ms, s or m")),
-    };
-    if !(0.0..=86_400.0).contains(&secs) {
-        return Err(format!("{s:?} is out of range (0 to 24 h)"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-/// `65536`, `64K`, `64KiB`, `1M`, `1MiB` (powers of 1024).
-fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit() && c != '_').unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: u64 = num.replace('_', "").parse().map_err(|_| format!("{s:?} is not a size; write e.g. 65536 or 64KiB"))?;
-    let mul: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" | "kb" => 1 << 10,
-        "m" | "mib" | "mb" => 1 << 20,
-        "g" | "gib" | "gb" => 1 << 30,
-        other => return Err(format!("unknown unit {other:?} in {s:?}; use K, M or G (powers of 1024)")),
-    };
-    v.checked_mul(mul).ok_or_else(|| format!("{s:?} is too large"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_and_sizes_parse() {
-        assert_eq!(parse_duration("25ms").unwrap(), Duration::from_millis(25));
-        assert_eq!(parse_duration("25").unwrap(), Duration::from_millis(25));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
-        assert!(parse_duration("fast").is_err() && parse_duration("3h").is_err() && parse_duration("-1s").is_err());
-        assert_eq!(parse_bytes("65536").unwrap(), 65536);
-        assert_eq!(parse_bytes("64KiB").unwrap(), 65536);
-        assert_eq!(parse_bytes("1M").unwrap(), 1 << 20);
-        assert!(parse_bytes("1T").is_err() && parse_bytes("x").is_err() && parse_bytes("99999999999G").is_err());
-    }
 }

@@ -16,6 +16,7 @@ use stoker::loader::{HostBuffers, LoaderConfig, Transform};
 use stoker::sampler::Order;
 use stoker::SourceOptions;
 
+use crate::units::parse_duration;
 use crate::{load_config, write_result, SourceArgs};
 
 /// Arguments of `stoker diagnose`.
@@ -139,37 +140,4 @@ fn busy_transform(cost: Duration) -> Transform {
         std::hint::black_box(acc);
         Ok(sample)
     })
-}
-
-/// `20ms`, `1.5s`, `250us`, `2m`, or a bare number of milliseconds.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration; write it like 20ms, 1.5s or 250us"))?;
-    let seconds = match unit.trim() {
-        "" | "ms" => value / 1e3,
-        "s" => value,
-        "us" | "µs" => value / 1e6,
-        "ns" => value / 1e9,
-        "m" | "min" => value * 60.0,
-        other => return Err(format!("unknown unit `{other}` in `{s}`; use ns, us, ms, s or m")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("`{s}`: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_duration;
-    use std::time::Duration;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("20ms").unwrap(), Duration::from_millis(20));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
-        assert_eq!(parse_duration("7").unwrap(), Duration::from_millis(7));
-        assert!(parse_duration("fast").is_err());
-        assert!(parse_duration("3 parsecs").unwrap_err().contains("parsecs"));
-    }
 }

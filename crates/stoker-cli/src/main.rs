@@ -12,6 +12,7 @@ mod bench;
 mod diagnose;
 mod index;
 mod pack;
+mod units;
 use stoker::{DynSampleSource, SourceOptions};
 
 const URI_HELP: &str = "Where the samples are: a directory of files, a directory of .tar shards, \

@@ -8,6 +8,7 @@ use indicatif::ProgressBar;
 use stoker::pack::{PackOptions, PackProgress};
 use stoker::Layout;
 
+use crate::units::parse_size;
 use crate::{human_bytes, human_duration, write_result, SourceArgs};
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -65,31 +66,6 @@ pub(crate) struct PackArgs {
     /// No progress bar (it is only drawn when standard error is a terminal anyway).
     #[arg(long, short)]
     quiet: bool,
-}
-
-/// `256MiB`, `1.5GB`, `4096`: binary units with `i` (or a bare K/M/G), decimal with `B` alone.
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a size; write e.g. 256MiB, 1GB or 4096"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        other => return Err(format!("unknown unit `{other}` in `{s}`; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB")),
-    };
-    let bytes = n * mult as f64;
-    if !(1.0..=u64::MAX as f64).contains(&bytes) {
-        return Err(format!("`{s}` is out of range; a shard size is at least 1 byte"));
-    }
-    Ok(bytes as u64)
 }
 
 /// The progress bar, plus a test hook: `STOKER_TEST_PACK_ABORT_AFTER=N` kills the process
@@ -181,21 +157,4 @@ pub(crate) async fn run(args: PackArgs) -> Result<(), String> {
         )
     };
     write_result(writeln!(io::stdout().lock(), "{text}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_with_units() {
-        assert_eq!(parse_size("256MiB"), Ok(256 << 20));
-        assert_eq!(parse_size("1GB"), Ok(1_000_000_000));
-        assert_eq!(parse_size("1.5 GiB"), Ok(3 << 29));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("64k"), Ok(64 << 10));
-        assert!(parse_size("12 parsecs").unwrap_err().contains("unknown unit"));
-        assert!(parse_size("MiB").is_err());
-        assert!(parse_size("0").is_err());
-    }
 }
