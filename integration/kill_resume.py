@@ -68,11 +68,11 @@ def write_shards(bucket: Path, samples: int, shards: int) -> None:
 class S3Server:
     """The embedded S3 server over ``root`` (each subdirectory a bucket)."""
 
-    def __init__(self, root: Path) -> None:
-        binary = os.environ.get("STOKER_S3_SERVER") or str(ROOT / "target/debug/s3_server")
+    def __init__(self, root: Path, binary: Optional[str] = None, who: str = "kill_resume") -> None:
+        binary = binary or os.environ.get("STOKER_S3_SERVER") or str(ROOT / "target/debug/s3_server")
         if not os.path.isfile(binary):
             sys.exit(
-                f"kill_resume: no S3 server binary at {binary}: build it with "
+                f"{who}: no S3 server binary at {binary}: build it with "
                 "`cargo build -p stoker-test-servers --bin s3_server` or set STOKER_S3_SERVER"
             )
         self.proc = subprocess.Popen(
@@ -84,7 +84,7 @@ class S3Server:
         line = self.proc.stdout.readline().strip()
         if not line.startswith("listening on "):
             self.proc.kill()
-            sys.exit(f"kill_resume: the S3 server did not start: {line!r}")
+            sys.exit(f"{who}: the S3 server did not start: {line!r}")
         self.endpoint = "http://" + line.split()[-1]
 
     def uri(self, path: str) -> str:

@@ -37,6 +37,9 @@ import time
 from pathlib import Path
 from typing import List, Tuple
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kill_resume import S3Server  # noqa: E402  (the same embedded-server start-up)
+
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1 << 20
 # Small shards: the test S3 server (s3s-fs) hashes the whole object on every ranged GET, so its
@@ -138,18 +141,17 @@ def main() -> int:
     # The release server when built: the debug one spends a core on hashing (see SHARD_MB).
     release = ROOT / "target/release/s3_server"
     binary = os.environ.get("STOKER_S3_SERVER") or str(release if release.exists() else ROOT / "target/debug/s3_server")
-    if not os.path.isfile(binary):
-        sys.exit(f"soak: no S3 server at {binary}: `cargo build -p stoker-test-servers --bin s3_server`")
     work = Path(tempfile.mkdtemp(prefix="stoker-soak-"))
     samples = write_shards(work / "data/soak", a.mb)
-    server = subprocess.Popen([binary, "--root", str(work / "data"), "--access-key", "ak", "--secret-key", "sk"],
-                              stdout=subprocess.PIPE, text=True)
-    assert server.stdout is not None
-    endpoint = "http://" + server.stdout.readline().split()[-1]
-    uri = (
-        f"s3://soak?endpoint={endpoint}&access_key_id=ak&secret_access_key=sk&cache_bytes={a.cache_mb * MB}"
-        f"&cache_block={a.cache_block_kb << 10}"
-    )
+    server = S3Server(work / "data", binary, who="soak")
+    try:
+        return soak(a, work, samples, server.uri("soak") + f"&cache_bytes={a.cache_mb * MB}&cache_block={a.cache_block_kb << 10}")
+    finally:
+        server.stop()
+
+
+def soak(a: argparse.Namespace, work: Path, samples: int, uri: str) -> int:
+    """Run the reader child over ``uri`` for the set time, sampling its RSS; report and judge."""
     seconds = a.minutes * 60
     cmd = [sys.executable, __file__, "--child", "--uri", uri, "--seconds", str(seconds)]
     cmd += ["--batch-size", str(a.batch_size), "--prefetch", str(a.prefetch), "--budget-mb", str(a.budget_mb)]
@@ -159,7 +161,6 @@ def main() -> int:
     ready = proc.stdout.readline()
     if not ready.startswith('{"ready"'):
         proc.wait()
-        server.terminate()
         sys.exit(f"soak: the reader did not start (exit {proc.returncode})")
     baseline, _ = rss_kb(proc.pid)
     assert proc.stdin is not None
@@ -186,8 +187,6 @@ def main() -> int:
         time.sleep(1.0)  # sampling period, not synchronisation
     proc.wait()
     reader.join(timeout=10)
-    server.terminate()
-    server.wait(timeout=10)
 
     elapsed = time.monotonic() - started
     # Warm-up: a quarter of the run, and at least two epochs (the cache is full by then).
