@@ -18,7 +18,7 @@ use crate::source::DynSampleSource;
 
 /// The hidden working environment inside the destination, kept across interruptions.
 pub(crate) const WORK_DIR: &str = ".stoker-pack-lmdb";
-const DATA: &str = "data.mdb";
+pub(super) const DATA: &str = "data.mdb";
 
 pub(crate) fn remove_work(dir: &Path) -> std::io::Result<()> {
     match std::fs::remove_dir_all(dir.join(WORK_DIR)) {
@@ -40,6 +40,11 @@ pub(crate) async fn write(
         return Err(Error::NotSupported { what: format!("{shown}: LMDB is written to a local directory") });
     };
     let lmdb_err = |reason: String| Error::Lmdb { path: dir.join(WORK_DIR).display().to_string(), reason };
+    // Before anything is written: an empty data.mdb published here would let a rerun
+    // "resume" into an empty LMDB.
+    if plan.outs.is_empty() {
+        return Err(lmdb_err("nothing to write".into()));
+    }
     let final_path = dir.join(DATA);
     let all: u64 = plan.file.payload_bytes;
     if resume {
@@ -108,9 +113,6 @@ pub(crate) async fn write(
     let written = writer.await.map_err(Error::task)?;
     fed?;
     let bytes = written?;
-    if start == 0 && plan.outs.is_empty() {
-        return Err(lmdb_err("nothing to write".into()));
-    }
     Ok(Written { bytes, resumed: 0, written_samples: plan.outs.len() - start })
 }
 

@@ -342,9 +342,9 @@ impl Dest {
                         or choose another destination"
                 .into());
         };
-        let mut names: Vec<String> = vec![crate::source::manifest::MANIFEST.into(), "data.mdb".into()];
+        let mut names: Vec<String> = vec![crate::source::manifest::MANIFEST.into(), lmdb_out::DATA.into()];
         for s in &old.shards {
-            names.push(format!("{}.stoker-idx.json", s.name));
+            names.push(crate::source::tar_index::sidecar_path(&s.name));
             names.push(tar_out::temp_name(&s.name));
             names.push(s.name.clone());
         }

@@ -145,7 +145,7 @@ impl ShardIndex {
 }
 
 /// Where the sidecar of `shard` lives next to it, in the store.
-fn sidecar_path(shard: &str) -> String {
+pub(crate) fn sidecar_path(shard: &str) -> String {
     format!("{shard}{SIDECAR_SUFFIX}")
 }
 
