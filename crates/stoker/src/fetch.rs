@@ -178,48 +178,50 @@ impl Fetcher {
             ranges.iter().filter(|r| r.end > r.start).flat_map(|r| r.start / bs..=(r.end - 1) / bs).collect();
         blocks.sort_unstable();
         blocks.dedup();
-        let object = path.to_string();
         // Reads wait their turn rather than hold more blocks than the bound at once; a read
         // needing more than the bound takes all of it and goes alone.
         let want = blocks.len().clamp(1, self.held_blocks_max) as u32;
         let _held = self.held_blocks.acquire_many(want).await.ok(); // never closed
                                                                     // Adjacent blocks missing together are one request (cut into blocks for the cache),
-                                                                    // not one request each: a cold batch costs as many requests as without a cache. A
-                                                                    // run is fetched only if one of its blocks is a miss, and at most once.
+                                                                    // not one request each: a cold batch costs as many requests as without a cache. A run
+                                                                    // is fetched only if one of its blocks is a miss, and at most once.
         let max_run = (self.cfg.part_size / bs).max(1);
-        let mut runs: Vec<(Range<u64>, RunFetch)> = Vec::new();
+        let shown: Arc<str> = shown.into();
+        let mut runs: Vec<(u64, RunFetch)> = Vec::new();
+        let mut run_of = Vec::with_capacity(blocks.len()); // blocks[i] is in runs[run_of[i]]
         let mut i = 0;
         while i < blocks.len() {
             let first = blocks[i];
             let mut end = first + 1;
+            run_of.push(runs.len());
             i += 1;
             while i < blocks.len() && blocks[i] == end && end - first < max_run {
                 end += 1;
+                run_of.push(runs.len());
                 i += 1;
             }
             let range = first * bs..(end * bs).min(size);
-            let (me, path, shown) = (self.clone(), path.clone(), shown.to_string());
+            let (me, path, shown) = (self.clone(), path.clone(), shown.clone());
             let if_match = if_match.map(str::to_string);
             let fetch: RunFetch =
                 async move { me.fetch_range(&path, &shown, range, if_match.as_deref()).await.map_err(Arc::new) }
                     .boxed()
                     .shared();
-            runs.push((first..end, fetch));
+            runs.push((first, fetch));
         }
-        let fetched = futures::future::try_join_all(blocks.iter().map(|&b| {
+        let fetched = futures::future::try_join_all(blocks.iter().zip(&run_of).map(|(&b, &r)| {
             let range = b * bs..((b + 1) * bs).min(size);
-            let key = crate::cache::block_key(&object, version, b);
+            let key = crate::cache::block_key(path.as_ref(), version, b);
             let len = (range.end - range.start) as usize;
-            let (run_blocks, run) =
-                runs.iter().find(|(r, _)| r.contains(&b)).cloned().expect("every block is in a run");
-            let at = ((b - run_blocks.start) * bs) as usize;
-            let shown = shown.to_string();
+            let (first, run) = runs[r].clone();
+            let at = ((b - first) * bs) as usize;
+            let shown = shown.clone();
             cache.get_or_fetch(key, len, move || async move {
                 let data = run.await.map_err(Error::Shared)?;
                 // A copy, so each cached block is its own allocation and the cache's byte
                 // count is what it holds.
                 data.get(at..at + len).map(Bytes::copy_from_slice).ok_or_else(|| Error::Fetch {
-                    object: shown,
+                    object: shown.to_string(),
                     what: format!("block {b}"),
                     attempts: 1,
                     message: format!("the read returned {} bytes where the block needs {}", data.len(), at + len),

@@ -38,6 +38,8 @@ struct Inner {
 struct Shard {
     index: ShardIndex,
     names: Vec<Arc<str>>,
+    /// The cache's version key for this shard's bytes (fixed once indexed).
+    version: String,
 }
 
 /// One coalesced read: a byte range of a shard and the samples carved out of it.
@@ -98,7 +100,7 @@ impl TarSource {
             .map(|index| {
                 starts.push(total);
                 total += index.len();
-                Shard { names: tar_index::intern_names(&index, &mut pool), index }
+                Shard { names: tar_index::intern_names(&index, &mut pool), version: version_of(&index), index }
             })
             .collect();
         starts.push(total);
@@ -120,21 +122,25 @@ impl TarSource {
     }
 }
 
+/// What the block cache keys a shard's bytes by: its entity tag when the store gives one,
+/// else its modification time, with its size.
+fn version_of(idx: &ShardIndex) -> String {
+    match &idx.e_tag {
+        Some(tag) => format!("{tag}/{}", idx.size),
+        None => format!("{}/{}", idx.modified_us, idx.size),
+    }
+}
+
 impl Inner {
     /// One byte range of a shard; remote shards go through the block cache when configured,
     /// keyed by the shard's version so a rewritten shard is never served stale.
     async fn read(&self, shard: usize, range: Range<u64>) -> Result<Bytes> {
         let idx = &self.shards[shard].index;
-        let version = match &idx.e_tag {
-            Some(tag) => format!("{tag}/{}", idx.size),
-            None => format!("{}/{}", idx.modified_us, idx.size),
-        };
+        let version = &self.shards[shard].version;
         // A weak tag names equivalent content, not these bytes: no precondition on it.
         let e_tag = idx.e_tag.as_deref().filter(|t| !t.starts_with("W/"));
-        let mut got = self
-            .store
-            .get_ranges_versioned(&idx.shard, std::slice::from_ref(&range), idx.size, &version, e_tag)
-            .await?;
+        let mut got =
+            self.store.get_ranges_versioned(&idx.shard, std::slice::from_ref(&range), idx.size, version, e_tag).await?;
         Ok(got.pop().unwrap_or_default())
     }
 
