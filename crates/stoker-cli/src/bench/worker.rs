@@ -156,6 +156,9 @@ fn emit(line: &str) -> Result<(), String> {
     writeln!(out, "{line}").and_then(|_| out.flush()).map_err(|e| format!("writing to the parent: {e}"))
 }
 
+/// How often a child reports progress (and the loader child samples its memory).
+const PROGRESS_EVERY: Duration = Duration::from_millis(50);
+
 /// Child side of [`Job::Loader`].
 pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<(), String> {
     use stoker::loader::{Loader, LoaderConfig};
@@ -173,39 +176,43 @@ pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<(), Stri
     }
     let loader = Loader::new(src.clone(), cfg).map_err(|e| e.to_string())?;
     emit(&format!("total {}", src.len() as u64 * p.epochs.max(1)))?;
-    let (mut samples, mut bytes) = (0u64, 0u64);
+    let mut samples = 0u64;
     let mut peak_anon = status_mib("RssAnon:");
-    let mut wait = Duration::ZERO;
+    // Progress and the anonymous-memory peak are sampled, not taken per batch: reading
+    // /proc inside the timed loop would cost the loader what the raw reference does not pay.
+    let mut polled = Instant::now();
     let started = Instant::now();
     for epoch in 0..p.epochs.max(1) {
         let mut stream = loader.epoch(epoch).map_err(|e| e.to_string())?;
-        loop {
-            let asked = Instant::now();
-            let Some(b) = stream.next_batch().await else { break };
-            wait += asked.elapsed();
+        while let Some(b) = stream.next_batch().await {
             let b = b.map_err(|e| e.to_string())?;
             samples += b.len() as u64;
-            bytes += b.payload_bytes();
             drop(b);
-            peak_anon = max_opt(peak_anon, status_mib("RssAnon:"));
-            emit(&format!("progress {samples}"))?;
+            if polled.elapsed() >= PROGRESS_EVERY {
+                polled = Instant::now();
+                peak_anon = max_opt(peak_anon, status_mib("RssAnon:"));
+                emit(&format!("progress {samples}"))?;
+            }
             if !p.step.is_zero() {
                 tokio::time::sleep(p.step).await;
             }
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    peak_anon = max_opt(peak_anon, status_mib("RssAnon:"));
+    emit(&format!("progress {samples}"))?;
+    // The loader counts delivered bytes and the consumer's wait in next_batch itself.
     let st = loader.stats();
     let m = Measured {
         source: src.to_string(),
         layout: src.info().layout.as_str().to_string(),
         samples,
-        bytes,
+        bytes: st.bytes,
         seconds,
         open_s,
         fetch_p50_ms: Some(st.fetch_p50_ms),
         fetch_p99_ms: Some(st.fetch_p99_ms),
-        consumer_wait_s: Some(wait.as_secs_f64()),
+        consumer_wait_s: Some(st.consumer_wait_s),
         store_requests: st.store_requests,
         retries: st.retries,
         hedges: st.hedges,
@@ -259,7 +266,7 @@ pub(crate) fn raw_child(dir: &Path, samples: u64, epochs: u64) -> Result<(), Str
                 emit(&format!("progress {done}"))?;
                 last = done;
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(PROGRESS_EVERY); // a progress period, not synchronisation
         }
         workers.into_iter().try_for_each(|w| w.join().map_err(|_| "a raw read thread panicked".to_string())?)
     })?;
