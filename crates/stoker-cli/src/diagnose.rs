@@ -14,10 +14,9 @@ use clap::Args;
 use stoker::diagnose::{diagnose, Consumer, DiagnoseConfig};
 use stoker::loader::{HostBuffers, LoaderConfig, Transform};
 use stoker::sampler::Order;
-use stoker::SourceOptions;
 
 use crate::units::parse_duration;
-use crate::{load_config, write_result, SourceArgs};
+use crate::{write_result, SourceArgs};
 
 /// Arguments of `stoker diagnose`.
 #[derive(Args)]
@@ -66,10 +65,7 @@ pub(crate) struct DiagnoseArgs {
 }
 
 pub(crate) async fn run(args: DiagnoseArgs) -> Result<(), String> {
-    let options = match &args.source.config {
-        None => SourceOptions::default(),
-        Some(path) => load_config(path)?,
-    };
+    let options = args.source.options()?;
     if !(args.seconds > 0.0 && args.seconds.is_finite()) {
         return Err(format!("--seconds must be a positive number, not {}", args.seconds));
     }

@@ -4,9 +4,8 @@ use std::io::{self, Write};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use stoker::SourceOptions;
 
-use crate::{human_bytes, human_duration, load_config, write_result, SourceArgs};
+use crate::{human_bytes, human_duration, write_result, SourceArgs};
 
 /// A bar on standard error, drawn only on a terminal and when not `quiet`.
 pub(crate) fn bar(quiet: bool, template: &str) -> ProgressBar {
@@ -21,10 +20,7 @@ pub(crate) fn bar(quiet: bool, template: &str) -> ProgressBar {
 }
 
 pub(crate) async fn run(args: &SourceArgs, json: bool, quiet: bool) -> Result<(), String> {
-    let options = match &args.config {
-        None => SourceOptions::default(),
-        Some(path) => load_config(path)?,
-    };
+    let options = args.options()?;
     let started = Instant::now();
     let pb = bar(quiet, "{spinner} indexing [{bar:40}] {pos}/{len} shards {elapsed}");
     let on_shard = {

@@ -1,7 +1,7 @@
 //! `stoker`: look inside datasets that feed GPU training, from any source URI.
 
 use std::io::{self, BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,16 +93,22 @@ pub(crate) struct SourceArgs {
 }
 
 impl SourceArgs {
+    /// The options of `--config`, or the defaults.
+    pub(crate) fn options(&self) -> Result<SourceOptions, String> {
+        options(self.config.as_deref())
+    }
+
     pub(crate) async fn open(&self) -> Result<Arc<DynSampleSource>, String> {
-        let options = match &self.config {
-            None => SourceOptions::default(),
-            Some(path) => load_config(path)?,
-        };
-        stoker::open(&self.uri, options).await.map_err(|e| e.to_string())
+        stoker::open(&self.uri, self.options()?).await.map_err(|e| e.to_string())
     }
 }
 
-pub(crate) fn load_config(path: &PathBuf) -> Result<SourceOptions, String> {
+/// The options in the config file at `path`, or the defaults without one.
+pub(crate) fn options(path: Option<&Path>) -> Result<SourceOptions, String> {
+    path.map_or_else(|| Ok(SourceOptions::default()), load_config)
+}
+
+fn load_config(path: &Path) -> Result<SourceOptions, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
     let is_json = path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
     if is_json {

@@ -98,7 +98,9 @@ impl PackProgress for Bar {
 }
 
 pub(crate) async fn run(args: PackArgs) -> Result<(), String> {
-    let src = args.source.open().await?;
+    // One read of --config: the source's options, and the destination's store options.
+    let options = args.source.options()?;
+    let src = stoker::open(&args.source.uri, options.clone()).await.map_err(|e| e.to_string())?;
     let layout = match args.layout {
         PackLayout::Tar => Layout::Tar,
         PackLayout::Lmdb => Layout::Lmdb,
@@ -116,9 +118,9 @@ pub(crate) async fn run(args: PackArgs) -> Result<(), String> {
     if let Some(j) = args.jobs {
         opts.jobs = j.max(1);
     }
-    if let Some(cfg) = &args.source.config {
+    if args.source.config.is_some() {
         // Remote destinations take the same store options (endpoint, region) as the source.
-        opts.dest_options = crate::load_config(cfg)?;
+        opts.dest_options = options;
         (opts.dest_options.layout, opts.dest_options.list, opts.dest_options.field) = (None, None, None);
     }
     let bar = Bar {

@@ -162,10 +162,7 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(50);
 /// Child side of [`Job::Loader`].
 pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<(), String> {
     use stoker::loader::{Loader, LoaderConfig};
-    let options = match &p.config {
-        None => stoker::SourceOptions::default(),
-        Some(path) => crate::load_config(path)?,
-    };
+    let options = crate::options(p.config.as_deref())?;
     let opened = Instant::now();
     let src = stoker::open(uri, options).await.map_err(|e| e.to_string())?;
     let open_s = opened.elapsed().as_secs_f64();
