@@ -2,18 +2,13 @@
 //! and the latency proxy, on tiny datasets.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
 mod common;
-use common::{shards, text};
+use common::{shards, stoker, text};
 
 const ALL: [&str; 6] = ["raw", "files", "tar", "lmdb", "s3-objects", "s3-tar"];
-
-fn stoker(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stoker")).args(args).output().expect("run stoker")
-}
 
 /// The run object and the rows of a `--json` run that must have succeeded.
 fn json_run(args: &[&str]) -> (Value, Vec<Value>) {

@@ -1,13 +1,9 @@
 //! The `stoker` binary end to end, on real files.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 mod common;
-use common::{shards, text};
-
-fn stoker(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stoker")).args(args).output().expect("run stoker")
-}
+use common::{shards, stoker, text};
 
 #[test]
 fn ls_cat_inspect_on_tar_shards() {

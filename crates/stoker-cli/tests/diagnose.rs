@@ -1,14 +1,9 @@
 //! `stoker diagnose` end to end on real files: the planted bottleneck is named, in text and JSON.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 mod common;
-use common::text;
-
-fn stoker(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stoker")).args(args).output().expect("run stoker")
-}
+use common::{stoker, text};
 
 /// 160 files of 8 KiB.
 fn files(dir: &Path) {

@@ -1,13 +1,13 @@
 //! The CLI never prints credentials: failing remote opens with secrets in the URI query and
 //! in a config file (also one with a secret of the wrong type), stdout and stderr grepped.
 
-use std::process::Command;
+mod common;
 
 const SECRET: &str = "cli-secret-7731-do-not-print";
 const NUMERIC_SECRET: &str = "918273645546372819";
 
 fn run(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_stoker")).args(args).output().expect("run stoker");
+    let out = common::stoker(args);
     assert!(!out.status.success(), "{args:?} should fail");
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }

@@ -2,6 +2,12 @@
 #![allow(dead_code)] // each test crate uses its own subset
 
 use std::path::Path;
+use std::process::{Command, Output};
+
+/// Run the `stoker` binary under test.
+pub fn stoker(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stoker")).args(args).output().expect("run stoker")
+}
 
 /// Command output as text, invalid UTF-8 replaced.
 pub fn text(b: &[u8]) -> String {
