@@ -489,29 +489,27 @@ impl DlPack {
         _args: &Bound<'_, pyo3::types::PyTuple>,
         _kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
-        let mut shape = self.shape.clone();
-        let keeper = Box::new(Keeper { _owner: self.owner.clone(), _shape: Vec::new() });
-        let tensor = Box::new(DLManagedTensor {
+        // The keeper owns the batch and the shape the tensor points into, until the deleter.
+        let keeper = Box::into_raw(Box::new(Keeper { _owner: self.owner.clone(), _shape: self.shape.clone() }));
+        // SAFETY: `keeper` was just allocated here and nothing else refers to it yet.
+        let shape = unsafe { (*keeper)._shape.as_mut_ptr() };
+        let t = Box::into_raw(Box::new(DLManagedTensor {
             dl_tensor: DLTensor {
                 // An empty column may have a dangling pointer; consumers never read it.
                 data: self.ptr,
                 device: DLDevice { device_type: 1, device_id: 0 },
-                ndim: shape.len() as i32,
+                ndim: self.shape.len() as i32,
                 dtype: DLDataType { code: self.code, bits: self.bits, lanes: 1 },
-                shape: shape.as_mut_ptr(),
+                shape,
                 strides: std::ptr::null_mut(),
                 byte_offset: 0,
             },
-            manager_ctx: std::ptr::null_mut(),
+            manager_ctx: keeper as *mut c_void,
             deleter: Some(dl_deleter),
-        });
-        let keeper = Box::into_raw(Box::new(Keeper { _owner: keeper._owner.clone(), _shape: shape }));
-        let t = Box::into_raw(tensor);
+        }));
         // SAFETY: `t` is a valid, uniquely owned DLManagedTensor; its shape points into the
         // keeper's vector, which lives until the deleter runs.
         unsafe {
-            (*t).dl_tensor.shape = (*keeper)._shape.as_mut_ptr();
-            (*t).manager_ctx = keeper as *mut c_void;
             let cap = pyo3::ffi::PyCapsule_New(t as *mut c_void, DLTENSOR.as_ptr(), Some(capsule_destructor));
             if cap.is_null() {
                 dl_deleter(t);
