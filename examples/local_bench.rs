@@ -21,6 +21,11 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt};
 use stoker::DynSampleSource;
 
+#[path = "common/demo.rs"]
+#[allow(dead_code)] // this benchmark writes its own layouts; it shares the payloads
+mod demo;
+use demo::payload;
+
 struct Config {
     sizes: Vec<(usize, usize)>,
     batch: usize,
@@ -71,11 +76,6 @@ fn parse_args() -> Result<Config, String> {
         (None, None) => vec![(64 << 10, 4096), (1 << 10, 262_144)],
     };
     Ok(cfg)
-}
-
-fn payload(i: usize, len: usize) -> Vec<u8> {
-    let seed = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (0..len).map(|j| (seed.rotate_left((j % 64) as u32) as u8) ^ (j as u8)).collect()
 }
 
 /// Write `count` samples of `size` bytes as tar shards (~64 MiB each), LMDB and files.
