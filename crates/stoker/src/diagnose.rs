@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use crate::batch::{Batch, BatchPool};
 use crate::error::{Error, Result};
 use crate::loader::{Loader, LoaderConfig, Transform};
-use crate::pinned::{CopierConfig, GpuCopier, HostPool, PoolConfig};
+use crate::pinned::{GpuCopier, HostPool, PoolConfig};
 use crate::sample::Sample;
 use crate::source::DynSampleSource;
 use crate::stats::Histogram;
@@ -277,13 +277,7 @@ fn transform_all(samples: Vec<Sample>, f: &Transform, threads: usize) -> Result<
     if threads == 1 {
         return samples.into_iter().map(|s| f(s)).collect();
     }
-    let chunk = samples.len().div_ceil(threads);
-    let mut parts = Vec::with_capacity(threads);
-    let mut rest = samples;
-    while !rest.is_empty() {
-        let tail = rest.split_off(chunk.min(rest.len()));
-        parts.push(std::mem::replace(&mut rest, tail));
-    }
+    let parts = crate::loader::split_even(samples, threads);
     std::thread::scope(|scope| {
         let handles: Vec<_> = parts
             .into_iter()
@@ -324,21 +318,9 @@ impl Ladder {
 
     /// Batch storage and the copier, as the Loader would set them up.
     fn pool_and_copier(&self, batch_bytes: usize) -> Result<(BatchPool, Copier)> {
-        let kept = self.cfg.loader.prefetch.max(1) * 2 + 2;
-        let h = self.cfg.loader.host_buffers;
-        let pool = match h {
-            Some(h) => BatchPool::with_host_pool(
-                kept,
-                HostPool::new(PoolConfig { buffer_bytes: h.buffer_bytes, buffers: h.buffers, device: h.device })?,
-            ),
-            None => BatchPool::new(kept),
-        };
-        let copier = match h.and_then(|h| h.device.map(|d| (d, h))) {
-            Some((device, h)) => Copier::Device(Arc::new(GpuCopier::new(CopierConfig {
-                device,
-                buffer_bytes: h.buffer_bytes,
-                ring: h.device_ring,
-            })?)),
+        let (pool, device) = crate::loader::pool_and_copier(&self.cfg.loader)?;
+        let copier = match device {
+            Some(d) => Copier::Device(d),
             None => Copier::Host(HostPool::new(PoolConfig {
                 buffer_bytes: batch_bytes.max(64 << 10),
                 buffers: 2,

@@ -199,24 +199,7 @@ impl Loader {
                     .map_err(|e| Error::Task(format!("cannot start a tokio runtime: {e}")))?,
             ),
         };
-        let kept = cfg.prefetch.max(1) * 2 + 2;
-        // Both fail with CudaUnavailable (never a panic) when no driver or no `cuda` feature.
-        let (pool, copier) = match cfg.host_buffers {
-            None => (BatchPool::new(kept), None),
-            Some(h) => {
-                let host =
-                    HostPool::new(PoolConfig { buffer_bytes: h.buffer_bytes, buffers: h.buffers, device: h.device })?;
-                let copier = match h.device {
-                    Some(device) => Some(Arc::new(GpuCopier::new(CopierConfig {
-                        device,
-                        buffer_bytes: h.buffer_bytes,
-                        ring: h.device_ring,
-                    })?)),
-                    None => None,
-                };
-                (BatchPool::with_host_pool(kept, host), copier)
-            }
-        };
+        let (pool, copier) = pool_and_copier(&cfg)?;
         Ok(Loader {
             source,
             cfg,
@@ -397,6 +380,41 @@ struct Producer {
 /// A fetched batch with the budget it holds until delivery.
 type Fetched = (Result<Batch>, Option<OwnedSemaphorePermit>, u64);
 
+/// The batch pool (host-pool buffers when configured) and the GPU copier (with a device) a
+/// loader with `cfg` uses; `stoker::diagnose` measures the same ones.
+pub(crate) fn pool_and_copier(cfg: &LoaderConfig) -> Result<(BatchPool, Option<Arc<GpuCopier>>)> {
+    let kept = cfg.prefetch.max(1) * 2 + 2;
+    // Both fail with CudaUnavailable (never a panic) when no driver or no `cuda` feature.
+    Ok(match cfg.host_buffers {
+        None => (BatchPool::new(kept), None),
+        Some(h) => {
+            let host =
+                HostPool::new(PoolConfig { buffer_bytes: h.buffer_bytes, buffers: h.buffers, device: h.device })?;
+            let copier = match h.device {
+                Some(device) => Some(Arc::new(GpuCopier::new(CopierConfig {
+                    device,
+                    buffer_bytes: h.buffer_bytes,
+                    ring: h.device_ring,
+                })?)),
+                None => None,
+            };
+            (BatchPool::with_host_pool(kept, host), copier)
+        }
+    })
+}
+
+/// `samples` in at most `parts` runs of near-equal length, in order (none when empty): how a
+/// batch is shared among transform threads.
+pub(crate) fn split_even(mut samples: Vec<Sample>, parts: usize) -> Vec<Vec<Sample>> {
+    let chunk = samples.len().div_ceil(parts.max(1)).max(1);
+    let mut out = Vec::with_capacity(parts.max(1));
+    while !samples.is_empty() {
+        let rest = samples.split_off(chunk.min(samples.len()));
+        out.push(std::mem::replace(&mut samples, rest));
+    }
+    out
+}
+
 /// A spawned fetch that is cancelled when the epoch is dropped (the consumer went away), so
 /// abandoned prefetches neither keep running nor hold budget.
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
@@ -551,14 +569,7 @@ impl Producer {
     async fn transform(&self, samples: Vec<Sample>) -> Result<Vec<Sample>> {
         let Some(f) = self.cfg.transform.clone() else { return Ok(samples) };
         let t = Instant::now();
-        let threads = self.cfg.transform_threads.max(1);
-        let chunk = samples.len().div_ceil(threads).max(1);
-        let mut parts = Vec::new();
-        let mut samples = samples;
-        while !samples.is_empty() {
-            let rest = samples.split_off(chunk.min(samples.len()));
-            parts.push(std::mem::replace(&mut samples, rest));
-        }
+        let parts = split_even(samples, self.cfg.transform_threads);
         let mut handles = Vec::with_capacity(parts.len());
         for part in parts {
             let (f, slots) = (f.clone(), self.transform_slots.clone());
