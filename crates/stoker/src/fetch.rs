@@ -121,6 +121,9 @@ type RunFetch = futures::future::Shared<futures::future::BoxFuture<'static, std:
 /// One attempt's failure, classified.
 struct Failure {
     transient: bool,
+    /// The object is not there (404): reported as `Error::NotFound`, so callers that treat a
+    /// missing object as "none" (manifests, pack plans) match a variant, not a message.
+    missing: bool,
     message: String,
     hint: Option<String>,
 }
@@ -389,6 +392,10 @@ impl Fetcher {
                     tokio::time::sleep(jittered).await;
                     backoff = (backoff * 2).min(self.cfg.max_backoff);
                 }
+                Err(fail) if fail.missing => {
+                    self.counters.failures.fetch_add(1, Relaxed);
+                    return Err(Error::NotFound { what: format!("{shown} ({})", what()), hint: fail.hint });
+                }
                 Err(fail) => {
                     self.counters.failures.fetch_add(1, Relaxed);
                     return Err(Error::Fetch {
@@ -446,8 +453,12 @@ impl Fetcher {
         range: Range<u64>,
         if_match: Option<&str>,
     ) -> std::result::Result<Bytes, Failure> {
-        let _slot =
-            self.limit.acquire().await.map_err(|e| Failure { transient: false, message: e.to_string(), hint: None })?;
+        let _slot = self.limit.acquire().await.map_err(|e| Failure {
+            transient: false,
+            missing: false,
+            message: e.to_string(),
+            hint: None,
+        })?;
         self.counters.requests.fetch_add(1, Relaxed);
         let started = Instant::now();
         let want = range.end - range.start;
@@ -469,6 +480,7 @@ impl Fetcher {
             Err(_) => {
                 return Err(Failure {
                     transient: true,
+                    missing: false,
                     message: format!("timed out after {:?}", self.cfg.timeout),
                     hint: None,
                 })
@@ -481,6 +493,7 @@ impl Fetcher {
         if bytes.len() as u64 != want {
             return Err(Failure {
                 transient: true,
+                missing: false,
                 message: format!("the body had {} bytes, {want} were promised", bytes.len()),
                 hint: None,
             });
@@ -548,7 +561,8 @@ fn classify(e: object_store::Error) -> Failure {
         }
         _ => (false, None),
     };
-    Failure { transient, message, hint }
+    let missing = matches!(e, E::NotFound { .. }) || http_status(&message) == Some(404);
+    Failure { transient, missing, message, hint }
 }
 
 /// The HTTP status in an object_store error message, if it names one.

@@ -304,7 +304,6 @@ impl Dest {
             Dest::Remote(store) => match store.get(PLAN_FILE).await {
                 Ok(b) => b.to_vec(),
                 Err(Error::NotFound { .. }) => return Ok(None),
-                Err(Error::Fetch { hint: Some(h), .. }) if h.contains("does not exist") => return Ok(None),
                 Err(e) => return Err(e.to_string()),
             },
         };

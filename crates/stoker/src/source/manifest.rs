@@ -71,7 +71,6 @@ pub(crate) async fn load(store: &Store) -> Result<Option<Manifest>> {
     let bytes = match store.get(MANIFEST).await {
         Ok(b) => b,
         Err(Error::NotFound { .. }) => return Ok(None),
-        Err(Error::Fetch { hint: Some(h), .. }) if h.contains("does not exist") => return Ok(None),
         Err(e) => return Err(e),
     };
     parse(&bytes, &store.describe(MANIFEST)).map(Some)
