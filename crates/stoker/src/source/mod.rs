@@ -311,7 +311,16 @@ async fn open_listed(store: Store, opts: &SourceOptions, display: String, descri
     if opts.manifest.unwrap_or(true) {
         if let Some(m) = manifest::load(&store).await? {
             let layout = opts.layout.unwrap_or(m.layout);
-            let listing = m.listing();
+            let mut listing = m.listing();
+            if layout == Layout::Tar && store.local_root().is_some() {
+                // Local shards are stat'ed again (cheap, concurrent): one rewritten since
+                // `stoker index` no longer matches its index and is re-indexed, not read at its
+                // old offsets. Remote reads carry the indexed entity tag instead (If-Match),
+                // so a remote manifest stays one GET.
+                let shards: Vec<String> =
+                    listing.iter().filter(|o| o.path.ends_with(".tar")).map(|o| o.path.clone()).collect();
+                listing = head_all(&store, &shards, opts.concurrency()).await?;
+            }
             let known = (layout == m.layout).then_some(m.tar);
             return build(store, layout, listing, opts, display, known, describe).await;
         }

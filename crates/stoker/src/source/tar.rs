@@ -67,31 +67,26 @@ impl TarSource {
         if shards.is_empty() {
             return Err(Error::Empty { uri: display, reason: "no .tar shards found".into() });
         }
-        let indexes: Vec<ShardIndex> = match known {
-            Some(k) if k.len() == shards.len() && k.iter().zip(&shards).all(|(i, s)| i.shard == s.path) => {
-                // Local shards are re-checked against the manifest (a stat each): one rewritten
-                // since `stoker index` is re-indexed, not read at its old offsets. Remote reads
-                // carry the indexed entity tag instead (If-Match), so the manifest stays one GET.
-                if store.local_root().is_some() {
-                    let mut fresh = Vec::with_capacity(k.len());
-                    for idx in k {
-                        let now = store.head(&idx.shard).await?;
-                        fresh.push(if idx.matches(&now) {
-                            idx
-                        } else {
-                            tar_index::load_or_build(&store, &now, opts).await?
-                        });
+        // Known indexes (from a manifest, or just built by `index`) are kept while they match
+        // the shard as listed; one that does not (rewritten since) is loaded or rebuilt.
+        let known = known.filter(|k| k.len() == shards.len() && k.iter().zip(&shards).all(|(i, s)| i.shard == s.path));
+        let mut known = known.map(|k| k.into_iter().map(Some).collect::<Vec<_>>()).unwrap_or_default();
+        let loads: Vec<_> = shards
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let idx = known.get_mut(i).and_then(Option::take).filter(|idx| idx.matches(s));
+                let store = &store;
+                async move {
+                    match idx {
+                        Some(idx) => Ok(idx),
+                        None => tar_index::load_or_build(store, s, opts).await,
                     }
-                    fresh
-                } else {
-                    k
                 }
-            }
-            _ => {
-                let loads: Vec<_> = shards.iter().map(|s| tar_index::load_or_build(&store, s, opts)).collect();
-                futures::stream::iter(loads).buffered(opts.concurrency().min(8)).try_collect().await?
-            }
-        };
+            })
+            .collect();
+        let indexes: Vec<ShardIndex> =
+            futures::stream::iter(loads).buffered(opts.concurrency().min(8)).try_collect().await?;
         let mut pool = HashMap::new();
         let mut starts = Vec::with_capacity(indexes.len() + 1);
         let mut total = 0usize;
