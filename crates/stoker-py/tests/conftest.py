@@ -20,6 +20,16 @@ def payload(i: int) -> bytes:
     return bytes((i * 31 + j) % 251 for j in range(100 + i * 7))
 
 
+def keep(batch):
+    """A DataLoader collate_fn that leaves the batch as the list of samples."""
+    return batch
+
+
+def value(sample):
+    """A sample's payload: the bytes of a single-field source, the ``bin`` field of a tar one."""
+    return sample if isinstance(sample, bytes) else sample["bin"]
+
+
 @pytest.fixture(scope="session")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import stoker
-from conftest import N, payload
+from conftest import N, keep, payload, value
 
 # 4 workers on a 2-core machine is the point here, not a mistake.
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create 4 worker processes")
@@ -43,14 +43,6 @@ class Indexed(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return i, self.ds[i]
-
-
-def keep(batch):
-    return batch
-
-
-def value(sample):
-    return sample if isinstance(sample, bytes) else sample["bin"]
 
 
 def uri_for(backend, data, s3, gcs, azure, http):

@@ -13,15 +13,7 @@ from torch.utils.data import DataLoader
 
 import stoker
 import stoker.torch
-from conftest import N, payload
-
-
-def keep(batch):
-    return batch
-
-
-def value(sample):
-    return sample if isinstance(sample, bytes) else sample["bin"]
+from conftest import N, keep, payload, value
 
 
 def index_of(sample):
