@@ -8,8 +8,32 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
+use crate::decode::Dtype;
 use crate::pinned::{DeviceBatch, GpuCopier, HostBuffer, HostPool, PinnedError};
 use crate::sample::Sample;
+
+/// What a fixed-width column holds: each sample's value is one `dtype` array of `shape`
+/// (native byte order), so the column is one dense `[rows, *shape]` array. Decoded fields
+/// have one for the whole run; raw byte fields have none.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ColumnType {
+    /// Element type.
+    pub dtype: Dtype,
+    /// Shape of one sample's value.
+    pub shape: Vec<usize>,
+}
+
+impl ColumnType {
+    /// A column type (shared: batches refer to it without copying).
+    pub fn new(dtype: Dtype, shape: Vec<usize>) -> Arc<Self> {
+        Arc::new(ColumnType { dtype, shape })
+    }
+
+    /// Bytes of one sample's value.
+    pub fn row_bytes(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.dtype.size()
+    }
+}
 
 /// Where a column's bytes live: ordinary memory, or a (page-locked, when CUDA is on) buffer
 /// from a [`HostPool`] that can be copied to the GPU without staging.
@@ -60,11 +84,14 @@ struct Column {
     offsets: Vec<u64>,
     /// Samples that lack this field (their value is empty).
     missing: usize,
+    /// Set for fixed-width (decoded) columns.
+    ty: Option<Arc<ColumnType>>,
 }
 
 impl Column {
     fn reset(&mut self, name: Arc<str>) {
         self.name = Some(name);
+        self.ty = None;
         self.len = 0;
         self.offsets.clear();
         self.offsets.push(0);
@@ -219,6 +246,36 @@ impl BatchBuilder {
         col.buf.bytes_mut(start..end)
     }
 
+    /// A fixed-width column `name` of type `ty` over every row added so far, to be filled by
+    /// the caller: row `i` is `[i * ty.row_bytes(), (i + 1) * ty.row_bytes())`. Call after the
+    /// last [`begin`](Self::begin); its contents are stale until written.
+    pub fn fixed(&mut self, name: &Arc<str>, ty: &Arc<ColumnType>) -> &mut [u8] {
+        self.close_row();
+        let rows = self.rows();
+        let width = ty.row_bytes();
+        let s = &mut self.shell;
+        let c = match s.columns[..s.used].iter().position(|c| c.name.as_deref() == Some(&**name)) {
+            Some(c) => c,
+            None => {
+                if s.used == s.columns.len() {
+                    s.columns.push(Column::default());
+                }
+                s.used += 1;
+                s.used - 1
+            }
+        };
+        s.columns[c].reset(name.clone());
+        let end = rows * width;
+        if s.columns[c].buf.capacity() < end {
+            self.grow(c, end);
+        }
+        let col = &mut self.shell.columns[c];
+        col.ty = Some(ty.clone());
+        col.len = end;
+        col.offsets.extend((1..=rows).map(|i| (i * width) as u64));
+        col.buf.bytes_mut(0..end)
+    }
+
     /// Make column `c` hold at least `end` bytes, keeping what it has.
     fn grow(&mut self, c: usize, end: usize) {
         let host = self.pool.as_ref().and_then(|p| p.host.as_ref().map(|h| (h, &p.spills)));
@@ -249,6 +306,15 @@ impl BatchBuilder {
         if let Storage::Heap(v) = &mut col.buf {
             // Grows to the largest column seen (doubling), then is reused as is.
             v.resize(end.max(v.len() * 2), 0);
+        }
+    }
+
+    /// Begin `sample` and copy in its fields except those `skip` names (decoded ones, which
+    /// get fixed-width columns afterwards).
+    pub fn push_raw(&mut self, index: u64, sample: &Sample, skip: impl Fn(&str) -> bool) {
+        self.begin(index, &sample.key);
+        for f in sample.fields.iter().filter(|f| !skip(&f.name)) {
+            self.field(&f.name, f.data.len()).copy_from_slice(&f.data);
         }
     }
 
@@ -341,6 +407,9 @@ pub struct FieldColumn<'a> {
     pub offsets: &'a [u64],
     /// Samples that lack this field (their value is empty).
     pub missing: usize,
+    /// For a fixed-width (decoded) column: dtype and per-sample shape, the same in every
+    /// batch of the run. `None` for raw bytes, whose lengths may differ batch to batch.
+    pub ty: Option<&'a ColumnType>,
 }
 
 impl<'a> FieldColumn<'a> {
@@ -417,6 +486,7 @@ impl Batch {
             data: col.buf.bytes(col.len),
             offsets: &col.offsets,
             missing: col.missing,
+            ty: col.ty.as_deref(),
         }
     }
 

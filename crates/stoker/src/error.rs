@@ -143,6 +143,22 @@ pub enum Error {
         available: String,
     },
 
+    /// A sample's field could not be decoded (a corrupt, truncated, unsupported or oversized
+    /// image; a label that is not an integer; an array of another shape than the run's).
+    #[error("cannot decode field `{field}` of sample `{key}` (index {index}) in {source_name}: {reason}")]
+    Decode {
+        /// The source, credentials redacted.
+        source_name: String,
+        /// The sample key.
+        key: String,
+        /// The sample's index in the source.
+        index: u64,
+        /// The field.
+        field: String,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+
     /// The feature or scheme is not available in this build or not implemented yet.
     #[error("not supported: {what}")]
     NotSupported {

@@ -5,6 +5,7 @@ pub mod batch;
 mod buffer;
 pub mod cache;
 pub mod conformance;
+pub mod decode;
 pub mod diagnose;
 pub mod error;
 pub mod fetch;

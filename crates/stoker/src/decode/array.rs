@@ -1,0 +1,179 @@
+//! Labels and arrays: integer text to `int64`, `.npy` to raw elements plus dtype and shape.
+
+use super::spec::Dtype;
+
+/// `"7"`, `" 12\n"`, `"-3"` -> the integer; anything else is an error naming what was seen.
+pub fn parse_int(data: &[u8]) -> Result<i64, String> {
+    let text = std::str::from_utf8(data).map_err(|_| format!("not UTF-8 text: {}", preview(data)))?;
+    let t = text.trim();
+    t.parse::<i64>().map_err(|_| format!("not an integer: {}", preview(data)))
+}
+
+fn preview(data: &[u8]) -> String {
+    let head = &data[..data.len().min(24)];
+    let more = if data.len() > head.len() { "..." } else { "" };
+    format!("{:?}{more} ({} bytes)", String::from_utf8_lossy(head), data.len())
+}
+
+/// A parsed `.npy` header: what the payload holds and where it starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NpyHeader {
+    /// Element type.
+    pub dtype: Dtype,
+    /// Whether elements are big-endian (swapped to native when copied out).
+    pub big_endian: bool,
+    /// Array shape (C order; Fortran order is refused).
+    pub shape: Vec<usize>,
+    /// Byte offset of the first element.
+    pub data_offset: usize,
+}
+
+impl NpyHeader {
+    /// Payload bytes the header promises.
+    pub fn data_bytes(&self) -> Option<usize> {
+        self.shape.iter().try_fold(self.dtype.size(), |acc, &d| acc.checked_mul(d))
+    }
+}
+
+/// Parse the header of a `.npy` file (format versions 1, 2 and 3).
+pub fn parse_npy(data: &[u8]) -> Result<NpyHeader, String> {
+    const MAGIC: &[u8] = b"\x93NUMPY";
+    if data.len() < 10 || &data[..6] != MAGIC {
+        return Err("not a .npy file (no \\x93NUMPY magic)".into());
+    }
+    let (len, start): (usize, usize) = match data[6] {
+        1 => (u16::from_le_bytes([data[8], data[9]]) as usize, 10),
+        2 | 3 if data.len() >= 12 => (u32::from_le_bytes([data[8], data[9], data[10], data[11]]) as usize, 12),
+        v => return Err(format!(".npy format version {v} is not supported (1, 2 and 3 are)")),
+    };
+    let end = start.checked_add(len).filter(|&e| e <= data.len()).ok_or("truncated .npy header")?;
+    let header = std::str::from_utf8(&data[start..end]).map_err(|_| ".npy header is not text")?;
+    let descr = dict_value(header, "descr").ok_or("the .npy header has no 'descr'")?;
+    let descr = descr.trim().trim_matches(|c| c == '\'' || c == '"');
+    let fortran = dict_value(header, "fortran_order").ok_or("the .npy header has no 'fortran_order'")?;
+    if fortran.trim() != "False" {
+        return Err("Fortran-order .npy arrays are not supported; save with np.ascontiguousarray".into());
+    }
+    let shape_text = dict_value(header, "shape").ok_or("the .npy header has no 'shape'")?;
+    let shape = parse_shape(shape_text)?;
+    let (order, code) = match descr.as_bytes().first() {
+        Some(b'<' | b'|' | b'=') => (false, &descr[1..]),
+        Some(b'>') => (true, &descr[1..]),
+        _ => (false, descr),
+    };
+    let dtype = match code {
+        "b1" => Dtype::Bool,
+        "u1" => Dtype::U8,
+        "i1" => Dtype::I8,
+        "u2" => Dtype::U16,
+        "i2" => Dtype::I16,
+        "u4" => Dtype::U32,
+        "i4" => Dtype::I32,
+        "u8" => Dtype::U64,
+        "i8" => Dtype::I64,
+        "f2" => Dtype::F16,
+        "f4" => Dtype::F32,
+        "f8" => Dtype::F64,
+        other => return Err(format!(".npy dtype '{other}' is not supported (bool, int, uint and float are)")),
+    };
+    let h = NpyHeader { dtype, big_endian: order && dtype.size() > 1, shape, data_offset: end };
+    let want = h.data_bytes().ok_or("the .npy shape overflows")?;
+    let have = data.len() - end;
+    if have != want {
+        return Err(format!("the .npy payload has {have} bytes but its header promises {want}"));
+    }
+    Ok(h)
+}
+
+/// The text after `'key':` up to the matching top-level comma or closing brace.
+fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
+    let at = header.find(&format!("'{key}'")).or_else(|| header.find(&format!("\"{key}\"")))?;
+    let rest = &header[at + key.len() + 2..];
+    let rest = rest.trim_start().strip_prefix(':')?;
+    let mut depth = 0i32;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth -= 1,
+            ',' | '}' if depth == 0 => return Some(&rest[..i]),
+            _ => {}
+        }
+    }
+    None
+}
+
+fn parse_shape(text: &str) -> Result<Vec<usize>, String> {
+    let inner = text.trim().strip_prefix('(').and_then(|t| t.strip_suffix(')')).ok_or("bad .npy shape")?;
+    let mut shape = Vec::new();
+    for part in inner.split(',') {
+        let p = part.trim().trim_end_matches('L');
+        if p.is_empty() {
+            continue;
+        }
+        shape.push(p.parse::<usize>().map_err(|_| format!("bad .npy shape entry '{p}'"))?);
+    }
+    Ok(shape)
+}
+
+/// Copy the payload of a parsed `.npy` into `out`, swapping to native byte order if needed.
+pub fn copy_npy(h: &NpyHeader, data: &[u8], out: &mut [u8]) {
+    let src = &data[h.data_offset..];
+    out.copy_from_slice(src);
+    let size = h.dtype.size();
+    if h.big_endian == cfg!(target_endian = "little") && size > 1 {
+        for e in out.chunks_exact_mut(size) {
+            e.reverse();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn npy(descr: &str, shape: &str, payload: &[u8]) -> Vec<u8> {
+        let mut h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+        while (10 + h.len() + 1) % 64 != 0 {
+            h.push(' ');
+        }
+        h.push('\n');
+        let mut v = b"\x93NUMPY\x01\x00".to_vec();
+        v.extend((h.len() as u16).to_le_bytes());
+        v.extend(h.as_bytes());
+        v.extend(payload);
+        v
+    }
+
+    #[test]
+    fn ints_parse_with_whitespace_and_refuse_the_rest() {
+        assert_eq!(parse_int(b"7"), Ok(7));
+        assert_eq!(parse_int(b" 12\n"), Ok(12));
+        assert_eq!(parse_int(b"-3"), Ok(-3));
+        assert!(parse_int(b"seven").unwrap_err().contains("seven"));
+        assert!(parse_int(b"").is_err());
+        assert!(parse_int(&[0xff, 0xfe]).unwrap_err().contains("UTF-8"));
+    }
+
+    #[test]
+    fn npy_headers_shapes_and_byte_order() {
+        let f = npy("<f4", "(2, 3)", &[0u8; 24]);
+        let h = parse_npy(&f).unwrap();
+        assert_eq!((h.dtype, h.shape.clone(), h.big_endian), (Dtype::F32, vec![2, 3], false));
+        assert_eq!(h.data_offset % 64, 0);
+        let s = npy("|u1", "()", &[9]);
+        assert_eq!(parse_npy(&s).unwrap().shape, Vec::<usize>::new());
+        let one = npy("<i8", "(4,)", &[0u8; 32]);
+        assert_eq!(parse_npy(&one).unwrap().shape, vec![4]);
+        let be = npy(">i2", "(2,)", &[0, 1, 0, 2]);
+        let h = parse_npy(&be).unwrap();
+        let mut out = [0u8; 4];
+        copy_npy(&h, &be, &mut out);
+        assert_eq!([i16::from_ne_bytes([out[0], out[1]]), i16::from_ne_bytes([out[2], out[3]])], [1, 2]);
+        assert!(parse_npy(&npy("<f4", "(2, 3)", &[0u8; 20])).unwrap_err().contains("promises 24"));
+        assert!(parse_npy(&npy("<c8", "(1,)", &[0u8; 8])).unwrap_err().contains("c8"));
+        assert!(parse_npy(b"garbage").is_err());
+        let mut f = npy("<f4", "(1,)", &[0u8; 4]);
+        f.truncate(20);
+        assert!(parse_npy(&f).is_err());
+    }
+}

@@ -1,0 +1,270 @@
+//! Decoding and augmentation on the Loader's threads, straight into the batch's columns.
+//!
+//! A [`DecodeSpec`] names, per field, what the bytes become: an image tensor of fixed size
+//! (JPEG, PNG, WebP; random-resized or center crop, flip, normalise), an `int64` label, a
+//! stacked `.npy` array, or raw bytes. A [`Decoder`] runs the spec over a batch of read
+//! samples on a pool of `threads` threads, each sample writing its output into its own slot
+//! of a fixed-width column (pooled; page-locked with a device), with per-thread scratch
+//! buffers reused across images.
+//!
+//! Augmentation is a pure function of `(seed, epoch, sample index)` ([`SampleRng`]): which
+//! thread decodes a sample, how many ranks or workers there are, and where a run resumed
+//! change nothing in its tensor.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
+
+use rayon::prelude::*;
+
+use crate::batch::{Batch, BatchPool, ColumnType};
+use crate::error::{Error, Result};
+use crate::sample::Sample;
+
+mod array;
+pub mod image;
+mod rng;
+mod spec;
+
+pub use array::{parse_int, parse_npy, NpyHeader};
+pub use image::{decode_image, ImageError, ImageScratch};
+pub use rng::SampleRng;
+pub use spec::{Crop, DecodeSpec, Dtype, FieldDecode, ImageLayout, ImageSpec, Normalize, NpySpec};
+
+/// One decoded field as the decoder runs it.
+#[derive(Debug)]
+struct Plan {
+    name: Arc<str>,
+    decode: FieldDecode,
+    /// Fixed for the run: declared (images, ints, a fully declared npy) or taken from the
+    /// first sample that has the field (npy).
+    ty: Mutex<Option<Arc<ColumnType>>>,
+}
+
+/// Runs a [`DecodeSpec`] over batches. Shared by the Loader's producer tasks.
+pub struct Decoder {
+    plans: Vec<Plan>,
+    seed: u64,
+    pool: Option<rayon::ThreadPool>,
+}
+
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder")
+            .field("fields", &self.plans.iter().map(|p| (&*p.name, &p.decode)).collect::<Vec<_>>())
+            .field("seed", &self.seed)
+            .field("threads", &self.threads())
+            .finish()
+    }
+}
+
+thread_local! {
+    /// Each decoding thread's image buffers, kept between images and batches.
+    static SCRATCH: RefCell<ImageScratch> = RefCell::new(ImageScratch::default());
+}
+
+/// A row that failed: its position in the batch, the field, and why.
+type RowError = (usize, Arc<str>, String);
+
+impl Decoder {
+    /// A decoder for `spec` whose augmentation draws from `seed`, on `threads` threads (1
+    /// decodes on the calling thread).
+    pub fn new(spec: &DecodeSpec, seed: u64, threads: usize) -> Result<Self> {
+        spec.validate()?;
+        let plans = spec
+            .fields
+            .iter()
+            .filter(|(_, d)| !matches!(d, FieldDecode::Bytes))
+            .map(|(name, d)| Plan { name: name.as_str().into(), decode: d.clone(), ty: Mutex::new(declared(d)) })
+            .collect();
+        let pool = if threads > 1 {
+            Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("stoker-decode-{i}"))
+                    .build()
+                    .map_err(|e| Error::invalid_option(format!("cannot start {threads} decode threads: {e}")))?,
+            )
+        } else {
+            None
+        };
+        Ok(Decoder { plans, seed, pool })
+    }
+
+    /// Threads decoding at once.
+    pub fn threads(&self) -> usize {
+        self.pool.as_ref().map_or(1, |p| p.current_num_threads())
+    }
+
+    /// Whether `field` is decoded (it becomes a fixed-width column).
+    pub fn decodes(&self, field: &str) -> bool {
+        self.plans.iter().any(|p| &*p.name == field)
+    }
+
+    /// The column type of `field` once known (declared, or seen in a first sample).
+    pub fn column_type(&self, field: &str) -> Option<Arc<ColumnType>> {
+        let p = self.plans.iter().find(|p| &*p.name == field)?;
+        p.ty.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Decode `samples` (read from source `indices` in `epoch`) into a batch of `pool`.
+    /// `source` names where they came from in errors. A sample that cannot be decoded fails
+    /// the batch with [`Error::Decode`] naming it, or, with `skip`, is left out and returned
+    /// in the count.
+    #[allow(clippy::too_many_arguments)] // the batch's identity, its contents and the policy
+    pub fn assemble(
+        &self,
+        pool: &BatchPool,
+        source: &dyn std::fmt::Display,
+        epoch: u64,
+        number: u64,
+        indices: &[u64],
+        samples: &[Sample],
+        skip: bool,
+    ) -> Result<(Batch, u64)> {
+        match self.try_assemble(pool, epoch, number, indices, samples) {
+            Ok(b) => Ok((b, 0)),
+            Err(e) if !skip => Err(decode_error(source, indices, samples, e)),
+            Err(_) => {
+                // Rare path: find every bad row, then build again without them. Decoding is
+                // deterministic, so the good rows come out the same.
+                let mut bad = vec![false; samples.len()];
+                for (i, s) in samples.iter().enumerate() {
+                    let mut one = pool.builder();
+                    one.push_raw(indices[i], s, |f| self.decodes(f));
+                    bad[i] = self.fill(&mut one, epoch, &indices[i..=i], std::slice::from_ref(s)).is_err();
+                }
+                let keep: Vec<usize> = (0..samples.len()).filter(|&i| !bad[i]).collect();
+                let idx: Vec<u64> = keep.iter().map(|&i| indices[i]).collect();
+                let kept: Vec<Sample> = keep.iter().map(|&i| samples[i].clone()).collect();
+                let skipped = (samples.len() - kept.len()) as u64;
+                match self.try_assemble(pool, epoch, number, &idx, &kept) {
+                    Ok(b) => Ok((b, skipped)),
+                    Err(e) => Err(decode_error(source, &idx, &kept, e)),
+                }
+            }
+        }
+    }
+
+    fn try_assemble(
+        &self,
+        pool: &BatchPool,
+        epoch: u64,
+        number: u64,
+        indices: &[u64],
+        samples: &[Sample],
+    ) -> std::result::Result<Batch, RowError> {
+        let mut b = pool.builder();
+        for (s, &i) in samples.iter().zip(indices) {
+            b.push_raw(i, s, |f| self.decodes(f));
+        }
+        self.fill(&mut b, epoch, indices, samples)?;
+        Ok(b.finish(epoch, number))
+    }
+
+    /// Write every decoded column of the rows begun in `b`.
+    fn fill(
+        &self,
+        b: &mut crate::batch::BatchBuilder,
+        epoch: u64,
+        indices: &[u64],
+        samples: &[Sample],
+    ) -> std::result::Result<(), RowError> {
+        for plan in &self.plans {
+            let ty = self.type_for(plan, samples)?;
+            let width = ty.row_bytes();
+            let out = b.fixed(&plan.name, &ty);
+            if width == 0 {
+                continue;
+            }
+            let row = |(r, slot): (usize, &mut [u8])| -> std::result::Result<(), RowError> {
+                let s = &samples[r];
+                let data = s.field(&plan.name).ok_or_else(|| {
+                    let have = s.field_names().collect::<Vec<_>>().join(", ");
+                    (r, plan.name.clone(), format!("the sample has no such field; it has: {have}"))
+                })?;
+                self.decode_one(plan, &ty, epoch, indices[r], data, slot).map_err(|m| (r, plan.name.clone(), m))
+            };
+            let light = !matches!(plan.decode, FieldDecode::Image(_));
+            match &self.pool {
+                // Labels and arrays cost less than handing them to other threads.
+                Some(pool) if !light && samples.len() > 1 => {
+                    pool.install(|| out.par_chunks_mut(width).enumerate().try_for_each(row))?
+                }
+                _ => out.chunks_mut(width).enumerate().try_for_each(row)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The plan's column type, fixing it from this batch's first sample if not yet known.
+    fn type_for(&self, plan: &Plan, samples: &[Sample]) -> std::result::Result<Arc<ColumnType>, RowError> {
+        let mut ty = plan.ty.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = ty.as_ref() {
+            return Ok(t.clone());
+        }
+        let FieldDecode::Npy(spec) = &plan.decode else { unreachable!("non-npy types are declared") };
+        let Some((r, data)) = samples.iter().enumerate().find_map(|(r, s)| s.field(&plan.name).map(|d| (r, d))) else {
+            return Err((0, plan.name.clone(), "no sample of the batch has this field".into()));
+        };
+        let h = parse_npy(data).map_err(|m| (r, plan.name.clone(), m))?;
+        let t = ColumnType::new(spec.dtype.unwrap_or(h.dtype), spec.shape.clone().unwrap_or(h.shape));
+        *ty = Some(t.clone());
+        Ok(t)
+    }
+
+    fn decode_one(
+        &self,
+        plan: &Plan,
+        ty: &ColumnType,
+        epoch: u64,
+        index: u64,
+        data: &[u8],
+        out: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        match &plan.decode {
+            FieldDecode::Image(spec) => {
+                let mut rng = SampleRng::new(self.seed, epoch, index);
+                SCRATCH
+                    .with(|s| decode_image(spec, data, &mut rng, &mut s.borrow_mut(), out))
+                    .map_err(|e| e.to_string())
+            }
+            FieldDecode::Int => {
+                out.copy_from_slice(&parse_int(data)?.to_ne_bytes());
+                Ok(())
+            }
+            FieldDecode::Npy(_) => {
+                let h = parse_npy(data)?;
+                if h.dtype != ty.dtype || h.shape != ty.shape {
+                    return Err(format!(
+                        "array is {} {:?} but this run's arrays are {} {:?} (set by the first sample, or declared); \
+                         pad or resize them to one shape, or read the field raw",
+                        h.dtype, h.shape, ty.dtype, ty.shape
+                    ));
+                }
+                array::copy_npy(&h, data, out);
+                Ok(())
+            }
+            FieldDecode::Bytes => Ok(()),
+        }
+    }
+}
+
+fn decode_error(source: &dyn std::fmt::Display, indices: &[u64], samples: &[Sample], e: RowError) -> Error {
+    let (row, field, reason) = e;
+    Error::Decode {
+        source_name: source.to_string(),
+        key: samples.get(row).map_or_else(String::new, |s| s.key.clone()),
+        index: indices.get(row).copied().unwrap_or_default(),
+        field: field.to_string(),
+        reason,
+    }
+}
+
+fn declared(d: &FieldDecode) -> Option<Arc<ColumnType>> {
+    match d {
+        FieldDecode::Image(s) => Some(ColumnType::new(s.dtype, s.shape())),
+        FieldDecode::Int => Some(ColumnType::new(Dtype::I64, Vec::new())),
+        FieldDecode::Npy(NpySpec { dtype: Some(t), shape: Some(s) }) => Some(ColumnType::new(*t, s.clone())),
+        _ => None,
+    }
+}

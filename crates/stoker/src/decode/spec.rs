@@ -1,0 +1,313 @@
+//! The declarative per-field decode spec (serde, so Python and the CLI hand it over as JSON).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// What to turn one field into. Fields not named in a [`DecodeSpec`] stay raw bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FieldDecode {
+    /// An encoded image (JPEG, PNG, WebP) to a fixed-size RGB tensor.
+    Image(ImageSpec),
+    /// ASCII integer text (`.cls`, `.txt`: `"7"`, `" 12\n"`) to one `int64`.
+    Int,
+    /// A `.npy` array; all samples of the run share the first one's dtype and shape (or the
+    /// declared ones), so the batch is one stacked array `[B, *shape]`.
+    Npy(NpySpec),
+    /// Kept as bytes: `(data, offsets)` in Python, whatever the lengths.
+    Bytes,
+}
+
+/// Image decode and augmentation, torchvision's ImageNet transforms in one fused step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImageSpec {
+    /// Output `[height, width]`.
+    pub size: [u32; 2],
+    /// How the output window is chosen.
+    pub crop: Crop,
+    /// Probability of a horizontal flip (0 never, 1 always).
+    pub flip: f32,
+    /// Channel order of the output: `[H, W, 3]` or `[3, H, W]`.
+    pub layout: ImageLayout,
+    /// Element type of the output. `uint8` keeps 0..=255; float types are scaled to 0..=1 and,
+    /// with `normalize`, standardised.
+    pub dtype: Dtype,
+    /// `(x / 255 - mean) / std` per channel (torchvision's `Normalize` after `ToTensor`);
+    /// needs a float `dtype`.
+    pub normalize: Option<Normalize>,
+    /// Images with more pixels than this are refused (decompression bombs).
+    pub max_pixels: u64,
+}
+
+impl Default for ImageSpec {
+    fn default() -> Self {
+        ImageSpec {
+            size: [224, 224],
+            crop: Crop::Center { resize: None },
+            flip: 0.0,
+            layout: ImageLayout::Hwc,
+            dtype: Dtype::U8,
+            normalize: None,
+            max_pixels: 100_000_000,
+        }
+    }
+}
+
+/// How an image's output window is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum Crop {
+    /// torchvision `RandomResizedCrop(size, scale, ratio)`: an area fraction from `scale` and
+    /// a log-uniform aspect ratio from `ratio`, up to 10 tries, then a center crop with the
+    /// ratio clamped; resized to `size`.
+    RandomResized {
+        /// Area fraction range, e.g. `[0.08, 1.0]`.
+        scale: [f32; 2],
+        /// Aspect ratio (width / height) range, e.g. `[0.75, 1.3333]`.
+        ratio: [f32; 2],
+    },
+    /// torchvision `Resize(resize)` (shorter side) then `CenterCrop(size)`. `resize` defaults
+    /// to `size * 256 / 224` on the shorter output side, as ImageNet evaluation does.
+    Center {
+        /// Shorter side after the resize.
+        resize: Option<u32>,
+    },
+    /// The whole image squashed to `size` (aspect ratio not kept).
+    Squash,
+}
+
+impl Crop {
+    /// torchvision's defaults for `RandomResizedCrop`.
+    pub fn random_resized() -> Self {
+        Crop::RandomResized { scale: [0.08, 1.0], ratio: [3.0 / 4.0, 4.0 / 3.0] }
+    }
+}
+
+/// Channel order of an image output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum ImageLayout {
+    /// `[H, W, 3]`, interleaved (what decoders write; cheapest).
+    #[default]
+    Hwc,
+    /// `[3, H, W]`, planar (what convolution layers take).
+    Chw,
+}
+
+/// Per-channel normalisation in 0..=1 units, e.g. ImageNet's
+/// `mean = [0.485, 0.456, 0.406]`, `std = [0.229, 0.224, 0.225]`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Normalize {
+    /// Subtracted after scaling to 0..=1.
+    pub mean: [f32; 3],
+    /// Divided by after the subtraction.
+    pub std: [f32; 3],
+}
+
+/// `.npy` decoding: optionally declare what every sample must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NpySpec {
+    /// Required element type; `None` takes the first sample's.
+    pub dtype: Option<Dtype>,
+    /// Required shape; `None` takes the first sample's.
+    pub shape: Option<Vec<usize>>,
+}
+
+/// Element types of decoded columns (numpy's names in serde and messages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Dtype {
+    /// `bool`, one byte.
+    Bool,
+    /// `uint8`.
+    #[serde(rename = "uint8")]
+    U8,
+    /// `int8`.
+    #[serde(rename = "int8")]
+    I8,
+    /// `uint16`.
+    #[serde(rename = "uint16")]
+    U16,
+    /// `int16`.
+    #[serde(rename = "int16")]
+    I16,
+    /// `uint32`.
+    #[serde(rename = "uint32")]
+    U32,
+    /// `int32`.
+    #[serde(rename = "int32")]
+    I32,
+    /// `uint64`.
+    #[serde(rename = "uint64")]
+    U64,
+    /// `int64`.
+    #[serde(rename = "int64")]
+    I64,
+    /// `float16` (IEEE half).
+    #[serde(rename = "float16")]
+    F16,
+    /// `float32`.
+    #[serde(rename = "float32")]
+    F32,
+    /// `float64`.
+    #[serde(rename = "float64")]
+    F64,
+}
+
+impl Dtype {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::Bool | Dtype::U8 | Dtype::I8 => 1,
+            Dtype::U16 | Dtype::I16 | Dtype::F16 => 2,
+            Dtype::U32 | Dtype::I32 | Dtype::F32 => 4,
+            Dtype::U64 | Dtype::I64 | Dtype::F64 => 8,
+        }
+    }
+
+    /// numpy's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::Bool => "bool",
+            Dtype::U8 => "uint8",
+            Dtype::I8 => "int8",
+            Dtype::U16 => "uint16",
+            Dtype::I16 => "int16",
+            Dtype::U32 => "uint32",
+            Dtype::I32 => "int32",
+            Dtype::U64 => "uint64",
+            Dtype::I64 => "int64",
+            Dtype::F16 => "float16",
+            Dtype::F32 => "float32",
+            Dtype::F64 => "float64",
+        }
+    }
+
+    /// DLPack's `(type code, bits)`: 0 int, 1 uint, 2 float, 6 bool.
+    pub fn dlpack(self) -> (u8, u8) {
+        let bits = (self.size() * 8) as u8;
+        match self {
+            Dtype::Bool => (6, 8),
+            Dtype::U8 | Dtype::U16 | Dtype::U32 | Dtype::U64 => (1, bits),
+            Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64 => (0, bits),
+            Dtype::F16 | Dtype::F32 | Dtype::F64 => (2, bits),
+        }
+    }
+}
+
+impl std::fmt::Display for Dtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Field name -> what to decode it into. Serialises as a JSON object
+/// (`{"jpg": {"kind": "image", "size": [224, 224], ...}, "cls": {"kind": "int"}}`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DecodeSpec {
+    /// In the order given; a field appears once.
+    pub fields: Vec<(String, FieldDecode)>,
+}
+
+impl DecodeSpec {
+    /// An empty spec (every field raw).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add (or replace) `field`.
+    pub fn with(mut self, field: impl Into<String>, decode: FieldDecode) -> Self {
+        let field = field.into();
+        self.fields.retain(|(f, _)| *f != field);
+        self.fields.push((field, decode));
+        self
+    }
+
+    /// Parse the JSON form (what Python and `--decode` hand over).
+    pub fn from_json(text: &str) -> Result<Self> {
+        let spec: DecodeSpec =
+            serde_json::from_str(text).map_err(|e| Error::invalid_option(format!("bad decode spec: {e}")))?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// The spec for `field`, if it is decoded.
+    pub fn get(&self, field: &str) -> Option<&FieldDecode> {
+        self.fields.iter().find(|(f, _)| f == field).map(|(_, d)| d)
+    }
+
+    /// Refuse specs that cannot work, naming the field and the fix.
+    pub fn validate(&self) -> Result<()> {
+        for (i, (name, d)) in self.fields.iter().enumerate() {
+            if self.fields[..i].iter().any(|(n, _)| n == name) {
+                return Err(Error::invalid_option(format!("decode spec names field `{name}` twice")));
+            }
+            if let FieldDecode::Image(s) = d {
+                s.validate().map_err(|m| Error::invalid_option(format!("decode spec for `{name}`: {m}")))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ImageSpec {
+    /// Bytes of one decoded output.
+    pub fn out_bytes(&self) -> usize {
+        self.size[0] as usize * self.size[1] as usize * 3 * self.dtype.size()
+    }
+
+    /// The output's shape per sample.
+    pub fn shape(&self) -> Vec<usize> {
+        let (h, w) = (self.size[0] as usize, self.size[1] as usize);
+        match self.layout {
+            ImageLayout::Hwc => vec![h, w, 3],
+            ImageLayout::Chw => vec![3, h, w],
+        }
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        let [h, w] = self.size;
+        if h == 0 || w == 0 || h > 16384 || w > 16384 {
+            return Err(format!("size {h}x{w} must be 1..=16384 on each side"));
+        }
+        if !matches!(self.dtype, Dtype::U8 | Dtype::F16 | Dtype::F32) {
+            return Err(format!("dtype {} is not one of uint8, float16, float32", self.dtype));
+        }
+        if self.normalize.is_some() && self.dtype == Dtype::U8 {
+            return Err("normalize needs dtype float16 or float32".into());
+        }
+        if let Some(n) = &self.normalize {
+            if n.std.iter().any(|s| !(s.is_finite() && *s != 0.0)) || n.mean.iter().any(|m| !m.is_finite()) {
+                return Err(format!("normalize mean {:?} / std {:?} must be finite with std != 0", n.mean, n.std));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.flip) {
+            return Err(format!("flip probability {} must be within 0..=1", self.flip));
+        }
+        if self.max_pixels == 0 {
+            return Err("max_pixels must be at least 1".into());
+        }
+        match self.crop {
+            Crop::RandomResized { scale, ratio } => {
+                let ok = |r: [f32; 2]| r[0].is_finite() && r[1].is_finite() && r[0] > 0.0 && r[0] <= r[1];
+                if !ok(scale) || scale[1] > 1.0 {
+                    return Err(format!("random_resized scale {scale:?} must be 0 < lo <= hi <= 1"));
+                }
+                if !ok(ratio) {
+                    return Err(format!("random_resized ratio {ratio:?} must be 0 < lo <= hi"));
+                }
+            }
+            Crop::Center { resize: Some(r) } if r < h.min(w) => {
+                return Err(format!("center resize {r} is smaller than the crop {h}x{w}"));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
