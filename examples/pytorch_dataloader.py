@@ -92,8 +92,10 @@ def main() -> None:
         loader2 = DataLoader(it, batch_size=args.batch, num_workers=args.workers, collate_fn=collate_bytes)
         timed("DataLoader(stoker.torch.IterableDataset)", loader2, device)
 
-        # 3. stoker.Loader: no worker processes; batches arrive as [B, L] uint8 tensors.
-        fast = stoker.Loader(uri, batch_size=args.batch, shuffle=True, prefetch=8)
+        # 3. stoker.Loader: no worker processes; the payload declared fixed-width arrives as one
+        # [B, L] uint8 tensor and the label as int64 [B], parsed on Rust threads.
+        spec = {"bin": stoker.Bytes(shape=(args.size,)), "cls": stoker.Int()}
+        fast = stoker.Loader(uri, batch_size=args.batch, shuffle=True, prefetch=8, decode=spec)
         timed("stoker.Loader", fast, device)
 
         # Resume mid-epoch: save after a few batches, continue in a fresh loader.
@@ -104,7 +106,7 @@ def main() -> None:
             if i == 3:
                 state = fast.state_dict()
                 break
-        resumed = stoker.Loader(uri, batch_size=args.batch, shuffle=True, prefetch=8)
+        resumed = stoker.Loader(uri, batch_size=args.batch, shuffle=True, prefetch=8, decode=spec)
         resumed.load_state_dict(state)
         for batch in resumed:
             seen += batch["__key__"]

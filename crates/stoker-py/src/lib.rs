@@ -5,7 +5,7 @@
 //! are reopened per process for the same reason (connection pools, LMDB handles). Every
 //! blocking call releases the GIL and, while waiting, checks for Ctrl-C.
 
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -17,10 +17,19 @@ use stoker::loader::{EpochStream, Loader as RsLoader, LoaderConfig, LoaderState}
 use stoker::sampler::{Order, Partition, Tail};
 use stoker::{DynSampleSource, SourceOptions};
 
+mod dlpack;
+use dlpack::DlPack;
+
 create_exception!(_stoker, StokerError, PyException, "Any error from Stoker.");
 create_exception!(_stoker, NotFoundError, StokerError, "A path, object or bucket does not exist.");
 create_exception!(_stoker, InvalidInputError, StokerError, "A bad URI, option, index or configuration.");
 create_exception!(_stoker, CorruptDataError, StokerError, "A shard, index or LMDB file is damaged.");
+create_exception!(
+    _stoker,
+    DecodeError,
+    CorruptDataError,
+    "A sample's field could not be decoded (corrupt, truncated, unsupported or oversized image; bad label or array)."
+);
 create_exception!(_stoker, RemoteError, StokerError, "A remote store failed (after retries when transient).");
 create_exception!(_stoker, CudaUnavailableError, StokerError, "CUDA was asked for but cannot be used here.");
 
@@ -34,6 +43,7 @@ fn err(e: stoker::Error) -> PyErr {
         }
         E::Sampler(_) | E::NotSupported { .. } => InvalidInputError::new_err(msg),
         E::CorruptTar { .. } | E::BadIndex { .. } | E::Lmdb { .. } => CorruptDataError::new_err(msg),
+        E::Decode { .. } => DecodeError::new_err(msg),
         E::Fetch { .. } | E::Store { .. } | E::Shared(_) => RemoteError::new_err(msg),
         E::Pinned(stoker::pinned::PinnedError::CudaUnavailable { .. }) => CudaUnavailableError::new_err(msg),
         _ => StokerError::new_err(msg),
@@ -229,7 +239,7 @@ impl Loader {
     #[new]
     #[pyo3(signature = (source, batch_size, shuffle=false, seed=0, drop_last=false, prefetch=4,
                         rank=None, world_size=None, worker=0, num_workers=1, wrap=true,
-                        max_bytes_in_flight=1u64<<30, skip_errors=false))]
+                        max_bytes_in_flight=1u64<<30, skip_errors=false, decode=None, threads=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -246,8 +256,20 @@ impl Loader {
         wrap: bool,
         max_bytes_in_flight: u64,
         skip_errors: bool,
+        decode: Option<&str>,
+        threads: Option<usize>,
     ) -> PyResult<Self> {
         let mut cfg = LoaderConfig::new(batch_size);
+        if let Some(spec) = decode {
+            cfg.decode = Some(stoker::decode::DecodeSpec::from_json(spec).map_err(err)?);
+        }
+        cfg.augment_seed = seed;
+        if let Some(t) = threads {
+            if t == 0 {
+                return Err(InvalidInputError::new_err("threads must be at least 1"));
+            }
+            cfg.transform_threads = t;
+        }
         cfg.drop_last = drop_last;
         cfg.prefetch = prefetch;
         cfg.max_bytes_in_flight = max_bytes_in_flight;
@@ -371,23 +393,27 @@ impl Batch {
         self.batch.field_names().map(str::to_string).collect()
     }
 
-    /// `(data, offsets, width)`: DLPack exporters for the values (uint8) and the offsets
-    /// (int64, len+1), and the common value length when every sample has one (else None).
-    fn column(&self, name: &str) -> PyResult<(DlPack, DlPack, Option<usize>)> {
+    /// `(data, offsets, dtype)`: DLPack exporters for the values and the offsets (int64,
+    /// len+1). A decoded column's values are one `[B, *shape]` array of `dtype` (its name is
+    /// returned); a raw column's are uint8 bytes back to back and `dtype` is None.
+    fn column(&self, name: &str) -> PyResult<(DlPack, DlPack, Option<&'static str>)> {
         let col = self.batch.field(name).ok_or_else(|| {
             InvalidInputError::new_err(format!("the batch has no field `{name}`; it has {:?}", self.fields()))
         })?;
-        let width = col.dense().map(|(_, w)| w);
         let (ptr, len) = (col.data.as_ptr(), col.data.len());
         let (optr, olen) = (col.offsets.as_ptr(), col.offsets.len());
-        let data_shape = match width {
-            Some(w) if w > 0 => vec![(len / w) as i64, w as i64],
-            _ => vec![len as i64],
+        let (data_shape, (code, bits), dtype) = match col.ty {
+            Some(ty) => {
+                let mut shape = vec![col.len() as i64];
+                shape.extend(ty.shape.iter().map(|&d| d as i64));
+                (shape, ty.dtype.dlpack(), Some(ty.dtype.name()))
+            }
+            None => (vec![len as i64], (1, 8), None),
         };
         Ok((
-            DlPack { owner: self.batch.clone(), ptr: ptr as *mut c_void, shape: data_shape, code: 1, bits: 8 },
+            DlPack { owner: self.batch.clone(), ptr: ptr as *mut c_void, shape: data_shape, code, bits },
             DlPack { owner: self.batch.clone(), ptr: optr as *mut c_void, shape: vec![olen as i64], code: 0, bits: 64 },
-            width,
+            dtype,
         ))
     }
 
@@ -396,131 +422,6 @@ impl Batch {
         let col = self.batch.field(name).ok_or_else(|| InvalidInputError::new_err(format!("no field `{name}`")))?;
         let v = col.get(i).ok_or_else(|| PyIndexError::new_err(format!("row {i} out of range")))?;
         Ok(PyBytes::new(py, v))
-    }
-}
-
-// --- DLPack (https://dmlc.github.io/dlpack): the structs as the spec lays them out. ---
-
-#[repr(C)]
-struct DLDevice {
-    device_type: i32,
-    device_id: i32,
-}
-
-#[repr(C)]
-struct DLDataType {
-    code: u8,
-    bits: u8,
-    lanes: u16,
-}
-
-#[repr(C)]
-struct DLTensor {
-    data: *mut c_void,
-    device: DLDevice,
-    ndim: i32,
-    dtype: DLDataType,
-    shape: *mut i64,
-    strides: *mut i64,
-    byte_offset: u64,
-}
-
-#[repr(C)]
-struct DLManagedTensor {
-    dl_tensor: DLTensor,
-    manager_ctx: *mut c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
-}
-
-/// What keeps an exported tensor's memory alive: the batch and the shape array.
-struct Keeper {
-    _owner: Arc<stoker::batch::Batch>,
-    _shape: Vec<i64>,
-}
-
-unsafe extern "C" fn dl_deleter(t: *mut DLManagedTensor) {
-    if t.is_null() {
-        return;
-    }
-    // SAFETY: `t` and its keeper were made by Box::into_raw in `__dlpack__`; the consumer
-    // calls this once.
-    unsafe {
-        drop(Box::from_raw((*t).manager_ctx as *mut Keeper));
-        drop(Box::from_raw(t));
-    }
-}
-
-const DLTENSOR: &CStr = c"dltensor";
-
-unsafe extern "C" fn capsule_destructor(capsule: *mut pyo3::ffi::PyObject) {
-    // SAFETY: called by Python with our capsule. A consumer renames it to "used_dltensor" and
-    // owns the tensor; only an unconsumed capsule still holds it.
-    unsafe {
-        if pyo3::ffi::PyCapsule_IsValid(capsule, DLTENSOR.as_ptr()) == 1 {
-            let t = pyo3::ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr()) as *mut DLManagedTensor;
-            dl_deleter(t);
-        } else {
-            pyo3::ffi::PyErr_Clear();
-        }
-    }
-}
-
-/// A one-dimensional or two-dimensional CPU array of a batch column, for `torch.from_dlpack`
-/// and `numpy.from_dlpack` (zero-copy; the batch stays alive while any tensor uses it).
-#[pyclass(module = "stoker._stoker", frozen)]
-struct DlPack {
-    owner: Arc<stoker::batch::Batch>,
-    ptr: *mut c_void,
-    shape: Vec<i64>,
-    code: u8,
-    bits: u8,
-}
-
-// SAFETY: the pointer is into the batch's immutable buffers, kept alive by `owner`.
-unsafe impl Send for DlPack {}
-unsafe impl Sync for DlPack {}
-
-#[pymethods]
-impl DlPack {
-    #[pyo3(signature = (*_args, **_kwargs))]
-    fn __dlpack__(
-        &self,
-        py: Python<'_>,
-        _args: &Bound<'_, pyo3::types::PyTuple>,
-        _kwargs: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<Py<PyAny>> {
-        // The keeper owns the batch and the shape the tensor points into, until the deleter.
-        let keeper = Box::into_raw(Box::new(Keeper { _owner: self.owner.clone(), _shape: self.shape.clone() }));
-        // SAFETY: `keeper` was just allocated here and nothing else refers to it yet.
-        let shape = unsafe { (*keeper)._shape.as_mut_ptr() };
-        let t = Box::into_raw(Box::new(DLManagedTensor {
-            dl_tensor: DLTensor {
-                // An empty column may have a dangling pointer; consumers never read it.
-                data: self.ptr,
-                device: DLDevice { device_type: 1, device_id: 0 },
-                ndim: self.shape.len() as i32,
-                dtype: DLDataType { code: self.code, bits: self.bits, lanes: 1 },
-                shape,
-                strides: std::ptr::null_mut(),
-                byte_offset: 0,
-            },
-            manager_ctx: keeper as *mut c_void,
-            deleter: Some(dl_deleter),
-        }));
-        // SAFETY: `t` is a valid, uniquely owned DLManagedTensor; its shape points into the
-        // keeper's vector, which lives until the deleter runs.
-        unsafe {
-            let cap = pyo3::ffi::PyCapsule_New(t as *mut c_void, DLTENSOR.as_ptr(), Some(capsule_destructor));
-            if cap.is_null() {
-                dl_deleter(t);
-                return Err(PyErr::fetch(py));
-            }
-            Ok(Bound::from_owned_ptr(py, cap).unbind())
-        }
-    }
-
-    fn __dlpack_device__(&self) -> (i32, i32) {
-        (1, 0)
     }
 }
 
@@ -580,6 +481,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("NotFoundError", py.get_type::<NotFoundError>())?;
     m.add("InvalidInputError", py.get_type::<InvalidInputError>())?;
     m.add("CorruptDataError", py.get_type::<CorruptDataError>())?;
+    m.add("DecodeError", py.get_type::<DecodeError>())?;
     m.add("RemoteError", py.get_type::<RemoteError>())?;
     m.add("CudaUnavailableError", py.get_type::<CudaUnavailableError>())?;
     Ok(())

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::batch::{Batch, BatchPool};
+use crate::decode::{DecodeSpec, Decoder};
 use crate::error::{Error, Result};
 use crate::pinned::{CopierConfig, GpuCopier, HostPool, PoolConfig};
 use crate::sample::Sample;
@@ -63,8 +64,14 @@ pub struct LoaderConfig {
     pub on_error: ErrorPolicy,
     /// Optional per-sample transform.
     pub transform: Option<Transform>,
-    /// Threads the transform may use at once.
+    /// Threads the transform and the decoding may use at once.
     pub transform_threads: usize,
+    /// Fields to decode (images, labels, arrays) into fixed-width columns, on
+    /// `transform_threads` threads, after the transform if there is one.
+    pub decode: Option<DecodeSpec>,
+    /// Seed of the decoding's augmentation (random crops, flips): a sample's draw depends
+    /// only on this, the epoch and the sample's index.
+    pub augment_seed: u64,
     /// Assemble batches into host-pool buffers (page-locked with a device) and, with a
     /// device, copy each batch to the GPU on a dedicated stream. `None`: ordinary memory.
     pub host_buffers: Option<HostBuffers>,
@@ -111,6 +118,8 @@ impl std::fmt::Debug for LoaderConfig {
             .field("on_error", &self.on_error)
             .field("transform", &self.transform.is_some())
             .field("transform_threads", &self.transform_threads)
+            .field("decode", &self.decode)
+            .field("augment_seed", &self.augment_seed)
             .field("host_buffers", &self.host_buffers)
             .finish()
     }
@@ -132,6 +141,8 @@ impl LoaderConfig {
             on_error: ErrorPolicy::Raise,
             transform: None,
             transform_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            decode: None,
+            augment_seed: 0,
             host_buffers: None,
         }
     }
@@ -161,6 +172,7 @@ pub struct Loader {
     stats: Arc<Stats>,
     pool: BatchPool,
     copier: Option<Arc<GpuCopier>>,
+    decoder: Option<Arc<Decoder>>,
     progress: Arc<Mutex<Progress>>,
     runtime: RuntimeHandle,
 }
@@ -200,6 +212,10 @@ impl Loader {
             ),
         };
         let (pool, copier) = pool_and_copier(&cfg)?;
+        let decoder = match &cfg.decode {
+            Some(spec) => Some(Arc::new(Decoder::new(spec, cfg.augment_seed, cfg.transform_threads.max(1))?)),
+            None => None,
+        };
         Ok(Loader {
             source,
             cfg,
@@ -207,6 +223,7 @@ impl Loader {
             stats: Arc::new(Stats::default()),
             pool,
             copier,
+            decoder,
             progress: Arc::new(Mutex::new(Progress { run: None, pending: None })),
             runtime,
         })
@@ -316,6 +333,7 @@ impl Loader {
             stats: self.stats.clone(),
             pool: self.pool.clone(),
             copier: self.copier.clone(),
+            decoder: self.decoder.clone(),
             sampler: sampler.clone(),
             budget: Arc::new(Semaphore::new(kib(self.cfg.max_bytes_in_flight).max(1) as usize)),
             transform_slots: Arc::new(Semaphore::new(self.cfg.transform_threads.max(1))),
@@ -372,6 +390,7 @@ struct Producer {
     stats: Arc<Stats>,
     pool: BatchPool,
     copier: Option<Arc<GpuCopier>>,
+    decoder: Option<Arc<Decoder>>,
     sampler: Arc<Sampler>,
     budget: Arc<Semaphore>,
     transform_slots: Arc<Semaphore>,
@@ -506,7 +525,7 @@ impl Producer {
     async fn build(&self, number: u64, indices: &[u64]) -> Result<Batch> {
         let idx: Vec<usize> = indices.iter().map(|&i| i as usize).collect();
         let epoch = self.sampler.config().epoch;
-        if self.cfg.transform.is_none() {
+        if self.cfg.transform.is_none() && self.decoder.is_none() {
             // Straight from storage into the batch's buffers.
             let mut b = self.pool.builder();
             let t = Instant::now();
@@ -544,7 +563,25 @@ impl Producer {
         };
         let samples = self.transform(samples).await?;
         let pool = self.pool.clone();
-        tokio::task::spawn_blocking(move || pool.assemble(epoch, number, &kept, &samples)).await.map_err(Error::task)
+        let Some(decoder) = self.decoder.clone() else {
+            return tokio::task::spawn_blocking(move || pool.assemble(epoch, number, &kept, &samples))
+                .await
+                .map_err(Error::task);
+        };
+        let (source, skip) = (self.source.clone(), self.cfg.on_error == ErrorPolicy::Skip);
+        let t = Instant::now();
+        // The decoder spreads the batch over its own threads; this blocking thread waits.
+        let (batch, skipped) = tokio::task::spawn_blocking(move || {
+            decoder.assemble(&pool, &*source, epoch, number, &kept, &samples, skip)
+        })
+        .await
+        .map_err(Error::task)?
+        .inspect_err(|_| {
+            self.stats.errors.fetch_add(1, Relaxed);
+        })?;
+        self.stats.skipped.fetch_add(skipped, Relaxed);
+        self.stats.transform_time.record(t.elapsed());
+        Ok(batch)
     }
 
     /// Read samples one by one after a failed batch; keep those that succeed.

@@ -3,19 +3,23 @@
 ``stoker.open(uri, **options)`` gives a map-style dataset that drops into
 ``torch.utils.data.DataLoader`` (fork and spawn workers both work); ``stoker.Loader`` is the
 faster path: batches prefetched by Rust threads, shuffled with a resumable sampler, split by
-rank, handed over zero-copy.
+rank, decoded and augmented in Rust (``decode={"jpg": stoker.Image(224), "cls": stoker.Int()}``),
+handed over zero-copy.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _stoker
 from ._stoker import (
     CorruptDataError,
     CudaUnavailableError,
+    DecodeError,
     InvalidInputError,
     NotFoundError,
     RemoteError,
@@ -26,11 +30,16 @@ __all__ = [
     "open",
     "Dataset",
     "Loader",
+    "Image",
+    "Int",
+    "Npy",
+    "Bytes",
     "diagnose",
     "StokerError",
     "NotFoundError",
     "InvalidInputError",
     "CorruptDataError",
+    "DecodeError",
     "RemoteError",
     "CudaUnavailableError",
 ]
@@ -40,26 +49,130 @@ try:  # The dataset is a torch Dataset when torch is there, a plain class otherw
 except ImportError:  # pragma: no cover - exercised only without torch
     _Base = object  # type: ignore[assignment,misc]
 
-Sample = Union[bytes, Dict[str, Any]]
+Sample = Dict[str, Any]
 
 
 def _options_json(options: Dict[str, Any]) -> str:
     return json.dumps({k: (os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in options.items()})
 
 
-def _to_python(key: str, fields: List[Tuple[str, bytes]]) -> Sample:
-    # Single-field sources (files, LMDB) give bytes; multi-field ones a webdataset-style dict.
-    if len(fields) == 1:
-        return fields[0][1]
+def _to_python(key: str, fields: List[Tuple[str, bytes]]) -> Dict[str, Any]:
+    # Always a webdataset-style dict, whatever the source: one shape to write code against.
     out: Dict[str, Any] = {"__key__": key}
     out.update(fields)
     return out
 
 
+class Image:
+    """Decode an image field (JPEG, PNG, WebP) into a fixed-size RGB tensor, in Rust.
+
+    ``crop="random_resized"`` is torchvision's ``RandomResizedCrop(size, scale, ratio)``;
+    ``crop="center"`` is ``Resize(resize)`` + ``CenterCrop(size)`` (``resize`` defaults to
+    ``size * 256 / 224``); ``crop="squash"`` resizes the whole image to ``size``. ``flip``
+    (``True`` or a probability) flips horizontally. Resizing is antialiased bilinear, as PIL's.
+    ``layout`` is ``"HWC"`` (``[H, W, 3]``) or ``"CHW"``; ``dtype`` ``"uint8"``, ``"float16"``
+    or ``"float32"`` (floats are scaled to 0..1, then ``(x - mean) / std`` when given).
+    Random choices depend only on (seed, epoch, sample index): reruns, resumed runs and runs at
+    another world size give identical tensors. Images over ``max_pixels`` are refused.
+    """
+
+    def __init__(
+        self,
+        size: Union[int, Tuple[int, int]],
+        crop: str = "random_resized",
+        flip: Union[bool, float] = False,
+        scale: Tuple[float, float] = (0.08, 1.0),
+        ratio: Tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
+        resize: Optional[int] = None,
+        layout: str = "HWC",
+        dtype: str = "uint8",
+        mean: Optional[Sequence[float]] = None,
+        std: Optional[Sequence[float]] = None,
+        max_pixels: int = 100_000_000,
+    ) -> None:
+        h, w = (size, size) if isinstance(size, int) else size
+        if crop == "random_resized":
+            mode: Dict[str, Any] = {"mode": "random_resized", "scale": list(scale), "ratio": list(ratio)}
+        elif crop == "center":
+            mode = {"mode": "center", "resize": resize}
+        elif crop == "squash":
+            mode = {"mode": "squash"}
+        else:
+            raise InvalidInputError(f"crop must be 'random_resized', 'center' or 'squash', not {crop!r}")
+        if layout not in ("HWC", "CHW"):
+            raise InvalidInputError(f"layout must be 'HWC' or 'CHW', not {layout!r}")
+        if (mean is None) != (std is None):
+            raise InvalidInputError("give both mean and std to normalize, or neither")
+        self.spec: Dict[str, Any] = {
+            "kind": "image",
+            "size": [int(h), int(w)],
+            "crop": mode,
+            "flip": float(flip),
+            "layout": layout,
+            "dtype": dtype,
+            "normalize": None if mean is None else {"mean": list(map(float, mean)), "std": list(map(float, std or ()))},
+            "max_pixels": int(max_pixels),
+        }
+
+    def __repr__(self) -> str:
+        return f"stoker.Image({self.spec})"
+
+
+class Int:
+    """Decode integer text (``.cls``, ``.txt``: ``"7"``) into an int64 tensor ``[B]``."""
+
+    spec: Dict[str, Any] = {"kind": "int"}
+
+    def __repr__(self) -> str:
+        return "stoker.Int()"
+
+
+class Npy:
+    """Decode ``.npy`` arrays into one stacked array ``[B, *shape]``. Every sample of the run
+    must have the first one's dtype and shape (or the declared ones); others raise
+    ``DecodeError`` naming the sample."""
+
+    def __init__(self, dtype: Optional[str] = None, shape: Optional[Sequence[int]] = None) -> None:
+        self.spec: Dict[str, Any] = {"kind": "npy", "dtype": dtype, "shape": None if shape is None else list(shape)}
+
+    def __repr__(self) -> str:
+        return f"stoker.Npy({self.spec})"
+
+
+class Bytes:
+    """Keep a field as raw bytes: ``(data, offsets)`` in every batch (the default for fields
+    not named in ``decode``). With ``shape``, every value must be exactly that many elements
+    of ``dtype`` and the field is one dense ``[B, *shape]`` tensor."""
+
+    def __init__(self, shape: Optional[Sequence[int]] = None, dtype: str = "uint8") -> None:
+        if shape is None:
+            self.spec: Dict[str, Any] = {"kind": "bytes"}
+        else:
+            self.spec = {"kind": "fixed", "dtype": dtype, "shape": [int(d) for d in shape]}
+
+    def __repr__(self) -> str:
+        return f"stoker.Bytes({self.spec})"
+
+
+def _decode_json(decode: Optional[Dict[str, Any]]) -> Optional[str]:
+    if not decode:
+        return None
+    out = {}
+    for field, d in decode.items():
+        spec = getattr(d, "spec", None)
+        if spec is None:
+            raise InvalidInputError(
+                f"decode[{field!r}] must be stoker.Image(...), stoker.Int(), stoker.Npy() or stoker.Bytes(), not {d!r}"
+            )
+        out[field] = spec
+    return json.dumps(out)
+
+
 class Dataset(_Base):  # type: ignore[misc,valid-type]
     """A map-style dataset over any Stoker source: ``len(ds)``, ``ds[i]``, ``ds.get_many(idx)``.
 
-    ``ds[i]`` is ``bytes`` for single-field samples, else ``{"__key__": ..., field: bytes}``.
+    ``ds[i]`` is ``{"__key__": key, field: bytes, ...}`` for every source (files and LMDB give
+    one field, ``"data"``; tar shards one per member extension), as webdataset gives it.
     Pickles as its URI and options: each DataLoader worker (fork or spawn) reopens it.
     """
 
@@ -108,9 +221,16 @@ class Loader:
     """Batches from Rust threads, prefetched and in order, handed over without copies.
 
     Each batch is a dict like webdataset's batched output: ``"__key__"`` (list of keys),
-    ``"__index__"`` (source indices) and one entry per field: a ``[B, L]`` uint8 tensor when
-    every sample's value has length ``L``, else ``(data, offsets)`` (uint8 values back to back,
-    int64 offsets of length ``B + 1``). ``output="numpy"`` gives numpy arrays instead.
+    ``"__index__"`` (source indices) and one entry per field. Fields named in ``decode`` are
+    decoded on Rust threads into one tensor each (``stoker.Image`` -> uint8 ``[B, H, W, 3]``,
+    ``stoker.Int`` -> int64 ``[B]``, ``stoker.Npy`` -> ``[B, *shape]``); every other field is
+    ``(data, offsets)``: uint8 values back to back and int64 offsets of length ``B + 1``. A
+    field's type and shape never change during a run. ``output="numpy"`` gives numpy arrays.
+
+    ``transform=fn`` is the escape hatch for arbitrary Python: ``fn(sample_dict)`` runs on
+    ``transform_threads`` Python threads ahead of the consumer (useful with code that releases
+    the GIL, such as PIL's codecs) and the results are collated with ``collate_fn`` (torch's
+    ``default_collate`` by default).
 
     Iterating runs one epoch; each new iteration starts the next epoch (or ``set_epoch``).
     ``state_dict()``/``load_state_dict()`` resume mid-epoch, also in another process or at
@@ -131,6 +251,11 @@ class Loader:
         output: str = "torch",
         max_bytes_in_flight: int = 1 << 30,
         skip_errors: bool = False,
+        decode: Optional[Dict[str, Any]] = None,
+        decode_threads: Optional[int] = None,
+        transform: Optional[Callable[[Dict[str, Any]], Any]] = None,
+        transform_threads: int = 2,
+        collate_fn: Optional[Callable[[List[Any]], Any]] = None,
         **options: Any,
     ) -> None:
         if output not in ("torch", "numpy"):
@@ -139,10 +264,18 @@ class Loader:
             raise CudaUnavailableError(
                 f"device={device!r}: this build of stoker has no CUDA support; use device=None and move batches with .to()"
             )
+        if transform is not None and not callable(transform):
+            raise InvalidInputError(f"transform must be callable, not {transform!r}")
+        if transform_threads < 1:
+            raise InvalidInputError(f"transform_threads must be at least 1, not {transform_threads}")
         ds = uri_or_dataset if isinstance(uri_or_dataset, Dataset) else Dataset(os.fspath(uri_or_dataset), **options)
         self.dataset = ds
         self.output = output
         self.epoch = 0
+        self.prefetch = prefetch
+        self.transform = transform
+        self.transform_threads = transform_threads
+        self.collate_fn = collate_fn
         self._loader = _stoker.Loader(
             ds._source,
             batch_size,
@@ -154,6 +287,8 @@ class Loader:
             world_size=world_size,
             max_bytes_in_flight=max_bytes_in_flight,
             skip_errors=skip_errors,
+            decode=_decode_json(decode),
+            threads=decode_threads,
         )
         self._started = False
 
@@ -165,15 +300,54 @@ class Loader:
         self.epoch = epoch
         self._started = False
 
-    def __iter__(self) -> Iterator[Dict[str, Any]]:
+    def __iter__(self) -> Iterator[Any]:
         resume = self._loader.resume_epoch()
         if resume is not None:
             self.epoch = resume
         elif self._started:
             self.epoch += 1
         self._started = True
-        for batch in self._loader.epoch(self.epoch):
-            yield self._convert(batch)
+        if self.transform is None:
+            for batch in self._loader.epoch(self.epoch):
+                yield self._convert(batch)
+        else:
+            yield from self._transformed(self._loader.epoch(self.epoch))
+
+    def _transformed(self, batches: Iterator[Any]) -> Iterator[Any]:
+        # Batches are handed to the pool as they arrive and collected in order, keeping up to
+        # `prefetch` batches in the pool's hands while the consumer works.
+        fn = self.transform
+        assert fn is not None
+        collate = self.collate_fn or self._default_collate()
+        pending: Deque[List["Future[Any]"]] = collections.deque()
+        with ThreadPoolExecutor(self.transform_threads, thread_name_prefix="stoker-transform") as pool:
+            for batch in batches:
+                pending.append([pool.submit(fn, s) for s in self._rows(batch)])
+                if len(pending) > self.prefetch:
+                    yield collate([f.result() for f in pending.popleft()])
+            while pending:
+                yield collate([f.result() for f in pending.popleft()])
+
+    def _rows(self, batch: Any) -> Iterator[Dict[str, Any]]:
+        """A batch's samples as webdataset-style dicts: raw fields as bytes, decoded fields as
+        their row of the batch's tensor."""
+        converted = self._convert(batch)
+        raw = [n for n, c in converted.items() if isinstance(c, tuple)]
+        dense = [n for n, c in converted.items() if n not in ("__key__", "__index__") and not isinstance(c, tuple)]
+        for i, key in enumerate(converted["__key__"]):
+            row: Dict[str, Any] = {"__key__": key, "__index__": converted["__index__"][i]}
+            for name in raw:
+                row[name] = batch.value(name, i)
+            for name in dense:
+                row[name] = converted[name][i]
+            yield row
+
+    def _default_collate(self) -> Callable[[List[Any]], Any]:
+        if self.output == "torch":
+            from torch.utils.data import default_collate
+
+            return default_collate
+        return list
 
     def _convert(self, batch: Any) -> Dict[str, Any]:
         if self.output == "torch":
@@ -186,8 +360,8 @@ class Loader:
             convert = numpy.from_dlpack
         out: Dict[str, Any] = {"__key__": batch.keys(), "__index__": batch.indices()}
         for name in batch.fields():
-            data, offsets, width = batch.column(name)
-            out[name] = convert(data) if width else (convert(data), convert(offsets))
+            data, offsets, dtype = batch.column(name)
+            out[name] = convert(data) if dtype else (convert(data), convert(offsets))
         return out
 
     def state_dict(self) -> Dict[str, Any]:

@@ -28,7 +28,7 @@ mod spec;
 pub use array::{parse_int, parse_npy, NpyHeader};
 pub use image::{decode_image, ImageError, ImageScratch};
 pub use rng::SampleRng;
-pub use spec::{Crop, DecodeSpec, Dtype, FieldDecode, ImageLayout, ImageSpec, Normalize, NpySpec};
+pub use spec::{Crop, DecodeSpec, Dtype, FieldDecode, FixedSpec, ImageLayout, ImageSpec, Normalize, NpySpec};
 
 /// One decoded field as the decoder runs it.
 #[derive(Debug)]
@@ -244,6 +244,19 @@ impl Decoder {
                 array::copy_npy(&h, data, out);
                 Ok(())
             }
+            FieldDecode::Fixed(_) => {
+                if data.len() != out.len() {
+                    return Err(format!(
+                        "value is {} bytes but the field is declared {} {:?} = {} bytes",
+                        data.len(),
+                        ty.dtype,
+                        ty.shape,
+                        out.len()
+                    ));
+                }
+                out.copy_from_slice(data);
+                Ok(())
+            }
             FieldDecode::Bytes => Ok(()),
         }
     }
@@ -264,6 +277,7 @@ fn declared(d: &FieldDecode) -> Option<Arc<ColumnType>> {
     match d {
         FieldDecode::Image(s) => Some(ColumnType::new(s.dtype, s.shape())),
         FieldDecode::Int => Some(ColumnType::new(Dtype::I64, Vec::new())),
+        FieldDecode::Fixed(f) => Some(ColumnType::new(f.dtype, f.shape.clone())),
         FieldDecode::Npy(NpySpec { dtype: Some(t), shape: Some(s) }) => Some(ColumnType::new(*t, s.clone())),
         _ => None,
     }

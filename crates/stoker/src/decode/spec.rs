@@ -18,6 +18,24 @@ pub enum FieldDecode {
     Npy(NpySpec),
     /// Kept as bytes: `(data, offsets)` in Python, whatever the lengths.
     Bytes,
+    /// Raw bytes of a declared fixed size, read as one `dtype` array of `shape` (native byte
+    /// order): a dense `[B, *shape]` column. A value of another length is an error.
+    Fixed(FixedSpec),
+}
+
+/// A raw field declared fixed-width.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixedSpec {
+    /// Element type (`uint8` for plain bytes).
+    #[serde(default = "uint8")]
+    pub dtype: Dtype,
+    /// Shape of one value.
+    pub shape: Vec<usize>,
+}
+
+fn uint8() -> Dtype {
+    Dtype::U8
 }
 
 /// Image decode and augmentation, torchvision's ImageNet transforms in one fused step.
@@ -208,11 +226,42 @@ impl std::fmt::Display for Dtype {
 
 /// Field name -> what to decode it into. Serialises as a JSON object
 /// (`{"jpg": {"kind": "image", "size": [224, 224], ...}, "cls": {"kind": "int"}}`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct DecodeSpec {
     /// In the order given; a field appears once.
     pub fields: Vec<(String, FieldDecode)>,
+}
+
+impl Serialize for DecodeSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.fields.len()))?;
+        for (k, v) in &self.fields {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for DecodeSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = DecodeSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of field name -> decode spec")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> std::result::Result<DecodeSpec, A::Error> {
+                // Kept in the given order: columns appear in it.
+                let mut fields = Vec::new();
+                while let Some((k, v)) = m.next_entry::<String, FieldDecode>()? {
+                    fields.push((k, v));
+                }
+                Ok(DecodeSpec { fields })
+            }
+        }
+        d.deserialize_map(Fields)
+    }
 }
 
 impl DecodeSpec {
