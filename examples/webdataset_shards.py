@@ -98,7 +98,9 @@ def main() -> None:
             print(f"packed {args.samples} samples ({2 * args.samples} files) into shards in {time.perf_counter() - started:.1f} s")
 
             # Train from the bucket: shuffled, prefetched, two epochs.
-            loader = stoker.Loader(dest, batch_size=64, shuffle=True, prefetch=8)
+            # Payloads are declared fixed-width, so each batch's `bin` is one [64, size] tensor.
+            spec = {"bin": stoker.Bytes(shape=(args.size,)), "cls": stoker.Int()}
+            loader = stoker.Loader(dest, batch_size=64, shuffle=True, prefetch=8, decode=spec)
             for epoch in range(2):
                 seen = 0
                 started = time.perf_counter()
@@ -106,6 +108,7 @@ def main() -> None:
                     for row, key in enumerate(batch["__key__"]):
                         i = int(key)
                         assert bytes(batch["bin"][row].numpy()) == payload(i, args.size), f"sample {key}: wrong bytes"
+                        assert batch["cls"][row].item() == i % 10, f"sample {key}: wrong label"
                     seen += len(batch["__key__"])
                 secs = time.perf_counter() - started
                 assert seen == args.samples, f"epoch {epoch}: {seen} samples, expected {args.samples}"

@@ -53,6 +53,11 @@ pub(crate) struct BenchArgs {
     /// Options file for every source (JSON or TOML).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Decode a field on the loader's threads, as training would: `FIELD=KIND[:OPTION...]`,
+    /// e.g. `jpg=image:224:flip` (random-resized crop), `jpg=image:224:center`, `cls=int`,
+    /// `x=npy` (repeatable; see `stoker::decode::DecodeSpec::from_args`).
+    #[arg(long, value_name = "FIELD=SPEC")]
+    decode: Vec<String>,
     /// Print JSON lines (one for the run: machine, parameters, dataset; one per backend).
     #[arg(long)]
     json: bool,
@@ -96,7 +101,11 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
         shuffle: args.shuffle,
         step: args.step,
         config: args.config.clone(),
+        decode: args.decode.clone(),
     };
+    if !args.decode.is_empty() {
+        stoker::decode::DecodeSpec::from_args(&args.decode).map_err(|e| e.to_string())?;
+    }
     if args.batch == 0 {
         return Err("--batch must be at least 1".into());
     }

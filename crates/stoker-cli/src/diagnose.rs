@@ -45,9 +45,13 @@ pub(crate) struct DiagnoseArgs {
     /// sample's bytes, standing in for decoding and augmentation.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     transform_cost: Option<Duration>,
-    /// Threads the transform may use (default: one per core).
+    /// Threads the transform and decoding may use (default: one per core).
     #[arg(long, value_name = "N")]
     transform_threads: Option<usize>,
+    /// Decode a field in Rust as the Loader would: `FIELD=KIND[:OPTION...]`, e.g.
+    /// `jpg=image:224:flip`, `cls=int` (repeatable; as `stoker bench --decode`).
+    #[arg(long, value_name = "FIELD=SPEC")]
+    decode: Vec<String>,
     /// The GPU to copy batches to from pinned buffers: a device number, `cpu` for none, or
     /// `auto` (device 0 when a CUDA driver is there and this build has the `cuda` feature).
     #[arg(long, default_value = "auto")]
@@ -78,6 +82,9 @@ pub(crate) async fn run(args: DiagnoseArgs) -> Result<(), String> {
         loader.transform_threads = n;
     }
     loader.transform = args.transform_cost.map(busy_transform);
+    if !args.decode.is_empty() {
+        loader.decode = Some(stoker::decode::DecodeSpec::from_args(&args.decode).map_err(|e| e.to_string())?);
+    }
     if let Some(device) = device(&args.device)? {
         let src = args.source.open().await?;
         // Pinned buffers sized for the largest of the first samples, with room to spare.

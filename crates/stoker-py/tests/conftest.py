@@ -26,8 +26,9 @@ def keep(batch):
 
 
 def value(sample):
-    """A sample's payload: the bytes of a single-field source, the ``bin`` field of a tar one."""
-    return sample if isinstance(sample, bytes) else sample["bin"]
+    """A sample's payload: the ``bin`` field (files, tar) or LMDB's one field, ``data``."""
+    assert isinstance(sample, dict) and "__key__" in sample, f"samples are webdataset-style dicts: {sample!r}"
+    return sample["bin"] if "bin" in sample else sample["data"]
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,10 @@
 """Stoker inside PyTorch's real DataLoader, and stoker.Loader: every sample exactly once, the
 right bytes, fork and spawn workers, resume across processes, ranks under torchrun."""
 
+import io
 import json
 import os
+import tarfile
 import subprocess
 import sys
 
@@ -57,14 +59,41 @@ def test_loader_batches_zero_copy_tensors(data):
     lmdb = stoker.Loader(str(data / "lmdb"), batch_size=4, output="numpy")
     first = next(iter(lmdb))
     assert isinstance(first["data"][0], numpy.ndarray)
+    assert stoker.open(str(data / "lmdb"))[0] == {"__key__": "00000", "data": payload(0)}
 
 
-def test_dense_fields_are_2d(tmp_path):
-    for i in range(10):
-        (tmp_path / f"{i:03d}.bin").write_bytes(bytes([i]) * 16)
-    batch = next(iter(stoker.Loader(str(tmp_path), batch_size=4)))
-    t = batch["bin"]
-    assert t.shape == (4, 16) and t[2, 0].item() == 2
+def test_field_types_are_fixed_for_the_run(tmp_path):
+    # Equal-length raw values stay (data, offsets) unless declared: the type must not depend
+    # on whether a batch's values happen to share a length (labels "7" and "12").
+    def shard(short=None):
+        with tarfile.open(tmp_path / "s.tar", "w") as tf:
+            for i in range(10):
+                for ext, body in (("bin", b"short" if i == short else bytes([i]) * 16), ("cls", str(i * 3).encode())):
+                    info = tarfile.TarInfo(f"{i:03d}.{ext}")
+                    info.size = len(body)
+                    tf.addfile(info, io.BytesIO(body))
+
+    shard()
+    for batch in stoker.Loader(str(tmp_path), batch_size=4):
+        data, offsets = batch["bin"]
+        assert data.dtype == torch.uint8 and data.dim() == 1 and offsets.dtype == torch.int64
+    spec = {"bin": stoker.Bytes(shape=(16,)), "cls": stoker.Int()}
+    shapes = []
+    for batch in stoker.Loader(str(tmp_path), batch_size=4, decode=spec):
+        t, y = batch["bin"], batch["cls"]
+        assert t.dtype == torch.uint8 and y.dtype == torch.int64
+        assert t[:, 0].tolist() == [i for i in batch["__index__"]]
+        assert y.tolist() == [3 * i for i in batch["__index__"]]
+        shapes.append((tuple(t.shape), tuple(y.shape)))
+    assert shapes == [((4, 16), (4,)), ((4, 16), (4,)), ((2, 16), (2,))]
+    numpy_batch = next(iter(stoker.Loader(str(tmp_path), batch_size=4, decode=spec, output="numpy")))
+    assert numpy_batch["cls"].dtype == numpy.int64 and numpy_batch["bin"].shape == (4, 16)
+    # A value of another length than declared: an error naming the sample.
+    shard(short=3)
+    with pytest.raises(stoker.DecodeError, match="003"):
+        list(stoker.Loader(str(tmp_path), batch_size=4, decode=spec))
+    with pytest.raises(stoker.InvalidInputError, match="decode"):
+        stoker.Loader(str(tmp_path), batch_size=4, decode={"bin": "image"})
 
 
 RESUME = r"""

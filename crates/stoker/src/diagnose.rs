@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::batch::{Batch, BatchPool};
+use crate::decode::Decoder;
 use crate::error::{Error, Result};
 use crate::loader::{Loader, LoaderConfig, Transform};
 use crate::pinned::{GpuCopier, HostPool, PoolConfig};
@@ -120,7 +121,8 @@ pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) ->
         prefetch: cfg.loader.prefetch.max(1),
         concurrency: configured.concurrency(),
         max_in_flight: configured.fetch_config().max_in_flight,
-        transform: cfg.loader.transform.is_some(),
+        transform: cfg.loader.transform.is_some() || cfg.loader.decode.is_some(),
+        decode: cfg.loader.decode.is_some(),
         transform_threads: cfg.loader.transform_threads.max(1),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         cache,
@@ -132,7 +134,11 @@ pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) ->
         },
         mean_sample_bytes: mean,
     };
-    let ladder = Ladder { cfg, uncached, full, cached, handle: tokio::runtime::Handle::current() };
+    let decoder = match &cfg.loader.decode {
+        Some(spec) => Some(Decoder::new(spec, cfg.loader.augment_seed, cfg.loader.transform_threads.max(1))?),
+        None => None,
+    };
+    let ladder = Ladder { cfg, uncached, full, cached, decoder, handle: tokio::runtime::Handle::current() };
     let steps = tokio::task::spawn_blocking(move || ladder.run()).await.map_err(Error::task)??;
     let verdict = verdict::judge(&setup, &steps);
     Ok(Report { setup, steps, verdict })
@@ -297,6 +303,8 @@ struct Ladder {
     uncached: Arc<DynSampleSource>,
     full: Arc<DynSampleSource>,
     cached: Vec<Sample>,
+    /// The decoding the Loader would run, when configured (the collate and fetch steps run it).
+    decoder: Option<Decoder>,
     handle: tokio::runtime::Handle,
 }
 
@@ -312,6 +320,25 @@ impl Ladder {
         let Some(f) = &self.cfg.loader.transform else { return Ok(samples) };
         let t = Instant::now();
         let out = transform_all(samples, f, self.cfg.loader.transform_threads);
+        *spent += t.elapsed();
+        out
+    }
+
+    /// Assemble transformed samples into a batch as the Loader does: decoded when configured
+    /// (that time counts as the transform's).
+    fn assemble(
+        &self,
+        pool: &BatchPool,
+        epoch: u64,
+        number: u64,
+        idx: &[u64],
+        samples: &[Sample],
+        spent: &mut Duration,
+    ) -> Result<Batch> {
+        let Some(d) = &self.decoder else { return Ok(pool.assemble(epoch, number, idx, samples)) };
+        let t = Instant::now();
+        let skip = self.cfg.loader.on_error == crate::loader::ErrorPolicy::Skip;
+        let out = d.assemble(pool, &*self.full, epoch, number, idx, samples, skip).map(|(b, _)| b);
         *spent += t.elapsed();
         out
     }
@@ -338,7 +365,8 @@ impl Ladder {
         let widest = first.iter().map(Sample::total_bytes).max().unwrap_or(0) as usize;
         let (pool, copier) = self.pool_and_copier(widest.saturating_mul(b))?;
         let indices: Vec<u64> = (0..first.len() as u64).collect();
-        let mut batch = pool.assemble(0, 0, &indices, &first);
+        let mut batch =
+            self.assemble(&pool, 0, 0, &indices, &first, &mut spent).map_err(|e| in_step(Step::Consumer, e))?;
 
         let mut m = Meter::new(Step::Consumer, &self.cfg);
         while !m.done() {
@@ -384,7 +412,7 @@ impl Ladder {
             let number = m.batches;
             let mut batch = m.own(|| -> Result<Batch> {
                 let samples = self.transform(samples, &mut spent)?;
-                Ok(pool.assemble(0, number, &idx, &samples))
+                self.assemble(pool, 0, number, &idx, &samples, &mut spent)
             })?;
             copier.copy(&mut batch)?;
             self.consume(&batch)?;
@@ -392,7 +420,7 @@ impl Ladder {
         }
         let batches = m.batches.max(1);
         let mut r = m.finish("+ collation from cached samples");
-        if self.cfg.loader.transform.is_some() {
+        if self.cfg.loader.transform.is_some() || self.decoder.is_some() {
             r.what = "+ transform and collation from cached samples".into();
             r.transform_ms_per_batch = Some(spent.as_secs_f64() * 1e3 / batches as f64);
         }
@@ -420,7 +448,7 @@ impl Ladder {
                 let idx: Vec<usize> = (start..end).filter_map(|k| sampler.get(k)).map(|i| i as usize).collect();
                 start = end;
                 let t = Instant::now();
-                let mut batch = if self.cfg.loader.transform.is_none() {
+                let mut batch = if self.cfg.loader.transform.is_none() && self.decoder.is_none() {
                     // The Loader's path without a transform: straight into the batch buffers.
                     let mut builder = pool.builder();
                     m.own(|| self.handle.block_on(self.uncached.get_many_into(&idx, &mut builder)))?;
@@ -431,7 +459,7 @@ impl Ladder {
                     latency.record(t.elapsed());
                     let samples = self.transform(samples, &mut spent)?;
                     let kept: Vec<u64> = idx.iter().map(|&i| i as u64).collect();
-                    pool.assemble(epoch, m.batches, &kept, &samples)
+                    self.assemble(pool, epoch, m.batches, &kept, &samples, &mut spent)?
                 };
                 copier.copy(&mut batch)?;
                 self.consume(&batch)?;
@@ -447,7 +475,7 @@ impl Ladder {
         r.fetch_p50_ms = Some(latency.quantile(0.5).as_secs_f64() * 1e3);
         r.fetch_p99_ms = Some(latency.quantile(0.99).as_secs_f64() * 1e3);
         r.io = IoDelta::between(before, self.uncached.io_counters());
-        if self.cfg.loader.transform.is_some() {
+        if self.cfg.loader.transform.is_some() || self.decoder.is_some() {
             r.transform_ms_per_batch = Some(spent.as_secs_f64() * 1e3 / batches as f64);
         }
         Ok(r)
@@ -489,7 +517,7 @@ impl Ladder {
         r.fetch_p99_ms = Some(stats.fetch_p99_ms);
         r.consumer_wait_fraction = Some(stats.consumer_wait_fraction);
         r.io = IoDelta::between(before, self.full.io_counters());
-        if self.cfg.loader.transform.is_some() {
+        if self.cfg.loader.transform.is_some() || self.decoder.is_some() {
             r.transform_ms_per_batch = Some(stats.transform_mean_ms);
         }
         Ok(r)

@@ -132,7 +132,7 @@ fn run_json(run: &Run) -> Value {
         "machine": run.machine.json(),
         "params": {
             "batch": p.batch, "prefetch": p.prefetch, "epochs": p.epochs, "order": order(p),
-            "step_ms": p.step.as_secs_f64() * 1e3, "config": p.config,
+            "step_ms": p.step.as_secs_f64() * 1e3, "config": p.config, "decode": p.decode,
         },
         "demo": demo,
     })

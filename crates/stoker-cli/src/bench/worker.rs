@@ -56,6 +56,8 @@ pub(crate) struct LoaderParams {
     /// Simulated work per batch (a training step), during which the loader reads ahead.
     pub step: Duration,
     pub config: Option<PathBuf>,
+    /// `--decode` items, `FIELD=KIND[:OPTION...]`.
+    pub decode: Vec<String>,
 }
 
 impl LoaderParams {
@@ -76,6 +78,10 @@ impl LoaderParams {
         if let Some(c) = &self.config {
             a.push("--config".into());
             a.push(c.display().to_string());
+        }
+        for d in &self.decode {
+            a.push("--decode".into());
+            a.push(d.clone());
         }
         a
     }
@@ -170,6 +176,9 @@ pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<(), Stri
     cfg.prefetch = p.prefetch;
     if p.shuffle {
         cfg.order = stoker::sampler::Order::Shuffle { seed: 0 };
+    }
+    if !p.decode.is_empty() {
+        cfg.decode = Some(stoker::decode::DecodeSpec::from_args(&p.decode).map_err(|e| e.to_string())?);
     }
     let loader = Loader::new(src.clone(), cfg).map_err(|e| e.to_string())?;
     emit(&format!("total {}", src.len() as u64 * p.epochs.max(1)))?;

@@ -286,6 +286,61 @@ impl DecodeSpec {
         Ok(spec)
     }
 
+    /// Parse the command-line form, one `FIELD=KIND[:OPTION...]` per item: `jpg=image:224`,
+    /// `jpg=image:224x160:center:chw:float32:imagenet`, `cls=int`, `x=npy`, `raw=bytes`,
+    /// `emb=bytes:float32:512`. Image options: a size (`224` or `HxW`), `random` (the default
+    /// crop) / `center` / `squash`, `flip` or `flip=P`, `hwc` / `chw`, `uint8` / `float16` /
+    /// `float32`, `imagenet` (ImageNet mean and std; needs a float type), `max_pixels=N`.
+    pub fn from_args<S: AsRef<str>>(items: &[S]) -> Result<Self> {
+        let mut spec = DecodeSpec::new();
+        for item in items {
+            let item = item.as_ref();
+            let bad = |why: String| Error::invalid_option(format!("--decode `{item}`: {why}"));
+            let (field, rest) =
+                item.split_once('=').ok_or_else(|| bad("expected FIELD=KIND, e.g. jpg=image:224".into()))?;
+            let mut parts = rest.split(':');
+            let kind = parts.next().unwrap_or_default();
+            let opts: Vec<&str> = parts.collect();
+            let d = match kind {
+                "image" => FieldDecode::Image(image_from_args(&opts).map_err(bad)?),
+                "int" | "cls" if opts.is_empty() => FieldDecode::Int,
+                "npy" if opts.is_empty() => FieldDecode::Npy(NpySpec::default()),
+                "bytes" if opts.is_empty() => FieldDecode::Bytes,
+                "bytes" => {
+                    let mut dtype = Dtype::U8;
+                    let mut shape = Vec::new();
+                    for o in &opts {
+                        match dtype_named(o) {
+                            Some(t) => dtype = t,
+                            None => {
+                                shape = o
+                                    .split('x')
+                                    .map(|d| {
+                                        d.parse::<usize>().map_err(|_| {
+                                            bad(format!("`{o}` is neither a dtype nor a shape like 512 or 16x32"))
+                                        })
+                                    })
+                                    .collect::<Result<_>>()?
+                            }
+                        }
+                    }
+                    FieldDecode::Fixed(FixedSpec { dtype, shape })
+                }
+                other => {
+                    return Err(bad(format!(
+                        "unknown kind `{other}` (image, int, npy, bytes), or options it does not take"
+                    )))
+                }
+            };
+            if spec.get(field).is_some() {
+                return Err(bad(format!("field `{field}` is given twice")));
+            }
+            spec = spec.with(field, d);
+        }
+        spec.validate()?;
+        Ok(spec)
+    }
+
     /// The spec for `field`, if it is decoded.
     pub fn get(&self, field: &str) -> Option<&FieldDecode> {
         self.fields.iter().find(|(f, _)| f == field).map(|(_, d)| d)
@@ -303,6 +358,46 @@ impl DecodeSpec {
         }
         Ok(())
     }
+}
+
+fn dtype_named(name: &str) -> Option<Dtype> {
+    serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
+}
+
+fn image_from_args(opts: &[&str]) -> std::result::Result<ImageSpec, String> {
+    let mut s = ImageSpec { crop: Crop::random_resized(), ..ImageSpec::default() };
+    for &o in opts {
+        match o {
+            "random" | "random_resized" => s.crop = Crop::random_resized(),
+            "center" => s.crop = Crop::Center { resize: None },
+            "squash" => s.crop = Crop::Squash,
+            "flip" => s.flip = 0.5,
+            "hwc" | "HWC" => s.layout = ImageLayout::Hwc,
+            "chw" | "CHW" => s.layout = ImageLayout::Chw,
+            "imagenet" => s.normalize = Some(Normalize { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] }),
+            _ => {
+                if let Some(p) = o.strip_prefix("flip=") {
+                    s.flip = p.parse().map_err(|_| format!("flip=`{p}` is not a probability"))?;
+                } else if let Some(n) = o.strip_prefix("max_pixels=") {
+                    s.max_pixels = n.parse().map_err(|_| format!("max_pixels=`{n}` is not a number"))?;
+                } else if let Some(t) = dtype_named(o) {
+                    s.dtype = t;
+                } else {
+                    let dims: Vec<u32> = o
+                        .split('x')
+                        .map(|d| d.parse::<u32>())
+                        .collect::<std::result::Result<_, _>>()
+                        .map_err(|_| format!("unknown image option `{o}`"))?;
+                    s.size = match dims[..] {
+                        [n] => [n, n],
+                        [h, w] => [h, w],
+                        _ => return Err(format!("size `{o}` must be N or HxW")),
+                    };
+                }
+            }
+        }
+    }
+    Ok(s)
 }
 
 impl ImageSpec {
@@ -358,5 +453,45 @@ impl ImageSpec {
             _ => {}
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_line_form() {
+        let s = DecodeSpec::from_args(&[
+            "jpg=image:224x160:center:chw:float32:imagenet:flip",
+            "cls=int",
+            "e=bytes:float32:4x8",
+        ])
+        .unwrap();
+        let FieldDecode::Image(img) = s.get("jpg").unwrap() else { panic!("{s:?}") };
+        assert_eq!(
+            (img.size, img.crop, img.layout, img.dtype, img.flip),
+            ([224, 160], Crop::Center { resize: None }, ImageLayout::Chw, Dtype::F32, 0.5)
+        );
+        assert!(img.normalize.is_some());
+        assert_eq!(s.get("cls"), Some(&FieldDecode::Int));
+        assert_eq!(s.get("e"), Some(&FieldDecode::Fixed(FixedSpec { dtype: Dtype::F32, shape: vec![4, 8] })));
+        let d = DecodeSpec::from_args(&["jpg=image:224"]).unwrap();
+        let FieldDecode::Image(img) = d.get("jpg").unwrap() else { panic!() };
+        assert_eq!((img.size, img.crop, img.flip), ([224, 224], Crop::random_resized(), 0.0));
+        // JSON round trip keeps the order of fields.
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(DecodeSpec::from_json(&json).unwrap(), s);
+        for (bad, why) in [
+            (&["jpg"][..], "FIELD=KIND"),
+            (&["jpg=gif"][..], "unknown kind"),
+            (&["jpg=image:big"][..], "big"),
+            (&["jpg=image:1x2x3"][..], "N or HxW"),
+            (&["jpg=image:uint8:imagenet"][..], "float"),
+            (&["a=int", "a=npy"][..], "twice"),
+        ] {
+            let e = DecodeSpec::from_args(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
     }
 }

@@ -188,8 +188,10 @@ pub struct Setup {
     pub concurrency: usize,
     /// Remote requests in flight at once over everything (`?max_in_flight=`).
     pub max_in_flight: usize,
-    /// Whether a per-sample transform is configured.
+    /// Whether per-sample work is configured: a transform, decoding, or both.
     pub transform: bool,
+    /// Whether fields are decoded in Rust (a `DecodeSpec`).
+    pub decode: bool,
     /// Threads the transform may use.
     pub transform_threads: usize,
     /// CPU cores available.

@@ -100,7 +100,16 @@ fn copy(setup: &Setup, r: &StepResult) -> Verdict {
 fn collate(setup: &Setup, r: &StepResult) -> Verdict {
     let transform_ms = r.transform_ms_per_batch.unwrap_or(0.0);
     if setup.transform && transform_ms >= 0.5 * r.own_ms_per_batch {
-        let advice = if setup.transform_threads < setup.cores {
+        let advice = if !setup.decode {
+            format!(
+                "The transform takes {transform_ms:.2} ms per batch on {} thread(s) of {} cores. If it decodes images \
+                 or parses labels, let Stoker do it in Rust on the loader's threads, straight into the batch: \
+                 `decode={{\"jpg\": stoker.Image(224), \"cls\": stoker.Int()}}` in Python, `--decode jpg=image:224 \
+                 --decode cls=int` here (several times PIL's images/s on the same cores); otherwise give it more \
+                 threads (transform_threads={}) or make it cheaper.",
+                setup.transform_threads, setup.cores, setup.cores
+            )
+        } else if setup.transform_threads < setup.cores {
             format!(
                 "The transform takes {transform_ms:.2} ms per batch on {} thread(s) while {} cores are available: \
                  give it more threads (transform_threads={}), or make it cheaper.",
@@ -298,6 +307,7 @@ mod tests {
             concurrency: 32,
             max_in_flight: 64,
             transform: false,
+            decode: false,
             transform_threads: 2,
             cores: 2,
             cache: false,
@@ -387,6 +397,10 @@ mod tests {
         assert_eq!(judged(&with, &steps), (Step::Collate, Knob::Transform));
         let few = Setup { transform: true, transform_threads: 1, cores: 8, ..setup() };
         assert!(judge(&few, &steps).advice.contains("transform_threads=8"));
+        // A Python/closure transform is pointed at decoding in Rust; decoding itself is not.
+        assert!(judge(&few, &steps).advice.contains("--decode jpg=image:224"));
+        let decoding = Setup { decode: true, ..few };
+        assert!(!judge(&decoding, &steps).advice.contains("--decode"));
         // Assembly alone (no transform) is helped by assembling batches in parallel.
         assert_eq!(judged(&setup(), &steps), (Step::Collate, Knob::Prefetch));
         let steps = ladder([2.0, 30.0, 0.1, 1.0], 40.0, 0.9, 16);
