@@ -134,6 +134,11 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
 async fn orchestrate(args: &BenchArgs, params: &LoaderParams, ui: &Ui) -> Result<(), String> {
     let machine = report::Machine::here();
     if args.uris.is_empty() {
+        if !args.decode.is_empty() {
+            return Err("--decode needs sources that hold images or labels (the demo's samples are random bytes): \
+                        `stoker bench ./shards --decode jpg=image:224 --decode cls=int`"
+                .into());
+        }
         return demo_run(args, params, ui, machine).await;
     }
     let demo_only = [

@@ -187,6 +187,27 @@ fn bad_sources_and_flags_fail_clearly() {
     assert!(!out.status.success() && text(&out.stderr).contains("floppy"), "{}", text(&out.stderr));
     let out = stoker(&["bench", "--size", "12 parsecs"]);
     assert!(!out.status.success() && text(&out.stderr).contains("parsecs"), "{}", text(&out.stderr));
+    let out = stoker(&["bench", "/tmp", "--decode", "jpg=gif"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("gif"), "{}", text(&out.stderr));
+    let out = stoker(&["bench", "--decode", "jpg=image:224"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("--decode needs sources"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn decode_runs_in_the_loader_and_a_bad_value_is_named() {
+    let local = tempfile::tempdir().unwrap();
+    shards(local.path());
+    let dir = local.path().to_str().unwrap();
+    let out = stoker(&["bench", dir, "--batch", "4", "--decode", "cls=int", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<Value> = text(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines[0]["params"]["decode"], serde_json::json!(["cls=int"]));
+    check_row(&lines[1], 6);
+    // The text payloads are not integers: the error names the sample and the field.
+    let out = stoker(&["bench", dir, "--batch", "4", "--decode", "txt=int"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("`txt`") && err.contains("k00") && err.contains("not an integer"), "{err}");
 }
 
 #[test]

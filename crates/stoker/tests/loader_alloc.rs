@@ -140,3 +140,50 @@ fn a_loader_pass_allocates_a_small_fraction_of_its_payload() {
         "a pass moving {payload} bytes allocated {bytes} bytes ({per_batch} per batch): payload buffers are not recycled"
     );
 }
+
+/// A PNG of `w` x `h` (smooth, so it compresses like an image).
+fn png(seed: u8, w: u32, h: u32) -> Bytes {
+    let px: Vec<u8> = (0..w * h).flat_map(|p| [(p % w) as u8 ^ seed, (p / w) as u8, seed]).collect();
+    let mut out = Vec::new();
+    let mut enc = png::Encoder::new(&mut out, w, h);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    enc.write_header().unwrap().write_image_data(&px).unwrap();
+    Bytes::from(out)
+}
+
+#[test]
+fn decoding_a_batch_allocates_nothing_in_steady_state() {
+    use stoker::decode::{Crop, DecodeSpec, Decoder, FieldDecode, ImageSpec};
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let batch: Vec<Sample> = (0..32u8)
+        .map(|i| Sample {
+            key: format!("{i:08}"),
+            fields: vec![
+                Field { name: "png".into(), data: png(i, 64 + u32::from(i), 48 + u32::from(i) / 2) },
+                Field { name: "cls".into(), data: Bytes::from(format!("{i}")) },
+                Field { name: "txt".into(), data: Bytes::from(vec![b'x'; usize::from(i)]) },
+            ],
+        })
+        .collect();
+    let idx: Vec<u64> = (0..32).collect();
+    let image = ImageSpec { size: [32, 32], crop: Crop::random_resized(), flip: 0.5, ..ImageSpec::default() };
+    let spec = DecodeSpec::new().with("png", FieldDecode::Image(image)).with("cls", FieldDecode::Int);
+    for threads in [1, 2] {
+        let pool = BatchPool::new(4);
+        let decoder = Decoder::new(&spec, 3, threads).unwrap();
+        for e in 0..8 {
+            // Warm up: batch storage, each thread's scratch buffers and the thread pool grow once.
+            drop(decoder.assemble(&pool, &"mem", e, 0, &idx, &batch, false).unwrap());
+        }
+        let ((), allocs, bytes) = count(|| {
+            for n in 0..50 {
+                let (b, skipped) = decoder.assemble(&pool, &"mem", 8 + n, n, &idx, &batch, false).unwrap();
+                assert_eq!((b.len(), skipped), (32, 0));
+                drop(b);
+            }
+        });
+        eprintln!("{threads} thread(s): {allocs} allocations ({bytes} bytes) in 50 decoded batches");
+        assert_eq!((allocs, bytes), (0, 0), "{threads} thread(s): 50 decoded batches made {allocs} allocations");
+    }
+}
