@@ -12,9 +12,8 @@
 //! change nothing in its tensor.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-
-use rayon::prelude::*;
 
 use crate::batch::{Batch, BatchPool, ColumnType};
 use crate::error::{Error, Result};
@@ -24,6 +23,7 @@ mod array;
 pub mod image;
 mod rng;
 mod spec;
+mod workers;
 
 pub use array::{parse_int, parse_npy, NpyHeader};
 pub use image::{decode_image, ImageError, ImageScratch};
@@ -44,7 +44,8 @@ struct Plan {
 pub struct Decoder {
     plans: Vec<Plan>,
     seed: u64,
-    pool: Option<rayon::ThreadPool>,
+    /// With more than one thread; one thread decodes on the caller's.
+    workers: Option<workers::Workers>,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -58,8 +59,29 @@ impl std::fmt::Debug for Decoder {
 }
 
 thread_local! {
-    /// Each decoding thread's image buffers, kept between images and batches.
+    /// Image buffers of a thread that decodes inline (one decode thread), kept between batches.
     static SCRATCH: RefCell<ImageScratch> = RefCell::new(ImageScratch::default());
+}
+
+/// The batch's output column, shared by the decode threads: each writes only the rows it
+/// claimed from an atomic counter, so the slices never overlap.
+#[derive(Clone, Copy)]
+struct Rows {
+    base: *mut u8,
+    width: usize,
+    len: usize,
+}
+
+// SAFETY: see `Rows::row`: distinct threads get distinct rows.
+unsafe impl Send for Rows {}
+unsafe impl Sync for Rows {}
+
+impl Rows {
+    /// # Safety
+    /// `r < len`, and no other live slice covers row `r`.
+    unsafe fn row<'a>(self, r: usize) -> &'a mut [u8] {
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(r * self.width), self.width) }
+    }
 }
 
 /// A row that failed: its position in the batch, the field, and why.
@@ -76,23 +98,20 @@ impl Decoder {
             .filter(|(_, d)| !matches!(d, FieldDecode::Bytes))
             .map(|(name, d)| Plan { name: name.as_str().into(), decode: d.clone(), ty: Mutex::new(declared(d)) })
             .collect();
-        let pool = if threads > 1 {
+        let workers = if threads > 1 {
             Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .thread_name(|i| format!("stoker-decode-{i}"))
-                    .build()
+                workers::Workers::new(threads)
                     .map_err(|e| Error::invalid_option(format!("cannot start {threads} decode threads: {e}")))?,
             )
         } else {
             None
         };
-        Ok(Decoder { plans, seed, pool })
+        Ok(Decoder { plans, seed, workers })
     }
 
     /// Threads decoding at once.
     pub fn threads(&self) -> usize {
-        self.pool.as_ref().map_or(1, |p| p.current_num_threads())
+        self.workers.as_ref().map_or(1, workers::Workers::threads)
     }
 
     /// Whether `field` is decoded (it becomes a fixed-width column).
@@ -176,21 +195,56 @@ impl Decoder {
             if width == 0 {
                 continue;
             }
-            let row = |(r, slot): (usize, &mut [u8])| -> std::result::Result<(), RowError> {
+            let row = |r: usize, slot: &mut [u8], scratch: &mut ImageScratch| -> std::result::Result<(), RowError> {
                 let s = &samples[r];
                 let data = s.field(&plan.name).ok_or_else(|| {
                     let have = s.field_names().collect::<Vec<_>>().join(", ");
                     (r, plan.name.clone(), format!("the sample has no such field; it has: {have}"))
                 })?;
-                self.decode_one(plan, &ty, epoch, indices[r], data, slot).map_err(|m| (r, plan.name.clone(), m))
+                let rng = SampleRng::new(self.seed, epoch, indices[r]);
+                self.decode_one(plan, &ty, rng, data, slot, scratch).map_err(|m| (r, plan.name.clone(), m))
             };
-            let light = !matches!(plan.decode, FieldDecode::Image(_));
-            match &self.pool {
-                // Labels and arrays cost less than handing them to other threads.
-                Some(pool) if !light && samples.len() > 1 => {
-                    pool.install(|| out.par_chunks_mut(width).enumerate().try_for_each(row))?
+            let heavy = matches!(plan.decode, FieldDecode::Image(_));
+            match &self.workers {
+                // Labels and arrays cost less than waking other threads.
+                Some(w) if heavy && samples.len() > 1 => {
+                    let rows = Rows { base: out.as_mut_ptr(), width, len: samples.len() };
+                    let next = AtomicUsize::new(0);
+                    let stop = AtomicBool::new(false);
+                    let failed: Mutex<Option<RowError>> = Mutex::new(None);
+                    let finished = w.run(&|scratch: &mut ImageScratch| {
+                        while !stop.load(Relaxed) {
+                            let r = next.fetch_add(1, Relaxed);
+                            if r >= rows.len {
+                                break;
+                            }
+                            // SAFETY: `r` was claimed once, by this thread, and is in range.
+                            let slot = unsafe { rows.row(r) };
+                            if let Err(e) = row(r, slot, scratch) {
+                                stop.store(true, Relaxed);
+                                let mut f = failed.lock().unwrap_or_else(|e| e.into_inner());
+                                // The first failing row is reported, whichever thread saw it first.
+                                if f.as_ref().is_none_or(|g| e.0 < g.0) {
+                                    *f = Some(e);
+                                }
+                            }
+                        }
+                    });
+                    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                        return Err(e);
+                    }
+                    if !finished {
+                        return Err((
+                            0,
+                            plan.name.clone(),
+                            "a decode thread panicked (a bug: please report it)".into(),
+                        ));
+                    }
                 }
-                _ => out.chunks_mut(width).enumerate().try_for_each(row)?,
+                _ => SCRATCH.with(|scratch| {
+                    let scratch = &mut scratch.borrow_mut();
+                    out.chunks_mut(width).enumerate().try_for_each(|(r, slot)| row(r, slot, scratch))
+                })?,
             }
         }
         Ok(())
@@ -216,18 +270,13 @@ impl Decoder {
         &self,
         plan: &Plan,
         ty: &ColumnType,
-        epoch: u64,
-        index: u64,
+        mut rng: SampleRng,
         data: &[u8],
         out: &mut [u8],
+        scratch: &mut ImageScratch,
     ) -> std::result::Result<(), String> {
         match &plan.decode {
-            FieldDecode::Image(spec) => {
-                let mut rng = SampleRng::new(self.seed, epoch, index);
-                SCRATCH
-                    .with(|s| decode_image(spec, data, &mut rng, &mut s.borrow_mut(), out))
-                    .map_err(|e| e.to_string())
-            }
+            FieldDecode::Image(spec) => decode_image(spec, data, &mut rng, scratch, out).map_err(|e| e.to_string()),
             FieldDecode::Int => {
                 out.copy_from_slice(&parse_int(data)?.to_ne_bytes());
                 Ok(())
