@@ -1,0 +1,144 @@
+//! What a Loader is asked to do: batch size, order, partition, prefetch, budget, error
+//! policy, transform and decoding, host buffers; and where it stands (resume state).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::decode::DecodeSpec;
+use crate::error::Result;
+use crate::sample::Sample;
+use crate::sampler::{Order, Partition, SamplerState, Tail};
+
+/// A per-sample transform, run on blocking threads.
+pub type Transform = Arc<dyn Fn(Sample) -> Result<Sample> + Send + Sync>;
+
+/// What to do when a batch cannot be read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorPolicy {
+    /// Deliver the error in the batch's place; the consumer decides.
+    #[default]
+    Raise,
+    /// Re-read the batch's samples one by one, deliver those that succeed, count the rest.
+    Skip,
+}
+
+/// Loader settings.
+#[derive(Clone)]
+pub struct LoaderConfig {
+    /// Samples per batch.
+    pub batch_size: usize,
+    /// Drop a last, short batch.
+    pub drop_last: bool,
+    /// Batches fetched ahead of the consumer.
+    pub prefetch: usize,
+    /// Bytes fetched but not yet delivered, at most (approximately: one batch may overshoot).
+    pub max_bytes_in_flight: u64,
+    /// Sample order per epoch.
+    pub order: Order,
+    /// This process's rank and world size (`Partition::from_env()` reads `RANK`/`WORLD_SIZE`).
+    pub partition: Partition,
+    /// This loader's worker id within the rank, when a rank runs several loaders (e.g.
+    /// PyTorch DataLoader workers); they split the rank's samples round-robin.
+    pub worker: u64,
+    /// Loaders per rank (1 unless split across workers).
+    pub num_workers: u64,
+    /// How ranks are equalised when samples do not divide evenly.
+    pub tail: Tail,
+    /// Error handling per batch.
+    pub on_error: ErrorPolicy,
+    /// Optional per-sample transform.
+    pub transform: Option<Transform>,
+    /// Threads the transform and the decoding may use at once.
+    pub transform_threads: usize,
+    /// Fields to decode (images, labels, arrays) into fixed-width columns, on
+    /// `transform_threads` threads, after the transform if there is one.
+    pub decode: Option<DecodeSpec>,
+    /// Seed of the decoding's augmentation (random crops, flips): a sample's draw depends
+    /// only on this, the epoch and the sample's index.
+    pub augment_seed: u64,
+    /// Assemble batches into host-pool buffers (page-locked with a device) and, with a
+    /// device, copy each batch to the GPU on a dedicated stream. `None`: ordinary memory.
+    pub host_buffers: Option<HostBuffers>,
+}
+
+/// Host buffers for batch columns, and the GPU to copy them to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostBuffers {
+    /// CUDA device ordinal; `None` keeps plain (pageable) host buffers and no GPU copy.
+    pub device: Option<usize>,
+    /// Bytes per buffer: the largest column of a batch should fit (larger ones spill).
+    pub buffer_bytes: usize,
+    /// Buffers in the pool (columns x batches alive at once).
+    pub buffers: usize,
+    /// Device buffers in the ring the copies land in.
+    pub device_ring: usize,
+}
+
+impl HostBuffers {
+    /// Buffers for a device (or `None` for plain host memory), sized for `batch_bytes`
+    /// columns and `fields` fields per sample, with `prefetch` batches ahead.
+    pub fn for_batches(device: Option<usize>, batch_bytes: usize, fields: usize, prefetch: usize) -> Self {
+        let alive = prefetch + 4;
+        HostBuffers {
+            device,
+            buffer_bytes: batch_bytes,
+            buffers: alive * fields.max(1),
+            device_ring: alive * fields.max(1),
+        }
+    }
+}
+
+impl std::fmt::Debug for LoaderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoaderConfig")
+            .field("batch_size", &self.batch_size)
+            .field("drop_last", &self.drop_last)
+            .field("prefetch", &self.prefetch)
+            .field("max_bytes_in_flight", &self.max_bytes_in_flight)
+            .field("order", &self.order)
+            .field("partition", &self.partition)
+            .field("worker", &(self.worker, self.num_workers))
+            .field("tail", &self.tail)
+            .field("on_error", &self.on_error)
+            .field("transform", &self.transform.is_some())
+            .field("transform_threads", &self.transform_threads)
+            .field("decode", &self.decode)
+            .field("augment_seed", &self.augment_seed)
+            .field("host_buffers", &self.host_buffers)
+            .finish()
+    }
+}
+
+impl LoaderConfig {
+    /// Sequential order, rank 0 of 1, prefetch 4, 1 GiB budget.
+    pub fn new(batch_size: usize) -> Self {
+        LoaderConfig {
+            batch_size,
+            drop_last: false,
+            prefetch: 4,
+            max_bytes_in_flight: 1 << 30,
+            order: Order::Sequential,
+            partition: Partition::single(),
+            worker: 0,
+            num_workers: 1,
+            tail: Tail::default(),
+            on_error: ErrorPolicy::Raise,
+            transform: None,
+            transform_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            decode: None,
+            augment_seed: 0,
+            host_buffers: None,
+        }
+    }
+}
+
+/// Resume point of a loader: the sampler state of the epoch in progress (serde).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoaderState {
+    /// Sampler progress; `consumed` counts samples delivered over all ranks.
+    pub sampler: SamplerState,
+    /// Batch size in use when saved (informational; a different one is allowed).
+    pub batch_size: usize,
+}

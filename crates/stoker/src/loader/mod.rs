@@ -1,0 +1,255 @@
+//! The prefetching batcher: sampler order in, batches out, ahead of the consumer.
+//!
+//! For each epoch a producer task walks this rank's sampler positions batch by batch, keeps
+//! up to `prefetch` batches fetching at once (`get_many`, so ranged sources coalesce), runs
+//! the optional per-sample transform on a bounded set of blocking threads, assembles each
+//! batch into recycled storage and queues it. Batches arrive in sampler order. A byte budget
+//! bounds data fetched but not yet delivered.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::batch::BatchPool;
+use crate::decode::Decoder;
+use crate::error::{Error, Result};
+use crate::pinned::GpuCopier;
+use crate::sampler::{Order, Sampler, SamplerConfig, SamplerState, ShardLayout};
+use crate::source::DynSampleSource;
+use crate::stats::{Stats, StatsSnapshot};
+
+mod config;
+mod epoch;
+mod producer;
+
+pub use config::{ErrorPolicy, HostBuffers, LoaderConfig, LoaderState, Transform};
+pub use epoch::{EpochIter, EpochStream};
+use producer::Producer;
+pub(crate) use producer::{pool_and_copier, split_even};
+
+struct Progress {
+    /// The sampler of the run in progress and how many of its positions were delivered.
+    run: Option<(Arc<Sampler>, u64)>,
+    /// A state to resume from on the next `epoch()` call for its epoch.
+    pending: Option<SamplerState>,
+}
+
+/// Batches over any [`SampleSource`](crate::SampleSource), prefetched, in order.
+pub struct Loader {
+    source: Arc<DynSampleSource>,
+    cfg: LoaderConfig,
+    shards: Option<Arc<ShardLayout>>,
+    stats: Arc<Stats>,
+    pool: BatchPool,
+    copier: Option<Arc<GpuCopier>>,
+    decoder: Option<Arc<Decoder>>,
+    progress: Arc<Mutex<Progress>>,
+    runtime: RuntimeHandle,
+}
+
+enum RuntimeHandle {
+    Borrowed(tokio::runtime::Handle),
+    Owned(tokio::runtime::Runtime),
+}
+
+impl RuntimeHandle {
+    fn handle(&self) -> &tokio::runtime::Handle {
+        match self {
+            RuntimeHandle::Borrowed(h) => h,
+            RuntimeHandle::Owned(r) => r.handle(),
+        }
+    }
+}
+
+impl Loader {
+    /// A loader over `source`. Uses the current tokio runtime, or starts its own.
+    pub fn new(source: Arc<DynSampleSource>, cfg: LoaderConfig) -> Result<Self> {
+        if cfg.batch_size == 0 {
+            return Err(Error::invalid_option("batch_size must be at least 1"));
+        }
+        let shards = match cfg.order {
+            Order::ShardShuffle { .. } => Some(Arc::new(shard_layout(&*source)?)),
+            _ => None,
+        };
+        let runtime = match tokio::runtime::Handle::try_current() {
+            Ok(h) => RuntimeHandle::Borrowed(h),
+            Err(_) => RuntimeHandle::Owned(
+                tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .thread_name("stoker")
+                    .build()
+                    .map_err(|e| Error::Task(format!("cannot start a tokio runtime: {e}")))?,
+            ),
+        };
+        let (pool, copier) = pool_and_copier(&cfg)?;
+        let decoder = match &cfg.decode {
+            Some(spec) => Some(Arc::new(Decoder::new(spec, cfg.augment_seed, cfg.transform_threads.max(1))?)),
+            None => None,
+        };
+        Ok(Loader {
+            source,
+            cfg,
+            shards,
+            stats: Arc::new(Stats::default()),
+            pool,
+            copier,
+            decoder,
+            progress: Arc::new(Mutex::new(Progress { run: None, pending: None })),
+            runtime,
+        })
+    }
+
+    /// The source being read.
+    pub fn source(&self) -> &Arc<DynSampleSource> {
+        &self.source
+    }
+
+    /// Counters since the loader was made.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot(self.source.io_counters())
+    }
+
+    /// Batch columns that could not live in host-pool buffers (too large, or none free).
+    pub fn host_spills(&self) -> u64 {
+        self.pool.spills()
+    }
+
+    /// Counters of the host buffer pool, when batches are assembled into one.
+    pub fn host_pool_stats(&self) -> Option<crate::pinned::PoolStats> {
+        self.pool.host_pool().map(|h| h.stats())
+    }
+
+    /// The live counters (for sharing with a monitor).
+    pub fn stats_handle(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    fn sampler_config(&self, epoch: u64) -> SamplerConfig {
+        SamplerConfig {
+            n: self.source.len() as u64,
+            order: self.cfg.order.clone(),
+            epoch,
+            partition: self.cfg.partition,
+            tail: self.cfg.tail,
+            worker: self.cfg.worker,
+            num_workers: self.cfg.num_workers,
+            shards: self.shards.clone(),
+        }
+    }
+
+    /// Batches this rank gets in a fresh `epoch`.
+    pub fn batches_per_epoch(&self) -> Result<u64> {
+        let s = Sampler::new(self.sampler_config(0))?;
+        Ok(batches_for(s.len(), self.cfg.batch_size as u64, self.cfg.drop_last))
+    }
+
+    /// The order a fresh `epoch` reads this rank's samples in, as [`epoch`](Self::epoch)
+    /// would, for tools that walk the same positions themselves (`stoker diagnose`).
+    pub fn sampler(&self, epoch: u64) -> Result<Sampler> {
+        Ok(Sampler::new(self.sampler_config(epoch))?)
+    }
+
+    /// Where the loader stands: resume with [`load_state`](Self::load_state), also in another
+    /// process or at another world size.
+    pub fn state(&self) -> Option<LoaderState> {
+        let p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((sampler, delivered)) = &p.run {
+            return Some(LoaderState { sampler: sampler.state_after(*delivered), batch_size: self.cfg.batch_size });
+        }
+        p.pending.clone().map(|sampler| LoaderState { sampler, batch_size: self.cfg.batch_size })
+    }
+
+    /// Continue from `state` on the next call to [`epoch`](Self::epoch) for its epoch.
+    pub fn load_state(&self, state: LoaderState) -> Result<()> {
+        if state.sampler.n != self.source.len() as u64 {
+            return Err(Error::invalid_option(format!(
+                "the saved state is for {} samples but {} has {}",
+                state.sampler.n,
+                self.source,
+                self.source.len()
+            )));
+        }
+        let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        p.run = None;
+        p.pending = Some(state.sampler);
+        Ok(())
+    }
+
+    /// The epoch a pending resume state is for, if any.
+    pub fn resume_epoch(&self) -> Option<u64> {
+        self.progress.lock().unwrap_or_else(|e| e.into_inner()).pending.as_ref().map(|s| s.epoch)
+    }
+
+    /// Start `epoch` (resuming mid-way if a loaded state is for this epoch) as an async stream.
+    pub fn epoch(&self, epoch: u64) -> Result<EpochStream> {
+        let cfg = self.sampler_config(epoch);
+        let sampler = {
+            let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+            let sampler = match p.pending.take() {
+                Some(state) if state.epoch == epoch => Sampler::resume(cfg, &state)?,
+                other => {
+                    p.pending = other;
+                    Sampler::new(cfg)?
+                }
+            };
+            let sampler = Arc::new(sampler);
+            p.run = Some((sampler.clone(), 0));
+            sampler
+        };
+        let (tx, rx) = mpsc::channel(1);
+        let producer = Producer {
+            source: self.source.clone(),
+            cfg: self.cfg.clone(),
+            stats: self.stats.clone(),
+            pool: self.pool.clone(),
+            copier: self.copier.clone(),
+            decoder: self.decoder.clone(),
+            sampler: sampler.clone(),
+            budget: Arc::new(Semaphore::new(kib(self.cfg.max_bytes_in_flight).max(1) as usize)),
+            transform_slots: Arc::new(Semaphore::new(self.cfg.transform_threads.max(1))),
+        };
+        let task = self.runtime.handle().spawn(producer.run(tx));
+        Ok(EpochStream {
+            rx,
+            task,
+            stats: self.stats.clone(),
+            progress: self.progress.clone(),
+            sampler,
+            epoch,
+            batch_size: self.cfg.batch_size as u64,
+            waiting_since: None,
+        })
+    }
+
+    /// Start `epoch` as a blocking iterator (for code outside async, e.g. a training loop).
+    pub fn epoch_blocking(&self, epoch: u64) -> Result<EpochIter<'_>> {
+        Ok(EpochIter { stream: self.epoch(epoch)?, _loader: self })
+    }
+}
+
+fn batches_for(positions: u64, batch: u64, drop_last: bool) -> u64 {
+    if drop_last {
+        positions / batch
+    } else {
+        positions.div_ceil(batch)
+    }
+}
+
+fn kib(bytes: u64) -> u64 {
+    bytes.div_ceil(1024)
+}
+
+/// Shard sizes from the source's locality hints (tar shards are contiguous runs).
+fn shard_layout(src: &DynSampleSource) -> Result<ShardLayout> {
+    let mut sizes: Vec<u64> = Vec::new();
+    let mut last = None;
+    for i in 0..src.len() {
+        let shard = src.locality(i).unwrap_or(0);
+        if Some(shard) != last {
+            sizes.push(0);
+            last = Some(shard);
+        }
+        *sizes.last_mut().expect("pushed above") += 1;
+    }
+    Ok(ShardLayout::from_sizes(&sizes)?)
+}
