@@ -1,0 +1,105 @@
+//! `Source`: an opened source, reopened in each process that uses it.
+
+use std::sync::{Arc, Mutex};
+
+use pyo3::exceptions::PyIndexError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use stoker::{DynSampleSource, SourceOptions};
+
+use crate::errors::err;
+use crate::runtime::block_on;
+
+/// An opened source, reopened in each process that uses it.
+#[pyclass(module = "stoker._stoker", frozen)]
+pub(crate) struct Source {
+    uri: String,
+    options: String,
+    opened: Mutex<Option<(u32, Arc<DynSampleSource>)>>,
+}
+
+impl Source {
+    pub(crate) fn get_src(&self, py: Python<'_>) -> PyResult<Arc<DynSampleSource>> {
+        let pid = std::process::id();
+        if let Some((owner, src)) = self.opened.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            if *owner == pid {
+                return Ok(src.clone());
+            }
+        }
+        let opts = SourceOptions::from_json(&self.options).map_err(err)?;
+        let uri = self.uri.clone();
+        let src = block_on(py, async move { stoker::open(&uri, opts).await })?.map_err(err)?;
+        *self.opened.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, src.clone()));
+        Ok(src)
+    }
+}
+
+fn sample_to_py<'py>(py: Python<'py>, s: &stoker::Sample) -> PyResult<Bound<'py, PyAny>> {
+    let fields = PyList::empty(py);
+    for f in &s.fields {
+        fields.append((f.name.as_ref(), PyBytes::new(py, &f.data)))?;
+    }
+    Ok((s.key.as_str(), fields).into_pyobject(py)?.into_any())
+}
+
+fn index(i: i64, len: usize) -> PyResult<usize> {
+    let j = if i < 0 { i + len as i64 } else { i };
+    if j < 0 || j >= len as i64 {
+        return Err(PyIndexError::new_err(format!("sample index {i} out of range: the source has {len} samples")));
+    }
+    Ok(j as usize)
+}
+
+#[pymethods]
+impl Source {
+    #[new]
+    #[pyo3(signature = (uri, options = "{}"))]
+    fn new(py: Python<'_>, uri: String, options: &str) -> PyResult<Self> {
+        let s = Source { uri, options: options.to_string(), opened: Mutex::new(None) };
+        s.get_src(py)?; // open now so a bad URI fails at construction
+        Ok(s)
+    }
+
+    fn __getnewargs__(&self) -> (String, String) {
+        (self.uri.clone(), self.options.clone())
+    }
+
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.get_src(py)?.len())
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!("stoker.Source({})", self.get_src(py)?))
+    }
+
+    /// `(key, [(field, bytes), ...])` of sample `i`.
+    fn get<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyAny>> {
+        let src = self.get_src(py)?;
+        let i = index(i, src.len())?;
+        let s = block_on(py, async move { src.get(i).await })?.map_err(err)?;
+        sample_to_py(py, &s)
+    }
+
+    /// Several samples, read concurrently (coalesced for tar shards).
+    fn get_many<'py>(&self, py: Python<'py>, indices: Vec<i64>) -> PyResult<Bound<'py, PyList>> {
+        let src = self.get_src(py)?;
+        let idx = indices.iter().map(|&i| index(i, src.len())).collect::<PyResult<Vec<_>>>()?;
+        let got = block_on(py, async move { src.get_many(&idx).await })?.map_err(err)?;
+        let out = PyList::empty(py);
+        for s in &got {
+            out.append(sample_to_py(py, s)?)?;
+        }
+        Ok(out)
+    }
+
+    /// Layout, shards, samples and the URI (credentials redacted).
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let src = self.get_src(py)?;
+        let d = PyDict::new(py);
+        d.set_item("uri", src.to_string())?;
+        d.set_item("layout", src.info().layout.as_str())?;
+        d.set_item("shards", src.info().shards)?;
+        d.set_item("samples", src.len())?;
+        Ok(d)
+    }
+}
