@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use stoker::DynSampleSource;
-use stoker_test_servers::proxy::{self, FaultPatch, ProxyConfig};
-use stoker_test_servers::s3::{self, S3ServerConfig};
+use stoker_testkit::proxy::{self, FaultPatch, ProxyConfig};
+use stoker_testkit::s3::{self, S3ServerConfig};
 
 const AK: &str = "bench";
 const SK: &str = "bench-secret";
@@ -28,7 +28,7 @@ fn arg(name: &str, default: u64) -> u64 {
 }
 
 fn payload(i: usize, n: usize) -> Vec<u8> {
-    (0..n).map(|j| (i.wrapping_mul(131) ^ j.wrapping_mul(7)) as u8).collect()
+    stoker_testkit::fixtures::payload(i as u64, n)
 }
 
 /// Upload `n` samples of `size` bytes as objects and as tar shards of 250 samples, through

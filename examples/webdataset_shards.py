@@ -15,7 +15,7 @@ into large shards once, offline, and stream the shards. This example does both h
 
 With no ``--s3`` it starts Stoker's embedded S3 server (``target/*/s3_server``, or set
 ``STOKER_S3_SERVER``) on loopback. The ``stoker`` CLI is found as ``STOKER_BIN``, on ``PATH``
-or in ``target/{release,debug}``: ``cargo build -p stoker-cli -p stoker-test-servers`` makes both.
+or in ``target/{release,debug}``: ``cargo build -p stoker-cli -p stoker-testkit`` makes both.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def find_binary(env: str, name: str) -> str:
     for candidate in (os.environ.get(env), shutil.which(name), *(REPO / "target" / p / name for p in ("release", "debug"))):
         if candidate and Path(candidate).is_file():
             return str(candidate)
-    sys.exit(f"error: cannot find `{name}`; set {env} or run `cargo build -p stoker-cli -p stoker-test-servers`")
+    sys.exit(f"error: cannot find `{name}`; set {env} or run `cargo build -p stoker-cli -p stoker-testkit`")
 
 
 def payload(i: int, size: int) -> bytes:

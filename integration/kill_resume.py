@@ -7,7 +7,7 @@ with the right bytes, in the order an uninterrupted run delivers.
     .venv/bin/python integration/kill_resume.py --seed 7 --kills 300 --backend tar
 
 The data is WebDataset tar shards (shuffled order), served by the embedded S3 server
-(`$STOKER_S3_SERVER`, else target/debug/s3_server; `cargo build -p stoker-test-servers --bin
+(`$STOKER_S3_SERVER`, else target/debug/s3_server; `cargo build -p stoker-testkit --bin
 s3_server` makes it) or read from local disk with ``--backend tar``. Each rank is a chain of
 consumer processes (integration/kill_resume_consumer.py, which describes the commit protocol
 and the kill events); the ranks run side by side, each killed at its own points, chosen
@@ -73,7 +73,7 @@ class S3Server:
         if not os.path.isfile(binary):
             sys.exit(
                 f"{who}: no S3 server binary at {binary}: build it with "
-                "`cargo build -p stoker-test-servers --bin s3_server` or set STOKER_S3_SERVER"
+                "`cargo build -p stoker-testkit --bin s3_server` or set STOKER_S3_SERVER"
             )
         self.proc = subprocess.Popen(
             [binary, "--root", str(root), "--access-key", "ak", "--secret-key", "sk"],

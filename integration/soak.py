@@ -7,7 +7,7 @@ this script samples the reader's RSS. The longer run of the reliability checks:
     .venv/bin/python integration/soak.py --minutes 0.2 --mb 24  # smoke (the suite runs this)
 
 Needs the S3 server binary (`$STOKER_S3_SERVER`, else target/release/s3_server, else
-target/debug/s3_server: `cargo build --release -p stoker-test-servers --bin s3_server`) and
+target/debug/s3_server: `cargo build --release -p stoker-testkit --bin s3_server`) and
 the package built into .venv (`maturin develop`).
 
 The reader is a child process (torch output, so every batch goes through DLPack; one sample of

@@ -17,7 +17,7 @@ cargo test --workspace --locked
 bash fuzz/run.sh 10
 # The Python package, built into .venv, against the real torch DataLoader (fork and spawn
 # workers, torchrun); its S3 tests use the embedded S3 server binary.
-cargo build --locked -p stoker-test-servers --bin s3_server
+cargo build --locked -p stoker-testkit --bin s3_server
 (cd crates/stoker-py && VIRTUAL_ENV="$root/.venv" "$root/.venv/bin/maturin" develop --quiet --locked)
 # The checked-in type stub must match the compiled module.
 (cd crates/stoker-py && "$root/.venv/bin/python" -m mypy.stubtest stoker._stoker)

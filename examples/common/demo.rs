@@ -5,8 +5,7 @@ use std::path::Path;
 
 /// The bytes of sample `i`: deterministic, so a reader can check what it got.
 pub fn payload(i: usize, len: usize) -> Vec<u8> {
-    let seed = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (0..len).map(|j| (seed.rotate_left((j % 64) as u32) as u8) ^ (j as u8)).collect()
+    stoker_testkit::fixtures::payload(i as u64, len)
 }
 
 /// Write `n` samples of `size` bytes (`NNNNNNNNN.bin` plus a `.cls` label) as tar shards of

@@ -6,6 +6,7 @@
 //! layout, locally and on a loopback S3 server. Each backend runs in its own child process
 //! (bench/worker.rs) so its peak RSS is its own.
 
+#[cfg(feature = "demo")]
 mod demo;
 mod report;
 mod ui;
@@ -139,7 +140,12 @@ async fn orchestrate(args: &BenchArgs, params: &LoaderParams, ui: &Ui) -> Result
                         `stoker bench ./shards --decode jpg=image:224 --decode cls=int`"
                 .into());
         }
+        #[cfg(feature = "demo")]
         return demo_run(args, params, ui, machine).await;
+        #[cfg(not(feature = "demo"))]
+        return Err(
+            "this build of stoker has no embedded demo (cargo feature `demo`): give the sources to benchmark".into()
+        );
     }
     let demo_only = [
         ("--samples", args.samples.is_some()),
@@ -182,6 +188,7 @@ fn short(name: &str) -> String {
     }
 }
 
+#[cfg(feature = "demo")]
 async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: report::Machine) -> Result<(), String> {
     let size = args.size.unwrap_or(DEFAULT_SAMPLE_BYTES);
     if size == 0 {
@@ -203,8 +210,8 @@ async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: rep
     };
     let spec = demo::Spec { samples, size };
     let latency_ms = args.latency.map(|d| d.as_millis() as u64);
-    if latency_ms.is_some_and(|ms| ms > stoker_test_servers::proxy::MAX_DELAY_MS) {
-        return Err(format!("--latency is at most {} s", stoker_test_servers::proxy::MAX_DELAY_MS / 1000));
+    if latency_ms.is_some_and(|ms| ms > stoker_testkit::proxy::MAX_DELAY_MS) {
+        return Err(format!("--latency is at most {} s", stoker_testkit::proxy::MAX_DELAY_MS / 1000));
     }
     ui.note(&format!(
         "demo dataset: {samples} samples x {} = {}, in {}; {} cores",

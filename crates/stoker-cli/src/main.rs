@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
 
+// Without the demo, the parts only the demo uses (its backends, byte-unit progress bars) rest.
+#[cfg_attr(not(feature = "demo"), allow(dead_code))]
 mod bench;
 mod diagnose;
 mod index;

@@ -139,7 +139,7 @@ fn dir_keeps_the_dataset_for_the_next_run_and_never_overwrites_other_files() {
 
 #[test]
 fn given_sources_are_benchmarked_in_order() {
-    use stoker_test_servers::s3::{serve, S3ServerConfig};
+    use stoker_testkit::s3::{serve, S3ServerConfig};
     let local = tempfile::tempdir().unwrap();
     shards(local.path());
     let root = tempfile::tempdir().unwrap();

@@ -109,7 +109,7 @@ fn index_writes_a_manifest_that_later_opens_use() {
 
 #[test]
 fn processes_sharing_a_disk_cache_read_right_bytes_and_keep_it_bounded() {
-    use stoker_test_servers::s3::{serve, S3ServerConfig};
+    use stoker_testkit::s3::{serve, S3ServerConfig};
     let root = tempfile::tempdir().unwrap();
     let bucket = root.path().join("data");
     std::fs::create_dir_all(&bucket).unwrap();

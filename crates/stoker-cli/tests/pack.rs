@@ -36,7 +36,7 @@ fn s(p: &Path) -> &str {
 }
 
 fn payload(seed: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|j| ((seed * 131 + j * 7) % 251) as u8).collect()
+    stoker_testkit::fixtures::payload(seed as u64, len)
 }
 
 fn sample(key: &str, fields: &[(&str, Vec<u8>)]) -> Sample {
@@ -357,7 +357,7 @@ fn a_destination_holding_something_else_needs_force() {
 
 #[test]
 fn pack_and_index_from_and_to_s3() {
-    use stoker_test_servers::s3::{serve, S3ServerConfig};
+    use stoker_testkit::s3::{serve, S3ServerConfig};
     let root = tempfile::tempdir().unwrap();
     let want = image_dir(&root.path().join("raw"), 25);
     std::fs::create_dir_all(root.path().join("out")).unwrap();

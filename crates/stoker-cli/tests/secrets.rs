@@ -24,8 +24,8 @@ fn failing_remote_opens_print_no_credentials() {
     std::fs::create_dir_all(root.path().join("data/x")).unwrap();
     std::fs::write(root.path().join("data/x/a.bin"), b"a").unwrap();
     let server = rt
-        .block_on(stoker_test_servers::s3::serve(
-            stoker_test_servers::s3::S3ServerConfig::new(root.path()).with_credentials("AK", "right-secret"),
+        .block_on(stoker_testkit::s3::serve(
+            stoker_testkit::s3::S3ServerConfig::new(root.path()).with_credentials("AK", "right-secret"),
         ))
         .unwrap();
     let live = server.endpoint();

@@ -12,8 +12,8 @@ use common::*;
 use stoker::diagnose::{diagnose, Consumer, DiagnoseConfig, Knob, Report, Step};
 use stoker::loader::{LoaderConfig, Transform};
 use stoker::SourceOptions;
-use stoker_test_servers::proxy::{self, FaultPatch, ProxyConfig};
-use stoker_test_servers::s3::{self, S3ServerConfig};
+use stoker_testkit::proxy::{self, FaultPatch, ProxyConfig};
+use stoker_testkit::s3::{self, S3ServerConfig};
 
 const AK: &str = "stoker-test-key";
 const SK: &str = "s3cr3t-do-not-print";
@@ -39,7 +39,7 @@ fn dataset(root: &std::path::Path) {
 
 struct S3 {
     _root: tempfile::TempDir,
-    server: stoker_test_servers::ServerHandle,
+    server: stoker_testkit::ServerHandle,
 }
 
 async fn s3_dataset() -> S3 {

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use stoker::loader::{ErrorPolicy, Loader, LoaderConfig};
 use stoker::sampler::Order;
 use stoker::DynSampleSource;
-use stoker_test_servers::proxy::FaultPatch;
+use stoker_testkit::proxy::FaultPatch;
 
 const SHARDS: usize = 20;
 const PER_SHARD: usize = 1000;
@@ -110,8 +110,7 @@ async fn an_epoch_under_faults_delivers_every_sample_once_with_its_bytes() {
 async fn failing_source(
     faults: FaultPatch,
     extra: &str,
-) -> (tempfile::TempDir, stoker_test_servers::ServerHandle, stoker_test_servers::proxy::ProxyHandle, Arc<DynSampleSource>)
-{
+) -> (tempfile::TempDir, stoker_testkit::ServerHandle, stoker_testkit::proxy::ProxyHandle, Arc<DynSampleSource>) {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("data/small");
     std::fs::create_dir_all(&dir).unwrap();

@@ -9,12 +9,12 @@ use common::s3::{uri, with_proxy, AK, SK};
 use common::*;
 use stoker::conformance::run_all;
 use stoker::{Error, Layout, Sample, SourceOptions};
-use stoker_test_servers::proxy::FaultPatch;
-use stoker_test_servers::s3::{self, S3ServerConfig};
+use stoker_testkit::proxy::FaultPatch;
+use stoker_testkit::s3::{self, S3ServerConfig};
 
 struct Server {
     _root: tempfile::TempDir,
-    handle: stoker_test_servers::ServerHandle,
+    handle: stoker_testkit::ServerHandle,
     /// Samples written under `data/tar` (3 shards) and `data/objects`.
     tar: Vec<Sample>,
     objects: Vec<Sample>,

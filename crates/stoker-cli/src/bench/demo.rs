@@ -18,9 +18,10 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use stoker::pack::{PackOptions, PackProgress};
 use stoker::{Layout, SourceOptions};
-use stoker_test_servers::proxy::{self, ProxyConfig, ProxyHandle};
-use stoker_test_servers::s3::{self, S3ServerConfig};
-use stoker_test_servers::ServerHandle;
+use stoker_testkit::fixtures::payload_into as payload;
+use stoker_testkit::proxy::{self, ProxyConfig, ProxyHandle};
+use stoker_testkit::s3::{self, S3ServerConfig};
+use stoker_testkit::ServerHandle;
 use tokio::task::JoinSet;
 
 use super::ui::{Ui, Unit};
@@ -180,22 +181,6 @@ struct BarProgress(indicatif::ProgressBar);
 impl PackProgress for BarProgress {
     fn advance(&self, _samples: u64, bytes: u64) {
         self.0.inc(bytes);
-    }
-}
-
-/// Sample `i`'s bytes: distinct per sample and incompressible, so no layer can shortcut them.
-fn payload(i: u64, len: usize, out: &mut Vec<u8>) {
-    out.clear();
-    let mut x = i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    while out.len() < len {
-        // splitmix64
-        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = x;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        let take = (len - out.len()).min(8);
-        out.extend_from_slice(&z.to_le_bytes()[..take]);
     }
 }
 

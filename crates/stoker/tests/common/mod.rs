@@ -11,7 +11,7 @@ use stoker::{Field, Sample};
 
 /// Deterministic payload bytes.
 pub fn payload(seed: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|j| ((seed * 131 + j * 7) % 251) as u8).collect()
+    stoker_testkit::fixtures::payload(seed as u64, len)
 }
 
 pub fn sample(key: &str, fields: &[(&str, Vec<u8>)]) -> Sample {

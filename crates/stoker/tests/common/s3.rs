@@ -1,9 +1,9 @@
 //! The embedded S3 server (s3s-fs over a directory, in-process on loopback) and the fault
 //! proxy in front of it, as the remote tests start them.
 
-use stoker_test_servers::proxy::{self, FaultPatch, ProxyConfig};
-use stoker_test_servers::s3::{self, S3ServerConfig};
-use stoker_test_servers::ServerHandle;
+use stoker_testkit::proxy::{self, FaultPatch, ProxyConfig};
+use stoker_testkit::s3::{self, S3ServerConfig};
+use stoker_testkit::ServerHandle;
 
 /// The test server's access key id and secret key (the secret must never be printed).
 pub const AK: &str = "stoker-test-key";

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::{ClientOptions, RetryConfig};
-use stoker_test_servers::s3::{self, S3ServerConfig};
-use stoker_test_servers::ServerHandle;
+use stoker_testkit::s3::{self, S3ServerConfig};
+use stoker_testkit::ServerHandle;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -163,7 +163,7 @@ pub async fn raw_request(addr: SocketAddr, method: &str, path: &str, body: &[u8]
 }
 
 /// `GET /__proxy/stats` parsed.
-pub async fn proxy_stats(proxy: SocketAddr) -> stoker_test_servers::proxy::ProxyStats {
+pub async fn proxy_stats(proxy: SocketAddr) -> stoker_testkit::proxy::ProxyStats {
     let resp = raw_request(proxy, "GET", "/__proxy/stats", b"").await.expect("stats request");
     assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
     serde_json::from_slice(&resp.body).expect("stats JSON")

@@ -1,6 +1,7 @@
-//! Loopback test servers for Stoker's S3 input pipeline.
+//! Stoker's test kit: loopback servers and shared fixtures for the tests, the examples and
+//! `stoker bench`'s embedded demo.
 //!
-//! Two services, each usable in-process (from tests) or as a binary:
+//! Two services, each usable in-process (from tests) or as a binary, and [`fixtures`]:
 //!
 //! * [`s3`]: a real S3 endpoint over a local directory, built on `s3s` +
 //!   `s3s-fs`, with SigV4 auth and `TCP_NODELAY` on every connection.
@@ -13,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub mod fixtures;
 pub mod proxy;
 pub mod rng;
 pub mod s3;

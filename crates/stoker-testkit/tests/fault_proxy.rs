@@ -20,7 +20,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use stoker_test_servers::proxy::{self, FaultConfig, ProxyConfig, ProxyHandle, ProxyStats, SLOWDOWN_BODY};
+use stoker_testkit::proxy::{self, FaultConfig, ProxyConfig, ProxyHandle, ProxyStats, SLOWDOWN_BODY};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 

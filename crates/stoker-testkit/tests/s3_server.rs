@@ -8,7 +8,7 @@ use common::*;
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use stoker_test_servers::s3::{self, S3ServerConfig};
+use stoker_testkit::s3::{self, S3ServerConfig};
 
 #[tokio::test]
 async fn put_list_get_range_head_with_credentials() {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
-use stoker_test_servers::proxy::{self, FaultConfig, ProxyConfig};
+use stoker_testkit::proxy::{self, FaultConfig, ProxyConfig};
 
 /// Forward HTTP/1.1 to --upstream, injecting latency, 503 SlowDown, resets
 /// and truncated bodies.
@@ -65,7 +65,7 @@ fn main() -> ExitCode {
     }
     let config = ProxyConfig { listen: args.listen, upstream: args.upstream, faults };
 
-    stoker_test_servers::run_main(async move {
+    stoker_testkit::run_main(async move {
         let proxy = match proxy::serve(config).await {
             Ok(proxy) => proxy,
             Err(err) => {
@@ -73,7 +73,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        stoker_test_servers::announce_and_wait(proxy.addr()).await;
+        stoker_testkit::announce_and_wait(proxy.addr()).await;
         proxy.shutdown().await;
         ExitCode::SUCCESS
     })

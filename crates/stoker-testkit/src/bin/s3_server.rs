@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
-use stoker_test_servers::s3::{self, S3ServerConfig, ServeError};
+use stoker_testkit::s3::{self, S3ServerConfig, ServeError};
 
 /// Serve a directory as an S3 endpoint (each subdirectory is a bucket).
 ///
@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         config = config.with_credentials(ak, sk);
     }
 
-    stoker_test_servers::run_main(async move {
+    stoker_testkit::run_main(async move {
         let server = match s3::serve(config).await {
             Ok(server) => server,
             // Bad input the parser could not see (missing root, bad bucket name):
@@ -57,7 +57,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        stoker_test_servers::announce_and_wait(server.addr()).await;
+        stoker_testkit::announce_and_wait(server.addr()).await;
         server.shutdown().await;
         ExitCode::SUCCESS
     })
