@@ -19,19 +19,15 @@
 //!   answers the new config, or `400` (config unchanged) if invalid.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -39,175 +35,20 @@ use hyper::service::service_fn;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use serde::Serialize;
+use tokio::net::TcpListener;
 
 use crate::rng::XorShift64;
 use crate::ServerHandle;
 
-/// Body of the injected `503`, byte for byte what S3 sends for throttling.
-pub const SLOWDOWN_BODY: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+mod config;
+mod faults;
 
-/// Upper bound for `latency_ms`, `jitter_ms` and `spike_ms` (10 minutes).
-///
-/// A typo such as an extra zero should fail loudly rather than hang a test.
-pub const MAX_DELAY_MS: u64 = 600_000;
-
-/// Path prefix of the control endpoints.
-pub const CONTROL_PREFIX: &str = "/__proxy/";
+pub use config::*;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type ProxyBody = BoxBody<Bytes, BoxError>;
-
-/// The fault knobs. Probabilities are in `[0, 1]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FaultConfig {
-    /// Fixed delay before each request is handled, in milliseconds.
-    pub latency_ms: u64,
-    /// Extra uniform delay in `[0, jitter_ms]` per request.
-    pub jitter_ms: u64,
-    /// Probability of answering `503 SlowDown` without contacting upstream.
-    pub slowdown: f64,
-    /// Probability of resetting the client connection (TCP RST).
-    pub reset: f64,
-    /// Probability of cutting a GET/HEAD response body to about half.
-    pub truncate: f64,
-    /// Probability of adding `spike_ms` to the delay.
-    pub spike_prob: f64,
-    /// Size of a latency spike, in milliseconds.
-    pub spike_ms: u64,
-    /// RNG seed; setting it (even to the same value) restarts the sequence.
-    pub seed: u64,
-}
-
-impl Default for FaultConfig {
-    /// No faults, seed 1 (the CLI default).
-    fn default() -> Self {
-        Self {
-            latency_ms: 0,
-            jitter_ms: 0,
-            slowdown: 0.0,
-            reset: 0.0,
-            truncate: 0.0,
-            spike_prob: 0.0,
-            spike_ms: 0,
-            seed: 1,
-        }
-    }
-}
-
-impl FaultConfig {
-    /// Checks that probabilities are in `[0, 1]` and delays at most
-    /// [`MAX_DELAY_MS`].
-    ///
-    /// # Errors
-    /// A message naming the first bad knob.
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, p) in [
-            ("slowdown", self.slowdown),
-            ("reset", self.reset),
-            ("truncate", self.truncate),
-            ("spike_prob", self.spike_prob),
-        ] {
-            if !(0.0..=1.0).contains(&p) {
-                return Err(format!("{name} must be a probability in [0, 1], got {p}"));
-            }
-        }
-        for (name, ms) in [("latency_ms", self.latency_ms), ("jitter_ms", self.jitter_ms), ("spike_ms", self.spike_ms)]
-        {
-            if ms > MAX_DELAY_MS {
-                return Err(format!("{name} must be at most {MAX_DELAY_MS}, got {ms}"));
-            }
-        }
-        Ok(())
-    }
-
-    /// Returns this config with the fields present in `patch` replaced.
-    pub fn patched(&self, patch: &FaultPatch) -> Self {
-        Self {
-            latency_ms: patch.latency_ms.unwrap_or(self.latency_ms),
-            jitter_ms: patch.jitter_ms.unwrap_or(self.jitter_ms),
-            slowdown: patch.slowdown.unwrap_or(self.slowdown),
-            reset: patch.reset.unwrap_or(self.reset),
-            truncate: patch.truncate.unwrap_or(self.truncate),
-            spike_prob: patch.spike_prob.unwrap_or(self.spike_prob),
-            spike_ms: patch.spike_ms.unwrap_or(self.spike_ms),
-            seed: patch.seed.unwrap_or(self.seed),
-        }
-    }
-}
-
-/// A partial [`FaultConfig`], the body of `POST /__proxy/config`.
-///
-/// Field names match the config (`latency_ms`) and the CLI flags
-/// (`latency-ms`). Unknown fields are rejected so a typo cannot silently
-/// leave a fault off.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FaultPatch {
-    /// See [`FaultConfig::latency_ms`].
-    #[serde(default, alias = "latency-ms", skip_serializing_if = "Option::is_none")]
-    pub latency_ms: Option<u64>,
-    /// See [`FaultConfig::jitter_ms`].
-    #[serde(default, alias = "jitter-ms", skip_serializing_if = "Option::is_none")]
-    pub jitter_ms: Option<u64>,
-    /// See [`FaultConfig::slowdown`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slowdown: Option<f64>,
-    /// See [`FaultConfig::reset`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reset: Option<f64>,
-    /// See [`FaultConfig::truncate`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub truncate: Option<f64>,
-    /// See [`FaultConfig::spike_prob`].
-    #[serde(default, alias = "spike-prob", skip_serializing_if = "Option::is_none")]
-    pub spike_prob: Option<f64>,
-    /// See [`FaultConfig::spike_ms`].
-    #[serde(default, alias = "spike-ms", skip_serializing_if = "Option::is_none")]
-    pub spike_ms: Option<u64>,
-    /// See [`FaultConfig::seed`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed: Option<u64>,
-}
-
-/// Counters, as served by `GET /__proxy/stats`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProxyStats {
-    /// Requests received (control endpoints excluded).
-    pub requests: u64,
-    /// Requests sent to the upstream.
-    pub forwarded: u64,
-    /// Injected `503 SlowDown` answers.
-    pub slowdowns: u64,
-    /// Injected connection resets.
-    pub resets: u64,
-    /// Injected truncated responses.
-    pub truncations: u64,
-    /// Requests that got a latency spike.
-    pub spikes: u64,
-    /// Forwarded requests the upstream failed to answer (`502` sent).
-    pub upstream_errors: u64,
-}
-
-/// Settings for [`serve`].
-#[derive(Debug, Clone)]
-pub struct ProxyConfig {
-    /// Address to listen on; port 0 picks a free port.
-    pub listen: SocketAddr,
-    /// The HTTP server to forward to.
-    pub upstream: SocketAddr,
-    /// Initial fault settings.
-    pub faults: FaultConfig,
-}
-
-impl ProxyConfig {
-    /// Listens on `127.0.0.1:0`, forwards to `upstream`, no faults.
-    pub fn new(upstream: SocketAddr) -> Self {
-        Self { listen: SocketAddr::from(([127, 0, 0, 1], 0)), upstream, faults: FaultConfig::default() }
-    }
-}
+use faults::{InjectedReset, ResettableStream, TruncatedBody};
 
 #[derive(Default)]
 struct Counters {
@@ -389,19 +230,6 @@ pub async fn serve(config: ProxyConfig) -> io::Result<ProxyHandle> {
     Ok(ProxyHandle { server, control })
 }
 
-/// Returned by the service to make hyper drop the connection; the socket's
-/// `Drop` then turns the close into a TCP RST.
-#[derive(Debug)]
-struct InjectedReset;
-
-impl std::fmt::Display for InjectedReset {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("injected connection reset")
-    }
-}
-
-impl std::error::Error for InjectedReset {}
-
 async fn handle(
     shared: Arc<Shared>,
     reset_flag: Arc<AtomicBool>,
@@ -562,169 +390,6 @@ async fn control(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Proxy
             StatusCode::NOT_FOUND,
             "control endpoints: GET /__proxy/stats, POST /__proxy/stats/reset, GET|POST /__proxy/config\n",
         ),
-    }
-}
-
-/// Why a truncated body ended: makes hyper abort the connection, so the
-/// client sees fewer bytes than `Content-Length` promised.
-#[derive(Debug)]
-struct Truncated;
-
-impl std::fmt::Display for Truncated {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("injected truncation")
-    }
-}
-
-impl std::error::Error for Truncated {}
-
-/// How long the cut body waits before failing, so hyper flushes the bytes
-/// already queued: failing at once can discard them, and the client would
-/// see no body at all instead of half of it.
-const TRUNCATE_FLUSH_DELAY: Duration = Duration::from_millis(20);
-
-/// Passes through the first `limit` bytes of a body, then fails.
-///
-/// With an unknown length (chunked upstream) `limit` is `None` and half of
-/// the first data frame is sent.
-struct TruncatedBody {
-    inner: Incoming,
-    limit: Option<u64>,
-    /// Set once the limit is reached: the delay before the final error.
-    ending: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl TruncatedBody {
-    fn new(inner: Incoming, limit: Option<u64>) -> Self {
-        Self { inner, limit, ending: None }
-    }
-
-    fn start_ending(&mut self) {
-        self.ending = Some(Box::pin(tokio::time::sleep(TRUNCATE_FLUSH_DELAY)));
-    }
-}
-
-impl Body for TruncatedBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        if let Some(sleep) = this.ending.as_mut() {
-            return match sleep.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(Truncated)))),
-                Poll::Pending => Poll::Pending,
-            };
-        }
-        if this.limit == Some(0) {
-            this.start_ending();
-            return self.poll_frame(cx);
-        }
-        let frame = match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => frame,
-            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
-            // Upstream ended before the cut (short body): still fail, the
-            // client was promised the declared length.
-            Poll::Ready(None) => {
-                this.start_ending();
-                return self.poll_frame(cx);
-            }
-            Poll::Pending => return Poll::Pending,
-        };
-        let Ok(mut data) = frame.into_data() else {
-            // Trailers: drop them, the body is cut anyway.
-            this.start_ending();
-            return self.poll_frame(cx);
-        };
-        let keep = match this.limit {
-            Some(limit) => limit.min(data.len() as u64),
-            None => data.len() as u64 / 2,
-        };
-        // `keep` is at most `data.len()`, so it fits in usize.
-        data.truncate(usize::try_from(keep).unwrap_or(data.len()));
-        match &mut this.limit {
-            Some(limit) => *limit -= keep,
-            None => this.limit = Some(0),
-        }
-        Poll::Ready(Some(Ok(Frame::data(data))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        false
-    }
-
-    /// Unknown on purpose: hyper then frames the response with the upstream's
-    /// `Content-Length` header instead of the (shorter) real length.
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
-    }
-}
-
-/// A client socket that can be closed with a TCP RST instead of a FIN.
-///
-/// hyper owns the socket while serving, so the service cannot close it
-/// directly; it sets `reset` and returns an error, hyper drops the
-/// connection, and `Drop` here sets `SO_LINGER` to 0 right before the close.
-struct ResettableStream {
-    inner: TcpStream,
-    reset: Arc<AtomicBool>,
-}
-
-impl ResettableStream {
-    fn resetting(&self) -> bool {
-        self.reset.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for ResettableStream {
-    fn drop(&mut self) {
-        if self.resetting() {
-            // If this fails the close is a FIN: still a failed request.
-            let _ = socket2::SockRef::from(&self.inner).set_linger(Some(Duration::ZERO));
-        }
-    }
-}
-
-impl AsyncRead for ResettableStream {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for ResettableStream {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        if self.resetting() {
-            // Nothing may reach the client after a reset was decided.
-            return Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()));
-        }
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        if self.resetting() {
-            return Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()));
-        }
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.resetting() {
-            // A shutdown would send a FIN first; the client must see only the RST.
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
