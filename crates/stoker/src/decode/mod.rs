@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use crate::batch::{Batch, BatchPool, ColumnType};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
+use crate::source::DynSampleSource;
 
 mod array;
 pub mod image;
@@ -133,7 +134,7 @@ impl Decoder {
     pub fn assemble(
         &self,
         pool: &BatchPool,
-        source: &dyn std::fmt::Display,
+        source: &DynSampleSource,
         epoch: u64,
         number: u64,
         indices: &[u64],
@@ -311,12 +312,17 @@ impl Decoder {
     }
 }
 
-fn decode_error(source: &dyn std::fmt::Display, indices: &[u64], samples: &[Sample], e: RowError) -> Error {
+fn decode_error(source: &DynSampleSource, indices: &[u64], samples: &[Sample], e: RowError) -> Error {
     let (row, field, reason) = e;
+    let index = indices.get(row).copied().unwrap_or_default();
+    let source_name = match source.location(index as usize) {
+        Some(place) => format!("{place} of {source}"),
+        None => source.to_string(),
+    };
     Error::Decode {
-        source_name: source.to_string(),
+        source_name,
         key: samples.get(row).map_or_else(String::new, |s| s.key.clone()),
-        index: indices.get(row).copied().unwrap_or_default(),
+        index,
         field: field.to_string(),
         reason,
     }

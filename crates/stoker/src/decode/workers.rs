@@ -64,7 +64,11 @@ impl Workers {
             let s = shared.clone();
             handles.push(std::thread::Builder::new().name(format!("stoker-decode-{i}")).spawn(move || serve(&s))?);
         }
-        Ok(Workers { shared, handles })
+        let workers = Workers { shared, handles };
+        // Every thread has started and run once before the first batch: a thread's own
+        // start-up allocations belong to making the pool, not to decoding.
+        workers.run(&|_: &mut ImageScratch| {});
+        Ok(workers)
     }
 
     pub(crate) fn threads(&self) -> usize {

@@ -93,6 +93,12 @@ pub trait SampleSource: fmt::Debug + fmt::Display + Send + Sync + 'static {
         None
     }
 
+    /// Where sample `index` lives, for error messages (e.g. `shard train-007.tar`), when the
+    /// source's own name does not say it.
+    fn location(&self, _index: usize) -> Option<String> {
+        None
+    }
+
     /// Key and field sizes of sample `index`; cheap when [`Capability::cheap_meta`] is set.
     async fn meta(&self, index: usize) -> Result<SampleMeta> {
         Ok(self.get(index).await?.meta())

@@ -382,6 +382,11 @@ impl SampleSource for TarSource {
         self.inner.locate(index).ok().map(|(shard, _)| shard)
     }
 
+    fn location(&self, index: usize) -> Option<String> {
+        let (shard, _) = self.inner.locate(index).ok()?;
+        Some(format!("shard {}", self.inner.shards[shard].index.shard))
+    }
+
     async fn meta(&self, index: usize) -> Result<SampleMeta> {
         let (shard, local) = self.inner.locate(index)?;
         let s = &self.inner.shards[shard];
