@@ -98,3 +98,37 @@ fn exercise(idx: &tar_index::ShardIndex) {
     }
     let _ = tar_index::intern_names(idx, &mut Default::default());
 }
+
+/// Encoded images (and labels) through the decoders under a few specs: an error is the right
+/// answer to bad bytes; a panic, or an output of another size than promised, is a bug.
+pub fn decode(data: &[u8]) {
+    use crate::decode::SampleRng;
+    use crate::decode::{decode_image, parse_int, parse_npy, Crop, Dtype, ImageLayout, ImageScratch, ImageSpec};
+    let specs = [
+        ImageSpec {
+            size: [8, 8],
+            crop: Crop::random_resized(),
+            flip: 0.5,
+            max_pixels: 1 << 22,
+            ..ImageSpec::default()
+        },
+        ImageSpec {
+            size: [5, 7],
+            crop: Crop::Center { resize: None },
+            layout: ImageLayout::Chw,
+            dtype: Dtype::F16,
+            max_pixels: 1 << 22,
+            ..ImageSpec::default()
+        },
+    ];
+    let mut scratch = ImageScratch::default();
+    for spec in &specs {
+        let mut out = vec![0u8; spec.out_bytes()];
+        let _ = decode_image(spec, data, &mut SampleRng::new(1, 2, 3), &mut scratch, &mut out);
+        assert_eq!(out.len(), spec.out_bytes());
+    }
+    let _ = parse_int(data);
+    if let Ok(h) = parse_npy(data) {
+        assert_eq!(Some(data.len() - h.data_offset), h.data_bytes(), "a parsed .npy promises what it holds");
+    }
+}
