@@ -14,7 +14,7 @@ use crate::runtime::block_on;
 /// The caching ladder of `stoker diagnose` over `uri`: returns the report as text and JSON.
 /// `step`, when given, is called once per batch as the consumer (the training step).
 #[pyfunction]
-#[pyo3(signature = (uri, options, batch_size, prefetch=4, shuffle=false, seed=0, samples=2048, seconds=10.0, step=None))]
+#[pyo3(signature = (uri, options, batch_size, prefetch=4, shuffle=false, seed=0, samples=2048, seconds=10.0, step=None, decode=None))]
 #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
 pub(crate) fn diagnose(
     py: Python<'_>,
@@ -27,6 +27,7 @@ pub(crate) fn diagnose(
     samples: u64,
     seconds: f64,
     step: Option<Py<PyAny>>,
+    decode: Option<&str>,
 ) -> PyResult<(String, String)> {
     use stoker::diagnose::{Consumer, DiagnoseConfig};
     if !(seconds.is_finite() && seconds > 0.0) {
@@ -37,6 +38,10 @@ pub(crate) fn diagnose(
     cfg.prefetch = prefetch.max(1);
     if shuffle {
         cfg.order = Order::Shuffle { seed };
+    }
+    if let Some(spec) = decode {
+        cfg.decode = Some(stoker::decode::DecodeSpec::from_json(spec).map_err(err)?);
+        cfg.augment_seed = seed;
     }
     let consumer = step.map(|f| {
         let f = Arc::new(f);

@@ -42,3 +42,13 @@ def test_a_step_that_raises_names_the_step(data) -> None:
 
     with pytest.raises(stoker.StokerError, match="out of memory in my model"):
         stoker.diagnose(data / "bucket" / "tar", batch_size=8, step=step, samples=16, seconds=5)
+
+
+def test_decoding_is_measured_as_the_loader_runs_it(data) -> None:
+    # The tar fixture's labels are integer text: decoded, the setup says so and every step runs.
+    report = stoker.diagnose(data / "bucket" / "tar", batch_size=8, samples=32, seconds=5, decode={"cls": stoker.Int()})
+    assert report["setup"]["decode"] is True and report["setup"]["transform"] is True
+    assert all(s["samples_per_s"] > 0 for s in report["steps"]), report["text"]
+    # Its payloads are not integers: the error names the field and a sample.
+    with pytest.raises(stoker.DecodeError, match="`bin`"):
+        stoker.diagnose(data / "bucket" / "tar", batch_size=8, samples=16, seconds=5, decode={"bin": stoker.Int()})

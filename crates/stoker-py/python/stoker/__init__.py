@@ -392,6 +392,7 @@ def diagnose(
     seed: int = 0,
     samples: int = 2048,
     seconds: float = 10.0,
+    decode: Optional[Dict[str, Any]] = None,
     **options: Any,
 ) -> Dict[str, Any]:
     """Find where the input pipeline starves the consumer, as ``stoker diagnose`` does.
@@ -402,6 +403,7 @@ def diagnose(
     batch as the consumer: your training step on a fixed input (e.g. a forward and backward
     pass followed by ``torch.cuda.synchronize()``). Returns the report as a dict (``steps``,
     ``verdict`` with ``step``, ``knob`` and ``advice``) with its printable form in ``"text"``.
+    ``decode`` takes the Loader's spec, so decoding is measured as the Loader would run it.
     """
     text, report = _stoker.diagnose(
         os.fspath(uri),
@@ -413,6 +415,7 @@ def diagnose(
         samples=samples,
         seconds=seconds,
         step=step,
+        decode=_decode_json(decode),
     )
     out: Dict[str, Any] = json.loads(report)
     out["text"] = text

@@ -90,4 +90,5 @@ def diagnose(
     samples: int = 2048,
     seconds: float = 10.0,
     step: Optional[Callable[[], Any]] = None,
+    decode: Optional[str] = None,
 ) -> Tuple[str, str]: ...
