@@ -236,7 +236,7 @@ impl Loader {
 
     /// Counters since the loader was made.
     pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot(self.source.io_counters())
+        self.stats.snapshot_with_damage(self.source.io_counters(), self.source.damage())
     }
 
     /// Batch columns that could not live in host-pool buffers (too large, or none free).
@@ -542,8 +542,8 @@ impl Producer {
                     let mut b = self.pool.builder();
                     for &i in &idx {
                         // A failed read leaves no partial row behind (get_many_into's contract).
-                        if self.source.get_many_into(&[i], &mut b).await.is_err() {
-                            self.stats.skipped.fetch_add(1, Relaxed);
+                        if let Err(e) = self.source.get_many_into(&[i], &mut b).await {
+                            self.stats.record_skip(&e);
                         }
                     }
                     Ok(b.finish(epoch, number))
@@ -595,9 +595,7 @@ impl Producer {
                     samples.push(s);
                     kept.push(i);
                 }
-                Err(_) => {
-                    self.stats.skipped.fetch_add(1, Relaxed);
-                }
+                Err(e) => self.stats.record_skip(&e),
             }
         }
         (samples, kept)
