@@ -177,7 +177,7 @@ impl<'a> Builder<'a> {
         if let Err(e) = reader.seek(SeekFrom::Start(base)) {
             return Found::header(base, format!("cannot read the shard: {e}"));
         }
-        let mut archive = tar::Archive::new(reader);
+        let mut archive = tar::Archive::new(FromBase { inner: reader, base });
         let entries = match archive.entries_with_seek() {
             Ok(e) => e,
             Err(e) => return Found::header(base, describe_tar_error(&e)),
@@ -319,6 +319,30 @@ impl<'a> Builder<'a> {
             });
         }
         self.idx
+    }
+}
+
+/// A reader seen from byte `base` on: the tar crate takes the positions its seeks return as
+/// its own offsets, which must count from where its archive starts.
+struct FromBase<'r, R> {
+    inner: &'r mut R,
+    base: u64,
+}
+
+impl<R: Read> Read for FromBase<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read(buf)
+    }
+}
+
+impl<R: Seek> Seek for FromBase<'_, R> {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        let pos = match pos {
+            SeekFrom::Start(n) => SeekFrom::Start(self.base.saturating_add(n)),
+            other => other,
+        };
+        let at = self.inner.seek(pos)?;
+        at.checked_sub(self.base).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before the segment"))
     }
 }
 
