@@ -156,6 +156,23 @@ impl ShardIndex {
         ))
     }
 
+    /// Take the checksums of `old`, an index of this shard from before it changed, when every
+    /// member is where it was behind the same header: the shard was modified in place
+    /// without moving a member, which is exactly when payload damage must still show
+    /// (bit rot, a partial overwrite). Anything else that changed the shard is a rewrite, and
+    /// its checksums describe other bytes.
+    pub(crate) fn keep_checksums_of(&mut self, old: &ShardIndex) {
+        let same = self.crcs.is_empty()
+            && !old.crcs.is_empty()
+            && old.keys == self.keys
+            && old.starts == self.starts
+            && old.fields == self.fields
+            && old.headers == self.headers;
+        if same {
+            self.crcs = old.crcs.clone();
+        }
+    }
+
     /// The error for the first damage recorded, for opening without the skip policy.
     pub(crate) fn damage_error(&self, shown: &str) -> Option<Error> {
         self.damage.first().map(|d| Error::CorruptTar {
@@ -255,28 +272,39 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Load a fresh index for `info` from its sidecar or the cache dir, or build and save one.
-pub(crate) async fn load_or_build(store: &Store, info: &ObjectInfo, opts: &SourceOptions) -> Result<ShardIndex> {
+/// `previous` is an index of this shard known to be stale (from a manifest).
+pub(crate) async fn load_or_build(
+    store: &Store,
+    info: &ObjectInfo,
+    opts: &SourceOptions,
+    previous: Option<ShardIndex>,
+) -> Result<ShardIndex> {
     let cache_dir = opts.index_cache_dir();
-    let sidecar = sidecar_path(&info.path);
-    let cached = cache_path(store, &info.path);
     let want_crcs = opts.checksums == Some(true);
     let usable = |idx: &ShardIndex| !want_crcs || idx.fields.is_empty() || !idx.crcs.is_empty();
-    if let Some(idx) = load_if_fresh(store, &sidecar, info).await.filter(usable) {
-        return Ok(idx);
-    }
+    let mut stale = previous;
+    let side = load_checked(store, &sidecar_path(&info.path), info).await;
     let cache_store = if cache_dir.is_dir() { Store::local(&cache_dir).ok() } else { None };
-    if let Some(cs) = &cache_store {
-        if let Some(idx) = load_if_fresh(cs, &cached, info).await.filter(usable) {
+    let cached = match &cache_store {
+        Some(cs) => load_checked(cs, &cache_path(store, &info.path), info).await,
+        None => None,
+    };
+    for idx in [side, cached].into_iter().flatten() {
+        if idx.matches(info) && usable(&idx) {
             return Ok(idx);
         }
+        stale = stale.or(Some(idx));
     }
     let (s, i) = (store.clone(), info.clone());
     let walk = Walk { skip: opts.skip_damage(), checksums: want_crcs };
-    let idx = tokio::task::spawn_blocking(move || build(&s, &i, walk)).await.map_err(Error::task)??;
+    let mut idx = tokio::task::spawn_blocking(move || build(&s, &i, walk)).await.map_err(Error::task)??;
     // A damaged shard is walked again on every open: what looked like damage may have been a
     // passing read failure, which a saved index would make permanent.
     if !idx.damage.is_empty() {
         return Ok(idx);
+    }
+    if let Some(old) = stale {
+        idx.keep_checksums_of(&old);
     }
     save(store, &idx, opts).await;
     Ok(idx)
@@ -306,9 +334,9 @@ pub(crate) async fn for_open(
     opts: &SourceOptions,
     known: Option<ShardIndex>,
 ) -> Result<ShardIndex> {
-    let got = match known.filter(|idx| idx.matches(info)) {
-        Some(idx) => Ok(idx),
-        None => load_or_build(store, info, opts).await,
+    let got = match known {
+        Some(idx) if idx.matches(info) => Ok(idx),
+        stale => load_or_build(store, info, opts, stale).await,
     };
     match got {
         Ok(idx) if !opts.skip_damage() => match idx.damage_error(&store.describe(&idx.shard)) {
@@ -321,16 +349,15 @@ pub(crate) async fn for_open(
     }
 }
 
-async fn load_if_fresh(store: &Store, path: &str, info: &ObjectInfo) -> Option<ShardIndex> {
+/// The sidecar at `path` if it parses and is consistent, fresh or not: a damaged sidecar is
+/// rebuilt, never trusted, and a stale one only lends its checksums (see
+/// [`ShardIndex::keep_checksums_of`]). One without header digests predates them: rebuilding
+/// it costs one header walk.
+async fn load_checked(store: &Store, path: &str, info: &ObjectInfo) -> Option<ShardIndex> {
     let bytes = store.get(path).await.ok()?;
     let idx: ShardIndex = serde_json::from_slice(&bytes).ok()?;
-    // A stale or damaged sidecar is rebuilt, never trusted.
-    // One without header digests predates them: rebuilding it costs one header walk.
-    (idx.shard == info.path
-        && idx.matches(info)
-        && (idx.fields.is_empty() || !idx.headers.is_empty())
-        && idx.validate().is_ok())
-    .then_some(idx)
+    (idx.shard == info.path && (idx.fields.is_empty() || !idx.headers.is_empty()) && idx.validate().is_ok())
+        .then_some(idx)
 }
 
 /// Walk the headers of one shard (blocking) and group members into samples as webdataset does.
