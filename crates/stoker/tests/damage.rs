@@ -261,7 +261,10 @@ fn flip(shard: &Path, nth: usize) -> u64 {
 }
 
 /// One epoch under Skip: delivered keys with bytes checked, and the stats.
-async fn skip_epoch(src: Arc<DynSampleSource>, want: &BTreeMap<String, Vec<u8>>) -> (Vec<String>, stoker::stats::StatsSnapshot) {
+async fn skip_epoch(
+    src: Arc<DynSampleSource>,
+    want: &BTreeMap<String, Vec<u8>>,
+) -> (Vec<String>, stoker::stats::StatsSnapshot) {
     let mut cfg = LoaderConfig::new(4);
     cfg.on_error = ErrorPolicy::Skip;
     let loader = Loader::new(src, cfg).unwrap();

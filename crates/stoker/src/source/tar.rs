@@ -96,7 +96,10 @@ impl TarSource {
         if total == 0 {
             let damaged = shards.iter().filter(|s| !s.index.damage.is_empty()).count();
             let why = if damaged > 0 { format!(", {damaged} of them damaged or unreadable") } else { String::new() };
-            return Err(Error::Empty { uri: display, reason: format!("{} shard(s) hold no samples{why}", shards.len()) });
+            return Err(Error::Empty {
+                uri: display,
+                reason: format!("{} shard(s) hold no samples{why}", shards.len()),
+            });
         }
         let gap = opts.coalesce_gap(store.is_remote());
         Ok(TarSource {

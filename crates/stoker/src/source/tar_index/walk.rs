@@ -60,7 +60,12 @@ struct Gap {
 /// Walk the headers of a shard of `info.size` bytes and group members into samples as
 /// webdataset does; `shard` names it in errors. Under `walk.skip` damage is stepped over and
 /// recorded in the index's `damage`; otherwise it is an error naming the shard and offset.
-pub(crate) fn build_with<R: Read + Seek>(mut reader: R, info: &ObjectInfo, shard: &str, walk: Walk) -> Result<ShardIndex> {
+pub(crate) fn build_with<R: Read + Seek>(
+    mut reader: R,
+    info: &ObjectInfo,
+    shard: &str,
+    walk: Walk,
+) -> Result<ShardIndex> {
     let mut b = Builder::new(info, walk);
     let mut gaps: Vec<Gap> = Vec::new();
     let mut base = 0u64;
@@ -72,8 +77,13 @@ pub(crate) fn build_with<R: Read + Seek>(mut reader: R, info: &ObjectInfo, shard
             Stop::End(next) if next + HEADER > info.size => {
                 let reason = "the shard ends without the end-of-archive marker (zero blocks): it was probably \
                               truncated; re-copy or re-pack it";
-                let found =
-                    Found { at: next, cause: DamageCause::Truncated, reason: reason.into(), to_end: true, lost_key: None };
+                let found = Found {
+                    at: next,
+                    cause: DamageCause::Truncated,
+                    reason: reason.into(),
+                    to_end: true,
+                    lost_key: None,
+                };
                 (found, None)
             }
             // A zero block ends the archive for every reader; a header after it means a
@@ -85,7 +95,10 @@ pub(crate) fn build_with<R: Read + Seek>(mut reader: R, info: &ObjectInfo, shard
                         "a zero block at byte {next} ends the archive, yet a member header follows at byte {r}: a \
                          header was zeroed, or archives were joined with `cat` (use `tar --concatenate`)"
                     );
-                    (Found { at: next, cause: DamageCause::DamagedHeader, reason, to_end: false, lost_key: None }, Some(r))
+                    (
+                        Found { at: next, cause: DamageCause::DamagedHeader, reason, to_end: false, lost_key: None },
+                        Some(r),
+                    )
                 }
             },
             Stop::Damaged(found) => {
@@ -203,7 +216,13 @@ impl<'a> Builder<'a> {
                     self.info.size
                 );
                 let lost_key = split_key(&name).map(|(k, _)| k.to_string());
-                return Stop::Damaged(Found { at: header_at, cause: DamageCause::Truncated, reason, to_end: true, lost_key });
+                return Stop::Damaged(Found {
+                    at: header_at,
+                    cause: DamageCause::Truncated,
+                    reason,
+                    to_end: true,
+                    lost_key,
+                });
             }
             next_header = end.div_ceil(HEADER) * HEADER;
             let kind = entry.header().entry_type();
@@ -217,7 +236,8 @@ impl<'a> Builder<'a> {
             }
             let id = self.name_id(&ext);
             let continues = self.open_key.as_deref() == Some(key.as_str());
-            let sample_start = if continues { *self.idx.starts.last().unwrap_or(&0) as usize } else { self.idx.fields.len() };
+            let sample_start =
+                if continues { *self.idx.starts.last().unwrap_or(&0) as usize } else { self.idx.fields.len() };
             if self.idx.fields[sample_start..].iter().any(|f| f.0 == id) {
                 return Found::header(
                     header_at,
@@ -291,7 +311,11 @@ impl<'a> Builder<'a> {
                 }
             }
             // A member cut off by the end of the shard: its key is known; a new sample is lost.
-            let cut = gap.found.lost_key.as_ref().filter(|k| !lost.contains(k) && before.is_none_or(|b| &self.idx.keys[b] != *k));
+            let cut = gap
+                .found
+                .lost_key
+                .as_ref()
+                .filter(|k| !lost.contains(k) && before.is_none_or(|b| &self.idx.keys[b] != *k));
             lost.extend(cut.cloned());
             let exact = merged || gap.found.lost_key.is_some();
             reports.push((lost, exact));
@@ -359,7 +383,8 @@ fn usual_fields(idx: &ShardIndex) -> Vec<u32> {
 
 /// `idx` without the samples marked in `dropped`.
 fn without(mut idx: ShardIndex, dropped: &[bool]) -> ShardIndex {
-    let (mut keys, mut starts, mut fields, mut headers, mut crcs) = (Vec::new(), vec![0u32], Vec::new(), Vec::new(), Vec::new());
+    let (mut keys, mut starts, mut fields, mut headers, mut crcs) =
+        (Vec::new(), vec![0u32], Vec::new(), Vec::new(), Vec::new());
     for i in (0..idx.len()).filter(|&i| !dropped[i]) {
         let range = idx.starts[i] as usize..idx.starts[i + 1] as usize;
         keys.push(std::mem::take(&mut idx.keys[i]));
