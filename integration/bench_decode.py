@@ -104,9 +104,9 @@ def pil_draft_train(path: Path) -> torch.Tensor:
         need = SIZE / min(h, w)  # the fraction of full size the crop can be reduced to
         drafted = img.draft("RGB", (math.ceil(width * need), math.ceil(height * need)))
         reduce = width / drafted[1][2] if drafted else 1.0
-        img = img.convert("RGB")
+        rgb = img.convert("RGB")
     box = (left / reduce, top / reduce, (left + w) / reduce, (top + h) / reduce)
-    return resize_flip(img, box)
+    return resize_flip(rgb, box)
 
 
 def simplejpeg_train(path: Path) -> torch.Tensor:
@@ -205,14 +205,15 @@ class Row:
 
 def rows(cores: int) -> List[Row]:
     """The benchmark's rows, the baseline first."""
+    dl, native = "DataLoader, files +", "stoker.Loader, Rust decode,"
     return [
         Row("dataloader_pil", f"DataLoader ({cores} fork workers), files + PIL/torchvision", dataloader(pil_train)),
-        Row("dataloader_pil_draft", "DataLoader, files + PIL with draft (DCT-domain downscale)", dataloader(pil_draft_train)),
-        Row("stoker_pil_threads", f"stoker.Loader, shards + PIL transform on {cores} Python threads", stoker_python_threads),
-        Row("stoker_native", "stoker.Loader, shards + Rust decode (default decode_threads)", stoker_native(None)),
-        Row("stoker_native_cores", f"stoker.Loader, Rust decode, decode_threads={cores}", stoker_native(lambda s: s.cores)),
-        Row("stoker_native_1", "stoker.Loader, Rust decode, decode_threads=1", stoker_native(lambda s: 1)),
-        Row("dataloader_simplejpeg", "DataLoader, files + simplejpeg decode + PIL resize", dataloader(simplejpeg_train)),
+        Row("dataloader_pil_draft", f"{dl} PIL with draft (DCT-domain downscale)", dataloader(pil_draft_train)),
+        Row("stoker_pil_threads", f"stoker.Loader, PIL transform on {cores} Python threads", stoker_python_threads),
+        Row("stoker_native", f"{native} default decode_threads", stoker_native(None)),
+        Row("stoker_native_cores", f"{native} decode_threads={cores}", stoker_native(lambda s: s.cores)),
+        Row("stoker_native_1", f"{native} decode_threads=1", stoker_native(lambda s: 1)),
+        Row("dataloader_simplejpeg", f"{dl} simplejpeg decode + PIL resize", dataloader(simplejpeg_train)),
     ]
 
 
@@ -395,24 +396,67 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args() -> argparse.Namespace:
+    """The command line; ``--quick`` overrides the sizes for a smoke run."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--images", type=int, default=2048, help="JPEGs in the data set (default 2048)")
     parser.add_argument("--batch", type=int, default=64, help="batch size (default 64)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs of every row; the best is reported (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of every row, best reported (default 3)")
     parser.add_argument("--warmup", type=int, default=4, help="untimed batches at the start of a run (default 4)")
-    parser.add_argument("--max-seconds", type=float, default=15.0, help="stop timing a run after this long (default 15)")
-    parser.add_argument("--dir", type=Path, help="data set directory, reused when it holds the same data set (default: a temporary one)")
+    parser.add_argument("--max-seconds", type=float, default=15.0, help="cut a run after this long (default 15)")
+    parser.add_argument("--dir", type=Path, help="data set directory, reused if it matches (default: temporary)")
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 256 images, 1 repeat, 1 warm-up batch, 5 s a run")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 256 images, 1 round, 1 warm-up, 5 s a run")
     args = parser.parse_args()
     if args.quick:
         args.images, args.repeats, args.warmup, args.max_seconds = 256, 1, 1, 5.0
+    return args
 
+
+def json_report(
+    args: argparse.Namespace,
+    info: Dict[str, Any],
+    data: bench_decode_data.DecodeDataset,
+    results: List[Result],
+    summary: Dict[str, Any],
+) -> Dict[str, Any]:
+    """Everything the table shows, with every run, for the --json file."""
+    base = results[0].best
+    return {
+        "machine": info,
+        "config": {
+            "images": data.images,
+            "mean_jpeg_bytes": data.mean_bytes,
+            "shards": data.num_shards,
+            "batch": args.batch,
+            "repeats": args.repeats,
+            "warmup_batches": args.warmup,
+            "max_seconds": args.max_seconds,
+            "statistic": "best run",
+        },
+        "rows": [
+            {
+                "key": r.row.key,
+                "name": r.row.name,
+                "images_per_s": r.best,
+                "vs_baseline": r.best / base if r.best is not None and base else None,
+                "runs": [{"images": run.images, "seconds": run.seconds, "complete": run.complete} for run in r.runs],
+                "error": r.error,
+            }
+            for r in results
+        ],
+        "decode_bound": summary,
+    }
+
+
+def main() -> int:
+    args = parse_args()
     cores = os.cpu_count() or 1
     info = machine()
-    load_start = load_average()
-    print(f"machine: {cores} cores, {info['cpu']}, load average {load_start}")
+    info["load_average_start"] = load_average()
+    print(f"machine: {cores} cores, {info['cpu']}, load average {info['load_average_start']}")
     print(f"stoker extension: {info['stoker_extension']}")
     print(
         f"transforms: torchvision {info['torchvision']} transforms v1 on PIL {info['pillow']} "
@@ -433,10 +477,9 @@ def main() -> int:
             f"at most {args.max_seconds:g} s timed per run",
             flush=True,
         )
-        setup = Setup(data, args.batch, cores)
-        results = benchmark(setup, args.repeats, args.warmup, args.max_seconds)
+        results = benchmark(Setup(data, args.batch, cores), args.repeats, args.warmup, args.max_seconds)
 
-    load_end = load_average()
+    info["load_average_end"] = load_average()
     text, summary = table(results, cores)
     print()
     print(text)
@@ -448,35 +491,12 @@ def main() -> int:
             f"row 4 is {summary['native_vs_baseline']:.2f}x the DataLoader+PIL baseline (goal >= 2.5x) and "
             f"{summary['native_fraction_of_bound']:.2f} of the decode bound (goal >= 0.85)."
         )
-    print(f"machine: {cores} cores, {info['cpu']}; load average at start {load_start}, at end {load_end}")
-
+    print(
+        f"machine: {cores} cores, {info['cpu']}; "
+        f"load average at start {info['load_average_start']}, at end {info['load_average_end']}"
+    )
     if args.json:
-        report = {
-            "machine": {**info, "load_average_start": load_start, "load_average_end": load_end},
-            "config": {
-                "images": data.images,
-                "mean_jpeg_bytes": data.mean_bytes,
-                "shards": data.num_shards,
-                "batch": args.batch,
-                "repeats": args.repeats,
-                "warmup_batches": args.warmup,
-                "max_seconds": args.max_seconds,
-                "statistic": "best run",
-            },
-            "rows": [
-                {
-                    "key": r.row.key,
-                    "name": r.row.name,
-                    "images_per_s": r.best,
-                    "vs_baseline": r.best / results[0].best if r.best is not None and results[0].best else None,
-                    "runs": [{"images": run.images, "seconds": run.seconds, "complete": run.complete} for run in r.runs],
-                    "error": r.error,
-                }
-                for r in results
-            ],
-            "decode_bound": summary,
-        }
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        args.json.write_text(json.dumps(json_report(args, info, data, results, summary), indent=2) + "\n")
         print(f"wrote {args.json}")
     return 1 if results[0].error is not None else 0
 

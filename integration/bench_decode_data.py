@@ -110,8 +110,8 @@ def build(root: Path, images: int, per_shard: int = 256, seed: int = 0) -> Decod
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
         if manifest["params"] == wanted:
-            labels = tuple(int(line) for line in (root / "files" / "labels.txt").read_text().split())
-            return DecodeDataset(root, images, labels, manifest["num_shards"], manifest["mean_bytes"], reused=True)
+            written = tuple(int(line) for line in (root / "files" / "labels.txt").read_text().split())
+            return DecodeDataset(root, images, written, manifest["num_shards"], manifest["mean_bytes"], reused=True)
         manifest_path.unlink()
 
     files, shards = root / "files", root / "shards"

@@ -19,8 +19,34 @@ pub(crate) fn bar(quiet: bool, template: &str) -> ProgressBar {
     pb
 }
 
-pub(crate) async fn run(args: &SourceArgs, json: bool, quiet: bool) -> Result<(), String> {
-    let options = args.options()?;
+/// What `index` adds to the source options.
+pub(crate) struct Extra {
+    /// `--checksums`: record a CRC32C per member.
+    pub checksums: bool,
+    /// `--skip-damage`: step over damage, listing it.
+    pub skip_damage: bool,
+}
+
+/// Damage stepped over, one line each after a heading; empty when there is none.
+pub(crate) fn damage_lines(damage: &[stoker::Damage]) -> String {
+    if damage.is_empty() {
+        return String::new();
+    }
+    let mut text = format!("\ndamage      {} region(s) skipped:", damage.len());
+    for d in damage {
+        text.push_str(&format!("\n  {d}"));
+    }
+    text
+}
+
+pub(crate) async fn run(args: &SourceArgs, json: bool, quiet: bool, extra: Extra) -> Result<(), String> {
+    let mut options = args.options()?;
+    if extra.checksums {
+        options.checksums = Some(true);
+    }
+    if extra.skip_damage {
+        options.on_damage = Some(stoker::DamagePolicy::Skip);
+    }
     let started = Instant::now();
     let pb = bar(quiet, "{spinner} indexing [{bar:40}] {pos}/{len} shards {elapsed}");
     let on_shard = {
@@ -38,17 +64,20 @@ pub(crate) async fn run(args: &SourceArgs, json: bool, quiet: bool) -> Result<()
         serde_json::json!({
             "manifest": r.manifest, "manifest_bytes": r.manifest_bytes, "layout": r.layout.as_str(),
             "objects": r.objects, "samples": r.samples, "seconds": took.as_secs_f64(),
+            "checksums": r.checksums, "damage": r.damage,
         })
         .to_string()
     } else {
         format!(
-            "wrote {} ({}): {} layout, {} objects, {} samples, in {}",
+            "wrote {} ({}): {} layout, {} objects, {} samples, in {}{}{}",
             r.manifest,
             human_bytes(r.manifest_bytes),
             r.layout,
             r.objects,
             r.samples,
-            human_duration(took)
+            human_duration(took),
+            if r.checksums { ", with payload checksums" } else { "" },
+            damage_lines(&r.damage)
         )
     };
     write_result(writeln!(io::stdout().lock(), "{text}"))

@@ -68,6 +68,14 @@ enum Command {
         /// No progress bar (it is only drawn when standard error is a terminal anyway).
         #[arg(long, short)]
         quiet: bool,
+        /// Record a CRC32C of every tar member's payload (reads every payload once), so
+        /// reads detect payload damage from then on.
+        #[arg(long)]
+        checksums: bool,
+        /// Step over damaged tar headers (resynchronising at the next valid one) and
+        /// unreadable shards instead of failing; the damage is listed.
+        #[arg(long)]
+        skip_damage: bool,
     },
     /// Benchmark backends through the Loader against a raw read of the same bytes.
     Bench(bench::BenchArgs),
@@ -144,7 +152,9 @@ async fn main() -> ExitCode {
         Command::Ls { source, json, limit } => ls(&source, json, limit).await,
         Command::Cat { source, index, field } => cat(&source, index, field.as_deref()).await,
         Command::Inspect { source, json } => inspect(&source, json).await,
-        Command::Index { source, json, quiet } => index::run(&source, json, quiet).await,
+        Command::Index { source, json, quiet, checksums, skip_damage } => {
+            index::run(&source, json, quiet, index::Extra { checksums, skip_damage }).await
+        }
         Command::Bench(args) => bench::run(args).await,
         Command::Pack(args) => pack::run(args).await,
         Command::Diagnose(args) => diagnose::run(args).await,
@@ -257,7 +267,7 @@ async fn inspect(args: &SourceArgs, json: bool) -> Result<(), String> {
         serde_json::json!({
             "source": src.to_string(), "layout": info.layout.as_str(), "samples": src.len(),
             "shards": info.shards, "fields": f, "total_bytes": total,
-            "open_seconds": open_time.as_secs_f64(), "capability": caps,
+            "open_seconds": open_time.as_secs_f64(), "capability": caps, "damage": src.damage(),
         })
         .to_string()
     } else {
@@ -272,7 +282,7 @@ async fn inspect(args: &SourceArgs, json: bool) -> Result<(), String> {
             human_bytes(total),
             human_duration(open_time),
             caps.join(", ")
-        )
+        ) + &index::damage_lines(&src.damage())
     };
     write_result(writeln!(out, "{text}"))
 }

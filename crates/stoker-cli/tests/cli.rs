@@ -108,6 +108,33 @@ fn index_writes_a_manifest_that_later_opens_use() {
 }
 
 #[test]
+fn index_records_checksums_and_lists_damage_it_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    shards(dir.path());
+    let uri = dir.path().to_str().unwrap();
+    std::fs::write(dir.path().join("s-9.tar"), vec![0x5au8; 4096]).unwrap();
+    let strict = stoker(&["index", uri, "--checksums"]);
+    assert!(!strict.status.success() && text(&strict.stderr).contains("s-9.tar"), "{}", text(&strict.stderr));
+
+    let out = stoker(&["index", uri, "--checksums", "--skip-damage", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["samples"].as_u64(), v["checksums"].as_bool()), (Some(6), Some(true)));
+    let damage = v["damage"].as_array().unwrap();
+    assert_eq!(damage.len(), 1);
+    assert_eq!(damage[0]["cause"], "unreadable_shard");
+    assert!(damage[0]["shard"].as_str().unwrap().ends_with("s-9.tar"));
+    assert!(damage[0]["samples_lost"].is_null(), "the count of an unreadable shard is unknown");
+    // The manifest remembers the damage: a strict open still fails, naming the shard.
+    let ls = stoker(&["ls", uri]);
+    assert!(!ls.status.success() && text(&ls.stderr).contains("s-9.tar"), "{}", text(&ls.stderr));
+    let inspect = stoker(&["inspect", &format!("{uri}?on_damage=skip")]);
+    assert!(inspect.status.success(), "{}", text(&inspect.stderr));
+    let shown = text(&inspect.stdout);
+    assert!(shown.contains("damage") && shown.contains("s-9.tar") && shown.contains("UnreadableShard"), "{shown}");
+}
+
+#[test]
 fn processes_sharing_a_disk_cache_read_right_bytes_and_keep_it_bounded() {
     use stoker_testkit::s3::{serve, S3ServerConfig};
     let root = tempfile::tempdir().unwrap();

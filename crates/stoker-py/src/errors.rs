@@ -26,7 +26,9 @@ pub(crate) fn err(e: stoker::Error) -> PyErr {
             InvalidInputError::new_err(msg)
         }
         E::Sampler(_) | E::NotSupported { .. } => InvalidInputError::new_err(msg),
-        E::CorruptTar { .. } | E::BadIndex { .. } | E::Lmdb { .. } => CorruptDataError::new_err(msg),
+        E::CorruptTar { .. } | E::CorruptData { .. } | E::BadIndex { .. } | E::Lmdb { .. } => {
+            CorruptDataError::new_err(msg)
+        }
         E::Decode { .. } => DecodeError::new_err(msg),
         E::Fetch { .. } | E::Store { .. } | E::Shared(_) => RemoteError::new_err(msg),
         E::Pinned(stoker::pinned::PinnedError::CudaUnavailable { .. }) => CudaUnavailableError::new_err(msg),

@@ -95,6 +95,21 @@ pub enum Error {
         reason: String,
     },
 
+    /// A payload's bytes do not match the checksum recorded for them (by `stoker pack`,
+    /// `stoker index --checksums`, or the format itself): they were damaged after they were
+    /// written, and are never delivered.
+    #[error("corrupt data in {shard}: sample `{key}` field `{field}`: {reason}")]
+    CorruptData {
+        /// The shard or object, credentials redacted.
+        shard: String,
+        /// The sample key.
+        key: String,
+        /// The field.
+        field: String,
+        /// What did not match and what to do.
+        reason: String,
+    },
+
     /// A sidecar index or manifest could not be parsed or does not match its shard.
     #[error("bad index {path}: {reason}")]
     BadIndex {
@@ -220,6 +235,19 @@ impl Error {
             };
         }
         Error::Io { path: path.to_string(), source }
+    }
+
+    /// Why a sample failed to read, for counting skips by cause.
+    pub fn skip_cause(&self) -> crate::stats::DamageCause {
+        use crate::stats::DamageCause as C;
+        match self {
+            Error::CorruptTar { .. } => C::DamagedHeader,
+            Error::CorruptData { .. } => C::ChecksumMismatch,
+            Error::Io { .. } | Error::NotFound { .. } | Error::BadIndex { .. } => C::UnreadableShard,
+            Error::Fetch { .. } | Error::Store { .. } => C::RemoteError,
+            Error::Shared(e) => e.skip_cause(),
+            _ => C::Other,
+        }
     }
 
     pub(crate) fn invalid_option(message: impl Into<String>) -> Self {

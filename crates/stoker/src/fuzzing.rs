@@ -132,3 +132,92 @@ pub fn decode(data: &[u8]) {
         assert_eq!(Some(data.len() - h.data_offset), h.data_bytes(), "a parsed .npy promises what it holds");
     }
 }
+
+/// Random damage over a valid shard, through the skip-tolerant walk (`on_damage=skip`): it
+/// must never panic or fail, and every sample it keeps must have payloads inside the file
+/// behind a header that verifies; damage reports must lie inside the file too.
+///
+/// `data` steers the damage: each 6 bytes are (offset: u32, length / 4: u8, fill: u8)
+/// overwriting part of the shard; a first byte with the low bit set also cuts the shard at
+/// a point taken from the next two bytes.
+pub fn resync(data: &[u8]) {
+    let mut bytes = resync_fixture().to_vec();
+    if data.first().is_some_and(|b| b & 1 == 1) && data.len() >= 3 {
+        let cut = u16::from_le_bytes([data[1], data[2]]) as usize * 16;
+        bytes.truncate(cut.min(bytes.len()));
+    }
+    for c in data.chunks_exact(6) {
+        if bytes.is_empty() {
+            break;
+        }
+        let off = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize % bytes.len();
+        let end = (off + c[4] as usize * 4 + 1).min(bytes.len());
+        // Fill values below 4 leave a recognisable pattern: zeros (a zeroed header), a copy
+        // of the bytes 512 further on (a header moved), or the offset's own bytes.
+        for i in off..end {
+            bytes[i] = match c[5] {
+                0 => 0,
+                1 => bytes.get(i + 512).copied().unwrap_or(0),
+                2 => (i as u8).wrapping_mul(31),
+                f => f ^ (i as u8),
+            };
+        }
+    }
+    let info = ObjectInfo { path: "f.tar".into(), size: bytes.len() as u64, modified_us: 0, e_tag: None };
+    let walk = tar_index::Walk { skip: true, checksums: true };
+    let idx = match tar_index::build_with(Cursor::new(&bytes), &info, "f.tar", walk) {
+        Ok(idx) => idx,
+        Err(e) => panic!("the skip-tolerant walk must step over any damage, not fail: {e}"),
+    };
+    if let Err(e) = idx.check() {
+        panic!("a built index must pass its own check: {e}");
+    }
+    for i in 0..idx.len() {
+        let first = idx.starts[i] as usize;
+        for (j, &(_, off, len)) in idx.sample_fields(i).iter().enumerate() {
+            assert!(off >= tar_index::HEADER && off + len <= bytes.len() as u64, "sample {i} runs past the shard");
+            let header = &bytes[(off - tar_index::HEADER) as usize..off as usize];
+            let h = tar::Header::from_byte_slice(header);
+            assert_eq!(h.cksum().ok(), Some(tar_index::header_checksum(header)), "sample {i}: a kept header verifies");
+            if let Err(e) = idx.check_header(first + j, &idx.keys[i], header) {
+                panic!("a kept header fails its own check: {e}");
+            }
+            if let Err(e) = idx.check_crc(first + j, &bytes[off as usize..(off + len) as usize]) {
+                panic!("a kept payload fails the checksum taken from it: {e}");
+            }
+        }
+    }
+    for d in &idx.damage {
+        assert!(d.start < d.end || d.end == bytes.len() as u64, "damage {}..{} is empty", d.start, d.end);
+        assert!(d.end <= bytes.len() as u64, "damage {}..{} past the shard", d.start, d.end);
+        for (_, off, len) in &idx.fields {
+            assert!(off + len <= d.start || off - tar_index::HEADER >= d.end, "a kept member overlaps damage");
+        }
+    }
+    // Resynchronisation on its own, from anywhere: only plausible headers.
+    if let Some(at) = tar_index::resync(&mut Cursor::new(&bytes), data.len() as u64 * 512, bytes.len() as u64) {
+        let block = &bytes[at as usize..at as usize + tar_index::HEADER as usize];
+        assert!(tar_index::plausible_header(block, at, bytes.len() as u64));
+    }
+}
+
+/// A valid shard of two-field samples of varied sizes (small, multi-block, and a long name
+/// that needs a GNU long-name header), built once.
+fn resync_fixture() -> &'static [u8] {
+    static SHARD: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    SHARD.get_or_init(|| {
+        let mut b = tar::Builder::new(Vec::new());
+        for i in 0..16usize {
+            let key = if i == 5 { format!("{}/s{i:03}", "long".repeat(30)) } else { format!("s{i:03}") };
+            for (ext, len) in [("jpg", 100 + i * 173), ("cls", 1 + i % 3)] {
+                let mut h = tar::Header::new_gnu();
+                h.set_size(len as u64);
+                h.set_mode(0o644);
+                let data: Vec<u8> = (0..len).map(|j| (i * 7 + j) as u8).collect();
+                // In memory: the builder cannot fail.
+                let _ = b.append_data(&mut h, format!("{key}.{ext}"), &data[..]);
+            }
+        }
+        b.into_inner().unwrap_or_default()
+    })
+}

@@ -26,4 +26,5 @@ pub use sample::{Field, Sample, SampleMeta};
 pub use source::{
     index, index_with_progress, open, Capability, DynSampleSource, IndexReport, SampleSource, SourceInfo,
 };
-pub use uri::{Layout, SourceOptions};
+pub use stats::{Damage, DamageCause, SkippedByCause};
+pub use uri::{DamagePolicy, Layout, SourceOptions};

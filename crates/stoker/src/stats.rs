@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::Error;
 use crate::store::IoCounters;
 
 /// Sub-buckets per power of two: 16 keeps a bucket within about 6% of its values, so p50
@@ -121,6 +122,8 @@ pub struct Stats {
     pub fetch_latency: Histogram,
     /// Time spent in the per-sample transform, per batch.
     pub transform_time: Histogram,
+    /// Skips by cause, in [`DamageCause`] order up to `Other` (which is the remainder).
+    skipped_by: [AtomicU64; 4],
 }
 
 impl Default for Stats {
@@ -138,6 +141,7 @@ impl Default for Stats {
             peak_bytes_in_flight: AtomicU64::new(0),
             fetch_latency: Histogram::default(),
             transform_time: Histogram::default(),
+            skipped_by: Default::default(),
         }
     }
 }
@@ -154,6 +158,36 @@ impl Stats {
 
     pub(crate) fn sub_in_flight(&self, n: u64) {
         self.bytes_in_flight.fetch_sub(n, Relaxed);
+    }
+
+    /// Count one sample skipped because reading it failed with `e`.
+    pub fn record_skip(&self, e: &Error) {
+        self.skipped.fetch_add(1, Relaxed);
+        if let Some(slot) = self.skipped_by.get(e.skip_cause() as usize) {
+            slot.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Skips so far by cause: whatever was counted without a cause (decode failures) is `other`.
+    pub fn skipped_by_cause(&self) -> SkippedByCause {
+        let [damaged_header, checksum_mismatch, unreadable_shard, remote_error] =
+            [0, 1, 2, 3].map(|i| self.skipped_by[i].load(Relaxed));
+        let known = damaged_header + checksum_mismatch + unreadable_shard + remote_error;
+        SkippedByCause {
+            damaged_header,
+            checksum_mismatch,
+            unreadable_shard,
+            remote_error,
+            other: self.skipped.load(Relaxed).saturating_sub(known),
+        }
+    }
+
+    /// [`snapshot`](Self::snapshot) with what the source lost when it was opened.
+    pub fn snapshot_with_damage(&self, io: Option<IoCounters>, damage: Vec<Damage>) -> StatsSnapshot {
+        let mut s = self.snapshot(io);
+        s.samples_lost_at_open = damage.iter().map(|d| d.dropped.len() as u64).sum();
+        s.damage = damage;
+        s
     }
 
     /// A consistent-enough copy with rates and percentiles; `io` adds store counters.
@@ -178,6 +212,9 @@ impl Stats {
             fetch_p99_ms: self.fetch_latency.quantile(0.99).as_secs_f64() * 1e3,
             transform_mean_ms: self.transform_time.mean().as_secs_f64() * 1e3,
             skipped: self.skipped.load(Relaxed),
+            skipped_by_cause: self.skipped_by_cause(),
+            samples_lost_at_open: 0,
+            damage: Vec::new(),
             errors: self.errors.load(Relaxed),
             bytes_in_flight: self.bytes_in_flight.load(Relaxed),
             peak_bytes_in_flight: self.peak_bytes_in_flight.load(Relaxed),
@@ -221,8 +258,19 @@ pub struct StatsSnapshot {
     pub fetch_p99_ms: f64,
     /// Mean per-batch transform time in ms.
     pub transform_mean_ms: f64,
-    /// Samples skipped under the skip policy.
+    /// Samples skipped under the skip policy: with `samples`, the epoch's plan so far.
     pub skipped: u64,
+    /// `skipped`, by cause.
+    #[serde(default)]
+    pub skipped_by_cause: SkippedByCause,
+    /// Samples known lost to damage found when the source was opened (not in any plan):
+    /// the sum of every `damage` entry's `dropped` keys. Damage can hide further samples
+    /// whose count is unknown; see each entry's `samples_lost`.
+    #[serde(default)]
+    pub samples_lost_at_open: u64,
+    /// Damage found when the source was opened under `on_damage=skip`.
+    #[serde(default)]
+    pub damage: Vec<Damage>,
     /// Batches that failed or lost samples.
     pub errors: u64,
     /// Bytes fetched and not yet released.
@@ -239,6 +287,91 @@ pub struct StatsSnapshot {
     pub retries: u64,
     /// Hedged requests.
     pub hedges: u64,
+}
+
+/// Why samples were lost: a read that failed (counted in [`SkippedByCause`]) or damage found
+/// when a shard was opened (a [`Damage`] entry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DamageCause {
+    /// A tar header that does not verify, or one other than the index recorded.
+    DamagedHeader = 0,
+    /// Payload bytes that do not match their recorded checksum.
+    ChecksumMismatch = 1,
+    /// A shard or object that is missing, unreadable, or not a tar at all.
+    UnreadableShard = 2,
+    /// A remote read that still failed after every retry.
+    RemoteError = 3,
+    /// The shard ends early (cut inside a member, or without its end-of-archive marker).
+    Truncated = 4,
+    /// Anything else (a sample that fails to decode, ...).
+    Other = 5,
+}
+
+/// Skipped samples by cause; the fields add up to [`StatsSnapshot::skipped`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedByCause {
+    /// A damaged or changed tar header, or a shard shorter than its index (found at read).
+    pub damaged_header: u64,
+    /// A payload that failed its checksum.
+    pub checksum_mismatch: u64,
+    /// A shard or object that could not be read (missing, permissions, bad index).
+    pub unreadable_shard: u64,
+    /// A remote read that failed past its retries.
+    pub remote_error: u64,
+    /// Everything else (decoding, transforms).
+    pub other: u64,
+}
+
+/// One damaged stretch of a shard (or a whole unreadable shard) found while opening it under
+/// `on_damage=skip`: what lies in it is not part of the source.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Damage {
+    /// The shard: relative to the dataset root in an index, its full name when reported.
+    pub shard: String,
+    /// What was wrong.
+    pub cause: DamageCause,
+    /// First damaged byte.
+    pub start: u64,
+    /// Where reading resumed (the next valid header), or the shard's size.
+    pub end: u64,
+    /// The last sample kept before the damage, if any.
+    pub key_before: Option<String>,
+    /// The first sample kept after it, if any.
+    pub key_after: Option<String>,
+    /// Samples dropped because the damage took some of their members (their other members
+    /// were intact but the sample is incomplete).
+    pub dropped: Vec<String>,
+    /// Samples lost in all, when that is known; `None` when whole samples may lie inside the
+    /// damaged bytes, where nothing names them.
+    pub samples_lost: Option<u64>,
+    /// What the walk found, and what to do.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let key = |k: &Option<String>| k.as_deref().map_or("-".to_string(), |k| format!("`{k}`"));
+        write!(
+            f,
+            "{}: bytes {}..{} ({:?}) between {} and {}: ",
+            self.shard,
+            self.start,
+            self.end,
+            self.cause,
+            key(&self.key_before),
+            key(&self.key_after)
+        )?;
+        match self.samples_lost {
+            Some(n) => write!(f, "{n} sample(s) lost")?,
+            None => write!(f, "an unknown number of samples lost")?,
+        }
+        if !self.dropped.is_empty() {
+            write!(f, " (incomplete, dropped: {})", self.dropped.join(", "))?;
+        }
+        write!(f, "; {}", self.reason)
+    }
 }
 
 #[cfg(test)]

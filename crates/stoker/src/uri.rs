@@ -115,6 +115,24 @@ pub struct SourceOptions {
     pub disk_cache_bytes: Option<u64>,
     /// Use the dataset's manifest (`stoker index`) when it has one (default true).
     pub manifest: Option<bool>,
+    /// What opening does with a damaged tar shard (default `raise`): `skip` keeps the samples
+    /// around the damage, resynchronising at the next valid header, and reports what was lost
+    /// (`SampleSource::damage`, `Loader::stats().damage`). The Loader's skip policy sets it.
+    pub on_damage: Option<DamagePolicy>,
+    /// `index`: record a CRC32C of every tar member's payload in the indexes (reads every
+    /// payload once); reads then verify them (default false; `pack` always records them).
+    pub checksums: Option<bool>,
+}
+
+/// What opening a source does when a shard is damaged (see [`SourceOptions::on_damage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DamagePolicy {
+    /// Fail the open with an error naming the shard and byte offset.
+    #[default]
+    Raise,
+    /// Keep every sample outside the damage, count and report the rest.
+    Skip,
 }
 
 /// The option keys a URI query or config file may use (the fields of [`SourceOptions`]).
@@ -212,6 +230,10 @@ impl SourceOptions {
                 disk_bytes: self.disk_cache_bytes.unwrap_or(10 << 30),
             },
         }
+    }
+    /// Whether damaged shards are skipped around rather than failing the open.
+    pub(crate) fn skip_damage(&self) -> bool {
+        self.on_damage == Some(DamagePolicy::Skip)
     }
     pub(crate) fn max_read(&self) -> u64 {
         self.max_read.unwrap_or(4 << 20).max(1)

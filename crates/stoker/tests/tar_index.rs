@@ -159,3 +159,31 @@ async fn manifests_are_written_used_and_checked() {
     stoker::index(uri, Default::default()).await.unwrap();
     assert_eq!(open(uri).await.len(), 8);
 }
+
+/// The `resync` fuzz target's invariants over its seeds and a few thousand pseudo-random
+/// damages, so they hold in every test run and not only under the fuzzer.
+#[test]
+fn resync_invariants_hold_over_random_damage() {
+    let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/resync");
+    for e in std::fs::read_dir(&seeds).unwrap() {
+        let path = e.unwrap().path();
+        let data = std::fs::read(&path).unwrap();
+        if std::panic::catch_unwind(|| stoker::fuzzing::resync(&data)).is_err() {
+            panic!("seed {}", path.display());
+        }
+    }
+    let mut x = 0x9e3779b97f4a7c15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..1000 {
+        let n = (next() % 40) as usize;
+        let data: Vec<u8> = (0..n).map(|_| next() as u8).collect();
+        if std::panic::catch_unwind(|| stoker::fuzzing::resync(&data)).is_err() {
+            panic!("input {data:?}");
+        }
+    }
+}

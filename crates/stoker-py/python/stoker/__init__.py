@@ -268,6 +268,8 @@ class Loader:
             raise InvalidInputError(f"transform must be callable, not {transform!r}")
         if transform_threads < 1:
             raise InvalidInputError(f"transform_threads must be at least 1, not {transform_threads}")
+        if skip_errors:  # damage found while opening is skipped around too (and reported in stats())
+            options = {"on_damage": "skip", **options}
         ds = uri_or_dataset if isinstance(uri_or_dataset, Dataset) else Dataset(os.fspath(uri_or_dataset), **options)
         self.dataset = ds
         self.output = output

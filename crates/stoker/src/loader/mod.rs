@@ -106,7 +106,7 @@ impl Loader {
 
     /// Counters since the loader was made.
     pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot(self.source.io_counters())
+        self.stats.snapshot_with_damage(self.source.io_counters(), self.source.damage())
     }
 
     /// Batch columns that could not live in host-pool buffers (too large, or none free).

@@ -177,8 +177,8 @@ impl Producer {
                     let mut b = self.pool.builder();
                     for &i in &idx {
                         // A failed read leaves no partial row behind (get_many_into's contract).
-                        if self.source.get_many_into(&[i], &mut b).await.is_err() {
-                            self.stats.skipped.fetch_add(1, Relaxed);
+                        if let Err(e) = self.source.get_many_into(&[i], &mut b).await {
+                            self.stats.record_skip(&e);
                         }
                     }
                     Ok(b.finish(epoch, number))
@@ -230,9 +230,7 @@ impl Producer {
                     samples.push(s);
                     kept.push(i);
                 }
-                Err(_) => {
-                    self.stats.skipped.fetch_add(1, Relaxed);
-                }
+                Err(e) => self.stats.record_skip(&e),
             }
         }
         (samples, kept)

@@ -246,7 +246,10 @@ pub async fn pack(
             Dest::Local(p) => p.display().to_string(),
             Dest::Remote(_) => dest.to_string(),
         };
-        crate::source::index(&index_uri, opts.dest_options.clone()).await?;
+        // Every member gets a checksum: those just written from the bytes in hand, those of
+        // shards kept from an interrupted run by reading them.
+        let index_opts = SourceOptions { checksums: Some(true), ..opts.dest_options.clone() };
+        crate::source::index_with(&index_uri, index_opts, &|_, _| {}, &done.crcs).await?;
     }
     plan.file.complete = true;
     out.write_plan(&plan.file).await?;
@@ -285,6 +288,8 @@ pub(crate) struct Written {
     bytes: u64,
     resumed: usize,
     written_samples: usize,
+    /// Per shard written now (not resumed), the CRC32C of each member in archive order.
+    crcs: std::collections::HashMap<String, Vec<u32>>,
 }
 
 /// Where the output goes.

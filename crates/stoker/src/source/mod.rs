@@ -108,6 +108,12 @@ pub trait SampleSource: fmt::Debug + fmt::Display + Send + Sync + 'static {
     fn io_counters(&self) -> Option<IoCounters> {
         None
     }
+
+    /// Damage stepped over when the source was opened under `on_damage=skip`: what is not
+    /// part of it. Empty for a healthy source and for layouts that cannot step over damage.
+    fn damage(&self) -> Vec<crate::stats::Damage> {
+        Vec::new()
+    }
 }
 
 /// A type-erased source, as [`open`] returns it.
@@ -363,6 +369,10 @@ pub struct IndexReport {
     pub objects: usize,
     /// Samples.
     pub samples: usize,
+    /// Whether every tar member's payload has a recorded checksum.
+    pub checksums: bool,
+    /// Damage stepped over (with `on_damage=skip`).
+    pub damage: Vec<crate::stats::Damage>,
 }
 
 /// Build or refresh the indexes of a directory or prefix (tar sidecars) and write its
@@ -377,6 +387,37 @@ pub async fn index_with_progress(
     uri: &str,
     options: SourceOptions,
     progress: &(dyn Fn(usize, usize) + Send + Sync),
+) -> Result<IndexReport> {
+    index_with(uri, options, progress, &Default::default()).await
+}
+
+/// The index of one shard for `index`: with `crcs` (what `pack` computed as it wrote the
+/// shard) recorded without reading the payloads again.
+async fn index_shard(
+    store: &Store,
+    info: &ObjectInfo,
+    opts: &SourceOptions,
+    crcs: Option<&Vec<u32>>,
+) -> Result<tar_index::ShardIndex> {
+    let Some(crcs) = crcs else { return tar_index::for_open(store, info, opts, None).await };
+    let headers_only = SourceOptions { checksums: None, ..opts.clone() };
+    let mut idx = tar_index::for_open(store, info, &headers_only, None).await?;
+    if idx.crcs.is_empty() && idx.damage.is_empty() && crcs.len() == idx.fields.len() {
+        idx.crcs = crcs.clone();
+        tar_index::save(store, &idx, opts).await;
+    } else if idx.crcs.is_empty() && opts.checksums == Some(true) {
+        // Not the members `pack` wrote (a foreign file in the destination): read them.
+        return tar_index::for_open(store, info, opts, None).await;
+    }
+    Ok(idx)
+}
+
+/// [`index_with_progress`], given checksums already known per shard path.
+pub(crate) async fn index_with(
+    uri: &str,
+    options: SourceOptions,
+    progress: &(dyn Fn(usize, usize) + Send + Sync),
+    known_crcs: &std::collections::HashMap<String, Vec<u32>>,
 ) -> Result<IndexReport> {
     let parsed = uri::parse(uri)?;
     let mut opts = options.merged(parsed.options);
@@ -405,7 +446,7 @@ pub async fn index_with_progress(
         Layout::Tar => {
             let shards: Vec<&ObjectInfo> = listing.iter().filter(|o| o.path.ends_with(".tar")).collect();
             let total = shards.len();
-            let loads: Vec<_> = shards.iter().map(|s| tar_index::load_or_build(&store, s, &opts)).collect();
+            let loads: Vec<_> = shards.iter().map(|s| index_shard(&store, s, &opts, known_crcs.get(&s.path))).collect();
             let done = std::sync::atomic::AtomicUsize::new(0);
             let indexes: Vec<tar_index::ShardIndex> = futures::stream::iter(loads)
                 .buffered(opts.concurrency().min(8))
@@ -422,6 +463,7 @@ pub async fn index_with_progress(
     let opened = build(store, layout, listing, &opts, display, known, true).await?;
     let (listing, tar) = opened.described.unwrap_or_default();
     let objects = listing.len();
+    let checksums = !tar.is_empty() && tar.iter().all(|t| t.fields.is_empty() || !t.crcs.is_empty());
     let m = manifest::Manifest::new(opened.layout, &listing, tar);
     let bytes = manifest::save(&opened.store, &m).await?;
     Ok(IndexReport {
@@ -430,6 +472,8 @@ pub async fn index_with_progress(
         layout: opened.layout,
         objects,
         samples: opened.source.len(),
+        checksums,
+        damage: opened.source.damage(),
     })
 }
 

@@ -75,14 +75,8 @@ impl TarSource {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let idx = known.get_mut(i).and_then(Option::take).filter(|idx| idx.matches(s));
-                let store = &store;
-                async move {
-                    match idx {
-                        Some(idx) => Ok(idx),
-                        None => tar_index::load_or_build(store, s, opts).await,
-                    }
-                }
+                let idx = known.get_mut(i).and_then(Option::take);
+                tar_index::for_open(&store, s, opts, idx)
             })
             .collect();
         let indexes: Vec<ShardIndex> =
@@ -100,7 +94,12 @@ impl TarSource {
             .collect();
         starts.push(total);
         if total == 0 {
-            return Err(Error::Empty { uri: display, reason: format!("{} shard(s) hold no samples", shards.len()) });
+            let damaged = shards.iter().filter(|s| !s.index.damage.is_empty()).count();
+            let why = if damaged > 0 { format!(", {damaged} of them damaged or unreadable") } else { String::new() };
+            return Err(Error::Empty {
+                uri: display,
+                reason: format!("{} shard(s) hold no samples{why}", shards.len()),
+            });
         }
         let gap = opts.coalesce_gap(store.is_remote());
         Ok(TarSource {
@@ -168,7 +167,9 @@ impl Inner {
             .map(|(j, &(name, off, len))| {
                 let at = (off - buf_start) as usize;
                 self.check_header(shard, first + j, key, off, &buf[at - tar_index::HEADER as usize..at])?;
-                Ok(Field { name: s.names[name as usize].clone(), data: buf.slice(at..at + len as usize) })
+                let data = buf.slice(at..at + len as usize);
+                self.check_crc(shard, first + j, key, &data)?;
+                Ok(Field { name: s.names[name as usize].clone(), data })
             })
             .collect::<Result<_>>()?;
         Ok(Sample { key: key.clone(), fields })
@@ -182,6 +183,23 @@ impl Inner {
             offset: off - tar_index::HEADER,
             reason,
         })
+    }
+
+    /// Check the payload of global field number `field` against its recorded checksum.
+    fn check_crc(&self, shard: usize, field: usize, key: &str, data: &[u8]) -> Result<()> {
+        let index = &self.shards[shard].index;
+        index.check_crc(field, data).map_err(|reason| Error::CorruptData {
+            shard: self.store.describe(&index.shard),
+            key: key.to_string(),
+            field: index.names[index.fields[field].0 as usize].clone(),
+            reason,
+        })
+    }
+
+    /// Damage stepped over when the shards were opened, naming each shard in full.
+    fn damage(&self) -> Vec<crate::stats::Damage> {
+        let all = self.shards.iter().flat_map(|s| s.index.damage.iter());
+        all.map(|d| crate::stats::Damage { shard: self.store.describe(&d.shard), ..d.clone() }).collect()
     }
 
     /// Group the wanted samples by shard and merge nearby spans into capped reads.
@@ -277,8 +295,10 @@ impl Inner {
                 fields.iter().enumerate().try_for_each(|(j, &(name, off, len))| {
                     let at = (off - start) as usize;
                     self.check_header(shard, first + j, key, off, &buf[at - tar_index::HEADER as usize..at])?;
-                    out.field(&s.names[name as usize], len as usize).copy_from_slice(&buf[at..at + len as usize]);
-                    Ok(())
+                    let dst = out.field(&s.names[name as usize], len as usize);
+                    dst.copy_from_slice(&buf[at..at + len as usize]);
+                    // Checked in the batch, right after the copy, while the bytes are in cache.
+                    self.check_crc(shard, first + j, key, dst)
                 })
             } else {
                 let file = &files[&shard];
@@ -290,7 +310,7 @@ impl Inner {
                     let dst = out.field(&s.names[name as usize], len as usize);
                     file.read_exact_at(dst, off).map_err(|_| short(shard, off))?;
                     self.store.count(1, len);
-                    Ok(())
+                    self.check_crc(shard, first + j, key, dst)
                 })
             };
             if let Err(e) = result {
@@ -403,5 +423,9 @@ impl SampleSource for TarSource {
 
     fn io_counters(&self) -> Option<IoCounters> {
         Some(self.inner.store.counters())
+    }
+
+    fn damage(&self) -> Vec<crate::stats::Damage> {
+        self.inner.damage()
     }
 }

@@ -5,7 +5,6 @@
 //! version tag; when any of them changes the index is stale and is rebuilt.
 
 use std::collections::HashMap;
-use std::io;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -13,9 +12,13 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::sample::{is_webdataset_meta, split_key};
+use crate::stats::Damage;
 use crate::store::{ObjectInfo, Store};
 use crate::uri::SourceOptions;
+
+mod walk;
+
+pub(crate) use walk::{build_from, build_with, plausible_header, resync, Walk};
 
 /// Suffix of sidecar index files written next to shards.
 pub(crate) const SIDECAR_SUFFIX: &str = ".stoker-idx.json";
@@ -47,9 +50,48 @@ pub(crate) struct ShardIndex {
     /// empty in indexes written before it was recorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<u32>,
+    /// Per field, the CRC32C of its payload (`stoker pack`, `stoker index --checksums`);
+    /// empty when not recorded, and then reads cannot tell damaged payload bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub crcs: Vec<u32>,
+    /// Damage the walk stepped over (only under `on_damage=skip`): the samples listed are
+    /// what survived it. Opening without the skip policy fails on an index holding any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub damage: Vec<Damage>,
 }
 
 impl ShardIndex {
+    /// The index of a shard that could not be read at all, skipped whole under
+    /// `on_damage=skip`: no samples, and one damage entry saying why (count unknown).
+    pub(crate) fn unreadable(info: &ObjectInfo, reason: String) -> Self {
+        let damage = Damage {
+            shard: info.path.clone(),
+            cause: crate::stats::DamageCause::UnreadableShard,
+            start: 0,
+            end: info.size,
+            key_before: None,
+            key_after: None,
+            dropped: Vec::new(),
+            samples_lost: None,
+            reason,
+        };
+        ShardIndex {
+            format: FORMAT.into(),
+            version: VERSION,
+            shard: info.path.clone(),
+            size: info.size,
+            modified_us: info.modified_us,
+            e_tag: info.e_tag.clone(),
+            names: Vec::new(),
+            keys: Vec::new(),
+            starts: vec![0],
+            fields: Vec::new(),
+            headers: Vec::new(),
+            crcs: Vec::new(),
+            damage: vec![damage],
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.keys.len()
     }
@@ -98,6 +140,51 @@ impl ShardIndex {
         }
     }
 
+    /// Check the payload of field `field` (a global field number) against its recorded
+    /// CRC32C, if there is one: `Err` says what differs. Runs right after the bytes land in
+    /// the batch, while they are still in the CPU cache.
+    pub fn check_crc(&self, field: usize, data: &[u8]) -> std::result::Result<(), String> {
+        let Some(&want) = self.crcs.get(field) else { return Ok(()) };
+        let got = crc32c::crc32c(data);
+        if got == want {
+            return Ok(());
+        }
+        Err(format!(
+            "CRC32C {got:08x} of its {} bytes is not the {want:08x} recorded when the shard was written: the \
+             bytes were damaged since; restore the shard from a good copy or re-pack it",
+            data.len()
+        ))
+    }
+
+    /// Take the checksums of `old`, an index of this shard from before it changed, when every
+    /// member is where it was behind the same header: the shard was modified in place
+    /// without moving a member, which is exactly when payload damage must still show
+    /// (bit rot, a partial overwrite). Anything else that changed the shard is a rewrite, and
+    /// its checksums describe other bytes.
+    pub(crate) fn keep_checksums_of(&mut self, old: &ShardIndex) {
+        let same = self.crcs.is_empty()
+            && !old.crcs.is_empty()
+            && old.keys == self.keys
+            && old.starts == self.starts
+            && old.fields == self.fields
+            && old.headers == self.headers;
+        if same {
+            self.crcs = old.crcs.clone();
+        }
+    }
+
+    /// The error for the first damage recorded, for opening without the skip policy.
+    pub(crate) fn damage_error(&self, shown: &str) -> Option<Error> {
+        self.damage.first().map(|d| Error::CorruptTar {
+            shard: shown.to_string(),
+            offset: d.start,
+            reason: format!(
+                "{}; open with on_damage=skip (Python: skip_errors=True) to keep the samples around it",
+                d.reason
+            ),
+        })
+    }
+
     pub(crate) fn matches(&self, info: &ObjectInfo) -> bool {
         self.format == FORMAT
             && self.version == VERSION
@@ -125,6 +212,9 @@ impl ShardIndex {
         }
         if !self.headers.is_empty() && self.headers.len() != self.fields.len() {
             return Err("header table is inconsistent".into());
+        }
+        if !self.crcs.is_empty() && self.crcs.len() != self.fields.len() {
+            return Err("checksum table is inconsistent".into());
         }
         // Members follow each other in the archive, each behind its own header.
         let mut next_free = 0u64;
@@ -163,7 +253,7 @@ pub(crate) const HEADER: u64 = 512;
 /// What an index records of a member's header: a 32-bit digest of its 512 bytes. Checked on
 /// every read, so it goes a word at a time (FNV-style multiply, rotated so high bits reach
 /// the low ones); it guards against changed files, not adversaries.
-fn header_digest(header: &[u8]) -> u32 {
+pub(crate) fn header_digest(header: &[u8]) -> u32 {
     let h = header.chunks(8).fold(0xcbf29ce484222325u64, |h, w| {
         let mut word = [0u8; 8];
         word[..w.len()].copy_from_slice(w);
@@ -173,7 +263,7 @@ fn header_digest(header: &[u8]) -> u32 {
 }
 
 /// The tar checksum of a header: its bytes summed with the checksum field read as spaces.
-fn header_checksum(header: &[u8]) -> u32 {
+pub(crate) fn header_checksum(header: &[u8]) -> u32 {
     header.iter().enumerate().map(|(i, &b)| if (148..156).contains(&i) { 32 } else { b as u32 }).sum()
 }
 
@@ -182,157 +272,101 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Load a fresh index for `info` from its sidecar or the cache dir, or build and save one.
-pub(crate) async fn load_or_build(store: &Store, info: &ObjectInfo, opts: &SourceOptions) -> Result<ShardIndex> {
+/// `previous` is an index of this shard known to be stale (from a manifest).
+pub(crate) async fn load_or_build(
+    store: &Store,
+    info: &ObjectInfo,
+    opts: &SourceOptions,
+    previous: Option<ShardIndex>,
+) -> Result<ShardIndex> {
     let cache_dir = opts.index_cache_dir();
-    let sidecar = sidecar_path(&info.path);
-    let cached = cache_path(store, &info.path);
-    if let Some(idx) = load_if_fresh(store, &sidecar, info).await {
-        return Ok(idx);
-    }
+    let want_crcs = opts.checksums == Some(true);
+    let usable = |idx: &ShardIndex| !want_crcs || idx.fields.is_empty() || !idx.crcs.is_empty();
+    let mut stale = previous;
+    let side = load_checked(store, &sidecar_path(&info.path), info).await;
     let cache_store = if cache_dir.is_dir() { Store::local(&cache_dir).ok() } else { None };
-    if let Some(cs) = &cache_store {
-        if let Some(idx) = load_if_fresh(cs, &cached, info).await {
+    let cached = match &cache_store {
+        Some(cs) => load_checked(cs, &cache_path(store, &info.path), info).await,
+        None => None,
+    };
+    for idx in [side, cached].into_iter().flatten() {
+        if idx.matches(info) && usable(&idx) {
             return Ok(idx);
         }
+        stale = stale.or(Some(idx));
     }
     let (s, i) = (store.clone(), info.clone());
-    let idx = tokio::task::spawn_blocking(move || build(&s, &i)).await.map_err(Error::task)??;
-    let json = Bytes::from(serde_json::to_vec(&idx).map_err(|e| Error::Task(e.to_string()))?);
-    // An index is an optimisation: failing to save it must not fail the open.
+    let walk = Walk { skip: opts.skip_damage(), checksums: want_crcs };
+    let mut idx = tokio::task::spawn_blocking(move || build(&s, &i, walk)).await.map_err(Error::task)??;
+    // A damaged shard is walked again on every open: what looked like damage may have been a
+    // passing read failure, which a saved index would make permanent.
+    if !idx.damage.is_empty() {
+        return Ok(idx);
+    }
+    if let Some(old) = stale {
+        idx.keep_checksums_of(&old);
+    }
+    save(store, &idx, opts).await;
+    Ok(idx)
+}
+
+/// Save `idx` as a sidecar next to its shard, else in the index cache dir. An index is an
+/// optimisation: failing to save it must not fail the open.
+pub(crate) async fn save(store: &Store, idx: &ShardIndex, opts: &SourceOptions) {
+    let cache_dir = opts.index_cache_dir();
+    let (sidecar, cached) = (sidecar_path(&idx.shard), cache_path(store, &idx.shard));
+    let Ok(json) = serde_json::to_vec(idx) else { return };
+    let json = Bytes::from(json);
     let saved_next_to_shard = opts.write_sidecar.unwrap_or(true) && store.put(&sidecar, json.clone()).await.is_ok();
     if !saved_next_to_shard && std::fs::create_dir_all(&cache_dir).is_ok() {
         if let Ok(cs) = Store::local(&cache_dir) {
             let _ = cs.put(&cached, json).await;
         }
     }
-    Ok(idx)
 }
 
-async fn load_if_fresh(store: &Store, path: &str, info: &ObjectInfo) -> Option<ShardIndex> {
+/// The index of shard `info` for opening it: `known` (from a manifest) when it still matches,
+/// else loaded or built. Under `on_damage=skip` a shard that cannot be read at all gets an
+/// empty index recording why; without it, an index holding damage is an error.
+pub(crate) async fn for_open(
+    store: &Store,
+    info: &ObjectInfo,
+    opts: &SourceOptions,
+    known: Option<ShardIndex>,
+) -> Result<ShardIndex> {
+    let got = match known {
+        Some(idx) if idx.matches(info) => Ok(idx),
+        stale => load_or_build(store, info, opts, stale).await,
+    };
+    match got {
+        Ok(idx) if !opts.skip_damage() => match idx.damage_error(&store.describe(&idx.shard)) {
+            Some(e) => Err(e),
+            None => Ok(idx),
+        },
+        Ok(idx) => Ok(idx),
+        Err(e) if opts.skip_damage() => Ok(ShardIndex::unreadable(info, e.to_string())),
+        Err(e) => Err(e),
+    }
+}
+
+/// The sidecar at `path` if it parses and is consistent, fresh or not: a damaged sidecar is
+/// rebuilt, never trusted, and a stale one only lends its checksums (see
+/// [`ShardIndex::keep_checksums_of`]). One without header digests predates them: rebuilding
+/// it costs one header walk.
+async fn load_checked(store: &Store, path: &str, info: &ObjectInfo) -> Option<ShardIndex> {
     let bytes = store.get(path).await.ok()?;
     let idx: ShardIndex = serde_json::from_slice(&bytes).ok()?;
-    // A stale or damaged sidecar is rebuilt, never trusted.
-    // One without header digests predates them: rebuilding it costs one header walk.
-    (idx.shard == info.path
-        && idx.matches(info)
-        && (idx.fields.is_empty() || !idx.headers.is_empty())
-        && idx.validate().is_ok())
-    .then_some(idx)
+    (idx.shard == info.path && (idx.fields.is_empty() || !idx.headers.is_empty()) && idx.validate().is_ok())
+        .then_some(idx)
 }
 
 /// Walk the headers of one shard (blocking) and group members into samples as webdataset does.
-pub(crate) fn build(store: &Store, info: &ObjectInfo) -> Result<ShardIndex> {
+pub(crate) fn build(store: &Store, info: &ObjectInfo, walk: Walk) -> Result<ShardIndex> {
     // Remote header walks read bigger blocks: a request costs a round trip, bytes are cheap.
-    let block = if store.is_remote() { REMOTE_HEADER_BLOCK } else { HEADER_BLOCK };
+    // So do walks that read every payload for its checksum.
+    let block = if store.is_remote() || walk.checksums { REMOTE_HEADER_BLOCK } else { HEADER_BLOCK };
     let reader = store.blocking_reader(&info.path, info.size, block)?;
-    build_from(reader, info, &store.describe(&info.path))
-}
-
-/// [`build`] over any reader of the shard's `info.size` bytes; `shard` names it in errors.
-pub(crate) fn build_from<R: io::Read + io::Seek>(reader: R, info: &ObjectInfo, shard: &str) -> Result<ShardIndex> {
-    let corrupt = |offset: u64, reason: String| Error::CorruptTar { shard: shard.to_string(), offset, reason };
-    let mut archive = tar::Archive::new(reader);
-    let entries = archive.entries_with_seek().map_err(|e| corrupt(0, e.to_string()))?;
-
-    let mut idx = ShardIndex {
-        format: FORMAT.into(),
-        version: VERSION,
-        shard: info.path.clone(),
-        size: info.size,
-        modified_us: info.modified_us,
-        e_tag: info.e_tag.clone(),
-        names: Vec::new(),
-        keys: Vec::new(),
-        starts: vec![0],
-        fields: Vec::new(),
-        headers: Vec::new(),
-    };
-    let mut name_ids: HashMap<String, u32> = HashMap::new();
-    // Where the next header should start: the error offset when a header fails to parse.
-    let mut next_header = 0u64;
-    let mut open_key: Option<String> = None;
-    for entry in entries {
-        let entry = entry.map_err(|e| corrupt(next_header, describe_tar_error(&e)))?;
-        let data_pos = entry.raw_file_position();
-        let size = entry.size();
-        let end = data_pos
-            .checked_add(size)
-            .ok_or_else(|| corrupt(entry.raw_header_position(), "member size overflows".into()))?;
-        let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-        if end > info.size {
-            return Err(corrupt(
-                entry.raw_header_position(),
-                format!(
-                    "member `{name}` claims {size} bytes at offset {data_pos}, past the end of the shard ({} bytes): \
-                     the shard is truncated; re-copy or re-pack it",
-                    info.size
-                ),
-            ));
-        }
-        next_header = end.div_ceil(512) * 512;
-        let kind = entry.header().entry_type();
-        if !(kind.is_file() || kind.is_contiguous()) || is_webdataset_meta(&name) {
-            continue;
-        }
-        let Some((key, ext)) = split_key(&name) else { continue };
-        let ext = ext.to_ascii_lowercase();
-        if open_key.as_deref() != Some(key) {
-            if open_key.is_some() {
-                idx.starts.push(idx.fields.len() as u32);
-            }
-            idx.keys.push(key.to_string());
-            open_key = Some(key.to_string());
-        }
-        let next_id = name_ids.len() as u32;
-        let id = *name_ids.entry(ext.clone()).or_insert_with(|| {
-            idx.names.push(ext.clone());
-            next_id
-        });
-        let sample_start = *idx.starts.last().unwrap_or(&0) as usize;
-        if idx.fields[sample_start..].iter().any(|f| f.0 == id) {
-            return Err(corrupt(
-                entry.raw_header_position(),
-                format!("member `{name}`: sample `{key}` already has a `{ext}` field (webdataset rejects duplicate file names too)"),
-            ));
-        }
-        if data_pos != entry.raw_header_position() + HEADER {
-            return Err(corrupt(
-                entry.raw_header_position(),
-                format!("member `{name}`: its payload does not follow its header"),
-            ));
-        }
-        idx.fields.push((id, data_pos, size));
-        idx.headers.push(header_digest(entry.header().as_bytes()));
-    }
-    if open_key.is_some() {
-        idx.starts.push(idx.fields.len() as u32);
-    }
-    // The tar crate stops quietly at end of file; a shard cut exactly at a member boundary
-    // would look complete. Writers (tar, Python's tarfile, webdataset) always end with zero
-    // blocks, so their absence means truncation.
-    if next_header + 512 > info.size {
-        return Err(corrupt(
-            next_header,
-            "the shard ends without the end-of-archive marker (zero blocks): it was probably truncated; \
-             re-copy or re-pack it"
-                .into(),
-        ));
-    }
-    Ok(idx)
-}
-
-fn describe_tar_error(e: &io::Error) -> String {
-    // The tar crate quotes raw header bytes in some messages; garbage must not reach a
-    // terminal, so keep printable ASCII and cut it short.
-    let msg: String = e.to_string().chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(80).collect();
-    let advice = "not a tar file, or a damaged header; re-pack the shard or leave it out";
-    if msg.contains("entire block") {
-        "the shard ends in the middle of a header: it is truncated; re-copy or re-pack it".into()
-    } else if msg.contains("checksum mismatch") {
-        format!("header checksum mismatch: {advice}")
-    } else {
-        format!("cannot parse the header ({msg}): {advice}")
-    }
+    build_with(reader, info, &store.describe(&info.path), walk)
 }
 
 /// Resolve an index's name ids into shared names, interning across shards.

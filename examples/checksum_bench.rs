@@ -1,0 +1,90 @@
+//! What end-to-end checksums cost: Loader throughput over the same packed 64 KiB samples with
+//! their CRC32Cs recorded (what `stoker pack` writes) and without (the same shards indexed
+//! from their headers only), in one run, interleaved so both see the same machine load.
+//!
+//! ```text
+//! cargo run --release -p stoker-examples --example checksum_bench                 # 4096 x 64 KiB
+//! cargo run --release -p stoker-examples --example checksum_bench -- 8192 65536 7 # count size reps
+//! ```
+//!
+//! Reports the median samples/s of each and the ratio (with / without); the issue's bar is a
+//! cost of at most 5%.
+
+use std::path::Path;
+use std::time::Instant;
+
+use futures::StreamExt;
+use stoker::loader::{Loader, LoaderConfig};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.replace('_', "").parse().ok()).collect();
+    let (count, size, reps) =
+        (*args.first().unwrap_or(&4096), *args.get(1).unwrap_or(&65536), *args.get(2).unwrap_or(&5));
+    let tmp = tempfile::tempdir()?;
+    let (raw, with, without) = (tmp.path().join("raw"), tmp.path().join("with"), tmp.path().join("without"));
+    write_source(&raw, count, size)?;
+    let src = stoker::open(raw.join("in.tar").to_str().ok_or("path")?, Default::default()).await?;
+    let opts = stoker::pack::PackOptions { shard_size: 64 << 20, ..Default::default() };
+    stoker::pack::pack(src, with.to_str().ok_or("path")?, &opts, &()).await?;
+    // The same shard bytes without any index: opening builds one from headers, no checksums.
+    std::fs::create_dir_all(&without)?;
+    for e in std::fs::read_dir(&with)? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "tar") {
+            std::fs::copy(&p, without.join(p.file_name().ok_or("name")?))?;
+        }
+    }
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for rep in 0..=reps {
+        let a = epoch(&with).await?;
+        let b = epoch(&without).await?;
+        // The first pass warms the page cache and the buffer pools.
+        if rep > 0 {
+            on.push(a);
+            off.push(b);
+        }
+    }
+    let (on, off) = (median(&mut on), median(&mut off));
+    println!(
+        "{count} samples x {size} B, median of {reps}: checksums on {on:.0} samples/s ({:.0} MiB/s), off {off:.0} \
+         samples/s ({:.0} MiB/s), on/off {:.3} (cost {:.1}%)",
+        on * size as f64 / (1 << 20) as f64,
+        off * size as f64 / (1 << 20) as f64,
+        on / off,
+        (1.0 - on / off) * 100.0
+    );
+    Ok(())
+}
+
+fn write_source(dir: &Path, count: usize, size: usize) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut b = tar::Builder::new(std::io::BufWriter::new(std::fs::File::create(dir.join("in.tar"))?));
+    for i in 0..count {
+        let data: Vec<u8> = (0..size).map(|j| (i * 131 + j * 7) as u8).collect();
+        let mut h = tar::Header::new_gnu();
+        h.set_size(size as u64);
+        h.set_mode(0o644);
+        b.append_data(&mut h, format!("{i:08}.bin"), &data[..])?;
+    }
+    b.into_inner()?;
+    Ok(())
+}
+
+/// Samples per second of one Loader epoch over `dir`, every byte checked as delivered.
+async fn epoch(dir: &Path) -> Result<f64, Box<dyn std::error::Error>> {
+    let src = stoker::open(dir.to_str().ok_or("path")?, Default::default()).await?;
+    let loader = Loader::new(src, LoaderConfig::new(64))?;
+    let started = Instant::now();
+    let mut stream = loader.epoch(0)?;
+    let mut n = 0usize;
+    while let Some(b) = stream.next().await {
+        n += b?.len();
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
