@@ -138,7 +138,7 @@ fn chroma_row(
     }
     let near = at(cy);
     if vf == 2 {
-        let far = at(if row % 2 == 0 { cy.saturating_sub(1) } else { (cy + 1).min(ch - 1) });
+        let far = at(if row.is_multiple_of(2) { cy.saturating_sub(1) } else { (cy + 1).min(ch - 1) });
         for i in c0..c1 {
             sums[i] = 3 * i32::from(near[i]) + i32::from(far[i]);
         }
@@ -151,7 +151,7 @@ fn chroma_row(
     for (x, o) in (x0..x1).zip(out.iter_mut()) {
         let v = match (hf, vf) {
             (1, 1) => sums[x],
-            (1, _) => (sums[x] + if row % 2 == 0 { 1 } else { 2 }) >> 2,
+            (1, _) => (sums[x] + if row.is_multiple_of(2) { 1 } else { 2 }) >> 2,
             (_, 1) => {
                 let i = (x / 2) as isize;
                 if x % 2 == 0 {
