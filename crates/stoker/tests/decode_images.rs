@@ -12,6 +12,42 @@ use std::process::Command;
 use stoker::decode::image::{plan, ImageError, ImageScratch};
 use stoker::decode::{decode_image, Crop, Dtype, ImageLayout, ImageSpec, Normalize, SampleRng};
 
+/// Counts this thread's allocations, so a test can see what one warm decode allocates
+/// (tests run on parallel threads; a per-thread count keeps them apart).
+struct Counting;
+
+thread_local! {
+    static ALLOCS: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| {
+            let (n, b) = c.get();
+            c.set((n + 1, b + layout.size() as u64));
+        });
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| {
+            let (n, b) = c.get();
+            c.set((n + 1, b + new_size as u64));
+        });
+        unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+fn allocs() -> (u64, u64) {
+    ALLOCS.with(|c| c.get())
+}
+
 struct Variant {
     name: String,
     path: PathBuf,
@@ -325,5 +361,128 @@ fn random_bytes_are_errors() {
     match decode(&spec, b"\x01\x02\x03\x04\x05\x06\x07\x08\x09", (0, 0, 0)) {
         Err(ImageError::Unsupported(what)) => assert_eq!(what, "unknown, first bytes 01 02 03 04 05 06 07 08"),
         other => panic!("{other:?}"),
+    }
+}
+
+/// With a warm scratch, no pixel-sized buffer is allocated per image; what the codecs and
+/// the resizer allocate internally (their decoder state, the resizer's filter coefficients)
+/// is reported and bounded well below one decoded image.
+#[test]
+fn warm_decodes_allocate_no_pixel_buffers() {
+    let Some(fx) = fixtures() else { return };
+    let spec = ImageSpec { crop: Crop::random_resized(), flip: 0.5, ..Default::default() };
+    let mut scratch = ImageScratch::default();
+    let mut out = vec![0u8; spec.out_bytes()];
+    for v in &fx.variants {
+        let data = std::fs::read(&v.path).unwrap();
+        // Warm up on the whole image (Squash) so every buffer has its largest size.
+        let whole = ImageSpec { crop: Crop::Squash, ..spec.clone() };
+        decode_image(&whole, &data, &mut SampleRng::new(0, 0, 0), &mut scratch, &mut out).unwrap();
+        let before = allocs();
+        let n = 8;
+        for i in 0..n {
+            decode_image(&spec, &data, &mut SampleRng::new(0, 0, i), &mut scratch, &mut out).unwrap();
+        }
+        let (count, bytes) = (allocs().0 - before.0, allocs().1 - before.1);
+        let decoded = u64::from(v.width) * u64::from(v.height) * 3;
+        eprintln!(
+            "{}: {} allocations, {} bytes per warm decode (decoded image: {decoded} bytes)",
+            v.name,
+            count / n,
+            bytes / n
+        );
+        // Baseline JPEG decodes row by row into the scratch planes; progressive JPEG, PNG
+        // and WebP decoders keep whole-image state of their own, which they allocate each time.
+        if ["c444.jpg", "c422.jpg", "c420.jpg", "rocket.jpg"].contains(&v.name.as_str()) {
+            assert!(bytes / n < decoded / 2, "{}: {} bytes per decode", v.name, bytes / n);
+        }
+    }
+}
+
+/// Single-thread throughput on the JPEGs in `$STOKER_BENCH_IMAGES` with RandomResizedCrop(224)
+/// and flip, against a plain full decode plus crop-resize (run in release with `--ignored`).
+#[test]
+#[ignore = "a measurement: cargo test --release --test decode_images bench -- --ignored --nocapture"]
+fn bench_random_resized_crop() {
+    use fast_image_resize::images::{CroppedImage, Image, ImageRef};
+    use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+    use zune_jpeg::zune_core::{bytestream::ZCursor, colorspace::ColorSpace, options::DecoderOptions};
+    let Some(dir) = std::env::var_os("STOKER_BENCH_IMAGES") else {
+        eprintln!("skipped: set STOKER_BENCH_IMAGES to a directory of JPEGs");
+        return;
+    };
+    let files: Vec<Vec<u8>> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    let spec = ImageSpec { crop: Crop::random_resized(), flip: 0.5, ..Default::default() };
+    let rounds = 3;
+    let n = 600;
+    for round in 0..rounds {
+        // Full decode with zune-jpeg's own upsampler, then the same window resized.
+        let (mut buf, mut out, mut resizer) = (Vec::new(), vec![0u8; 224 * 224 * 3], Resizer::new());
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            let data = &files[i % files.len()];
+            let opts = DecoderOptions::default().set_strict_mode(true).jpeg_set_out_colorspace(ColorSpace::RGB);
+            let mut d = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(&data[..]), opts);
+            d.decode_headers().unwrap();
+            let (w, h) = d.dimensions().unwrap();
+            buf.resize(w * h * 3, 0);
+            d.decode_into(&mut buf).unwrap();
+            let p = plan(&spec, w as u32, h as u32, &mut SampleRng::new(0, 0, i as u64));
+            let win = p.window;
+            let src = ImageRef::new(w as u32, h as u32, &buf, PixelType::U8x3).unwrap();
+            let cut =
+                CroppedImage::new(&src, win.left as u32, win.top as u32, win.width as u32, win.height as u32).unwrap();
+            let mut dst = Image::from_slice_u8(224, 224, &mut out, PixelType::U8x3).unwrap();
+            let opts = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
+            resizer.resize(&cut, &mut dst, &opts).unwrap();
+        }
+        let full = n as f64 / t.elapsed().as_secs_f64();
+        // zune-jpeg's raw row pull alone, every row, no upsampling or conversion.
+        let mut planes = [Vec::new(), Vec::new(), Vec::new()];
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            let data = &files[i % files.len()];
+            let mut d = zune_jpeg::JpegDecoder::new_with_options(
+                ZCursor::new(&data[..]),
+                DecoderOptions::default().set_strict_mode(true),
+            );
+            d.decode_headers().unwrap();
+            let mut raw = d.raw_output();
+            let layout = raw.layout().unwrap();
+            let strides: Vec<usize> = layout[..3].iter().map(|p| p.width).collect();
+            for (p, l) in planes.iter_mut().zip(&layout) {
+                p.resize(l.width * l.height, 0);
+            }
+            let mut done = [0usize; 3];
+            loop {
+                let [a, b, c] = &mut planes;
+                let mut ps: [&mut [u8]; 3] =
+                    [&mut a[done[0] * strides[0]..], &mut b[done[1] * strides[1]..], &mut c[done[2] * strides[2]..]];
+                match raw.decode_next_imcu_row(&mut ps, &strides).unwrap() {
+                    zune_jpeg::RawImcuRowStatus::RowReady { rows_written } => {
+                        for k in 0..3 {
+                            done[k] += rows_written[k];
+                        }
+                    }
+                    _ => break,
+                }
+            }
+        }
+        let pull = n as f64 / t.elapsed().as_secs_f64();
+        eprintln!("round {round}: raw row pull of every row alone {pull:.0} images/s");
+        let mut scratch = ImageScratch::default();
+        let mut out = vec![0u8; spec.out_bytes()];
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            let data = &files[i % files.len()];
+            decode_image(&spec, data, &mut SampleRng::new(0, 0, i as u64), &mut scratch, &mut out).unwrap();
+        }
+        let ours = n as f64 / t.elapsed().as_secs_f64();
+        eprintln!("round {round}: full decode + crop-resize {full:.0} images/s; decode_image {ours:.0} images/s");
     }
 }

@@ -67,15 +67,17 @@ pub fn sniff(data: &[u8]) -> Result<Format, ImageError> {
     Err(ImageError::Unsupported(what))
 }
 
-/// A header-parsed image, ready to decode.
+/// A header-parsed image, ready to decode. Unboxed, though large: it lives on the stack for
+/// one image, and a box would be one more allocation per image.
+#[allow(clippy::large_enum_variant)]
 pub enum Opened<'a> {
     /// Headers read by zune-jpeg.
-    Jpeg(Box<JpegDecoder<ZCursor<&'a [u8]>>>),
+    Jpeg(JpegDecoder<ZCursor<&'a [u8]>>),
     /// Headers read by png; `gray16_clips` marks 16-bit grayscale, which PIL opens as `I;16`
     /// and converts to RGB by clipping at 255 instead of keeping the high byte.
-    Png(Box<png::Reader<Cursor<&'a [u8]>>>, bool),
+    Png(png::Reader<Cursor<&'a [u8]>>, bool),
     /// Headers read by image-webp.
-    Webp(Box<image_webp::WebPDecoder<Cursor<&'a [u8]>>>),
+    Webp(image_webp::WebPDecoder<Cursor<&'a [u8]>>),
 }
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> ImageError {
@@ -144,7 +146,7 @@ pub fn open(format: Format, data: &[u8], max_pixels: u64) -> Result<(Opened<'_>,
             let (w, h) = d.dimensions().ok_or_else(|| ImageError::Corrupt("JPEG: no frame header".into()))?;
             let (w, h) = (w as u32, h as u32); // at most 65535 each (JPEG stores u16)
             check_size(w, h, max_pixels)?;
-            Ok((Opened::Jpeg(Box::new(d)), w, h))
+            Ok((Opened::Jpeg(d), w, h))
         }
         Format::Png => {
             // IHDR is the first chunk (signature, length, "IHDR", width, height): read the size
@@ -169,13 +171,13 @@ pub fn open(format: Format, data: &[u8], max_pixels: u64) -> Result<(Opened<'_>,
             // an alpha channel we then drop. 16-bit stays 16-bit: we pick the byte PIL picks.
             d.set_transformations(png::Transformations::EXPAND);
             let r = d.read_info().map_err(png_error)?;
-            Ok((Opened::Png(Box::new(r), gray16), w, h))
+            Ok((Opened::Png(r, gray16), w, h))
         }
         Format::Webp => {
             let d = image_webp::WebPDecoder::new(Cursor::new(data)).map_err(webp_error)?;
             let (w, h) = d.dimensions();
             check_size(w, h, max_pixels)?;
-            Ok((Opened::Webp(Box::new(d)), w, h))
+            Ok((Opened::Webp(d), w, h))
         }
     }
 }

@@ -28,6 +28,7 @@ pub struct JpegScratch {
     cb_row: Vec<u8>,
     cr_row: Vec<u8>,
     sums: [Vec<i32>; 2],
+    wide: Vec<u8>,
 }
 
 /// Decode `need` of a 3-component YCbCr JPEG with chroma at 1x1 and luma at 1 or 2 on each
@@ -118,7 +119,8 @@ fn tables() -> &'static Tables {
 }
 
 /// One chroma row of the window at full resolution, upsampled as libjpeg-turbo's
-/// `h2v1`/`h1v2`/`h2v2_fancy_upsample` do (edges replicate the nearest sample).
+/// `h2v1`/`h1v2`/`h2v2_fancy_upsample` do (edges replicate the nearest sample). `sums` and
+/// `wide` are scratch; one loop per sampling case, without branches per pixel, so it vectorises.
 #[allow(clippy::too_many_arguments)]
 fn chroma_row(
     plane: &[u8],
@@ -127,49 +129,69 @@ fn chroma_row(
     row: usize,
     (x0, x1): (usize, usize),
     sums: &mut Vec<i32>,
+    wide: &mut Vec<u8>,
     out: &mut [u8],
 ) {
     let at = |r: usize| &plane[r * cw..r * cw + cw];
     let cy = (row / vf).min(ch - 1);
-    // Columns of the chroma row that the window reads, one extra each side.
-    let (c0, c1) = ((x0 / hf).saturating_sub(1), ((x1 - 1) / hf + 2).min(cw));
-    if sums.len() < cw {
-        sums.resize(cw, 0);
+    // The chroma columns the window covers, [i0, i1); `sums` holds them with one replicated
+    // or real neighbour each side (index k is column i0 - 1 + k).
+    let (i0, i1) = (x0 / hf, ((x1 - 1) / hf + 1).min(cw));
+    let n = i1 - i0 + 2;
+    if sums.len() < n {
+        sums.resize(n, 0);
     }
+    let sums = &mut sums[..n];
     let near = at(cy);
+    let lo = i0.saturating_sub(1);
+    let hi = (i1 + 1).min(cw);
     if vf == 2 {
         let far = at(if row.is_multiple_of(2) { cy.saturating_sub(1) } else { (cy + 1).min(ch - 1) });
-        for i in c0..c1 {
-            sums[i] = 3 * i32::from(near[i]) + i32::from(far[i]);
+        let k0 = 1 + lo - i0; // 0, or 1 when the window starts at column 0
+        for (s, (a, b)) in sums[k0..].iter_mut().zip(near[lo..hi].iter().zip(&far[lo..hi])) {
+            *s = 3 * i32::from(*a) + i32::from(*b);
         }
     } else {
-        for i in c0..c1 {
-            sums[i] = i32::from(near[i]);
+        let k0 = 1 + lo - i0;
+        for (s, a) in sums[k0..].iter_mut().zip(&near[lo..hi]) {
+            *s = i32::from(*a);
         }
     }
-    let s = |i: isize| sums[i.clamp(c0 as isize, c1 as isize - 1) as usize];
-    for (x, o) in (x0..x1).zip(out.iter_mut()) {
-        let v = match (hf, vf) {
-            (1, 1) => sums[x],
-            (1, _) => (sums[x] + if row.is_multiple_of(2) { 1 } else { 2 }) >> 2,
-            (_, 1) => {
-                let i = (x / 2) as isize;
-                if x % 2 == 0 {
-                    (3 * s(i) + s(i - 1) + 1) >> 2
-                } else {
-                    (3 * s(i) + s(i + 1) + 2) >> 2
-                }
+    // Replicate the plane's edge samples into the neighbours that do not exist.
+    if i0 == 0 {
+        sums[0] = sums[1];
+    }
+    if i1 == cw {
+        sums[n - 1] = sums[n - 2];
+    }
+    match (hf, vf) {
+        (1, 1) => {
+            for (o, s) in out.iter_mut().zip(&sums[1..n - 1]) {
+                *o = *s as u8;
             }
-            _ => {
-                let i = (x / 2) as isize;
-                if x % 2 == 0 {
-                    (3 * s(i) + s(i - 1) + 8) >> 4
-                } else {
-                    (3 * s(i) + s(i + 1) + 7) >> 4
-                }
+        }
+        (1, _) => {
+            let bias = if row.is_multiple_of(2) { 1 } else { 2 };
+            for (o, s) in out.iter_mut().zip(&sums[1..n - 1]) {
+                *o = ((s + bias) >> 2) as u8;
             }
-        };
-        *o = v as u8;
+        }
+        _ => {
+            // Two outputs per chroma column, from column i0 * 2; the window may start on the
+            // odd one.
+            let (shift, b0, b1) = if vf == 2 { (4, 8, 7) } else { (2, 1, 2) };
+            let len = 2 * (i1 - i0);
+            if wide.len() < len {
+                wide.resize(len, 0);
+            }
+            for (o, w) in wide[..len].chunks_exact_mut(2).zip(sums.windows(3)) {
+                let c = 3 * w[1];
+                o[0] = ((c + w[0] + b0) >> shift) as u8;
+                o[1] = ((c + w[2] + b1) >> shift) as u8;
+            }
+            let start = x0 - 2 * i0;
+            out.copy_from_slice(&wide[start..start + out.len()]);
+        }
     }
 }
 
@@ -188,11 +210,10 @@ fn convert(
     let cr_row = grow(&mut js.cr_row, width);
     let [yp, cbp, crp] = &js.planes;
     let [s0, s1] = &mut js.sums;
-    // Why clamp on the (exact) chroma edge columns: the window's right edge can sit on the
-    // last luma column, whose chroma sample has no right neighbour.
+    let wide = &mut js.wide;
     for (row, out_row) in (need.y0..need.y1).zip(out.chunks_exact_mut(width * 3)) {
-        chroma_row(cbp, (cw, ch), factors, row, (need.x0, need.x1), s0, cb_row);
-        chroma_row(crp, (cw, ch), factors, row, (need.x0, need.x1), s1, cr_row);
+        chroma_row(cbp, (cw, ch), factors, row, (need.x0, need.x1), s0, wide, cb_row);
+        chroma_row(crp, (cw, ch), factors, row, (need.x0, need.x1), s1, wide, cr_row);
         let luma = &yp[row * yw + need.x0..row * yw + need.x1];
         for (((px, &l), &cb), &cr) in out_row.chunks_exact_mut(3).zip(luma).zip(cb_row.iter()).zip(cr_row.iter()) {
             let (l, cb, cr) = (i32::from(l), usize::from(cb), usize::from(cr));
