@@ -61,6 +61,25 @@ pub(crate) struct ShardIndex {
 }
 
 impl ShardIndex {
+    /// An index of `info` with no samples yet.
+    pub(crate) fn empty(info: &ObjectInfo) -> Self {
+        ShardIndex {
+            format: FORMAT.into(),
+            version: VERSION,
+            shard: info.path.clone(),
+            size: info.size,
+            modified_us: info.modified_us,
+            e_tag: info.e_tag.clone(),
+            names: Vec::new(),
+            keys: Vec::new(),
+            starts: vec![0],
+            fields: Vec::new(),
+            headers: Vec::new(),
+            crcs: Vec::new(),
+            damage: Vec::new(),
+        }
+    }
+
     /// The index of a shard that could not be read at all, skipped whole under
     /// `on_damage=skip`: no samples, and one damage entry saying why (count unknown).
     pub(crate) fn unreadable(info: &ObjectInfo, reason: String) -> Self {
@@ -75,21 +94,7 @@ impl ShardIndex {
             samples_lost: None,
             reason,
         };
-        ShardIndex {
-            format: FORMAT.into(),
-            version: VERSION,
-            shard: info.path.clone(),
-            size: info.size,
-            modified_us: info.modified_us,
-            e_tag: info.e_tag.clone(),
-            names: Vec::new(),
-            keys: Vec::new(),
-            starts: vec![0],
-            fields: Vec::new(),
-            headers: Vec::new(),
-            crcs: Vec::new(),
-            damage: vec![damage],
-        }
+        ShardIndex { damage: vec![damage], ..Self::empty(info) }
     }
 
     pub fn len(&self) -> usize {

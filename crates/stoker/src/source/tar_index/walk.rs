@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom};
 
-use super::{header_checksum, header_digest, ShardIndex, FORMAT, HEADER, VERSION};
+use super::{header_checksum, header_digest, ShardIndex, HEADER};
 use crate::error::{Error, Result};
 use crate::sample::{is_webdataset_meta, split_key};
 use crate::stats::{Damage, DamageCause};
@@ -167,21 +167,7 @@ struct Builder<'a> {
 
 impl<'a> Builder<'a> {
     fn new(info: &'a ObjectInfo, walk: Walk) -> Self {
-        let idx = ShardIndex {
-            format: FORMAT.into(),
-            version: VERSION,
-            shard: info.path.clone(),
-            size: info.size,
-            modified_us: info.modified_us,
-            e_tag: info.e_tag.clone(),
-            names: Vec::new(),
-            keys: Vec::new(),
-            starts: vec![0],
-            fields: Vec::new(),
-            headers: Vec::new(),
-            crcs: Vec::new(),
-            damage: Vec::new(),
-        };
+        let idx = ShardIndex::empty(info);
         Builder { idx, name_ids: HashMap::new(), open_key: None, info, walk, buf: Vec::new() }
     }
 
