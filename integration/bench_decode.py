@@ -44,10 +44,11 @@ import json
 import math
 import os
 import platform
+import resource
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -226,15 +227,23 @@ class CheckFailed(Exception):
 
 @dataclass
 class Run:
-    """One timed epoch: images and seconds after the warm-up, and whether it was cut short."""
+    """One epoch: images and seconds after the warm-up, whether it was cut short, and the CPU
+    time of the whole run (warm-up included) per image delivered."""
 
     images: int
     seconds: float
     complete: bool
+    cpu_per_image: float
 
     @property
     def rate(self) -> float:
         return self.images / self.seconds
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process (all its threads) and of its reaped children (DataLoader workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def check(batch: Batch, batch_size: int, labels: Sequence[int]) -> List[int]:
@@ -262,6 +271,9 @@ def measure(row: Row, s: Setup, warmup: int, max_seconds: float) -> Run:
     start: Optional[float] = None
     timed = 0
     complete = True
+    cpu_start = cpu_seconds()
+    # The loop holds the only reference to the pipeline's iterator: leaving it ends the
+    # DataLoader's workers (reaped, so their CPU time is counted) or drops the stoker.Loader.
     for i, batch in enumerate(row.pipeline(s)):
         numbers = check(batch, s.batch, s.data.labels)
         seen.extend(numbers)
@@ -274,11 +286,12 @@ def measure(row: Row, s: Setup, warmup: int, max_seconds: float) -> Run:
             complete = False
             break
     end = time.perf_counter()
+    cpu = cpu_seconds() - cpu_start
     if start is None or timed == 0:
         raise CheckFailed(f"the epoch has no batches after the {warmup} warm-up batches: use more --images")
     if complete and sorted(seen) != list(range(s.data.images)):
         raise CheckFailed("an epoch did not deliver every image exactly once")
-    return Run(timed, end - start, complete)
+    return Run(timed, end - start, complete, cpu / len(seen))
 
 
 @dataclass
@@ -291,7 +304,13 @@ class Result:
 
     @property
     def best(self) -> Optional[float]:
+        """The best run's images/s; None when the row failed."""
         return max(r.rate for r in self.runs) if self.runs and self.error is None else None
+
+    @property
+    def cpu_per_image(self) -> Optional[float]:
+        """The least CPU seconds per image of any run; None when the row failed."""
+        return min(r.cpu_per_image for r in self.runs) if self.runs and self.error is None else None
 
 
 def benchmark(s: Setup, repeats: int, warmup: int, max_seconds: float) -> List[Result]:
@@ -357,6 +376,12 @@ def ratio(rate: Optional[float], base: Optional[float]) -> str:
     return f"{rate / base:.2f}x" if rate is not None and base else "n/a"
 
 
+def cpu_cell(result: Result) -> str:
+    """The row's CPU milliseconds per image (its most frugal run)."""
+    cpu = result.cpu_per_image
+    return "n/a" if cpu is None else f"{cpu * 1000:.1f}"
+
+
 def runs_cell(result: Result) -> str:
     """Every run's images/s, starred when --max-seconds cut it short."""
     return ", ".join(f"{run.rate:.0f}" + ("" if run.complete else "*") for run in result.runs)
@@ -367,19 +392,19 @@ def table(results: List[Result], cores: int) -> Tuple[str, Dict[str, Any]]:
     by_key = {r.row.key: r for r in results}
     base = by_key["dataloader_pil"].best
     lines = [
-        "| # | pipeline | images/s | vs DataLoader+PIL | runs (images/s) |",
-        "|---|---|---:|---:|---|",
+        "| # | pipeline | images/s | vs DataLoader+PIL | CPU ms/image | runs (images/s) |",
+        "|---|---|---:|---:|---:|---|",
     ]
     shown = [r for r in results if r.row.key != "stoker_native_1"]  # that one is the bound row
     for number, r in enumerate(shown, start=1):
         rate = "failed: " + r.error.replace("|", "\\|") if r.error else f"{r.best:.0f}"
-        lines.append(f"| {number} | {r.row.name} | {rate} | {ratio(r.best, base)} | {runs_cell(r)} |")
+        lines.append(f"| {number} | {r.row.name} | {rate} | {ratio(r.best, base)} | {cpu_cell(r)} | {runs_cell(r)} |")
     one = by_key["stoker_native_1"]
     bound = one.best * cores if one.best is not None else None
     per_thread = "failed: " + one.error.replace("|", "\\|") if one.error else f"{one.best:.0f} images/s on one thread"
     lines.append(
         f"| bound | stoker.Loader, Rust decode, decode_threads=1 x {cores} cores ({per_thread}) | "
-        f"{'n/a' if bound is None else f'{bound:.0f}'} | {ratio(bound, base)} | {runs_cell(one)} |"
+        f"{'n/a' if bound is None else f'{bound:.0f}'} | {ratio(bound, base)} | {cpu_cell(one)} | {runs_cell(one)} |"
     )
     native = by_key["stoker_native"].best
     summary = {
@@ -442,7 +467,8 @@ def json_report(
                 "name": r.row.name,
                 "images_per_s": r.best,
                 "vs_baseline": r.best / base if r.best is not None and base else None,
-                "runs": [{"images": run.images, "seconds": run.seconds, "complete": run.complete} for run in r.runs],
+                "cpu_seconds_per_image": r.cpu_per_image,
+                "runs": [asdict(run) for run in r.runs],
                 "error": r.error,
             }
             for r in results
@@ -485,7 +511,8 @@ def main() -> int:
     print(text)
     print()
     print(f"images/s: best of {args.repeats} run(s) of {data.images} images less {args.warmup} warm-up batch(es);")
-    print("ratios against row 1 of this invocation; * = run stopped by --max-seconds.")
+    print("ratios against row 1 of this invocation; * = run stopped by --max-seconds. CPU ms/image: CPU time of")
+    print("the process and its DataLoader workers over a whole run, warm-up included, per image (least of the runs).")
     if summary["native_fraction_of_bound"] is not None:
         print(
             f"row 4 is {summary['native_vs_baseline']:.2f}x the DataLoader+PIL baseline (goal >= 2.5x) and "
