@@ -195,6 +195,7 @@ pub fn grow(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
 /// the codec can stop early, else the whole image).
 pub fn decode_rgb(
     opened: Opened<'_>,
+    data: &[u8],
     (w, h): (u32, u32),
     need: Rect,
     pixels: &mut Vec<u8>,
@@ -205,7 +206,7 @@ pub fn decode_rgb(
     let whole = Rect::whole(w, h);
     match opened {
         Opened::Jpeg(mut d) => {
-            if jpeg::decode_region(&mut d, need, js, pixels, jpeg_error)? {
+            if jpeg::decode_region(&mut d, data, need, js, pixels, jpeg_error)? {
                 return Ok(need);
             }
             d.decode_into(grow(pixels, n)).map_err(jpeg_error)?;
@@ -231,7 +232,7 @@ pub fn decode_rgb(
             let bytes = if depth == png::BitDepth::Sixteen { 2 } else { 1 };
             let (line, width) = (info.line_size, w as usize);
             let dst = grow(pixels, n);
-            for (src_row, dst_row) in buf.chunks(line).zip(dst.chunks_exact_mut(width * 3)) {
+            for (src_row, dst_row) in buf.chunks(line.max(1)).zip(dst.chunks_exact_mut(width * 3)) {
                 let src_row = src_row.get(..width * channels * bytes).ok_or_else(|| corrupt("PNG", "short row"))?;
                 to_rgb_row(src_row, dst_row, channels, bytes, gray16_clips);
             }

@@ -7,11 +7,7 @@
 //! upsampling and its fixed-point YCbCr->RGB ourselves. zune-jpeg's own upsampler differs from
 //! libjpeg's by up to 6 levels on 4:2:0 photos; with this one only IDCT rounding remains.
 //!
-//! Measured on this 2-core machine (shared with another build, so +-15%), single thread,
-//! ten ImageNet-like photos (500x375 or 375x500, quality 90, 4:2:0, 16-82 KiB), decode plus
-//! RandomResizedCrop(224) plus flip: see the module docs of `super` for the numbers.
-
-use std::sync::OnceLock;
+//! Throughput against the alternatives is in the parent module's docs.
 
 use zune_jpeg::zune_core::bytestream::ZCursor;
 use zune_jpeg::zune_core::colorspace::ColorSpace;
@@ -36,6 +32,7 @@ pub struct JpegScratch {
 /// (gray, CMYK, RGB, odd sampling), decode it whole instead.
 pub fn decode_region(
     d: &mut JpegDecoder<ZCursor<&[u8]>>,
+    data: &[u8],
     need: Rect,
     js: &mut JpegScratch,
     pixels: &mut Vec<u8>,
@@ -89,34 +86,32 @@ pub fn decode_region(
         return Err(ImageError::Truncated("JPEG: fewer rows than the frame header says".into()));
     }
     drop(raw);
+    if need.y1 < y.height && !ends_complete(data) {
+        // We stopped before the end, so the decoder never saw it: a file cut below the
+        // window would otherwise decode in one epoch and fail in another.
+        return Err(ImageError::Truncated("JPEG: no end-of-image marker after the last scan".into()));
+    }
     convert(need, (hf, vf), (y.width, cw, ch), js, pixels);
     Ok(true)
 }
 
-/// libjpeg's YCbCr->RGB tables (jdcolor.c, 16-bit fixed point).
-struct Tables {
-    cr_r: [i32; 256],
-    cb_b: [i32; 256],
-    cr_g: [i32; 256],
-    cb_g: [i32; 256],
+/// Whether `data` has an end-of-image marker after its last start-of-scan. Entropy-coded
+/// data stuffs every 0xFF byte, so `FF D9` after the last `FF DA` is the real end: a file cut
+/// anywhere in its scans fails this (trailers after the end, as some cameras write, pass).
+fn ends_complete(data: &[u8]) -> bool {
+    let eoi = data.windows(2).rposition(|w| w == [0xFF, 0xD9]);
+    let sos = data.windows(2).rposition(|w| w == [0xFF, 0xDA]);
+    matches!((sos, eoi), (Some(s), Some(e)) if e > s)
 }
 
-fn tables() -> &'static Tables {
-    static T: OnceLock<Tables> = OnceLock::new();
-    T.get_or_init(|| {
-        const ONE_HALF: i64 = 1 << 15;
-        let fix = |x: f64| (x * 65536.0 + 0.5) as i64;
-        let mut t = Tables { cr_r: [0; 256], cb_b: [0; 256], cr_g: [0; 256], cb_g: [0; 256] };
-        for i in 0..256 {
-            let x = i as i64 - 128;
-            t.cr_r[i] = ((fix(1.40200) * x + ONE_HALF) >> 16) as i32;
-            t.cb_b[i] = ((fix(1.77200) * x + ONE_HALF) >> 16) as i32;
-            t.cr_g[i] = (-fix(0.71414) * x) as i32;
-            t.cb_g[i] = (-fix(0.34414) * x + ONE_HALF) as i32;
-        }
-        t
-    })
-}
+/// libjpeg's YCbCr->RGB fixed-point constants (jdcolor.c, `FIX(x)` at 16 bits). Its tables
+/// hold `(FIX(1.402) * (cr - 128) + ONE_HALF) >> 16` and the like; computing the same
+/// expressions inline gives the same values and lets the loop vectorise.
+const CR_R: i32 = 91881; // FIX(1.40200)
+const CB_B: i32 = 116130; // FIX(1.77200)
+const CR_G: i32 = 46802; // FIX(0.71414)
+const CB_G: i32 = 22554; // FIX(0.34414)
+const ONE_HALF: i32 = 1 << 15;
 
 /// One chroma row of the window at full resolution, upsampled as libjpeg-turbo's
 /// `h2v1`/`h1v2`/`h2v2_fancy_upsample` do (edges replicate the nearest sample). `sums` and
@@ -203,7 +198,6 @@ fn convert(
     js: &mut JpegScratch,
     pixels: &mut Vec<u8>,
 ) {
-    let t = tables();
     let width = need.x1 - need.x0;
     let out = grow(pixels, width * (need.y1 - need.y0) * 3);
     let cb_row = grow(&mut js.cb_row, width);
@@ -216,10 +210,10 @@ fn convert(
         chroma_row(crp, (cw, ch), factors, row, (need.x0, need.x1), s1, wide, cr_row);
         let luma = &yp[row * yw + need.x0..row * yw + need.x1];
         for (((px, &l), &cb), &cr) in out_row.chunks_exact_mut(3).zip(luma).zip(cb_row.iter()).zip(cr_row.iter()) {
-            let (l, cb, cr) = (i32::from(l), usize::from(cb), usize::from(cr));
-            px[0] = (l + t.cr_r[cr]).clamp(0, 255) as u8;
-            px[1] = (l + ((t.cb_g[cb] + t.cr_g[cr]) >> 16)).clamp(0, 255) as u8;
-            px[2] = (l + t.cb_b[cb]).clamp(0, 255) as u8;
+            let (l, cb, cr) = (i32::from(l), i32::from(cb) - 128, i32::from(cr) - 128);
+            px[0] = (l + ((CR_R * cr + ONE_HALF) >> 16)).clamp(0, 255) as u8;
+            px[1] = (l + ((-CB_G * cb + ONE_HALF - CR_G * cr) >> 16)).clamp(0, 255) as u8;
+            px[2] = (l + ((CB_B * cb + ONE_HALF) >> 16)).clamp(0, 255) as u8;
         }
     }
 }
