@@ -13,10 +13,15 @@
 //! | option | images/s | vs PIL |
 //! |---|---|---|
 //! | zune-jpeg 0.5.15 full decode + crop-resize | 460-525 | up to 6 levels, 6% of values off by >1 |
-//! | zune-jpeg 0.5.16-rc3 full decode + crop-resize | 530-915 | as 0.5.15 |
+//! | zune-jpeg 0.5.16-rc3 full decode + crop-resize | 500-915 | as 0.5.15 |
 //! | jpeg-decoder 0.3.2 full decode + crop-resize | 270-440 | up to 3 levels, 2% off by >1 |
 //! | jpeg-decoder with `scale` (DCT downscaling) | 380 | never applies at 224 |
-//! | this path (0.5.16-rc3 rows + libjpeg upsampling) | 500-670 | up to 3 levels, 0.13% off by >1 |
+//! | this path (0.5.16-rc3 rows + libjpeg upsampling, plus flip and write) | 480-760 | up to 3 levels, 0.13% off by >1 |
+//!
+//! Under the load the ranges overlap: this path is about as fast as a full decode (it skips
+//! the rows below the window and converts only the window, but its upsampling is scalar Rust
+//! where zune-jpeg's is SIMD), and it is chosen for matching PIL. zune-jpeg's raw row pull
+//! alone, every row, ran at 625-1060 images/s: that is the ceiling of this design.
 //!
 //! DCT-domain downscaling needs the window at least twice the output on both axes, which a
 //! 224 crop of a 375-pixel-high photo never is, so it buys nothing on ImageNet and is not used.
