@@ -11,7 +11,6 @@
 //! thread decodes a sample, how many ranks or workers there are, and where a run resumed
 //! change nothing in its tensor.
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -47,6 +46,10 @@ pub struct Decoder {
     seed: u64,
     /// With more than one thread; one thread decodes on the caller's.
     workers: Option<workers::Workers>,
+    /// The scratch of inline decoding (one thread, or fields too cheap to spread). Batches
+    /// decoded concurrently take turns on it, so `threads = 1` means one thread decoding at a
+    /// time, as `threads = N` means N, whatever the number of batches in flight.
+    inline: Mutex<ImageScratch>,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -57,11 +60,6 @@ impl std::fmt::Debug for Decoder {
             .field("threads", &self.threads())
             .finish()
     }
-}
-
-thread_local! {
-    /// Image buffers of a thread that decodes inline (one decode thread), kept between batches.
-    static SCRATCH: RefCell<ImageScratch> = RefCell::new(ImageScratch::default());
 }
 
 /// The batch's output column, shared by the decode threads: each writes only the rows it
@@ -107,7 +105,7 @@ impl Decoder {
         } else {
             None
         };
-        Ok(Decoder { plans, seed, workers })
+        Ok(Decoder { plans, seed, workers, inline: Mutex::new(ImageScratch::default()) })
     }
 
     /// Threads decoding at once.
@@ -242,10 +240,10 @@ impl Decoder {
                         ));
                     }
                 }
-                _ => SCRATCH.with(|scratch| {
-                    let scratch = &mut scratch.borrow_mut();
-                    out.chunks_mut(width).enumerate().try_for_each(|(r, slot)| row(r, slot, scratch))
-                })?,
+                _ => {
+                    let scratch = &mut *self.inline.lock().unwrap_or_else(|e| e.into_inner());
+                    out.chunks_mut(width).enumerate().try_for_each(|(r, slot)| row(r, slot, scratch))?
+                }
             }
         }
         Ok(())
