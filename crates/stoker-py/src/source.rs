@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use stoker::{DynSampleSource, SourceOptions};
 
-use crate::errors::err;
+use crate::errors::{err, StokerError};
 use crate::runtime::block_on;
 
 /// An opened source, reopened in each process that uses it.
@@ -90,6 +90,23 @@ impl Source {
             out.append(sample_to_py(py, s)?)?;
         }
         Ok(out)
+    }
+
+    /// Damage stepped over when the source was opened under `on_damage=skip`, as a JSON
+    /// list (shard, cause, byte range, keys around it, samples lost, reason, and `text`: one
+    /// line saying all that).
+    fn damage_json(&self, py: Python<'_>) -> PyResult<String> {
+        let src = self.get_src(py)?;
+        let with_text = |d: &stoker::stats::Damage| -> serde_json::Result<serde_json::Value> {
+            let mut v = serde_json::to_value(d)?;
+            if let Some(o) = v.as_object_mut() {
+                // The same one-line description the CLI prints.
+                o.insert("text".into(), d.to_string().into());
+            }
+            Ok(v)
+        };
+        let all = src.damage().iter().map(with_text).collect::<serde_json::Result<Vec<_>>>();
+        all.and_then(|v| serde_json::to_string(&v)).map_err(|e| StokerError::new_err(e.to_string()))
     }
 
     /// Layout, shards, samples and the URI (credentials redacted).

@@ -240,6 +240,35 @@ async fn a_garbage_file_among_good_shards_is_skipped_whole() {
     assert!(e.to_string().contains("damaged or unreadable"), "{e}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_missing_from_a_brace_pattern_is_skipped_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = write_with_python("webdataset", &dir.path().join("s-0.tar"), 4);
+    let c = write_with_python("tarfile", &dir.path().join("s-2.tar"), 3);
+    let uri = format!("{}/s-{{0..2}}.tar", dir.path().display());
+    // Without the policy a missing shard fails the open, naming it.
+    let e = open_err(&uri).await;
+    assert!(matches!(e, Error::NotFound { .. }) && e.to_string().contains("s-1.tar"), "{e}");
+
+    let src = stoker::open(&uri, skip()).await.unwrap();
+    assert_eq!(src.len(), 4 + 3);
+    for (i, (k, fields)) in a.samples.iter().chain(&c.samples).enumerate() {
+        let s = src.get(i).await.unwrap();
+        assert_eq!(&s.key, k);
+        for f in &s.fields {
+            assert_eq!(&f.data[..], &fields[&*f.name][..], "{k}.{}", f.name);
+        }
+    }
+    let damage = src.damage();
+    assert_eq!(damage.len(), 1, "{damage:?}");
+    assert_eq!((damage[0].cause, damage[0].samples_lost), (DamageCause::UnreadableShard, None));
+    assert!(damage[0].shard.ends_with("s-1.tar"), "{}", damage[0].shard);
+    // Every shard missing: still an error, never an empty dataset.
+    let none = format!("{}/t-{{0..1}}.tar", dir.path().display());
+    let e = stoker::open(&none, skip()).await.unwrap_err();
+    assert!(e.to_string().contains("damaged or unreadable") && e.to_string().contains("t-0.tar"), "{e}");
+}
+
 /// Pack `n` samples of 3000 bytes with `stoker pack` (which records checksums) into `dest`.
 async fn packed(dest: &str, n: usize) -> BTreeMap<String, Vec<u8>> {
     let src_dir = tempfile::tempdir().unwrap();

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -26,7 +27,13 @@ from ._stoker import (
     StokerError,
 )
 
+
+class DamageWarning(UserWarning):
+    """Damaged shards or members were skipped while opening a source (``on_damage=skip``)."""
+
+
 __all__ = [
+    "DamageWarning",
     "open",
     "Dataset",
     "Loader",
@@ -181,6 +188,25 @@ class Dataset(_Base):  # type: ignore[misc,valid-type]
         self.options = options
         self.transform = transform
         self._source = _stoker.Source(self.uri, _options_json(options))
+        damage = self.damage()
+        if damage:
+            # Said once, where the dataset is opened (not again in each DataLoader worker).
+            lines = "\n".join("  " + d["text"] for d in damage[:10])
+            more = f"\n  ... and {len(damage) - 10} more" if len(damage) > 10 else ""
+            warnings.warn(
+                f"{self.uri}: {len(damage)} damaged stretch(es) skipped while opening (on_damage=skip); "
+                f"their samples are not in the dataset:\n{lines}{more}\n"
+                "Details: Dataset.damage() or Loader.stats()['damage'].",
+                DamageWarning,
+                stacklevel=3,
+            )
+
+    def damage(self) -> List[Dict[str, Any]]:
+        """Damage stepped over while opening under ``on_damage=skip`` (``skip_errors=True`` in
+        the Loader): one dict per damaged stretch or unreadable shard, with ``shard``,
+        ``cause``, ``start``/``end`` bytes, ``key_before``/``key_after``, ``dropped`` keys,
+        ``samples_lost`` (None when unknown), ``reason`` and ``text`` (all of it in one line)."""
+        return json.loads(self._source.damage_json())  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
         return len(self._source)

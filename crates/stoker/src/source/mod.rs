@@ -220,7 +220,7 @@ async fn open_remote(loc: &RemoteLocation, opts: SourceOptions, display: String)
         (None, None) => None,
     };
     let listing: Vec<ObjectInfo> = match names {
-        Some(names) => head_all(&store, &names, opts.concurrency()).await?,
+        Some(names) => head_all(&store, &names, opts.concurrency(), shards_may_be_missing(&opts, &names)).await?,
         None => return Ok(open_listed(store, &opts, display, false).await?.source),
     };
     let layout = inferred_layout(&opts, &listing);
@@ -268,7 +268,7 @@ async fn open_pattern(paths: &[PathBuf], opts: SourceOptions, display: String) -
         paths.iter().map(|p| p.strip_prefix(&root).unwrap_or(p).to_string_lossy().into_owned()).collect();
     let layout =
         opts.layout.unwrap_or(if rel.iter().all(|p| p.ends_with(".tar")) { Layout::Tar } else { Layout::Objects });
-    let listing = head_all(&store, &rel, opts.concurrency()).await?;
+    let listing = head_all(&store, &rel, opts.concurrency(), shards_may_be_missing(&opts, &rel)).await?;
     from_listing(store, layout, listing, opts, display).await
 }
 
@@ -331,7 +331,7 @@ async fn open_listed(store: Store, opts: &SourceOptions, display: String, descri
                 // so a remote manifest stays one GET.
                 let shards: Vec<String> =
                     listing.iter().filter(|o| o.path.ends_with(".tar")).map(|o| o.path.clone()).collect();
-                listing = head_all(&store, &shards, opts.concurrency()).await?;
+                listing = head_all(&store, &shards, opts.concurrency(), shards_may_be_missing(opts, &shards)).await?;
             }
             let known = (layout == m.layout).then_some(m.tar);
             return build(store, layout, listing, opts, display, known, describe).await;
@@ -349,11 +349,29 @@ fn inferred_layout(opts: &SourceOptions, listing: &[ObjectInfo]) -> Layout {
 
 /// Every named object's size and version, `concurrency` at a time. Checking each name once
 /// at open makes a typo in a pattern fail there, not mid-epoch.
-async fn head_all(store: &Store, names: &[String], concurrency: usize) -> Result<Vec<ObjectInfo>> {
+/// Look up every object a pattern or list names. With `missing_ok` (tar shards under
+/// `on_damage=skip`), a shard that does not exist is listed with size 0: opening then finds
+/// it unreadable and skips it whole, reported like any damage, instead of failing the open.
+async fn head_all(store: &Store, names: &[String], concurrency: usize, missing_ok: bool) -> Result<Vec<ObjectInfo>> {
     // Futures collected first: a lazy `map` over borrowed names makes the whole open future
     // fail the compiler's higher-ranked Send check (it could not be spawned).
-    let heads: Vec<_> = names.iter().map(|p| store.head(p)).collect();
+    let heads: Vec<_> = names
+        .iter()
+        .map(|p| async move {
+            match store.head(p).await {
+                Err(Error::NotFound { .. }) if missing_ok => {
+                    Ok(ObjectInfo { path: p.clone(), size: 0, modified_us: 0, e_tag: None })
+                }
+                other => other,
+            }
+        })
+        .collect();
     futures::stream::iter(heads).buffered(concurrency).try_collect().await
+}
+
+/// Whether names from a pattern or list are tar shards whose absence the skip policy covers.
+fn shards_may_be_missing(opts: &SourceOptions, names: &[String]) -> bool {
+    opts.skip_damage() && opts.layout.unwrap_or(Layout::Tar) == Layout::Tar && names.iter().all(|n| n.ends_with(".tar"))
 }
 
 /// What `index` wrote.

@@ -95,7 +95,12 @@ impl TarSource {
         starts.push(total);
         if total == 0 {
             let damaged = shards.iter().filter(|s| !s.index.damage.is_empty()).count();
-            let why = if damaged > 0 { format!(", {damaged} of them damaged or unreadable") } else { String::new() };
+            // The first damage says why (a wrong path or missing credentials shows up here).
+            let first = shards.iter().find_map(|s| s.index.damage.first());
+            let why = match first {
+                Some(d) if damaged > 0 => format!(", {damaged} of them damaged or unreadable; the first: {d}"),
+                _ => String::new(),
+            };
             return Err(Error::Empty {
                 uri: display,
                 reason: format!("{} shard(s) hold no samples{why}", shards.len()),
