@@ -99,9 +99,17 @@ pub fn decode_region(
 /// data stuffs every 0xFF byte, so `FF D9` after the last `FF DA` is the real end: a file cut
 /// anywhere in its scans fails this (trailers after the end, as some cameras write, pass).
 fn ends_complete(data: &[u8]) -> bool {
-    let eoi = data.windows(2).rposition(|w| w == [0xFF, 0xD9]);
-    let sos = data.windows(2).rposition(|w| w == [0xFF, 0xDA]);
-    matches!((sos, eoi), (Some(s), Some(e)) if e > s)
+    // Backwards over the 0xFF bytes only (memrchr is vectorised): an end-of-image marker must
+    // turn up before the last start-of-scan does.
+    let mut eoi = false;
+    for i in memchr::memrchr_iter(0xFF, data) {
+        match data.get(i + 1) {
+            Some(0xD9) => eoi = true,
+            Some(0xDA) => return eoi,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// libjpeg's YCbCr->RGB fixed-point constants (jdcolor.c, `FIX(x)` at 16 bits). Its tables
@@ -248,5 +256,30 @@ fn convert_rows(
             px[1] = (l + ((-CB_G * cb + ONE_HALF - CR_G * cr) >> 16)).clamp(0, 255) as u8;
             px[2] = (l + ((CB_B * cb + ONE_HALF) >> 16)).clamp(0, 255) as u8;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ends_complete;
+
+    #[test]
+    fn complete_means_an_end_marker_after_the_last_scan() {
+        let soi = [0xFF, 0xD8];
+        let sos = [0xFF, 0xDA, 0, 2];
+        let eoi = [0xFF, 0xD9];
+        let join = |parts: &[&[u8]]| parts.concat();
+        // Entropy data with stuffed bytes (FF 00) and a restart marker (FF D0).
+        let scan: &[u8] = &[1, 0xFF, 0x00, 2, 0xFF, 0xD0, 3];
+        assert!(ends_complete(&join(&[&soi, &sos, scan, &eoi])));
+        assert!(ends_complete(&join(&[&soi, &sos, scan, &eoi, b"camera trailer"])));
+        // Progressive: two scans, the file cut inside the second.
+        assert!(!ends_complete(&join(&[&soi, &sos, scan, &sos, scan])));
+        assert!(ends_complete(&join(&[&soi, &sos, scan, &sos, scan, &eoi])));
+        // An end marker only before the last scan (a cut file whose first scan ended).
+        assert!(!ends_complete(&join(&[&soi, &sos, &eoi, &sos, scan])));
+        assert!(!ends_complete(&join(&[&soi, &eoi])));
+        assert!(!ends_complete(&[0xFF]));
+        assert!(!ends_complete(&[]));
     }
 }
