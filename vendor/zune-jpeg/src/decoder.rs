@@ -49,6 +49,10 @@ use crate::upsampler::{
 /// Maximum components
 pub(crate) const MAX_COMPONENTS: usize = 4;
 
+// stoker: buffer reuse across decoders (PATCHED.md).
+mod reuse;
+pub use reuse::DecoderBuffers;
+
 /// DCT block side, in samples. JPEG always uses 8x8 blocks.
 pub(crate) const DCT_BLOCK_SIZE: usize = 8;
 
@@ -142,9 +146,11 @@ pub(crate) struct ScanDecodeState {
     pub(crate) append_snapshot:            HeaderAppendStateSnapshot,
     pub(crate) sos_snapshot:               SosParamsSnapshot,
     pub(crate) header_snapshot:            ScanHeaderStateSnapshot,
-    pub(crate) scan_checkpoint:            Option<Box<ScanCheckpoint>>,
-    pub(crate) progressive_checkpoint:     Option<Box<ProgressiveScanCheckpoint>>,
-    pub(crate) progressive_fine_checkpoint: Option<Box<ProgressiveFineCheckpoint>>,
+    // stoker: the checkpoints are stored inline (they were boxed): the state itself is boxed
+    // and reused, so a checkpoint costs no allocation.
+    pub(crate) scan_checkpoint:            Option<ScanCheckpoint>,
+    pub(crate) progressive_checkpoint:     Option<ProgressiveScanCheckpoint>,
+    pub(crate) progressive_fine_checkpoint: Option<ProgressiveFineCheckpoint>,
     pub(crate) baseline_components_seen:   [bool; MAX_COMPONENTS],
     pub(crate) baseline_scans_seen:        usize
 }
@@ -472,7 +478,11 @@ pub struct JpegDecoder<T> {
     /// while DNL is pending means decoding attempted to consume post-DNL data.
     pub(crate) pending_dnl_stream_position: Option<u64>,
     /// Sequential raw iMCU-row progress shared across borrowing sessions.
-    raw_pull_state: RawPullState
+    raw_pull_state: RawPullState,
+    // stoker: storage from an earlier decoder, drawn on where this one would allocate.
+    pub(crate) recycled: DecoderBuffers,
+    // stoker: skip metadata segments instead of copying them (set_skip_metadata).
+    pub(crate) skip_metadata: bool
 }
 
 /// Output target for one MCU decode call.
@@ -1237,7 +1247,7 @@ where
         let append_snapshot = HeaderAppendStateSnapshot::capture(self);
         let sos_snapshot = self.capture_sos_params();
         let header_snapshot = self.capture_scan_header_state();
-        self.scan_state = Some(Box::new(ScanDecodeState {
+        let state = ScanDecodeState {
             scan_start_position,
             scan_start_height: self.info.height,
             scan_start_expects_dnl: self.expects_dnl,
@@ -1249,7 +1259,15 @@ where
             progressive_fine_checkpoint: None,
             baseline_components_seen: [false; MAX_COMPONENTS],
             baseline_scans_seen: 0
-        }));
+        };
+        // stoker: overwrite this decoder's or a recycled box rather than allocate one.
+        match self.scan_state.take().or_else(|| self.recycled.scan_state.take()) {
+            Some(mut boxed) => {
+                *boxed = state;
+                self.scan_state = Some(boxed);
+            }
+            None => self.scan_state = Some(Box::new(state))
+        }
         Ok(())
     }
 
@@ -1330,19 +1348,19 @@ where
     pub(crate) fn scan_checkpoint(&self) -> Option<&ScanCheckpoint> {
         self.scan_state
             .as_deref()
-            .and_then(|state| state.scan_checkpoint.as_deref())
+            .and_then(|state| state.scan_checkpoint.as_ref()) // stoker: inline
     }
 
     pub(crate) fn progressive_scan_checkpoint(&self) -> Option<&ProgressiveScanCheckpoint> {
         self.scan_state
             .as_deref()
-            .and_then(|state| state.progressive_checkpoint.as_deref())
+            .and_then(|state| state.progressive_checkpoint.as_ref()) // stoker: inline
     }
 
     pub(crate) fn progressive_fine_checkpoint(&self) -> Option<&ProgressiveFineCheckpoint> {
         self.scan_state
             .as_deref()
-            .and_then(|state| state.progressive_fine_checkpoint.as_deref())
+            .and_then(|state| state.progressive_fine_checkpoint.as_ref()) // stoker: inline
     }
 
     pub(crate) fn checkpoint_progressive_scan(
@@ -1354,13 +1372,14 @@ where
         let header_snapshot = self.capture_scan_header_state();
 
         if let Some(state) = self.scan_state.as_mut() {
-            state.progressive_checkpoint = Some(Box::new(ProgressiveScanCheckpoint {
+            // stoker: inline, not boxed
+            state.progressive_checkpoint = Some(ProgressiveScanCheckpoint {
                 stream_position,
                 append_snapshot,
                 sos_snapshot,
                 header_snapshot,
                 completed_scans
-            }));
+            });
             state.progressive_fine_checkpoint = None;
         }
         Ok(())
@@ -1379,7 +1398,8 @@ where
         });
 
         if let Some(state) = self.scan_state.as_mut() {
-            state.progressive_fine_checkpoint = Some(Box::new(ProgressiveFineCheckpoint {
+            // stoker: inline, not boxed
+            state.progressive_fine_checkpoint = Some(ProgressiveFineCheckpoint {
                 stream_position,
                 append_snapshot,
                 sos_snapshot,
@@ -1390,7 +1410,7 @@ where
                 todo: self.todo,
                 dc_predictions,
                 bitstream_state
-            }));
+            });
         }
         Ok(())
     }
@@ -1451,10 +1471,7 @@ where
                 dc_predictions,
                 bitstream_state
             };
-            match &mut state.scan_checkpoint {
-                Some(existing) => **existing = snapshot,
-                None => state.scan_checkpoint = Some(Box::new(snapshot))
-            }
+            state.scan_checkpoint = Some(snapshot); // stoker: inline, not boxed
         }
         Ok(())
     }
@@ -1578,7 +1595,9 @@ where
             resolved_dnl_height:         None,
             pending_dnl_height:          None,
             pending_dnl_stream_position: None,
-            raw_pull_state:              RawPullState::default()
+            raw_pull_state:              RawPullState::default(),
+            recycled:                    DecoderBuffers::default(),
+            skip_metadata:               false
         }
     }
     /// Decode a buffer already in memory
@@ -2443,6 +2462,10 @@ where
                     Ok(())
                 })?;
             }
+            // stoker: metadata segments can be skipped (set_skip_metadata).
+            Marker::APP(1) | Marker::APP(2) | Marker::APP(13) if self.skip_metadata => {
+                self.skip_marker_payload()?;
+            }
             Marker::APP(1) => {
                 parse_app1(self)?;
             }
@@ -2795,7 +2818,8 @@ where
             outer_append_snapshot: state.append_snapshot,
             outer_sos_snapshot:    state.sos_snapshot,
             outer_header_snapshot: state.header_snapshot.clone(),
-            checkpoint_view:       state.scan_checkpoint.as_deref().map(|checkpoint| {
+            checkpoint_view:       state.scan_checkpoint.as_ref().map( // stoker: inline
+                |checkpoint| {
                 CheckpointView {
                     append_snapshot: checkpoint.append_snapshot,
                     sos_snapshot:    checkpoint.sos_snapshot,
@@ -2805,7 +2829,8 @@ where
                     dc_predictions:  checkpoint.dc_predictions
                 }
             }),
-            progressive_view:      state.progressive_checkpoint.as_deref().map(|checkpoint| {
+            progressive_view:      state.progressive_checkpoint.as_ref().map( // stoker: inline
+                |checkpoint| {
                 ProgressiveCheckpointView {
                     append_snapshot: checkpoint.append_snapshot,
                     sos_snapshot:    checkpoint.sos_snapshot,
@@ -2814,7 +2839,8 @@ where
                     completed_scans: checkpoint.completed_scans
                 }
             }),
-            progressive_fine_view: state.progressive_fine_checkpoint.as_deref().map(|checkpoint| {
+            progressive_fine_view: state.progressive_fine_checkpoint.as_ref().map( // stoker: inline
+                |checkpoint| {
                 ProgressiveFineCheckpointView {
                     append_snapshot: checkpoint.append_snapshot,
                     sos_snapshot:    checkpoint.sos_snapshot,
@@ -3080,14 +3106,16 @@ where
     fn decode_buffered_raw_source(
         &mut self, requested_stripe: usize, layout: &[PlaneInfo; MAX_COMPONENTS], n: usize
     ) -> Result<(), DecodeErrors> {
-        let mut buffers: Vec<Vec<u8>> = layout[..n]
-            .iter()
-            .map(|plane| {
-                let rows = plane.vertical_sampling_factor * DCT_BLOCK_SIZE;
-                vec![0; plane.width * rows]
-            })
-            .collect();
-        let mut planes: Vec<&mut [u8]> = buffers.iter_mut().map(Vec::as_mut_slice).collect();
+        // stoker: throwaway planes from recycled storage (they were allocated per call).
+        let mut buffers = core::mem::take(&mut self.recycled.raw_planes);
+        for (buffer, plane) in buffers.iter_mut().zip(&layout[..n]) {
+            let rows = plane.vertical_sampling_factor * DCT_BLOCK_SIZE;
+            buffer.clear();
+            buffer.resize(plane.width * rows, 0);
+        }
+        let [b0, b1, b2, b3] = &mut buffers;
+        let mut all_planes: [&mut [u8]; MAX_COMPONENTS] = [b0, b1, b2, b3];
+        let planes = &mut all_planes[..n];
         let mut lengths = [0usize; MAX_COMPONENTS];
         let mut target_strides = [0usize; MAX_COMPONENTS];
         let mut target_widths = [0usize; MAX_COMPONENTS];
@@ -3099,7 +3127,7 @@ where
             target_heights[index] = layout[index].vertical_sampling_factor * DCT_BLOCK_SIZE;
         }
         let sink = RawPlanesSink {
-            planes: &mut planes,
+            planes,
             lengths,
             target_strides,
             target_widths,
@@ -3111,7 +3139,9 @@ where
             source_complete: false
         };
         let mut output = McuDecodeOutput::RawPlanes(sink);
-        self.decode_mcu_output(&mut output)
+        let result = self.decode_mcu_output(&mut output);
+        self.recycled.raw_planes = buffers; // stoker
+        result
     }
 
     fn finish_raw_pull_source(&mut self) {

@@ -137,7 +137,10 @@ where
         // Parse the body in two passes so we never mutate `decoder` if the body
         // turns out to be malformed: first build all tables into a local Vec,
         // then commit them in a tight loop.
-        let mut new_tables: Vec<(u8, usize, HuffmanTable)> = Vec::new();
+        // stoker: staged in one slot per destination (DC/AC x index) on the stack instead of
+        // a Vec per segment; a later table for the same slot replaces an earlier one, as the
+        // in-order commit of the Vec did.
+        let mut new_tables: [Option<HuffmanTable>; 2 * MAX_COMPONENTS] = Default::default();
         while cursor.remaining() > 16 {
             // HT information
             let ht_info = cursor.read_u8()?;
@@ -180,14 +183,17 @@ where
             } else {
                 HuffmanTable::new(&num_symbols, symbols, dc_or_ac == 0, is_progressive)?
             };
-            new_tables.push((dc_or_ac, index, table));
+            new_tables[usize::from(dc_or_ac) * MAX_COMPONENTS + index] = Some(table); // stoker
         }
         if cursor.remaining() > 0 {
             return Err(DecodeErrors::FormatStatic("Bogus Huffman table definition"));
         }
         // Commit phase: only after the entire body parsed cleanly.
-        for (dc_or_ac, index, table) in new_tables {
-            if dc_or_ac == 0 {
+        // stoker: from the slots
+        for (slot, table) in new_tables.into_iter().enumerate() {
+            let Some(table) = table else { continue };
+            let index = slot % MAX_COMPONENTS;
+            if slot < MAX_COMPONENTS {
                 decoder.entropy_tables.dc_huffman[index] = Some(table);
             } else {
                 decoder.entropy_tables.ac_huffman[index] = Some(table);
@@ -281,7 +287,8 @@ pub(crate) fn parse_dqt<T: ZByteReaderTrait>(img: &mut JpegDecoder<T>) -> Result
     with_marker_body(img, |img, mut cursor| {
         // Build the new tables into a local Vec so the body either commits
         // entirely or commits not at all.
-        let mut new_tables: Vec<(usize, [i32; 64])> = Vec::new();
+        // stoker: staged per destination on the stack, not in a Vec (last one wins, as before).
+        let mut new_tables: [Option<[i32; 64]>; MAX_COMPONENTS] = [None; MAX_COMPONENTS];
         while cursor.remaining() > 0 {
             let qt_info = cursor.read_u8()?;
             // 0 = 8 bit otherwise 16 bit dqt
@@ -326,11 +333,13 @@ pub(crate) fn parse_dqt<T: ZByteReaderTrait>(img: &mut JpegDecoder<T>) -> Result
             };
 
             trace!("Assigning qt table {table_position} with precision {precision}");
-            new_tables.push((table_position, dct_table));
+            new_tables[table_position] = Some(dct_table); // stoker
         }
         // Commit phase.
-        for (table_position, dct_table) in new_tables {
-            img.qt_tables[table_position] = Some(dct_table);
+        for (table_position, dct_table) in new_tables.into_iter().enumerate() {
+            if let Some(dct_table) = dct_table {
+                img.qt_tables[table_position] = Some(dct_table); // stoker: from the slots
+            }
         }
         Ok(())
     })
@@ -423,11 +432,18 @@ pub(crate) fn parse_start_of_frame<T: ZByteReaderTrait>(
         }
 
         // Build components list locally; commit only when the whole body parses.
-        let mut components = Vec::with_capacity(num_components as usize);
+        // stoker: the list and each component's buffers come from an earlier decoder's
+        // storage when there is one (JpegDecoder::new_with_buffers).
+        let mut components = core::mem::take(&mut img.recycled.components);
+        components.clear();
+        components.reserve(num_components as usize);
         let mut temp = [0; 3];
         for pos in 0..num_components {
             cursor.read_exact(&mut temp)?;
-            let component = Components::from(temp, pos)?;
+            let mut component = Components::from(temp, pos)?;
+            if let Some(storage) = img.recycled.component_storage.get_mut(usize::from(pos)) {
+                component.use_storage(core::mem::take(storage)); // stoker
+            }
             components.push(component);
         }
 
@@ -538,7 +554,8 @@ pub(crate) fn parse_sos<T: ZByteReaderTrait>(
         // Validate inputs first; only mutate component table assignments at the
         // end so a malformed body cannot leave the decoder half-updated.
         let mut z_order = image.z_order;
-        let mut huff_assignments: Vec<(usize, u8)> = Vec::with_capacity(ns as usize);
+        // stoker: at most MAX_COMPONENTS (checked above), so an array rather than a Vec.
+        let mut huff_assignments: [(usize, u8); MAX_COMPONENTS] = [(0, 0); MAX_COMPONENTS];
         let mut scan_subsampled = false;
         for i in 0..ns {
             let id = cursor.read_u8()?;
@@ -571,7 +588,7 @@ pub(crate) fn parse_sos<T: ZByteReaderTrait>(
                 )));
             }
 
-            huff_assignments.push((usize::from(j), y));
+            huff_assignments[usize::from(i)] = (usize::from(j), y); // stoker
             z_order[i as usize] = j as usize;
 
             let component = &image.components[usize::from(j)];
@@ -600,7 +617,7 @@ pub(crate) fn parse_sos<T: ZByteReaderTrait>(
         image.num_scans = ns;
         image.scan_subsampled = scan_subsampled;
         image.z_order = z_order;
-        for (j, y) in huff_assignments {
+        for &(j, y) in &huff_assignments[..usize::from(ns)] { // stoker
             let component = &mut image.components[j];
             component.dc_huff_table = usize::from((y >> 4) & 0xF);
             component.ac_huff_table = usize::from(y & 0xF);

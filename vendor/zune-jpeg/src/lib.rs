@@ -290,6 +290,8 @@ pub use crate::components::SampleRatios;
 pub use crate::decoder::{
     ImageInfo, JpegDecoder, PlaneInfo, RawDecodeSession, RawImcuRowStatus
 };
+// stoker: buffer reuse across decoders (PATCHED.md).
+pub use crate::decoder::DecoderBuffers;
 pub use crate::marker::Marker;
 pub use crate::cancel::{CancelCheck, NeverCancel};
 mod bitstream;

@@ -7,7 +7,7 @@
  */
 
 use alloc::vec::Vec;
-use alloc::{format, vec};
+use alloc::format; // stoker: `vec` no longer used
 use core::cmp::min;
 
 use zune_core::bytestream::ZByteReaderTrait;
@@ -219,11 +219,11 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         }
 
         if all_components_in_first_scan {
-            // No multi-SOS scratch is needed for this call; release any
-            // retained `progressive_mcus_buffer` capacity so it doesn't pin
-            // memory between decodes.
+            // No multi-SOS scratch is needed for this call.
+            // stoker: empty it but keep the capacity (it was released here), which the next
+            // progressive or multi-scan image on this thread reuses (DecoderBuffers).
             for mcu in progressive_mcus.iter_mut() {
-                *mcu = Vec::new();
+                mcu.clear();
             }
         } else {
             for (component, mcu) in self.components.iter().zip(progressive_mcus.iter_mut()) {
@@ -709,7 +709,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         }
 
         if !all_components_in_first_scan {
-            self.finish_baseline_decoding(progressive_mcus, mcu_width, output)?;
+            self.finish_baseline_decoding(progressive_mcus, mcu_width, output, upsampler_scratch_space)?; // stoker
         }
 
         // it may happen that some images don't have the whole buffer
@@ -806,6 +806,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
     pub(crate) fn finish_baseline_decoding(
         &mut self, block: &[Vec<i16>; MAX_COMPONENTS], _mcu_width: usize,
         output: &mut McuDecodeOutput<'_, '_>,
+        upsampler_scratch_space: &mut Vec<i16>, // stoker: the decoder's, not a new one per call
     ) -> Result<(), DecodeErrors> {
         let mcu_height = self.mcu_y;
 
@@ -823,7 +824,9 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         let width = usize::from(self.info.width);
         let padded_width = calculate_padded_width(width, self.info.sample_ratio);
 
-        let mut upsampler_scratch_space = vec![0; upsampler_scratch_size];
+        // stoker: zeroed as the vec! was, in the decoder's buffer
+        upsampler_scratch_space.clear();
+        upsampler_scratch_space.resize(upsampler_scratch_size, 0);
 
         for (pos, comp) in self.components.iter_mut().enumerate() {
             // Mark only needed components for computing output colors.
@@ -883,7 +886,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                     width,
                     padded_width,
                     &mut pixels_written,
-                    &mut upsampler_scratch_space,
+                    upsampler_scratch_space,
                 )?,
                 McuDecodeOutput::RawPlanes(raw_planes) => {
                     self.copy_raw_planes_for_mcu_stripe(i, raw_planes)?;
@@ -900,7 +903,9 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         &mut self, output: &mut McuDecodeOutput<'_, '_>
     ) -> Result<(), DecodeErrors> {
         let block = core::mem::take(&mut self.progressive_mcus_buffer);
-        let result = self.finish_baseline_decoding(&block, 0, output);
+        let mut upsampler_scratch = core::mem::take(&mut self.upsampler_scratch); // stoker
+        let result = self.finish_baseline_decoding(&block, 0, output, &mut upsampler_scratch);
+        self.upsampler_scratch = upsampler_scratch; // stoker
         self.progressive_mcus_buffer = block;
         result
     }

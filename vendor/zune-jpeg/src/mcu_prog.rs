@@ -10,7 +10,7 @@
 
 use alloc::string::ToString;
 use alloc::vec::Vec;
-use alloc::{format, vec};
+use alloc::format; // stoker: `vec` no longer used
 use core::cmp::min;
 
 use zune_core::bytestream::{ZByteReaderTrait, ZReader};
@@ -58,6 +58,10 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
             &mut scan_block,
         );
         if matches!(&result, Err(error) if error.is_recoverable_eof() || matches!(error, DecodeErrors::Cancelled)) {
+            self.progressive_scan_buffer = scan_block;
+        } else {
+            // stoker: emptied as before, but with the capacity kept for the next image.
+            scan_block.iter_mut().for_each(Vec::clear);
             self.progressive_scan_buffer = scan_block;
         }
         self.progressive_mcus_buffer = block;
@@ -905,10 +909,22 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         let handled_restart = self.handle_rst_main_inner(stream)?;
         Ok(was_due && handled_restart)
     }
-    #[allow(clippy::too_many_lines)]
-    #[allow(clippy::needless_range_loop, clippy::cast_sign_loss)]
+    // stoker: the upsampling scratch is the decoder's own (it was allocated per call, which
+    // the raw pull makes once per iMCU row).
     fn finish_progressive_decoding(
         &mut self, block: &[Vec<i16>; MAX_COMPONENTS], output: &mut McuDecodeOutput<'_, '_>
+    ) -> Result<(), DecodeErrors> {
+        let mut upsampler_scratch_space = core::mem::take(&mut self.upsampler_scratch);
+        let result = self.finish_progressive_decoding_inner(block, output, &mut upsampler_scratch_space);
+        self.upsampler_scratch = upsampler_scratch_space;
+        result
+    }
+
+    #[allow(clippy::too_many_lines)]
+    #[allow(clippy::needless_range_loop, clippy::cast_sign_loss)]
+    fn finish_progressive_decoding_inner(
+        &mut self, block: &[Vec<i16>; MAX_COMPONENTS], output: &mut McuDecodeOutput<'_, '_>,
+        upsampler_scratch_space: &mut Vec<i16>
     ) -> Result<(), DecodeErrors> {
         // Rendering replaces the caller's output row by row. Until every row
         // succeeds, the buffer may contain a mix of preview generations and
@@ -955,7 +971,9 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         let width = usize::from(self.info.width);
         let padded_width = calculate_padded_width(width, self.info.sample_ratio);
 
-        let mut upsampler_scratch_space = vec![0; upsampler_scratch_size];
+        // stoker: zeroed as the vec! was, in the decoder's buffer
+        upsampler_scratch_space.clear();
+        upsampler_scratch_space.resize(upsampler_scratch_size, 0);
         let mut tmp = [0_i32; DCT_BLOCK];
 
         let raw_mode = output.is_raw();
@@ -981,7 +999,9 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                 let len = comp.width_stride * comp.vertical_sample * 8;
 
                 comp.needed = true;
-                comp.raw_coeff = vec![0; len];
+                // stoker: zeroed in place rather than reallocated per call
+                comp.raw_coeff.clear();
+                comp.raw_coeff.resize(len, 0);
             } else {
                 comp.needed = false;
             }
@@ -1081,7 +1101,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                     width,
                     padded_width,
                     &mut pixels_written,
-                    &mut upsampler_scratch_space
+                    upsampler_scratch_space
                 )?,
                 McuDecodeOutput::RawPlanes(raw_planes) => {
                     self.copy_raw_planes_for_mcu_stripe(i, raw_planes)?;
