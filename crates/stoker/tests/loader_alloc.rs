@@ -51,6 +51,10 @@ fn allocations_in_steady_state() {
     assembling_a_batch_allocates_nothing_in_steady_state();
     a_loader_pass_allocates_a_small_fraction_of_its_payload();
     decoding_labels_and_arrays_allocates_nothing_in_steady_state();
+    // The strict image checks before the slow PNG one: a test running past 60 s gets a notice
+    // from libtest, which allocates, and must not land inside a window that has to count zero.
+    decoding_jpegs_allocates_nothing_in_steady_state();
+    jpeg_batches_allocate_nothing_in_steady_state();
     decoding_images_allocates_only_inside_the_codecs_and_does_not_grow();
 }
 
@@ -195,11 +199,11 @@ fn decoding_labels_and_arrays_allocates_nothing_in_steady_state() {
     }
 }
 
-/// Images: the batch storage, the per-thread scratch (decoded pixels, resize buffers) and the
-/// decode threads are reused, so what remains per image is what the codecs allocate inside
-/// (the PNG reader's inflate state and rows, JPEG component rows, resize coefficients and
-/// its intermediate rows): a fixed amount per image that does not grow over a run. Not zero:
-/// none of these crates takes caller-owned state.
+/// PNG images with a random resized crop: the batch storage, the per-thread scratch (decoded
+/// pixels, resize buffers) and the decode threads are reused, so what remains per image is
+/// what png and the resizer allocate inside (the inflate state and rows, resize coefficients
+/// and intermediate rows): a fixed amount per image that does not grow over a run. Not zero:
+/// neither crate takes caller-owned state. JPEGs allocate nothing (the checks below).
 fn decoding_images_allocates_only_inside_the_codecs_and_does_not_grow() {
     use stoker::decode::{Crop, DecodeSpec, Decoder, FieldDecode, ImageSpec};
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -238,5 +242,178 @@ fn decoding_images_allocates_only_inside_the_codecs_and_does_not_grow() {
             last.0 <= first.0 + 2 && last.1 <= first.1 + 1024,
             "{threads} thread(s): allocations grow: {per_image:?}"
         );
+    }
+}
+
+/// The JPEG kinds the decoder must handle without allocating once warm: each chroma
+/// subsampling our row path takes, the full-decode fallbacks (grayscale, 4:1:1), progressive,
+/// restart markers, and EXIF/ICC/XMP segments (skipped, never copied).
+#[derive(Clone, Copy, Debug)]
+enum JpegKind {
+    S420,
+    S422,
+    S444,
+    S440,
+    Gray,
+    S411,
+    Progressive420,
+    Progressive444,
+    Metadata,
+}
+
+const JPEG_KINDS: [JpegKind; 9] = [
+    JpegKind::S420,
+    JpegKind::S422,
+    JpegKind::S444,
+    JpegKind::S440,
+    JpegKind::Gray,
+    JpegKind::S411,
+    JpegKind::Progressive420,
+    JpegKind::Progressive444,
+    JpegKind::Metadata,
+];
+
+/// A JPEG of `w` x `h` (a smooth gradient with some texture, so it codes like a photo).
+fn jpeg(kind: JpegKind, seed: u8, w: u16, h: u16) -> Bytes {
+    use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
+    let (wu, hu) = (usize::from(w), usize::from(h));
+    let px: Vec<u8> = (0..wu * hu)
+        .flat_map(|p| {
+            let (x, y) = (p % wu, p / wu);
+            [(x * 255 / wu) as u8 ^ seed, (y * 255 / hu) as u8, ((x * y) % 251) as u8]
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut e = Encoder::new(&mut out, 90);
+    let sampling = match kind {
+        JpegKind::S422 => SamplingFactor::F_2_1,
+        JpegKind::S444 | JpegKind::Progressive444 => SamplingFactor::F_1_1,
+        JpegKind::S440 => SamplingFactor::F_1_2,
+        JpegKind::S411 => SamplingFactor::F_4_1,
+        _ => SamplingFactor::F_2_2,
+    };
+    e.set_sampling_factor(sampling);
+    e.set_progressive(matches!(kind, JpegKind::Progressive420 | JpegKind::Progressive444));
+    if let JpegKind::Metadata = kind {
+        e.set_restart_interval(4);
+        e.add_icc_profile(&[7u8; 3000]).unwrap();
+        e.add_exif_metadata(&[1u8; 600]).unwrap();
+        let mut xmp = b"http://ns.adobe.com/xap/1.0/\0".to_vec();
+        xmp.extend_from_slice(&[b'x'; 400]);
+        e.add_app_segment(1, xmp).unwrap();
+    }
+    if let JpegKind::Gray = kind {
+        let gray: Vec<u8> = px.chunks_exact(3).map(|c| c[0]).collect();
+        e.encode(&gray, w, h, ColorType::Luma).unwrap();
+    } else {
+        e.encode(&px, w, h, ColorType::Rgb).unwrap();
+    }
+    Bytes::from(out)
+}
+
+/// Every kind in three sizes whose shorter side is 96 (square, landscape, portrait; most not
+/// a whole number of blocks), so a center crop at that scale is a whole-pixel window: the
+/// resize step is then a copy, and what is counted is the codec, the window and the write.
+/// Small, so that the whole test stays well inside libtest's 60 s notice (printing it
+/// allocates while a check counts).
+fn jpeg_batch() -> Vec<Bytes> {
+    let mut out = Vec::new();
+    for (i, kind) in JPEG_KINDS.into_iter().enumerate() {
+        let i16 = i as u16;
+        for (j, (w, h)) in [(96 + i16, 96), (144 + i16, 96), (96, 128 + i16)].into_iter().enumerate() {
+            out.push(jpeg(kind, (i * 3 + j) as u8, w, h));
+        }
+    }
+    out
+}
+
+fn no_resize_spec() -> stoker::decode::ImageSpec {
+    use stoker::decode::{Crop, ImageSpec};
+    ImageSpec { size: [64, 64], crop: Crop::Center { resize: Some(96) }, flip: 0.5, ..ImageSpec::default() }
+}
+
+/// One decode thread's view: a warm scratch decodes every kind of JPEG, each in a few sizes,
+/// without allocating (no resize involved, see [`jpeg_batch`]).
+fn decoding_jpegs_allocates_nothing_in_steady_state() {
+    use stoker::decode::{decode_image, ImageScratch, SampleRng};
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let images = jpeg_batch();
+    let spec = no_resize_spec();
+    let mut scratch = ImageScratch::default();
+    let mut out = vec![0u8; spec.out_bytes()];
+    for data in &images {
+        decode_image(&spec, data, &mut SampleRng::new(0, 0, 0), &mut scratch, &mut out).unwrap();
+    }
+    let per_image: Vec<(JpegKind, u64, u64)> = images
+        .iter()
+        .enumerate()
+        .map(|(i, data)| {
+            let ((), allocs, bytes) = count(|| {
+                for n in 0..2 {
+                    decode_image(&spec, data, &mut SampleRng::new(1, n, i as u64), &mut scratch, &mut out).unwrap();
+                }
+            });
+            (JPEG_KINDS[i / 3], allocs, bytes)
+        })
+        .collect();
+    eprintln!("two warm JPEG decodes, per image (kind, allocations, bytes): {per_image:?}");
+    assert!(per_image.iter().all(|&(_, a, b)| (a, b) == (0, 0)), "warm JPEG decodes allocate: {per_image:?}");
+}
+
+/// The same JPEGs through the batch decoder (its decode threads, per-thread scratch, pooled
+/// batch storage): zero allocations per batch once warm.
+fn jpeg_batches_allocate_nothing_in_steady_state() {
+    use stoker::decode::{DecodeSpec, Decoder, FieldDecode};
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let batch: Vec<Sample> = jpeg_batch()
+        .into_iter()
+        .enumerate()
+        .map(|(i, jpg)| Sample {
+            key: format!("{i:08}"),
+            fields: vec![
+                Field { name: "jpg".into(), data: jpg },
+                Field { name: "cls".into(), data: Bytes::from(format!("{i}")) },
+            ],
+        })
+        .collect();
+    let n = batch.len() as u64;
+    let idx: Vec<u64> = (0..n).collect();
+    let spec = DecodeSpec::new().with("jpg", FieldDecode::Image(no_resize_spec())).with("cls", FieldDecode::Int);
+    let src = Memory(Vec::new());
+    for threads in [1, 2] {
+        let pool = BatchPool::new(4);
+        let decoder = Decoder::new(&spec, 3, threads).unwrap();
+        // Rows go to whichever thread claims them first, so with two threads a thread's scratch
+        // is warm only once it has met the largest image of each kind, and on a loaded machine
+        // one thread can sit out batch after batch and meet one late. Such a thread allocates
+        // once; an allocation per batch shows in every window. So: warm up, then up to three
+        // windows of six batches, and the steady state is a window without any allocation.
+        for epoch in 0..4 {
+            drop(decoder.assemble(&pool, &src, epoch, 0, &idx, &batch, false).unwrap());
+        }
+        let mut windows = Vec::new();
+        for w in 0..3u64 {
+            let ((), allocs, bytes) = count(|| {
+                for k in 0..6 {
+                    let (b, _) = decoder.assemble(&pool, &src, 4 + w * 6 + k, k, &idx, &batch, false).unwrap();
+                    assert_eq!(b.field("jpg").unwrap().data.len() as u64, n * 64 * 64 * 3);
+                    drop(b);
+                }
+            });
+            windows.push((allocs, bytes));
+            if allocs == 0 {
+                break;
+            }
+        }
+        eprintln!("{threads} thread(s): (allocations, bytes) per window of 6 batches of {n} JPEGs: {windows:?}");
+        assert_eq!(
+            windows.last(),
+            Some(&(0, 0)),
+            "{threads} thread(s): every window of 6 batches of {n} JPEGs allocated: {windows:?}"
+        );
+        if threads == 1 {
+            // One thread meets every image in every batch: warm after the warm-up.
+            assert_eq!(windows.len(), 1, "one thread allocated after warming up: {windows:?}");
+        }
     }
 }

@@ -137,16 +137,29 @@ pub fn check_size(w: u32, h: u32, max_pixels: u64) -> Result<(), ImageError> {
 }
 
 /// Parse headers only, check the size against `max_pixels`, and return the decoder with
-/// `(width, height)`. No pixel-sized buffer exists before the check passes.
-pub fn open(format: Format, data: &[u8], max_pixels: u64) -> Result<(Opened<'_>, u32, u32), ImageError> {
+/// `(width, height)`. No pixel-sized buffer exists before the check passes. A JPEG decoder
+/// draws on `js`'s recycled buffers, and gives them back there when it fails here.
+pub fn open<'a>(
+    format: Format,
+    data: &'a [u8],
+    max_pixels: u64,
+    js: &mut JpegScratch,
+) -> Result<(Opened<'a>, u32, u32), ImageError> {
     match format {
         Format::Jpeg => {
-            let mut d = JpegDecoder::new_with_options(ZCursor::new(data), jpeg_options());
-            d.decode_headers().map_err(jpeg_error)?;
-            let (w, h) = d.dimensions().ok_or_else(|| ImageError::Corrupt("JPEG: no frame header".into()))?;
-            let (w, h) = (w as u32, h as u32); // at most 65535 each (JPEG stores u16)
-            check_size(w, h, max_pixels)?;
-            Ok((Opened::Jpeg(d), w, h))
+            let mut d = jpeg::decoder(data, js);
+            let size = d.decode_headers().map_err(jpeg_error).and_then(|()| {
+                let (w, h) = d.dimensions().ok_or_else(|| ImageError::Corrupt("JPEG: no frame header".into()))?;
+                let (w, h) = (w as u32, h as u32); // at most 65535 each (JPEG stores u16)
+                check_size(w, h, max_pixels).map(|()| (w, h))
+            });
+            match size {
+                Ok((w, h)) => Ok((Opened::Jpeg(d), w, h)),
+                Err(e) => {
+                    jpeg::recycle(d, js);
+                    Err(e)
+                }
+            }
         }
         Format::Png => {
             // IHDR is the first chunk (signature, length, "IHDR", width, height): read the size
@@ -206,11 +219,14 @@ pub fn decode_rgb(
     let whole = Rect::whole(w, h);
     match opened {
         Opened::Jpeg(mut d) => {
-            if jpeg::decode_region(&mut d, data, need, js, pixels, jpeg_error)? {
-                return Ok(need);
-            }
-            d.decode_into(grow(pixels, n)).map_err(jpeg_error)?;
-            Ok(whole)
+            let got = match jpeg::decode_region(&mut d, data, need, js, pixels, jpeg_error) {
+                Ok(true) => Ok(need),
+                Ok(false) => d.decode_into(grow(pixels, n)).map(|()| whole).map_err(jpeg_error),
+                Err(e) => Err(e),
+            };
+            // Success or not, the decoder's buffers serve the thread's next JPEG.
+            jpeg::recycle(d, js);
+            got
         }
         Opened::Png(mut r, gray16_clips) => {
             let size = r.output_buffer_size().ok_or_else(|| ImageError::TooLarge {

@@ -11,20 +11,41 @@
 
 use zune_jpeg::zune_core::bytestream::ZCursor;
 use zune_jpeg::zune_core::colorspace::ColorSpace;
-use zune_jpeg::{JpegDecoder, RawImcuRowStatus};
+use zune_jpeg::{DecoderBuffers, JpegDecoder, RawImcuRowStatus};
 
-use super::codec::grow;
+use super::codec::{grow, jpeg_options};
 use super::window::Rect;
 use super::ImageError;
 
-/// Planes and row buffers the row path reuses.
+/// Planes and row buffers the row path reuses, and the storage zune-jpeg's decoders pass
+/// from one image to the next.
 #[derive(Default)]
 pub struct JpegScratch {
+    /// What the last decoder left (our patch of zune-jpeg, vendor/zune-jpeg/PATCHED.md):
+    /// component rows, coefficients, scan state. Without it each image costs ~28 allocations
+    /// inside the decoder, ~170 for a progressive one read by rows.
+    decoder: DecoderBuffers,
     planes: [Vec<u8>; 3],
     cb_row: Vec<u8>,
     cr_row: Vec<u8>,
     sums: [Vec<i32>; 2],
     wide: Vec<u8>,
+}
+
+/// A decoder for `data` on the buffers the thread's last JPEG decoder left; hand them back
+/// with [`recycle`] when done, failed or not.
+pub fn decoder<'a>(data: &'a [u8], js: &mut JpegScratch) -> JpegDecoder<ZCursor<&'a [u8]>> {
+    let buffers = std::mem::take(&mut js.decoder);
+    let mut d = JpegDecoder::new_with_buffers(ZCursor::new(data), jpeg_options(), buffers);
+    // EXIF, ICC and XMP are never read (PIL's convert("RGB") ignores them too): skipping
+    // them spares a copy of each, up to 64 KiB a segment.
+    d.set_skip_metadata(true);
+    d
+}
+
+/// Keep `d`'s buffers for the thread's next JPEG.
+pub fn recycle(d: JpegDecoder<ZCursor<&[u8]>>, js: &mut JpegScratch) {
+    js.decoder = d.into_buffers();
 }
 
 /// Decode `need` of a 3-component YCbCr JPEG with chroma at 1x1 and luma at 1 or 2 on each

@@ -82,7 +82,7 @@ pub struct ImageScratch {
     raw: Vec<u8>,
     /// The resized output window, RGB8, before flip and conversion.
     resized: Vec<u8>,
-    /// The JPEG row path's component planes.
+    /// The JPEG row path's component planes and the JPEG decoder's own buffers.
     jpeg: jpeg::JpegScratch,
     /// fast_image_resize's resizer, which keeps its own temporary buffers.
     resizer: fast_image_resize::Resizer,
@@ -108,7 +108,7 @@ pub fn decode_image(
     out: &mut [u8],
 ) -> Result<(), ImageError> {
     let format = sniff(data)?;
-    let (opened, w, h) = codec::open(format, data, spec.max_pixels)?;
+    let (opened, w, h) = codec::open(format, data, spec.max_pixels, &mut scratch.jpeg)?;
     let plan = plan(spec, w, h, rng);
     let need = window::needed(&plan.window, w, h, spec.size);
     let got = codec::decode_rgb(opened, data, (w, h), need, &mut scratch.pixels, &mut scratch.raw, &mut scratch.jpeg)?;
