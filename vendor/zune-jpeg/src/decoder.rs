@@ -2771,13 +2771,15 @@ where
         // Pull the scan-resume state out into owned locals so the restore
         // below can freely mutate `self`. When headers haven't completed
         // yet, `scan_plan` is `None` and we just run header decoding below.
-        struct ScanPlan {
+        struct ScanPlan<'a> {
             scan_start_position:   usize,
             scan_start_height:     u16,
             scan_start_expects_dnl: bool,
             outer_append_snapshot: HeaderAppendStateSnapshot,
             outer_sos_snapshot:    SosParamsSnapshot,
-            outer_header_snapshot: ScanHeaderStateSnapshot,
+            // stoker: borrowed from the taken-out scan state, not cloned (a copy of every
+            // Huffman table per image)
+            outer_header_snapshot: &'a ScanHeaderStateSnapshot,
             /// Snapshots taken from the checkpoint (if any) so the seek and
             /// SOS-restore steps below do not need to touch `scan_state`.
             checkpoint_view:       Option<CheckpointView>,
@@ -2811,13 +2813,16 @@ where
             todo:            usize,
             dc_predictions:  [(i32, i32); MAX_COMPONENTS]
         }
-        let scan_plan = self.scan_state.as_deref().map(|state| ScanPlan {
+        // stoker: the state is taken out while its snapshot is borrowed, and put back below.
+        let mut taken_state = self.scan_state.take();
+        let mut reset_baseline_seen = false;
+        let scan_plan = taken_state.as_deref().map(|state| ScanPlan {
             scan_start_position:   state.scan_start_position,
             scan_start_height:     state.scan_start_height,
             scan_start_expects_dnl: state.scan_start_expects_dnl,
             outer_append_snapshot: state.append_snapshot,
             outer_sos_snapshot:    state.sos_snapshot,
-            outer_header_snapshot: state.header_snapshot.clone(),
+            outer_header_snapshot: &state.header_snapshot,
             checkpoint_view:       state.scan_checkpoint.as_ref().map( // stoker: inline
                 |checkpoint| {
                 CheckpointView {
@@ -2914,9 +2919,12 @@ where
             if let Some(view) = progressive_fine_view {
                 let header_snapshot = progressive_view
                     .as_ref()
-                    .map_or(&outer_header_snapshot, |view| &view.header_snapshot);
+                    .map_or(outer_header_snapshot, |view| &view.header_snapshot);
                 self.restore_scan_header_state(header_snapshot);
-                self.stream.set_position(view.stream_position)?;
+                if let Err(e) = self.stream.set_position(view.stream_position) {
+                    self.scan_state = taken_state; // stoker: put the state back
+                    return Err(e.into());
+                }
                 self.progressive_completed_scans = view.completed_scans;
                 self.progressive_displayed_scans =
                     if self.progressive_render_incomplete { 0 } else { view.displayed_scans };
@@ -2929,7 +2937,10 @@ where
                 }
             } else if let Some(view) = progressive_view {
                 self.restore_scan_header_state(&view.header_snapshot);
-                self.stream.set_position(view.stream_position)?;
+                if let Err(e) = self.stream.set_position(view.stream_position) {
+                    self.scan_state = taken_state; // stoker: put the state back
+                    return Err(e.into());
+                }
                 self.progressive_completed_scans = view.completed_scans;
                 self.progressive_displayed_scans =
                     if self.progressive_render_incomplete { 0 } else { view.completed_scans };
@@ -2939,7 +2950,10 @@ where
                     comp.dc_diff = 0;
                 }
             } else if let Some(view) = checkpoint_view {
-                self.stream.set_position(view.stream_position)?;
+                if let Err(e) = self.stream.set_position(view.stream_position) {
+                    self.scan_state = taken_state; // stoker: put the state back
+                    return Err(e.into());
+                }
                 self.todo = view.todo;
                 self.pixels_decoded = view.pixels_written;
                 // Restore DC predictor state from the checkpoint.
@@ -2951,8 +2965,11 @@ where
                     comp.dc_diff = dc_diff;
                 }
             } else {
-                self.restore_scan_header_state(&outer_header_snapshot);
-                self.stream.set_position(scan_start_position)?;
+                self.restore_scan_header_state(outer_header_snapshot);
+                if let Err(e) = self.stream.set_position(scan_start_position) {
+                    self.scan_state = taken_state; // stoker: put the state back
+                    return Err(e.into());
+                }
                 self.pixels_decoded = 0;
                 if self.is_progressive {
                     self.progressive_completed_scans = 0;
@@ -2964,10 +2981,7 @@ where
                     comp.dc_diff = 0;
                 }
                 if !self.is_progressive {
-                    if let Some(state) = self.scan_state.as_deref_mut() {
-                        state.baseline_components_seen = [false; MAX_COMPONENTS];
-                        state.baseline_scans_seen = 0;
-                    }
+                    reset_baseline_seen = true; // stoker: applied once the borrow ends
                 }
             }
             // Components take their quantization tables once, from the tables in
@@ -2985,6 +2999,14 @@ where
                 #[cfg(feature = "arith")]
                 BitStreamArithmetic::reset_arith_tables(&mut self.entropy_tables);
             }
+            // stoker: the borrow of the state ends here; apply what waited for it, put it back.
+            if let Some(state) = taken_state.as_deref_mut() {
+                if reset_baseline_seen {
+                    state.baseline_components_seen = [false; MAX_COMPONENTS];
+                    state.baseline_scans_seen = 0;
+                }
+            }
+            self.scan_state = taken_state;
         } else {
             self.decode_headers_internal()?;
         }
