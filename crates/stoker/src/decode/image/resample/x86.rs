@@ -15,17 +15,23 @@ use std::arch::x86_64::*;
 use super::{clip8, Axis, HALF, PRECISION_BITS};
 
 /// The three RGB sums, lanes 0..3 of `lo` (which start from `HALF`) plus lanes 3..6 of
-/// `lo:hi`, shifted and clamped to bytes, written to `out[..3]`.
+/// `lo:hi`, shifted and clamped to bytes, in the low 3 bytes.
+#[inline]
+#[target_feature(enable = "sse4.1")]
+fn rgb_bytes(lo: __m128i, hi: __m128i) -> u32 {
+    let s = _mm_add_epi32(lo, _mm_alignr_epi8::<12>(hi, lo));
+    let s = _mm_srai_epi32::<{ PRECISION_BITS as i32 }>(s);
+    let s = _mm_packs_epi32(s, s);
+    _mm_cvtsi128_si32(_mm_packus_epi16(s, s)) as u32
+}
+
+/// Output pixel `xx` of a row: 4 bytes at once (the 4th is the next pixel's, rewritten when
+/// that is stored), or 3 for the row's last pixel.
 #[inline(always)]
-unsafe fn store_rgb(lo: __m128i, hi: __m128i, out: &mut [u8]) {
-    // SAFETY (whole body): register-only SSE4.1 operations; the callers enable sse4.1 (or
-    // avx2, which implies it).
-    unsafe {
-        let s = _mm_add_epi32(lo, _mm_alignr_epi8::<12>(hi, lo));
-        let s = _mm_srai_epi32::<{ PRECISION_BITS as i32 }>(s);
-        let s = _mm_packs_epi32(s, s);
-        let v = _mm_cvtsi128_si32(_mm_packus_epi16(s, s)) as u32;
-        out[..3].copy_from_slice(&v.to_le_bytes()[..3]);
+fn put(out: &mut [u8], xx: usize, v: u32) {
+    match out.get_mut(xx * 3..xx * 3 + 4) {
+        Some(o) => o.copy_from_slice(&v.to_le_bytes()),
+        None => out[xx * 3..xx * 3 + 3].copy_from_slice(&v.to_le_bytes()[..3]),
     }
 }
 
@@ -37,21 +43,70 @@ unsafe fn store_rgb(lo: __m128i, hi: __m128i, out: &mut [u8]) {
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn h_row_avx2(row: &[u8], axis: &Axis, out: &mut [u8]) {
     let per = axis.ksize.div_ceil(2);
-    for (xx, o) in out.chunks_exact_mut(3).enumerate() {
-        let (first, taps) = axis.bounds[xx];
-        let pairs = &axis.pairs[xx * per..][..taps.div_ceil(2)];
+    for (xx, (&(first, taps), pairs)) in axis.bounds.iter().zip(axis.pairs.chunks_exact(per)).enumerate() {
         // SAFETY: pair j loads 8 bytes at `first * 3 + 6 * j`, which ends at most at
         // `read_end` (prepare_pairs), inside `row`; the weights are read from `pairs`.
-        unsafe {
+        let v = unsafe {
             let p = row.as_ptr().add(first * 3);
             let mut acc = _mm256_setr_epi32(HALF, HALF, HALF, 0, 0, 0, 0, 0);
-            for (j, c) in pairs.iter().enumerate() {
+            for (j, c) in pairs[..taps.div_ceil(2)].iter().enumerate() {
                 let px = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(6 * j).cast()));
                 let k = _mm256_loadu_si256(c.as_ptr().cast());
                 acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, k));
             }
-            store_rgb(_mm256_castsi256_si128(acc), _mm256_extracti128_si256::<1>(acc), o);
-        }
+            rgb_bytes(_mm256_castsi256_si128(acc), _mm256_extracti128_si256::<1>(acc))
+        };
+        put(out, xx, v);
+    }
+}
+
+/// Two rows' RGB sums at once: `[a's R G B _ | b's R G B _]` (see `rgb_bytes`).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn rgb_sums2(a: __m256i, b: __m256i) -> __m256i {
+    let lo = _mm256_permute2x128_si256::<0x20>(a, b);
+    let hi = _mm256_permute2x128_si256::<0x31>(a, b);
+    let s = _mm256_add_epi32(lo, _mm256_alignr_epi8::<12>(hi, lo));
+    _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(s)
+}
+
+/// The horizontal pass of four RGB rows.
+///
+/// # Safety
+/// As [`h_row_avx2`], for each row and its output.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn h_rows4_avx2(rows: [&[u8]; 4], axis: &Axis, outs: [&mut [u8]; 4]) {
+    let per = axis.ksize.div_ceil(2);
+    let [o0, o1, o2, o3] = outs;
+    for (xx, (&(first, taps), pairs)) in axis.bounds.iter().zip(axis.pairs.chunks_exact(per)).enumerate() {
+        // SAFETY: as in h_row_avx2, for each of the four rows.
+        let v = unsafe {
+            let p = rows.map(|r| r.as_ptr().add(first * 3));
+            let init = _mm256_setr_epi32(HALF, HALF, HALF, 0, 0, 0, 0, 0);
+            let mut acc = [init; 4];
+            for (j, c) in pairs[..taps.div_ceil(2)].iter().enumerate() {
+                let k = _mm256_loadu_si256(c.as_ptr().cast());
+                for (a, p) in acc.iter_mut().zip(p) {
+                    let px = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(6 * j).cast()));
+                    *a = _mm256_add_epi32(*a, _mm256_mullo_epi32(px, k));
+                }
+            }
+            // Packing works within 128-bit halves: rows 0 and 2 land in the low half,
+            // 1 and 3 in the high one.
+            let w = _mm256_packs_epi32(rgb_sums2(acc[0], acc[1]), rgb_sums2(acc[2], acc[3]));
+            let b = _mm256_packus_epi16(w, w);
+            let (lo, hi) = (_mm256_castsi256_si128(b), _mm256_extracti128_si256::<1>(b));
+            [
+                _mm_cvtsi128_si32(lo) as u32,
+                _mm_cvtsi128_si32(hi) as u32,
+                _mm_extract_epi32::<1>(lo) as u32,
+                _mm_extract_epi32::<1>(hi) as u32,
+            ]
+        };
+        put(o0, xx, v[0]);
+        put(o1, xx, v[1]);
+        put(o2, xx, v[2]);
+        put(o3, xx, v[3]);
     }
 }
 
@@ -62,23 +117,22 @@ pub(super) unsafe fn h_row_avx2(row: &[u8], axis: &Axis, out: &mut [u8]) {
 #[target_feature(enable = "sse4.1")]
 pub(super) unsafe fn h_row_sse41(row: &[u8], axis: &Axis, out: &mut [u8]) {
     let per = axis.ksize.div_ceil(2);
-    for (xx, o) in out.chunks_exact_mut(3).enumerate() {
-        let (first, taps) = axis.bounds[xx];
-        let pairs = &axis.pairs[xx * per..][..taps.div_ceil(2)];
+    for (xx, (&(first, taps), pairs)) in axis.bounds.iter().zip(axis.pairs.chunks_exact(per)).enumerate() {
         // SAFETY: as in h_row_avx2: 8 bytes per pair, inside `row`.
-        unsafe {
+        let v = unsafe {
             let p = row.as_ptr().add(first * 3);
             let mut lo = _mm_setr_epi32(HALF, HALF, HALF, 0);
             let mut hi = _mm_setzero_si128();
-            for (j, c) in pairs.iter().enumerate() {
+            for (j, c) in pairs[..taps.div_ceil(2)].iter().enumerate() {
                 let px = _mm_loadl_epi64(p.add(6 * j).cast());
                 let k_lo = _mm_loadu_si128(c.as_ptr().cast());
                 let k_hi = _mm_loadu_si128(c.as_ptr().add(4).cast());
                 lo = _mm_add_epi32(lo, _mm_mullo_epi32(_mm_cvtepu8_epi32(px), k_lo));
                 hi = _mm_add_epi32(hi, _mm_mullo_epi32(_mm_cvtepu8_epi32(_mm_srli_si128::<4>(px)), k_hi));
             }
-            store_rgb(lo, hi, o);
-        }
+            rgb_bytes(lo, hi)
+        };
+        put(out, xx, v);
     }
 }
 
