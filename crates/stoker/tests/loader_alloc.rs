@@ -51,6 +51,7 @@ fn allocations_in_steady_state() {
     assembling_a_batch_allocates_nothing_in_steady_state();
     a_loader_pass_allocates_a_small_fraction_of_its_payload();
     decoding_labels_and_arrays_allocates_nothing_in_steady_state();
+    resizing_allocates_nothing_in_steady_state();
     decoding_images_allocates_only_inside_the_codecs_and_does_not_grow();
 }
 
@@ -195,11 +196,44 @@ fn decoding_labels_and_arrays_allocates_nothing_in_steady_state() {
     }
 }
 
-/// Images: the batch storage, the per-thread scratch (decoded pixels, resize buffers) and the
-/// decode threads are reused, so what remains per image is what the codecs allocate inside
-/// (the PNG reader's inflate state and rows, JPEG component rows, resize coefficients and
-/// its intermediate rows): a fixed amount per image that does not grow over a run. Not zero:
-/// none of these crates takes caller-owned state.
+/// The image resize on its own (what a decode does after the codec): once its scratch has
+/// grown to the largest window seen, RandomResizedCrop windows of any size and shape allocate
+/// nothing, whichever pass order and kernel they take.
+fn resizing_allocates_nothing_in_steady_state() {
+    use stoker::decode::image::resample::{Kernel, Resampler, View};
+    use stoker::decode::image::{plan, Window};
+    use stoker::decode::{Crop, ImageSpec, SampleRng};
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let spec = ImageSpec { crop: Crop::random_resized(), ..ImageSpec::default() };
+    let (w, h) = (500, 375);
+    let img: Vec<u8> = (0..w * h * 3).map(|i| (i * 7 % 251) as u8).collect();
+    let windows: Vec<Window> =
+        (0..200).map(|i| plan(&spec, w as u32, h as u32, &mut SampleRng::new(1, 0, i)).window).collect();
+    let mut out = vec![0u8; 224 * 224 * 3];
+    for kernel in [Kernel::Scalar, Kernel::Sse41, Kernel::Avx2].into_iter().filter(|k| k.available()) {
+        let mut r = Resampler::with_kernel(kernel).unwrap();
+        let mut resize = |r: &mut Resampler, win: &Window| {
+            let [l, t, cw, ch] = [win.left, win.top, win.width, win.height].map(|v| v as usize);
+            let view = View::new(&img, w, h).unwrap().crop(l, t, cw, ch).unwrap();
+            r.resize(view, [0.0, 0.0, cw as f32, ch as f32], &mut out, (224, 224)).unwrap();
+        };
+        for win in &windows {
+            resize(&mut r, win); // warm up: the scratch grows to the largest window
+        }
+        let ((), allocs, bytes) = count(|| {
+            for win in windows.iter().rev() {
+                resize(&mut r, win);
+            }
+        });
+        assert_eq!((allocs, bytes), (0, 0), "{kernel:?}: 200 warm resizes made {allocs} allocations");
+    }
+}
+
+/// Images: the batch storage, the per-thread scratch (decoded pixels, the resampler's tables
+/// and intermediate image) and the decode threads are reused, so what remains per image is
+/// what the codecs allocate inside (the PNG reader's inflate state and rows): a fixed amount
+/// per image that does not grow over a run. Not zero: the PNG crate takes no caller-owned
+/// state.
 fn decoding_images_allocates_only_inside_the_codecs_and_does_not_grow() {
     use stoker::decode::{Crop, DecodeSpec, Decoder, FieldDecode, ImageSpec};
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
