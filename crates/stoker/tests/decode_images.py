@@ -3,8 +3,12 @@
     python decode_images.py make OUT        write image variants of scikit-image's real photos
                                             into OUT, with PIL's reference pixels, and print a
                                             JSON manifest
-    python decode_images.py crops OUT JOBS  JOBS is a JSON list of {file, box, flip, out}: write
+    python decode_images.py crops JOBS      JOBS is a JSON list of {file, box, flip, out}: write
                                             PIL's crop(box).resize((224, 224), BILINEAR) there
+    python decode_images.py resize JOBS     JOBS is a JSON list of {src, width, height, crop, box,
+                                            size, out}: the raw RGB image `src`, cropped to `crop`
+                                            (a whole-pixel box, or null) then resized to `size`
+                                            with resize(size, BILINEAR, box=box), written raw
 
 References are what torchvision's PIL backend computes: Image.open(f).convert("RGB"), then
 Resize(256) as img.resize((new_w, new_h), BILINEAR) and CenterCrop(224).
@@ -18,13 +22,17 @@ import zlib
 
 import numpy as np
 from PIL import Image
-import skimage
 
-DATA = os.path.join(os.path.dirname(skimage.__file__), "data")
+
+def data_dir():
+    # Imported here so `resize` runs without scikit-image.
+    import skimage
+
+    return os.path.join(os.path.dirname(skimage.__file__), "data")
 
 
 def photo(name):
-    return Image.open(os.path.join(DATA, name)).convert("RGB")
+    return Image.open(os.path.join(data_dir(), name)).convert("RGB")
 
 
 def png16(path, arr):
@@ -44,7 +52,7 @@ def png16(path, arr):
 
 def variants(out):
     chelsea, coffee, astro = photo("chelsea.png"), photo("coffee.png"), photo("astronaut.png")
-    rocket = Image.open(os.path.join(DATA, "rocket.jpg"))
+    rocket = Image.open(os.path.join(data_dir(), "rocket.jpg"))
     gray = photo("camera.png").convert("L")
     alpha = Image.linear_gradient("L").resize(astro.size)
     v = {}
@@ -60,7 +68,7 @@ def variants(out):
     save("prog.jpg", coffee, "JPEG", quality=85, progressive=True)
     save("gray.jpg", gray, "JPEG", quality=90)
     save("cmyk.jpg", chelsea.convert("CMYK"), "JPEG", quality=95)
-    v["rocket.jpg"] = os.path.join(DATA, "rocket.jpg")
+    v["rocket.jpg"] = os.path.join(data_dir(), "rocket.jpg")
     assert rocket.format == "JPEG"
     save("rgb8.png", astro, "PNG")
     a = np.asarray(coffee).astype(np.uint16)
@@ -121,8 +129,19 @@ def crops(jobs_path):
             f.write(out.tobytes())
 
 
+def resize(jobs_path):
+    with open(jobs_path) as f:
+        jobs = json.load(f)
+    for j in jobs:
+        with open(j["src"], "rb") as f:
+            raw = np.frombuffer(f.read(), np.uint8).reshape(j["height"], j["width"], 3)
+        img = Image.fromarray(raw)
+        if j["crop"] is not None:
+            img = img.crop(tuple(j["crop"]))
+        out = img.resize(tuple(j["size"]), Image.BILINEAR, box=tuple(j["box"]))
+        with open(j["out"], "wb") as f:
+            f.write(out.tobytes())
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "make":
-        make(sys.argv[2])
-    else:
-        crops(sys.argv[2])
+    {"make": make, "crops": crops, "resize": resize}[sys.argv[1]](sys.argv[2])

@@ -9,6 +9,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use stoker::decode::image::resample::{Kernel, Resampler, View};
+use stoker::decode::image::window::center;
 use stoker::decode::image::{plan, ImageError, ImageScratch};
 use stoker::decode::{decode_image, Crop, Dtype, ImageLayout, ImageSpec, Normalize, SampleRng};
 
@@ -204,7 +206,114 @@ fn random_resized_crop_matches_pil_crop_resize_flip() {
         let (max, mean, _) = diff(&got, &want);
         eprintln!("{name} {p:?}: max {max} mean {mean:.3}");
         assert!(mean <= 2.0, "{name} {p:?}: mean abs diff {mean} (max {max})");
+        if !is_jpeg(&name) {
+            // Same source pixels, and the resampler is PIL's: the same bytes.
+            assert!(got == want, "{name} {p:?}: not PIL's bytes (max diff {max})");
+        }
     }
+}
+
+/// The resampler against PIL's own `resize(size, BILINEAR, box)` on random images, boxes and
+/// sizes, as torchvision uses it (crop, then resize) and with fractional boxes: byte for byte,
+/// with every kernel this CPU runs.
+#[test]
+fn resampler_is_pils_resize_exactly() {
+    if std::env::var_os("STOKER_PYTHON").is_none() {
+        eprintln!("skipped: STOKER_PYTHON is not set");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kernels: Vec<Kernel> =
+        [Kernel::Scalar, Kernel::Sse41, Kernel::Avx2].into_iter().filter(|k| k.available()).collect();
+    let mut resamplers: Vec<Resampler> = kernels.iter().map(|&k| Resampler::with_kernel(k).unwrap()).collect();
+    let mut rng = SampleRng::new(21, 0, 0);
+    let rrc = ImageSpec { crop: Crop::random_resized(), ..Default::default() };
+    let (mut jobs, mut ours) = (Vec::new(), Vec::new());
+    for i in 0..240u64 {
+        let (w, h) = match i % 8 {
+            0 => (500, 375),
+            1 => (375, 500),
+            2 => (1 + rng.int_inclusive(0, 3) as usize, 1 + rng.int_inclusive(0, 300) as usize),
+            _ => (1 + rng.int_inclusive(0, 150) as usize, 1 + rng.int_inclusive(0, 150) as usize),
+        };
+        // Noise, or smooth ramps with a little noise (long runs of near-ties in the sums).
+        let smooth = i % 3 == 0;
+        let img: Vec<u8> = (0..w * h * 3)
+            .map(|j| {
+                let n = rng.next_u64() as u8;
+                if smooth {
+                    ((j / 3 % w + j / 3 / w + j % 3 * 40) as u8).wrapping_add(n % 3)
+                } else {
+                    n
+                }
+            })
+            .collect();
+        let src = dir.path().join(format!("{i}.rgb"));
+        std::fs::write(&src, &img).unwrap();
+        let full = View::new(&img, w, h).unwrap();
+        let (wf, hf) = (w as f32, h as f32);
+        let size = match rng.int_inclusive(0, 3) {
+            0 => (224, 224),
+            1 => (1 + rng.int_inclusive(0, 8) as usize, 1 + rng.int_inclusive(0, 8) as usize),
+            _ => (1 + rng.int_inclusive(0, 299) as usize, 1 + rng.int_inclusive(0, 299) as usize),
+        };
+        // (whole-pixel crop first, box in what remains)
+        let (crop, bx): (Option<[usize; 4]>, [f32; 4]) = match i % 4 {
+            // torchvision's RandomResizedCrop: crop, then resize the crop.
+            0 => {
+                let win = plan(&rrc, w as u32, h as u32, &mut SampleRng::new(5, 0, i)).window;
+                let c = [win.left, win.top, win.left + win.width, win.top + win.height].map(|v| v as usize);
+                (Some(c), [0.0, 0.0, (c[2] - c[0]) as f32, (c[3] - c[1]) as f32])
+            }
+            // The fused Resize + CenterCrop window as a box on the whole image.
+            1 => {
+                let win = center(w as u32, h as u32, [size.1 as u32, size.0 as u32], None);
+                let r = ((win.left + win.width) as f32).min(wf);
+                let b = ((win.top + win.height) as f32).min(hf);
+                (None, [win.left as f32, win.top as f32, r, b])
+            }
+            2 => (None, [0.0, 0.0, wf, hf]),
+            _ => {
+                let (l, t) = (rng.uniform(0.0, f64::from(wf)), rng.uniform(0.0, f64::from(hf)));
+                let (r, b) = (rng.uniform(l, f64::from(wf)), rng.uniform(t, f64::from(hf)));
+                (None, [l as f32, t as f32, r as f32, b as f32])
+            }
+        };
+        let view = match crop {
+            Some([l, t, r, b]) => full.crop(l, t, r - l, b - t).unwrap(),
+            None => full,
+        };
+        let outs: Vec<Vec<u8>> = resamplers
+            .iter_mut()
+            .map(|r| {
+                let mut out = vec![0; size.0 * size.1 * 3];
+                r.resize(view, bx, &mut out, size).unwrap();
+                out
+            })
+            .collect();
+        let out = dir.path().join(format!("{i}.out"));
+        // f64 of the f32: Python's float is then exactly the f32 Pillow parses it back into.
+        let box64 = bx.map(f64::from);
+        jobs.push(serde_json::json!({"src": src, "width": w, "height": h, "crop": crop, "box": box64,
+                                     "size": [size.0, size.1], "out": out}));
+        ours.push((format!("#{i} {w}x{h} crop {crop:?} box {bx:?} -> {size:?}"), out, outs));
+    }
+    let jobs_path = dir.path().join("jobs.json");
+    std::fs::write(&jobs_path, serde_json::to_vec(&jobs).unwrap()).unwrap();
+    let res = Command::new(common::python()).arg(script()).arg("resize").arg(&jobs_path).output().unwrap();
+    assert!(res.status.success(), "decode_images.py resize: {}", String::from_utf8_lossy(&res.stderr));
+    let mut bad = Vec::new();
+    for (what, out, outs) in &ours {
+        let want = std::fs::read(out).unwrap();
+        for (k, got) in kernels.iter().zip(outs) {
+            if *got != want {
+                let (max, _, _) = diff(got, &want);
+                bad.push(format!("{what} {k:?}: differs (max {max})"));
+            }
+        }
+    }
+    eprintln!("{} resizes x {} kernels compared with PIL: {} differ", ours.len(), kernels.len(), bad.len());
+    assert!(bad.is_empty(), "{bad:#?}");
 }
 
 #[test]
@@ -369,28 +478,29 @@ fn random_bytes_are_errors() {
     }
 }
 
-/// With a warm scratch, no pixel-sized buffer is allocated per image; what the codecs and
-/// the resizer allocate internally (their decoder state, the resizer's filter coefficients)
-/// is reported and bounded well below one decoded image.
+/// With a warm scratch, no pixel-sized buffer is allocated per image and the resize allocates
+/// nothing; what the codecs allocate internally (their decoder state) is reported and bounded
+/// well below one decoded image.
 #[test]
 fn warm_decodes_allocate_no_pixel_buffers() {
     let Some(fx) = fixtures() else { return };
     let spec = ImageSpec { crop: Crop::random_resized(), flip: 0.5, ..Default::default() };
-    // What one warm fast_image_resize call allocates on its own (its filter coefficients).
+    // The resize allocates nothing once its scratch has grown.
     {
-        use fast_image_resize::images::{Image, ImageRef};
-        use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
-        let src = vec![0u8; 300 * 300 * 3];
+        let src = vec![7u8; 300 * 300 * 3];
         let mut dst = vec![0u8; 224 * 224 * 3];
-        let mut r = Resizer::new();
-        let opts = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
-        for i in 0..2 {
+        let mut r = Resampler::new();
+        let view = View::new(&src, 300, 300).unwrap();
+        for (i, bx) in
+            [[0.0, 0.0, 300.0, 300.0], [10.5, 3.0, 290.0, 260.25], [0.0, 0.0, 300.0, 300.0]].iter().enumerate()
+        {
             let before = allocs();
-            let s = ImageRef::new(300, 300, &src, PixelType::U8x3).unwrap();
-            let mut d = Image::from_slice_u8(224, 224, &mut dst, PixelType::U8x3).unwrap();
-            r.resize(&s, &mut d, &opts).unwrap();
+            r.resize(view, *bx, &mut dst, (224, 224)).unwrap();
             let (n, b) = (allocs().0 - before.0, allocs().1 - before.1);
-            eprintln!("fast_image_resize 300x300 -> 224x224, call {i}: {n} allocations, {b} bytes");
+            eprintln!("resample 300x300 -> 224x224, call {i}: {n} allocations, {b} bytes");
+            if i == 2 {
+                assert_eq!((n, b), (0, 0), "a warm resize allocated");
+            }
         }
     }
     let mut scratch = ImageScratch::default();
@@ -427,8 +537,6 @@ fn warm_decodes_allocate_no_pixel_buffers() {
 #[test]
 #[ignore = "a measurement: cargo test --release --test decode_images bench -- --ignored --nocapture"]
 fn bench_random_resized_crop() {
-    use fast_image_resize::images::{CroppedImage, Image, ImageRef};
-    use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
     use zune_jpeg::zune_core::{bytestream::ZCursor, colorspace::ColorSpace, options::DecoderOptions};
     let Some(dir) = std::env::var_os("STOKER_BENCH_IMAGES") else {
         eprintln!("skipped: set STOKER_BENCH_IMAGES to a directory of JPEGs");
@@ -445,7 +553,7 @@ fn bench_random_resized_crop() {
     let n = 600;
     for round in 0..rounds {
         // Full decode with zune-jpeg's own upsampler, then the same window resized.
-        let (mut buf, mut out, mut resizer) = (Vec::new(), vec![0u8; 224 * 224 * 3], Resizer::new());
+        let (mut buf, mut out, mut resampler) = (Vec::new(), vec![0u8; 224 * 224 * 3], Resampler::new());
         let t = std::time::Instant::now();
         for i in 0..n {
             let data = &files[i % files.len()];
@@ -457,12 +565,9 @@ fn bench_random_resized_crop() {
             d.decode_into(&mut buf).unwrap();
             let p = plan(&spec, w as u32, h as u32, &mut SampleRng::new(0, 0, i as u64));
             let win = p.window;
-            let src = ImageRef::new(w as u32, h as u32, &buf, PixelType::U8x3).unwrap();
-            let cut =
-                CroppedImage::new(&src, win.left as u32, win.top as u32, win.width as u32, win.height as u32).unwrap();
-            let mut dst = Image::from_slice_u8(224, 224, &mut out, PixelType::U8x3).unwrap();
-            let opts = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
-            resizer.resize(&cut, &mut dst, &opts).unwrap();
+            let [l, t, cw, ch] = [win.left, win.top, win.width, win.height].map(|v| v as usize);
+            let cut = View::new(&buf, w, h).unwrap().crop(l, t, cw, ch).unwrap();
+            resampler.resize(cut, [0.0, 0.0, cw as f32, ch as f32], &mut out, (224, 224)).unwrap();
         }
         let full = n as f64 / t.elapsed().as_secs_f64();
         // zune-jpeg's raw row pull alone, every row, no upsampling or conversion.

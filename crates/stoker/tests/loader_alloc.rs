@@ -55,6 +55,7 @@ fn allocations_in_steady_state() {
     // from libtest, which allocates, and must not land inside a window that has to count zero.
     decoding_jpegs_allocates_nothing_in_steady_state();
     jpeg_batches_allocate_nothing_in_steady_state();
+    resizing_allocates_nothing_in_steady_state();
     decoding_images_allocates_only_inside_the_codecs_and_does_not_grow();
 }
 
@@ -199,11 +200,44 @@ fn decoding_labels_and_arrays_allocates_nothing_in_steady_state() {
     }
 }
 
-/// PNG images with a random resized crop: the batch storage, the per-thread scratch (decoded
-/// pixels, resize buffers) and the decode threads are reused, so what remains per image is
-/// what png and the resizer allocate inside (the inflate state and rows, resize coefficients
-/// and intermediate rows): a fixed amount per image that does not grow over a run. Not zero:
-/// neither crate takes caller-owned state. JPEGs allocate nothing (the checks below).
+/// The image resize on its own (what a decode does after the codec): once its scratch has
+/// grown to the largest window seen, RandomResizedCrop windows of any size and shape allocate
+/// nothing, whichever pass order and kernel they take.
+fn resizing_allocates_nothing_in_steady_state() {
+    use stoker::decode::image::resample::{Kernel, Resampler, View};
+    use stoker::decode::image::{plan, Window};
+    use stoker::decode::{Crop, ImageSpec, SampleRng};
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let spec = ImageSpec { crop: Crop::random_resized(), ..ImageSpec::default() };
+    let (w, h) = (500, 375);
+    let img: Vec<u8> = (0..w * h * 3).map(|i| (i * 7 % 251) as u8).collect();
+    let windows: Vec<Window> =
+        (0..200).map(|i| plan(&spec, w as u32, h as u32, &mut SampleRng::new(1, 0, i)).window).collect();
+    let mut out = vec![0u8; 224 * 224 * 3];
+    for kernel in [Kernel::Scalar, Kernel::Sse41, Kernel::Avx2].into_iter().filter(|k| k.available()) {
+        let mut r = Resampler::with_kernel(kernel).unwrap();
+        let mut resize = |r: &mut Resampler, win: &Window| {
+            let [l, t, cw, ch] = [win.left, win.top, win.width, win.height].map(|v| v as usize);
+            let view = View::new(&img, w, h).unwrap().crop(l, t, cw, ch).unwrap();
+            r.resize(view, [0.0, 0.0, cw as f32, ch as f32], &mut out, (224, 224)).unwrap();
+        };
+        for win in &windows {
+            resize(&mut r, win); // warm up: the scratch grows to the largest window
+        }
+        let ((), allocs, bytes) = count(|| {
+            for win in windows.iter().rev() {
+                resize(&mut r, win);
+            }
+        });
+        assert_eq!((allocs, bytes), (0, 0), "{kernel:?}: 200 warm resizes made {allocs} allocations");
+    }
+}
+
+/// Images: the batch storage, the per-thread scratch (decoded pixels, the resampler's tables
+/// and intermediate image) and the decode threads are reused, so what remains per image is
+/// what the codecs allocate inside (the PNG reader's inflate state and rows): a fixed amount
+/// per image that does not grow over a run. Not zero: the PNG crate takes no caller-owned
+/// state. JPEGs allocate nothing (the checks above).
 fn decoding_images_allocates_only_inside_the_codecs_and_does_not_grow() {
     use stoker::decode::{Crop, DecodeSpec, Decoder, FieldDecode, ImageSpec};
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -327,18 +361,20 @@ fn jpeg_batch() -> Vec<Bytes> {
     out
 }
 
-fn no_resize_spec() -> stoker::decode::ImageSpec {
+/// The ImageNet training transform at a small size: RandomResizedCrop(64) and a flip, so
+/// every decode resizes a window of a new size and place.
+fn train_spec() -> stoker::decode::ImageSpec {
     use stoker::decode::{Crop, ImageSpec};
-    ImageSpec { size: [64, 64], crop: Crop::Center { resize: Some(96) }, flip: 0.5, ..ImageSpec::default() }
+    ImageSpec { size: [64, 64], crop: Crop::random_resized(), flip: 0.5, ..ImageSpec::default() }
 }
 
 /// One decode thread's view: a warm scratch decodes every kind of JPEG, each in a few sizes,
-/// without allocating (no resize involved, see [`jpeg_batch`]).
+/// without allocating, resize included.
 fn decoding_jpegs_allocates_nothing_in_steady_state() {
     use stoker::decode::{decode_image, ImageScratch, SampleRng};
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let images = jpeg_batch();
-    let spec = no_resize_spec();
+    let spec = train_spec();
     let mut scratch = ImageScratch::default();
     let mut out = vec![0u8; spec.out_bytes()];
     for data in &images {
@@ -378,7 +414,7 @@ fn jpeg_batches_allocate_nothing_in_steady_state() {
         .collect();
     let n = batch.len() as u64;
     let idx: Vec<u64> = (0..n).collect();
-    let spec = DecodeSpec::new().with("jpg", FieldDecode::Image(no_resize_spec())).with("cls", FieldDecode::Int);
+    let spec = DecodeSpec::new().with("jpg", FieldDecode::Image(train_spec())).with("cls", FieldDecode::Int);
     let src = Memory(Vec::new());
     for threads in [1, 2] {
         let pool = BatchPool::new(4);

@@ -29,6 +29,8 @@
 mod codec;
 mod jpeg;
 mod output;
+#[doc(hidden)]
+pub mod resample;
 pub mod window;
 
 pub use codec::{sniff, Format};
@@ -84,8 +86,8 @@ pub struct ImageScratch {
     resized: Vec<u8>,
     /// The JPEG row path's component planes and the JPEG decoder's own buffers.
     jpeg: jpeg::JpegScratch,
-    /// fast_image_resize's resizer, which keeps its own temporary buffers.
-    resizer: fast_image_resize::Resizer,
+    /// The resampler's coefficient tables and intermediate image.
+    resampler: resample::Resampler,
 }
 
 impl std::fmt::Debug for ImageScratch {
@@ -118,6 +120,6 @@ pub fn decode_image(
     let [oh, ow] = spec.size;
     let n = codec::rgb_len(ow, oh)?;
     let resized = codec::grow(&mut scratch.resized, n);
-    output::resize(&mut scratch.resizer, &scratch.pixels, got_size, &win, resized, (ow, oh))?;
+    output::resize(&mut scratch.resampler, &scratch.pixels, got_size, &win, resized, (ow, oh))?;
     output::write(spec, resized, ow as usize, oh as usize, plan.flip, out)
 }

@@ -1,50 +1,53 @@
 //! The resampling and the final write: an antialiased bilinear resize of the source window
-//! (PIL's `resize(BILINEAR)`, which torchvision uses), then flip, layout and element type.
+//! (PIL's `resize(BILINEAR)`, which torchvision uses, reproduced exactly by resample.rs), then
+//! flip, layout and element type.
 
-use fast_image_resize::images::{CroppedImage, Image, ImageRef};
-use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use half::f16;
 
 use super::super::spec::{Dtype, ImageLayout, ImageSpec};
+use super::resample::{Resampler, View};
 use super::window::Window;
 use super::ImageError;
 
 /// Resize `window` of the RGB8 image `src` (`sw` x `sh`) to `dst` (`dw` x `dh`, RGB8).
 ///
 /// A window flagged `clamp_to_window` is cut out first, so the filter never reads outside it
-/// (torchvision crops, then resizes the crop); otherwise the crop is given to the resizer,
-/// whose filter then reaches past the window's edges as a resize of the whole image would.
+/// (torchvision crops, then resizes the crop: for its whole-pixel windows these are PIL's
+/// bytes exactly); otherwise the window is PIL's `box` on the whole image, whose filter then
+/// reaches past the window's edges as a resize of the whole image would.
 #[allow(clippy::too_many_arguments)]
 pub fn resize(
-    resizer: &mut Resizer,
+    resampler: &mut Resampler,
     src: &[u8],
     (sw, sh): (u32, u32),
     window: &Window,
     dst: &mut [u8],
     (dw, dh): (u32, u32),
 ) -> Result<(), ImageError> {
-    let fail = |e: &dyn std::fmt::Display| ImageError::Corrupt(format!("resize: {e}"));
-    let src = ImageRef::new(sw, sh, src, PixelType::U8x3).map_err(|e| fail(&e))?;
-    let mut dst = Image::from_slice_u8(dw, dh, dst, PixelType::U8x3).map_err(|e| fail(&e))?;
-    let alg = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
-    // Keep the window inside the image whatever rounding did to it.
-    let left = window.left.clamp(0.0, f64::from(sw) - 1.0);
-    let top = window.top.clamp(0.0, f64::from(sh) - 1.0);
-    let width = window.width.min(f64::from(sw) - left).max(f64::MIN_POSITIVE);
-    let height = window.height.min(f64::from(sh) - top).max(f64::MIN_POSITIVE);
-    if window.clamp_to_window {
-        // Whole pixels out, then the fractional rest (if any) inside the cut-out.
-        let (l0, t0) = (left.floor(), top.floor());
-        let r1 = (left + width).ceil().min(f64::from(sw));
-        let b1 = (top + height).ceil().min(f64::from(sh));
-        let cut =
-            CroppedImage::new(&src, l0 as u32, t0 as u32, (r1 - l0) as u32, (b1 - t0) as u32).map_err(|e| fail(&e))?;
-        let opts = alg.crop(left - l0, top - t0, width, height);
-        resizer.resize(&cut, &mut dst, &opts).map_err(|e| fail(&e))
-    } else {
-        let opts = alg.crop(left, top, width, height);
-        resizer.resize(&src, &mut dst, &opts).map_err(|e| fail(&e))
+    let (swf, shf) = (f64::from(sw), f64::from(sh));
+    let view = View::new(src, sw as usize, sh as usize)?;
+    if [window.left, window.top, window.width, window.height].iter().any(|v| !v.is_finite()) {
+        return Err(ImageError::Corrupt(format!("resize: window {window:?}")));
     }
+    // Keep the window inside the image whatever rounding did to it.
+    let left = window.left.clamp(0.0, swf - 1.0);
+    let top = window.top.clamp(0.0, shf - 1.0);
+    let width = window.width.min(swf - left).max(f64::MIN_POSITIVE);
+    let height = window.height.min(shf - top).max(f64::MIN_POSITIVE);
+    let (view, left, top) = if window.clamp_to_window {
+        // Whole pixels out, then the fractional rest (if any) as the box inside the cut-out.
+        let (l0, t0) = (left.floor(), top.floor());
+        let r1 = (left + width).ceil().min(swf);
+        let b1 = (top + height).ceil().min(shf);
+        let cut = view.crop(l0 as usize, t0 as usize, (r1 - l0) as usize, (b1 - t0) as usize)?;
+        (cut, left - l0, top - t0)
+    } else {
+        (view, left, top)
+    };
+    // PIL takes the box as C floats; f32 rounding can only land on the image's edge, not past it.
+    let (vw, vh) = (view.width() as f32, view.height() as f32);
+    let bx = [left as f32, top as f32, ((left + width) as f32).min(vw), ((top + height) as f32).min(vh)];
+    resampler.resize(view, bx, dst, (dw as usize, dh as usize))
 }
 
 /// Write the resized RGB8 image `img` (`w` x `h`) into `out` per the spec's layout and dtype,
@@ -213,17 +216,51 @@ mod tests {
 
     #[test]
     fn resize_at_scale_one_is_the_identity_and_crops_exactly() {
-        let mut r = Resizer::new();
+        let mut r = Resampler::new();
         let (w, h) = (7u32, 5u32);
         let src: Vec<u8> = (0..w * h * 3).map(|i| (i * 7 % 251) as u8).collect();
         let mut dst = vec![0; 3 * 2 * 3];
-        let win = Window { left: 2.0, top: 1.0, width: 3.0, height: 2.0, clamp_to_window: true };
-        resize(&mut r, &src, (w, h), &win, &mut dst, (3, 2)).unwrap();
-        for y in 0..2 {
-            for x in 0..3 {
-                let s = ((y + 1) * w as usize + x + 2) * 3;
-                assert_eq!(&dst[(y * 3 + x) * 3..][..3], &src[s..s + 3]);
+        for clamp_to_window in [true, false] {
+            let win = Window { left: 2.0, top: 1.0, width: 3.0, height: 2.0, clamp_to_window };
+            resize(&mut r, &src, (w, h), &win, &mut dst, (3, 2)).unwrap();
+            for y in 0..2 {
+                for x in 0..3 {
+                    let s = ((y + 1) * w as usize + x + 2) * 3;
+                    assert_eq!(&dst[(y * 3 + x) * 3..][..3], &src[s..s + 3]);
+                }
             }
         }
+    }
+
+    #[test]
+    fn clamped_windows_read_only_inside_unclamped_ones_reach_out() {
+        let mut r = Resampler::new();
+        // Bright outside a dark 4x4 middle: a clamped window sees only the middle.
+        let (w, h) = (8u32, 8u32);
+        let src: Vec<u8> = (0..w * h)
+            .flat_map(|p| if (2..6).contains(&(p % w)) && (2..6).contains(&(p / w)) { [0; 3] } else { [255; 3] })
+            .collect();
+        let mut dst = vec![0; 2 * 2 * 3];
+        let win = Window { left: 2.0, top: 2.0, width: 4.0, height: 4.0, clamp_to_window: true };
+        resize(&mut r, &src, (w, h), &win, &mut dst, (2, 2)).unwrap();
+        assert!(dst.iter().all(|&v| v == 0), "{dst:?}");
+        resize(&mut r, &src, (w, h), &Window { clamp_to_window: false, ..win }, &mut dst, (2, 2)).unwrap();
+        assert!(dst.iter().all(|&v| v > 0), "{dst:?}");
+    }
+
+    #[test]
+    fn bad_sizes_and_windows_are_errors() {
+        let mut r = Resampler::new();
+        let src = vec![0u8; 4 * 4 * 3];
+        let mut dst = vec![0; 2 * 2 * 3];
+        let win = Window { left: 0.0, top: 0.0, width: 4.0, height: 4.0, clamp_to_window: true };
+        assert!(resize(&mut r, &src, (0, 4), &win, &mut dst, (2, 2)).is_err());
+        assert!(resize(&mut r, &src, (4, 5), &win, &mut dst, (2, 2)).is_err());
+        assert!(resize(&mut r, &src, (4, 4), &win, &mut dst, (2, 3)).is_err());
+        let nan = Window { left: f64::NAN, ..win };
+        assert!(resize(&mut r, &src, (4, 4), &nan, &mut dst, (2, 2)).is_err());
+        // Out-of-image windows are pulled inside, as before.
+        let far = Window { left: 10.0, top: -3.0, width: 40.0, height: 2.0, clamp_to_window: false };
+        resize(&mut r, &src, (4, 4), &far, &mut dst, (2, 2)).unwrap();
     }
 }
