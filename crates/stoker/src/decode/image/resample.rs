@@ -487,12 +487,12 @@ fn h_row_scalar(row: &[u8], axis: &Axis, out: &mut [u8]) {
 /// the packed rows of `dst`, one per output row.
 fn vertical(kernel: Kernel, axis: &Axis, src: View<'_>, col0: usize, dst: &mut [u8]) -> Result<(), ImageError> {
     let rows = axis.bounds.len();
-    if rows == 0 || dst.len() % rows != 0 {
+    if rows == 0 || !dst.len().is_multiple_of(rows) {
         return Err(bad("vertical pass out of bounds"));
     }
     let width = dst.len() / rows;
     let (_, last) = axis.span();
-    if last > src.height || width % 3 != 0 || col0 + width / 3 > src.width {
+    if last > src.height || !width.is_multiple_of(3) || col0 + width / 3 > src.width {
         return Err(bad("vertical pass out of bounds"));
     }
     for (yy, out) in dst.chunks_exact_mut(width).enumerate() {

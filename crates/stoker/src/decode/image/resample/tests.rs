@@ -98,7 +98,8 @@ fn whole_pixel_boxes_of_the_output_size_are_exact_copies() {
 #[test]
 fn matches_pillow_on_hand_checked_cases() {
     // Pillow 13: Image.fromarray(pattern(w, h)).resize(size, Image.BILINEAR, box=bx).
-    let golden: [((usize, usize), (usize, usize), [f32; 4], &[u8]); 4] = [
+    type Case = ((usize, usize), (usize, usize), [f32; 4], &'static [u8]);
+    let golden: [Case; 4] = [
         (
             (7, 5),
             (4, 3),
@@ -153,9 +154,17 @@ fn matches_pillow_on_hand_checked_cases() {
     }
 }
 
-/// A random resize: a source inside a larger buffer (a crop, so rows have a stride and the
-/// last row ends the buffer or not), a box in it, and an output size, up or down, thin or not.
-fn random_case(rng: &mut SampleRng) -> (Vec<u8>, (usize, usize, usize, usize, usize), [f32; 4], (usize, usize)) {
+/// A random resize: a buffer, a crop of it (so rows have a stride and the last row ends the
+/// buffer or not), a box in the crop, and an output size, up or down, thin or not.
+struct Case {
+    data: Vec<u8>,
+    /// Buffer width, then the crop's x, y, width, height.
+    crop: (usize, usize, usize, usize, usize),
+    bx: [f32; 4],
+    out: (usize, usize),
+}
+
+fn random_case(rng: &mut SampleRng) -> Case {
     let dim = |rng: &mut SampleRng| match rng.int_inclusive(0, 5) {
         0 => 1,
         1 => rng.int_inclusive(2, 4) as usize,
@@ -182,7 +191,7 @@ fn random_case(rng: &mut SampleRng) -> (Vec<u8>, (usize, usize, usize, usize, us
         }
     };
     let out = (dim(rng).min(300), dim(rng).min(300));
-    (data, (bw, x, y, w, h), bx, out)
+    Case { data, crop: (bw, x, y, w, h), bx, out }
 }
 
 #[test]
@@ -191,7 +200,7 @@ fn every_kernel_gives_the_scalar_bytes() {
     let mut rs: Vec<Resampler> = kernels.iter().map(|&k| Resampler::with_kernel(k).unwrap()).collect();
     let mut rng = SampleRng::new(11, 0, 0);
     for case in 0..400 {
-        let (data, (bw, x, y, w, h), bx, out) = random_case(&mut rng);
+        let Case { data, crop: (bw, x, y, w, h), bx, out } = random_case(&mut rng);
         let full = View::new(&data, bw, data.len() / 3 / bw).unwrap();
         let src = full.crop(x, y, w, h).unwrap();
         let want = run(&mut rs[0], src, bx, out);
@@ -244,8 +253,8 @@ fn bad_arguments_are_errors() {
     // rows either side of the line, half and half.
     r.resize(src, [4.0, 1.0, 4.0, 1.0], &mut out, (2, 2)).unwrap();
     let px = |x: usize, y: usize, c: usize| u16::from(img[(y * 4 + x) * 3 + c]);
-    for c in 0..3 {
-        assert_eq!(u16::from(out[c]), (px(3, 0, c) + px(3, 1, c) + 1) / 2);
+    for (c, &v) in out[..3].iter().enumerate() {
+        assert_eq!(u16::from(v), (px(3, 0, c) + px(3, 1, c)).div_ceil(2));
     }
 }
 
