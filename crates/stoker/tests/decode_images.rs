@@ -166,8 +166,10 @@ fn center_crop_matches_torchvision_resize_and_center_crop() {
         eprintln!("{} center: max {max} mean {mean:.3}", v.name);
         assert!(mean <= 2.0, "{}: center crop mean abs diff {mean} (max {max})", v.name);
         if !is_jpeg(&v.name) && !v.name.contains("lossy") {
-            // Same source pixels: only the resampler's rounding differs.
-            assert!(mean <= 0.5, "{}: {mean}", v.name);
+            // Same source pixels and PIL's resampler: what differs is one resize of a
+            // fractional box against a resize of the whole image then a crop, whose weights
+            // round apart now and then (measured: max 1, mean below 0.001).
+            assert!(max <= 1 && mean <= 0.01, "{}: max {max} mean {mean}", v.name);
         }
     }
 }
