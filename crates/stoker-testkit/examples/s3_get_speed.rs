@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStoreExt, PutPayload};
 use stoker_testkit::s3::{self, S3ServerConfig};
 
 fn arg(name: &str, default: usize) -> usize {
