@@ -199,6 +199,13 @@ impl Permutation {
     }
 }
 
+/// [`Order::ShardShuffle`]'s window when none is chosen (Python `shuffle_window`, CLI
+/// `--shuffle-window`): 4 shards. Each sample is then shuffled with the samples of 3 other
+/// shards (thousands of samples at common shard sizes, more than webdataset's usual
+/// 1,000-sample shuffle buffer), while a loader holds at most two windows (8 shards) in
+/// memory and reads each window as 4 shards' worth of large parallel requests.
+pub const DEFAULT_SHARD_WINDOW: usize = 4;
+
 /// How the samples of an epoch are ordered globally (before the rank split).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
