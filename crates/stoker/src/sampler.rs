@@ -221,7 +221,10 @@ pub enum Order {
     /// permute the shards, walk them in groups of `window` consecutive
     /// permuted shards, and shuffle the samples of each group together. Only
     /// `window` shards need to be open at a time, at the cost of less mixing.
-    /// Requires [`SamplerConfig::shards`].
+    /// Requires [`SamplerConfig::shards`]. Over a remote store the
+    /// [`Loader`](crate::loader::Loader) reads each window's shards ahead with a
+    /// few large requests, in this order ([`Sampler::shard_windows`]), holding
+    /// at most two windows.
     ShardShuffle {
         /// Base seed; combine with the epoch for the permutation keys.
         seed: u64,
