@@ -102,3 +102,10 @@ def test_bad_shuffle_values_name_the_choices(data, s3):
         with pytest.raises(stoker.InvalidInputError, match="not made of shards"):
             stoker.Loader(str(data / path), batch_size=4, shuffle="shards")
     assert sorted(indices(stoker.Loader(str(data / "bucket/tar"), batch_size=4, shuffle="shards"))) == list(range(N))
+
+
+def test_diagnose_takes_the_shard_shuffle(s3):
+    report = stoker.diagnose(s3("tar"), batch_size=8, shuffle="shards", shuffle_window=2, samples=40, seconds=5)
+    assert len(report["steps"]) == 5 and all(s["samples_per_s"] > 0 for s in report["steps"]), report["text"]
+    with pytest.raises(ValueError, match="shuffle"):
+        stoker.diagnose(s3("tar"), batch_size=8, shuffle="window")
