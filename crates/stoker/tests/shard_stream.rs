@@ -204,3 +204,23 @@ fn windows_of_a_sampler_hold_their_shards_samples() {
         assert_eq!(by_window[&w], win.shards.iter().copied().collect::<BTreeSet<_>>());
     }
 }
+
+/// With a disk cache the read-ahead goes through it: the next epoch makes no request at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_shuffle_read_ahead_fills_the_disk_cache() {
+    let s = served(FaultPatch::default()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let extra = format!("&hedge_ms=0&cache_block=65536&disk_cache_dir={}", cache.path().display());
+    let src = open(&uri(&s.proxy.endpoint(), "tar", &extra)).await;
+    let loader = Loader::new(src, shard_shuffle(8, 5)).unwrap();
+    s.proxy.control.reset_stats();
+    let first = epoch(&loader, 0, &s.samples, usize::MAX).await;
+    assert!(s.proxy.control.stats().requests as usize <= 4 * SHARDS, "{:?}", shard_reads(&s.proxy));
+    s.proxy.control.reset_stats();
+    let second = epoch(&loader, 1, &s.samples, usize::MAX).await;
+    assert_eq!(s.proxy.control.stats().requests, 0, "{:?}", shard_reads(&s.proxy));
+    assert_eq!(first.iter().copied().collect::<BTreeSet<_>>(), second.iter().copied().collect::<BTreeSet<_>>());
+    assert_ne!(first, second);
+    s.proxy.shutdown().await;
+    s.server.shutdown().await;
+}
