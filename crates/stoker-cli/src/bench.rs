@@ -28,6 +28,7 @@ use crate::units::{parse_duration, parse_size};
 #[command(after_help = "Examples:\n  \
 stoker bench                                   # the embedded default: ~1 GiB demo, every backend\n  \
 stoker bench --samples 2000 --latency 25ms     # smaller, with 25 ms added to every S3 request\n  \
+stoker bench --backends s3-tar --latency 25ms --shuffle shards  # shards streamed window by window\n  \
 stoker bench --dir ./bench-data --backends tar,s3-tar\n  \
 stoker bench ./shards 's3://bucket/train?endpoint=http://localhost:9000' --epochs 2")]
 pub(crate) struct BenchArgs {
@@ -44,9 +45,8 @@ pub(crate) struct BenchArgs {
     /// Epochs to read per backend (all are timed; the first includes connection set-up).
     #[arg(long, default_value_t = 1)]
     epochs: u64,
-    /// Shuffle (a new permutation per epoch) instead of reading in order.
-    #[arg(long)]
-    shuffle: bool,
+    #[command(flatten)]
+    shuffle: crate::shuffle::ShuffleArgs,
     /// Simulated training step per batch (e.g. 20ms): the loader reads ahead meanwhile, and
     /// `wait %` then says how much of the time such a consumer would starve.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "0ms")]
@@ -99,7 +99,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
         batch: args.batch,
         prefetch: args.prefetch,
         epochs: args.epochs.max(1),
-        shuffle: args.shuffle,
+        shuffle: args.shuffle.clone(),
         step: args.step,
         config: args.config.clone(),
         decode: args.decode.clone(),
@@ -107,6 +107,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
     if !args.decode.is_empty() {
         stoker::decode::DecodeSpec::from_args(&args.decode).map_err(|e| e.to_string())?;
     }
+    params.shuffle.order(0)?;
     if args.batch == 0 {
         return Err("--batch must be at least 1".into());
     }

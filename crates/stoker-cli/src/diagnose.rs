@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use stoker::diagnose::{diagnose, Consumer, DiagnoseConfig};
 use stoker::loader::{HostBuffers, LoaderConfig, Transform};
-use stoker::sampler::Order;
 
 use crate::units::parse_duration;
 use crate::{write_result, SourceArgs};
@@ -34,9 +33,8 @@ pub(crate) struct DiagnoseArgs {
     /// Batches the Loader fetches ahead.
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
-    /// Shuffle (as training would) instead of reading in order.
-    #[arg(long)]
-    shuffle: bool,
+    #[command(flatten)]
+    shuffle: crate::shuffle::ShuffleArgs,
     /// Your training step's time per batch (e.g. 20ms): the consumer waits that long, as a step
     /// waiting on the GPU does. 0 measures the input side alone.
     #[arg(long, value_parser = parse_duration, default_value = "0ms", value_name = "DURATION")]
@@ -75,9 +73,7 @@ pub(crate) async fn run(args: DiagnoseArgs) -> Result<(), String> {
     }
     let mut loader = LoaderConfig::new(args.batch);
     loader.prefetch = args.prefetch;
-    if args.shuffle {
-        loader.order = Order::Shuffle { seed: 0 };
-    }
+    loader.order = args.shuffle.order(0)?;
     if let Some(n) = args.transform_threads {
         loader.transform_threads = n;
     }

@@ -14,6 +14,7 @@ mod bench;
 mod diagnose;
 mod index;
 mod pack;
+mod shuffle;
 mod units;
 use stoker::{DynSampleSource, SourceOptions};
 

@@ -239,3 +239,41 @@ fn latency_goes_through_the_proxy() {
     }
     assert!(rows[0]["proxy_requests"].as_u64().unwrap() >= samples, "one GET per object at least: {}", rows[0]);
 }
+
+#[test]
+fn shard_shuffle_flags_reach_the_loader() {
+    use stoker_testkit::s3::{serve, S3ServerConfig};
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("data/tar")).unwrap();
+    shards(&root.path().join("data/tar"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(serve(S3ServerConfig::new(root.path()).with_credentials("ak", "sk"))).unwrap();
+    let s3 = format!("s3://data/tar?endpoint={}&access_key_id=ak&secret_access_key=sk", server.endpoint());
+    let (run, rows) = json_run(&[
+        "bench",
+        &s3,
+        "--batch",
+        "4",
+        "--epochs",
+        "2",
+        "--shuffle",
+        "shards",
+        "--shuffle-window",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(run["params"]["order"], "shard-shuffled (window 2)", "{run}");
+    check_row(&rows[0], 12);
+    // Both shards are one window: read ahead in one request each, per epoch.
+    assert!(rows[0]["store_requests"].as_u64().unwrap() > 0, "{}", rows[0]);
+    // Files are not shards.
+    let files = tempfile::tempdir().unwrap();
+    std::fs::write(files.path().join("a.bin"), b"x").unwrap();
+    let out = stoker(&["bench", files.path().to_str().unwrap(), "--shuffle", "shards"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("not made of shards"), "{}", text(&out.stderr));
+    let out = stoker(&["bench", files.path().to_str().unwrap(), "--shuffle", "random"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success() && err.contains("samples") && err.contains("shards"), "{err}");
+    let out = stoker(&["bench", files.path().to_str().unwrap(), "--shuffle-window", "3"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("--shuffle shards"), "{}", text(&out.stderr));
+}

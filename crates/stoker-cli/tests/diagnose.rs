@@ -66,6 +66,9 @@ fn bad_arguments_are_refused_with_the_fix() {
     let out = stoker(&["diagnose", uri, "--device", "0", "--samples", "16"]);
     assert!(!out.status.success(), "no GPU on this machine");
     assert!(text(&out.stderr).contains("CUDA"), "{}", text(&out.stderr));
+    let out = stoker(&["diagnose", uri, "--shuffle", "shards"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("not made of shards"), "{}", text(&out.stderr));
     let out = stoker(&["diagnose", &format!("{uri}/missing")]);
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("missing"), "{}", text(&out.stderr));

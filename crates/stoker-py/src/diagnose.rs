@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use stoker::loader::LoaderConfig;
-use stoker::sampler::Order;
 use stoker::SourceOptions;
 
 use crate::errors::{err, InvalidInputError, StokerError};
@@ -14,7 +13,7 @@ use crate::runtime::block_on;
 /// The caching ladder of `stoker diagnose` over `uri`: returns the report as text and JSON.
 /// `step`, when given, is called once per batch as the consumer (the training step).
 #[pyfunction]
-#[pyo3(signature = (uri, options, batch_size, prefetch=4, shuffle=false, seed=0, samples=2048, seconds=10.0, step=None, decode=None))]
+#[pyo3(signature = (uri, options, batch_size, prefetch=4, shuffle=None, seed=0, samples=2048, seconds=10.0, step=None, decode=None, shuffle_window=None))]
 #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
 pub(crate) fn diagnose(
     py: Python<'_>,
@@ -22,12 +21,13 @@ pub(crate) fn diagnose(
     options: &str,
     batch_size: usize,
     prefetch: usize,
-    shuffle: bool,
+    shuffle: Option<&Bound<'_, PyAny>>,
     seed: u64,
     samples: u64,
     seconds: f64,
     step: Option<Py<PyAny>>,
     decode: Option<&str>,
+    shuffle_window: Option<usize>,
 ) -> PyResult<(String, String)> {
     use stoker::diagnose::{Consumer, DiagnoseConfig};
     if !(seconds.is_finite() && seconds > 0.0) {
@@ -36,9 +36,7 @@ pub(crate) fn diagnose(
     let opts = SourceOptions::from_json(options).map_err(err)?;
     let mut cfg = LoaderConfig::new(batch_size);
     cfg.prefetch = prefetch.max(1);
-    if shuffle {
-        cfg.order = Order::Shuffle { seed };
-    }
+    cfg.order = crate::order::order(shuffle, shuffle_window, seed)?;
     if let Some(spec) = decode {
         cfg.decode = Some(stoker::decode::DecodeSpec::from_json(spec).map_err(err)?);
         cfg.augment_seed = seed;

@@ -11,6 +11,7 @@ mod diagnose;
 mod dlpack;
 mod errors;
 mod loader;
+mod order;
 mod runtime;
 mod source;
 

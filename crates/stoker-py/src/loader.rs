@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyIndexError, PyStopIteration};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use stoker::loader::{EpochStream, Loader as RsLoader, LoaderConfig, LoaderState};
-use stoker::sampler::{Order, Partition, Tail};
+use stoker::sampler::{Partition, Tail};
 
 use crate::dlpack::DlPack;
 use crate::errors::{err, InvalidInputError, StokerError};
@@ -65,15 +65,16 @@ impl Loader {
 #[pymethods]
 impl Loader {
     #[new]
-    #[pyo3(signature = (source, batch_size, shuffle=false, seed=0, drop_last=false, prefetch=4,
+    #[pyo3(signature = (source, batch_size, shuffle=None, seed=0, drop_last=false, prefetch=4,
                         rank=None, world_size=None, worker=0, num_workers=1, wrap=true,
-                        max_bytes_in_flight=1u64<<30, skip_errors=false, decode=None, threads=None))]
+                        max_bytes_in_flight=1u64<<30, skip_errors=false, decode=None, threads=None,
+                        shuffle_window=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         source: Py<Source>,
         batch_size: usize,
-        shuffle: bool,
+        shuffle: Option<&Bound<'_, PyAny>>,
         seed: u64,
         drop_last: bool,
         prefetch: usize,
@@ -86,8 +87,10 @@ impl Loader {
         skip_errors: bool,
         decode: Option<&str>,
         threads: Option<usize>,
+        shuffle_window: Option<usize>,
     ) -> PyResult<Self> {
         let mut cfg = LoaderConfig::new(batch_size);
+        cfg.order = crate::order::order(shuffle, shuffle_window, seed)?;
         if let Some(spec) = decode {
             cfg.decode = Some(stoker::decode::DecodeSpec::from_json(spec).map_err(err)?);
         }
@@ -101,7 +104,6 @@ impl Loader {
         cfg.drop_last = drop_last;
         cfg.prefetch = prefetch;
         cfg.max_bytes_in_flight = max_bytes_in_flight;
-        cfg.order = if shuffle { Order::Shuffle { seed } } else { Order::Sequential };
         cfg.partition = match (rank, world_size) {
             (Some(r), Some(w)) => Partition::new(r, w).map_err(|e| err(e.into()))?,
             (None, None) => Partition::from_env().map_err(|e| err(e.into()))?,

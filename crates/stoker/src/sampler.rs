@@ -199,6 +199,13 @@ impl Permutation {
     }
 }
 
+/// [`Order::ShardShuffle`]'s window when none is chosen (Python `shuffle_window`, CLI
+/// `--shuffle-window`): 4 shards. Each sample is then shuffled with the samples of 3 other
+/// shards (thousands of samples at common shard sizes, more than webdataset's usual
+/// 1,000-sample shuffle buffer), while a loader holds at most two windows (8 shards) in
+/// memory and reads each window as 4 shards' worth of large parallel requests.
+pub const DEFAULT_SHARD_WINDOW: usize = 4;
+
 /// How the samples of an epoch are ordered globally (before the rank split).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -214,7 +221,10 @@ pub enum Order {
     /// permute the shards, walk them in groups of `window` consecutive
     /// permuted shards, and shuffle the samples of each group together. Only
     /// `window` shards need to be open at a time, at the cost of less mixing.
-    /// Requires [`SamplerConfig::shards`].
+    /// Requires [`SamplerConfig::shards`]. Over a remote store the
+    /// [`Loader`](crate::loader::Loader) reads each window's shards ahead with a
+    /// few large requests, in this order ([`Sampler::shard_windows`]), holding
+    /// at most two windows.
     ShardShuffle {
         /// Base seed; combine with the epoch for the permutation keys.
         seed: u64,
@@ -643,6 +653,38 @@ impl Sampler {
             _ => None,
         }
     }
+
+    /// For [`Order::ShardShuffle`], this sampler's indices cut at window boundaries, in order:
+    /// what a reader needs to fetch each window's shards ahead (see [`ShardWindow`]). Windows
+    /// this sampler takes nothing from are left out, and so are [`Tail::Wrap`] padding
+    /// positions (at most one per sampler, re-delivering the head of the epoch).
+    pub fn shard_windows(&self) -> Option<Vec<ShardWindow>> {
+        let Plan::Shards(plan) = &self.plan else { return None };
+        let Some(first) = self.position(0) else { return Some(Vec::new()) };
+        // Position of item k: first + step * k (see `position`).
+        let step = self.cfg.partition.world_size * self.cfg.num_workers;
+        let first_at_or_after = |pos: u64| pos.saturating_sub(first).div_ceil(step).min(self.len());
+        let mut out = Vec::new();
+        for (g, bounds) in plan.group_starts.windows(2).enumerate() {
+            let items = first_at_or_after(bounds[0])..first_at_or_after(bounds[1]);
+            if items.is_empty() {
+                continue;
+            }
+            let lo = g as u64 * plan.window;
+            let hi = lo.saturating_add(plan.window).min(plan.layout.num_shards());
+            out.push(ShardWindow { items, shards: (lo..hi).map(|t| plan.shard_perm.apply(t)).collect() });
+        }
+        Some(out)
+    }
+}
+
+/// One window of [`Order::ShardShuffle`] as one sampler sees it ([`Sampler::shard_windows`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardWindow {
+    /// The sampler's items in this window: `k` such that [`Sampler::get`]`(k)` lies in it.
+    pub items: Range<u64>,
+    /// The window's shards in visiting order (its samples are shuffled together).
+    pub shards: Vec<u64>,
 }
 
 /// Iterator over a [`Sampler`]'s indices; `nth` skips in O(1).

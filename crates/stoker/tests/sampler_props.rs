@@ -147,6 +147,45 @@ proptest! {
         prop_assert_eq!(pos as u64, n);
     }
 
+    /// `shard_windows` cuts every sampler's items, in order, into the windows they lie in,
+    /// for any rank, worker, tail and resume point; only padding positions are left out.
+    #[test]
+    fn shard_windows_cut_each_sampler_at_window_boundaries(
+        sizes in prop::collection::vec(0u64..30, 1..20),
+        window in 1usize..5,
+        seed: u64,
+        (world, rank) in (1u64..=4).prop_flat_map(|w| (Just(w), 0..w)),
+        (workers, worker) in (1u64..=3).prop_flat_map(|w| (Just(w), 0..w)),
+        tail in tail_strategy(),
+        consumed_share in 0u64..=100,
+    ) {
+        let mut cfg = config(&Order::ShardShuffle { seed, window }, &sizes, 0);
+        let layout = cfg.shards.clone().unwrap();
+        cfg = with_rank(&cfg, rank, world, tail);
+        (cfg.worker, cfg.num_workers) = (worker, workers);
+        let state = SamplerState { n: cfg.n, order: cfg.order.clone(), epoch: 0, consumed: cfg.n * consumed_share / 100 };
+        let s = Sampler::resume(cfg.clone(), &state).unwrap();
+        let windows = s.shard_windows().unwrap();
+        let shard_order: Vec<u64> = s.shard_order().unwrap().collect();
+        let mut next = 0;
+        for w in &windows {
+            prop_assert!(w.items.start >= next && w.items.start < w.items.end, "{:?}", windows);
+            // Each window's shards are one run of `window` in the epoch's shard order.
+            let at = shard_order.iter().position(|&x| x == w.shards[0]).unwrap();
+            prop_assert_eq!(at % window, 0);
+            prop_assert_eq!(&shard_order[at..(at + window).min(shard_order.len())], &w.shards[..]);
+            for k in w.items.clone() {
+                let i = s.get(k).unwrap();
+                prop_assert!(w.shards.iter().any(|&sh| layout.range(sh).unwrap().contains(&i)));
+            }
+            next = w.items.end;
+        }
+        // Items outside every window are padding (positions past the end of the epoch).
+        let covered: u64 = windows.iter().map(|w| w.items.end - w.items.start).sum();
+        let padding = (0..s.len()).filter(|&k| s.position(k).unwrap() >= cfg.n).count() as u64;
+        prop_assert_eq!(covered + padding, s.len());
+    }
+
     #[test]
     fn partitions_are_equal_disjoint_and_complete(
         (order, sizes) in order_strategy(),

@@ -110,12 +110,8 @@ impl Row {
     }
 }
 
-fn order(p: &LoaderParams) -> &'static str {
-    if p.shuffle {
-        "shuffled"
-    } else {
-        "sequential"
-    }
+fn order(p: &LoaderParams) -> String {
+    p.shuffle.describe()
 }
 
 fn run_json(run: &Run) -> Value {

@@ -52,7 +52,7 @@ pub(crate) struct LoaderParams {
     pub batch: usize,
     pub prefetch: usize,
     pub epochs: u64,
-    pub shuffle: bool,
+    pub shuffle: crate::shuffle::ShuffleArgs,
     /// Simulated work per batch (a training step), during which the loader reads ahead.
     pub step: Duration,
     pub config: Option<PathBuf>,
@@ -72,9 +72,7 @@ impl LoaderParams {
             "--step".into(),
             format!("{}us", self.step.as_micros()),
         ];
-        if self.shuffle {
-            a.push("--shuffle".into());
-        }
+        a.extend(self.shuffle.to_args());
         if let Some(c) = &self.config {
             a.push("--config".into());
             a.push(c.display().to_string());
@@ -174,9 +172,7 @@ pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<(), Stri
     let open_s = opened.elapsed().as_secs_f64();
     let mut cfg = LoaderConfig::new(p.batch);
     cfg.prefetch = p.prefetch;
-    if p.shuffle {
-        cfg.order = stoker::sampler::Order::Shuffle { seed: 0 };
-    }
+    cfg.order = p.shuffle.order(0)?;
     if !p.decode.is_empty() {
         cfg.decode = Some(stoker::decode::DecodeSpec::from_args(&p.decode).map_err(|e| e.to_string())?);
     }

@@ -261,13 +261,23 @@ class Loader:
     Iterating runs one epoch; each new iteration starts the next epoch (or ``set_epoch``).
     ``state_dict()``/``load_state_dict()`` resume mid-epoch, also in another process or at
     another world size. ``rank``/``world_size`` default to ``RANK``/``WORLD_SIZE``.
+
+    ``shuffle`` picks each epoch's order: ``False`` reads in storage order; ``True`` draws a
+    new order of all samples (every sample is its own read: best mixing, and over a remote
+    store as many small requests as samples); ``"shards"`` (tar shards only) permutes the
+    shards and shuffles the samples of each window of ``shuffle_window`` shards (default 4)
+    together, reading each window's shards ahead with a few large requests, in the order the
+    epoch visits them. It streams a remote dataset at the link's speed, at the cost of less
+    mixing: a batch draws from ``shuffle_window`` shards. Up to two windows of shards are held
+    in memory (the next one is read early only while both fit in ``max_bytes_in_flight``).
+    Every order is seeded by ``(seed, epoch)``, exactly-once, rank-partitioned and resumable.
     """
 
     def __init__(
         self,
         uri_or_dataset: Union[str, Dataset, "os.PathLike[str]"],
         batch_size: int,
-        shuffle: bool = False,
+        shuffle: Union[bool, str] = False,
         seed: int = 0,
         drop_last: bool = False,
         prefetch: int = 4,
@@ -282,6 +292,7 @@ class Loader:
         transform: Optional[Callable[[Dict[str, Any]], Any]] = None,
         transform_threads: int = 2,
         collate_fn: Optional[Callable[[List[Any]], Any]] = None,
+        shuffle_window: Optional[int] = None,
         **options: Any,
     ) -> None:
         if output not in ("torch", "numpy"):
@@ -317,6 +328,7 @@ class Loader:
             skip_errors=skip_errors,
             decode=_decode_json(decode),
             threads=decode_threads,
+            shuffle_window=shuffle_window,
         )
         self._started = False
 
@@ -416,11 +428,12 @@ def diagnose(
     *,
     step: Optional[Callable[[], Any]] = None,
     prefetch: int = 4,
-    shuffle: bool = False,
+    shuffle: Union[bool, str] = False,
     seed: int = 0,
     samples: int = 2048,
     seconds: float = 10.0,
     decode: Optional[Dict[str, Any]] = None,
+    shuffle_window: Optional[int] = None,
     **options: Any,
 ) -> Dict[str, Any]:
     """Find where the input pipeline starves the consumer, as ``stoker diagnose`` does.
@@ -431,7 +444,8 @@ def diagnose(
     batch as the consumer: your training step on a fixed input (e.g. a forward and backward
     pass followed by ``torch.cuda.synchronize()``). Returns the report as a dict (``steps``,
     ``verdict`` with ``step``, ``knob`` and ``advice``) with its printable form in ``"text"``.
-    ``decode`` takes the Loader's spec, so decoding is measured as the Loader would run it.
+    ``decode`` takes the Loader's spec, so decoding is measured as the Loader would run it;
+    ``shuffle`` and ``shuffle_window`` its order (``True``, ``False`` or ``"shards"``).
     """
     text, report = _stoker.diagnose(
         os.fspath(uri),
@@ -444,6 +458,7 @@ def diagnose(
         seconds=seconds,
         step=step,
         decode=_decode_json(decode),
+        shuffle_window=shuffle_window,
     )
     out: Dict[str, Any] = json.loads(report)
     out["text"] = text

@@ -1,4 +1,4 @@
-from typing import Any, Callable, Dict, List, Optional, Tuple, final
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union, final
 
 
 __all__ = [
@@ -59,7 +59,7 @@ class Loader:
         cls,
         source: Source,
         batch_size: int,
-        shuffle: bool = False,
+        shuffle: Union[bool, str, None] = None,
         seed: int = 0,
         drop_last: bool = False,
         prefetch: int = 4,
@@ -72,6 +72,7 @@ class Loader:
         skip_errors: bool = False,
         decode: Optional[str] = None,
         threads: Optional[int] = None,
+        shuffle_window: Optional[int] = None,
     ) -> Loader: ...
     def __len__(self) -> int: ...
     def epoch(self, epoch: int) -> Epoch: ...
@@ -86,10 +87,11 @@ def diagnose(
     options: str,
     batch_size: int,
     prefetch: int = 4,
-    shuffle: bool = False,
+    shuffle: Union[bool, str, None] = None,
     seed: int = 0,
     samples: int = 2048,
     seconds: float = 10.0,
     step: Optional[Callable[[], Any]] = None,
     decode: Optional[str] = None,
+    shuffle_window: Optional[int] = None,
 ) -> Tuple[str, str]: ...

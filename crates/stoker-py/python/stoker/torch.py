@@ -4,7 +4,7 @@ samples by DataLoader worker and by rank, so no sample repeats."""
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Union
 
 import torch.utils.data
 
@@ -12,24 +12,27 @@ from . import Dataset, _options_json, _stoker, _to_python
 
 
 class IterableDataset(torch.utils.data.IterableDataset):
-    """Samples of ``uri`` in Stoker's order (shuffled per epoch with ``shuffle=True``), each
-    DataLoader worker reading its share through a Rust loader with prefetching. Call
-    ``set_epoch(e)`` before each epoch when shuffling."""
+    """Samples of ``uri`` in Stoker's order (shuffled per epoch with ``shuffle=True``, or by
+    shard windows with ``shuffle="shards"`` as ``stoker.Loader`` does), each DataLoader worker
+    reading its share through a Rust loader with prefetching. Call ``set_epoch(e)`` before
+    each epoch when shuffling."""
 
     def __init__(
         self,
         uri: str,
-        shuffle: bool = False,
+        shuffle: Union[bool, str] = False,
         seed: int = 0,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         prefetch: int = 4,
         read_batch: int = 64,
+        shuffle_window: Optional[int] = None,
         **options: Any,
     ) -> None:
         super().__init__()
         self.uri, self.options = os.fspath(uri), options
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
+        self.shuffle_window = shuffle_window
         self.prefetch, self.read_batch, self.epoch = prefetch, read_batch, 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -49,6 +52,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
             world_size=self.world_size,
             worker=worker,
             num_workers=workers,
+            shuffle_window=self.shuffle_window,
         )
         for batch in loader.epoch(self.epoch):
             names = batch.fields()

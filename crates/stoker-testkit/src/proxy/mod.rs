@@ -74,7 +74,24 @@ struct Shared {
     upstream: SocketAddr,
     faults: Mutex<FaultState>,
     counters: Counters,
+    /// The last [`LOG_LEN`] requests, oldest first.
+    log: Mutex<std::collections::VecDeque<LoggedRequest>>,
     client: Client<HttpConnector, Incoming>,
+}
+
+/// Requests kept in the log ([`ProxyControl::recent_requests`]).
+pub const LOG_LEN: usize = 4096;
+
+/// One request as the proxy received it, for tests that check what a client asked for and
+/// in which order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LoggedRequest {
+    /// `GET`, `HEAD`, `PUT`...
+    pub method: String,
+    /// The path, without the query.
+    pub path: String,
+    /// The `Range` header, if any (`bytes=0-1023`).
+    pub range: Option<String>,
 }
 
 /// What to do with one request, drawn up front.
@@ -137,12 +154,18 @@ impl ProxyControl {
         }
     }
 
-    /// Sets all counters to zero.
+    /// Sets all counters to zero and empties the request log.
     pub fn reset_stats(&self) {
         let c = &self.shared.counters;
         for a in [&c.requests, &c.forwarded, &c.slowdowns, &c.resets, &c.truncations, &c.spikes, &c.upstream_errors] {
             a.store(0, Ordering::Relaxed);
         }
+        self.shared.log.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// The last [`LOG_LEN`] proxied requests (control requests excluded), in arrival order.
+    pub fn recent_requests(&self) -> Vec<LoggedRequest> {
+        self.shared.log.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
     }
 
     /// The current fault settings.
@@ -210,6 +233,7 @@ pub async fn serve(config: ProxyConfig) -> io::Result<ProxyHandle> {
         upstream: config.upstream,
         faults: Mutex::new(FaultState { rng: XorShift64::new(config.faults.seed), config: config.faults }),
         counters: Counters::default(),
+        log: Mutex::default(),
         client,
     });
     let control = ProxyControl { shared: shared.clone() };
@@ -240,6 +264,15 @@ async fn handle(
     }
     let c = &shared.counters;
     bump(&c.requests);
+    {
+        let range = req.headers().get(header::RANGE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let logged = LoggedRequest { method: req.method().to_string(), path: req.uri().path().to_owned(), range };
+        let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
+        if log.len() == LOG_LEN {
+            log.pop_front();
+        }
+        log.push_back(logged);
+    }
 
     let d = shared.decide();
     if d.spike {

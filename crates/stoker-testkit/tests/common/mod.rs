@@ -151,10 +151,22 @@ pub async fn read_response(r: &mut BufReader<TcpStream>, head: bool) -> std::io:
 /// Sends one request on a fresh connection (`Connection: close`) and reads
 /// the response.
 pub async fn raw_request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std::io::Result<RawResponse> {
+    raw_request_with(addr, method, path, &[], body).await
+}
+
+/// [`raw_request`] with extra request headers.
+pub async fn raw_request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<RawResponse> {
     let stream = TcpStream::connect(addr).await?;
     let mut r = BufReader::new(stream);
+    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}Content-Length: {}\r\n\r\n",
         body.len()
     );
     r.get_mut().write_all(req.as_bytes()).await?;

@@ -34,6 +34,8 @@ pub struct LoaderConfig {
     /// Batches fetched ahead of the consumer.
     pub prefetch: usize,
     /// Bytes fetched but not yet delivered, at most (approximately: one batch may overshoot).
+    /// With [`Order::ShardShuffle`] over a remote store, the shards of the window being read
+    /// are held besides, and the next window's are read early only while both fit in this.
     pub max_bytes_in_flight: u64,
     /// Sample order per epoch.
     pub order: Order,

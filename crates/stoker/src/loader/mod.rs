@@ -18,6 +18,7 @@ use crate::sampler::{Order, Sampler, SamplerConfig, SamplerState, ShardLayout};
 use crate::source::DynSampleSource;
 use crate::stats::{Stats, StatsSnapshot};
 
+mod ahead;
 mod config;
 mod epoch;
 mod producer;
@@ -68,6 +69,13 @@ impl Loader {
             return Err(Error::invalid_option("batch_size must be at least 1"));
         }
         let shards = match cfg.order {
+            Order::ShardShuffle { .. } if !source.capability().locality => {
+                return Err(Error::invalid_option(format!(
+                    "the shard shuffle reads shards window by window, but {source} ({} layout) is not made of \
+                     shards; shuffle its samples instead (Order::Shuffle; Python shuffle=True; CLI --shuffle samples)",
+                    source.info().layout.as_str()
+                )))
+            }
             Order::ShardShuffle { .. } => Some(Arc::new(shard_layout(&*source)?)),
             _ => None,
         };

@@ -71,7 +71,7 @@ pub(crate) fn split_even(mut samples: Vec<Sample>, parts: usize) -> Vec<Vec<Samp
 
 /// A spawned fetch that is cancelled when the epoch is dropped (the consumer went away), so
 /// abandoned prefetches neither keep running nor hold budget.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+pub(super) struct AbortOnDrop<T>(pub(super) tokio::task::JoinHandle<T>);
 
 impl<T> Future for AbortOnDrop<T> {
     type Output = std::result::Result<T, tokio::task::JoinError>;
@@ -91,6 +91,9 @@ impl Producer {
     pub(super) async fn run(self, tx: mpsc::Sender<Result<Batch>>) {
         let batch = self.cfg.batch_size as u64;
         let total = batches_for(self.sampler.len(), batch, self.cfg.drop_last);
+        let ahead =
+            super::ahead::WindowAhead::start(&self.source, &self.sampler, batch, total, self.cfg.max_bytes_in_flight)
+                .map(Arc::new);
         let me = Arc::new(self);
         let estimate = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let budget_kib = kib(me.cfg.max_bytes_in_flight).max(1);
@@ -111,7 +114,7 @@ impl Producer {
                 }
             })
             .map(|(b, permit)| {
-                let (me, estimate) = (me.clone(), estimate.clone());
+                let (me, estimate, ahead) = (me.clone(), estimate.clone(), ahead.clone());
                 // Each fetch is its own task: `buffered` only polls its futures while this loop
                 // polls the stream, so fetches in flight would otherwise stall whenever the
                 // producer waits for the consumer to take a batch (a full prefetch queue).
@@ -119,7 +122,13 @@ impl Producer {
                     let start = b * batch;
                     let end = (start + batch).min(me.sampler.len());
                     let positions: Vec<u64> = (start..end).filter_map(|k| me.sampler.get(k)).collect();
+                    if let Some(a) = &ahead {
+                        a.before(b).await;
+                    }
                     let result = me.fetch(b, &positions).await;
+                    if let Some(a) = &ahead {
+                        a.after(b);
+                    }
                     let bytes = result.as_ref().map_or(0, |x| x.payload_bytes());
                     // The largest batch so far is what the next reservations assume.
                     estimate.fetch_max(kib(bytes).max(1), Relaxed);

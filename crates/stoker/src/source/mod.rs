@@ -16,11 +16,13 @@ use crate::uri::{self, Layout, Location, RemoteLocation, SourceOptions};
 pub mod lmdb;
 pub mod manifest;
 pub mod objects;
+pub mod read_ahead;
 pub mod tar;
 pub(crate) mod tar_index;
 
 pub use self::lmdb::LmdbSource;
 pub use self::objects::ObjectsSource;
+pub use self::read_ahead::ReadAhead;
 pub use self::tar::TarSource;
 
 /// What a source can do, so callers and the conformance suite adapt to it.
@@ -86,6 +88,15 @@ pub trait SampleSource: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// layouts override it to skip the intermediate buffers.
     async fn get_many_into(&self, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
         copy_into(self, indices, out).await
+    }
+
+    /// Fetch the bytes of samples `indices` now, with few large requests, and serve later
+    /// reads of them from memory until the returned [`ReadAhead`] is dropped: how a loader
+    /// streams the shards a window of [`Order::ShardShuffle`](crate::sampler::Order) will
+    /// need, in the order it needs them. Sources that gain nothing from it (local files,
+    /// LMDB, one object per sample) hold nothing, which is the provided behaviour.
+    async fn read_ahead(&self, _indices: &[usize]) -> Result<ReadAhead> {
+        Ok(ReadAhead::none())
     }
 
     /// The shard sample `index` lives in, so samplers and caches can keep shard locality.

@@ -9,8 +9,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
+use super::read_ahead::HeldSpans;
 use super::tar_index::{self, ShardIndex};
-use super::{check_index, copy_into, fill_blocking, Capability, SampleSource, SourceInfo};
+use super::{check_index, copy_into, fill_blocking, Capability, ReadAhead, SampleSource, SourceInfo};
 use crate::batch::BatchBuilder;
 use crate::error::{Error, Result};
 use crate::sample::{Field, Sample, SampleMeta};
@@ -33,6 +34,8 @@ struct Inner {
     gap: u64,
     max_read: u64,
     concurrency: usize,
+    /// Shard bytes read ahead ([`SampleSource::read_ahead`]), served before the store.
+    held: Arc<HeldSpans>,
 }
 
 struct Shard {
@@ -116,6 +119,7 @@ impl TarSource {
                 gap,
                 max_read: opts.max_read(),
                 concurrency: opts.concurrency(),
+                held: Arc::default(),
             }),
         })
     }
@@ -134,6 +138,9 @@ impl Inner {
     /// One byte range of a shard; remote shards go through the block cache when configured,
     /// keyed by the shard's version so a rewritten shard is never served stale.
     async fn read(&self, shard: usize, range: Range<u64>) -> Result<Bytes> {
+        if let Some(held) = self.held.get(shard, &range) {
+            return Ok(held);
+        }
         let idx = &self.shards[shard].index;
         let version = &self.shards[shard].version;
         // A weak tag names equivalent content, not these bytes: no precondition on it.
@@ -231,6 +238,46 @@ impl Inner {
             reads.push(Read { shard, range: span, members: vec![(pos, local)] });
         }
         Ok(reads)
+    }
+}
+
+impl Inner {
+    /// Read the spans of `indices` per shard, merged across gaps up to the coalescing gap
+    /// and not capped (the fetch layer splits large ranges into parallel parts), shards in
+    /// the order `indices` first reach them; hold them until the guard is dropped.
+    async fn read_ahead(&self, indices: &[usize]) -> Result<ReadAhead> {
+        let mut order: Vec<usize> = Vec::new();
+        let mut spans: HashMap<usize, Vec<Range<u64>>> = HashMap::new();
+        for &i in indices {
+            let (shard, local) = self.locate(i)?;
+            let list = spans.entry(shard).or_insert_with(|| {
+                order.push(shard);
+                Vec::new()
+            });
+            list.push(self.shards[shard].index.span(local));
+        }
+        let reads = order.into_iter().map(|shard| {
+            let mut ranges = spans.remove(&shard).unwrap_or_default();
+            ranges.sort_unstable_by_key(|r| r.start);
+            let mut merged: Vec<Range<u64>> = Vec::new();
+            for r in ranges {
+                match merged.last_mut() {
+                    Some(m) if r.start <= m.end + self.gap => m.end = m.end.max(r.end),
+                    _ => merged.push(r),
+                }
+            }
+            async move {
+                let s = &self.shards[shard];
+                let e_tag = s.index.e_tag.as_deref().filter(|t| !t.starts_with("W/"));
+                let got =
+                    self.store.get_ranges_versioned(&s.index.shard, &merged, s.index.size, &s.version, e_tag).await?;
+                Ok::<_, Error>(merged.into_iter().zip(got).map(move |(r, b)| (shard, r, b)).collect::<Vec<_>>())
+            }
+        });
+        // Shards are requested in the order they are needed; the fetch layer bounds how many
+        // requests are in flight.
+        let held: Vec<Vec<_>> = futures::stream::iter(reads).buffered(self.concurrency).try_collect().await?;
+        Ok(self.held.hold(held.into_iter().flatten().collect()))
     }
 }
 
@@ -401,6 +448,14 @@ impl SampleSource for TarSource {
         }
         let (inner, idx) = (self.inner.clone(), indices.to_vec());
         fill_blocking(out, move |b| inner.read_into(&root, &idx, b)).await
+    }
+
+    async fn read_ahead(&self, indices: &[usize]) -> Result<ReadAhead> {
+        // Local shards are read at page-cache speed with positioned reads: nothing to gain.
+        if self.inner.store.local_root().is_some() {
+            return Ok(ReadAhead::none());
+        }
+        self.inner.read_ahead(indices).await
     }
 
     fn locality(&self, index: usize) -> Option<usize> {
