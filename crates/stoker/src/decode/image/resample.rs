@@ -413,23 +413,7 @@ fn horizontal(
         return Ok(());
     }
     axis.prepare_pairs();
-    let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    if kernel == Kernel::Avx2 {
-        // Four rows at a time share the weights' loads and the loop's bookkeeping, and their
-        // reductions pack together; rows whose loads would run off the buffer go one by one.
-        let fits = |y: usize| src.offset + y * src.stride + axis.read_end <= src.data.len();
-        while done + 4 <= src.height && fits(done + 3) {
-            let rows = [0, 1, 2, 3].map(|i| &src.data[src.offset + (done + i) * src.stride..][..axis.read_end]);
-            let (o0, rest) = dst[done * out_row..(done + 4) * out_row].split_at_mut(out_row);
-            let (o1, rest) = rest.split_at_mut(out_row);
-            let (o2, o3) = rest.split_at_mut(out_row);
-            // SAFETY: the CPU has AVX2 (`with_kernel`); each row holds `read_end` bytes, the
-            // furthest any load reaches (prepare_pairs), and each output row every output.
-            unsafe { x86::h_rows4_avx2(rows, axis, [o0, o1, o2, o3]) };
-            done += 4;
-        }
-    }
+    let done = four_rows_at_a_time(kernel, axis, src, dst);
     for (y, out) in dst.chunks_exact_mut(out_row).enumerate().skip(done) {
         let start = src.offset + y * src.stride;
         let row = if start + axis.read_end <= src.data.len() {
@@ -445,6 +429,36 @@ fn horizontal(
         h_row_simd(kernel, row, axis, out);
     }
     Ok(())
+}
+
+/// The leading rows of `src` that the AVX2 kernel can take four at a time, filtered into
+/// `dst`; returns how many it did. Four rows share the weights' loads and the loop's
+/// bookkeeping, and their reductions pack together; rows whose loads would run off the
+/// buffer are left to the one-row loop.
+#[cfg(target_arch = "x86_64")]
+fn four_rows_at_a_time(kernel: Kernel, axis: &Axis, src: View<'_>, dst: &mut [u8]) -> usize {
+    if kernel != Kernel::Avx2 {
+        return 0;
+    }
+    let out_row = axis.bounds.len() * 3;
+    let fits = |y: usize| src.offset + y * src.stride + axis.read_end <= src.data.len();
+    let mut done = 0;
+    while done + 4 <= src.height && fits(done + 3) {
+        let rows = [0, 1, 2, 3].map(|i| &src.data[src.offset + (done + i) * src.stride..][..axis.read_end]);
+        let (o0, rest) = dst[done * out_row..(done + 4) * out_row].split_at_mut(out_row);
+        let (o1, rest) = rest.split_at_mut(out_row);
+        let (o2, o3) = rest.split_at_mut(out_row);
+        // SAFETY: the CPU has AVX2 (`with_kernel`); each row holds `read_end` bytes, the
+        // furthest any load reaches (prepare_pairs), and each output row every output.
+        unsafe { x86::h_rows4_avx2(rows, axis, [o0, o1, o2, o3]) };
+        done += 4;
+    }
+    done
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn four_rows_at_a_time(_: Kernel, _: &Axis, _: View<'_>, _: &mut [u8]) -> usize {
+    0
 }
 
 /// One row through a SIMD kernel. `row` holds at least `axis.read_end` bytes.
