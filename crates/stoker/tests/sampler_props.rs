@@ -257,7 +257,7 @@ proptest! {
         epoch: u64,
         consumed: u64,
     ) {
-        let state = SamplerState { n, order, epoch, consumed };
+        let state = SamplerState { n, order, epoch, consumed, mix: None };
         let json = serde_json::to_string(&state).unwrap();
         prop_assert_eq!(serde_json::from_str::<SamplerState>(&json).unwrap(), state);
     }
@@ -361,7 +361,7 @@ fn invalid_configs_are_errors_not_panics() {
     c.shards = Some(Arc::new(ShardLayout::from_sizes(&[5, 6]).unwrap()));
     assert!(matches!(Sampler::new(c), Err(SamplerError::InvalidShardLayout { shard_total: Some(11), .. })));
 
-    let state = SamplerState { n: 11, order: Order::Sequential, epoch: 0, consumed: 0 };
+    let state = SamplerState { n: 11, order: Order::Sequential, epoch: 0, consumed: 0, mix: None };
     assert!(matches!(Sampler::resume(base.clone(), &state), Err(SamplerError::StateMismatch { .. })));
     assert_eq!(ShardLayout::from_sizes(&[u64::MAX, 1]), Err(SamplerError::Overflow));
     let mut c = SamplerConfig::new(u64::MAX, Order::Sequential);

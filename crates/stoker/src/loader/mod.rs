@@ -134,6 +134,7 @@ impl Loader {
             worker: self.cfg.worker,
             num_workers: self.cfg.num_workers,
             shards: self.shards.clone(),
+            mix: None,
         }
     }
 
