@@ -134,7 +134,9 @@ impl MixSpec {
         let json = name.ends_with(".json") || (!name.ends_with(".toml") && text.trim_start().starts_with('{'));
         let parsed = if json { Self::from_json(&text) } else { Self::from_toml(&text) };
         let mut spec = parsed.map_err(|e| match e {
-            Error::InvalidOption { message } => Error::invalid_option(format!("mix file {}: {message}", path.display())),
+            Error::InvalidOption { message } => {
+                Error::invalid_option(format!("mix file {}: {message}", path.display()))
+            }
             other => other,
         })?;
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -320,7 +322,9 @@ impl MixSource {
                 return Err(Error::MixSchema {
                     source_name: p.name.clone(),
                     field: name.to_string(),
-                    reason: format!("its samples have a field named `{SOURCE_FIELD}`, which a mix uses for source names"),
+                    reason: format!(
+                        "its samples have a field named `{SOURCE_FIELD}`, which a mix uses for source names"
+                    ),
                 });
             }
             for (name, _) in &meta.fields {
