@@ -30,7 +30,8 @@ stoker bench                                   # the embedded default: ~1 GiB de
 stoker bench --samples 2000 --latency 25ms     # smaller, with 25 ms added to every S3 request\n  \
 stoker bench --backends s3-tar --latency 25ms --shuffle shards  # shards streamed window by window\n  \
 stoker bench --dir ./bench-data --backends tar,s3-tar\n  \
-stoker bench ./shards 's3://bucket/train?endpoint=http://localhost:9000' --epochs 2")]
+stoker bench ./shards 's3://bucket/train?endpoint=http://localhost:9000' --epochs 2\n  \
+stoker bench train.mix.toml --shuffle               # a weighted mix of sources (see the README)")]
 pub(crate) struct BenchArgs {
     /// Sources to benchmark (same forms as the other commands). Without any, bench makes a
     /// demo dataset in every layout, serves it from an embedded S3 server on loopback, and

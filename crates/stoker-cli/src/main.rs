@@ -20,7 +20,9 @@ use stoker::{DynSampleSource, SourceOptions};
 
 const URI_HELP: &str = "Where the samples are: a directory of files, a directory of .tar shards, \
 a brace pattern like 'shards/train-{000..127}.tar', an LMDB directory (with data.mdb), or the \
-same as a file:// URI. Options go in the query: '?layout=tar&concurrency=64'.";
+same as a file:// URI. Options go in the query: '?layout=tar&concurrency=64'. A mix of sources by \
+weight is a mix file: 'train.mix.toml', 'train.mix.json', 'mix:PATH' or 'mix:{JSON}' (see the README's \
+\"Mixing sources\"); --config options then apply to every source under its own.";
 
 /// Stoker keeps the GPU fed. This tool lists, reads and describes the samples a source holds.
 #[derive(Parser)]
@@ -259,8 +261,22 @@ async fn inspect(args: &SourceArgs, json: bool) -> Result<(), String> {
     .filter(|(_, on)| *on)
     .map(|(n, _)| *n)
     .collect();
+    // A mix: what one epoch takes from each source.
+    let mix = src.as_mix().map(|m| {
+        let plan = m.plan();
+        let per: Vec<(&str, u64, u64)> =
+            m.names().zip(plan.sizes().iter().copied()).zip(plan.counts()).map(|((n, size), c)| (n, size, c)).collect();
+        (plan.len(), plan.replacement(), per)
+    });
     let mut out = io::stdout().lock();
     let text = if json {
+        let mix = mix.as_ref().map(|(len, replacement, per)| {
+            let sources: Vec<_> = per
+                .iter()
+                .map(|(n, size, c)| serde_json::json!({"name": n, "samples": size, "per_epoch": c}))
+                .collect();
+            serde_json::json!({"epoch_length": len, "replacement": replacement, "sources": sources})
+        });
         let f: Vec<_> = fields
             .iter()
             .map(|(n, t)| serde_json::json!({"name": n, "samples": t.samples, "bytes": t.bytes}))
@@ -268,7 +284,7 @@ async fn inspect(args: &SourceArgs, json: bool) -> Result<(), String> {
         serde_json::json!({
             "source": src.to_string(), "layout": info.layout.as_str(), "samples": src.len(),
             "shards": info.shards, "fields": f, "total_bytes": total,
-            "open_seconds": open_time.as_secs_f64(), "capability": caps, "damage": src.damage(),
+            "open_seconds": open_time.as_secs_f64(), "capability": caps, "damage": src.damage(), "mix": mix,
         })
         .to_string()
     } else {
@@ -283,7 +299,11 @@ async fn inspect(args: &SourceArgs, json: bool) -> Result<(), String> {
             human_bytes(total),
             human_duration(open_time),
             caps.join(", ")
-        ) + &index::damage_lines(&src.damage())
+        ) + &mix.map_or(String::new(), |(len, replacement, per)| {
+            let per: Vec<String> = per.iter().map(|(n, size, c)| format!("{n} {c} of {size}")).collect();
+            let repl = if replacement { ", with replacement" } else { "" };
+            format!("\nepoch       {len} samples{repl}: {}", per.join(", "))
+        }) + &index::damage_lines(&src.damage())
     };
     write_result(writeln!(out, "{text}"))
 }

@@ -180,3 +180,47 @@ fn processes_sharing_a_disk_cache_read_right_bytes_and_keep_it_bounded() {
     assert!(blocks > 0, "the processes wrote to the shared cache");
     assert!(bytes <= 6000 + 2 * 4096, "the cache stays near its limit: {bytes} bytes");
 }
+
+/// A mix file is a URI like any other: `ls` lists the sources concatenated with their names,
+/// `inspect` shows the epoch plan, `bench` reads an epoch of it through the Loader.
+#[test]
+fn mix_files_work_as_uris() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("tar")).unwrap();
+    shards(&dir.path().join("tar"));
+    std::fs::create_dir_all(dir.path().join("files")).unwrap();
+    for i in 0..4 {
+        std::fs::write(dir.path().join(format!("files/f{i}.txt")), format!("file {i}")).unwrap();
+    }
+    let mix = dir.path().join("train.mix.toml");
+    std::fs::write(
+        &mix,
+        "fill_missing = { cls = \"\" }\n[[sources]]\nuri = \"tar\"\nweight = 3\n[[sources]]\nname = \"f\"\nuri = \"files\"\nweight = 1\n",
+    )
+    .unwrap();
+    let uri = mix.to_str().unwrap();
+    let ls = stoker(&["ls", uri]);
+    assert!(ls.status.success(), "{}", text(&ls.stderr));
+    let lines: Vec<String> = text(&ls.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 10);
+    assert_eq!(lines[0], "0\tk00\ttxt=10 cls=1 __source__=3");
+    assert_eq!(lines[9], "9\tf3\ttxt=6 cls=0 __source__=1");
+
+    let v: serde_json::Value = serde_json::from_slice(&stoker(&["inspect", uri, "--json"]).stdout).unwrap();
+    assert_eq!(v["layout"], "mix");
+    // tar (6 samples at 3/4) runs out first: 8 an epoch, 6 of tar and 2 of the files.
+    assert_eq!(v["mix"]["epoch_length"], 8);
+    assert_eq!(v["mix"]["sources"][1], serde_json::json!({"name": "f", "samples": 4, "per_epoch": 2}));
+
+    let bench = stoker(&["bench", uri, "--shuffle", "--batch", "3", "--json"]);
+    assert!(bench.status.success(), "{}", text(&bench.stderr));
+    let rows: Vec<serde_json::Value> =
+        text(&bench.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert!(rows.iter().any(|r| r["samples"] == 8), "{rows:?}");
+
+    std::fs::write(&mix, "[[sources]]\nuri = \"tar\"\nweight = 1\n[[sources]]\nuri = \"files\"\nweight = 1\n").unwrap();
+    let bad = stoker(&["ls", uri]);
+    assert!(!bad.status.success());
+    let err = text(&bad.stderr);
+    assert!(err.contains("`files`") && err.contains("`cls`") && err.contains("fill_missing"), "{err}");
+}

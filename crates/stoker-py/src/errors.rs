@@ -22,9 +22,11 @@ pub(crate) fn err(e: stoker::Error) -> PyErr {
     let msg = e.to_string();
     match e {
         E::NotFound { .. } | E::Empty { .. } => NotFoundError::new_err(msg),
-        E::InvalidUri { .. } | E::InvalidOption { .. } | E::IndexOutOfRange { .. } | E::MissingField { .. } => {
-            InvalidInputError::new_err(msg)
-        }
+        E::InvalidUri { .. }
+        | E::InvalidOption { .. }
+        | E::IndexOutOfRange { .. }
+        | E::MissingField { .. }
+        | E::MixSchema { .. } => InvalidInputError::new_err(msg),
         E::Sampler(_) | E::NotSupported { .. } => InvalidInputError::new_err(msg),
         E::CorruptTar { .. } | E::CorruptData { .. } | E::BadIndex { .. } | E::Lmdb { .. } => {
             CorruptDataError::new_err(msg)

@@ -247,6 +247,13 @@ impl Batch {
         ))
     }
 
+    /// Every value of field `name` as text (UTF-8, invalid bytes replaced): a mix's
+    /// `__source__` names, one per sample.
+    fn texts(&self, name: &str) -> PyResult<Vec<String>> {
+        let col = self.batch.field(name).ok_or_else(|| InvalidInputError::new_err(format!("no field `{name}`")))?;
+        Ok((0..col.len()).map(|i| String::from_utf8_lossy(col.get(i).unwrap_or_default()).into_owned()).collect())
+    }
+
     /// Sample `i`'s value of field `name` as bytes (a copy).
     fn value<'py>(&self, py: Python<'py>, name: &str, i: usize) -> PyResult<Bound<'py, PyBytes>> {
         let col = self.batch.field(name).ok_or_else(|| InvalidInputError::new_err(format!("no field `{name}`")))?;

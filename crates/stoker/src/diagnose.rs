@@ -97,7 +97,9 @@ pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) ->
         return Err(Error::invalid_option("diagnose needs at least 1 sample per step"));
     }
     // The query is applied here, not by `open`, so the cache can be forced off over it.
-    let (base, query) = uri.split_once('?').unwrap_or((uri, ""));
+    // A mix's options are per source, inside its file (and inline JSON may hold a `?`).
+    let (base, query) =
+        if crate::source::mix::is_mix_uri(uri) { (uri, "") } else { uri.split_once('?').unwrap_or((uri, "")) };
     let configured = options.merged(SourceOptions::from_query(query)?);
     let mut cache_off = configured.clone();
     cache_off.cache_bytes = Some(0);

@@ -174,6 +174,18 @@ pub enum Error {
         reason: String,
     },
 
+    /// The sources of a mix do not have the same fields: a sample lacks a field the mix's
+    /// schema holds (and no fill was given), or has one it does not hold.
+    #[error("mix source `{source_name}`: {reason}")]
+    MixSchema {
+        /// The mix's name for the source.
+        source_name: String,
+        /// The field at fault.
+        field: String,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+
     /// The feature or scheme is not available in this build or not implemented yet.
     #[error("not supported: {what}")]
     NotSupported {

@@ -24,7 +24,8 @@ pub mod uri;
 pub use error::{Error, Result};
 pub use sample::{Field, Sample, SampleMeta};
 pub use source::{
-    index, index_with_progress, open, Capability, DynSampleSource, IndexReport, SampleSource, SourceInfo,
+    index, index_with_progress, open, Capability, DynSampleSource, IndexReport, MixSource, MixSpec, SampleSource,
+    SourceInfo,
 };
 pub use stats::{Damage, DamageCause, SkippedByCause};
 pub use uri::{DamagePolicy, Layout, SourceOptions};

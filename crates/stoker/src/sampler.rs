@@ -16,12 +16,19 @@
 //!
 //! Nothing here allocates per sample: a permutation is a handful of round keys,
 //! and [`Order::ShardShuffle`] keeps one `u64` per shard window per epoch.
+//!
+//! A weighted mix of sources ([`MixPlan`], in [`SamplerConfig::mix`]) is one more order
+//! over positions: `n` is then the mix's epoch length and each position maps to a draw of
+//! one source. Partitioning, workers and (elastic) resume are the same code as for one source.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::iter::FusedIterator;
 use std::ops::Range;
 use std::sync::Arc;
+
+mod mix;
+pub use mix::{EpochLength, MixPlan};
 
 /// Result alias for sampler operations.
 pub type SamplerResult<T> = Result<T, SamplerError>;
@@ -69,6 +76,18 @@ pub enum SamplerError {
     },
     /// Sample positions (total shard size, or `n` plus padding) exceed `u64`.
     Overflow,
+    /// A mix's weights, sizes or epoch length cannot make a plan, or an order cannot apply to it.
+    Mix {
+        /// What is wrong and what to do.
+        reason: String,
+    },
+    /// A [`SamplerState`] saved for another mix (or for no mix) was restored.
+    MixMismatch {
+        /// Whether the state was saved from a mix.
+        state_is_mix: bool,
+        /// Whether the configuration restoring it is a mix.
+        is_mix: bool,
+    },
 }
 
 impl fmt::Display for SamplerError {
@@ -96,6 +115,18 @@ impl fmt::Display for SamplerError {
             }
             Self::Env { var, message } => write!(f, "environment variable {var}: {message}"),
             Self::Overflow => write!(f, "sample positions overflow u64 (n is too large)"),
+            Self::Mix { reason } => write!(f, "mix: {reason}"),
+            Self::MixMismatch { state_is_mix: true, is_mix: true } => write!(
+                f,
+                "the saved state is for another mix (its sources' sizes, weights, epoch length or replacement \
+                 differ); restore it with the mix it was saved from, or start the epoch afresh"
+            ),
+            Self::MixMismatch { state_is_mix, .. } => write!(
+                f,
+                "the saved state is {} a mix but this source is {}",
+                if *state_is_mix { "for" } else { "not for" },
+                if *state_is_mix { "not" } else { "one" }
+            ),
         }
     }
 }
@@ -370,6 +401,9 @@ pub struct SamplerConfig {
     /// Shard structure; required by [`Order::ShardShuffle`], ignored otherwise.
     /// Shared so that per-worker samplers do not copy the table.
     pub shards: Option<Arc<ShardLayout>>,
+    /// For a mix of sources, its plan; `n` must then be the plan's epoch length and indices
+    /// are global indices of the mix (see [`MixPlan`]).
+    pub mix: Option<Arc<MixPlan>>,
 }
 
 impl SamplerConfig {
@@ -384,6 +418,7 @@ impl SamplerConfig {
             worker: 0,
             num_workers: 1,
             shards: None,
+            mix: None,
         }
     }
 }
@@ -405,6 +440,10 @@ pub struct SamplerState {
     pub epoch: u64,
     /// Global positions of the epoch already delivered.
     pub consumed: u64,
+    /// The mix's [`MixPlan::fingerprint`] when the order is over a mix, so a state is only
+    /// restored onto the same mix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mix: Option<u64>,
 }
 
 /// The current shard group of an iterator, so consecutive samples of a group
@@ -492,6 +531,7 @@ enum Plan {
     Sequential,
     Shuffle(Permutation),
     Shards(ShardPlan),
+    Mix(Arc<MixPlan>, mix::MixEpoch),
 }
 
 /// The indices one rank (or one loader worker of a rank) reads in one run
@@ -526,6 +566,10 @@ impl Sampler {
             let (state_n, n) = (state.n, cfg.n);
             return Err(SamplerError::StateMismatch { state_n, n });
         }
+        if state.mix != cfg.mix.as_ref().map(|m| m.fingerprint()) {
+            let (state_is_mix, is_mix) = (state.mix.is_some(), cfg.mix.is_some());
+            return Err(SamplerError::MixMismatch { state_is_mix, is_mix });
+        }
         let (order, epoch) = (state.order.clone(), state.epoch);
         Self::build(SamplerConfig { order, epoch, ..cfg }, state.consumed)
     }
@@ -542,7 +586,34 @@ impl Sampler {
         if num_workers == 0 || worker >= num_workers {
             return Err(SamplerError::InvalidWorker { worker, num_workers });
         }
-        let plan = match cfg.order {
+        let plan = match (&cfg.mix, &cfg.order) {
+            (Some(m), order) => {
+                if m.len() != cfg.n {
+                    return Err(SamplerError::Mix {
+                        reason: format!("n is {} but the mix's epoch length is {}", cfg.n, m.len()),
+                    });
+                }
+                Plan::Mix(m.clone(), m.epoch(order, cfg.epoch)?)
+            }
+            (None, order) => Self::single_plan(&cfg, order)?,
+        };
+        let remaining = cfg.n.saturating_sub(start);
+        let rank_len = match cfg.tail {
+            Tail::Drop => remaining / world_size,
+            Tail::Wrap => remaining.div_ceil(world_size),
+        };
+        // Reject runs whose padded end does not fit in a u64 here, so that no
+        // position arithmetic later can overflow.
+        let end = u128::from(start) + u128::from(rank_len) * u128::from(world_size);
+        if end > u128::from(u64::MAX) {
+            return Err(SamplerError::Overflow);
+        }
+        Ok(Self { cfg, start, rank_len, plan })
+    }
+
+    /// The plan of a single source's order.
+    fn single_plan(cfg: &SamplerConfig, order: &Order) -> SamplerResult<Plan> {
+        Ok(match *order {
             Order::Sequential => Plan::Sequential,
             Order::Shuffle { seed } => Plan::Shuffle(Permutation::new(cfg.n, seed, cfg.epoch)),
             Order::ShardShuffle { seed, window } => {
@@ -557,19 +628,7 @@ impl Sampler {
                     _ => return Err(SamplerError::InvalidShardLayout { n: cfg.n, shard_total }),
                 }
             }
-        };
-        let remaining = cfg.n.saturating_sub(start);
-        let rank_len = match cfg.tail {
-            Tail::Drop => remaining / world_size,
-            Tail::Wrap => remaining.div_ceil(world_size),
-        };
-        // Reject runs whose padded end does not fit in a u64 here, so that no
-        // position arithmetic later can overflow.
-        let end = u128::from(start) + u128::from(rank_len) * u128::from(world_size);
-        if end > u128::from(u64::MAX) {
-            return Err(SamplerError::Overflow);
-        }
-        Ok(Self { cfg, start, rank_len, plan })
+        })
     }
 
     /// Number of indices this sampler yields (this worker's share).
@@ -618,6 +677,7 @@ impl Sampler {
             Plan::Sequential => p,
             Plan::Shuffle(perm) => perm.apply(p),
             Plan::Shards(plan) => plan.at(p, cache),
+            Plan::Mix(plan, epoch) => plan.at(epoch, p),
         })
     }
 
@@ -642,6 +702,7 @@ impl Sampler {
             order: self.cfg.order.clone(),
             epoch: self.cfg.epoch,
             consumed: self.start + steps * self.cfg.partition.world_size,
+            mix: self.cfg.mix.as_ref().map(|m| m.fingerprint()),
         }
     }
 

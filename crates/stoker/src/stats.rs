@@ -124,6 +124,8 @@ pub struct Stats {
     pub transform_time: Histogram,
     /// Skips by cause, in [`DamageCause`] order up to `Other` (which is the remainder).
     skipped_by: [AtomicU64; 4],
+    /// For a mix: samples and payload bytes delivered from each source.
+    sources: std::sync::OnceLock<Box<[(AtomicU64, AtomicU64)]>>,
 }
 
 impl Default for Stats {
@@ -142,6 +144,7 @@ impl Default for Stats {
             fetch_latency: Histogram::default(),
             transform_time: Histogram::default(),
             skipped_by: Default::default(),
+            sources: std::sync::OnceLock::new(),
         }
     }
 }
@@ -151,6 +154,29 @@ pub(crate) fn add_ns(counter: &AtomicU64, d: Duration) {
 }
 
 impl Stats {
+    /// Count deliveries per source of a mix of `n` sources (from then on).
+    pub(crate) fn track_sources(&self, n: usize) {
+        let _ = self.sources.set((0..n).map(|_| Default::default()).collect());
+    }
+
+    /// One sample of `bytes` payload delivered from source `s` of a mix.
+    pub(crate) fn add_source_delivery(&self, s: usize, samples: u64, bytes: u64) {
+        if let Some((n, b)) = self.sources.get().and_then(|v| v.get(s)) {
+            n.fetch_add(samples, Relaxed);
+            b.fetch_add(bytes, Relaxed);
+        }
+    }
+
+    /// `(samples, bytes)` delivered per source of a mix (empty for one source).
+    pub fn source_deliveries(&self) -> Vec<(u64, u64)> {
+        self.sources.get().map_or(Vec::new(), |v| v.iter().map(|(n, b)| (n.load(Relaxed), b.load(Relaxed))).collect())
+    }
+
+    /// Seconds since these counters started.
+    pub fn elapsed_s(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
     pub(crate) fn add_in_flight(&self, n: u64) {
         let now = self.bytes_in_flight.fetch_add(n, Relaxed) + n;
         self.peak_bytes_in_flight.fetch_max(now, Relaxed);
@@ -224,6 +250,7 @@ impl Stats {
                 .then(|| io.cache_hits as f64 / (io.cache_hits + io.cache_misses) as f64),
             retries: io.retries,
             hedges: io.hedges,
+            sources: Vec::new(),
         }
     }
 }
@@ -287,6 +314,47 @@ pub struct StatsSnapshot {
     pub retries: u64,
     /// Hedged requests.
     pub hedges: u64,
+    /// For a mix, each source's share of the above: a slow source shows in its `read_wait_s`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceStats>,
+}
+
+/// One source of a mix, as a loader has read and delivered it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SourceStats {
+    /// The source's name (its `__source__` value).
+    pub name: String,
+    /// Its weight as a share of all weights.
+    pub weight: f64,
+    /// Samples it contributes to every epoch.
+    pub per_epoch: u64,
+    /// Samples of it delivered to the consumer.
+    pub samples: u64,
+    /// Payload bytes of it delivered (its fields, not the `__source__` names).
+    pub bytes: u64,
+    /// Delivered samples per second since the loader started.
+    pub samples_per_s: f64,
+    /// Delivered bytes per second since the loader started.
+    pub bytes_per_s: f64,
+    /// Reads of this source (one per batch that holds some of it).
+    pub reads: u64,
+    /// Samples read (ahead of delivery by what is prefetched).
+    pub read_samples: u64,
+    /// Payload bytes read.
+    pub read_bytes: u64,
+    /// Seconds spent waiting for this source's reads, summed over reads: against the other
+    /// sources', the one a batch waits for.
+    pub read_wait_s: f64,
+    /// Median time of one read of this source, in ms.
+    pub read_p50_ms: f64,
+    /// 95th percentile time of one read of this source, in ms.
+    pub read_p95_ms: f64,
+    /// Requests its store served.
+    pub store_requests: u64,
+    /// Bytes its store served.
+    pub store_bytes: u64,
+    /// Its retried remote requests.
+    pub retries: u64,
 }
 
 /// Why samples were lost: a read that failed (counted in [`SkippedByCause`]) or damage found

@@ -19,6 +19,8 @@ pub enum Layout {
     Tar,
     /// An LMDB environment (`data.mdb`), one record per sample in key order.
     Lmdb,
+    /// A weighted mix of other sources, opened from a mix file (see [`crate::source::mix`]).
+    Mix,
 }
 
 impl Layout {
@@ -28,6 +30,7 @@ impl Layout {
             Layout::Objects => "objects",
             Layout::Tar => "tar",
             Layout::Lmdb => "lmdb",
+            Layout::Mix => "mix",
         }
     }
 }

@@ -275,7 +275,7 @@ fn bad_configs_are_errors() {
     assert!(Loader::new(src.clone(), LoaderConfig::new(0)).is_err());
     let l = Loader::new(src.clone(), LoaderConfig::new(2)).unwrap();
     let wrong = LoaderState {
-        sampler: stoker::sampler::SamplerState { n: 11, order: Order::Sequential, epoch: 0, consumed: 0 },
+        sampler: stoker::sampler::SamplerState { n: 11, order: Order::Sequential, epoch: 0, consumed: 0, mix: None },
         batch_size: 2,
     };
     assert!(l.load_state(wrong).unwrap_err().to_string().contains("11"));

@@ -163,7 +163,7 @@ proptest! {
         let layout = cfg.shards.clone().unwrap();
         cfg = with_rank(&cfg, rank, world, tail);
         (cfg.worker, cfg.num_workers) = (worker, workers);
-        let state = SamplerState { n: cfg.n, order: cfg.order.clone(), epoch: 0, consumed: cfg.n * consumed_share / 100 };
+        let state = SamplerState { n: cfg.n, order: cfg.order.clone(), epoch: 0, consumed: cfg.n * consumed_share / 100, mix: None };
         let s = Sampler::resume(cfg.clone(), &state).unwrap();
         let windows = s.shard_windows().unwrap();
         let shard_order: Vec<u64> = s.shard_order().unwrap().collect();
@@ -296,7 +296,7 @@ proptest! {
         epoch: u64,
         consumed: u64,
     ) {
-        let state = SamplerState { n, order, epoch, consumed };
+        let state = SamplerState { n, order, epoch, consumed, mix: None };
         let json = serde_json::to_string(&state).unwrap();
         prop_assert_eq!(serde_json::from_str::<SamplerState>(&json).unwrap(), state);
     }
@@ -400,7 +400,7 @@ fn invalid_configs_are_errors_not_panics() {
     c.shards = Some(Arc::new(ShardLayout::from_sizes(&[5, 6]).unwrap()));
     assert!(matches!(Sampler::new(c), Err(SamplerError::InvalidShardLayout { shard_total: Some(11), .. })));
 
-    let state = SamplerState { n: 11, order: Order::Sequential, epoch: 0, consumed: 0 };
+    let state = SamplerState { n: 11, order: Order::Sequential, epoch: 0, consumed: 0, mix: None };
     assert!(matches!(Sampler::resume(base.clone(), &state), Err(SamplerError::StateMismatch { .. })));
     assert_eq!(ShardLayout::from_sizes(&[u64::MAX, 1]), Err(SamplerError::Overflow));
     let mut c = SamplerConfig::new(u64::MAX, Order::Sequential);

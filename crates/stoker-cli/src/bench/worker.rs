@@ -177,7 +177,10 @@ pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<(), Stri
         cfg.decode = Some(stoker::decode::DecodeSpec::from_args(&p.decode).map_err(|e| e.to_string())?);
     }
     let loader = Loader::new(src.clone(), cfg).map_err(|e| e.to_string())?;
-    emit(&format!("total {}", src.len() as u64 * p.epochs.max(1)))?;
+    // Per epoch the loader delivers its sampler's positions (a mix's epoch length, not the
+    // size of its sources added up).
+    let per_epoch = loader.sampler(0).map_err(|e| e.to_string())?.rank_len();
+    emit(&format!("total {}", per_epoch * p.epochs.max(1)))?;
     let mut samples = 0u64;
     let mut peak_anon = status_mib("RssAnon:");
     // Progress and the anonymous-memory peak are sampled, not taken per batch: reading

@@ -4,7 +4,7 @@
 ``torch.utils.data.DataLoader`` (fork and spawn workers both work); ``stoker.Loader`` is the
 faster path: batches prefetched by Rust threads, shuffled with a resumable sampler, split by
 rank, decoded and augmented in Rust (``decode={"jpg": stoker.Image(224), "cls": stoker.Int()}``),
-handed over zero-copy.
+handed over zero-copy. ``stoker.mix({uri: weight, ...})`` mixes several sources by weight.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import os
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _stoker
 from ._stoker import (
@@ -35,6 +35,7 @@ class DamageWarning(UserWarning):
 __all__ = [
     "DamageWarning",
     "open",
+    "mix",
     "Dataset",
     "Loader",
     "Image",
@@ -243,11 +244,89 @@ def open(uri: Union[str, "os.PathLike[str]"], transform: Optional[Callable[[Samp
     return Dataset(os.fspath(uri), transform=transform, **options)
 
 
+SourceLike = Union[str, "os.PathLike[str]", "Dataset"]
+
+
+def _mix_entry(source: SourceLike, weight: Any, extra: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    if isinstance(weight, Mapping):  # {uri: {"weight": w, "name": n, **options}}
+        extra = {**weight, **(extra or {})}
+        weight = extra.pop("weight", None)
+    extra = dict(extra or {})
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        raise InvalidInputError(f"the weight of mix source {source!r} must be a number, not {weight!r}")
+    name = extra.pop("name", None)
+    if isinstance(source, Dataset):
+        if source.transform is not None:
+            raise InvalidInputError(
+                f"{source.uri}: a dataset with a transform cannot join a mix; pass transform= to the Loader instead"
+            )
+        uri, options = source.uri, {**source.options, **extra}
+    else:
+        uri, options = os.fspath(source), extra
+    entry: Dict[str, Any] = {"uri": uri, "weight": float(weight), "options": json.loads(_options_json(options))}
+    if name is not None:
+        entry["name"] = str(name)
+    return entry
+
+
+def mix(
+    sources: Union[Mapping[Any, Any], Sequence[Tuple[Any, ...]]],
+    epoch_length: Optional[int] = None,
+    replacement: bool = False,
+    fill_missing: Union[None, bool, Mapping[str, Union[str, bytes]]] = None,
+    **options: Any,
+) -> Dataset:
+    """Several sources read as one, in proportions fixed by their weights.
+
+    ``sources`` is ``{uri: weight}``, ``{uri: {"weight": w, "name": "web", **options}}`` or
+    ``[(uri_or_dataset, weight), ...]`` (optionally ``(uri_or_dataset, weight, {"name": ...,
+    **options})``); ``options`` apply to every source under its own. Give the result to
+    ``stoker.Loader``: each epoch, every source contributes exactly its weight's share of the
+    epoch's samples (``epoch_length``, or by default the longest epoch in which no source runs
+    out; ``replacement=True`` lets a small source repeat evenly instead), drawn by its own
+    permutation and spread over the epoch by a permutation keyed by (seed, epoch). Resuming
+    (``state_dict``) works mid-epoch and at another world size, as for one source.
+
+    Each batch has ``"__source__"``: the source name of every sample (default names are the
+    URIs), to split losses per dataset; ``Loader.stats()["sources"]`` gives each source's
+    delivered samples and bytes and the time spent waiting for its reads.
+
+    Sources must have the same fields: one that lacks a field another has is an error naming
+    both, unless ``fill_missing`` fills it (``True``: empty bytes; ``{"cls": "-1"}``: that
+    value for that field). As a map-style dataset, the mix is its sources concatenated.
+    """
+    if isinstance(sources, Mapping):
+        entries = [_mix_entry(s, w, None) for s, w in sources.items()]
+    else:
+        entries = []
+        for item in sources:
+            if not isinstance(item, tuple) or len(item) not in (2, 3):
+                raise InvalidInputError(f"mix sources are (uri_or_dataset, weight[, options]) tuples, not {item!r}")
+            entries.append(_mix_entry(item[0], item[1], item[2] if len(item) == 3 else None))
+    spec: Dict[str, Any] = {"sources": entries, "replacement": bool(replacement)}
+    if epoch_length is not None:
+        spec["epoch_length"] = int(epoch_length)
+    if isinstance(fill_missing, Mapping):
+        fills = {}
+        for field, value in fill_missing.items():
+            if isinstance(value, bytes):
+                try:
+                    value = value.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise InvalidInputError(f"fill_missing[{field!r}] must be UTF-8 text") from None
+            fills[str(field)] = str(value)
+        spec["fill_missing"] = fills
+    elif fill_missing is not None:
+        spec["fill_missing"] = bool(fill_missing)
+    return Dataset("mix:" + json.dumps(spec), **options)
+
+
 class Loader:
     """Batches from Rust threads, prefetched and in order, handed over without copies.
 
     Each batch is a dict like webdataset's batched output: ``"__key__"`` (list of keys),
-    ``"__index__"`` (source indices) and one entry per field. Fields named in ``decode`` are
+    ``"__index__"`` (source indices), for a ``stoker.mix`` ``"__source__"`` (list of source
+    names) and one entry per field. Fields named in ``decode`` are
     decoded on Rust threads into one tensor each (``stoker.Image`` -> uint8 ``[B, H, W, 3]``,
     ``stoker.Int`` -> int64 ``[B]``, ``stoker.Npy`` -> ``[B, *shape]``); every other field is
     ``(data, offsets)``: uint8 values back to back and int64 offsets of length ``B + 1``. A
@@ -400,6 +479,9 @@ class Loader:
             convert = numpy.from_dlpack
         out: Dict[str, Any] = {"__key__": batch.keys(), "__index__": batch.indices()}
         for name in batch.fields():
+            if name == "__source__":  # a mix's source names: text, like the keys
+                out[name] = batch.texts(name)
+                continue
             data, offsets, dtype = batch.column(name)
             out[name] = convert(data) if dtype else (convert(data), convert(offsets))
         return out

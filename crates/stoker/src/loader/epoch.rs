@@ -11,7 +11,8 @@ use tokio::sync::mpsc;
 use super::{batches_for, Loader, Progress};
 use crate::batch::Batch;
 use crate::error::Result;
-use crate::sampler::Sampler;
+use crate::sampler::{MixPlan, Sampler};
+use crate::source::mix::SOURCE_FIELD;
 use crate::stats::{add_ns, Stats};
 
 /// One epoch's batches as an async stream. Dropping it stops the producer.
@@ -43,6 +44,9 @@ impl EpochStream {
             self.stats.samples.fetch_add(b.len() as u64, Relaxed);
             self.stats.bytes.fetch_add(b.payload_bytes(), Relaxed);
             self.stats.batches.fetch_add(1, Relaxed);
+            if let Some(plan) = &self.sampler.config().mix {
+                count_sources(&self.stats, plan, b);
+            }
             let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
             if let Some((s, delivered)) = &mut p.run {
                 if Arc::ptr_eq(s, &self.sampler) {
@@ -94,6 +98,24 @@ impl Stream for EpochStream {
 impl Drop for EpochStream {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// Count a batch's samples and payload bytes per source of a mix (the `__source__` names
+/// are not payload). A few operations per sample and field, no allocation.
+fn count_sources(stats: &Stats, plan: &MixPlan, b: &Batch) {
+    let source = |i: u64| plan.locate(i).map(|(s, _)| s);
+    for &i in b.indices() {
+        if let Some(s) = source(i) {
+            stats.add_source_delivery(s, 1, 0);
+        }
+    }
+    for col in b.fields().filter(|c| c.name != SOURCE_FIELD) {
+        for (row, &i) in b.indices().iter().enumerate() {
+            if let (Some(s), Some(v)) = (source(i), col.get(row)) {
+                stats.add_source_delivery(s, 0, v.len() as u64);
+            }
+        }
     }
 }
 

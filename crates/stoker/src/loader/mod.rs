@@ -14,7 +14,7 @@ use crate::batch::BatchPool;
 use crate::decode::Decoder;
 use crate::error::{Error, Result};
 use crate::pinned::GpuCopier;
-use crate::sampler::{Order, Sampler, SamplerConfig, SamplerState, ShardLayout};
+use crate::sampler::{MixPlan, Order, Sampler, SamplerConfig, SamplerError, SamplerState, ShardLayout};
 use crate::source::DynSampleSource;
 use crate::stats::{Stats, StatsSnapshot};
 
@@ -40,6 +40,8 @@ pub struct Loader {
     source: Arc<DynSampleSource>,
     cfg: LoaderConfig,
     shards: Option<Arc<ShardLayout>>,
+    /// The plan the sampler follows when the source is a mix.
+    mix: Option<Arc<MixPlan>>,
     stats: Arc<Stats>,
     pool: BatchPool,
     copier: Option<Arc<GpuCopier>>,
@@ -68,17 +70,30 @@ impl Loader {
         if cfg.batch_size == 0 {
             return Err(Error::invalid_option("batch_size must be at least 1"));
         }
-        let shards = match cfg.order {
-            Order::ShardShuffle { .. } if !source.capability().locality => {
+        let mix = source.as_mix().map(|m| m.plan().clone());
+        let shards = match (&cfg.order, &mix) {
+            (Order::ShardShuffle { .. }, Some(_)) => {
+                return Err(SamplerError::Mix {
+                    reason: "shard_shuffle cannot order a mix (its shards belong to different sources); use \
+                             shuffle: each source's draws are shuffled within it"
+                        .into(),
+                }
+                .into())
+            }
+            (Order::ShardShuffle { .. }, None) if !source.capability().locality => {
                 return Err(Error::invalid_option(format!(
                     "the shard shuffle reads shards window by window, but {source} ({} layout) is not made of \
                      shards; shuffle its samples instead (Order::Shuffle; Python shuffle=True; CLI --shuffle samples)",
                     source.info().layout.as_str()
                 )))
             }
-            Order::ShardShuffle { .. } => Some(Arc::new(shard_layout(&*source)?)),
+            (Order::ShardShuffle { .. }, None) => Some(Arc::new(shard_layout(&*source)?)),
             _ => None,
         };
+        let stats = Arc::new(Stats::default());
+        if let Some(m) = &mix {
+            stats.track_sources(m.sources());
+        }
         let runtime = match tokio::runtime::Handle::try_current() {
             Ok(h) => RuntimeHandle::Borrowed(h),
             Err(_) => RuntimeHandle::Owned(
@@ -98,7 +113,8 @@ impl Loader {
             source,
             cfg,
             shards,
-            stats: Arc::new(Stats::default()),
+            mix,
+            stats,
             pool,
             copier,
             decoder,
@@ -114,7 +130,17 @@ impl Loader {
 
     /// Counters since the loader was made.
     pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot_with_damage(self.source.io_counters(), self.source.damage())
+        let mut s = self.stats.snapshot_with_damage(self.source.io_counters(), self.source.damage());
+        if let Some(m) = self.source.as_mix() {
+            s.sources = m.source_stats(&self.stats.source_deliveries(), self.stats.elapsed_s());
+        }
+        s
+    }
+
+    /// Positions in an epoch before the rank split: the source's length, or a mix's epoch
+    /// length.
+    fn positions(&self) -> u64 {
+        self.mix.as_ref().map_or(self.source.len() as u64, |m| m.len())
     }
 
     /// Batch columns that could not live in host-pool buffers (too large, or none free).
@@ -134,7 +160,7 @@ impl Loader {
 
     fn sampler_config(&self, epoch: u64) -> SamplerConfig {
         SamplerConfig {
-            n: self.source.len() as u64,
+            n: self.positions(),
             order: self.cfg.order.clone(),
             epoch,
             partition: self.cfg.partition,
@@ -142,6 +168,7 @@ impl Loader {
             worker: self.cfg.worker,
             num_workers: self.cfg.num_workers,
             shards: self.shards.clone(),
+            mix: self.mix.clone(),
         }
     }
 
@@ -169,13 +196,18 @@ impl Loader {
 
     /// Continue from `state` on the next call to [`epoch`](Self::epoch) for its epoch.
     pub fn load_state(&self, state: LoaderState) -> Result<()> {
-        if state.sampler.n != self.source.len() as u64 {
+        if state.sampler.n != self.positions() {
             return Err(Error::invalid_option(format!(
-                "the saved state is for {} samples but {} has {}",
+                "the saved state is for {} samples but {} has {}{}",
                 state.sampler.n,
                 self.source,
-                self.source.len()
+                self.positions(),
+                if self.mix.is_some() { " per epoch" } else { "" }
             )));
+        }
+        if state.sampler.mix != self.mix.as_ref().map(|m| m.fingerprint()) {
+            let (state_is_mix, is_mix) = (state.sampler.mix.is_some(), self.mix.is_some());
+            return Err(SamplerError::MixMismatch { state_is_mix, is_mix }.into());
         }
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         p.run = None;

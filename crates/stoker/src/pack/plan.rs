@@ -111,8 +111,11 @@ pub(crate) fn make(metas: Vec<SampleMeta>, opts: &PackOptions, source: &str, des
                 }
             }
         }
-        Layout::Objects => {
-            return Err(Error::invalid_option("pack writes `tar` or `lmdb`; a directory of files is what it reads"))
+        Layout::Objects | Layout::Mix => {
+            return Err(Error::invalid_option(format!(
+                "pack writes `tar` or `lmdb`; {} is something it reads",
+                if opts.layout == Layout::Mix { "a mix" } else { "a directory of files" }
+            )))
         }
     }
     let shards = match opts.layout {

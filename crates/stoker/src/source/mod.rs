@@ -15,12 +15,14 @@ use crate::uri::{self, Layout, Location, RemoteLocation, SourceOptions};
 
 pub mod lmdb;
 pub mod manifest;
+pub mod mix;
 pub mod objects;
 pub mod read_ahead;
 pub mod tar;
 pub(crate) mod tar_index;
 
 pub use self::lmdb::LmdbSource;
+pub use self::mix::{MixSource, MixSpec};
 pub use self::objects::ObjectsSource;
 pub use self::read_ahead::ReadAhead;
 pub use self::tar::TarSource;
@@ -125,6 +127,12 @@ pub trait SampleSource: fmt::Debug + fmt::Display + Send + Sync + 'static {
     fn damage(&self) -> Vec<crate::stats::Damage> {
         Vec::new()
     }
+
+    /// The mix this source is, if it is one: the Loader then follows its plan instead of a
+    /// plain order over the indices.
+    fn as_mix(&self) -> Option<&MixSource> {
+        None
+    }
 }
 
 /// A type-erased source, as [`open`] returns it.
@@ -185,8 +193,12 @@ pub(crate) fn is_dataset_file(path: &str) -> bool {
 ///
 /// The layout is inferred unless forced with `?layout=`: a directory holding `data.mdb` is
 /// LMDB; `.tar` files or a brace pattern are tar shards; anything else is one file per
-/// sample.
+/// sample. A mix file (`NAME.mix.json`, `NAME.mix.toml`, `mix:PATH` or `mix:{JSON}`) opens
+/// a [`MixSource`] over the sources it lists, with `options` under each source's own.
 pub async fn open(uri: &str, options: SourceOptions) -> Result<Arc<DynSampleSource>> {
+    if mix::is_mix_uri(uri) {
+        return mix::open_uri(uri, options).await;
+    }
     let parsed = uri::parse(uri)?;
     let opts = options.merged(parsed.options);
     let display = parsed.display;
@@ -325,6 +337,10 @@ async fn build(
             Ok(Opened { source: Arc::new(tar), store, layout, described })
         }
         Layout::Lmdb => unreachable!("LMDB is opened before listing"),
+        Layout::Mix => Err(Error::invalid_option(format!(
+            "{display}: layout=mix names no files; a mix is opened from a mix file (NAME.mix.json or \
+             NAME.mix.toml) or `mix:{{...}}`"
+        ))),
     }
 }
 

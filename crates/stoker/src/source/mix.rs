@@ -1,0 +1,620 @@
+//! A weighted mix of sources: one [`SampleSource`] over several, each with its own URI and
+//! options, read through one Loader in proportions fixed by their weights.
+//!
+//! The mix's index space concatenates its sources (source 0's samples first); what makes it
+//! a mix is its [`MixPlan`], which the Loader's sampler follows instead of a plain order:
+//! per epoch each source contributes its weight's share of the epoch, its draws spread over
+//! the epoch by a keyed permutation (see [`crate::sampler::MixPlan`]). Every sample carries
+//! a [`SOURCE_FIELD`] field naming its source, so losses can be split per dataset.
+//!
+//! # Mix files
+//!
+//! `stoker::open` (and so every CLI command and `stoker.open` in Python) opens a mix from a
+//! file named `*.mix.json` or `*.mix.toml`, from `mix:PATH`, or inline as `mix:{JSON}`:
+//!
+//! ```toml
+//! epoch_length = 100000        # optional; default: set by the source that runs out first
+//! replacement = false          # optional; true lets a source repeat within an epoch
+//! fill_missing = { cls = "-1" }  # optional; or `true` to fill any missing field with b""
+//!
+//! [[sources]]
+//! name = "web"                 # optional; default: the URI without its query
+//! uri = "s3://bucket/train-{000..127}.tar"
+//! weight = 0.7
+//! options = { endpoint = "http://127.0.0.1:9000", concurrency = 64 }
+//!
+//! [[sources]]
+//! uri = "lmdb"                 # relative paths are relative to the mix file
+//! weight = 0.3
+//! options = { field = "jpg" }
+//! ```
+//!
+//! Options given to `open` apply to every source; a source's own `options` override them.
+//!
+//! # Fields
+//!
+//! A mix keeps one set of fields (its *schema*: the fields of each source's first sample,
+//! in order of appearance), so every batch lines up. A source whose first sample lacks a
+//! schema field fails the open with an error naming the source and the field, unless
+//! `fill_missing` fills it (`true`: empty bytes; a table: the text given per field, others
+//! still fail). A sample met later that lacks a field, or holds one outside the schema, is
+//! the same error when it is read.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
+use crate::error::{Error, Result};
+use crate::sample::{Field, Sample, SampleMeta};
+use crate::sampler::{EpochLength, MixPlan};
+use crate::stats::{Histogram, SourceStats};
+use crate::store::IoCounters;
+use crate::uri::{self, Layout, SourceOptions};
+
+/// The field every sample of a mix carries: its source's name (UTF-8).
+pub const SOURCE_FIELD: &str = "__source__";
+
+/// One source of a mix.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixEntry {
+    /// The source's URI (any form [`crate::open`] takes, except another mix).
+    pub uri: String,
+    /// Its weight: positive; only the ratios between weights matter.
+    pub weight: f64,
+    /// Its name in the `__source__` field and in stats; default: the URI without its query.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Its open options (over the options the whole mix is opened with).
+    #[serde(default)]
+    pub options: SourceOptions,
+}
+
+/// What to do with a field that one source's samples lack and another's have.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FillMissing {
+    /// `true`: fill every missing field with empty bytes; `false`: fail (the default).
+    All(bool),
+    /// Fill the fields named with the given text (UTF-8 bytes); any other missing field fails.
+    Fields(BTreeMap<String, String>),
+}
+
+/// A mix: its sources and how an epoch is made of them. The serde form is the mix file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixSpec {
+    /// The sources, each with its weight.
+    pub sources: Vec<MixEntry>,
+    /// Samples per epoch; default: without replacement, the longest epoch in which no
+    /// source's share exceeds its size; with replacement, every source's size added up.
+    #[serde(default)]
+    pub epoch_length: Option<u64>,
+    /// Let a source give an epoch more samples than it has, repeating them evenly.
+    #[serde(default)]
+    pub replacement: bool,
+    /// Fill fields missing from a source instead of failing.
+    #[serde(default)]
+    pub fill_missing: Option<FillMissing>,
+}
+
+const MIX_PREFIX: &str = "mix:";
+
+/// Whether `uri` names a mix: `mix:...`, or a path ending `.mix.json` or `.mix.toml`.
+pub fn is_mix_uri(uri: &str) -> bool {
+    let path = uri.split('?').next().unwrap_or(uri);
+    uri.starts_with(MIX_PREFIX) || path.ends_with(".mix.json") || path.ends_with(".mix.toml")
+}
+
+impl MixSpec {
+    /// Parse a mix from JSON text. Errors never quote credential values.
+    pub fn from_json(text: &str) -> Result<Self> {
+        serde_json::from_str(text).map_err(|e| spec_error("JSON", &e.to_string(), text))
+    }
+
+    /// Parse a mix from TOML text. Errors never quote credential values.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        toml::from_str(text).map_err(|e| spec_error("TOML", &e.to_string(), text))
+    }
+
+    /// Read a mix file (`.json` or `.toml`; otherwise JSON if it starts with `{`). Relative
+    /// local paths in it are taken relative to the file's directory.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display(), e))?;
+        let name = path.to_string_lossy();
+        let json = name.ends_with(".json") || (!name.ends_with(".toml") && text.trim_start().starts_with('{'));
+        let parsed = if json { Self::from_json(&text) } else { Self::from_toml(&text) };
+        let mut spec = parsed.map_err(|e| match e {
+            Error::InvalidOption { message } => {
+                Error::invalid_option(format!("mix file {}: {message}", path.display()))
+            }
+            other => other,
+        })?;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        for e in &mut spec.sources {
+            if e.name.is_none() {
+                e.name = Some(default_name(&e.uri));
+            }
+            if !e.uri.contains("://") && !Path::new(&e.uri).is_absolute() {
+                e.uri = dir.join(&e.uri).to_string_lossy().into_owned();
+            }
+        }
+        Ok(spec)
+    }
+
+    /// Parse the forms [`is_mix_uri`] accepts.
+    pub fn from_uri(uri: &str) -> Result<Self> {
+        let rest = uri.strip_prefix(MIX_PREFIX).unwrap_or(uri);
+        if rest.trim_start().starts_with('{') {
+            return Self::from_json(rest);
+        }
+        Self::load(Path::new(rest))
+    }
+}
+
+/// A mix file's parse error, with any credential values in the text scrubbed from it.
+fn spec_error(format: &str, message: &str, text: &str) -> Error {
+    let mut secrets = Vec::new();
+    collect_secrets(&serde_json::from_str(text).unwrap_or_default(), &mut secrets);
+    if let Ok(v) = toml::from_str::<serde_json::Value>(text) {
+        collect_secrets(&v, &mut secrets);
+    }
+    // Lines with a secret key, for TOML text that does not parse at all.
+    for (k, v) in text.lines().filter_map(|l| l.split_once('=')) {
+        if uri::is_secret_option(k.trim().trim_matches(['"', '\''])) {
+            let v = v.trim().trim_end_matches([',', '}']).trim();
+            secrets.extend([v.to_string(), v.trim_matches(['"', '\'']).to_string()]);
+        }
+    }
+    Error::invalid_option(format!("bad mix {format}: {}", uri::scrub(message, &secrets)))
+}
+
+fn collect_secrets(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                if uri::is_secret_option(k) {
+                    match v {
+                        serde_json::Value::String(s) => out.push(s.clone()),
+                        other => out.push(other.to_string()),
+                    }
+                } else {
+                    collect_secrets(v, out);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_secrets(v, out)),
+        _ => {}
+    }
+}
+
+/// The name a source gets without one: its URI as written, without the query (which may
+/// hold credentials).
+fn default_name(uri: &str) -> String {
+    let base = uri.split('?').next().unwrap_or(uri).trim_end_matches('/');
+    uri::redact(if base.is_empty() { uri } else { base })
+}
+
+/// Open the mix a [`is_mix_uri`] URI names, with `options` under every source's own.
+///
+/// A boxed future of a named type: opening a mix opens its sources through
+/// [`crate::open`], whose future would otherwise contain itself (and its `Send` proof with it).
+pub(crate) fn open_uri(uri: &str, options: SourceOptions) -> BoxFuture<'static, Result<Arc<DynSampleSource>>> {
+    let uri = uri.to_string();
+    Box::pin(async move {
+        let spec = MixSpec::from_uri(&uri)?;
+        Ok(Arc::new(MixSource::open(spec, options).await?) as Arc<DynSampleSource>)
+    })
+}
+
+/// Per-source read counters.
+#[derive(Default)]
+struct ReadCounters {
+    reads: AtomicU64,
+    samples: AtomicU64,
+    bytes: AtomicU64,
+    /// How long each read of this source took (its part of a batch).
+    wait: Histogram,
+}
+
+struct Part {
+    name: String,
+    label: Bytes,
+    weight: f64,
+    source: Arc<DynSampleSource>,
+    counters: ReadCounters,
+}
+
+/// Several sources read as one, in the proportions of a [`MixPlan`] (module docs).
+pub struct MixSource {
+    parts: Vec<Part>,
+    plan: Arc<MixPlan>,
+    /// The fields every sample is given, in order (then [`SOURCE_FIELD`]).
+    schema: Vec<Arc<str>>,
+    /// Per schema field, what fills it when a sample lacks it (`None`: an error).
+    fills: Vec<Option<Bytes>>,
+    source_field: Arc<str>,
+}
+
+impl MixSource {
+    /// Open every source of `spec` (concurrently), with `options` under each one's own, and
+    /// check that their fields agree (or are filled).
+    pub async fn open(spec: MixSpec, options: SourceOptions) -> Result<Self> {
+        if spec.sources.is_empty() {
+            return Err(Error::invalid_option("a mix needs at least one source"));
+        }
+        let mut names: Vec<String> = Vec::new();
+        for e in &spec.sources {
+            if is_mix_uri(&e.uri) {
+                return Err(Error::invalid_option(format!(
+                    "mix source `{}` is itself a mix; list its sources in one mix instead",
+                    e.name.clone().unwrap_or_else(|| default_name(&e.uri))
+                )));
+            }
+            let name = e.name.clone().unwrap_or_else(|| default_name(&e.uri));
+            if name.is_empty() || names.contains(&name) {
+                return Err(Error::invalid_option(format!(
+                    "two mix sources are both named `{name}`; give each a distinct `name`"
+                )));
+            }
+            names.push(name);
+        }
+        let opens: Vec<BoxFuture<'static, Result<Arc<DynSampleSource>>>> = spec
+            .sources
+            .iter()
+            .map(|e| {
+                let (uri, opts) = (e.uri.clone(), options.clone().merged(e.options.clone()));
+                // Boxed: opening a source may open a mix, so the future's type would contain itself.
+                Box::pin(async move { super::open(&uri, opts).await }) as BoxFuture<'static, _>
+            })
+            .collect();
+        let sources = futures::future::try_join_all(opens).await?;
+        let sizes: Vec<u64> = sources.iter().map(|s| s.len() as u64).collect();
+        let weights: Vec<f64> = spec.sources.iter().map(|e| e.weight).collect();
+        let length = spec.epoch_length.map_or(EpochLength::Auto, EpochLength::Fixed);
+        let plan = MixPlan::new(&sizes, &weights, length, spec.replacement).map_err(|e| {
+            // The plan speaks of source numbers; users know them by name.
+            let mut msg = e.to_string();
+            for (s, name) in names.iter().enumerate().rev() {
+                msg = msg.replace(&format!("source {s} "), &format!("source `{name}` "));
+            }
+            Error::invalid_option(msg)
+        })?;
+        let parts: Vec<Part> = names
+            .into_iter()
+            .zip(sources)
+            .zip(&spec.sources)
+            .map(|((name, source), e)| Part {
+                label: Bytes::from(name.clone().into_bytes()),
+                name,
+                weight: e.weight,
+                source,
+                counters: ReadCounters::default(),
+            })
+            .collect();
+        let mut mix = MixSource {
+            parts,
+            plan: Arc::new(plan),
+            schema: Vec::new(),
+            fills: Vec::new(),
+            source_field: SOURCE_FIELD.into(),
+        };
+        mix.settle_schema(spec.fill_missing.as_ref()).await?;
+        Ok(mix)
+    }
+
+    /// The schema from each source's first sample, and the fills; fails on a field one
+    /// source lacks that no fill covers.
+    async fn settle_schema(&mut self, fill: Option<&FillMissing>) -> Result<()> {
+        let mut firsts = Vec::with_capacity(self.parts.len());
+        for p in &self.parts {
+            let meta = p.source.meta(0).await?;
+            if let Some((name, _)) = meta.fields.iter().find(|(n, _)| &**n == SOURCE_FIELD) {
+                return Err(Error::MixSchema {
+                    source_name: p.name.clone(),
+                    field: name.to_string(),
+                    reason: format!(
+                        "its samples have a field named `{SOURCE_FIELD}`, which a mix uses for source names"
+                    ),
+                });
+            }
+            for (name, _) in &meta.fields {
+                if !self.schema.iter().any(|f| **f == **name) {
+                    self.schema.push(name.clone());
+                }
+            }
+            firsts.push(meta);
+        }
+        self.fills = self
+            .schema
+            .iter()
+            .map(|f| match fill {
+                Some(FillMissing::All(true)) => Some(Bytes::new()),
+                Some(FillMissing::Fields(map)) => map.get(&**f).map(|v| Bytes::from(v.clone().into_bytes())),
+                _ => None,
+            })
+            .collect();
+        for (p, meta) in self.parts.iter().zip(&firsts) {
+            for (j, field) in self.schema.iter().enumerate() {
+                if self.fills[j].is_some() || meta.fields.iter().any(|(n, _)| n == field) {
+                    continue;
+                }
+                let other = self.parts.iter().zip(&firsts).find(|(_, m)| m.fields.iter().any(|(n, _)| n == field));
+                let other = other.map_or(String::new(), |(o, _)| format!(" but `{}` has", o.name));
+                let own: Vec<&str> = meta.fields.iter().map(|(n, _)| &**n).collect();
+                return Err(Error::MixSchema {
+                    source_name: p.name.clone(),
+                    field: field.to_string(),
+                    reason: format!(
+                        "its samples have no field `{field}`{other} (its first sample `{}` has: {}); give \
+                         fill_missing (true for empty bytes, or {{\"{field}\": \"VALUE\"}}) to fill it, or make the \
+                         fields match (an LMDB's one field is named by its `field` option)",
+                        meta.key,
+                        own.join(", ")
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The plan the Loader's sampler follows.
+    pub fn plan(&self) -> &Arc<MixPlan> {
+        &self.plan
+    }
+
+    /// The sources' names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().map(|p| p.name.as_str())
+    }
+
+    /// The sources, in order.
+    pub fn sources(&self) -> impl Iterator<Item = &Arc<DynSampleSource>> {
+        self.parts.iter().map(|p| &p.source)
+    }
+
+    /// The fields every sample has, in order, [`SOURCE_FIELD`] last.
+    pub fn schema(&self) -> impl Iterator<Item = &str> {
+        self.schema.iter().map(|f| &**f).chain(std::iter::once(SOURCE_FIELD))
+    }
+
+    /// Per source: read counters, store counters, and what a loader delivered of it
+    /// (`delivered[s] = (samples, bytes)`) over `elapsed_s` seconds.
+    pub fn source_stats(&self, delivered: &[(u64, u64)], elapsed_s: f64) -> Vec<SourceStats> {
+        let total_w: f64 = self.parts.iter().map(|p| p.weight).sum();
+        let counts: Vec<u64> = self.plan.counts().collect();
+        self.parts
+            .iter()
+            .enumerate()
+            .map(|(s, p)| {
+                let (samples, bytes) = delivered.get(s).copied().unwrap_or((0, 0));
+                let io = p.source.io_counters().unwrap_or_default();
+                let c = &p.counters;
+                SourceStats {
+                    name: p.name.clone(),
+                    weight: p.weight / total_w,
+                    per_epoch: counts[s],
+                    samples,
+                    bytes,
+                    samples_per_s: samples as f64 / elapsed_s.max(1e-9),
+                    bytes_per_s: bytes as f64 / elapsed_s.max(1e-9),
+                    reads: c.reads.load(Relaxed),
+                    read_samples: c.samples.load(Relaxed),
+                    read_bytes: c.bytes.load(Relaxed),
+                    read_wait_s: c.wait.mean().as_secs_f64() * c.wait.count() as f64,
+                    read_p50_ms: c.wait.quantile(0.5).as_secs_f64() * 1e3,
+                    read_p95_ms: c.wait.quantile(0.95).as_secs_f64() * 1e3,
+                    store_requests: io.requests,
+                    store_bytes: io.bytes,
+                    retries: io.retries,
+                }
+            })
+            .collect()
+    }
+
+    fn locate(&self, index: usize) -> Result<(usize, usize)> {
+        check_index(index, self.len())?;
+        let (s, local) = self.plan.locate(index as u64).ok_or(Error::IndexOutOfRange { index, len: self.len() })?;
+        Ok((s, local as usize))
+    }
+
+    fn schema_error(&self, s: usize, key: &str, field: &str, reason: String) -> Error {
+        Error::MixSchema {
+            source_name: self.parts[s].name.clone(),
+            field: field.to_string(),
+            reason: format!("sample `{key}` {reason}"),
+        }
+    }
+
+    fn schema_list(&self) -> String {
+        self.schema.iter().map(|f| &**f).collect::<Vec<_>>().join(", ")
+    }
+
+    /// `fields` (name, payload) of a sample of source `s` in schema order, filled, with the
+    /// source's name last; or the error for a field the schema does not agree with.
+    fn conform<T: Clone>(
+        &self,
+        s: usize,
+        key: &str,
+        fields: &[(Arc<str>, T)],
+        fill: impl Fn(&Bytes) -> T,
+        label: T,
+    ) -> Result<Vec<(Arc<str>, T)>> {
+        if let Some((extra, _)) = fields.iter().find(|(n, _)| !self.schema.iter().any(|f| f == n)) {
+            let reason = format!(
+                "has field `{extra}`, which the mix's fields ({}; from each source's first sample) do not \
+                 include; a mix keeps one set of fields so every batch lines up",
+                self.schema_list()
+            );
+            return Err(self.schema_error(s, key, extra, reason));
+        }
+        let mut out = Vec::with_capacity(self.schema.len() + 1);
+        for (name, filler) in self.schema.iter().zip(&self.fills) {
+            match (fields.iter().find(|(n, _)| n == name), filler) {
+                // The schema's own name: batches then match columns by pointer.
+                (Some((_, v)), _) => out.push((name.clone(), v.clone())),
+                (None, Some(b)) => out.push((name.clone(), fill(b))),
+                (None, None) => {
+                    let have: Vec<&str> = fields.iter().map(|(n, _)| &**n).collect();
+                    let reason = format!(
+                        "has no field `{name}` (it has: {}), which the mix's other sources have; give fill_missing \
+                         to fill it",
+                        have.join(", ")
+                    );
+                    return Err(self.schema_error(s, key, name, reason));
+                }
+            }
+        }
+        out.push((self.source_field.clone(), label));
+        Ok(out)
+    }
+
+    fn conform_sample(&self, s: usize, sample: Sample) -> Result<Sample> {
+        let fields: Vec<(Arc<str>, Bytes)> = sample.fields.into_iter().map(|f| (f.name, f.data)).collect();
+        let label = self.parts[s].label.clone();
+        let out = self.conform(s, &sample.key, &fields, Bytes::clone, label)?;
+        Ok(Sample { key: sample.key, fields: out.into_iter().map(|(name, data)| Field { name, data }).collect() })
+    }
+
+    /// Read `locals` of source `s`, conformed, counting the read.
+    async fn read_part(&self, s: usize, locals: &[usize]) -> Result<Vec<Sample>> {
+        let p = &self.parts[s];
+        let t = Instant::now();
+        let got = p.source.get_many(locals).await;
+        p.counters.wait.record(t.elapsed());
+        p.counters.reads.fetch_add(1, Relaxed);
+        let got = got?;
+        p.counters.samples.fetch_add(got.len() as u64, Relaxed);
+        p.counters.bytes.fetch_add(got.iter().map(Sample::total_bytes).sum(), Relaxed);
+        got.into_iter().map(|x| self.conform_sample(s, x)).collect()
+    }
+}
+
+impl fmt::Debug for MixSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MixSource")
+            .field("sources", &self.parts.iter().map(|p| (&p.name, p.weight, &p.source)).collect::<Vec<_>>())
+            .field("plan", &self.plan)
+            .field("schema", &self.schema)
+            .finish()
+    }
+}
+
+impl fmt::Display for MixSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let total: f64 = self.parts.iter().map(|p| p.weight).sum();
+        write!(f, "mix(")?;
+        for (i, p) in self.parts.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{} {:.3}: {}", p.name, p.weight / total, p.source)?;
+        }
+        write!(f, ")")
+    }
+}
+
+#[async_trait]
+impl SampleSource for MixSource {
+    fn len(&self) -> usize {
+        self.plan.total() as usize
+    }
+
+    fn capability(&self) -> Capability {
+        let caps: Vec<Capability> = self.parts.iter().map(|p| p.source.capability()).collect();
+        Capability {
+            random_access: caps.iter().all(|c| c.random_access),
+            coalesced_reads: caps.iter().any(|c| c.coalesced_reads),
+            // Shard ids are per source; the mix orders by its plan, not by shards.
+            locality: false,
+            cheap_meta: caps.iter().all(|c| c.cheap_meta),
+            local: caps.iter().all(|c| c.local),
+        }
+    }
+
+    fn info(&self) -> SourceInfo {
+        SourceInfo { layout: Layout::Mix, shards: self.parts.iter().map(|p| p.source.info().shards).sum() }
+    }
+
+    async fn get(&self, index: usize) -> Result<Sample> {
+        let (s, local) = self.locate(index)?;
+        Ok(self.read_part(s, &[local]).await?.remove(0))
+    }
+
+    /// Each source's samples of the batch are read with its own `get_many` (so ranged
+    /// sources coalesce), all sources at once.
+    async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
+        let mut groups: Vec<(Vec<usize>, Vec<usize>)> = vec![(Vec::new(), Vec::new()); self.parts.len()];
+        for (pos, &i) in indices.iter().enumerate() {
+            let (s, local) = self.locate(i)?;
+            groups[s].0.push(pos);
+            groups[s].1.push(local);
+        }
+        let reads = groups.iter().enumerate().filter(|(_, g)| !g.1.is_empty()).map(|(s, g)| async move {
+            let got = self.read_part(s, &g.1).await?;
+            Ok::<_, Error>((s, got))
+        });
+        let done = futures::future::try_join_all(reads).await?;
+        let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
+        for (s, samples) in done {
+            for (&pos, sample) in groups[s].0.iter().zip(samples) {
+                out[pos] = Some(sample);
+            }
+        }
+        out.into_iter()
+            .zip(indices)
+            .map(|(s, &index)| {
+                s.ok_or_else(|| Error::Task(format!("mix: source read returned too few samples for index {index}")))
+            })
+            .collect()
+    }
+
+    fn location(&self, index: usize) -> Option<String> {
+        let (s, local) = self.locate(index).ok()?;
+        let p = &self.parts[s];
+        Some(match p.source.location(local) {
+            Some(l) => format!("mix source `{}`: {l}", p.name),
+            None => format!("mix source `{}` ({}) sample {local}", p.name, p.source),
+        })
+    }
+
+    async fn meta(&self, index: usize) -> Result<SampleMeta> {
+        let (s, local) = self.locate(index)?;
+        let meta = self.parts[s].source.meta(local).await?;
+        let label = self.parts[s].label.len() as u64;
+        let fields = self.conform(s, &meta.key, &meta.fields, |b| b.len() as u64, label)?;
+        Ok(SampleMeta { key: meta.key, fields })
+    }
+
+    fn io_counters(&self) -> Option<IoCounters> {
+        let all: Vec<IoCounters> = self.parts.iter().filter_map(|p| p.source.io_counters()).collect();
+        (!all.is_empty()).then(|| {
+            all.iter().fold(IoCounters::default(), |a, c| IoCounters {
+                requests: a.requests + c.requests,
+                bytes: a.bytes + c.bytes,
+                remote_requests: a.remote_requests + c.remote_requests,
+                retries: a.retries + c.retries,
+                hedges: a.hedges + c.hedges,
+                hedge_wins: a.hedge_wins + c.hedge_wins,
+                cache_hits: a.cache_hits + c.cache_hits,
+                cache_misses: a.cache_misses + c.cache_misses,
+                disk_hits: a.disk_hits + c.disk_hits,
+            })
+        })
+    }
+
+    fn damage(&self) -> Vec<crate::stats::Damage> {
+        self.parts.iter().flat_map(|p| p.source.damage()).collect()
+    }
+
+    fn as_mix(&self) -> Option<&MixSource> {
+        Some(self)
+    }
+}
