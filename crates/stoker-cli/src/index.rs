@@ -21,7 +21,7 @@ pub(crate) fn bar(quiet: bool, template: &str) -> ProgressBar {
 
 /// What `index` adds to the source options.
 pub(crate) struct Extra {
-    /// `--checksums`: record a CRC32C per member.
+    /// `--checksums`: record an XXH3-64 digest per member.
     pub checksums: bool,
     /// `--skip-damage`: step over damage, listing it.
     pub skip_damage: bool,

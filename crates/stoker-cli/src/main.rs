@@ -71,7 +71,7 @@ enum Command {
         /// No progress bar (it is only drawn when standard error is a terminal anyway).
         #[arg(long, short)]
         quiet: bool,
-        /// Record a CRC32C of every tar member's payload (reads every payload once), so
+        /// Record an XXH3-64 digest of every tar member's payload (reads every payload once), so
         /// reads detect payload damage from then on.
         #[arg(long)]
         checksums: bool,

@@ -182,7 +182,7 @@ pub fn resync(data: &[u8]) {
             if let Err(e) = idx.check_header(first + j, &idx.keys[i], header) {
                 panic!("a kept header fails its own check: {e}");
             }
-            if let Err(e) = idx.check_crc(first + j, &bytes[off as usize..(off + len) as usize]) {
+            if let Err(e) = idx.check_sum(first + j, &bytes[off as usize..(off + len) as usize]) {
                 panic!("a kept payload fails the checksum taken from it: {e}");
             }
         }

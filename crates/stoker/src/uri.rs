@@ -122,7 +122,7 @@ pub struct SourceOptions {
     /// around the damage, resynchronising at the next valid header, and reports what was lost
     /// (`SampleSource::damage`, `Loader::stats().damage`). The Loader's skip policy sets it.
     pub on_damage: Option<DamagePolicy>,
-    /// `index`: record a CRC32C of every tar member's payload in the indexes (reads every
+    /// `index`: record a digest (XXH3-64) of every tar member's payload in the indexes (reads every
     /// payload once); reads then verify them (default false; `pack` always records them).
     pub checksums: Option<bool>,
 }

@@ -51,7 +51,7 @@ pub(crate) async fn write(
         // data.mdb is only ever renamed into place whole, after every record.
         if let Ok(m) = std::fs::metadata(&final_path) {
             progress.advance(plan.outs.len() as u64, all);
-            return Ok(Written { bytes: m.len(), resumed: 1, written_samples: 0, crcs: Default::default() });
+            return Ok(Written { bytes: m.len(), resumed: 1, written_samples: 0, sums: Default::default() });
         }
     } else {
         remove_work(dir).map_err(|e| Error::io(dir.join(WORK_DIR).display(), e))?;
@@ -113,7 +113,7 @@ pub(crate) async fn write(
     let written = writer.await.map_err(Error::task)?;
     fed?;
     let bytes = written?;
-    Ok(Written { bytes, resumed: 0, written_samples: plan.outs.len() - start, crcs: Default::default() })
+    Ok(Written { bytes, resumed: 0, written_samples: plan.outs.len() - start, sums: Default::default() })
 }
 
 /// Virtual address space for the working map: values round up to pages when they overflow,

@@ -249,7 +249,7 @@ pub async fn pack(
         // Every member gets a checksum: those just written from the bytes in hand, those of
         // shards kept from an interrupted run by reading them.
         let index_opts = SourceOptions { checksums: Some(true), ..opts.dest_options.clone() };
-        crate::source::index_with(&index_uri, index_opts, &|_, _| {}, &done.crcs).await?;
+        crate::source::index_with(&index_uri, index_opts, &|_, _| {}, &done.sums).await?;
     }
     plan.file.complete = true;
     out.write_plan(&plan.file).await?;
@@ -288,8 +288,8 @@ pub(crate) struct Written {
     bytes: u64,
     resumed: usize,
     written_samples: usize,
-    /// Per shard written now (not resumed), the CRC32C of each member in archive order.
-    crcs: std::collections::HashMap<String, Vec<u32>>,
+    /// Per shard written now (not resumed), the XXH3-64 of each member in archive order.
+    sums: std::collections::HashMap<String, Vec<u64>>,
 }
 
 /// Where the output goes.

@@ -67,14 +67,14 @@ pub(crate) async fn write(
         Dest::Local(_) => opts.jobs,
         Dest::Remote(_) => opts.jobs.min((super::REMOTE_BYTES_IN_FLIGHT / opts.shard_size.max(1)) as usize),
     };
-    let crcs = futures::stream::iter(todo.into_iter().map(|s| async move {
-        let crcs = write_shard(src, out, plan, s, field, progress, shown).await?;
-        Ok::<_, Error>((s.name.clone(), crcs))
+    let sums = futures::stream::iter(todo.into_iter().map(|s| async move {
+        let sums = write_shard(src, out, plan, s, field, progress, shown).await?;
+        Ok::<_, Error>((s.name.clone(), sums))
     }))
     .buffer_unordered(jobs.max(1))
     .try_collect()
     .await?;
-    Ok(Written { bytes: plan.file.shards.iter().map(|s| s.bytes).sum(), resumed, written_samples, crcs })
+    Ok(Written { bytes: plan.file.shards.iter().map(|s| s.bytes).sum(), resumed, written_samples, sums })
 }
 
 fn payload(plan: &Plan, s: &ShardPlan) -> u64 {
@@ -89,7 +89,7 @@ async fn is_complete(out: &Dest, s: &ShardPlan) -> Result<bool> {
     })
 }
 
-/// Write one shard; returns the CRC32C of every member's payload, in archive order.
+/// Write one shard; returns the XXH3-64 of every member's payload, in archive order.
 async fn write_shard(
     src: &Arc<DynSampleSource>,
     out: &Dest,
@@ -98,7 +98,7 @@ async fn write_shard(
     field: Option<&str>,
     progress: &dyn PackProgress,
     shown: &str,
-) -> Result<Vec<u32>> {
+) -> Result<Vec<u64>> {
     let outs = &plan.outs[s.first..s.first + s.samples];
     let tmp = match out {
         Dest::Local(dir) => Some(dir.join(temp_name(&s.name))),
@@ -118,17 +118,17 @@ async fn write_shard(
         async move { Ok::<_, Error>((part, fetch(&**src, part, field, shown).await?)) }
     }))
     .buffered(2);
-    let mut crcs: Vec<u32> = Vec::new();
+    let mut sums: Vec<u64> = Vec::new();
     while let Some((part, fields)) = fetched.try_next().await? {
         let keys: Vec<String> = part.iter().map(|o| o.key.clone()).collect();
         let bytes: u64 = part.iter().map(|o| o.payload()).sum();
         let (b, c, res) = tokio::task::spawn_blocking(move || {
-            let r = keys.iter().zip(&fields).try_for_each(|(k, f)| append(&mut builder, k, f, &mut crcs));
-            (builder, crcs, r)
+            let r = keys.iter().zip(&fields).try_for_each(|(k, f)| append(&mut builder, k, f, &mut sums));
+            (builder, sums, r)
         })
         .await
         .map_err(Error::task)?;
-        (builder, crcs) = (b, c);
+        (builder, sums) = (b, c);
         res.map_err(io_err)?;
         progress.advance(part.len() as u64, bytes);
     }
@@ -157,15 +157,15 @@ async fn write_shard(
         (Dest::Remote(store), Sink::Memory(v), _) => store.put(&s.name, Bytes::from(v)).await?,
         _ => return Err(Error::Task("shard sink does not match its destination".into())),
     }
-    Ok(crcs)
+    Ok(sums)
 }
 
 /// One sample's members, with fixed metadata (mode 0644, owner 0, mtime 0) so the same input
-/// always gives the same bytes; each payload's CRC32C goes to `crcs` (pack has the bytes in
+/// always gives the same bytes; each payload's XXH3-64 goes to `sums` (pack has the bytes in
 /// hand, so recording them costs no read).
-fn append<W: Write>(b: &mut tar::Builder<W>, key: &str, fields: &[Field], crcs: &mut Vec<u32>) -> io::Result<()> {
+fn append<W: Write>(b: &mut tar::Builder<W>, key: &str, fields: &[Field], sums: &mut Vec<u64>) -> io::Result<()> {
     for f in fields {
-        crcs.push(crc32c::crc32c(&f.data));
+        sums.push(twox_hash::XxHash3_64::oneshot(&f.data));
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(tar::EntryType::Regular);
         h.set_size(f.data.len() as u64);

@@ -436,21 +436,22 @@ pub async fn index_with_progress(
     index_with(uri, options, progress, &Default::default()).await
 }
 
-/// The index of one shard for `index`: with `crcs` (what `pack` computed as it wrote the
-/// shard) recorded without reading the payloads again.
+/// The index of one shard for `index`: with `sums` (the XXH3-64s `pack` computed as it
+/// wrote the shard) recorded without reading the payloads again.
 async fn index_shard(
     store: &Store,
     info: &ObjectInfo,
     opts: &SourceOptions,
-    crcs: Option<&Vec<u32>>,
+    sums: Option<&Vec<u64>>,
 ) -> Result<tar_index::ShardIndex> {
-    let Some(crcs) = crcs else { return tar_index::for_open(store, info, opts, None).await };
+    let Some(sums) = sums else { return tar_index::for_open(store, info, opts, None).await };
     let headers_only = SourceOptions { checksums: None, ..opts.clone() };
     let mut idx = tar_index::for_open(store, info, &headers_only, None).await?;
-    if idx.crcs.is_empty() && idx.damage.is_empty() && crcs.len() == idx.fields.len() {
-        idx.crcs = crcs.clone();
+    if idx.sums.is_empty() && idx.damage.is_empty() && sums.len() == idx.fields.len() {
+        idx.sums = sums.clone();
+        idx.digest = tar_index::PayloadDigest::Xxh3;
         tar_index::save(store, &idx, opts).await;
-    } else if idx.crcs.is_empty() && opts.checksums == Some(true) {
+    } else if idx.sums.is_empty() && opts.checksums == Some(true) {
         // Not the members `pack` wrote (a foreign file in the destination): read them.
         return tar_index::for_open(store, info, opts, None).await;
     }
@@ -462,7 +463,7 @@ pub(crate) async fn index_with(
     uri: &str,
     options: SourceOptions,
     progress: &(dyn Fn(usize, usize) + Send + Sync),
-    known_crcs: &std::collections::HashMap<String, Vec<u32>>,
+    known_sums: &std::collections::HashMap<String, Vec<u64>>,
 ) -> Result<IndexReport> {
     let parsed = uri::parse(uri)?;
     let mut opts = options.merged(parsed.options);
@@ -491,7 +492,7 @@ pub(crate) async fn index_with(
         Layout::Tar => {
             let shards: Vec<&ObjectInfo> = listing.iter().filter(|o| o.path.ends_with(".tar")).collect();
             let total = shards.len();
-            let loads: Vec<_> = shards.iter().map(|s| index_shard(&store, s, &opts, known_crcs.get(&s.path))).collect();
+            let loads: Vec<_> = shards.iter().map(|s| index_shard(&store, s, &opts, known_sums.get(&s.path))).collect();
             let done = std::sync::atomic::AtomicUsize::new(0);
             let indexes: Vec<tar_index::ShardIndex> = futures::stream::iter(loads)
                 .buffered(opts.concurrency().min(8))
@@ -508,7 +509,7 @@ pub(crate) async fn index_with(
     let opened = build(store, layout, listing, &opts, display, known, true).await?;
     let (listing, tar) = opened.described.unwrap_or_default();
     let objects = listing.len();
-    let checksums = !tar.is_empty() && tar.iter().all(|t| t.fields.is_empty() || !t.crcs.is_empty());
+    let checksums = !tar.is_empty() && tar.iter().all(|t| t.fields.is_empty() || !t.sums.is_empty());
     let m = manifest::Manifest::new(opened.layout, &listing, tar);
     let bytes = manifest::save(&opened.store, &m).await?;
     Ok(IndexReport {

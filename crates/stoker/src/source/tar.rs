@@ -180,7 +180,7 @@ impl Inner {
                 let at = (off - buf_start) as usize;
                 self.check_header(shard, first + j, key, off, &buf[at - tar_index::HEADER as usize..at])?;
                 let data = buf.slice(at..at + len as usize);
-                self.check_crc(shard, first + j, key, &data)?;
+                self.check_sum(shard, first + j, key, &data)?;
                 Ok(Field { name: s.names[name as usize].clone(), data })
             })
             .collect::<Result<_>>()?;
@@ -198,9 +198,9 @@ impl Inner {
     }
 
     /// Check the payload of global field number `field` against its recorded checksum.
-    fn check_crc(&self, shard: usize, field: usize, key: &str, data: &[u8]) -> Result<()> {
+    fn check_sum(&self, shard: usize, field: usize, key: &str, data: &[u8]) -> Result<()> {
         let index = &self.shards[shard].index;
-        index.check_crc(field, data).map_err(|reason| Error::CorruptData {
+        index.check_sum(field, data).map_err(|reason| Error::CorruptData {
             shard: self.store.describe(&index.shard),
             key: key.to_string(),
             field: index.names[index.fields[field].0 as usize].clone(),
@@ -350,7 +350,7 @@ impl Inner {
                     let dst = out.field(&s.names[name as usize], len as usize);
                     dst.copy_from_slice(&buf[at..at + len as usize]);
                     // Checked in the batch, right after the copy, while the bytes are in cache.
-                    self.check_crc(shard, first + j, key, dst)
+                    self.check_sum(shard, first + j, key, dst)
                 })
             } else {
                 let file = &files[&shard];
@@ -362,7 +362,7 @@ impl Inner {
                     let dst = out.field(&s.names[name as usize], len as usize);
                     file.read_exact_at(dst, off).map_err(|_| short(shard, off))?;
                     self.store.count(1, len);
-                    self.check_crc(shard, first + j, key, dst)
+                    self.check_sum(shard, first + j, key, dst)
                 })
             };
             if let Err(e) = result {

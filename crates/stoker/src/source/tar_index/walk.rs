@@ -16,7 +16,7 @@ use crate::store::ObjectInfo;
 pub(crate) struct Walk {
     /// Step over damage, recording it, instead of failing.
     pub skip: bool,
-    /// Read every payload and record its CRC32C.
+    /// Read every payload and record its XXH3-64.
     pub checksums: bool,
 }
 
@@ -231,7 +231,7 @@ impl<'a> Builder<'a> {
                 );
             }
             let crc = if self.walk.checksums {
-                match crc_of(&mut entry, &mut self.buf) {
+                match digest_of(self.idx.digest, &mut entry, &mut self.buf) {
                     Ok(c) => Some(c),
                     Err(e) => return Found::header(header_at, format!("cannot read member `{name}`: {e}")),
                 }
@@ -253,7 +253,7 @@ impl<'a> Builder<'a> {
         })
     }
 
-    fn push(&mut self, key: String, id: u32, (off, len): (u64, u64), digest: u32, crc: Option<u32>) {
+    fn push(&mut self, key: String, id: u32, (off, len): (u64, u64), digest: u32, crc: Option<u64>) {
         if self.open_key.as_deref() != Some(key.as_str()) {
             if self.open_key.is_some() {
                 self.idx.starts.push(self.idx.fields.len() as u32);
@@ -264,7 +264,7 @@ impl<'a> Builder<'a> {
         self.idx.fields.push((id, off, len));
         self.idx.headers.push(digest);
         if let Some(c) = crc {
-            self.idx.crcs.push(c);
+            self.idx.sums.push(c);
         }
     }
 
@@ -369,29 +369,29 @@ fn usual_fields(idx: &ShardIndex) -> Vec<u32> {
 
 /// `idx` without the samples marked in `dropped`.
 fn without(mut idx: ShardIndex, dropped: &[bool]) -> ShardIndex {
-    let (mut keys, mut starts, mut fields, mut headers, mut crcs) =
+    let (mut keys, mut starts, mut fields, mut headers, mut sums) =
         (Vec::new(), vec![0u32], Vec::new(), Vec::new(), Vec::new());
     for i in (0..idx.len()).filter(|&i| !dropped[i]) {
         let range = idx.starts[i] as usize..idx.starts[i + 1] as usize;
         keys.push(std::mem::take(&mut idx.keys[i]));
         fields.extend_from_slice(&idx.fields[range.clone()]);
         headers.extend_from_slice(&idx.headers[range.clone()]);
-        if !idx.crcs.is_empty() {
-            crcs.extend_from_slice(&idx.crcs[range]);
+        if !idx.sums.is_empty() {
+            sums.extend_from_slice(&idx.sums[range]);
         }
         starts.push(fields.len() as u32);
     }
-    ShardIndex { keys, starts, fields, headers, crcs, ..idx }
+    ShardIndex { keys, starts, fields, headers, sums, ..idx }
 }
 
-/// CRC32C of everything `r` yields, through `buf`.
-fn crc_of(r: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<u32> {
+/// The `kind` digest of everything `r` yields, through `buf`.
+fn digest_of(kind: super::PayloadDigest, r: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<u64> {
     buf.resize(256 << 10, 0);
-    let mut crc = 0;
+    let mut h = kind.hasher();
     loop {
         match r.read(buf) {
-            Ok(0) => return Ok(crc),
-            Ok(n) => crc = crc32c::crc32c_append(crc, &buf[..n]),
+            Ok(0) => return Ok(h.finish()),
+            Ok(n) => h.update(&buf[..n]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
