@@ -123,7 +123,12 @@ async fn main() {
     px.control.apply(&FaultPatch { latency_ms: Some(latency), ..Default::default() }).unwrap();
 
     let local_uri = dir.path().join("local").to_string_lossy().into_owned();
-    let remote_uri = format!("s3://data/remote?endpoint={}&access_key_id={AK}&secret_access_key={SK}", px.endpoint());
+    // The disk cache is off: every round reads the remote source over the network, as the
+    // bound assumes (a cache would serve the rounds after the first from the local disk).
+    let remote_uri = format!(
+        "s3://data/remote?endpoint={}&access_key_id={AK}&secret_access_key={SK}&disk_cache=false",
+        px.endpoint()
+    );
     let open = |uri: String| async move { stoker::open(&uri, SourceOptions::default()).await.expect("open") };
     // Index the shards once (sidecars), so no measurement pays for it.
     open(local_uri.clone()).await;

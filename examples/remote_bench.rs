@@ -67,9 +67,11 @@ async fn upload(endpoint: &str, n: usize, size: usize) {
     }
 }
 
+/// The disk cache is off: this measures requests, and a cache would answer the repeats.
 async fn open(endpoint: &str, path: &str, extra: &str) -> Arc<DynSampleSource> {
-    let uri =
-        format!("s3://data/{path}?endpoint={endpoint}&access_key_id={AK}&secret_access_key={SK}&hedge_ms=0{extra}");
+    let uri = format!(
+        "s3://data/{path}?endpoint={endpoint}&access_key_id={AK}&secret_access_key={SK}&hedge_ms=0&disk_cache=false{extra}"
+    );
     stoker::open(&uri, Default::default()).await.unwrap_or_else(|e| panic!("open {path}: {e}"))
 }
 

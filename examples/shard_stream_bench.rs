@@ -8,8 +8,9 @@
 //! ```
 //!
 //! The shards are uploaded through the S3 API (so the server records ETags instead of hashing
-//! a shard on every GET). Each order gets a freshly opened source (no cache carries over) and
-//! the Loader at its defaults apart from the order; every row prints samples/s per epoch,
+//! a shard on every GET). Each order gets a freshly opened source with an empty disk cache of
+//! its own (the disk cache is on by default: epochs after the first read what fits from it)
+//! and the Loader at its defaults apart from the order; every row prints samples/s per epoch,
 //! requests, MiB fetched and the share of time the consumer waited.
 
 use std::sync::Arc;
@@ -95,7 +96,9 @@ async fn main() {
         ("shuffle=\"shards\", window 8", Order::ShardShuffle { seed: 1, window: 8 }),
     ];
     for (name, order) in orders {
-        let src: Arc<stoker::DynSampleSource> = stoker::open(&uri, Default::default()).await.expect("open");
+        let cache = tempfile::tempdir().expect("cache dir");
+        let opts = stoker::SourceOptions { disk_cache_dir: Some(cache.path().into()), ..Default::default() };
+        let src: Arc<stoker::DynSampleSource> = stoker::open(&uri, opts).await.expect("open");
         let mut cfg = LoaderConfig::new(batch);
         cfg.order = order;
         let loader = Loader::new(src.clone(), cfg).expect("loader");

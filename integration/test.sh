@@ -5,6 +5,10 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 bash integration/setup.sh
+# Remote sources cache blocks on disk by default: everything this suite runs keeps that cache
+# (and tar indexes of read-only shards) here, never in ~/.cache, and starts it empty.
+export STOKER_CACHE_DIR="$root/target/test-cache"
+rm -rf "$STOKER_CACHE_DIR"
 export STOKER_PYTHON="$root/.venv/bin/python"
 # The GCS and Azure emulators integration/setup.sh installs (tests/remote_gcs.rs, remote_azure.rs).
 export STOKER_FAKE_GCS="$root/.venv/bin/fake-gcs-server"

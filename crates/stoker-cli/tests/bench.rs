@@ -234,8 +234,11 @@ fn latency_goes_through_the_proxy() {
         check_row(r, samples);
         let through = r["proxy_requests"].as_u64().unwrap();
         assert!(through > 0, "{r}");
-        // Every batch waits for at least one delayed request.
-        assert!(f(r, "fetch_p50_ms") >= latency_ms, "{r}");
+        // One object per sample: every batch waits for delayed requests. Tar shards go
+        // through the disk cache (on by default) in 1 MiB blocks: the first batch waits, the
+        // later ones are cut from the blocks it brought.
+        let waited = if r["backend"] == "s3-objects" { "fetch_p50_ms" } else { "fetch_p99_ms" };
+        assert!(f(r, waited) >= latency_ms, "{r}");
     }
     assert!(rows[0]["proxy_requests"].as_u64().unwrap() >= samples, "one GET per object at least: {}", rows[0]);
 }

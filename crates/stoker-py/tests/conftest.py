@@ -1,16 +1,25 @@
 """Fixtures: the same samples as files, WebDataset tar shards, an LMDB written by py-lmdb,
 and (through the embedded S3 server) an S3 bucket."""
 
+import atexit
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import tarfile
+import tempfile
 import time
 from typing import Dict, Tuple
 
 import pytest
+
+# Remote sources cache blocks on disk by default, in the user's cache directory: the tests
+# must neither read nor write ~/.cache, and no test may see the entries of an earlier run.
+_CACHE = tempfile.mkdtemp(prefix="stoker-test-cache-")
+os.environ["STOKER_CACHE_DIR"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 N = 60
 
@@ -136,7 +145,6 @@ def _stop(proc: subprocess.Popen) -> None:
 def gcs(data, tmp_path_factory):
     """fake-gcs-server holding bucket `bucket` (data/bucket: files/, tar/); yields a function
     path -> gs:// URI with a service account that points object_store at it."""
-    import shutil
     import urllib.parse
 
     root = tmp_path_factory.mktemp("gcs")

@@ -103,13 +103,15 @@ pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) ->
     let configured = options.merged(SourceOptions::from_query(query)?);
     let mut cache_off = configured.clone();
     cache_off.cache_bytes = Some(0);
-    cache_off.disk_cache_dir = None;
-    let cache = configured.cache_bytes.unwrap_or(0) > 0 || configured.disk_cache_dir.is_some();
+    cache_off.disk_cache = Some(false);
 
     let uncached = crate::open(base, cache_off).await?;
     if uncached.is_empty() {
         return Err(Error::invalid_option(format!("{uncached} has no samples to diagnose")));
     }
+    // Only remote stores cache (the disk cache is on for them unless turned off).
+    let cache = !uncached.capability().local
+        && (configured.cache_bytes.unwrap_or(0) > 0 || configured.disk_cache_dir().is_some());
     let full = if cache { crate::open(base, configured.clone()).await? } else { uncached.clone() };
     let cached = preload(&uncached, cfg.loader.batch_size, cfg.max_time).await?;
     let mean = cached.iter().map(Sample::total_bytes).sum::<u64>() / cached.len().max(1) as u64;

@@ -112,9 +112,16 @@ pub struct SourceOptions {
     pub cache_bytes: Option<u64>,
     /// Cache block size in bytes (default 1 MiB).
     pub cache_block: Option<u64>,
-    /// Disk cache directory for remote shard bytes, shareable by processes (default: none).
+    /// Disk cache of remote shard bytes, shared by the processes of a node and reused by the
+    /// next run (default true for remote sources; local paths never use one): `false` turns
+    /// it off, whatever `disk_cache_dir` says.
+    pub disk_cache: Option<bool>,
+    /// Disk cache directory (default `$STOKER_CACHE_DIR/blocks`, else
+    /// `$XDG_CACHE_HOME/stoker/blocks`, else `~/.cache/stoker/blocks`). One that cannot be
+    /// used is warned about and read without.
     pub disk_cache_dir: Option<PathBuf>,
-    /// Disk cache limit in bytes (default 10 GiB).
+    /// Disk cache limit in bytes (default 10% of the space its disk has for it, counting what
+    /// it holds, between 256 MiB and 50 GiB).
     pub disk_cache_bytes: Option<u64>,
     /// Use the dataset's manifest (`stoker index`) when it has one (default true).
     pub manifest: Option<bool>,
@@ -229,8 +236,8 @@ impl SourceOptions {
             cache: crate::cache::CacheConfig {
                 memory_bytes: self.cache_bytes.unwrap_or(0),
                 block: self.cache_block.unwrap_or(d.cache.block).max(4096),
-                disk_dir: self.disk_cache_dir.clone(),
-                disk_bytes: self.disk_cache_bytes.unwrap_or(10 << 30),
+                disk_dir: self.disk_cache_dir(),
+                disk_bytes: self.disk_cache_bytes,
             },
         }
     }
@@ -247,21 +254,36 @@ impl SourceOptions {
 
     /// The directory for indexes that cannot live next to their shards.
     pub fn index_cache_dir(&self) -> PathBuf {
-        if let Some(d) = &self.index_dir {
-            return d.clone();
+        match &self.index_dir {
+            Some(d) => d.clone(),
+            None => user_cache_dir("index"),
         }
-        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-        if let Some(d) = env("STOKER_CACHE_DIR") {
-            return d.join("index");
-        }
-        if let Some(d) = env("XDG_CACHE_HOME") {
-            return d.join("stoker/index");
-        }
-        if let Some(h) = env("HOME") {
-            return h.join(".cache/stoker/index");
-        }
-        std::env::temp_dir().join("stoker-index")
     }
+
+    /// The disk cache directory remote sources use, `None` when the disk cache is off.
+    pub fn disk_cache_dir(&self) -> Option<PathBuf> {
+        if self.disk_cache == Some(false) {
+            return None;
+        }
+        Some(self.disk_cache_dir.clone().unwrap_or_else(|| user_cache_dir("blocks")))
+    }
+}
+
+/// `name` in the user's cache directory for Stoker: `$STOKER_CACHE_DIR/name`, else
+/// `$XDG_CACHE_HOME/stoker/name`, else `~/.cache/stoker/name`, else `stoker-name` in the
+/// temporary directory.
+fn user_cache_dir(name: &str) -> PathBuf {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(d) = env("STOKER_CACHE_DIR") {
+        return d.join(name);
+    }
+    if let Some(d) = env("XDG_CACHE_HOME") {
+        return d.join("stoker").join(name);
+    }
+    if let Some(h) = env("HOME") {
+        return h.join(".cache/stoker").join(name);
+    }
+    std::env::temp_dir().join(format!("stoker-{name}"))
 }
 
 /// Every scalar in a JSON value, as text.
@@ -607,6 +629,22 @@ mod tests {
         assert_eq!(q, j);
         assert_eq!(q, t);
         assert!(SourceOptions::from_json(r#"{"layuot":"tar"}"#).unwrap_err().to_string().contains("layout"));
+    }
+
+    #[test]
+    fn the_disk_cache_is_on_unless_turned_off() {
+        let on = SourceOptions::default().disk_cache_dir().expect("on by default");
+        assert!(on.ends_with("blocks"), "{}", on.display());
+        let there = SourceOptions::from_query("disk_cache_dir=/tmp/x").unwrap();
+        assert_eq!(there.disk_cache_dir(), Some(PathBuf::from("/tmp/x")));
+        for off in ["disk_cache=false", "disk_cache=false&disk_cache_dir=/tmp/x"] {
+            let o = SourceOptions::from_query(off).unwrap();
+            assert_eq!(o.disk_cache_dir(), None, "{off}");
+            assert_eq!(o.fetch_config().cache.disk_dir, None, "{off}");
+        }
+        let sized = SourceOptions::from_query("disk_cache_bytes=1000").unwrap().fetch_config().cache;
+        assert_eq!(sized.disk_bytes, Some(1000));
+        assert_eq!(SourceOptions::default().fetch_config().cache.disk_bytes, None, "sized from the free space");
     }
 
     #[test]

@@ -56,8 +56,9 @@ async fn slow(s: &S3, latency_ms: u64) -> proxy::ProxyHandle {
     p
 }
 
+/// The disk cache is off: it outlives a test, and the steps count requests.
 fn uri(endpoint: &str, path: &str, extra: &str) -> String {
-    format!("s3://data/{path}?endpoint={endpoint}&access_key_id={AK}&secret_access_key={SK}{extra}")
+    format!("s3://data/{path}?endpoint={endpoint}&access_key_id={AK}&secret_access_key={SK}&disk_cache=false{extra}")
 }
 
 /// A training step that waits on the device for `step` (the CPU idles meanwhile).

@@ -52,13 +52,13 @@ impl Azurite {
     /// An `az://` URI in emulator mode, with `key` (the account's unless testing a wrong one).
     fn uri(&self, path: &str, key: &str) -> String {
         let (endpoint, key) = (enc(&self.endpoint()), enc(key));
-        format!("az://{CONTAINER}/{path}?use_emulator=true&endpoint={endpoint}&access_key={key}")
+        format!("az://{CONTAINER}/{path}?use_emulator=true&disk_cache=false&endpoint={endpoint}&access_key={key}")
     }
 
     /// The same as a plain account endpoint, account and key (how a non-emulator server is set).
     fn plain_uri(&self, path: &str) -> String {
         let (endpoint, key) = (enc(&self.endpoint()), enc(KEY));
-        format!("az://{CONTAINER}/{path}?endpoint={endpoint}&account={ACCOUNT}&access_key={key}")
+        format!("az://{CONTAINER}/{path}?disk_cache=false&endpoint={endpoint}&account={ACCOUNT}&access_key={key}")
     }
 }
 

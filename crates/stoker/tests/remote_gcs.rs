@@ -56,13 +56,13 @@ impl Gcs {
             std::fs::write(&file, self.service_account()).unwrap();
         }
         let path = utf8_percent_encode(file.to_str().unwrap(), NON_ALPHANUMERIC).to_string();
-        format!("gs://{bucket_and_path}?allow_http=true&service_account={path}")
+        format!("gs://{bucket_and_path}?allow_http=true&disk_cache=false&service_account={path}")
     }
 
     /// The same with the service account's JSON inline in the query.
     fn inline_uri(&self, bucket_and_path: &str) -> String {
         let sa = utf8_percent_encode(&self.service_account(), NON_ALPHANUMERIC).to_string();
-        format!("gs://{bucket_and_path}?allow_http=true&service_account={sa}")
+        format!("gs://{bucket_and_path}?allow_http=true&disk_cache=false&service_account={sa}")
     }
 }
 

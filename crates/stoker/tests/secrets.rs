@@ -168,9 +168,13 @@ async fn disk_cache_entries_stay_in_the_cache_directory_whatever_the_object_name
     use stoker::cache::{block_key, BlockCache, CacheConfig};
     let outer = tempfile::tempdir().unwrap();
     let dir = outer.path().join("cache");
-    let cache =
-        BlockCache::new(CacheConfig { memory_bytes: 0, block: 4096, disk_dir: Some(dir.clone()), disk_bytes: 1 << 20 })
-            .unwrap();
+    let cache = BlockCache::new(CacheConfig {
+        memory_bytes: 0,
+        block: 4096,
+        disk_dir: Some(dir.clone()),
+        disk_bytes: Some(1 << 20),
+    })
+    .unwrap();
     let long = "x/".repeat(3000);
     let names = ["../../escape", "/etc/passwd", "a/../../b", "..", "", long.as_str(), "nul\0byte", "ü/..\\..\\win"];
     for (i, n) in names.iter().enumerate() {

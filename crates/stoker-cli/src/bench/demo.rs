@@ -199,22 +199,41 @@ fn write_files(dir: &Path, spec: Spec, progress: &dyn Fn(u64)) -> Result<(), Str
     Ok(())
 }
 
+/// `value` percent-encoded for a URI query (a directory may hold spaces, `&` or `#`).
+fn query_value(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'/' | b'.' | b'_' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// The running demo servers: S3 on loopback, and the latency proxy in front when asked.
 pub(crate) struct Servers {
     s3: ServerHandle,
     proxy: Option<ProxyHandle>,
+    /// The disk cache of the S3 rows: their own and empty at the start, as on a machine that
+    /// never read the data (the user's cache would hold an earlier run's blocks of the same
+    /// objects), and removed at the end.
+    cache: tempfile::TempDir,
 }
 
 impl Servers {
     /// A source URI for `prefix` in the demo bucket, through the proxy when there is one.
     pub(crate) fn uri(&self, prefix: &str) -> String {
         let endpoint = self.proxy.as_ref().map_or_else(|| self.s3.endpoint(), |p| p.endpoint());
-        format!("s3://{BUCKET}/{prefix}?endpoint={endpoint}&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}")
+        format!(
+            "s3://{BUCKET}/{prefix}?endpoint={endpoint}&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}\
+             &disk_cache_dir={}",
+            query_value(&self.cache.path().to_string_lossy())
+        )
     }
 
     /// Where the S3 server listens, and the latency the proxy adds, for the report.
     pub(crate) fn describe(&self) -> String {
-        match &self.proxy {
+        let server = match &self.proxy {
             None => format!("embedded S3 server (s3s-fs) on {}", self.s3.addr()),
             Some(p) => format!(
                 "embedded S3 server (s3s-fs) on {}, through a proxy on {} adding {} ms per request",
@@ -222,7 +241,8 @@ impl Servers {
                 p.addr(),
                 p.control.config().latency_ms
             ),
-        }
+        };
+        format!("{server}; the disk cache starts empty")
     }
 
     /// Zero the proxy's request counter (before a backend runs).
@@ -252,7 +272,11 @@ pub(crate) async fn serve(data: &mut Dataset, latency_ms: Option<u64>, ui: &Ui) 
     std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
     let cfg = S3ServerConfig::new(&root).with_credentials(ACCESS_KEY, SECRET_KEY).with_bucket(BUCKET);
     let s3 = s3::serve(cfg).await.map_err(|e| format!("cannot start the embedded S3 server: {e}"))?;
-    let mut servers = Servers { s3, proxy: None };
+    let cache = tempfile::Builder::new()
+        .prefix(".disk-cache-")
+        .tempdir_in(&data.root)
+        .map_err(|e| format!("cannot make a disk cache directory in {}: {e}", data.root.display()))?;
+    let mut servers = Servers { s3, proxy: None, cache };
     if !data.reused {
         let started = Instant::now();
         upload(data, &servers, ui).await?;

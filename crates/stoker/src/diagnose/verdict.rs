@@ -141,14 +141,6 @@ fn fetch(setup: &Setup, r: &StepResult, collate: &StepResult, pipeline: &StepRes
     let read_ms = r.own_ms_per_batch.max(1e-3);
     let rest_ms = collate.ms_per_batch.max(1e-3);
     let (c, p) = (setup.concurrency as f64, setup.prefetch as f64);
-    let cache_note = || {
-        let total = setup.len.saturating_mul(setup.mean_sample_bytes);
-        format!(
-            "a cache that holds the data (?cache_bytes={total}, about {} MiB) serves every epoch after the first \
-             from memory",
-            total >> 20
-        )
-    };
     let small_files = setup.layout == Layout::Objects && setup.mean_sample_bytes < SMALL_FILE;
     // Over a network what waits in line is HTTP requests (coalesced ranges; first tries only,
     // as retries and hedges are not what a batch asks for); locally, reads.
@@ -221,7 +213,7 @@ fn fetch(setup: &Setup, r: &StepResult, collate: &StepResult, pipeline: &StepRes
                 );
             }
             if setup.remote {
-                v.also.push(cache_note());
+                v.also.push(cache_note(setup));
             }
             return v;
         }
@@ -250,21 +242,19 @@ fn fetch(setup: &Setup, r: &StepResult, collate: &StepResult, pipeline: &StepRes
             ),
         );
         if setup.remote {
-            v.also.push(cache_note());
+            v.also.push(cache_note(setup));
         }
         return v;
     }
     if setup.remote {
-        let total = setup.len.saturating_mul(setup.mean_sample_bytes);
         return verdict(
             Step::Fetch,
             Knob::CacheSize,
-            format!(
-                "{why} The store delivers {:.1} MiB/s to one batch at a time. A cache that holds the data \
-                 (?cache_bytes={total}, about {} MiB, or ?disk_cache_dir=) serves epochs after the first without it.",
-                r.mib_per_s,
-                total >> 20
-            ),
+            format!("{why} The store delivers {:.1} MiB/s to one batch at a time. {}.", r.mib_per_s, {
+                let mut note = cache_note(setup);
+                note[..1].make_ascii_uppercase();
+                note
+            }),
         );
     }
     verdict(
@@ -278,13 +268,36 @@ fn fetch(setup: &Setup, r: &StepResult, collate: &StepResult, pipeline: &StepRes
     )
 }
 
+/// What a cache does for a remote source: tar shards go through the disk cache (on unless
+/// turned off), which serves epochs after the first once it holds the data; one object per
+/// sample is not cached.
+fn cache_note(setup: &Setup) -> String {
+    let total = setup.len.saturating_mul(setup.mean_sample_bytes);
+    let mib = total >> 20;
+    match (setup.layout, setup.cache) {
+        (Layout::Tar, true) => format!(
+            "the disk cache (on by default for remote shards) serves epochs after the first from local disk once \
+             it holds the data: give it ?disk_cache_bytes={total} (about {mib} MiB) or more"
+        ),
+        (Layout::Tar, false) => format!(
+            "a cache that holds the data serves epochs after the first without the store: the disk cache is off \
+             here (it is on unless ?disk_cache=false; size it with ?disk_cache_bytes={total}, about {mib} MiB), or \
+             ?cache_bytes={total} keeps it in memory"
+        ),
+        _ => format!(
+            "packed into tar shards (stoker pack), the data (about {mib} MiB) would go through the disk cache, which \
+             serves epochs after the first from local disk"
+        ),
+    }
+}
+
 fn cache_costs() -> Verdict {
     verdict(
         Step::Pipeline,
         Knob::CacheSize,
         "The full pipeline is slower than reading with the cache off: the cache costs more than it saves (too \
-         small for the working set, or blocks much larger than the samples). Raise ?cache_bytes, match \
-         ?cache_block to the reads, or turn it off."
+         small for the working set, or blocks much larger than the samples). Raise ?cache_bytes or \
+         ?disk_cache_bytes, match ?cache_block to the reads, or turn it off (?cache_bytes=0, ?disk_cache=false)."
             .into(),
     )
 }

@@ -15,8 +15,12 @@ pub async fn serve(root: &std::path::Path) -> ServerHandle {
 }
 
 /// `s3://data/{path}` at `endpoint` with the test credentials and `extra` options (`&k=v`).
+///
+/// The disk cache is off unless `extra` sets it up: it is on by default for remote sources
+/// and outlives a test, so a test counting requests would see the hits of an earlier run.
 pub fn uri(endpoint: &str, path: &str, extra: &str) -> String {
-    format!("s3://data/{path}?endpoint={endpoint}&access_key_id={AK}&secret_access_key={SK}{extra}")
+    let cache = if extra.contains("disk_cache") { "" } else { "&disk_cache=false" };
+    format!("s3://data/{path}?endpoint={endpoint}&access_key_id={AK}&secret_access_key={SK}{cache}{extra}")
 }
 
 /// The fault proxy in front of `upstream`, with `faults` applied.

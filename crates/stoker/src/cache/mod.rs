@@ -1,22 +1,25 @@
 //! Caches for remote bytes: a bytes-bounded in-memory LRU of fixed-size blocks with
-//! single-flight misses, backed optionally by a disk cache directory that several processes
-//! on a node may share (DataLoader workers, ranks).
+//! single-flight misses, backed by a disk cache directory that several processes on a node
+//! may share (DataLoader workers, ranks) and the next run reuses (on by default for
+//! remote sources, crash-safe, never failing a read when the directory is unusable).
 //!
 //! Disk entries are written to a temporary file and renamed into place, so a reader sees a
 //! whole block or none; an entry of the wrong length is treated as a miss. Eviction takes an
 //! advisory lock so one process at a time trims the directory to its byte limit, oldest
 //! (least recently read) first.
 
+mod disk;
+
 use std::collections::HashMap;
 use std::future::Future;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
 
+use self::disk::DiskCache;
 use crate::error::{Error, Result};
 
 /// Cache settings.
@@ -28,8 +31,9 @@ pub struct CacheConfig {
     pub block: u64,
     /// Disk cache directory (None: no disk cache).
     pub disk_dir: Option<PathBuf>,
-    /// Disk cache size limit in bytes.
-    pub disk_bytes: u64,
+    /// Disk cache size limit in bytes (None: 10% of the space its disk has for it, counting
+    /// what it holds already, between 256 MiB and 50 GiB).
+    pub disk_bytes: Option<u64>,
 }
 
 impl CacheConfig {
@@ -54,6 +58,8 @@ pub struct CacheCounters {
     pub disk_writes: AtomicU64,
     /// Files removed from the disk cache to stay within its limit.
     pub disk_evictions: AtomicU64,
+    /// Temporary files of writers that died mid-write, removed when the cache was opened.
+    pub disk_stale_removed: AtomicU64,
     /// Misses that joined a fetch already in flight for the same block.
     pub joined: AtomicU64,
 }
@@ -89,19 +95,27 @@ pub fn block_key(object: &str, version: &str, block: u64) -> u128 {
 }
 
 impl BlockCache {
-    /// A cache with these settings; the disk directory is created if needed.
+    /// A cache with these settings; the disk directory is created if needed. A directory
+    /// that cannot be created or written is warned about once and does without (never an
+    /// error: the cache only saves requests).
     pub fn new(cfg: CacheConfig) -> Result<Self> {
-        let disk = match &cfg.disk_dir {
-            Some(dir) => Some(Arc::new(DiskCache::open(dir, cfg.disk_bytes)?)),
-            None => None,
-        };
+        let disk = cfg.disk_dir.as_deref().and_then(|dir| DiskCache::open(dir, cfg.disk_bytes)).map(Arc::new);
+        let counters = CacheCounters::default();
+        if let Some(d) = &disk {
+            counters.disk_stale_removed.store(d.stale_removed, Relaxed);
+        }
         Ok(BlockCache {
             mem: Mutex::new((lru::LruCache::unbounded(), 0)),
             flights: Mutex::new(HashMap::new()),
             disk,
-            counters: CacheCounters::default(),
+            counters,
             cfg,
         })
+    }
+
+    /// The disk cache's size limit in bytes, when there is a usable disk cache.
+    pub fn disk_limit(&self) -> Option<u64> {
+        self.disk.as_ref().map(|d| d.limit())
     }
 
     /// The counters.
@@ -200,143 +214,6 @@ impl BlockCache {
     }
 }
 
-/// The disk half: `dir/ab/<32 hex>.blk` files.
-struct DiskCache {
-    dir: PathBuf,
-    limit: u64,
-    /// This process's estimate of the directory's size; other processes write too, so it is
-    /// refreshed from a scan at most once a second (`last_scan`, ms since `born`).
-    used: AtomicU64,
-    born: std::time::Instant,
-    last_scan: AtomicU64,
-    writes: AtomicU64,
-    evictions: AtomicU64,
-}
-
-impl DiskCache {
-    fn open(dir: &Path, limit: u64) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
-        let used = scan(dir).iter().map(|(_, len, _)| len).sum();
-        let cache = DiskCache {
-            dir: dir.to_path_buf(),
-            limit: limit.max(1),
-            used: AtomicU64::new(used),
-            born: std::time::Instant::now(),
-            last_scan: AtomicU64::new(0),
-            writes: AtomicU64::new(0),
-            evictions: AtomicU64::new(0),
-        };
-        // Earlier processes may have left it over the limit (each saw only its own writes).
-        if used > cache.limit {
-            cache.evict();
-        }
-        Ok(cache)
-    }
-
-    fn path(&self, key: u128) -> PathBuf {
-        let hex = format!("{key:032x}");
-        self.dir.join(&hex[..2]).join(format!("{hex}.blk"))
-    }
-
-    /// A whole block, or `None` (absent, or the wrong length: never a torn read).
-    fn read(&self, key: u128, len: usize) -> Option<Bytes> {
-        let path = self.path(key);
-        let data = std::fs::read(&path).ok()?;
-        if data.len() != len {
-            let _ = std::fs::remove_file(&path);
-            return None;
-        }
-        // Reading refreshes the entry's age for least-recently-used eviction.
-        if let Ok(f) = std::fs::File::options().write(true).open(&path) {
-            let _ = f.set_modified(std::time::SystemTime::now());
-        }
-        Some(Bytes::from(data))
-    }
-
-    fn write(&self, key: u128, data: &Bytes) -> std::io::Result<()> {
-        let path = self.path(key);
-        if path.exists() {
-            return Ok(());
-        }
-        let parent = path.parent().unwrap_or(&self.dir);
-        std::fs::create_dir_all(parent)?;
-        // A unique temporary name per writer; the rename makes the entry appear whole.
-        let tmp = parent.join(format!(".{key:032x}.{}.{:x}.tmp", std::process::id(), unique()));
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(data)?;
-        drop(f);
-        if let Err(e) = std::fs::rename(&tmp, &path) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        self.writes.fetch_add(1, Relaxed);
-        let mut used = self.used.fetch_add(data.len() as u64, Relaxed) + data.len() as u64;
-        let now = self.born.elapsed().as_millis() as u64;
-        let last = self.last_scan.load(Relaxed);
-        if now.saturating_sub(last) >= 1000 && self.last_scan.compare_exchange(last, now, Relaxed, Relaxed).is_ok() {
-            // What the other processes sharing the directory wrote since.
-            used = scan(&self.dir).iter().map(|(_, len, _)| len).sum();
-            self.used.store(used, Relaxed);
-        }
-        if used > self.limit {
-            self.evict();
-        }
-        Ok(())
-    }
-
-    /// Trim to 90% of the limit, oldest first. One process at a time; the others skip.
-    fn evict(&self) {
-        let lock_path = self.dir.join(".evict.lock");
-        let Ok(lock) = std::fs::File::options().create(true).truncate(false).write(true).open(&lock_path) else {
-            return;
-        };
-        if lock.try_lock().is_err() {
-            return;
-        }
-        let mut entries = scan(&self.dir);
-        let mut total: u64 = entries.iter().map(|(_, len, _)| len).sum();
-        entries.sort_by_key(|(_, _, modified)| *modified);
-        let target = self.limit / 10 * 9;
-        for (path, len, _) in entries {
-            if total <= target {
-                break;
-            }
-            // Readers that already opened the file keep reading it; new ones see a miss.
-            if std::fs::remove_file(&path).is_ok() {
-                total -= len;
-                self.evictions.fetch_add(1, Relaxed);
-            }
-        }
-        self.used.store(total, Relaxed);
-        let _ = lock.unlock();
-    }
-}
-
-fn unique() -> u64 {
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Relaxed)
-        ^ (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64))
-}
-
-/// Every block file: path, length, modification time.
-fn scan(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
-    let mut out = Vec::new();
-    for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if !sub.path().is_dir() {
-            continue;
-        }
-        for f in std::fs::read_dir(sub.path()).into_iter().flatten().flatten() {
-            let p = f.path();
-            if p.extension().is_some_and(|e| e == "blk") {
-                if let Ok(m) = f.metadata() {
-                    out.push((p, m.len(), m.modified().unwrap_or(std::time::UNIX_EPOCH)));
-                }
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,7 +279,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn disk_cache_is_shared_whole_and_bounded() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = CacheConfig { memory_bytes: 0, block: 4096, disk_dir: Some(dir.path().into()), disk_bytes: 40_000 };
+        let cfg =
+            CacheConfig { memory_bytes: 0, block: 4096, disk_dir: Some(dir.path().into()), disk_bytes: Some(40_000) };
         // Two caches on one directory stand for two processes.
         let a = BlockCache::new(cfg.clone()).unwrap();
         let b = BlockCache::new(cfg).unwrap();
@@ -421,7 +299,7 @@ mod tests {
             let c = if k % 2 == 0 { &a } else { &b };
             c.get_or_fetch(k, 4096, move || async move { Ok(block(4096, k as u8)) }).await.unwrap();
         }
-        let total: u64 = scan(dir.path()).iter().map(|(_, l, _)| l).sum();
+        let total: u64 = disk::scan(dir.path()).iter().map(|(_, l, _)| l).sum();
         assert!(total <= 40_000 + 2 * 4096, "disk cache holds {total} bytes");
         assert!(a.counters().disk_evictions.load(Relaxed) + b.counters().disk_evictions.load(Relaxed) > 0);
     }
