@@ -185,9 +185,13 @@ impl Fetcher {
         // needing more than the bound takes all of it and goes alone.
         let want = blocks.len().clamp(1, self.held_blocks_max) as u32;
         let _held = self.held_blocks.acquire_many(want).await.ok(); // never closed
-                                                                    // Adjacent blocks missing together are one request (cut into blocks for the cache),
-                                                                    // not one request each: a cold batch costs as many requests as without a cache. A run
-                                                                    // is fetched only if one of its blocks is a miss, and at most once.
+        let key = |b: u64| crate::cache::block_key(path.as_ref(), version, b);
+        // Adjacent blocks missing together are one request (cut into blocks for the cache),
+        // not one request each: a cold batch costs as many requests as without a cache. Blocks
+        // cached (as far as this process knows) are left out of those runs, so a partly cached
+        // range fetches only what is missing; one that turns out gone is fetched alone. A run
+        // is fetched only if one of its blocks is a miss, and at most once.
+        let cached: Vec<bool> = blocks.iter().map(|&b| cache.contains(key(b))).collect();
         let max_run = (self.cfg.part_size / bs).max(1);
         let shown: Arc<str> = shown.into();
         let mut runs: Vec<(u64, RunFetch)> = Vec::new();
@@ -198,7 +202,7 @@ impl Fetcher {
             let mut end = first + 1;
             run_of.push(runs.len());
             i += 1;
-            while i < blocks.len() && blocks[i] == end && end - first < max_run {
+            while i < blocks.len() && blocks[i] == end && end - first < max_run && !cached[i] && !cached[i - 1] {
                 end += 1;
                 run_of.push(runs.len());
                 i += 1;
@@ -214,7 +218,7 @@ impl Fetcher {
         }
         let fetched = futures::future::try_join_all(blocks.iter().zip(&run_of).map(|(&b, &r)| {
             let range = b * bs..((b + 1) * bs).min(size);
-            let key = crate::cache::block_key(path.as_ref(), version, b);
+            let key = key(b);
             let len = (range.end - range.start) as usize;
             let (first, run) = runs[r].clone();
             let at = ((b - first) * bs) as usize;
@@ -264,6 +268,34 @@ impl Fetcher {
                 }
             })
             .collect())
+    }
+
+    /// Tell the block cache what a reader will read and when, so the disk cache drops what is
+    /// needed furthest ahead (see [`crate::cache::policy`]). `objects` are the objects the
+    /// reads are of (path, version, size); `uses` calls its sink with `(time, object number,
+    /// byte range)` in time order and may be called more than once; `clock` is the reader's
+    /// time, advanced as it reads. Returns whether the cache follows the plan (false without a
+    /// disk cache, under `cache_eviction=lru`, or for too many blocks to plan).
+    pub fn plan_reads(
+        &self,
+        objects: &[(ObjPath, String, u64)],
+        uses: crate::cache::policy::Uses<'_>,
+        clock: Arc<AtomicU64>,
+    ) -> bool {
+        let Some(cache) = &self.cache else { return false };
+        if cache.disk_limit().is_none() || cache.config().eviction != crate::cache::Eviction::Future {
+            return false;
+        }
+        let keyers: Vec<_> = objects
+            .iter()
+            .map(|(path, version, _)| move |b: u64| crate::cache::block_key(path.as_ref(), version, b))
+            .collect();
+        let planned: Vec<(&(dyn Fn(u64) -> u128 + Sync), u64)> =
+            keyers.iter().zip(objects).map(|(k, (_, _, size))| (k as &(dyn Fn(u64) -> u128 + Sync), *size)).collect();
+        match crate::cache::Plan::build(cache.config().block.max(1), &planned, uses, clock) {
+            Some(plan) => cache.set_plan(Some(Arc::new(plan))),
+            None => false,
+        }
     }
 
     /// The counters.

@@ -123,6 +123,10 @@ pub struct SourceOptions {
     /// Disk cache limit in bytes (default 10% of the space its disk has for it, counting what
     /// it holds, between 256 MiB and 50 GiB).
     pub disk_cache_bytes: Option<u64>,
+    /// How the disk cache picks what to drop (default `future`: by the order the Loader will
+    /// read, which it knows for this epoch and the next; least recently used for other
+    /// readers), or `lru`.
+    pub cache_eviction: Option<crate::cache::Eviction>,
     /// Use the dataset's manifest (`stoker index`) when it has one (default true).
     pub manifest: Option<bool>,
     /// What opening does with a damaged tar shard (default `raise`): `skip` keeps the samples
@@ -238,6 +242,7 @@ impl SourceOptions {
                 block: self.cache_block.unwrap_or(d.cache.block).max(4096),
                 disk_dir: self.disk_cache_dir(),
                 disk_bytes: self.disk_cache_bytes,
+                eviction: self.cache_eviction.unwrap_or_default(),
             },
         }
     }

@@ -48,6 +48,7 @@ fn cache(dir: &std::path::Path) -> BlockCache {
         block: BLOCK as u64,
         disk_dir: Some(dir.to_path_buf()),
         disk_bytes: Some(HELD * BLOCK as u64),
+        ..Default::default()
     };
     BlockCache::new(cfg).unwrap()
 }

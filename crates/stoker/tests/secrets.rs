@@ -173,6 +173,7 @@ async fn disk_cache_entries_stay_in_the_cache_directory_whatever_the_object_name
         block: 4096,
         disk_dir: Some(dir.clone()),
         disk_bytes: Some(1 << 20),
+        ..Default::default()
     })
     .unwrap();
     let long = "x/".repeat(3000);

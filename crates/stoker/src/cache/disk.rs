@@ -8,16 +8,30 @@
 //! and an entry of the wrong length is a miss. Temporary files of dead writers are removed
 //! when a cache is opened.
 //!
+//! What to drop is decided in memory ([`Ranks`]: by the reader's plan, else least recently
+//! used), from the entries this process wrote or read and those a scan of the directory
+//! found; the scan is repeated at most once a second while writing, to see what the other
+//! processes wrote and removed. Each process evicts by what it knows, one at a time (an
+//! advisory lock): the processes of one job read the same order, so their plans agree; a
+//! process without a plan evicts least recently used. Either way the directory stays near
+//! its limit and every entry served is whole. Reads do not touch files: recency is kept in
+//! memory, and an entry's modification time (the order a new process starts from) is
+//! refreshed at most once per process.
+//!
 //! A directory that cannot be used never fails a read: one that cannot be created disables
 //! the disk cache, one that cannot be written (read-only, full) is only read from, each with
 //! one warning per process.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+
+use super::policy::{Plan, Ranks};
 
 /// The largest default size: beyond this a disk cache rarely pays for the space it takes.
 pub(crate) const DEFAULT_MAX: u64 = 50 << 30;
@@ -29,6 +43,10 @@ const STALE_TMP: Duration = Duration::from_secs(600);
 /// After a failed write, writes pause this long (a full disk must not cost a failed write of
 /// every block).
 const WRITE_PAUSE: Duration = Duration::from_secs(30);
+/// How often a writing process rescans the directory for the other processes' entries: after
+/// this long, or after writing this share of the limit, whichever comes first.
+const RESCAN: Duration = Duration::from_secs(1);
+const RESCAN_SHARE: u64 = 16;
 
 /// Print `message` to standard error once per process for each `flag`: a cache problem is
 /// worth saying, not worth failing a read over or repeating for every block.
@@ -58,15 +76,20 @@ pub(crate) struct DiskCache {
     limit: u64,
     /// Entries are served but not written (a read-only or unwritable directory).
     read_only: bool,
-    /// This process's estimate of the directory's size; other processes write too, so it is
-    /// refreshed from a scan at most once a second (`last_scan`, ms since `born`).
-    used: AtomicU64,
+    /// The entries known to this process, in eviction order.
+    ranks: Mutex<Ranks>,
+    /// Entries whose modification time this process refreshed (once each is enough).
+    stamped: Mutex<HashSet<u128>>,
     born: std::time::Instant,
+    /// Ms since `born` of the last scan of the directory, and bytes this process wrote since.
     last_scan: AtomicU64,
+    written_since_scan: AtomicU64,
     /// No write before this many ms since `born` (after a failed write).
     writes_paused_until: AtomicU64,
     pub(crate) writes: AtomicU64,
     pub(crate) evictions: AtomicU64,
+    /// Blocks not written because the plan would have made them the first to go.
+    pub(crate) bypassed: AtomicU64,
     /// Temporary files of dead writers removed when the cache was opened.
     pub(crate) stale_removed: u64,
 }
@@ -96,22 +119,31 @@ impl DiskCache {
             });
         }
         let stale_removed = if writable.is_ok() { remove_stale_tmp(dir) } else { 0 };
-        let used = scan(dir).iter().map(|(_, len, _)| len).sum();
+        let mut found = scan(dir);
+        // Least recently written (or read, see `stamp`) first: the order a new process starts from.
+        found.sort_by_key(|e| e.modified);
+        let mut ranks = Ranks::default();
+        for (i, e) in found.iter().enumerate() {
+            ranks.insert(e.key, e.len, Some(i as u64));
+        }
         let cache = DiskCache {
             dir: dir.to_path_buf(),
-            limit: limit.unwrap_or_else(|| default_limit(dir, used)).max(1),
+            limit: limit.unwrap_or_else(|| default_limit(dir, ranks.bytes())).max(1),
             read_only: writable.is_err(),
-            used: AtomicU64::new(used),
+            ranks: Mutex::new(ranks),
+            stamped: Mutex::new(HashSet::new()),
             born: std::time::Instant::now(),
             last_scan: AtomicU64::new(0),
+            written_since_scan: AtomicU64::new(0),
             writes_paused_until: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
+            bypassed: AtomicU64::new(0),
             stale_removed,
         };
         // Earlier processes may have left it over the limit (each saw only its own writes).
-        if used > cache.limit && !cache.read_only {
-            cache.evict();
+        if !cache.read_only {
+            cache.evict(0);
         }
         Some(cache)
     }
@@ -119,6 +151,20 @@ impl DiskCache {
     /// The size limit in bytes.
     pub(crate) fn limit(&self) -> u64 {
         self.limit
+    }
+
+    fn ranks(&self) -> std::sync::MutexGuard<'_, Ranks> {
+        self.ranks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Evict by `plan` from now on (`None`: least recently used).
+    pub(crate) fn set_plan(&self, plan: Option<Arc<Plan>>) {
+        self.ranks().set_plan(plan);
+    }
+
+    /// Whether the entry is there as far as this process knows (no file system call).
+    pub(crate) fn contains(&self, key: u128) -> bool {
+        self.ranks().contains(key)
     }
 
     pub(crate) fn path(&self, key: u128) -> PathBuf {
@@ -129,26 +175,58 @@ impl DiskCache {
     /// A whole block, or `None` (absent, or the wrong length: never a torn read).
     pub(crate) fn read(&self, key: u128, len: usize) -> Option<Bytes> {
         let path = self.path(key);
-        let data = std::fs::read(&path).ok()?;
+        let Ok(data) = std::fs::read(&path) else {
+            // Another process evicted it.
+            self.ranks().remove(key);
+            return None;
+        };
         if data.len() != len {
+            self.ranks().remove(key);
             if !self.read_only {
                 let _ = std::fs::remove_file(&path);
             }
             return None;
         }
-        // Reading refreshes the entry's age for least-recently-used eviction.
-        if let Ok(f) = std::fs::File::options().write(true).open(&path) {
-            let _ = f.set_modified(SystemTime::now());
-        }
+        self.used(key, len as u64);
         Some(Bytes::from(data))
     }
 
-    /// Store a block, best effort: a failure (full disk, a directory gone read-only) is
-    /// warned about once, pauses writes for a while and is otherwise ignored.
+    /// Entry `key` of `len` bytes was read: recency and plan position in memory, and the
+    /// file's modification time once per process, so the next process that opens the cache
+    /// starts from a sensible order without a write per read.
+    fn used(&self, key: u128, len: u64) {
+        {
+            let mut r = self.ranks();
+            if r.contains(key) {
+                r.touch(key);
+            } else {
+                r.insert(key, len, None);
+            }
+        }
+        if !self.read_only && self.stamped.lock().unwrap_or_else(|e| e.into_inner()).insert(key) {
+            if let Ok(f) = std::fs::File::options().write(true).open(self.path(key)) {
+                let _ = f.set_modified(SystemTime::now());
+            }
+        }
+    }
+
+    /// Store a block, best effort: one that the plan would drop first is not stored, and a
+    /// failure (full disk, a directory gone read-only) is warned about once, pauses writes
+    /// for a while and is otherwise ignored.
     pub(crate) fn write(&self, key: u128, data: &[u8]) {
         let now = self.born.elapsed().as_millis() as u64;
         if self.read_only || now < self.writes_paused_until.load(Relaxed) {
             return;
+        }
+        {
+            let mut r = self.ranks();
+            if r.contains(key) {
+                return;
+            }
+            if r.bytes() + data.len() as u64 > self.limit && !r.worth_storing(key) {
+                self.bypassed.fetch_add(1, Relaxed);
+                return;
+            }
         }
         if let Err(e) = self.try_write(key, data) {
             self.writes_paused_until.store(now + WRITE_PAUSE.as_millis() as u64, Relaxed);
@@ -158,14 +236,17 @@ impl DiskCache {
                     self.dir.display()
                 )
             });
+            return;
         }
+        self.writes.fetch_add(1, Relaxed);
+        self.ranks().insert(key, data.len() as u64, None);
+        self.written_since_scan.fetch_add(data.len() as u64, Relaxed);
+        self.rescan_now_and_then();
+        self.evict(0);
     }
 
     fn try_write(&self, key: u128, data: &[u8]) -> std::io::Result<()> {
         let path = self.path(key);
-        if path.exists() {
-            return Ok(());
-        }
         let parent = path.parent().unwrap_or(&self.dir);
         std::fs::create_dir_all(parent)?;
         // A unique temporary name per writer, with its pid so a dead writer's leftovers are
@@ -176,23 +257,41 @@ impl DiskCache {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
-        self.writes.fetch_add(1, Relaxed);
-        let mut used = self.used.fetch_add(data.len() as u64, Relaxed) + data.len() as u64;
-        let now = self.born.elapsed().as_millis() as u64;
-        let last = self.last_scan.load(Relaxed);
-        if now.saturating_sub(last) >= 1000 && self.last_scan.compare_exchange(last, now, Relaxed, Relaxed).is_ok() {
-            // What the other processes sharing the directory wrote since.
-            used = scan(&self.dir).iter().map(|(_, len, _)| len).sum();
-            self.used.store(used, Relaxed);
-        }
-        if used > self.limit {
-            self.evict();
-        }
         Ok(())
     }
 
-    /// Trim to 90% of the limit, oldest first. One process at a time; the others skip.
-    fn evict(&self) {
+    /// What the other processes sharing the directory wrote and removed since the last look:
+    /// once a [`RESCAN`] period, or sooner when this process wrote a good share of the limit
+    /// (the others may have written as much, and the limit is for all of them).
+    fn rescan_now_and_then(&self) {
+        let now = self.born.elapsed().as_millis() as u64;
+        let last = self.last_scan.load(Relaxed);
+        let due = now.saturating_sub(last) >= RESCAN.as_millis() as u64
+            || self.written_since_scan.load(Relaxed) >= self.limit / RESCAN_SHARE;
+        if !due || self.last_scan.compare_exchange(last, now, Relaxed, Relaxed).is_err() {
+            return;
+        }
+        self.written_since_scan.store(0, Relaxed);
+        let found = scan(&self.dir);
+        let on_disk: HashSet<u128> = found.iter().map(|e| e.key).collect();
+        let mut r = self.ranks();
+        for e in &found {
+            if !r.contains(e.key) {
+                // Written by another process just now, as far as this one can tell.
+                r.insert(e.key, e.len, None);
+            }
+        }
+        for key in r.keys().filter(|k| !on_disk.contains(k)).collect::<Vec<_>>() {
+            r.remove(key);
+        }
+    }
+
+    /// Drop entries, next victim first, until `incoming` more bytes fit under the limit. One
+    /// process at a time; the others skip (and try again at their next write).
+    fn evict(&self, incoming: u64) {
+        if self.ranks().bytes() + incoming <= self.limit {
+            return;
+        }
         let Ok(lock) = std::fs::File::options().create(true).truncate(false).write(true).open(lock_path(&self.dir))
         else {
             return;
@@ -200,21 +299,27 @@ impl DiskCache {
         if lock.try_lock().is_err() {
             return;
         }
-        let mut entries = scan(&self.dir);
-        let mut total: u64 = entries.iter().map(|(_, len, _)| len).sum();
-        entries.sort_by_key(|(_, _, modified)| *modified);
-        let target = self.limit / 10 * 9;
-        for (path, len, _) in entries {
-            if total <= target {
-                break;
+        let victims: Vec<u128> = {
+            let mut r = self.ranks();
+            let mut out = Vec::new();
+            while r.bytes() + incoming > self.limit {
+                let Some((key, _)) = r.victim() else { break };
+                r.remove(key);
+                out.push(key);
             }
-            // Readers that already opened the file keep reading it; new ones see a miss.
-            if std::fs::remove_file(&path).is_ok() {
-                total -= len;
-                self.evictions.fetch_add(1, Relaxed);
+            out
+        };
+        for key in victims {
+            // Readers that already opened the file keep reading it; new ones see a miss. One
+            // that another process removed first is gone all the same.
+            match std::fs::remove_file(self.path(key)) {
+                Ok(()) => {
+                    self.evictions.fetch_add(1, Relaxed);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(_) => {}
             }
         }
-        self.used.store(total, Relaxed);
         let _ = lock.unlock();
     }
 }
@@ -264,20 +369,27 @@ fn tmp_writer(name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
-/// Every block file: path, length, modification time.
-pub(crate) fn scan(dir: &Path) -> Vec<(PathBuf, u64, SystemTime)> {
+/// An entry found on disk.
+pub(crate) struct Found {
+    pub(crate) key: u128,
+    pub(crate) len: u64,
+    pub(crate) modified: SystemTime,
+}
+
+/// Every entry in the directory (files named `<32 hex>.blk` in its subdirectories).
+pub(crate) fn scan(dir: &Path) -> Vec<Found> {
     let mut out = Vec::new();
     for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         if !sub.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
         for f in std::fs::read_dir(sub.path()).into_iter().flatten().flatten() {
-            let p = f.path();
-            if p.extension().is_some_and(|e| e == "blk") {
-                if let Ok(m) = f.metadata() {
-                    out.push((p, m.len(), m.modified().unwrap_or(std::time::UNIX_EPOCH)));
-                }
-            }
+            let name = f.file_name();
+            let Some(hex) = name.to_str().and_then(|n| n.strip_suffix(".blk")).filter(|h| h.len() == 32) else {
+                continue;
+            };
+            let (Ok(key), Ok(m)) = (u128::from_str_radix(hex, 16), f.metadata()) else { continue };
+            out.push(Found { key, len: m.len(), modified: m.modified().unwrap_or(std::time::UNIX_EPOCH) });
         }
     }
     out

@@ -4,11 +4,15 @@
 //! remote sources, crash-safe, never failing a read when the directory is unusable).
 //!
 //! Disk entries are written to a temporary file and renamed into place, so a reader sees a
-//! whole block or none; an entry of the wrong length is treated as a miss. Eviction takes an
-//! advisory lock so one process at a time trims the directory to its byte limit, oldest
-//! (least recently read) first.
+//! whole block or none; an entry of the wrong length is treated as a miss. The disk cache
+//! drops what the reader's [`Plan`] says is needed furthest ahead (the Loader gives one for
+//! each epoch), least recently used without one ([`policy`]); one process at a time trims
+//! the directory to its byte limit (an advisory lock).
 
 mod disk;
+pub mod policy;
+
+pub use policy::{Eviction, Plan};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -34,6 +38,8 @@ pub struct CacheConfig {
     /// Disk cache size limit in bytes (None: 10% of the space its disk has for it, counting
     /// what it holds already, between 256 MiB and 50 GiB).
     pub disk_bytes: Option<u64>,
+    /// How the disk cache picks what to drop.
+    pub eviction: Eviction,
 }
 
 impl CacheConfig {
@@ -60,6 +66,8 @@ pub struct CacheCounters {
     pub disk_evictions: AtomicU64,
     /// Temporary files of writers that died mid-write, removed when the cache was opened.
     pub disk_stale_removed: AtomicU64,
+    /// Blocks not written to the disk cache because the plan would have dropped them first.
+    pub disk_bypassed: AtomicU64,
     /// Misses that joined a fetch already in flight for the same block.
     pub joined: AtomicU64,
 }
@@ -116,6 +124,27 @@ impl BlockCache {
     /// The disk cache's size limit in bytes, when there is a usable disk cache.
     pub fn disk_limit(&self) -> Option<u64> {
         self.disk.as_ref().map(|d| d.limit())
+    }
+
+    /// Evict from the disk by `plan` (what the reader will read, and when) from now on;
+    /// `None` goes back to least recently used. Ignored under [`Eviction::Lru`]. Returns
+    /// whether the plan is followed.
+    pub fn set_plan(&self, plan: Option<Arc<Plan>>) -> bool {
+        match &self.disk {
+            Some(d) if self.cfg.eviction == Eviction::Future => {
+                let on = plan.is_some();
+                d.set_plan(plan);
+                on
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether block `key` is cached, as far as this process knows without a file system
+    /// call (another process may have added or removed it since).
+    pub fn contains(&self, key: u128) -> bool {
+        self.mem.lock().unwrap_or_else(|e| e.into_inner()).0.contains(&key)
+            || self.disk.as_ref().is_some_and(|d| d.contains(key))
     }
 
     /// The counters.
@@ -187,6 +216,7 @@ impl BlockCache {
         if let Some(d) = &self.disk {
             self.counters.disk_writes.store(d.writes.load(Relaxed), Relaxed);
             self.counters.disk_evictions.store(d.evictions.load(Relaxed), Relaxed);
+            self.counters.disk_bypassed.store(d.bypassed.load(Relaxed), Relaxed);
         }
         self.insert(key, bytes.clone());
         Ok(bytes)
@@ -279,8 +309,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn disk_cache_is_shared_whole_and_bounded() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg =
-            CacheConfig { memory_bytes: 0, block: 4096, disk_dir: Some(dir.path().into()), disk_bytes: Some(40_000) };
+        let cfg = CacheConfig {
+            memory_bytes: 0,
+            block: 4096,
+            disk_dir: Some(dir.path().into()),
+            disk_bytes: Some(40_000),
+            ..Default::default()
+        };
         // Two caches on one directory stand for two processes.
         let a = BlockCache::new(cfg.clone()).unwrap();
         let b = BlockCache::new(cfg).unwrap();
@@ -299,7 +334,7 @@ mod tests {
             let c = if k % 2 == 0 { &a } else { &b };
             c.get_or_fetch(k, 4096, move || async move { Ok(block(4096, k as u8)) }).await.unwrap();
         }
-        let total: u64 = disk::scan(dir.path()).iter().map(|(_, l, _)| l).sum();
+        let total: u64 = disk::scan(dir.path()).iter().map(|e| e.len).sum();
         assert!(total <= 40_000 + 2 * 4096, "disk cache holds {total} bytes");
         assert!(a.counters().disk_evictions.load(Relaxed) + b.counters().disk_evictions.load(Relaxed) > 0);
     }

@@ -21,6 +21,7 @@ use crate::stats::{Stats, StatsSnapshot};
 mod ahead;
 mod config;
 mod epoch;
+mod plan;
 mod producer;
 
 pub use config::{ErrorPolicy, HostBuffers, LoaderConfig, LoaderState, Transform};

@@ -94,6 +94,7 @@ impl Producer {
         let ahead =
             super::ahead::WindowAhead::start(&self.source, &self.sampler, batch, total, self.cfg.max_bytes_in_flight)
                 .map(Arc::new);
+        let plan = super::plan::CachePlan::start(&self.source, &self.sampler, batch);
         let me = Arc::new(self);
         let estimate = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let budget_kib = kib(me.cfg.max_bytes_in_flight).max(1);
@@ -138,7 +139,12 @@ impl Producer {
             })
             .buffered(me.cfg.prefetch.max(1));
         futures::pin_mut!(stream);
+        let mut next = 0;
         while let Some(fetched) = stream.next().await {
+            next += 1;
+            if let Some(p) = &plan {
+                p.at_batch(next);
+            }
             let (result, permit, bytes) = match fetched {
                 Ok(f) => f,
                 Err(e) => (Err(Error::task(e)), None, 0),

@@ -600,6 +600,7 @@ impl SampleSource for MixSource {
                 requests: a.requests + c.requests,
                 bytes: a.bytes + c.bytes,
                 remote_requests: a.remote_requests + c.remote_requests,
+                remote_bytes: a.remote_bytes + c.remote_bytes,
                 retries: a.retries + c.retries,
                 hedges: a.hedges + c.hedges,
                 hedge_wins: a.hedge_wins + c.hedge_wins,

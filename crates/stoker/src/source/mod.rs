@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -101,6 +102,17 @@ pub trait SampleSource: fmt::Debug + fmt::Display + Send + Sync + 'static {
         Ok(ReadAhead::none())
     }
 
+    /// Tell the caches under this source which samples a reader will read, and when, so the
+    /// disk cache drops what is needed furthest ahead ([`crate::cache::policy`]). `uses`
+    /// calls its sink with `(time, sample index)` in non-decreasing time and may be called
+    /// more than once; `clock` is the reader's time in the same units, advanced as it reads.
+    /// The Loader calls this at the start of every epoch with the rest of the epoch and the
+    /// next one. Returns whether a cache follows the plan; the provided version has no cache
+    /// to tell (false).
+    fn plan_reads(&self, _uses: SampleUses<'_>, _clock: Arc<AtomicU64>) -> bool {
+        false
+    }
+
     /// The shard sample `index` lives in, so samplers and caches can keep shard locality.
     fn locality(&self, _index: usize) -> Option<usize> {
         None
@@ -137,6 +149,10 @@ pub trait SampleSource: fmt::Debug + fmt::Display + Send + Sync + 'static {
 
 /// A type-erased source, as [`open`] returns it.
 pub type DynSampleSource = dyn SampleSource;
+
+/// What [`SampleSource::plan_reads`] is told: calls its sink with `(time, sample index)` for
+/// every read, in non-decreasing time.
+pub type SampleUses<'a> = &'a (dyn Fn(&mut dyn FnMut(u64, usize)) + Sync);
 
 const DEFAULT_CONCURRENCY: usize = 32;
 

@@ -11,7 +11,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::read_ahead::HeldSpans;
 use super::tar_index::{self, ShardIndex};
-use super::{check_index, copy_into, fill_blocking, Capability, ReadAhead, SampleSource, SourceInfo};
+use super::{check_index, copy_into, fill_blocking, Capability, ReadAhead, SampleSource, SampleUses, SourceInfo};
 use crate::batch::BatchBuilder;
 use crate::error::{Error, Result};
 use crate::sample::{Field, Sample, SampleMeta};
@@ -456,6 +456,24 @@ impl SampleSource for TarSource {
             return Ok(ReadAhead::none());
         }
         self.inner.read_ahead(indices).await
+    }
+
+    fn plan_reads(&self, uses: SampleUses<'_>, clock: Arc<std::sync::atomic::AtomicU64>) -> bool {
+        let inner = &self.inner;
+        if inner.store.local_root().is_some() {
+            return false;
+        }
+        let objects: Vec<(&str, &str, u64)> =
+            inner.shards.iter().map(|s| (s.index.shard.as_str(), s.version.as_str(), s.index.size)).collect();
+        // A sample's reads are its span in its shard.
+        let spans = |sink: &mut dyn FnMut(u64, usize, Range<u64>)| {
+            uses(&mut |t, i| {
+                if let Ok((shard, local)) = inner.locate(i) {
+                    sink(t, shard, inner.shards[shard].index.span(local));
+                }
+            })
+        };
+        inner.store.plan_reads(&objects, &spans, clock)
     }
 
     fn locality(&self, index: usize) -> Option<usize> {

@@ -45,6 +45,9 @@ pub struct IoCounters {
     pub bytes: u64,
     /// HTTP requests the fetch layer sent (remote stores; retries and hedges included).
     pub remote_requests: u64,
+    /// Bytes the fetch layer received (remote stores; retries and hedges included): what
+    /// caches save shows here, where `bytes` counts what readers asked for.
+    pub remote_bytes: u64,
     /// Remote requests retried after a transient failure.
     pub retries: u64,
     /// Remote requests hedged (a duplicate sent because the first was slow).
@@ -139,6 +142,7 @@ impl Store {
         };
         if let Some(f) = self.fetch_counters() {
             c.remote_requests = f.requests.load(Ordering::Relaxed);
+            c.remote_bytes = f.bytes.load(Ordering::Relaxed);
             c.retries = f.retries.load(Ordering::Relaxed);
             c.hedges = f.hedges.load(Ordering::Relaxed);
             c.hedge_wins = f.hedge_wins.load(Ordering::Relaxed);
@@ -275,6 +279,21 @@ impl Store {
             }
             None => self.get_ranges(path, ranges).await,
         }
+    }
+
+    /// Tell the cache what a reader will read and when (see [`Fetcher::plan_reads`]), for
+    /// `objects` given as (path relative to the root, version, size). Local stores have no
+    /// cache: false.
+    pub fn plan_reads(
+        &self,
+        objects: &[(&str, &str, u64)],
+        uses: crate::cache::policy::Uses<'_>,
+        clock: Arc<AtomicU64>,
+    ) -> bool {
+        let Some(f) = &self.0.fetcher else { return false };
+        let objects: Vec<(ObjPath, String, u64)> =
+            objects.iter().map(|&(p, v, size)| (self.obj_path(p), v.to_string(), size)).collect();
+        f.plan_reads(&objects, uses, clock)
     }
 
     /// Cache counters, when this store has a block cache.
