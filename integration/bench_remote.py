@@ -13,8 +13,8 @@ to every request. Each row runs in its own process with fresh cache directories 
 shuffled epochs; the peers through a torch DataLoader with one worker per core, Stoker through
 ``stoker.Loader``. Every epoch is checked: each sample exactly once, payload matching id and
 label. Requests and bytes are counted at the proxy for every row; peak memory is sampled from
-outside over the row's process tree (RSS summed, and PSS, which counts pages shared by forked
-workers once).
+outside over the row's process tree: RSS summed, and anonymous RSS summed (without file-backed
+pages, so the libraries that forked workers map are not counted once per worker).
 
 Mixing: from each reader's epoch-1 delivery order, |pos(i+1) - pos(i)| in storage order, plus
 ``webdataset``'s own ``WebDataset(...).shuffle(1000)`` over the same tar shards (read locally:
@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers_common as pc  # noqa: E402
@@ -101,6 +101,14 @@ def child_mosaicml(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
     t0 = time.perf_counter()
     ds = StreamingDataset(remote=spec["uri"], local=str(Path(spec["work"]) / "mds-local"), shuffle=True,
                           shuffle_seed=1, batch_size=spec["batch"])
+    if not spec.get("as_is"):
+        # The boto3 client that fetched index.json here stays in the dataset, and forked DataLoader
+        # workers inherit it: both then talk over the same keep-alive socket, so one waits out
+        # the 60 s read timeout or a shard is written from another's response (IndexError
+        # "Relative sample index ... is not present"). MosaicML's own clean_up() drops it, and
+        # each worker makes its own client.
+        for stream in ds.streams:
+            stream._downloader.clean_up()
     dl = DataLoader(ds, batch_size=spec["batch"], num_workers=spec["workers"], collate_fn=pc.collate_samples)
     result["open_s"] = time.perf_counter() - t0
     _epochs(spec, result, lambda: iter(dl), pc.unpack_peer)
@@ -146,6 +154,8 @@ def rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
          "shuffle": True, "format": "wds", "disk_cache": True},
         {"name": "mosaicml", "label": "MosaicML Streaming 0.13 (MDS, shuffle=True)", "reader": "mosaicml",
          "format": "mds", "peer": True},
+        {"name": "mosaicml-as-is", "label": "MosaicML Streaming 0.13, parent's S3 client left to the workers",
+         "reader": "mosaicml", "format": "mds", "peer": True, "as_is": True, "default": False},
         {"name": "litdata", "label": "LitData 0.2.76 (optimize chunks, shuffle=True; obstore path)", "reader": "litdata",
          "format": "litdata", "peer": True},
         {"name": "litdata-boto3", "label": "LitData 0.2.76 (same, boto3 path)", "reader": "litdata", "format": "litdata",
@@ -156,37 +166,37 @@ def rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
         unknown = wanted - {r["name"] for r in out}
         if unknown:
             sys.exit(f"unknown --rows {sorted(unknown)}; rows: {[r['name'] for r in out]}")
-        out = [r for r in out if r["name"] in wanted]
-    return out
+        return [r for r in out if r["name"] in wanted]
+    return [r for r in out if r.get("default", True)]
 
 
-def prepare(args: argparse.Namespace, work: Path, servers: pc.Servers) -> Dict[str, Any]:
-    """Write the samples in every format, upload them, index the tar shards."""
+def prepare(args: argparse.Namespace, work: Path, servers: pc.Servers, formats: Set[str]) -> Dict[str, Any]:
+    """Write the samples in each format the rows read (tar shards always: webdataset's mixing
+    pass reads them), upload them, index the tar shards."""
     ids = list(range(args.samples))
     shard_bytes = args.shard_mib * pc.MiB
     per_shard = max(1, shard_bytes // args.size)
     staged = work / "staged"
     t0 = time.perf_counter()
     pc.write_tar(staged / "wds", ids, args.size, per_shard)
-    pc.write_mds(staged / "mds", ids, args.size, shard_bytes)
-    pc.write_litdata(staged / "litdata", ids, args.size, shard_bytes)
-    pc.check_litdata_order(staged / "litdata", [0, args.samples // 2, args.samples - 1])
+    bounds = {"wds": list(range(0, args.samples, per_shard)) + [args.samples]}
+    if "mds" in formats:
+        pc.write_mds(staged / "mds", ids, args.size, shard_bytes)
+        bounds["mds"] = pc.shard_bounds_mds(staged / "mds")
+    if "litdata" in formats:
+        pc.write_litdata(staged / "litdata", ids, args.size, shard_bytes)
+        pc.check_litdata_order(staged / "litdata", [0, args.samples // 2, args.samples - 1])
+        bounds["litdata"] = pc.shard_bounds_litdata(staged / "litdata")
     write_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     uploaded = {}
-    for fmt in ("wds", "mds", "litdata"):
+    for fmt in sorted(formats | {"wds"}):
         uploaded[fmt] = pc.upload_dir(servers.direct, staged / fmt, fmt)
+        if fmt != "wds":  # only the tar shards are needed after this (webdataset's pass)
+            shutil.rmtree(staged / fmt)
     pc.stoker_index(f"s3://{pc.BUCKET}/wds", pc.s3_env(servers.direct))
     upload_s = time.perf_counter() - t0
     tars = sorted(str(p) for p in (staged / "wds").glob("*.tar"))
-    bounds = {
-        "wds": list(range(0, args.samples, per_shard)) + [args.samples],
-        "mds": pc.shard_bounds_mds(staged / "mds"),
-        "litdata": pc.shard_bounds_litdata(staged / "litdata"),
-    }
-    # The staged copies are not needed any more, except the tar shards for webdataset's pass.
-    shutil.rmtree(staged / "mds")
-    shutil.rmtree(staged / "litdata")
     return {"write_s": write_s, "upload_s": upload_s, "uploaded": uploaded, "tars": tars, "bounds": bounds,
             "per_shard": per_shard}
 
@@ -197,13 +207,15 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     servers = pc.Servers(work, args.latency_ms).start()
     report: Dict[str, Any] = {"machine": m, "versions": pc.versions(), "args": vars(args), "rows": []}
     try:
+        selected = rows(args)
+        formats = {r["format"] for r in selected}
         print(f"preparing {args.samples:,} samples of {args.size:,} B ({args.shard_mib} MiB shards) "
-              f"in 3 formats ...", flush=True)
-        prep = prepare(args, work, servers)
+              f"as {', '.join(sorted(formats | {'wds'}))} ...", flush=True)
+        prep = prepare(args, work, servers, formats)
         report["prepare"] = {k: v for k, v in prep.items() if k not in ("tars",)}
         print(f"  written in {prep['write_s']:.1f} s, uploaded and indexed in {prep['upload_s']:.1f} s", flush=True)
         env = pc.s3_env(servers.through_proxy)
-        for row in rows(args):
+        for row in selected:
             rdir = pc.fresh_dir(work, "row-" + row["name"])
             cache = pc.fresh_dir(rdir, "stoker-cache")
             spec: Dict[str, Any] = {
@@ -218,6 +230,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             else:
                 spec["uri"] = f"s3://{pc.BUCKET}/{row['format']}"
                 spec["boto3"] = row.get("boto3", False)
+                spec["as_is"] = row.get("as_is", False)
             row_env = {**env, "STOKER_CACHE_DIR": str(cache), "LITDATA_CACHE_DIR": str(rdir / "litdata-cache"),
                        "XDG_CACHE_HOME": str(rdir / "xdg-cache")}
             print(f"row {row['name']} ...", flush=True)
@@ -286,7 +299,7 @@ def render(report: Dict[str, Any]) -> str:
            f"{a['latency_ms']} ms to every request, batch {a['batch']}, peers through a DataLoader with "
            f"{a['workers']} workers; two shuffled epochs per row, each row a fresh process with cold caches.", ""]
     header = ["reader", "epoch 1 samples/s", "epoch 2 samples/s", "e1 first batch s", "e1 requests", "e1 MiB",
-              "e2 requests", "e2 MiB", "peak RSS MiB", "peak PSS MiB", "exactly once"]
+              "e2 requests", "e2 MiB", "peak RSS MiB", "peak anon RSS MiB", "exactly once"]
     body = []
     for r in report["rows"]:
         if r.get("error"):
@@ -297,7 +310,7 @@ def render(report: Dict[str, Any]) -> str:
             r["label"], pc.fmt_int(e1.get("samples_per_s")), pc.fmt_int(e2.get("samples_per_s")),
             f"{e1.get('first_batch_s', 0):.2f}", pc.fmt_int(e1.get("requests")), pc.fmt_mib(e1.get("bytes")),
             pc.fmt_int(e2.get("requests")), pc.fmt_mib(e2.get("bytes")), fmt(r.get("peak_rss")),
-            fmt(r.get("peak_pss")), _exact(r),
+            fmt(r.get("peak_anon")), _exact(r),
         ])
     out.append(pc.table(header, body))
     out.append("")
@@ -370,7 +383,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="DataLoader workers for the peers")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 512 samples in 4 MiB shards")
-    ap.add_argument("--rows", help="comma-separated subset of rows (names as in --json)")
+    ap.add_argument("--rows", help="comma-separated rows to run (names as in --json; `mosaicml-as-is` only when named)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per row")
     ap.add_argument("--json", help="also write the full report here")
     ap.add_argument("--work-dir", help="where the temporary data goes (default: the system temp dir)")

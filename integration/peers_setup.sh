@@ -26,8 +26,8 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 
-# torch 2.15.0: the version the test suite runs against; mosaicml-streaming 0.13 and litdata
-# 0.2.76 take any torch >= 2 (checked: both import and read with it).
+# torch 2.15.0: the version the test suite runs against; mosaicml-streaming 0.13 takes
+# torch>=1.10,<3 and litdata 0.2.76 torch>=2.4 (both read with 2.15.0 in these benchmarks).
 torch_ver=2.15.0
 if [ -n "${PEERS_TORCH_FROM:-}" ]; then
   "$venv/bin/python" - "$PEERS_TORCH_FROM" "$site" "$torch_ver" <<'PY'
@@ -54,10 +54,11 @@ print(f"peers_setup: linked {len(linked)} entries of torch {torch.version} and i
 PY
 fi
 
-# Pinned so a fresh machine gets what was measured. huggingface-hub<1.0: mosaicml-streaming
-# imports transformers when it is installed, which fails with huggingface-hub >= 1.0.
-need=(torch=="$torch_ver" mosaicml-streaming==0.13.0 litdata==0.2.76 webdataset==1.0.2 boto3==1.44.5
-      psutil==7.2.2 "huggingface-hub<1.0" maturin==1.16.0)
+# Pinned so a fresh machine gets what was measured. numpy: mosaicml-streaming wants <2.2.
+# huggingface-hub<1.0: mosaicml-streaming imports transformers (<5, its dependency), which fails
+# with huggingface-hub >= 1.0. obstore: LitData's default S3 client.
+need=(torch=="$torch_ver" torchvision==0.29.2 mosaicml-streaming==0.13.0 litdata==0.2.76 webdataset==1.0.2
+      obstore==0.12.1 boto3==1.44.5 numpy==2.1.3 psutil==7.2.2 "huggingface-hub<1.0" maturin==1.16.0)
 have() { "$venv/bin/python" - "$@" 2>/dev/null <<'PY'
 import importlib.metadata as m, sys
 from packaging.requirements import Requirement
