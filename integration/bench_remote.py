@@ -172,31 +172,40 @@ def rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
 
 def prepare(args: argparse.Namespace, work: Path, servers: pc.Servers, formats: Set[str]) -> Dict[str, Any]:
     """Write the samples in each format the rows read (tar shards always: webdataset's mixing
-    pass reads them), upload them, index the tar shards."""
+    pass reads them), upload each, index the tar shards. Each staged copy is deleted once
+    uploaded (the disk holds the server's copy only); webdataset reads the tar shards from the
+    server's directory (s3s-fs keeps each object as a plain file)."""
     ids = list(range(args.samples))
     shard_bytes = args.shard_mib * pc.MiB
     per_shard = max(1, shard_bytes // args.size)
     staged = work / "staged"
-    t0 = time.perf_counter()
-    pc.write_tar(staged / "wds", ids, args.size, per_shard)
+    writers = {
+        "wds": lambda out: pc.write_tar(out, ids, args.size, per_shard),
+        "mds": lambda out: pc.write_mds(out, ids, args.size, shard_bytes),
+        "litdata": lambda out: pc.write_litdata(out, ids, args.size, shard_bytes),
+    }
     bounds = {"wds": list(range(0, args.samples, per_shard)) + [args.samples]}
-    if "mds" in formats:
-        pc.write_mds(staged / "mds", ids, args.size, shard_bytes)
-        bounds["mds"] = pc.shard_bounds_mds(staged / "mds")
-    if "litdata" in formats:
-        pc.write_litdata(staged / "litdata", ids, args.size, shard_bytes)
-        pc.check_litdata_order(staged / "litdata", [0, args.samples // 2, args.samples - 1])
-        bounds["litdata"] = pc.shard_bounds_litdata(staged / "litdata")
-    write_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    write_s = upload_s = 0.0
     uploaded = {}
     for fmt in sorted(formats | {"wds"}):
+        t0 = time.perf_counter()
+        writers[fmt](staged / fmt)
+        if fmt == "mds":
+            bounds["mds"] = pc.shard_bounds_mds(staged / "mds")
+        if fmt == "litdata":
+            pc.check_litdata_order(staged / "litdata", [0, args.samples // 2, args.samples - 1])
+            bounds["litdata"] = pc.shard_bounds_litdata(staged / "litdata")
+        t1 = time.perf_counter()
         uploaded[fmt] = pc.upload_dir(servers.direct, staged / fmt, fmt)
-        if fmt != "wds":  # only the tar shards are needed after this (webdataset's pass)
-            shutil.rmtree(staged / fmt)
+        shutil.rmtree(staged / fmt)
+        write_s += t1 - t0
+        upload_s += time.perf_counter() - t1
+    t0 = time.perf_counter()
     pc.stoker_index(f"s3://{pc.BUCKET}/wds", pc.s3_env(servers.direct))
-    upload_s = time.perf_counter() - t0
-    tars = sorted(str(p) for p in (staged / "wds").glob("*.tar"))
+    upload_s += time.perf_counter() - t0
+    tars = sorted(str(p) for p in (work / "s3" / pc.BUCKET / "wds").glob("*.tar"))
+    if len(tars) != len(bounds["wds"]) - 1:
+        raise RuntimeError(f"expected {len(bounds['wds']) - 1} tar shards in the server's directory, found {len(tars)}")
     return {"write_s": write_s, "upload_s": upload_s, "uploaded": uploaded, "tars": tars, "bounds": bounds,
             "per_shard": per_shard}
 
