@@ -125,6 +125,27 @@ def prepare(args: argparse.Namespace, work: Path, servers: pc.Servers) -> Dict[s
 ROWS = ["stoker-local", "stoker-remote", "stoker-mix", "litdata-local", "litdata-remote", "litdata-combined"]
 
 
+def run_one(args: argparse.Namespace, name: str, spec: Dict[str, Any], work: Path, env: Dict[str, str],
+            rnd: int) -> Dict[str, Any]:
+    """One row, once, in a fresh process with fresh cache directories."""
+    rdir = pc.fresh_dir(work, f"row-{name}-{rnd}")
+    row_env = {**env, "STOKER_CACHE_DIR": str(rdir / "stoker-cache"),
+               "LITDATA_CACHE_DIR": str(rdir / "litdata-cache"), "XDG_CACHE_HOME": str(rdir / "xdg-cache")}
+    print(f"row {name}" + (f" (round {rnd + 1})" if args.rounds > 1 else "") + " ...", flush=True)
+    load = os.getloadavg()[0]
+    res = pc.run_row(SCRIPT, spec, row_env, rdir, args.timeout)
+    res["load_1m"] = load
+    if res.get("error"):
+        print(f"  FAILED: {res['error']}", flush=True)
+    for i, e in enumerate(res.get("epochs", []), 1):
+        print(f"  epoch {i}: {e['samples_per_s']:,.0f} samples/s ({e['samples']:,} samples, "
+              f"{e['unique']:,} unique, {e['bad']} bad; local {e['local']:,}, remote {e['remote']:,}), "
+              f"{e['requests']:,} requests", flush=True)
+    if not args.keep:
+        shutil.rmtree(rdir, ignore_errors=True)
+    return res
+
+
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     m = pc.machine()
     work = Path(tempfile.mkdtemp(prefix="stoker-bench-mix-", dir=args.work_dir))
@@ -148,27 +169,21 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                                  "weights": [0.5, 0.5], "expected": None, "boto3": args.litdata_boto3},
         }
         env = pc.s3_env(servers.through_proxy)
-        for name in args.rows.split(",") if args.rows else ROWS:
-            if name not in specs:
-                sys.exit(f"unknown row {name!r}; rows: {ROWS}")
-            rdir = pc.fresh_dir(work, "row-" + name)
-            spec = {**specs[name], "samples": n, "size": args.size, "batch": args.batch, "workers": args.workers,
-                    "epochs": 2, "proxy_addr": servers.proxy_addr,
-                    "proxy_pid": servers.proxy.pid if servers.proxy else 0}
-            row_env = {**env, "STOKER_CACHE_DIR": str(rdir / "stoker-cache"),
-                       "LITDATA_CACHE_DIR": str(rdir / "litdata-cache"), "XDG_CACHE_HOME": str(rdir / "xdg-cache")}
-            print(f"row {name} ...", flush=True)
-            res = pc.run_row(SCRIPT, spec, row_env, rdir, args.timeout)
-            res["name"] = name
-            if res.get("error"):
-                print(f"  FAILED: {res['error']}", flush=True)
-            for i, e in enumerate(res.get("epochs", []), 1):
-                print(f"  epoch {i}: {e['samples_per_s']:,.0f} samples/s ({e['samples']:,} samples, "
-                      f"{e['unique']:,} unique, {e['bad']} bad; local {e['local']:,}, remote {e['remote']:,}), "
-                      f"{e['requests']:,} requests", flush=True)
-            report["rows"].append(res)
-            if not args.keep:
-                shutil.rmtree(rdir, ignore_errors=True)
+        names = args.rows.split(",") if args.rows else ROWS
+        unknown = [x for x in names if x not in specs]
+        if unknown:
+            sys.exit(f"unknown rows {unknown}; rows: {ROWS}")
+        runs: Dict[str, List[Dict[str, Any]]] = {x: [] for x in names}
+        for rnd in range(args.rounds):
+            # Every other round in reverse, so a drift in the machine's load does not always fall
+            # on the same rows.
+            for name in names if rnd % 2 == 0 else names[::-1]:
+                spec = {**specs[name], "samples": n, "size": args.size, "batch": args.batch,
+                        "workers": args.workers, "epochs": 2, "proxy_addr": servers.proxy_addr,
+                        "proxy_pid": servers.proxy.pid if servers.proxy else 0}
+                runs[name].append(run_one(args, name, spec, work, env, rnd))
+        for name in names:
+            report["rows"].append({**pc.aggregate(runs[name]), "name": name})
     finally:
         servers.stop()
         if args.keep:
@@ -186,9 +201,11 @@ def render(report: Dict[str, Any]) -> str:
     out = [f"Mix: 50/50 of a local source ({a['samples']:,} samples on disk) and a remote one ({a['samples']:,} "
            f"samples on the embedded S3 server + {a['latency_ms']} ms a request), {a['size']:,} B samples, "
            f"{a['shard_mib']} MiB shards, batch {a['batch']}, shuffle=True; LitData through StreamingDataLoader with "
-           f"{a['workers']} workers ({lit_path} for S3). Each row: a fresh process, cold caches, two epochs.", ""]
+           f"{a['workers']} workers ({lit_path} for S3). Each row: a fresh process, cold caches, two epochs"
+           + (f"; medians of {a['rounds']} rounds (range)." if a["rounds"] > 1 else ".")
+           + " `load 1m`: the machine's 1-minute load average when the row started.", ""]
     header = ["reader", "source", "epoch 1 samples/s", "epoch 2 samples/s", "samples / epoch (local + remote)",
-              "mix / min(local/0.5, remote/0.5)", "e1 requests", "peak RSS MiB", "notes"]
+              "mix / min(local/0.5, remote/0.5)", "e1 requests", "peak RSS MiB", "load 1m", "notes"]
     body = []
     for reader, label in (("stoker", "Stoker `Loader`"), ("litdata", "LitData 0.2.76")):
         for kind in ("local", "remote", "mix" if reader == "stoker" else "combined"):
@@ -198,34 +215,29 @@ def render(report: Dict[str, Any]) -> str:
             what = {"local": "local alone", "remote": "remote alone",
                     "mix": "`stoker.mix({local: 0.5, remote: 0.5})`",
                     "combined": "`CombinedStreamingDataset(weights=[0.5, 0.5])`"}[kind]
+            load = f"{r.get('load_1m', 0):.1f}"
             if r.get("error"):
-                body.append([label, what, "failed", "failed", "", "", "", "", r["error"]])
+                body.append([label, what, "failed", "failed", "", "", "", "", load, pc.row_notes(r) or r["error"]])
                 continue
             e = r["epochs"]
             ratio = []
             if kind in ("mix", "combined"):
+                loc, rem = rows.get(f"{reader}-local"), rows.get(f"{reader}-remote")
                 for k in range(len(e)):
-                    loc, rem = rows.get(f"{reader}-local"), rows.get(f"{reader}-remote")
                     if loc and rem and not loc.get("error") and not rem.get("error"):
                         bound = min(loc["epochs"][k]["samples_per_s"] / 0.5, rem["epochs"][k]["samples_per_s"] / 0.5)
                         ratio.append(f"e{k + 1}: **{e[k]['samples_per_s'] / bound:.2f}x** (bound {bound:,.0f}/s)")
-            counts = "; ".join(f"{x['samples']:,} ({x['local']:,} + {x['remote']:,}, "
-                               f"{x['local'] / max(x['samples'], 1):.1%} local)" if kind in ("mix", "combined")
-                               else f"{x['samples']:,}" for x in e[:1])
-            notes = []
-            for k, x in enumerate(e, 1):
-                if x["bad"]:
-                    notes.append(f"e{k}: {x['bad']} bad payloads")
-                if x["unique"] != x["samples"]:
-                    notes.append(f"e{k}: {x['samples'] - x['unique']:,} repeated")
-                if x["expected"] is not None and x["samples"] != x["expected"]:
-                    notes.append(f"e{k}: {x['samples']:,} of {x['expected']:,}")
+            x = e[0]
+            counts = (f"{x['samples']:,.0f} ({x['local']:,.0f} + {x['remote']:,.0f}, "
+                      f"{x['local'] / max(x['samples'], 1):.1%} local)" if kind in ("mix", "combined")
+                      else f"{x['samples']:,.0f}")
+            notes = [pc.row_notes(r)] if pc.row_notes(r) else []
             if kind == "combined":
-                notes.append("stops when a source runs out")
-            body.append([label, what, pc.fmt_int(e[0]["samples_per_s"]), pc.fmt_int(e[1]["samples_per_s"]) if len(e) > 1 else "",
-                         counts, "; ".join(ratio), pc.fmt_int(e[0].get("requests")),
-                         "" if not r.get("peak_rss") else f"{r['peak_rss'] / pc.MiB:,.0f}",
-                         "; ".join(notes) or "exactly once"])
+                notes.append("stops at the first exhausted source (weights need iterate_over_all=False)")
+            body.append([label, what, pc.rate_cell(e[0]), pc.rate_cell(e[1]) if len(e) > 1 else "", counts,
+                         "; ".join(ratio), pc.fmt_int(e[0].get("requests")),
+                         "" if not r.get("peak_rss") else f"{r['peak_rss'] / pc.MiB:,.0f}", load,
+                         "; ".join(notes) or "exactly once, right bytes"])
     out.append(pc.table(header, body))
     out.append("")
     out.append(pc.machine_line(report["machine"]))
@@ -247,6 +259,8 @@ def main() -> None:
     ap.add_argument("--litdata-boto3", action="store_true", help="LitData's boto3 path instead of obstore for S3")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 256 samples a source in 4 MiB shards")
     ap.add_argument("--rows", help=f"comma-separated subset of {','.join(ROWS)}")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every row this many times (every other round in reverse order); medians reported")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per row")
     ap.add_argument("--json", help="also write the full report here")
     ap.add_argument("--work-dir", help="where the temporary data goes (default: the system temp dir)")

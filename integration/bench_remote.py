@@ -210,6 +210,40 @@ def prepare(args: argparse.Namespace, work: Path, servers: pc.Servers, formats: 
             "per_shard": per_shard}
 
 
+def run_one(args: argparse.Namespace, row: Dict[str, Any], work: Path, servers: pc.Servers, env: Dict[str, str],
+            prep: Dict[str, Any], rnd: int) -> Dict[str, Any]:
+    """One row, once, in a fresh process with fresh cache directories."""
+    rdir = pc.fresh_dir(work, f"row-{row['name']}-{rnd}")
+    cache = pc.fresh_dir(rdir, "stoker-cache")
+    spec: Dict[str, Any] = {
+        "reader": row["reader"], "samples": args.samples, "size": args.size, "batch": args.batch,
+        "workers": args.workers, "epochs": 2, "proxy_addr": servers.proxy_addr,
+        "proxy_pid": servers.proxy.pid if servers.proxy else 0,
+    }
+    if row["reader"] == "stoker":
+        spec["uri"] = f"s3://{pc.BUCKET}/wds"
+        spec["shuffle"] = row["shuffle"]
+        spec["options"] = {"disk_cache_dir": str(rdir / "disk-cache")} if row.get("disk_cache") else {}
+    else:
+        spec["uri"] = f"s3://{pc.BUCKET}/{row['format']}"
+        spec["boto3"] = row.get("boto3", False)
+        spec["as_is"] = row.get("as_is", False)
+    row_env = {**env, "STOKER_CACHE_DIR": str(cache), "LITDATA_CACHE_DIR": str(rdir / "litdata-cache"),
+               "XDG_CACHE_HOME": str(rdir / "xdg-cache")}
+    print(f"row {row['name']}" + (f" (round {rnd + 1})" if args.rounds > 1 else "") + " ...", flush=True)
+    load = os.getloadavg()[0]
+    res = pc.run_row(SCRIPT, spec, row_env, rdir, args.timeout)
+    res["load_1m"] = load
+    if res.get("order"):
+        import numpy as np
+
+        res["mixing"] = pc.mixing(np.load(res["order"]), prep["bounds"][row["format"]], args.batch)
+    _print_row(res)
+    if not args.keep:
+        shutil.rmtree(rdir, ignore_errors=True)
+    return res
+
+
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     m = pc.machine()
     work = Path(tempfile.mkdtemp(prefix="stoker-bench-remote-", dir=args.work_dir))
@@ -224,37 +258,17 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         report["prepare"] = {k: v for k, v in prep.items() if k not in ("tars",)}
         print(f"  written in {prep['write_s']:.1f} s, uploaded and indexed in {prep['upload_s']:.1f} s", flush=True)
         env = pc.s3_env(servers.through_proxy)
+        runs: Dict[str, List[Dict[str, Any]]] = {r["name"]: [] for r in selected}
+        for rnd in range(args.rounds):
+            # Every other round runs the rows in reverse, so a drift in the machine's load does
+            # not always fall on the same rows.
+            for row in selected if rnd % 2 == 0 else selected[::-1]:
+                runs[row["name"]].append(run_one(args, row, work, servers, env, prep, rnd))
         for row in selected:
-            rdir = pc.fresh_dir(work, "row-" + row["name"])
-            cache = pc.fresh_dir(rdir, "stoker-cache")
-            spec: Dict[str, Any] = {
-                "reader": row["reader"], "samples": args.samples, "size": args.size, "batch": args.batch,
-                "workers": args.workers, "epochs": 2, "proxy_addr": servers.proxy_addr,
-                "proxy_pid": servers.proxy.pid if servers.proxy else 0,
-            }
-            if row["reader"] == "stoker":
-                spec["uri"] = f"s3://{pc.BUCKET}/wds"
-                spec["shuffle"] = row["shuffle"]
-                spec["options"] = {"disk_cache_dir": str(rdir / "disk-cache")} if row.get("disk_cache") else {}
-            else:
-                spec["uri"] = f"s3://{pc.BUCKET}/{row['format']}"
-                spec["boto3"] = row.get("boto3", False)
-                spec["as_is"] = row.get("as_is", False)
-            row_env = {**env, "STOKER_CACHE_DIR": str(cache), "LITDATA_CACHE_DIR": str(rdir / "litdata-cache"),
-                       "XDG_CACHE_HOME": str(rdir / "xdg-cache")}
-            print(f"row {row['name']} ...", flush=True)
-            res = pc.run_row(SCRIPT, spec, row_env, rdir, args.timeout)
+            res = pc.aggregate(runs[row["name"]])
             res.update({k: row[k] for k in ("name", "label", "format")})
             res["peer"] = row.get("peer", False)
-            if res.get("order"):
-                import numpy as np
-
-                order = np.load(res["order"])
-                res["mixing"] = pc.mixing(order, prep["bounds"][row["format"]], args.batch)
-            _print_row(res)
             report["rows"].append(res)
-            if not args.keep:
-                shutil.rmtree(rdir, ignore_errors=True)
         # webdataset's buffer shuffle over the same shards, read locally: its order only.
         rdir = pc.fresh_dir(work, "row-webdataset")
         spec = {"reader": "webdataset", "samples": args.samples, "size": args.size, "batch": args.batch,
@@ -290,36 +304,29 @@ def _print_row(res: Dict[str, Any]) -> None:
               f"{'; stoker ' + json.dumps(e['stoker']) if 'stoker' in e else ''}", flush=True)
 
 
-def _exact(res: Dict[str, Any]) -> str:
-    notes = []
-    for i, e in enumerate(res["epochs"], 1):
-        if e["bad"]:
-            notes.append(f"e{i}: {e['bad']} bad payloads")
-        if e["samples"] != e["expected"] or e["unique"] != e["expected"]:
-            notes.append(f"e{i}: {e['samples']:,} delivered, {e['unique']:,} unique of {e['expected']:,}")
-    return "yes" if not notes else "; ".join(notes)
-
-
 def render(report: Dict[str, Any]) -> str:
     a = report["args"]
     prep = report.get("prepare", {})
     out = [f"Remote epochs: {a['samples']:,} samples x {a['size']:,} B, {a['shard_mib']} MiB shards "
            f"({prep.get('per_shard', '?')} samples per tar shard), embedded S3 server (s3s-fs) + proxy adding "
            f"{a['latency_ms']} ms to every request, batch {a['batch']}, peers through a DataLoader with "
-           f"{a['workers']} workers; two shuffled epochs per row, each row a fresh process with cold caches.", ""]
+           f"{a['workers']} workers; two shuffled epochs per row, each row a fresh process with cold caches"
+           + (f"; medians of {a['rounds']} rounds (range)." if a["rounds"] > 1 else ".")
+           + " `load 1m`: the machine's 1-minute load average when the row started.", ""]
     header = ["reader", "epoch 1 samples/s", "epoch 2 samples/s", "e1 first batch s", "e1 requests", "e1 MiB",
-              "e2 requests", "e2 MiB", "peak RSS MiB", "peak anon RSS MiB", "exactly once"]
+              "e2 requests", "e2 MiB", "peak RSS MiB", "peak anon RSS MiB", "load 1m", "exactly once, right bytes"]
     body = []
     for r in report["rows"]:
         if r.get("error"):
-            body.append([r["label"], "failed", "failed", "", "", "", "", "", fmt(r.get("peak_rss")), "", r["error"]])
+            body.append([r["label"], "failed", "failed", "", "", "", "", "", "", "", f"{r.get('load_1m', 0):.1f}",
+                         pc.row_notes(r) or r["error"]])
             continue
         e1, e2 = (r["epochs"] + [{}, {}])[:2]
         body.append([
-            r["label"], pc.fmt_int(e1.get("samples_per_s")), pc.fmt_int(e2.get("samples_per_s")),
+            r["label"], pc.rate_cell(e1), pc.rate_cell(e2) if e2 else "",
             f"{e1.get('first_batch_s', 0):.2f}", pc.fmt_int(e1.get("requests")), pc.fmt_mib(e1.get("bytes")),
             pc.fmt_int(e2.get("requests")), pc.fmt_mib(e2.get("bytes")), fmt(r.get("peak_rss")),
-            fmt(r.get("peak_anon")), _exact(r),
+            fmt(r.get("peak_anon")), f"{r.get('load_1m', 0):.1f}", pc.row_notes(r) or "yes",
         ])
     out.append(pc.table(header, body))
     out.append("")
@@ -393,6 +400,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="DataLoader workers for the peers")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 512 samples in 4 MiB shards")
     ap.add_argument("--rows", help="comma-separated rows to run (names as in --json; `mosaicml-as-is` only when named)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every row this many times (every other round in reverse order); medians reported")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per row")
     ap.add_argument("--json", help="also write the full report here")
     ap.add_argument("--work-dir", help="where the temporary data goes (default: the system temp dir)")

@@ -270,14 +270,42 @@ def delta(a: Dict[str, int], b: Dict[str, int]) -> Dict[str, int]:
 # --- Rows: one child process each --------------------------------------------------------------
 
 
+def _tree(pid: int) -> List[int]:
+    """``pid`` and its descendants, from ``/proc/PID/task/TID/children`` (cheap: no scan of
+    every process, so it can run 10 times a second)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass  # gone meanwhile
+    return out
+
+
+def _statm(pid: int) -> Tuple[int, int]:
+    """(RSS, RSS less file-backed and shared-memory pages) of one process, in bytes."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            fields = f.read().split()
+    except OSError:
+        return 0, 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    rss, shared = int(fields[1]) * page, int(fields[2]) * page
+    return rss, rss - shared
+
+
 @dataclass
 class MemoryWatch:
     """Samples the process tree of ``pid`` from outside (the measured process runs no extra
     thread), 10 times a second: the sum of RSS, and the sum of anonymous RSS (RSS less file-backed
     and shared-memory pages, so the libraries forked workers map, torch's among them, are not
-    counted once per worker). Only cheap reads (``/proc/PID/statm``) are made that often; the
-    tree is re-listed once a second. PSS would be fairer still, but reading it walks the page
-    tables under the process's mmap lock: ~20 ms a read here, enough to slow what is measured."""
+    counted once per worker). Only cheap reads (``/proc/PID/statm``, ``.../children``) are made.
+    PSS would be fairer still, but reading it walks the page tables under the process's mmap
+    lock: ~20 ms a read here, enough to slow what is measured."""
 
     pid: int
     samples: List[Tuple[float, int, int]] = field(default_factory=list)
@@ -290,31 +318,13 @@ class MemoryWatch:
         return self
 
     def _run(self) -> None:
-        import psutil
-
-        try:
-            top = psutil.Process(self.pid)
-        except psutil.NoSuchProcess:
-            return
-        procs: List[Any] = [top]
-        listed = 0.0
         while not self._stop.is_set():
-            now = time.time()
-            if now - listed >= 1.0:
-                try:
-                    procs = [top] + top.children(recursive=True)
-                except psutil.NoSuchProcess:
-                    break
-                listed = now
             rss = anon = 0
-            for p in procs:
-                try:
-                    m = p.memory_info()
-                    rss += m.rss
-                    anon += m.rss - m.shared
-                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                    pass
-            self.samples.append((now, rss, anon))
+            for p in _tree(self.pid):
+                r, a = _statm(p)
+                rss += r
+                anon += a
+            self.samples.append((time.time(), rss, anon))
             self._stop.wait(0.1)
 
     def stop(self) -> None:
@@ -470,6 +480,68 @@ def epoch_record(e: Epoch, n_expected: Optional[int], io: Optional[Dict[str, int
         rec.update(io)
     rec.update(extra)
     return rec
+
+
+def aggregate(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One row's result over several rounds: each number the median of the runs that finished,
+    with ``samples_per_s`` also as ``[min, max]`` (``range``); runs that failed are listed in
+    ``failed_runs``; the first finished run's other fields (its delivery order among them) are
+    kept. A row with no finished run is that first failure."""
+    import statistics
+
+    done = [r for r in runs if not r.get("error")]
+    failed = [r["error"] for r in runs if r.get("error")]
+    if not done:
+        return {**runs[0], "failed_runs": failed, "rounds": len(runs)}
+    out = dict(done[0])
+    n_epochs = min(len(r["epochs"]) for r in done)
+    epochs = []
+    for k in range(n_epochs):
+        e = dict(done[0]["epochs"][k])
+        for key, value in e.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                e[key] = statistics.median(r["epochs"][k][key] for r in done)
+        rates = [r["epochs"][k]["samples_per_s"] for r in done]
+        e["range"] = [min(rates), max(rates)]
+        e["issues"] = sorted({note for r in done for note in _epoch_issues(r["epochs"][k])})
+        epochs.append(e)
+    out["epochs"] = epochs
+    for key in ("peak_rss", "peak_anon", "load_1m", "open_s"):
+        values = [r[key] for r in done if r.get(key) is not None]
+        if values:
+            out[key] = statistics.median(values)
+    out["failed_runs"] = failed
+    out["rounds"] = len(runs)
+    return out
+
+
+def _epoch_issues(e: Dict[str, Any]) -> List[str]:
+    notes = []
+    if e.get("bad"):
+        notes.append(f"{e['bad']} bad payloads")
+    if e.get("unique") != e.get("samples"):
+        notes.append(f"{e['samples'] - e['unique']:,} repeated")
+    if e.get("expected") is not None and e.get("unique") != e.get("expected"):
+        notes.append(f"{e['unique']:,} distinct of {e['expected']:,}")
+    return notes
+
+
+def rate_cell(e: Dict[str, Any]) -> str:
+    """samples/s, with the range over rounds when there were several."""
+    lo, hi = e.get("range", [None, None])
+    if lo is None or lo == hi:
+        return fmt_int(e["samples_per_s"])
+    return f"{e['samples_per_s']:,.0f} ({lo:,.0f}–{hi:,.0f})"
+
+
+def row_notes(r: Dict[str, Any]) -> str:
+    """Exactly-once and payload problems of any epoch, and failed rounds."""
+    notes = []
+    for k, e in enumerate(r.get("epochs", []), 1):
+        notes += [f"e{k}: {n}" for n in e.get("issues", _epoch_issues(e))]
+    if r.get("failed_runs"):
+        notes.append(f"{len(r['failed_runs'])} of {r.get('rounds', '?')} runs failed: {r['failed_runs'][0]}")
+    return "; ".join(notes)
 
 
 # --- Mixing ---------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 # own venv inside the clone, .venv-peers/ (kept apart from .venv: the peers pull in packages the
 # test suite must not see), idempotently:
 #   mosaicml-streaming, litdata, webdataset (the readers compared), boto3 (uploads through the S3
-#   API), psutil (peak RSS), torch (their DataLoader), and the stoker wheel built here with
+#   API), torch (their DataLoader), and the stoker wheel built here with
 #   `maturin build --release` from crates/stoker-py.
 #
 #   bash integration/peers_setup.sh
@@ -58,7 +58,7 @@ fi
 # huggingface-hub<1.0: mosaicml-streaming imports transformers (<5, its dependency), which fails
 # with huggingface-hub >= 1.0. obstore: LitData's default S3 client.
 need=(torch=="$torch_ver" torchvision==0.29.2 mosaicml-streaming==0.13.0 litdata==0.2.76 webdataset==1.0.2
-      obstore==0.12.1 boto3==1.44.5 numpy==2.1.3 psutil==7.2.2 "huggingface-hub<1.0" maturin==1.16.0)
+      obstore==0.12.1 boto3==1.44.5 numpy==2.1.3 "huggingface-hub<1.0" maturin==1.16.0)
 have() { "$venv/bin/python" - "$@" 2>/dev/null <<'PY'
 import importlib.metadata as m, sys
 from packaging.requirements import Requirement
