@@ -336,7 +336,7 @@ def render(report: Dict[str, Any]) -> str:
                f"N samples gives median d ~ 0.29 N = {0.29 * a['samples']:,.0f}):")
     out.append("")
     header = ["reader", "median d", "p10 d", "p90 d", "adjacent (d<=1)", "same shard", "shards per batch",
-              "samples per shard"]
+              "samples per shard (mean)"]
     body = []
     mixed = [r for r in report["rows"] if r["name"] in ("stoker-shards", "stoker-global", "mosaicml", "litdata")]
     for r in mixed + report.get("mixing_only", []):
