@@ -144,9 +144,18 @@ def _binary(name: str) -> Path:
     return path
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the benchmark dies, however it dies (Linux)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _start_announcing(cmd: List[str], log: Path) -> Tuple[subprocess.Popen, str]:
     """Start a server that prints ``listening on ADDR`` once bound; return it and ADDR."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=_die_with_parent)
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if not line.startswith("listening on "):
