@@ -1,0 +1,423 @@
+#!/usr/bin/env python3
+"""Remote epochs side by side (issue 12): Stoker against MosaicML Streaming and LitData on the same
+embedded S3 server with latency added to every request, and the mixing each shuffle gives.
+
+    bash integration/peers_setup.sh
+    .venv-peers/bin/python integration/bench_remote.py [--samples 20000 --size 65536 --latency-ms 25] [--quick] [--json out.json]
+
+The same samples (random bytes, the id in the first 8 bytes, a label) are written by each reader's
+own writer: MosaicML's ``MDSWriter``, ``litdata.optimize``, and ``webdataset.TarWriter`` shards
+indexed by ``stoker index`` for Stoker, all the same shard size, uploaded through the S3 API to
+the embedded S3 server (s3s-fs). Readers go through the fault proxy, which adds ``--latency-ms``
+to every request. Each row runs in its own process with fresh cache directories and reads two
+shuffled epochs; the peers through a torch DataLoader with one worker per core, Stoker through
+``stoker.Loader``. Every epoch is checked: each sample exactly once, payload matching id and
+label. Requests and bytes are counted at the proxy for every row; peak memory is sampled from
+outside over the row's process tree: RSS summed, and anonymous RSS summed (without file-backed
+pages, so the libraries that forked workers map are not counted once per worker).
+
+Mixing: from each reader's epoch-1 delivery order, |pos(i+1) - pos(i)| in storage order, plus
+``webdataset``'s own ``WebDataset(...).shuffle(1000)`` over the same tar shards (read locally:
+only its order is measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Set
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers_common as pc  # noqa: E402
+
+SCRIPT = Path(__file__).resolve()
+
+
+# --- Child side: one row -------------------------------------------------------------------------
+
+
+def child(spec: Dict[str, Any]) -> None:
+    result: Dict[str, Any] = {"epochs": []}
+    try:
+        {"stoker": child_stoker, "mosaicml": child_mosaicml, "litdata": child_litdata,
+         "webdataset": child_webdataset}[spec["reader"]](spec, result)
+    except BaseException as e:  # reported in the table, never dropped
+        import traceback
+
+        traceback.print_exc()
+        result["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
+    Path(spec["result"]).write_text(json.dumps(result))
+
+
+def _epochs(spec: Dict[str, Any], result: Dict[str, Any], make_iter: Any, unpack: Any,
+            stats: Optional[Any] = None) -> None:
+    """Run ``spec["epochs"]`` epochs, metering the proxy around each; epoch 1's order is saved
+    for the mixing table."""
+    import numpy as np
+
+    meter = pc.ProxyMeter(spec["proxy_addr"], spec["proxy_pid"]) if spec.get("proxy_addr") else None
+    for e in range(spec["epochs"]):
+        before = meter.snapshot() if meter else None
+        s0 = stats() if stats else None
+        ep = pc.consume(make_iter(), unpack)
+        io = pc.delta(before, meter.snapshot()) if meter and before else None
+        extra: Dict[str, Any] = {}
+        if stats:
+            s1 = stats()
+            extra["stoker"] = {k: s1.get(k) for k in ("store_requests", "store_bytes", "cache_hit_rate",
+                                                        "consumer_wait_fraction", "retries", "hedges")}
+            extra["stoker"]["store_requests"] -= s0.get("store_requests", 0)
+            extra["stoker"]["store_bytes"] -= s0.get("store_bytes", 0)
+        result["epochs"].append(pc.epoch_record(ep, spec["samples"], io, **extra))
+        if e == 0:
+            np.save(Path(spec["work"]) / "order.npy", ep.ids)
+            result["order"] = str(Path(spec["work"]) / "order.npy")
+
+
+def child_stoker(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
+    import stoker
+
+    t0 = time.perf_counter()
+    loader = stoker.Loader(spec["uri"], batch_size=spec["batch"], shuffle=spec["shuffle"], seed=0,
+                           decode={"cls": stoker.Int()}, **spec.get("options", {}))
+    result["open_s"] = time.perf_counter() - t0
+    result["info"] = {k: v for k, v in loader.dataset.info().items() if k != "uri"}
+    _epochs(spec, result, lambda: iter(loader), pc.unpack_stoker(spec["size"]), stats=loader.stats)
+    result["stats_keys"] = sorted(loader.stats().keys())
+
+
+def child_mosaicml(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
+    from streaming import StreamingDataset
+    from streaming.base.util import clean_stale_shared_memory
+    from torch.utils.data import DataLoader
+
+    clean_stale_shared_memory()
+    t0 = time.perf_counter()
+    ds = StreamingDataset(remote=spec["uri"], local=str(Path(spec["work"]) / "mds-local"), shuffle=True,
+                          shuffle_seed=1, batch_size=spec["batch"])
+    if not spec.get("as_is"):
+        # The boto3 client that fetched index.json here stays in the dataset, and forked DataLoader
+        # workers inherit it: both then talk over the same keep-alive socket, so one waits out
+        # the 60 s read timeout or a shard is written from another's response (IndexError
+        # "Relative sample index ... is not present"). MosaicML's own clean_up() drops it, and
+        # each worker makes its own client.
+        for stream in ds.streams:
+            stream._downloader.clean_up()
+    dl = DataLoader(ds, batch_size=spec["batch"], num_workers=spec["workers"], collate_fn=pc.collate_samples)
+    result["open_s"] = time.perf_counter() - t0
+    _epochs(spec, result, lambda: iter(dl), pc.unpack_peer)
+
+
+def child_litdata(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
+    pc.litdata_s3_path(boto3=spec.get("boto3", False))
+    from litdata import StreamingDataLoader, StreamingDataset
+
+    t0 = time.perf_counter()
+    ds = StreamingDataset(spec["uri"], shuffle=True, seed=1, cache_dir=str(Path(spec["work"]) / "litdata-cache"))
+    dl = StreamingDataLoader(ds, batch_size=spec["batch"], num_workers=spec["workers"], collate_fn=pc.collate_samples)
+    result["open_s"] = time.perf_counter() - t0
+    _epochs(spec, result, lambda: iter(dl), pc.unpack_peer)
+
+
+def child_webdataset(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
+    import webdataset as wds
+    from torch.utils.data import DataLoader
+
+    def collate(items: List[Dict[str, Any]]) -> Dict[str, Any]:
+        return pc.collate_samples([{"data": s["bin"], "id": int(s["__key__"]), "label": int(s["cls"])} for s in items])
+
+    t0 = time.perf_counter()
+    ds = wds.WebDataset(spec["urls"], shardshuffle=100, seed=1, empty_check=False).shuffle(1000)
+    dl = DataLoader(ds, batch_size=spec["batch"], num_workers=spec["workers"], collate_fn=collate)
+    result["open_s"] = time.perf_counter() - t0
+    _epochs(spec, result, lambda: iter(dl), pc.unpack_peer)
+
+
+# --- Parent side ------------------------------------------------------------------------------------
+
+
+def rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
+    out = [
+        {"name": "stoker-shards", "label": 'Stoker `Loader(shuffle="shards")`, defaults', "reader": "stoker",
+         "shuffle": "shards", "format": "wds"},
+        {"name": "stoker-shards-disk", "label": 'Stoker `shuffle="shards"` + `disk_cache_dir`', "reader": "stoker",
+         "shuffle": "shards", "format": "wds", "disk_cache": True},
+        {"name": "stoker-global", "label": "Stoker `Loader(shuffle=True)`, defaults", "reader": "stoker",
+         "shuffle": True, "format": "wds"},
+        {"name": "stoker-global-disk", "label": "Stoker `shuffle=True` + `disk_cache_dir`", "reader": "stoker",
+         "shuffle": True, "format": "wds", "disk_cache": True},
+        {"name": "mosaicml", "label": "MosaicML Streaming 0.13 (MDS, shuffle=True)", "reader": "mosaicml",
+         "format": "mds", "peer": True},
+        {"name": "mosaicml-as-is", "label": "MosaicML Streaming 0.13, parent's S3 client left to the workers",
+         "reader": "mosaicml", "format": "mds", "peer": True, "as_is": True, "default": False},
+        {"name": "litdata", "label": "LitData 0.2.76 (optimize chunks, shuffle=True; obstore path)", "reader": "litdata",
+         "format": "litdata", "peer": True},
+        {"name": "litdata-boto3", "label": "LitData 0.2.76 (same, boto3 path)", "reader": "litdata", "format": "litdata",
+         "peer": True, "boto3": True},
+    ]
+    if args.rows:
+        wanted = set(args.rows.split(","))
+        unknown = wanted - {r["name"] for r in out}
+        if unknown:
+            sys.exit(f"unknown --rows {sorted(unknown)}; rows: {[r['name'] for r in out]}")
+        return [r for r in out if r["name"] in wanted]
+    return [r for r in out if r.get("default", True)]
+
+
+def prepare(args: argparse.Namespace, work: Path, servers: pc.Servers, formats: Set[str]) -> Dict[str, Any]:
+    """Write the samples in each format the rows read (tar shards always: webdataset's mixing
+    pass reads them), upload each, index the tar shards. Each staged copy is deleted once
+    uploaded (the disk holds the server's copy only); webdataset reads the tar shards from the
+    server's directory (s3s-fs keeps each object as a plain file)."""
+    ids = list(range(args.samples))
+    shard_bytes = args.shard_mib * pc.MiB
+    per_shard = max(1, shard_bytes // args.size)
+    staged = work / "staged"
+    writers = {
+        "wds": lambda out: pc.write_tar(out, ids, args.size, per_shard),
+        "mds": lambda out: pc.write_mds(out, ids, args.size, shard_bytes),
+        "litdata": lambda out: pc.write_litdata(out, ids, args.size, shard_bytes),
+    }
+    bounds = {"wds": list(range(0, args.samples, per_shard)) + [args.samples]}
+    write_s = upload_s = 0.0
+    uploaded = {}
+    for fmt in sorted(formats | {"wds"}):
+        t0 = time.perf_counter()
+        writers[fmt](staged / fmt)
+        if fmt == "mds":
+            bounds["mds"] = pc.shard_bounds_mds(staged / "mds")
+        if fmt == "litdata":
+            pc.check_litdata_order(staged / "litdata", [0, args.samples // 2, args.samples - 1])
+            bounds["litdata"] = pc.shard_bounds_litdata(staged / "litdata")
+        t1 = time.perf_counter()
+        uploaded[fmt] = pc.upload_dir(servers.direct, staged / fmt, fmt)
+        shutil.rmtree(staged / fmt)
+        write_s += t1 - t0
+        upload_s += time.perf_counter() - t1
+    t0 = time.perf_counter()
+    pc.stoker_index(f"s3://{pc.BUCKET}/wds", pc.s3_env(servers.direct))
+    upload_s += time.perf_counter() - t0
+    tars = sorted(str(p) for p in (work / "s3" / pc.BUCKET / "wds").glob("*.tar"))
+    if len(tars) != len(bounds["wds"]) - 1:
+        raise RuntimeError(f"expected {len(bounds['wds']) - 1} tar shards in the server's directory, found {len(tars)}")
+    return {"write_s": write_s, "upload_s": upload_s, "uploaded": uploaded, "tars": tars, "bounds": bounds,
+            "per_shard": per_shard}
+
+
+def run_one(args: argparse.Namespace, row: Dict[str, Any], work: Path, servers: pc.Servers, env: Dict[str, str],
+            prep: Dict[str, Any], rnd: int) -> Dict[str, Any]:
+    """One row, once, in a fresh process with fresh cache directories."""
+    rdir = pc.fresh_dir(work, f"row-{row['name']}-{rnd}")
+    cache = pc.fresh_dir(rdir, "stoker-cache")
+    spec: Dict[str, Any] = {
+        "reader": row["reader"], "samples": args.samples, "size": args.size, "batch": args.batch,
+        "workers": args.workers, "epochs": 2, "proxy_addr": servers.proxy_addr,
+        "proxy_pid": servers.proxy.pid if servers.proxy else 0,
+    }
+    if row["reader"] == "stoker":
+        spec["uri"] = f"s3://{pc.BUCKET}/wds"
+        spec["shuffle"] = row["shuffle"]
+        spec["options"] = {"disk_cache_dir": str(rdir / "disk-cache")} if row.get("disk_cache") else {}
+    else:
+        spec["uri"] = f"s3://{pc.BUCKET}/{row['format']}"
+        spec["boto3"] = row.get("boto3", False)
+        spec["as_is"] = row.get("as_is", False)
+    row_env = {**env, "STOKER_CACHE_DIR": str(cache), "LITDATA_CACHE_DIR": str(rdir / "litdata-cache"),
+               "XDG_CACHE_HOME": str(rdir / "xdg-cache")}
+    print(f"row {row['name']}" + (f" (round {rnd + 1})" if args.rounds > 1 else "") + " ...", flush=True)
+    load = os.getloadavg()[0]
+    res = pc.run_row(SCRIPT, spec, row_env, rdir, args.timeout)
+    res["load_1m"] = load
+    if res.get("order"):
+        import numpy as np
+
+        res["mixing"] = pc.mixing(np.load(res["order"]), prep["bounds"][row["format"]], args.batch)
+    _print_row(res)
+    if not args.keep:
+        shutil.rmtree(rdir, ignore_errors=True)
+    return res
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    m = pc.machine()
+    work = Path(tempfile.mkdtemp(prefix="stoker-bench-remote-", dir=args.work_dir))
+    servers = pc.Servers(work, args.latency_ms).start()
+    report: Dict[str, Any] = {"machine": m, "versions": pc.versions(), "args": vars(args), "rows": []}
+    try:
+        selected = rows(args)
+        formats = {r["format"] for r in selected}
+        print(f"preparing {args.samples:,} samples of {args.size:,} B ({args.shard_mib} MiB shards) "
+              f"as {', '.join(sorted(formats | {'wds'}))} ...", flush=True)
+        prep = prepare(args, work, servers, formats)
+        report["prepare"] = {k: v for k, v in prep.items() if k not in ("tars",)}
+        print(f"  written in {prep['write_s']:.1f} s, uploaded and indexed in {prep['upload_s']:.1f} s", flush=True)
+        env = pc.s3_env(servers.through_proxy)
+        runs: Dict[str, List[Dict[str, Any]]] = {r["name"]: [] for r in selected}
+        for rnd in range(args.rounds):
+            # Every other round runs the rows in reverse, so a drift in the machine's load does
+            # not always fall on the same rows.
+            for row in selected if rnd % 2 == 0 else selected[::-1]:
+                runs[row["name"]].append(run_one(args, row, work, servers, env, prep, rnd))
+        for row in selected:
+            res = pc.aggregate(runs[row["name"]])
+            res.update({k: row[k] for k in ("name", "label", "format")})
+            res["peer"] = row.get("peer", False)
+            report["rows"].append(res)
+        # webdataset's buffer shuffle over the same shards, read locally: its order only.
+        rdir = pc.fresh_dir(work, "row-webdataset")
+        spec = {"reader": "webdataset", "samples": args.samples, "size": args.size, "batch": args.batch,
+                "workers": args.workers, "epochs": 1, "urls": prep["tars"]}
+        print("mixing pass: webdataset .shuffle(1000) ...", flush=True)
+        res = pc.run_row(SCRIPT, spec, {}, rdir, args.timeout)
+        res.update({"name": "webdataset", "label": "webdataset 1.0.2 `WebDataset(shardshuffle=100).shuffle(1000)`",
+                    "format": "wds"})
+        if res.get("order"):
+            import numpy as np
+
+            res["mixing"] = pc.mixing(np.load(res["order"]), prep["bounds"]["wds"], args.batch)
+        report["mixing_only"] = [res]
+        if not args.keep:
+            shutil.rmtree(rdir, ignore_errors=True)
+    finally:
+        servers.stop()
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    m["load_end"] = os.getloadavg()
+    return report
+
+
+def _print_row(res: Dict[str, Any]) -> None:
+    if res.get("error"):
+        print(f"  FAILED: {res['error']}", flush=True)
+        return
+    for i, e in enumerate(res["epochs"], 1):
+        print(f"  epoch {i}: {e['samples_per_s']:,.0f} samples/s ({e['samples']:,} samples, {e['unique']:,} unique,"
+              f" {e['bad']} bad), {e.get('requests', 0):,} requests, {e.get('bytes', 0) / pc.MiB:,.0f} MiB"
+              f"{'; stoker ' + json.dumps(e['stoker']) if 'stoker' in e else ''}", flush=True)
+
+
+def render(report: Dict[str, Any]) -> str:
+    a = report["args"]
+    prep = report.get("prepare", {})
+    out = [f"Remote epochs: {a['samples']:,} samples x {a['size']:,} B, {a['shard_mib']} MiB shards "
+           f"({prep.get('per_shard', '?')} samples per tar shard), embedded S3 server (s3s-fs) + proxy adding "
+           f"{a['latency_ms']} ms to every request, batch {a['batch']}, peers through a DataLoader with "
+           f"{a['workers']} workers; two shuffled epochs per row, each row a fresh process with cold caches"
+           + (f"; medians of {a['rounds']} rounds (range)." if a["rounds"] > 1 else ".")
+           + " `load 1m`: the machine's 1-minute load average when the row started.", ""]
+    header = ["reader", "epoch 1 samples/s", "epoch 2 samples/s", "e1 first batch s", "e1 requests", "e1 MiB",
+              "e2 requests", "e2 MiB", "peak RSS MiB", "peak anon RSS MiB", "load 1m", "exactly once, right bytes"]
+    body = []
+    for r in report["rows"]:
+        if r.get("error"):
+            body.append([r["label"], "failed", "failed", "", "", "", "", "", "", "", f"{r.get('load_1m', 0):.1f}",
+                         pc.row_notes(r) or r["error"]])
+            continue
+        e1, e2 = (r["epochs"] + [{}, {}])[:2]
+        body.append([
+            r["label"], pc.rate_cell(e1), pc.rate_cell(e2) if e2 else "",
+            f"{e1.get('first_batch_s', 0):.2f}", pc.fmt_int(e1.get("requests")), pc.fmt_mib(e1.get("bytes")),
+            pc.fmt_int(e2.get("requests")), pc.fmt_mib(e2.get("bytes")), fmt(r.get("peak_rss")),
+            fmt(r.get("peak_anon")), f"{r.get('load_1m', 0):.1f}", pc.row_notes(r) or "yes",
+        ])
+    out.append(pc.table(header, body))
+    out.append("")
+    out += ratios(report)
+    out.append("")
+    out.append("Mixing (epoch 1 delivery order; d = |pos(i+1) - pos(i)| in storage order; a uniform shuffle of "
+               f"N samples gives median d ~ 0.29 N = {0.29 * a['samples']:,.0f}):")
+    out.append("")
+    header = ["reader", "median d", "p10 d", "p90 d", "adjacent (d<=1)", "same shard", "shards per batch",
+              "samples per shard (mean)"]
+    body = []
+    mixed = [r for r in report["rows"] if r["name"] in ("stoker-shards", "stoker-global", "mosaicml", "litdata")]
+    for r in mixed + report.get("mixing_only", []):
+        mx = r.get("mixing")
+        if not mx:
+            body.append([r["label"], "failed" if r.get("error") else "no order", "", "", "", "", "",
+                         r.get("error", "")])
+            continue
+        body.append([r["label"], pc.fmt_int(mx["median"]), pc.fmt_int(mx["p10"]), pc.fmt_int(mx["p90"]),
+                     f"{mx['adjacent']:.1%}", f"{mx['same_shard']:.1%}", f"{mx['shards_per_batch']:.1f}",
+                     pc.fmt_int(mx["samples_per_shard"])])
+    out.append(pc.table(header, body))
+    out.append("")
+    out.append(pc.machine_line(report["machine"]))
+    v = report["versions"]
+    out.append("versions: " + ", ".join(f"{k} {x}" for k, x in v.items()))
+    return "\n".join(out)
+
+
+def fmt(b: Optional[int]) -> str:
+    return "" if not b else f"{b / pc.MiB:,.0f}"
+
+
+def ratios(report: Dict[str, Any]) -> List[str]:
+    ok = {r["name"]: r for r in report["rows"] if not r.get("error") and len(r["epochs"]) == 2}
+    peers = [r for r in ok.values() if r.get("peer")]
+    lines = []
+    if not peers:
+        return ["ratios: no peer row finished"]
+    for e, goal in ((0, 1.5), (1, 1.2)):
+        best = max(peers, key=lambda r: r["epochs"][e]["samples_per_s"])
+        bv = best["epochs"][e]["samples_per_s"]
+        for name in ("stoker-shards", "stoker-shards-disk"):
+            if name in ok:
+                s = ok[name]["epochs"][e]["samples_per_s"]
+                lines.append(f"- {ok[name]['label']} epoch {e + 1} / best peer epoch {e + 1} ({best['label']}, "
+                             f"{bv:,.0f}/s): **{s / bv:.2f}x** (goal >= {goal}x)")
+    g = ok.get("stoker-global")
+    if g:
+        lat = report["args"]["latency_ms"] / 1000
+        e1 = g["epochs"][0]
+        req_s = e1["requests"] / e1["seconds"] if e1.get("requests") else 0
+        bound = 64 / lat
+        lines.append(f"- Stoker `shuffle=True` epoch 1: {e1['samples_per_s']:,.0f} samples/s, {req_s:,.0f} requests/s "
+                     f"against the in-flight bound max_in_flight / latency = 64 / {lat * 1000:.0f} ms = {bound:,.0f}/s "
+                     f"(**{e1['samples_per_s'] / bound:.2f}x** in samples; goal >= 0.8x)")
+    return lines
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        child(json.loads(sys.argv[2]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", type=int, default=20_000)
+    ap.add_argument("--size", type=int, default=64 << 10, help="bytes per sample (default 65536)")
+    ap.add_argument("--latency-ms", type=int, default=25, help="added by the proxy to every request")
+    ap.add_argument("--shard-mib", type=int, default=64,
+                    help="shard size for every format (MDS size_limit, LitData chunk_bytes, tar shard)")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="DataLoader workers for the peers")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 512 samples in 4 MiB shards")
+    ap.add_argument("--rows", help="comma-separated rows to run (names as in --json; `mosaicml-as-is` only when named)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every row this many times (every other round in reverse order); medians reported")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per row")
+    ap.add_argument("--json", help="also write the full report here")
+    ap.add_argument("--work-dir", help="where the temporary data goes (default: the system temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args()
+    if args.quick:
+        args.samples, args.shard_mib = 512, 4
+    if args.size < 16:
+        ap.error("--size must be at least 16 bytes (the id is in the first 8)")
+    report = run(args)
+    text = render(report)
+    print()
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
