@@ -223,7 +223,11 @@ def run_one(args: argparse.Namespace, row: Dict[str, Any], work: Path, servers: 
     if row["reader"] == "stoker":
         spec["uri"] = f"s3://{pc.BUCKET}/wds"
         spec["shuffle"] = row["shuffle"]
-        spec["options"] = {"disk_cache_dir": str(rdir / "disk-cache")} if row.get("disk_cache") else {}
+        # Sized to hold the whole data set, so epoch 2 is the warm-cache epoch whatever the default
+        # size is (a share of the disk's free space once the disk cache is on by default).
+        cache_bytes = 2 * args.samples * args.size + (256 << 20)
+        spec["options"] = ({"disk_cache_dir": str(rdir / "disk-cache"), "disk_cache_bytes": cache_bytes}
+                           if row.get("disk_cache") else {})
     else:
         spec["uri"] = f"s3://{pc.BUCKET}/{row['format']}"
         spec["boto3"] = row.get("boto3", False)
