@@ -19,6 +19,12 @@ pages, so the libraries that forked workers map are not counted once per worker)
 Mixing: from each reader's epoch-1 delivery order, |pos(i+1) - pos(i)| in storage order, plus
 ``webdataset``'s own ``WebDataset(...).shuffle(1000)`` over the same tar shards (read locally:
 only its order is measured).
+
+Two peer quirks are worked around, each visible in its row's label or code: LitData's obstore
+client is given ``allow_http`` (it cannot reach a plain-HTTP endpoint otherwise; its boto3 path
+has its own row), and MosaicML's parent-process S3 client is dropped before the DataLoader forks
+(left in place, its workers share one keep-alive socket: 60 s stalls or corrupted shards; the
+``mosaicml-as-is`` row, run only when named in ``--rows``, shows it).
 """
 
 from __future__ import annotations
@@ -223,7 +229,11 @@ def run_one(args: argparse.Namespace, row: Dict[str, Any], work: Path, servers: 
     if row["reader"] == "stoker":
         spec["uri"] = f"s3://{pc.BUCKET}/wds"
         spec["shuffle"] = row["shuffle"]
-        spec["options"] = {"disk_cache_dir": str(rdir / "disk-cache")} if row.get("disk_cache") else {}
+        # Sized to hold the whole data set, so epoch 2 is the warm-cache epoch whatever the default
+        # size is (a share of the disk's free space once the disk cache is on by default).
+        cache_bytes = 2 * args.samples * args.size + (256 << 20)
+        spec["options"] = ({"disk_cache_dir": str(rdir / "disk-cache"), "disk_cache_bytes": cache_bytes}
+                           if row.get("disk_cache") else {})
     else:
         spec["uri"] = f"s3://{pc.BUCKET}/{row['format']}"
         spec["boto3"] = row.get("boto3", False)
