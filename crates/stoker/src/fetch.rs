@@ -12,13 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use futures::FutureExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
 use crate::error::{Error, Result};
+
+mod cached;
 
 /// When to send a duplicate of a slow request.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -115,9 +116,6 @@ pub struct Fetcher {
     held_blocks_max: usize,
 }
 
-/// One request for a run of adjacent cache blocks, awaited by each block that misses.
-type RunFetch = futures::future::Shared<futures::future::BoxFuture<'static, std::result::Result<Bytes, Arc<Error>>>>;
-
 /// One attempt's failure, classified.
 struct Failure {
     transient: bool,
@@ -139,10 +137,12 @@ impl Fetcher {
     pub fn new(store: Arc<dyn ObjectStore>, cfg: FetchConfig) -> Result<Self> {
         let cache = if cfg.cache.enabled() { Some(crate::cache::BlockCache::new(cfg.cache.clone())?) } else { None };
         // Blocks in use by reads come on top of the cache's own bytes (a block being fetched,
-        // or evicted while a read still cuts from it): half the memory cache's worth, at least
-        // 8 and at most one per request in flight, keeps that bounded and still parallel.
+        // or evicted while a read still cuts from it): half the memory cache's worth, or 64 MiB
+        // (reads through the disk cache alone hold blocks in memory only while in flight), at
+        // least 8 and at most one per request in flight, keeps that bounded and still parallel.
         let block = cfg.cache.block.max(1);
-        let held_blocks_max = ((cfg.cache.memory_bytes / 2 / block) as usize).clamp(8, cfg.max_in_flight.max(8));
+        let held_bytes = (cfg.cache.memory_bytes / 2).max(64 << 20);
+        let held_blocks_max = ((held_bytes / block) as usize).clamp(8, cfg.max_in_flight.max(8));
         Ok(Fetcher {
             cache,
             held_blocks: Arc::new(Semaphore::new(held_blocks_max)),
@@ -159,115 +159,6 @@ impl Fetcher {
     /// The block cache, when one is configured.
     pub fn cache(&self) -> Option<&crate::cache::BlockCache> {
         self.cache.as_ref()
-    }
-
-    /// Like [`get_ranges`](Self::get_ranges) for an object of known `size` and `version`,
-    /// through the block cache when there is one: whole aligned blocks are fetched, cached,
-    /// and the asked ranges cut from them. With `if_match` (the entity tag the object had when
-    /// it was indexed), a replaced object fails with a clear error instead of yielding its
-    /// new bytes at the old offsets.
-    pub async fn get_ranges_cached(
-        self: &Arc<Self>,
-        path: &ObjPath,
-        shown: &str,
-        ranges: &[Range<u64>],
-        size: u64,
-        version: &str,
-        if_match: Option<&str>,
-    ) -> Result<Vec<Bytes>> {
-        let Some(cache) = &self.cache else { return self.get_ranges_if(path, shown, ranges, if_match).await };
-        let bs = cache.config().block.max(1);
-        let mut blocks: Vec<u64> =
-            ranges.iter().filter(|r| r.end > r.start).flat_map(|r| r.start / bs..=(r.end - 1) / bs).collect();
-        blocks.sort_unstable();
-        blocks.dedup();
-        // Reads wait their turn rather than hold more blocks than the bound at once; a read
-        // needing more than the bound takes all of it and goes alone.
-        let want = blocks.len().clamp(1, self.held_blocks_max) as u32;
-        let _held = self.held_blocks.acquire_many(want).await.ok(); // never closed
-        let key = |b: u64| crate::cache::block_key(path.as_ref(), version, b);
-        // Adjacent blocks missing together are one request (cut into blocks for the cache),
-        // not one request each: a cold batch costs as many requests as without a cache. Blocks
-        // cached (as far as this process knows) are left out of those runs, so a partly cached
-        // range fetches only what is missing; one that turns out gone is fetched alone. A run
-        // is fetched only if one of its blocks is a miss, and at most once.
-        let cached: Vec<bool> = blocks.iter().map(|&b| cache.contains(key(b))).collect();
-        let max_run = (self.cfg.part_size / bs).max(1);
-        let shown: Arc<str> = shown.into();
-        let mut runs: Vec<(u64, RunFetch)> = Vec::new();
-        let mut run_of = Vec::with_capacity(blocks.len()); // blocks[i] is in runs[run_of[i]]
-        let mut i = 0;
-        while i < blocks.len() {
-            let first = blocks[i];
-            let mut end = first + 1;
-            run_of.push(runs.len());
-            i += 1;
-            while i < blocks.len() && blocks[i] == end && end - first < max_run && !cached[i] && !cached[i - 1] {
-                end += 1;
-                run_of.push(runs.len());
-                i += 1;
-            }
-            let range = first * bs..(end * bs).min(size);
-            let (me, path, shown) = (self.clone(), path.clone(), shown.clone());
-            let if_match = if_match.map(str::to_string);
-            let fetch: RunFetch =
-                async move { me.fetch_range(&path, &shown, range, if_match.as_deref()).await.map_err(Arc::new) }
-                    .boxed()
-                    .shared();
-            runs.push((first, fetch));
-        }
-        let fetched = futures::future::try_join_all(blocks.iter().zip(&run_of).map(|(&b, &r)| {
-            let range = b * bs..((b + 1) * bs).min(size);
-            let key = key(b);
-            let len = (range.end - range.start) as usize;
-            let (first, run) = runs[r].clone();
-            let at = ((b - first) * bs) as usize;
-            let shown = shown.clone();
-            cache.get_or_fetch(key, len, move || async move {
-                let data = run.await.map_err(Error::Shared)?;
-                // A copy, so each cached block is its own allocation and the cache's byte
-                // count is what it holds.
-                data.get(at..at + len).map(Bytes::copy_from_slice).ok_or_else(|| Error::Fetch {
-                    object: shown.to_string(),
-                    what: format!("block {b}"),
-                    attempts: 1,
-                    message: format!("the read returned {} bytes where the block needs {}", data.len(), at + len),
-                    hint: None,
-                    transient: true,
-                })
-            })
-        }))
-        .await?;
-        Ok(ranges
-            .iter()
-            .map(|r| {
-                if r.end <= r.start {
-                    return Bytes::new();
-                }
-                let (first, last) = (r.start / bs, (r.end - 1) / bs);
-                let at = |b: u64| blocks.binary_search(&b).map(|i| &fetched[i]).expect("block planned");
-                if first == last {
-                    let blk = at(first);
-                    let cut = (r.start - first * bs) as usize..(r.end - first * bs) as usize;
-                    // A small piece is copied out, so it does not keep its whole block alive
-                    // after the cache evicts it (a 4 KiB sample pinning 1 MiB).
-                    if cut.len() < blk.len() / 4 {
-                        Bytes::copy_from_slice(&blk[cut])
-                    } else {
-                        blk.slice(cut)
-                    }
-                } else {
-                    let mut out = BytesMut::with_capacity((r.end - r.start) as usize);
-                    for b in first..=last {
-                        let blk = at(b);
-                        let lo = r.start.max(b * bs) - b * bs;
-                        let hi = r.end.min((b + 1) * bs) - b * bs;
-                        out.extend_from_slice(&blk[lo as usize..hi as usize]);
-                    }
-                    out.freeze()
-                }
-            })
-            .collect())
     }
 
     /// Tell the block cache what a reader will read and when, so the disk cache drops what is

@@ -246,8 +246,9 @@ impl Stats {
             peak_bytes_in_flight: self.peak_bytes_in_flight.load(Relaxed),
             store_requests: io.requests,
             store_bytes: io.bytes,
-            cache_hit_rate: (io.cache_hits + io.cache_misses > 0)
-                .then(|| io.cache_hits as f64 / (io.cache_hits + io.cache_misses) as f64),
+            cache_hit_rate: (io.cache_hits + io.cache_misses > 0).then(|| {
+                (io.cache_hits + io.disk_hits.min(io.cache_misses)) as f64 / (io.cache_hits + io.cache_misses) as f64
+            }),
             retries: io.retries,
             hedges: io.hedges,
             sources: Vec::new(),
@@ -308,7 +309,8 @@ pub struct StatsSnapshot {
     pub store_requests: u64,
     /// Bytes the store served.
     pub store_bytes: u64,
-    /// Cache hit rate, when a cache is in the path.
+    /// Share of cache lookups served from memory or from the disk cache, when a cache is in
+    /// the path.
     pub cache_hit_rate: Option<f64>,
     /// Retried requests.
     pub retries: u64,

@@ -73,7 +73,8 @@ async fn two_epochs(
     fetched
 }
 
-async fn compare(order: Order, block: u64) -> (f64, f64) {
+/// Bytes fetched in each of two epochs, as shares of the data, with the plan and with LRU.
+async fn compare(order: Order, block: u64) -> ([f64; 2], [f64; 2]) {
     let root = tempfile::tempdir().unwrap();
     let (samples, data) = shards(&root.path().join("data/tar"));
     let server = serve(root.path()).await;
@@ -83,26 +84,38 @@ async fn compare(order: Order, block: u64) -> (f64, f64) {
     let lru = two_epochs(&ep, &samples, order.clone(), block, half, "lru").await;
     server.shutdown().await;
     for f in [planned, lru] {
-        assert!(f[0] >= data, "the first epoch fetches everything: {f:?} of {data}");
+        // All of it, but for the padding of the shards' last blocks that no sample needs.
+        assert!(f[0] as f64 >= 0.95 * data as f64, "the first epoch fetches everything: {f:?} of {data}");
     }
-    let share = |f: [u64; 2]| f[1] as f64 / data as f64;
-    eprintln!("{order:?}: epoch 2 fetched {:.3} of the data with the plan, {:.3} with LRU", share(planned), share(lru));
-    (share(planned), share(lru))
+    let share = |f: [u64; 2]| f.map(|x| x as f64 / data as f64);
+    let (planned, lru) = (share(planned), share(lru));
+    eprintln!("{order:?}, {block} B blocks: fetched {planned:.3?} of the data with the plan, {lru:.3?} with LRU");
+    (planned, lru)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_half_the_data_cached_the_shard_shuffle_refetches_about_half_and_lru_most() {
     let (planned, lru) = compare(Order::ShardShuffle { seed: 3, window: 4 }, 16 << 10).await;
-    assert!(planned <= 0.55, "with the plan the second epoch fetched {planned:.3} of the data");
-    assert!(lru >= 0.8, "LRU is the control: {lru:.3} (plan: {planned:.3})");
+    assert!(planned[1] <= 0.55, "with the plan the second epoch fetched {:.3} of the data", planned[1]);
+    assert!(lru[1] >= 0.8, "LRU is the control: {:.3} (plan: {:.3})", lru[1], planned[1]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_half_the_data_cached_the_sample_shuffle_refetches_about_half_and_lru_most() {
     // Blocks smaller than a sample, so a block is read once an epoch, as a whole shard is in
-    // the shard shuffle (with several samples per block, every epoch reads each block many
-    // times at random moments and no policy keeps half of them).
+    // the shard shuffle.
     let (planned, lru) = compare(Order::Shuffle { seed: 3 }, 4 << 10).await;
-    assert!(planned <= 0.55, "with the plan the second epoch fetched {planned:.3} of the data");
-    assert!(lru >= 0.8, "LRU is the control: {lru:.3} (plan: {planned:.3})");
+    assert!(planned[1] <= 0.55, "with the plan the second epoch fetched {:.3} of the data", planned[1]);
+    assert!(lru[1] >= 0.8, "LRU is the control: {:.3} (plan: {:.3})", lru[1], planned[1]);
+}
+
+/// Blocks of several samples in a per-sample shuffle over more data than the cache holds: LRU
+/// fetches a whole block for each sample it misses (several times the data each epoch); the
+/// plan fetches whole only the blocks it will keep long enough to read again, and just the
+/// sample otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_several_samples_a_block_the_plan_fetches_whole_only_what_it_keeps() {
+    let (planned, lru) = compare(Order::Shuffle { seed: 3 }, 64 << 10).await;
+    assert!(planned[0] <= 1.5 && planned[1] <= 1.0, "with the plan: {planned:.3?} of the data");
+    assert!(lru[0] >= 2.0 && lru[1] >= 2.0, "LRU is the control: {lru:.3?}");
 }

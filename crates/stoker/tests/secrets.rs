@@ -183,6 +183,7 @@ async fn disk_cache_entries_stay_in_the_cache_directory_whatever_the_object_name
         let got = cache.get_or_fetch(block_key(n, "v1", 0), 4096, || async move { Ok(data) }).await.unwrap();
         assert_eq!(got[0], i as u8);
     }
+    cache.flush().await;
     let all = tree(outer.path());
     for p in &all {
         let s = p.to_string_lossy();

@@ -224,3 +224,48 @@ async fn shard_shuffle_read_ahead_fills_the_disk_cache() {
     s.proxy.shutdown().await;
     s.server.shutdown().await;
 }
+
+/// The hit path: with every block on disk, a warm epoch (per-sample shuffle and shard shuffle)
+/// reads the block files straight into the batches, with no request; blocks that vanish
+/// behind the cache's back (another process evicting them) are fetched again, never served
+/// wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_epochs_read_the_block_files_and_survive_blocks_gone_missing() {
+    let s = served(FaultPatch::default()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let extra = format!("&hedge_ms=0&cache_block=4096&disk_cache_dir={}", cache.path().display());
+    let src = open(&uri(&s.proxy.endpoint(), "tar", &extra)).await;
+    for order in [Order::Shuffle { seed: 2 }, Order::ShardShuffle { seed: 2, window: WINDOW }] {
+        let mut cfg = LoaderConfig::new(8);
+        cfg.order = order.clone();
+        let loader = Loader::new(src.clone(), cfg).unwrap();
+        epoch(&loader, 0, &s.samples, usize::MAX).await;
+        s.proxy.control.reset_stats();
+        let before = src.io_counters().unwrap();
+        epoch(&loader, 1, &s.samples, usize::MAX).await;
+        assert_eq!(s.proxy.control.stats().requests, 0, "{order:?}: a warm epoch makes no request");
+        let after = src.io_counters().unwrap();
+        let (hits, direct) = (after.disk_hits - before.disk_hits, after.disk_direct - before.disk_direct);
+        assert!(direct > 0 && direct == hits, "{order:?}: every block straight from its file: {direct} of {hits}");
+    }
+    // Every third block file goes; the cache still believes it holds them.
+    let mut removed = 0;
+    for sub in std::fs::read_dir(cache.path()).unwrap().flatten().filter(|e| e.path().is_dir()) {
+        for (i, f) in std::fs::read_dir(sub.path()).unwrap().flatten().enumerate() {
+            if i % 3 == 0 {
+                std::fs::remove_file(f.path()).unwrap();
+                removed += 1;
+            }
+        }
+    }
+    assert!(removed > 0);
+    let mut cfg = LoaderConfig::new(8);
+    cfg.order = Order::Shuffle { seed: 5 };
+    let loader = Loader::new(src.clone(), cfg).unwrap();
+    s.proxy.control.reset_stats();
+    let got = epoch(&loader, 3, &s.samples, usize::MAX).await;
+    assert_eq!(got.iter().copied().collect::<BTreeSet<_>>().len(), SHARDS * PER);
+    assert!(s.proxy.control.stats().requests > 0, "the missing blocks were fetched again");
+    s.proxy.shutdown().await;
+    s.server.shutdown().await;
+}

@@ -43,6 +43,12 @@ const STALE_TMP: Duration = Duration::from_secs(600);
 /// After a failed write, writes pause this long (a full disk must not cost a failed write of
 /// every block).
 const WRITE_PAUSE: Duration = Duration::from_secs(30);
+/// Block files the hit path keeps open.
+const OPEN_FILES: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(128) {
+    Some(n) => n,
+    None => unreachable!(),
+};
+
 /// How often a writing process rescans the directory for the other processes' entries: after
 /// this long, or after writing this share of the limit, whichever comes first.
 const RESCAN: Duration = Duration::from_secs(1);
@@ -78,8 +84,14 @@ pub(crate) struct DiskCache {
     read_only: bool,
     /// The entries known to this process, in eviction order.
     ranks: Mutex<Ranks>,
-    /// Entries whose modification time this process refreshed (once each is enough).
+    /// Entries whose modification time this process refreshed or wrote (once each is enough).
     stamped: Mutex<HashSet<u128>>,
+    /// Block files recently opened by the hit path, so a block read by batch after batch is
+    /// not opened again for each. An entry's bytes never change (its key names the object's
+    /// version), so a file open here reads right even after another process evicted it; it
+    /// only keeps that file's space until it leaves this small set, and this process's own
+    /// evictions close it at once.
+    files: Mutex<lru::LruCache<u128, Arc<std::fs::File>>>,
     born: std::time::Instant,
     /// Ms since `born` of the last scan of the directory, and bytes this process wrote since.
     last_scan: AtomicU64,
@@ -132,6 +144,7 @@ impl DiskCache {
             read_only: writable.is_err(),
             ranks: Mutex::new(ranks),
             stamped: Mutex::new(HashSet::new()),
+            files: Mutex::new(lru::LruCache::new(OPEN_FILES)),
             born: std::time::Instant::now(),
             last_scan: AtomicU64::new(0),
             written_since_scan: AtomicU64::new(0),
@@ -162,6 +175,16 @@ impl DiskCache {
         self.ranks().set_plan(plan);
     }
 
+    /// Whether a missing block is worth fetching whole (see [`Ranks::worth_fetching_whole`]).
+    pub(crate) fn worth_fetching_whole(&self, key: u128, len: u64, piece: u64) -> bool {
+        // A block that cannot be stored is not worth fetching beyond what is asked.
+        let whole = !self.read_only && self.ranks().worth_fetching_whole(key, len, piece, self.limit);
+        if !whole {
+            self.bypassed.fetch_add(1, Relaxed);
+        }
+        whole
+    }
+
     /// Whether the entry is there as far as this process knows (no file system call).
     pub(crate) fn contains(&self, key: u128) -> bool {
         self.ranks().contains(key)
@@ -172,29 +195,48 @@ impl DiskCache {
         self.dir.join(&hex[..2]).join(format!("{hex}.blk"))
     }
 
-    /// A whole block, or `None` (absent, or the wrong length: never a torn read).
+    /// Block `key`'s file, holding `len` bytes, for the hit path (kept open for the next
+    /// read); `None` when it is not there whole.
+    pub(crate) fn open_block(&self, key: u128, len: u64) -> Option<Arc<std::fs::File>> {
+        if let Some(f) = self.files.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Some(f.clone());
+        }
+        let file = std::fs::File::open(self.path(key)).ok()?;
+        if file.metadata().map(|m| m.len()).ok() != Some(len) {
+            return None;
+        }
+        let file = Arc::new(file);
+        self.files.lock().unwrap_or_else(|e| e.into_inner()).put(key, file.clone());
+        Some(file)
+    }
+
+    /// A whole block, or `None` (absent, or the wrong length: never a torn read), in a
+    /// recycled buffer.
     pub(crate) fn read(&self, key: u128, len: usize) -> Option<Bytes> {
+        use std::os::unix::fs::FileExt;
         let path = self.path(key);
-        let Ok(data) = std::fs::read(&path) else {
+        let Ok(file) = std::fs::File::open(&path) else {
             // Another process evicted it.
             self.ranks().remove(key);
             return None;
         };
-        if data.len() != len {
+        if file.metadata().map(|m| m.len()).ok() != Some(len as u64) {
             self.ranks().remove(key);
             if !self.read_only {
                 let _ = std::fs::remove_file(&path);
             }
             return None;
         }
+        let mut buf = crate::buffer::take(len);
+        file.read_exact_at(&mut buf[..len], 0).ok()?;
         self.used(key, len as u64);
-        Some(Bytes::from(data))
+        Some(crate::buffer::freeze(buf, len))
     }
 
     /// Entry `key` of `len` bytes was read: recency and plan position in memory, and the
     /// file's modification time once per process, so the next process that opens the cache
     /// starts from a sensible order without a write per read.
-    fn used(&self, key: u128, len: u64) {
+    pub(crate) fn used(&self, key: u128, len: u64) {
         {
             let mut r = self.ranks();
             if r.contains(key) {
@@ -210,25 +252,34 @@ impl DiskCache {
         }
     }
 
-    /// Store a block, best effort: one that the plan would drop first is not stored, and a
-    /// failure (full disk, a directory gone read-only) is warned about once, pauses writes
-    /// for a while and is otherwise ignored.
-    pub(crate) fn write(&self, key: u128, data: &[u8]) {
+    /// Whether to store block `key` of `len` bytes, decided when it arrives (by the plan at
+    /// that moment): not when it is there already, writes are off or paused, or the plan
+    /// would drop it first (Belady's bypass). An admitted block counts as held from now on;
+    /// [`store`](Self::store) writes it.
+    pub(crate) fn admit(&self, key: u128, len: u64) -> bool {
         let now = self.born.elapsed().as_millis() as u64;
         if self.read_only || now < self.writes_paused_until.load(Relaxed) {
-            return;
+            return false;
         }
-        {
-            let mut r = self.ranks();
-            if r.contains(key) {
-                return;
-            }
-            if r.bytes() + data.len() as u64 > self.limit && !r.worth_storing(key) {
-                self.bypassed.fetch_add(1, Relaxed);
-                return;
-            }
+        let mut r = self.ranks();
+        if r.contains(key) {
+            return false;
         }
+        if r.bytes() + len > self.limit && !r.worth_storing(key) {
+            self.bypassed.fetch_add(1, Relaxed);
+            return false;
+        }
+        r.insert(key, len, None);
+        true
+    }
+
+    /// Write an admitted block, best effort: a failure (full disk, a directory gone
+    /// read-only) drops it, is warned about once, pauses writes for a while and is otherwise
+    /// ignored.
+    pub(crate) fn store(&self, key: u128, data: &[u8]) {
         if let Err(e) = self.try_write(key, data) {
+            self.ranks().remove(key);
+            let now = self.born.elapsed().as_millis() as u64;
             self.writes_paused_until.store(now + WRITE_PAUSE.as_millis() as u64, Relaxed);
             warn_once(&WARNED_WRITE, || {
                 format!(
@@ -239,10 +290,25 @@ impl DiskCache {
             return;
         }
         self.writes.fetch_add(1, Relaxed);
-        self.ranks().insert(key, data.len() as u64, None);
+        {
+            // A rescan while the file was being written may have taken it for gone.
+            let mut r = self.ranks();
+            if !r.contains(key) {
+                r.insert(key, data.len() as u64, None);
+            }
+        }
+        self.stamped.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
         self.written_since_scan.fetch_add(data.len() as u64, Relaxed);
         self.rescan_now_and_then();
         self.evict(0);
+    }
+
+    /// [`admit`](Self::admit), then [`store`](Self::store).
+    #[cfg(test)]
+    pub(crate) fn write(&self, key: u128, data: &[u8]) {
+        if self.admit(key, data.len() as u64) {
+            self.store(key, data);
+        }
     }
 
     fn try_write(&self, key: u128, data: &[u8]) -> std::io::Result<()> {
@@ -272,6 +338,9 @@ impl DiskCache {
             return;
         }
         self.written_since_scan.store(0, Relaxed);
+        // Entries used while the scan runs may be missing from it (written after it passed
+        // their directory): only those known before it began can be found gone.
+        let before = self.ranks().tick();
         let found = scan(&self.dir);
         let on_disk: HashSet<u128> = found.iter().map(|e| e.key).collect();
         let mut r = self.ranks();
@@ -281,7 +350,7 @@ impl DiskCache {
                 r.insert(e.key, e.len, None);
             }
         }
-        for key in r.keys().filter(|k| !on_disk.contains(k)).collect::<Vec<_>>() {
+        for key in r.keys_used_by(before).filter(|k| !on_disk.contains(k)).collect::<Vec<_>>() {
             r.remove(key);
         }
     }
@@ -309,6 +378,13 @@ impl DiskCache {
             }
             out
         };
+        {
+            // An open file would keep an evicted entry's space.
+            let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            for key in &victims {
+                files.pop(key);
+            }
+        }
         for key in victims {
             // Readers that already opened the file keep reading it; new ones see a miss. One
             // that another process removed first is gone all the same.

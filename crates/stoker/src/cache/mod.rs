@@ -7,12 +7,16 @@
 //! whole block or none; an entry of the wrong length is treated as a miss. The disk cache
 //! drops what the reader's [`Plan`] says is needed furthest ahead (the Loader gives one for
 //! each epoch), least recently used without one ([`policy`]); one process at a time trims
-//! the directory to its byte limit (an advisory lock).
+//! the directory to its byte limit (an advisory lock). Batches whose blocks are all on disk
+//! are read straight from the block files into the batch ([`CachedObject`]), like a local
+//! shard.
 
 mod disk;
 pub mod policy;
+mod read;
 
 pub use policy::{Eviction, Plan};
+pub use read::{is_gone, CachedObject, Gone};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -60,13 +64,16 @@ pub struct CacheCounters {
     pub evictions: AtomicU64,
     /// Misses served from the disk cache.
     pub disk_hits: AtomicU64,
+    /// Of those, blocks the hit path read straight from their files into batches.
+    pub disk_direct: AtomicU64,
     /// Blocks written to the disk cache.
     pub disk_writes: AtomicU64,
     /// Files removed from the disk cache to stay within its limit.
     pub disk_evictions: AtomicU64,
     /// Temporary files of writers that died mid-write, removed when the cache was opened.
     pub disk_stale_removed: AtomicU64,
-    /// Blocks not written to the disk cache because the plan would have dropped them first.
+    /// Blocks not written to the disk cache because the plan would have dropped them first,
+    /// or not fetched whole because they would not be read enough while cached.
     pub disk_bypassed: AtomicU64,
     /// Misses that joined a fetch already in flight for the same block.
     pub joined: AtomicU64,
@@ -75,13 +82,36 @@ pub struct CacheCounters {
 /// A fetch in flight: the block, and whether it came from the disk cache.
 type Flight = Shared<BoxFuture<'static, std::result::Result<(Bytes, bool), Arc<Error>>>>;
 
+/// Most bytes of blocks written behind the reads that fetched them at once (see
+/// [`BlockCache::get_or_fetch`]), in KiB.
+const WRITE_BEHIND_KIB: u32 = 64 << 10;
+
+/// Blocks fetched and not yet on disk: written behind the reads that fetched them, and served
+/// from here meanwhile.
+#[derive(Default)]
+struct Pending {
+    blocks: Mutex<HashMap<u128, Bytes>>,
+    /// Signalled when a block is on disk (or given up on).
+    landed: std::sync::Condvar,
+}
+
 /// A block cache keyed by 128-bit hashes of (object, version, block).
 pub struct BlockCache {
     cfg: CacheConfig,
     mem: Mutex<(lru::LruCache<u128, Bytes>, u64)>,
     flights: Mutex<HashMap<u128, Flight>>,
     disk: Option<Arc<DiskCache>>,
-    counters: CacheCounters,
+    pending: Arc<Pending>,
+    /// KiB of blocks that may wait to be written (beyond it, reads wait for the disk).
+    write_budget: Arc<tokio::sync::Semaphore>,
+    counters: Arc<CacheCounters>,
+}
+
+impl Drop for BlockCache {
+    fn drop(&mut self) {
+        // A process about to exit would lose the blocks still being written.
+        self.wait_for_writes(std::time::Duration::from_secs(30));
+    }
 }
 
 impl std::fmt::Debug for BlockCache {
@@ -108,7 +138,7 @@ impl BlockCache {
     /// error: the cache only saves requests).
     pub fn new(cfg: CacheConfig) -> Result<Self> {
         let disk = cfg.disk_dir.as_deref().and_then(|dir| DiskCache::open(dir, cfg.disk_bytes)).map(Arc::new);
-        let counters = CacheCounters::default();
+        let counters = Arc::new(CacheCounters::default());
         if let Some(d) = &disk {
             counters.disk_stale_removed.store(d.stale_removed, Relaxed);
         }
@@ -116,9 +146,17 @@ impl BlockCache {
             mem: Mutex::new((lru::LruCache::unbounded(), 0)),
             flights: Mutex::new(HashMap::new()),
             disk,
+            pending: Arc::default(),
+            write_budget: Arc::new(tokio::sync::Semaphore::new(WRITE_BEHIND_KIB as usize)),
             counters,
             cfg,
         })
+    }
+
+    /// Wait until the blocks written behind reads are on disk (another process, or a test,
+    /// may look for them there).
+    pub async fn flush(&self) {
+        let _ = self.write_budget.acquire_many(WRITE_BEHIND_KIB).await;
     }
 
     /// The disk cache's size limit in bytes, when there is a usable disk cache.
@@ -133,6 +171,7 @@ impl BlockCache {
         match &self.disk {
             Some(d) if self.cfg.eviction == Eviction::Future => {
                 let on = plan.is_some();
+
                 d.set_plan(plan);
                 on
             }
@@ -140,15 +179,37 @@ impl BlockCache {
         }
     }
 
+    /// Whether missing block `key` (`len` bytes, of which a read needs `piece` now) is worth
+    /// fetching whole for the cache, or only the piece should be fetched: by the plan, a
+    /// block is fetched whole when it will be read often enough while cached to pay for the
+    /// rest of it (a 64 KiB sample of a 1 MiB block read once before it would be dropped is
+    /// not). Always true without a disk cache or a plan.
+    pub fn worth_fetching_whole(&self, key: u128, len: u64, piece: u64) -> bool {
+        match &self.disk {
+            Some(d) if self.cfg.memory_bytes == 0 => {
+                let whole = d.worth_fetching_whole(key, len, piece);
+                self.counters.disk_bypassed.store(d.bypassed.load(Relaxed), Relaxed);
+                whole
+            }
+            _ => true,
+        }
+    }
+
     /// Whether block `key` is cached, as far as this process knows without a file system
     /// call (another process may have added or removed it since).
     pub fn contains(&self, key: u128) -> bool {
         self.mem.lock().unwrap_or_else(|e| e.into_inner()).0.contains(&key)
+            || self.pending.blocks.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key)
             || self.disk.as_ref().is_some_and(|d| d.contains(key))
     }
 
     /// The counters.
     pub fn counters(&self) -> &CacheCounters {
+        if let Some(d) = &self.disk {
+            self.counters.disk_writes.store(d.writes.load(Relaxed), Relaxed);
+            self.counters.disk_evictions.store(d.evictions.load(Relaxed), Relaxed);
+            self.counters.disk_bypassed.store(d.bypassed.load(Relaxed), Relaxed);
+        }
         &self.counters
     }
 
@@ -163,7 +224,9 @@ impl BlockCache {
     }
 
     /// Block `key` of `len` bytes: from memory, else from disk, else from `fetch`. Concurrent
-    /// misses of one key make one fetch.
+    /// misses of one key make one fetch. A fetched block is written to disk behind the read
+    /// (which so waits for the network only), and served from memory until it is there; when
+    /// 64 MiB of blocks wait to be written, reads wait for the disk.
     pub async fn get_or_fetch<Fut>(&self, key: u128, len: usize, fetch: impl FnOnce() -> Fut) -> Result<Bytes>
     where
         Fut: Future<Output = Result<Bytes>> + Send + 'static,
@@ -173,6 +236,10 @@ impl BlockCache {
             return Ok(b.clone());
         }
         self.counters.misses.fetch_add(1, Relaxed);
+        if let Some(b) = self.pending.blocks.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            self.counters.disk_hits.fetch_add(1, Relaxed);
+            return Ok(b.clone());
+        }
         let (flight, leader) = {
             let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
             match flights.get(&key) {
@@ -182,6 +249,7 @@ impl BlockCache {
                 }
                 None => {
                     let disk = self.disk.clone();
+                    let (pending, budget) = (self.pending.clone(), self.write_budget.clone());
                     let fut = fetch();
                     let f = async move {
                         if let Some(d) = &disk {
@@ -191,10 +259,21 @@ impl BlockCache {
                             }
                         }
                         let b = fut.await.map_err(Arc::new)?;
-                        if let Some(d) = disk {
-                            let b2 = b.clone();
-                            // Best effort: a full disk must not fail the read.
-                            let _ = tokio::task::spawn_blocking(move || d.write(key, &b2)).await;
+                        // Whether to keep it is decided now, by the plan as it stands; the
+                        // write goes behind the read.
+                        if let Some(d) = disk.filter(|d| d.admit(key, b.len() as u64)) {
+                            let want = (b.len().div_ceil(1024) as u32).clamp(1, WRITE_BEHIND_KIB);
+                            if let Ok(permit) = budget.acquire_many_owned(want).await {
+                                pending.blocks.lock().unwrap_or_else(|e| e.into_inner()).insert(key, b.clone());
+                                let b2 = b.clone();
+                                // Best effort: a full disk must not fail the read.
+                                drop(tokio::task::spawn_blocking(move || {
+                                    d.store(key, &b2);
+                                    pending.blocks.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                                    pending.landed.notify_all();
+                                    drop(permit);
+                                }));
+                            }
                         }
                         Ok((b, false))
                     }
@@ -213,13 +292,21 @@ impl BlockCache {
         if leader && from_disk {
             self.counters.disk_hits.fetch_add(1, Relaxed);
         }
-        if let Some(d) = &self.disk {
-            self.counters.disk_writes.store(d.writes.load(Relaxed), Relaxed);
-            self.counters.disk_evictions.store(d.evictions.load(Relaxed), Relaxed);
-            self.counters.disk_bypassed.store(d.bypassed.load(Relaxed), Relaxed);
-        }
         self.insert(key, bytes.clone());
         Ok(bytes)
+    }
+
+    /// Wait (at most `limit`) for the blocks being written behind reads to land.
+    fn wait_for_writes(&self, limit: std::time::Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        let mut blocks = self.pending.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        while !blocks.is_empty() {
+            let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else { return };
+            blocks = match self.pending.landed.wait_timeout(blocks, left) {
+                Ok((b, _)) => b,
+                Err(e) => e.into_inner().0,
+            };
+        }
     }
 
     fn insert(&self, key: u128, bytes: Bytes) {
@@ -320,6 +407,7 @@ mod tests {
         let a = BlockCache::new(cfg.clone()).unwrap();
         let b = BlockCache::new(cfg).unwrap();
         a.get_or_fetch(1, 4096, || async { Ok(block(4096, 1)) }).await.unwrap();
+        a.flush().await;
         let got = b.get_or_fetch(1, 4096, || async { unreachable!("on disk") }).await.unwrap();
         assert_eq!(got, block(4096, 1));
         assert_eq!(b.counters().disk_hits.load(Relaxed), 1);
@@ -333,6 +421,7 @@ mod tests {
         for k in 10..60u128 {
             let c = if k % 2 == 0 { &a } else { &b };
             c.get_or_fetch(k, 4096, move || async move { Ok(block(4096, k as u8)) }).await.unwrap();
+            c.flush().await;
         }
         let total: u64 = disk::scan(dir.path()).iter().map(|e| e.len).sum();
         assert!(total <= 40_000 + 2 * 4096, "disk cache holds {total} bytes");

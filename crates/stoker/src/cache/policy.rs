@@ -182,6 +182,18 @@ impl Plan {
         times.get(at).map(|&t| u64::from(t))
     }
 
+    /// How many uses of block `key` fall at or after the clock and before `horizon`; with
+    /// `serving`, not counting the first (the one the block is being read for now).
+    pub fn uses_before(&self, key: u128, serving: bool, horizon: u64) -> u64 {
+        let Ok(i) = self.keys.binary_search(&key) else { return 0 };
+        let b = self.ids[i] as usize;
+        let times = &self.times[self.starts[b] as usize..self.starts[b + 1] as usize];
+        let now = self.now();
+        let from = times.partition_point(|&t| u64::from(t) < now) + usize::from(serving);
+        let to = times.partition_point(|&t| u64::from(t) < horizon);
+        to.saturating_sub(from) as u64
+    }
+
     /// Blocks the plan knows a use of.
     pub fn blocks(&self) -> usize {
         self.keys.len()
@@ -220,8 +232,13 @@ impl Ranks {
     pub(crate) fn contains(&self, key: u128) -> bool {
         self.entries.contains_key(&key)
     }
-    pub(crate) fn keys(&self) -> impl Iterator<Item = u128> + '_ {
-        self.entries.keys().copied()
+    /// The keys of entries last used at or before tick `t`.
+    pub(crate) fn keys_used_by(&self, t: u64) -> impl Iterator<Item = u128> + '_ {
+        self.entries.iter().filter(move |(_, e)| e.last <= t).map(|(&k, _)| k)
+    }
+    /// The tick of the latest use.
+    pub(crate) fn tick(&self) -> u64 {
+        self.tick
     }
 
     /// The rank of `key` last used at tick `last`; `serving` when it is being read (or
@@ -306,6 +323,27 @@ impl Ranks {
         self.refresh();
         let &(_, key) = self.order.last()?;
         Some((key, self.entries[&key].len))
+    }
+
+    /// Whether a missing block `key` of `len` bytes, of which a read needs `piece` bytes now,
+    /// is worth fetching whole and storing rather than fetching just the piece: when the
+    /// cache is full, the plan must see it read often enough before it would be dropped
+    /// (before the next victim's next use) to pay for the rest of the block. Always true
+    /// without a plan (least recently used caches whole blocks).
+    pub(crate) fn worth_fetching_whole(&mut self, key: u128, len: u64, piece: u64, limit: u64) -> bool {
+        let Some(plan) = self.plan.clone() else { return true };
+        // While there is room, or the next victim is an entry nobody will read, keeping the
+        // block costs nothing (and later epochs, beyond the plan, read it again).
+        if piece >= len || self.bytes + len <= limit {
+            return true;
+        }
+        self.refresh();
+        let horizon = match self.order.last() {
+            Some(&(worst, _)) if worst < UNKNOWN => worst,
+            _ => return true,
+        };
+        let reads = plan.uses_before(key, true, horizon) + 1;
+        reads.saturating_mul(piece) >= len
     }
 
     /// Whether `key`, if stored now, would rank before the next victim (Belady's bypass: a
@@ -407,6 +445,25 @@ mod tests {
         assert!(!r.worth_storing(77), "never read");
         clock.store(12, Relaxed);
         assert!(r.worth_storing(2), "blocks 0 and 1 are past their last use now");
+    }
+
+    #[test]
+    fn a_block_is_fetched_whole_when_read_enough_before_it_would_go() {
+        let clock = Arc::new(AtomicU64::new(0));
+        // Block 0 (10 bytes) read at 0, 1, 2 and 3; block 1 at 0 and 50; block 2 held, next read at 5.
+        let reads =
+            [(0, 0, 0..1), (0, 0, 10..11), (1, 0, 1..2), (2, 0, 2..3), (3, 0, 3..4), (5, 0, 20..21), (50, 0, 11..12)];
+        let p = plan(&[30], &reads, &clock);
+        let mut r = Ranks::default();
+        assert!(r.worth_fetching_whole(0, 10, 1, 10), "no plan: whole blocks");
+        r.set_plan(Some(Arc::new(p)));
+        assert!(r.worth_fetching_whole(0, 10, 1, 100), "room to spare: whole");
+        r.insert(2, 10, Some(0));
+        // Full: block 0 is read 4 times before block 2's next read (5): 4 pieces of 3 pay for it.
+        assert!(r.worth_fetching_whole(0, 10, 3, 10));
+        assert!(!r.worth_fetching_whole(0, 10, 2, 10), "4 pieces of 2 do not");
+        assert!(!r.worth_fetching_whole(1, 10, 5, 10), "block 1 is read again only after the horizon");
+        assert!(r.worth_fetching_whole(1, 10, 10, 10), "a read of the whole block");
     }
 
     /// A cyclic scan over twice the cache: least recently used refetches everything, the plan

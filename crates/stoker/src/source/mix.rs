@@ -607,6 +607,7 @@ impl SampleSource for MixSource {
                 cache_hits: a.cache_hits + c.cache_hits,
                 cache_misses: a.cache_misses + c.cache_misses,
                 disk_hits: a.disk_hits + c.disk_hits,
+                disk_direct: a.disk_direct + c.disk_direct,
             })
         })
     }

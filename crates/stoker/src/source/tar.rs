@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
+use self::direct::ShardFiles;
 use super::read_ahead::HeldSpans;
 use super::tar_index::{self, ShardIndex};
 use super::{check_index, copy_into, fill_blocking, Capability, ReadAhead, SampleSource, SampleUses, SourceInfo};
@@ -17,6 +18,8 @@ use crate::error::{Error, Result};
 use crate::sample::{Field, Sample, SampleMeta};
 use crate::store::{IoCounters, ObjectInfo, Store};
 use crate::uri::{Layout, SourceOptions};
+
+mod direct;
 
 /// WebDataset tar shards. Sample order: shards in the order given (sorted for directories,
 /// expansion order for brace patterns), members in archive order.
@@ -256,121 +259,36 @@ impl Inner {
             });
             list.push(self.shards[shard].index.span(local));
         }
-        let reads = order.into_iter().map(|shard| {
-            let mut ranges = spans.remove(&shard).unwrap_or_default();
-            ranges.sort_unstable_by_key(|r| r.start);
-            let mut merged: Vec<Range<u64>> = Vec::new();
-            for r in ranges {
-                match merged.last_mut() {
-                    Some(m) if r.start <= m.end + self.gap => m.end = m.end.max(r.end),
-                    _ => merged.push(r),
+        let planned: Vec<(usize, Vec<Range<u64>>)> = order
+            .into_iter()
+            .map(|shard| {
+                let mut ranges = spans.remove(&shard).unwrap_or_default();
+                ranges.sort_unstable_by_key(|r| r.start);
+                let mut merged: Vec<Range<u64>> = Vec::new();
+                for r in ranges {
+                    match merged.last_mut() {
+                        Some(m) if r.start <= m.end + self.gap => m.end = m.end.max(r.end),
+                        _ => merged.push(r),
+                    }
                 }
-            }
-            async move {
-                let s = &self.shards[shard];
-                let e_tag = s.index.e_tag.as_deref().filter(|t| !t.starts_with("W/"));
-                let got =
-                    self.store.get_ranges_versioned(&s.index.shard, &merged, s.index.size, &s.version, e_tag).await?;
-                Ok::<_, Error>(merged.into_iter().zip(got).map(move |(r, b)| (shard, r, b)).collect::<Vec<_>>())
-            }
+                (shard, merged)
+            })
+            .collect();
+        // A window the disk cache holds whole needs no request: its batches read the block
+        // files directly (the hit path), which costs less than holding a copy in memory.
+        if self.spans_cached(planned.iter().map(|(shard, merged)| (*shard, &merged[..]))) {
+            return Ok(ReadAhead::none());
+        }
+        let reads = planned.into_iter().map(|(shard, merged)| async move {
+            let s = &self.shards[shard];
+            let e_tag = s.index.e_tag.as_deref().filter(|t| !t.starts_with("W/"));
+            let got = self.store.get_ranges_versioned(&s.index.shard, &merged, s.index.size, &s.version, e_tag).await?;
+            Ok::<_, Error>(merged.into_iter().zip(got).map(move |(r, b)| (shard, r, b)).collect::<Vec<_>>())
         });
         // Shards are requested in the order they are needed; the fetch layer bounds how many
         // requests are in flight.
         let held: Vec<Vec<_>> = futures::stream::iter(reads).buffered(self.concurrency).try_collect().await?;
         Ok(self.held.hold(held.into_iter().flatten().collect()))
-    }
-}
-
-/// Samples at least this big are read straight into the batch, one read per field.
-const DIRECT_MIN: u64 = 32 << 10;
-/// Smaller samples are read in coalesced spans of at most this size, small enough to stay in
-/// the CPU cache for the copy into the batch that follows.
-const SMALL_SPAN: u64 = 256 << 10;
-
-impl Inner {
-    /// Read `indices` (all valid) of a local store into `out`, in order (blocking).
-    fn read_into(&self, root: &std::path::Path, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
-        use std::os::unix::fs::FileExt;
-        let short = |shard: usize, at: u64| Error::CorruptTar {
-            shard: self.store.describe(&self.shards[shard].index.shard),
-            offset: at,
-            reason: "the shard is shorter than its index says: it changed since it was indexed; reopen the source"
-                .into(),
-        };
-        // Small samples: plan coalesced spans over all of them first, then read those spans.
-        let located: Vec<(usize, usize)> = indices.iter().map(|&i| self.locate(i)).collect::<Result<_>>()?;
-        // A batch touches few shards: open each once.
-        let mut files: HashMap<usize, std::fs::File> = HashMap::new();
-        for &(shard, _) in &located {
-            if let std::collections::hash_map::Entry::Vacant(slot) = files.entry(shard) {
-                let path = root.join(&self.shards[shard].index.shard);
-                slot.insert(std::fs::File::open(&path).map_err(|e| Error::io(path.display(), e))?);
-            }
-        }
-        let mut small: Vec<(usize, std::ops::Range<u64>, usize)> = located
-            .iter()
-            .enumerate()
-            .filter_map(|(pos, &(shard, local))| {
-                let span = self.shards[shard].index.span(local);
-                (span.end - span.start < DIRECT_MIN).then_some((shard, span, pos))
-            })
-            .collect();
-        small.sort_unstable_by_key(|(shard, span, _)| (*shard, span.start));
-        let mut spans: Vec<(usize, std::ops::Range<u64>)> = Vec::new();
-        let mut span_of = vec![usize::MAX; indices.len()];
-        for (shard, span, pos) in small {
-            match spans.last_mut() {
-                Some((s, r))
-                    if *s == shard && span.start <= r.end + self.gap && span.end.max(r.end) - r.start <= SMALL_SPAN =>
-                {
-                    r.end = r.end.max(span.end);
-                }
-                _ => spans.push((shard, span)),
-            }
-            span_of[pos] = spans.len() - 1;
-        }
-        let mut span_bufs = Vec::with_capacity(spans.len());
-        for (shard, r) in &spans {
-            let mut buf = crate::buffer::take((r.end - r.start) as usize);
-            let want = (r.end - r.start) as usize;
-            files[shard].read_exact_at(&mut buf[..want], r.start).map_err(|_| short(*shard, r.start))?;
-            self.store.count(1, want as u64);
-            span_bufs.push(buf);
-        }
-        for (pos, &(shard, local)) in located.iter().enumerate() {
-            let s = &self.shards[shard];
-            out.begin(indices[pos] as u64, &s.index.keys[local]);
-            let fields = s.index.sample_fields(local);
-            let (key, first) = (&s.index.keys[local], s.index.starts[local] as usize);
-            let result = if span_of[pos] != usize::MAX {
-                let (buf, start) = (&span_bufs[span_of[pos]], spans[span_of[pos]].1.start);
-                fields.iter().enumerate().try_for_each(|(j, &(name, off, len))| {
-                    let at = (off - start) as usize;
-                    self.check_header(shard, first + j, key, off, &buf[at - tar_index::HEADER as usize..at])?;
-                    let dst = out.field(&s.names[name as usize], len as usize);
-                    dst.copy_from_slice(&buf[at..at + len as usize]);
-                    // Checked in the batch, right after the copy, while the bytes are in cache.
-                    self.check_sum(shard, first + j, key, dst)
-                })
-            } else {
-                let file = &files[&shard];
-                fields.iter().enumerate().try_for_each(|(j, &(name, off, len))| {
-                    let mut header = [0u8; tar_index::HEADER as usize];
-                    let at = off - tar_index::HEADER;
-                    file.read_exact_at(&mut header, at).map_err(|_| short(shard, at))?;
-                    self.check_header(shard, first + j, key, off, &header)?;
-                    let dst = out.field(&s.names[name as usize], len as usize);
-                    file.read_exact_at(dst, off).map_err(|_| short(shard, off))?;
-                    self.store.count(1, len);
-                    self.check_sum(shard, first + j, key, dst)
-                })
-            };
-            if let Err(e) = result {
-                out.abandon_row();
-                return Err(e);
-            }
-        }
-        Ok(())
     }
 }
 
@@ -440,14 +358,25 @@ impl SampleSource for TarSource {
     }
 
     async fn get_many_into(&self, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
-        let Some(root) = self.inner.store.local_root().map(|p| p.to_path_buf()) else {
-            return copy_into(self, indices, out).await;
-        };
         for &i in indices {
             check_index(i, self.len())?;
         }
+        let files = match self.inner.store.local_root() {
+            Some(root) => ShardFiles::Local(root.to_path_buf()),
+            // Remote shards: the hit path when the disk cache holds the whole batch.
+            None if self.inner.all_cached(indices) => ShardFiles::Cached,
+            None => return copy_into(self, indices, out).await,
+        };
+        let before = out.rows();
         let (inner, idx) = (self.inner.clone(), indices.to_vec());
-        fill_blocking(out, move |b| inner.read_into(&root, &idx, b)).await
+        match fill_blocking(out, move |b| inner.read_into(files, &idx, b)).await {
+            // Another process evicted a block meanwhile: the rest of the batch the usual way.
+            Err(e) if direct::is_gone(&e) => {
+                let done = out.rows() - before;
+                copy_into(self, &indices[done..], out).await
+            }
+            other => other,
+        }
     }
 
     async fn read_ahead(&self, indices: &[usize]) -> Result<ReadAhead> {

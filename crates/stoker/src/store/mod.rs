@@ -60,6 +60,8 @@ pub struct IoCounters {
     pub cache_misses: u64,
     /// Misses served by the disk cache.
     pub disk_hits: u64,
+    /// Of those, blocks read straight from their files into batches (the hit path).
+    pub disk_direct: u64,
 }
 
 /// A cheaply cloneable handle on a store rooted at a directory or prefix.
@@ -151,6 +153,7 @@ impl Store {
             c.cache_hits = k.hits.load(Ordering::Relaxed);
             c.cache_misses = k.misses.load(Ordering::Relaxed);
             c.disk_hits = k.disk_hits.load(Ordering::Relaxed);
+            c.disk_direct = k.disk_direct.load(Ordering::Relaxed);
         }
         c
     }
@@ -294,6 +297,29 @@ impl Store {
         let objects: Vec<(ObjPath, String, u64)> =
             objects.iter().map(|&(p, v, size)| (self.obj_path(p), v.to_string(), size)).collect();
         f.plan_reads(&objects, uses, clock)
+    }
+
+    /// Whether every block of `ranges` of `path` (at `version`) is in the disk cache, as far
+    /// as this process knows (no file system call): what the hit path needs.
+    pub(crate) fn on_disk<'a>(
+        &self,
+        path: &str,
+        version: &str,
+        ranges: impl IntoIterator<Item = &'a Range<u64>>,
+    ) -> bool {
+        let Some(cache) = self.0.fetcher.as_ref().and_then(|f| f.cache()) else { return false };
+        let bs = cache.config().block.max(1);
+        let obj = self.obj_path(path);
+        ranges.into_iter().filter(|r| r.end > r.start).all(|r| {
+            (r.start / bs..=(r.end - 1) / bs).all(|b| cache.on_disk(crate::cache::block_key(obj.as_ref(), version, b)))
+        })
+    }
+
+    /// A blocking reader of `path` (at `version`, `size` bytes) from the disk cache's block
+    /// files; `None` without a disk cache. Reads through it count as store reads.
+    pub(crate) fn cached_object(&self, path: &str, version: &str, size: u64) -> Option<crate::cache::CachedObject> {
+        let cache = self.0.fetcher.as_ref()?.cache()?;
+        cache.cached_object(self.obj_path(path).as_ref(), version, size)
     }
 
     /// Cache counters, when this store has a block cache.

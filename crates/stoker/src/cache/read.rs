@@ -1,0 +1,112 @@
+//! The hit path: reading an object's bytes straight from the disk cache's block files into
+//! the caller's buffer (a batch's column), as a local shard is read: each block file opened
+//! once per reader, one positioned read per piece of a block wanted, no request, no
+//! intermediate buffer, no task per block. The layouts use it when every block a batch needs
+//! is in the cache ([`BlockCache::on_disk`]); a block that went missing meanwhile (another
+//! process evicted it) makes the read fail as [`Gone`], and the caller reads the rest the
+//! usual way.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use super::disk::DiskCache;
+use super::{block_key, BlockCache, CacheCounters};
+
+/// The error of a read whose block is not (or no longer) in the cache.
+#[derive(Debug)]
+pub struct Gone;
+
+impl std::fmt::Display for Gone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a block is no longer in the disk cache")
+    }
+}
+
+impl std::error::Error for Gone {}
+
+/// Blocking reads of one version of one object from the disk cache (see the module docs).
+pub struct CachedObject {
+    disk: Arc<DiskCache>,
+    counters: Arc<CacheCounters>,
+    object: String,
+    version: String,
+    size: u64,
+    block: u64,
+    /// Block files opened so far (checked to be whole).
+    open: HashMap<u64, Arc<File>>,
+}
+
+impl std::fmt::Debug for CachedObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedObject").field("object", &self.object).field("blocks_open", &self.open.len()).finish()
+    }
+}
+
+impl BlockCache {
+    /// Whether block `key` is in the disk cache as far as this process knows (no file system
+    /// call; another process may have evicted it since).
+    pub fn on_disk(&self, key: u128) -> bool {
+        self.disk.as_ref().is_some_and(|d| d.contains(key))
+    }
+
+    /// A reader of `object` (at `version`, `size` bytes) from the disk cache's block files;
+    /// `None` without a disk cache.
+    pub fn cached_object(&self, object: &str, version: &str, size: u64) -> Option<CachedObject> {
+        Some(CachedObject {
+            disk: self.disk.clone()?,
+            counters: self.counters.clone(),
+            object: object.to_string(),
+            version: version.to_string(),
+            size,
+            block: self.cfg.block.max(1),
+            open: HashMap::new(),
+        })
+    }
+}
+
+impl CachedObject {
+    /// Fill `dst` with the object's bytes from offset `at`. A block that is not in the cache
+    /// (or not whole) fails with [`Gone`] inside an `io::Error` of kind `NotFound`; `dst` is
+    /// then partly written.
+    pub fn read_exact_at(&mut self, dst: &mut [u8], at: u64) -> io::Result<()> {
+        let mut done = 0usize;
+        while done < dst.len() {
+            let pos = at + done as u64;
+            let b = pos / self.block;
+            let within = pos - b * self.block;
+            let n = (dst.len() - done).min((self.block - within) as usize);
+            self.file(b)?.read_exact_at(&mut dst[done..done + n], within).map_err(|_| gone())?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Block `b`'s file, opened once and checked to hold the whole block.
+    fn file(&mut self, b: u64) -> io::Result<&File> {
+        if !self.open.contains_key(&b) {
+            let want = self.block.min(self.size.saturating_sub(b * self.block));
+            let key = block_key(&self.object, &self.version, b);
+            let file = self.disk.open_block(key, want).ok_or_else(gone)?;
+            // A disk hit like any other: counted, and it serves its planned use.
+            self.disk.used(key, want);
+            self.counters.misses.fetch_add(1, Relaxed);
+            self.counters.disk_hits.fetch_add(1, Relaxed);
+            self.counters.disk_direct.fetch_add(1, Relaxed);
+            self.open.insert(b, file);
+        }
+        Ok(&self.open[&b])
+    }
+}
+
+fn gone() -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, Gone)
+}
+
+/// Whether `e` is a read that found its block gone from the cache.
+pub fn is_gone(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Gone>())
+}
