@@ -35,6 +35,26 @@ impl Layout {
     }
 }
 
+/// Layouts whose files are recognised by name, with the suffix that names them, in the order
+/// inference tries them. A sharded layout (Parquet, MDS, ...) joins inference with a row here.
+const SHARD_SUFFIXES: &[(Layout, &str)] = &[(Layout::Tar, ".tar")];
+
+impl Layout {
+    /// The layout a file of this name is a shard of, when the name alone says so (`.tar`).
+    pub fn of_shard_name(name: &str) -> Option<Layout> {
+        SHARD_SUFFIXES.iter().find(|(_, suffix)| name.ends_with(suffix)).map(|&(l, _)| l)
+    }
+
+    /// Whether a file at `path` is part of a dataset in this layout: a sharded layout keeps
+    /// its shards only (a README beside tar shards is not one); the others keep every file.
+    pub fn holds(self, path: &str) -> bool {
+        match SHARD_SUFFIXES.iter().find(|(l, _)| *l == self) {
+            Some((_, suffix)) => path.ends_with(suffix),
+            None => true,
+        }
+    }
+}
+
 impl std::fmt::Display for Layout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -429,7 +449,7 @@ fn parse_remote(scheme: &str, rest: &str) -> std::result::Result<RemoteLocation,
         return Ok(RemoteLocation { scheme: scheme.to_string(), bucket, prefix, names: Some(names) });
     }
     let last = path.rsplit('/').next().unwrap_or("");
-    if scheme.starts_with("http") || last.ends_with(".tar") {
+    if scheme.starts_with("http") || Layout::of_shard_name(last).is_some() {
         // HTTP cannot list: a URI there names a file (a shard, or the list's directory).
         if last.contains('.') {
             let (prefix, name) = path.rsplit_once('/').map_or(("", path.as_str()), |(d, n)| (d, n));
