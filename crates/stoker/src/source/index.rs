@@ -2,11 +2,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::resolve::{self, Place, Request};
-use super::{manifest, tar_index};
+use super::resolve::{self, Place, Request, Resolved};
+use super::{manifest, tar_index, DynSampleSource, TarSource};
 use crate::error::{Error, Result};
 use crate::store::{ObjectInfo, Store};
 use crate::uri::{Layout, SourceOptions};
@@ -57,40 +58,37 @@ pub(crate) async fn index_with(
     let mut request = Request::new(uri, options)?;
     // Always from the truth: list and re-check every shard, ignoring an old manifest.
     request.options.manifest = Some(false);
-    let mut resolved = request.resolve().await?;
-    let opts = &resolved.options;
-    let (store, listing) = match &mut resolved.place {
+    let resolved = request.resolve().await?;
+    let (store, listing, whole) = match &resolved.place {
         Place::LmdbDir(_) => {
             return Err(Error::NotSupported {
                 what: format!("{}: LMDB keeps its own index; there is nothing to build", resolved.display),
             })
         }
-        Place::Store { whole: false, .. } => {
-            return Err(Error::InvalidUri {
-                uri: resolved.display,
-                reason: "`index` takes a directory or prefix (the manifest goes at its root), not a pattern or file"
-                    .into(),
-            })
-        }
-        Place::Store { store, listing, known, whole: true } => {
-            *known = match resolved.layout {
-                Layout::Tar => Some(index_shards(store, listing, opts, progress, known_sums).await?),
-                _ => {
-                    progress(listing.len(), listing.len());
-                    None
-                }
-            };
-            (store.clone(), listing.clone())
-        }
+        Place::Store { store, listing, whole, .. } => (store.clone(), listing.clone(), *whole),
     };
-    let tar = match &resolved.place {
-        Place::Store { known: Some(k), .. } => k.clone(),
-        _ => Vec::new(),
-    };
+    if !whole {
+        return Err(Error::InvalidUri {
+            uri: resolved.display,
+            reason: "`index` takes a directory or prefix (the manifest goes at its root), not a pattern or file".into(),
+        });
+    }
     let layout = resolved.layout;
     // The source is opened from the indexes just built, so its sample count and damage are
-    // what later opens from the manifest will see.
-    let source = resolve::construct(resolved).await?;
+    // what later opens from the manifest will see, and the manifest records the indexes it holds.
+    let (source, tar): (Arc<DynSampleSource>, _) = match layout {
+        Layout::Tar => {
+            let indexes = index_shards(&store, &listing, &resolved.options, progress, known_sums).await?;
+            let Resolved { display, options, .. } = resolved;
+            let tar = TarSource::open_with(store.clone(), listing.clone(), &options, display, Some(indexes)).await?;
+            let indexes = tar.indexes();
+            (Arc::new(tar), indexes)
+        }
+        _ => {
+            progress(listing.len(), listing.len());
+            (resolve::construct(resolved).await?, Vec::new())
+        }
+    };
     let checksums = !tar.is_empty() && tar.iter().all(|t| t.fields.is_empty() || !t.sums.is_empty());
     let m = manifest::Manifest::new(layout, &listing, tar);
     let bytes = manifest::save(&store, &m).await?;
