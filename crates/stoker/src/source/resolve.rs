@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 
+use super::lmdb::DATA_FILE;
 use super::tar_index::{self, ShardIndex};
 use super::{manifest, mix, DynSampleSource, LmdbSource, ObjectsSource, TarSource};
 use crate::error::{Error, Result};
@@ -184,7 +185,6 @@ pub(crate) fn infer<'a>(forced: Option<Layout>, names: impl IntoIterator<Item = 
 /// (named by the directory or by `data.mdb` itself), opened as LMDB unless another layout is
 /// forced; `layout=lmdb` makes a local path's directory LMDB and is an error anywhere else.
 pub(crate) fn lmdb_dir(location: &Location, forced: Option<Layout>, display: &str) -> Result<Option<PathBuf>> {
-    const DATA: &str = "data.mdb";
     let lmdb = forced == Some(Layout::Lmdb);
     match location {
         Location::Remote(_) if lmdb => Err(Error::NotSupported {
@@ -198,8 +198,8 @@ pub(crate) fn lmdb_dir(location: &Location, forced: Option<Layout>, display: &st
         ))),
         Location::Local(path) if forced.is_none() || lmdb => {
             if path.is_dir() {
-                Ok((lmdb || path.join(DATA).is_file()).then(|| path.clone()))
-            } else if path.is_file() && (lmdb || path.file_name().is_some_and(|n| n == DATA)) {
+                Ok((lmdb || path.join(DATA_FILE).is_file()).then(|| path.clone()))
+            } else if path.is_file() && (lmdb || path.file_name().is_some_and(|n| n == DATA_FILE)) {
                 Ok(Some(split_file(path).0))
             } else {
                 Ok(None)

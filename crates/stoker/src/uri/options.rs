@@ -326,6 +326,7 @@ fn option_error(serde_msg: String) -> Error {
 mod tests {
     use super::*;
 
+    #[test]
     fn query_json_and_toml_agree() {
         let q = SourceOptions::from_query("layout=lmdb&field=img&concurrency=8&write_sidecar=false").unwrap();
         let j = SourceOptions::from_json(r#"{"layout":"lmdb","field":"img","concurrency":8,"write_sidecar":false}"#)
