@@ -21,6 +21,9 @@ use crate::error::{Error, Result};
 use crate::sample::{Field, Sample, SampleMeta};
 use crate::uri::{Layout, SourceOptions};
 
+/// The file that makes a directory an LMDB environment.
+pub(crate) const DATA_FILE: &str = "data.mdb";
+
 /// An LMDB environment as a sample source.
 pub struct LmdbSource {
     inner: Arc<Inner>,
@@ -57,7 +60,7 @@ fn lmdb_err(path: &Path, reason: impl fmt::Display) -> Error {
 impl LmdbSource {
     /// Open the environment in directory `dir` (the one holding `data.mdb`).
     pub fn open(dir: &Path, opts: &SourceOptions, display: String) -> Result<Self> {
-        let data = dir.join("data.mdb");
+        let data = dir.join(DATA_FILE);
         if !data.is_file() {
             return Err(if dir.exists() {
                 lmdb_err(dir, "no data.mdb here, so this is not an LMDB environment; pass the directory that holds data.mdb, or drop ?layout=lmdb")

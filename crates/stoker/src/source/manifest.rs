@@ -94,7 +94,7 @@ pub(crate) fn parse(bytes: &[u8], shown: &str) -> Result<Manifest> {
         }
     }
     if m.layout == Layout::Tar {
-        let shards = m.objects.iter().filter(|o| o.path.ends_with(".tar")).count();
+        let shards = m.objects.iter().filter(|o| Layout::Tar.holds(&o.path)).count();
         if shards != m.tar.len() {
             return Err(bad(format!("it lists {shards} shards but holds {} indexes", m.tar.len())));
         }

@@ -1,7 +1,7 @@
-//! The [`SampleSource`] trait, what a source can do ([`Capability`]), and [`open`].
+//! The [`SampleSource`] trait, what a source can do ([`Capability`]), and [`open`], which
+//! goes through the one resolver (`resolve.rs`) as [`index`] does.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -11,16 +11,21 @@ use futures::{StreamExt, TryStreamExt};
 use crate::batch::BatchBuilder;
 use crate::error::{Error, Result};
 use crate::sample::{Sample, SampleMeta};
-use crate::store::{IoCounters, ObjectInfo, Store};
-use crate::uri::{self, Layout, Location, RemoteLocation, SourceOptions};
+use crate::store::IoCounters;
+use crate::uri::{Layout, SourceOptions};
 
+mod index;
 pub mod lmdb;
 pub mod manifest;
 pub mod mix;
 pub mod objects;
 pub mod read_ahead;
+pub(crate) mod resolve;
 pub mod tar;
 pub(crate) mod tar_index;
+
+pub(crate) use self::index::index_with;
+pub use self::index::{index, index_with_progress, IndexReport};
 
 pub use self::lmdb::LmdbSource;
 pub use self::mix::{MixSource, MixSpec};
@@ -199,381 +204,13 @@ pub(crate) fn check_index(index: usize, len: usize) -> Result<()> {
     Ok(())
 }
 
-/// Files that are never samples or shards: hidden files (any path component starting with
-/// a dot) and Stoker's own sidecar indexes.
-pub(crate) fn is_dataset_file(path: &str) -> bool {
-    !path.split('/').any(|c| c.starts_with('.')) && !path.ends_with(tar_index::SIDECAR_SUFFIX)
-}
-
 /// Open the source a URI names. Options in the URI query override those passed in.
 ///
 /// The layout is inferred unless forced with `?layout=`: a directory holding `data.mdb` is
-/// LMDB; `.tar` files or a brace pattern are tar shards; anything else is one file per
-/// sample. A mix file (`NAME.mix.json`, `NAME.mix.toml`, `mix:PATH` or `mix:{JSON}`) opens
-/// a [`MixSource`] over the sources it lists, with `options` under each source's own.
+/// LMDB; `.tar` files or a brace pattern of them are tar shards; anything else is one file
+/// per sample (`source/resolve.rs` holds the rules). A mix file (`NAME.mix.json`, `NAME.mix.toml`,
+/// `mix:PATH` or `mix:{JSON}`) opens a [`MixSource`] over the sources it lists, with
+/// `options` under each source's own.
 pub async fn open(uri: &str, options: SourceOptions) -> Result<Arc<DynSampleSource>> {
-    if mix::is_mix_uri(uri) {
-        return mix::open_uri(uri, options).await;
-    }
-    let parsed = uri::parse(uri)?;
-    let opts = options.merged(parsed.options);
-    let display = parsed.display;
-    match parsed.location {
-        Location::Local(path) => open_local(&path, opts, display).await,
-        Location::LocalPattern(paths) => open_pattern(&paths, opts, display).await,
-        Location::Remote(loc) => open_remote(&loc, opts, display).await,
-    }
-}
-
-async fn open_remote(loc: &RemoteLocation, opts: SourceOptions, display: String) -> Result<Arc<DynSampleSource>> {
-    if opts.layout == Some(Layout::Lmdb) {
-        return Err(Error::NotSupported {
-            what: format!(
-                "{display}: LMDB is memory-mapped and needs a local directory; copy it to local disk, or convert \
-                 it to tar shards (which read well remotely)"
-            ),
-        });
-    }
-    let store = Store::remote(loc, &opts, &display)?;
-    let names: Option<Vec<String>> = match (&loc.names, &opts.list) {
-        (Some(n), _) => Some(n.clone()),
-        (None, Some(list)) => {
-            let text = store.get(list).await?;
-            let text = String::from_utf8_lossy(&text);
-            Some(
-                text.lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                    .map(str::to_string)
-                    .collect(),
-            )
-        }
-        (None, None) if loc.scheme.starts_with("http") => {
-            return Err(Error::InvalidUri {
-                uri: display,
-                reason: "HTTP servers cannot be listed: name the shards with a brace pattern \
-                         (https://host/data/train-{0000..0099}.tar) or give ?list=FILE with one object name per line"
-                    .into(),
-            })
-        }
-        (None, None) => None,
-    };
-    let listing: Vec<ObjectInfo> = match names {
-        Some(names) => head_all(&store, &names, opts.concurrency(), shards_may_be_missing(&opts, &names)).await?,
-        None => return Ok(open_listed(store, &opts, display, false).await?.source),
-    };
-    let layout = inferred_layout(&opts, &listing);
-    from_listing(store, layout, listing, opts, display).await
-}
-
-async fn open_local(path: &Path, opts: SourceOptions, display: String) -> Result<Arc<DynSampleSource>> {
-    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::NotFound {
-            what: path.display().to_string(),
-            hint: Some(
-                "no such file or directory; check the path (relative paths start at the working directory)".into(),
-            ),
-        },
-        _ => Error::io(path.display(), e),
-    })?;
-    if meta.is_file() {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
-        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        if opts.layout == Some(Layout::Lmdb) || name == "data.mdb" {
-            return Ok(Arc::new(LmdbSource::open(parent, &opts, display)?));
-        }
-        let store = Store::local(parent)?;
-        let layout = opts.layout.unwrap_or(if name.ends_with(".tar") { Layout::Tar } else { Layout::Objects });
-        let info = store.head(&name).await?;
-        return from_listing(store, layout, vec![info], opts, display).await;
-    }
-    let has_mdb = path.join("data.mdb").is_file();
-    if opts.layout == Some(Layout::Lmdb) || (opts.layout.is_none() && has_mdb) {
-        return Ok(Arc::new(LmdbSource::open(path, &opts, display)?));
-    }
-    let store = Store::local(path)?;
-    Ok(open_listed(store, &opts, display, false).await?.source)
-}
-
-async fn open_pattern(paths: &[PathBuf], opts: SourceOptions, display: String) -> Result<Arc<DynSampleSource>> {
-    if opts.layout == Some(Layout::Lmdb) {
-        return Err(Error::invalid_option(format!(
-            "{display}: a brace pattern names tar shards or files, not an LMDB environment; give the LMDB directory"
-        )));
-    }
-    let root = common_dir(paths);
-    let store = Store::local(&root)?;
-    let rel: Vec<String> =
-        paths.iter().map(|p| p.strip_prefix(&root).unwrap_or(p).to_string_lossy().into_owned()).collect();
-    let layout =
-        opts.layout.unwrap_or(if rel.iter().all(|p| p.ends_with(".tar")) { Layout::Tar } else { Layout::Objects });
-    let listing = head_all(&store, &rel, opts.concurrency(), shards_may_be_missing(&opts, &rel)).await?;
-    from_listing(store, layout, listing, opts, display).await
-}
-
-async fn from_listing(
-    store: Store,
-    layout: Layout,
-    listing: Vec<ObjectInfo>,
-    opts: SourceOptions,
-    display: String,
-) -> Result<Arc<DynSampleSource>> {
-    Ok(build(store, layout, listing, &opts, display, None, false).await?.source)
-}
-
-/// A source, and when asked for (by `index`) what a manifest needs to describe it.
-struct Opened {
-    source: Arc<DynSampleSource>,
-    store: Store,
-    layout: Layout,
-    /// Objects (all files, or the shards) and the tar indexes; only kept for a manifest.
-    described: Option<(Vec<ObjectInfo>, Vec<tar_index::ShardIndex>)>,
-}
-
-async fn build(
-    store: Store,
-    layout: Layout,
-    listing: Vec<ObjectInfo>,
-    opts: &SourceOptions,
-    display: String,
-    known: Option<Vec<tar_index::ShardIndex>>,
-    describe: bool,
-) -> Result<Opened> {
-    match layout {
-        Layout::Objects => {
-            let kept = describe.then(|| (listing.clone(), Vec::new()));
-            let source = Arc::new(ObjectsSource::new(store.clone(), listing, opts, display)?);
-            Ok(Opened { source, store, layout, described: kept })
-        }
-        Layout::Tar => {
-            let shards: Vec<ObjectInfo> = listing.into_iter().filter(|o| o.path.ends_with(".tar")).collect();
-            let kept = describe.then(|| shards.clone());
-            let tar = TarSource::open_with(store.clone(), shards, opts, display, known).await?;
-            let described = kept.map(|shards| (shards, tar.indexes()));
-            Ok(Opened { source: Arc::new(tar), store, layout, described })
-        }
-        Layout::Lmdb => unreachable!("LMDB is opened before listing"),
-        Layout::Mix => Err(Error::invalid_option(format!(
-            "{display}: layout=mix names no files; a mix is opened from a mix file (NAME.mix.json or \
-             NAME.mix.toml) or `mix:{{...}}`"
-        ))),
-    }
-}
-
-/// Open a directory or prefix: from its manifest when there is one (one read, no listing),
-/// else by listing it.
-async fn open_listed(store: Store, opts: &SourceOptions, display: String, describe: bool) -> Result<Opened> {
-    if opts.manifest.unwrap_or(true) {
-        if let Some(m) = manifest::load(&store).await? {
-            let layout = opts.layout.unwrap_or(m.layout);
-            let mut listing = m.listing();
-            if layout == Layout::Tar && store.local_root().is_some() {
-                // Local shards are stat'ed again (cheap, concurrent): one rewritten since
-                // `stoker index` no longer matches its index and is re-indexed, not read at its
-                // old offsets. Remote reads carry the indexed entity tag instead (If-Match),
-                // so a remote manifest stays one GET.
-                let shards: Vec<String> =
-                    listing.iter().filter(|o| o.path.ends_with(".tar")).map(|o| o.path.clone()).collect();
-                listing = head_all(&store, &shards, opts.concurrency(), shards_may_be_missing(opts, &shards)).await?;
-            }
-            let known = (layout == m.layout).then_some(m.tar);
-            return build(store, layout, listing, opts, display, known, describe).await;
-        }
-    }
-    let listing: Vec<ObjectInfo> = store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
-    let layout = inferred_layout(opts, &listing);
-    build(store, layout, listing, opts, display, None, describe).await
-}
-
-/// The layout options force, else `tar` when the listing holds `.tar` files, else `objects`.
-fn inferred_layout(opts: &SourceOptions, listing: &[ObjectInfo]) -> Layout {
-    opts.layout.unwrap_or(if listing.iter().any(|o| o.path.ends_with(".tar")) { Layout::Tar } else { Layout::Objects })
-}
-
-/// Every named object's size and version, `concurrency` at a time. Checking each name once
-/// at open makes a typo in a pattern fail there, not mid-epoch.
-/// Look up every object a pattern or list names. With `missing_ok` (tar shards under
-/// `on_damage=skip`), a shard that does not exist is listed with size 0: opening then finds
-/// it unreadable and skips it whole, reported like any damage, instead of failing the open.
-async fn head_all(store: &Store, names: &[String], concurrency: usize, missing_ok: bool) -> Result<Vec<ObjectInfo>> {
-    // Futures collected first: a lazy `map` over borrowed names makes the whole open future
-    // fail the compiler's higher-ranked Send check (it could not be spawned).
-    let heads: Vec<_> = names
-        .iter()
-        .map(|p| async move {
-            match store.head(p).await {
-                Err(Error::NotFound { .. }) if missing_ok => {
-                    Ok(ObjectInfo { path: p.clone(), size: 0, modified_us: 0, e_tag: None })
-                }
-                other => other,
-            }
-        })
-        .collect();
-    futures::stream::iter(heads).buffered(concurrency).try_collect().await
-}
-
-/// Whether names from a pattern or list are tar shards whose absence the skip policy covers.
-fn shards_may_be_missing(opts: &SourceOptions, names: &[String]) -> bool {
-    opts.skip_damage() && opts.layout.unwrap_or(Layout::Tar) == Layout::Tar && names.iter().all(|n| n.ends_with(".tar"))
-}
-
-/// What `index` wrote.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IndexReport {
-    /// Where the manifest went.
-    pub manifest: String,
-    /// Its size in bytes.
-    pub manifest_bytes: u64,
-    /// The layout recorded.
-    pub layout: Layout,
-    /// Objects (files or shards) listed.
-    pub objects: usize,
-    /// Samples.
-    pub samples: usize,
-    /// Whether every tar member's payload has a recorded checksum.
-    pub checksums: bool,
-    /// Damage stepped over (with `on_damage=skip`).
-    pub damage: Vec<crate::stats::Damage>,
-}
-
-/// Build or refresh the indexes of a directory or prefix (tar sidecars) and write its
-/// manifest, so later opens read one small object instead of listing.
-pub async fn index(uri: &str, options: SourceOptions) -> Result<IndexReport> {
-    index_with_progress(uri, options, &|_, _| {}).await
-}
-
-/// [`index`], calling `progress(done, total)` each time a shard's index is loaded or built
-/// (once with `(n, n)` for layouts without per-shard indexes).
-pub async fn index_with_progress(
-    uri: &str,
-    options: SourceOptions,
-    progress: &(dyn Fn(usize, usize) + Send + Sync),
-) -> Result<IndexReport> {
-    index_with(uri, options, progress, &Default::default()).await
-}
-
-/// The index of one shard for `index`: with `sums` (the XXH3-64s `pack` computed as it
-/// wrote the shard) recorded without reading the payloads again.
-async fn index_shard(
-    store: &Store,
-    info: &ObjectInfo,
-    opts: &SourceOptions,
-    sums: Option<&Vec<u64>>,
-) -> Result<tar_index::ShardIndex> {
-    let Some(sums) = sums else { return tar_index::for_open(store, info, opts, None).await };
-    let headers_only = SourceOptions { checksums: None, ..opts.clone() };
-    let mut idx = tar_index::for_open(store, info, &headers_only, None).await?;
-    if idx.sums.is_empty() && idx.damage.is_empty() && sums.len() == idx.fields.len() {
-        idx.sums = sums.clone();
-        idx.digest = tar_index::PayloadDigest::Xxh3;
-        tar_index::save(store, &idx, opts).await;
-    } else if idx.sums.is_empty() && opts.checksums == Some(true) {
-        // Not the members `pack` wrote (a foreign file in the destination): read them.
-        return tar_index::for_open(store, info, opts, None).await;
-    }
-    Ok(idx)
-}
-
-/// [`index_with_progress`], given checksums already known per shard path.
-pub(crate) async fn index_with(
-    uri: &str,
-    options: SourceOptions,
-    progress: &(dyn Fn(usize, usize) + Send + Sync),
-    known_sums: &std::collections::HashMap<String, Vec<u64>>,
-) -> Result<IndexReport> {
-    let parsed = uri::parse(uri)?;
-    let mut opts = options.merged(parsed.options);
-    // Always from the truth: list and re-check every shard, ignoring an old manifest.
-    opts.manifest = Some(false);
-    let display = parsed.display;
-    let store = match &parsed.location {
-        Location::Local(p) if p.join("data.mdb").is_file() || opts.layout == Some(Layout::Lmdb) => {
-            return Err(Error::NotSupported {
-                what: format!("{display}: LMDB keeps its own index; there is nothing to build"),
-            })
-        }
-        Location::Local(p) if p.is_dir() => Store::local(p)?,
-        Location::Remote(loc) if loc.names.is_none() && opts.list.is_none() => Store::remote(loc, &opts, &display)?,
-        _ => {
-            return Err(Error::InvalidUri {
-                uri: display,
-                reason: "`index` takes a directory or prefix (the manifest goes at its root), not a pattern or file"
-                    .into(),
-            })
-        }
-    };
-    let listing: Vec<ObjectInfo> = store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
-    let layout = inferred_layout(&opts, &listing);
-    let known = match layout {
-        Layout::Tar => {
-            let shards: Vec<&ObjectInfo> = listing.iter().filter(|o| o.path.ends_with(".tar")).collect();
-            let total = shards.len();
-            let loads: Vec<_> = shards.iter().map(|s| index_shard(&store, s, &opts, known_sums.get(&s.path))).collect();
-            let done = std::sync::atomic::AtomicUsize::new(0);
-            let indexes: Vec<tar_index::ShardIndex> = futures::stream::iter(loads)
-                .buffered(opts.concurrency().min(8))
-                .inspect_ok(|_| progress(done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1, total))
-                .try_collect()
-                .await?;
-            Some(indexes)
-        }
-        _ => {
-            progress(listing.len(), listing.len());
-            None
-        }
-    };
-    let opened = build(store, layout, listing, &opts, display, known, true).await?;
-    let (listing, tar) = opened.described.unwrap_or_default();
-    let objects = listing.len();
-    let checksums = !tar.is_empty() && tar.iter().all(|t| t.fields.is_empty() || !t.sums.is_empty());
-    let m = manifest::Manifest::new(opened.layout, &listing, tar);
-    let bytes = manifest::save(&opened.store, &m).await?;
-    Ok(IndexReport {
-        manifest: opened.store.describe(manifest::MANIFEST),
-        manifest_bytes: bytes,
-        layout: opened.layout,
-        objects,
-        samples: opened.source.len(),
-        checksums,
-        damage: opened.source.damage(),
-    })
-}
-
-/// The deepest directory containing every path's parent.
-fn common_dir(paths: &[PathBuf]) -> PathBuf {
-    let mut parents = paths.iter().map(|p| p.parent().unwrap_or(Path::new("")).to_path_buf());
-    let mut common = parents.next().unwrap_or_default();
-    for p in parents {
-        while !p.starts_with(&common) {
-            if !common.pop() {
-                break;
-            }
-        }
-    }
-    if common.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        common
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn common_dir_of_patterns() {
-        let p = |v: &[&str]| common_dir(&v.iter().map(PathBuf::from).collect::<Vec<_>>());
-        assert_eq!(p(&["/d/a/x.tar", "/d/a/y.tar"]), PathBuf::from("/d/a"));
-        assert_eq!(p(&["/d/train/x.tar", "/d/val/y.tar"]), PathBuf::from("/d"));
-        assert_eq!(p(&["x.tar", "y.tar"]), PathBuf::from("."));
-    }
-
-    #[test]
-    fn hidden_and_sidecar_files_are_not_data() {
-        assert!(is_dataset_file("a/b.jpg"));
-        assert!(!is_dataset_file(".DS_Store"));
-        assert!(!is_dataset_file("a/.git/config"));
-        assert!(!is_dataset_file(&format!("s.tar{}", tar_index::SIDECAR_SUFFIX)));
-    }
+    resolve::Request::new(uri, options)?.open().await
 }

@@ -38,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::loader::{Loader, LoaderConfig, Transform};
 use crate::pinned::{GpuCopier, HostPool, PoolConfig};
 use crate::sample::Sample;
+use crate::source::resolve::Request;
 use crate::source::DynSampleSource;
 use crate::stats::Histogram;
 use crate::uri::SourceOptions;
@@ -96,23 +97,22 @@ pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) ->
     if cfg.samples == 0 {
         return Err(Error::invalid_option("diagnose needs at least 1 sample per step"));
     }
-    // The query is applied here, not by `open`, so the cache can be forced off over it.
-    // A mix's options are per source, inside its file (and inline JSON may hold a `?`).
-    let (base, query) =
-        if crate::source::mix::is_mix_uri(uri) { (uri, "") } else { uri.split_once('?').unwrap_or((uri, "")) };
-    let configured = options.merged(SourceOptions::from_query(query)?);
+    // Read once, then opened under options of our own: the cache is forced off over the
+    // URI's query for the uncached source.
+    let request = Request::new(uri, options)?;
+    let configured = request.options.clone();
     let mut cache_off = configured.clone();
     cache_off.cache_bytes = Some(0);
     cache_off.disk_cache = Some(false);
 
-    let uncached = crate::open(base, cache_off).await?;
+    let uncached = request.clone().with_options(cache_off).open().await?;
     if uncached.is_empty() {
         return Err(Error::invalid_option(format!("{uncached} has no samples to diagnose")));
     }
     // Only remote stores cache (the disk cache is on for them unless turned off).
     let cache = !uncached.capability().local
         && (configured.cache_bytes.unwrap_or(0) > 0 || configured.disk_cache_dir().is_some());
-    let full = if cache { crate::open(base, configured.clone()).await? } else { uncached.clone() };
+    let full = if cache { request.open().await? } else { uncached.clone() };
     let cached = preload(&uncached, cfg.loader.batch_size, cfg.max_time).await?;
     let mean = cached.iter().map(Sample::total_bytes).sum::<u64>() / cached.len().max(1) as u64;
     let device = cfg.loader.host_buffers.and_then(|h| h.device);

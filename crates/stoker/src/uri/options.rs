@@ -1,12 +1,11 @@
-//! Source URIs and options: `file:///data/shards/train-{000..127}.tar?layout=tar`.
-//!
-//! The options a URI query carries are the same [`SourceOptions`] a JSON or TOML config file
-//! deserialises into, so a config file and a query string say the same thing.
+//! The options a source opens with ([`SourceOptions`]), the layouts it can have ([`Layout`]),
+//! and the defaults behind them.
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::redact::{is_secret_option, scrub, SECRET_OPTIONS};
 use crate::error::{Error, Result};
 
 /// How samples are laid out in storage.
@@ -31,6 +30,26 @@ impl Layout {
             Layout::Tar => "tar",
             Layout::Lmdb => "lmdb",
             Layout::Mix => "mix",
+        }
+    }
+}
+
+/// Layouts whose files are recognised by name, with the suffix that names them, in the order
+/// inference tries them. A sharded layout (Parquet, MDS, ...) joins inference with a row here.
+const SHARD_SUFFIXES: &[(Layout, &str)] = &[(Layout::Tar, ".tar")];
+
+impl Layout {
+    /// The layout a file of this name is a shard of, when the name alone says so (`.tar`).
+    pub fn of_shard_name(name: &str) -> Option<Layout> {
+        SHARD_SUFFIXES.iter().find(|(_, suffix)| name.ends_with(suffix)).map(|&(l, _)| l)
+    }
+
+    /// Whether a file at `path` is part of a dataset in this layout: a sharded layout keeps
+    /// its shards only (a README beside tar shards is not one); the others keep every file.
+    pub fn holds(self, path: &str) -> bool {
+        match SHARD_SUFFIXES.iter().find(|(l, _)| *l == self) {
+            Some((_, suffix)) => path.ends_with(suffix),
+            None => true,
         }
     }
 }
@@ -158,10 +177,6 @@ pub fn option_keys() -> Vec<String> {
         _ => Vec::new(),
     }
 }
-
-/// Options whose values are credentials: masked in `Debug`, redacted in URIs.
-const SECRET_OPTIONS: &[&str] =
-    &["access_key_id", "secret_access_key", "session_token", "service_account", "access_key"];
 
 impl std::fmt::Debug for SourceOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -301,328 +316,15 @@ fn json_leaves(v: serde_json::Value) -> Vec<String> {
         other => vec![other.to_string()],
     }
 }
-
-/// `message` with every occurrence of each of `secrets` replaced by `***`.
-pub fn scrub(message: &str, secrets: &[String]) -> String {
-    let mut out = message.to_string();
-    for s in secrets.iter().filter(|s| !s.is_empty()) {
-        out = out.replace(s.as_str(), "***");
-    }
-    out
-}
-
 fn option_error(serde_msg: String) -> Error {
     // serde names the valid keys and variants already ("expected one of ..."); make sure the
     // message always lists the keys, also for errors serde words differently.
     Error::invalid_option(format!("{serde_msg}; valid options: {}", option_keys().join(", ")))
 }
 
-/// Where a source's bytes live, after parsing the URI.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Location {
-    /// A local path (file or directory), absolute or relative to the working directory.
-    Local(PathBuf),
-    /// Local paths from a brace pattern, in expansion order.
-    LocalPattern(Vec<PathBuf>),
-    /// An object store location.
-    Remote(RemoteLocation),
-}
-
-/// A remote location: `scheme://bucket/prefix`, or an HTTP base URL, and named objects when
-/// the URI was a brace pattern.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RemoteLocation {
-    /// `s3`, `gs`, `az` or `http`/`https`.
-    pub scheme: String,
-    /// Bucket or container; for HTTP the origin (`http://host:port`).
-    pub bucket: String,
-    /// Path inside the bucket that everything is relative to (no leading or trailing `/`).
-    pub prefix: String,
-    /// Object names relative to `prefix`, when the URI named them (brace pattern or one file).
-    pub names: Option<Vec<String>>,
-}
-
-/// A parsed source URI: where, plus the options from its query.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SourceUri {
-    /// Where the bytes are.
-    pub location: Location,
-    /// Options from the query string.
-    pub options: SourceOptions,
-    /// The URI as given, credentials redacted, for messages and `Display`.
-    pub display: String,
-}
-
-/// Schemes this build understands.
-pub const SCHEMES: &[&str] = &["file", "s3", "gs", "az", "http", "https"];
-
-/// Parse a source URI: a plain path, `file://`, with an optional `?query` of options.
-pub fn parse(uri: &str) -> Result<SourceUri> {
-    let display = redact(uri);
-    let bad = |reason: String| Error::InvalidUri { uri: display.clone(), reason };
-    if uri.trim().is_empty() {
-        return Err(bad("empty URI; give a path such as ./data or file:///data/shards".into()));
-    }
-    let (base, query) = match uri.split_once('?') {
-        Some((b, q)) => (b, q),
-        None => (uri, ""),
-    };
-    let options = SourceOptions::from_query(query)?;
-    let path = if let Some((scheme, rest)) = base.split_once("://") {
-        match scheme.to_ascii_lowercase().as_str() {
-            "file" => {
-                let rest = rest.strip_prefix("localhost").unwrap_or(rest);
-                if !rest.starts_with('/') {
-                    return Err(bad("file:// URIs need an absolute path, e.g. file:///data/train".into()));
-                }
-                percent_encoding::percent_decode_str(rest)
-                    .decode_utf8()
-                    .map_err(|_| bad("path is not valid UTF-8 after percent-decoding".into()))?
-                    .into_owned()
-            }
-            s @ ("s3" | "gs" | "az" | "http" | "https") => {
-                let remote = parse_remote(s, rest).map_err(bad)?;
-                return Ok(SourceUri { location: Location::Remote(remote), options, display });
-            }
-            other => {
-                return Err(bad(format!(
-                    "unknown scheme `{other}`; supported: {}, or a plain path",
-                    SCHEMES.join(", ")
-                )))
-            }
-        }
-    } else {
-        base.to_string()
-    };
-    let location = if path.contains('{') {
-        let expanded = expand_braces(&path).map_err(bad)?;
-        Location::LocalPattern(expanded.into_iter().map(PathBuf::from).collect())
-    } else {
-        Location::Local(PathBuf::from(path))
-    };
-    Ok(SourceUri { location, options, display })
-}
-
-fn parse_remote(scheme: &str, rest: &str) -> std::result::Result<RemoteLocation, String> {
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i + 1..].trim_end_matches('/')),
-        None => (rest, ""),
-    };
-    if authority.is_empty() {
-        return Err(format!("`{scheme}://` needs a bucket (or host), e.g. {scheme}://my-bucket/train"));
-    }
-    if authority.contains('@') {
-        return Err("credentials do not go in the URI's host part; use options or environment variables".into());
-    }
-    let bucket = if scheme.starts_with("http") { format!("{scheme}://{authority}") } else { authority.to_string() };
-    let path = percent_encoding::percent_decode_str(path)
-        .decode_utf8()
-        .map_err(|_| "path is not valid UTF-8 after percent-decoding".to_string())?
-        .into_owned();
-    if path.contains('{') {
-        let names = expand_braces(&path)?;
-        // Everything is relative to the deepest directory shared by all names.
-        let first_brace = path.find('{').unwrap_or(0);
-        let prefix = path[..first_brace].rsplit_once('/').map_or("", |(d, _)| d).to_string();
-        let cut = if prefix.is_empty() { 0 } else { prefix.len() + 1 };
-        let names = names.into_iter().map(|n| n[cut..].to_string()).collect();
-        return Ok(RemoteLocation { scheme: scheme.to_string(), bucket, prefix, names: Some(names) });
-    }
-    let last = path.rsplit('/').next().unwrap_or("");
-    if scheme.starts_with("http") || last.ends_with(".tar") {
-        // HTTP cannot list: a URI there names a file (a shard, or the list's directory).
-        if last.contains('.') {
-            let (prefix, name) = path.rsplit_once('/').map_or(("", path.as_str()), |(d, n)| (d, n));
-            return Ok(RemoteLocation {
-                scheme: scheme.to_string(),
-                bucket,
-                prefix: prefix.to_string(),
-                names: Some(vec![name.to_string()]),
-            });
-        }
-    }
-    Ok(RemoteLocation { scheme: scheme.to_string(), bucket, prefix: path, names: None })
-}
-
-/// The most names one brace pattern may expand to; more is almost surely a typo.
-const MAX_EXPANSION: usize = 1_000_000;
-/// The most bytes the expanded names may take: long literal parts times many names would
-/// otherwise exhaust memory before the name count is reached.
-const MAX_EXPANSION_BYTES: usize = 128 << 20;
-
-/// Expand shell-style braces: `a-{000..003}.tar` (zero-padded ranges) and `{train,val}`.
-///
-/// Several groups multiply out left to right. Nested braces are not supported.
-pub fn expand_braces(pattern: &str) -> std::result::Result<Vec<String>, String> {
-    let mut out = vec![String::new()];
-    let mut rest = pattern;
-    while let Some(open) = rest.find('{') {
-        let close =
-            rest[open..].find('}').map(|c| open + c).ok_or_else(|| format!("unclosed `{{` in pattern `{pattern}`"))?;
-        let body = &rest[open + 1..close];
-        if body.contains('{') {
-            return Err(format!("nested braces are not supported in `{pattern}`"));
-        }
-        let alts = brace_alternatives(body).map_err(|e| format!("{e} in pattern `{pattern}`"))?;
-        let prefix = &rest[..open];
-        let names = out.len().saturating_mul(alts.len());
-        if names > MAX_EXPANSION {
-            return Err(format!("pattern `{pattern}` expands to more than {MAX_EXPANSION} names"));
-        }
-        // Every name is at most the longest so far, this literal, the longest alternative and
-        // all the text after the group.
-        let longest = out.iter().map(String::len).max().unwrap_or(0)
-            + prefix.len()
-            + alts.iter().map(String::len).max().unwrap_or(0)
-            + (rest.len() - close);
-        if names.saturating_mul(longest) > MAX_EXPANSION_BYTES {
-            return Err(format!("pattern `{pattern}` expands to more than {} MiB of names", MAX_EXPANSION_BYTES >> 20));
-        }
-        out = out.iter().flat_map(|head| alts.iter().map(move |a| format!("{head}{prefix}{a}"))).collect();
-        rest = &rest[close + 1..];
-    }
-    if rest.contains('}') {
-        return Err(format!("unmatched `}}` in pattern `{pattern}`"));
-    }
-    for s in &mut out {
-        s.push_str(rest);
-    }
-    Ok(out)
-}
-
-fn brace_alternatives(body: &str) -> std::result::Result<Vec<String>, String> {
-    if let Some((a, b)) = body.split_once("..") {
-        let parse = |s: &str| s.parse::<u64>().map_err(|_| format!("`{{{body}}}` is not a range of whole numbers"));
-        let (lo, hi) = (parse(a)?, parse(b)?);
-        if lo > hi {
-            return Err(format!("range `{{{body}}}` runs backwards"));
-        }
-        if hi - lo >= MAX_EXPANSION as u64 {
-            return Err(format!("range `{{{body}}}` has more than {MAX_EXPANSION} values"));
-        }
-        // Zero padding follows the wider endpoint when either is written with a leading zero,
-        // as bash and Python's braceexpand do.
-        let padded = (a.len() > 1 && a.starts_with('0')) || (b.len() > 1 && b.starts_with('0'));
-        let width = if padded { a.len().max(b.len()) } else { 0 };
-        return Ok((lo..=hi).map(|n| format!("{n:0width$}")).collect());
-    }
-    if body.contains(',') {
-        return Ok(body.split(',').map(str::to_string).collect());
-    }
-    Err(format!("`{{{body}}}` is neither a range `{{a..b}}` nor a list `{{x,y}}`"))
-}
-
-/// Query keys whose values are secrets.
-const SECRET_HINTS: &[&str] = &[
-    "secret",
-    "password",
-    "token",
-    "key_id",
-    "access_key",
-    "account_key",
-    "private_key",
-    "signature",
-    "credential",
-    "sas",
-    "sig",
-    "service_account",
-];
-
-/// Remove credentials from a URI: userinfo passwords and secret-looking query values.
-pub fn redact(uri: &str) -> String {
-    let (base, query) = match uri.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (uri, None),
-    };
-    let mut out = String::with_capacity(uri.len());
-    match base.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = match rest.find('/') {
-                Some(i) => rest.split_at(i),
-                None => (rest, ""),
-            };
-            out.push_str(scheme);
-            out.push_str("://");
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) => {
-                    let user = userinfo.split(':').next().unwrap_or("");
-                    out.push_str(user);
-                    out.push_str(":***@");
-                    out.push_str(host);
-                }
-                None => out.push_str(authority),
-            }
-            out.push_str(path);
-        }
-        None => out.push_str(base),
-    }
-    if let Some(q) = query {
-        out.push('?');
-        let parts: Vec<String> = q
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
-                _ => kv.to_string(),
-            })
-            .collect();
-        out.push_str(&parts.join("&"));
-    }
-    out
-}
-
-/// Whether an option or query key holds a credential (its value is redacted everywhere).
-pub fn is_secret_option(key: &str) -> bool {
-    is_secret_key(key)
-}
-
-pub(crate) fn is_secret_key(k: &str) -> bool {
-    // Judged as the query parser will read it: `%73ecret_access_key` is `secret_access_key`.
-    let k = percent_encoding::percent_decode_str(&k.replace('+', " ")).decode_utf8_lossy().to_ascii_lowercase();
-    SECRET_OPTIONS.contains(&k.as_str()) || SECRET_HINTS.iter().any(|h| k.contains(h))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn braces_expand_ranges_and_lists() {
-        assert_eq!(expand_braces("s-{000..002}.tar").unwrap(), ["s-000.tar", "s-001.tar", "s-002.tar"]);
-        assert_eq!(expand_braces("{a,b}/{1..2}").unwrap(), ["a/1", "a/2", "b/1", "b/2"]);
-        assert_eq!(expand_braces("{8..10}").unwrap(), ["8", "9", "10"]);
-        assert_eq!(expand_braces("plain").unwrap(), ["plain"]);
-        for bad in ["{1..", "a}", "{3..1}", "{x..y}", "{a}", "{{a,b}}", "{0..99999999999}", "{0..999}{0..9999}"] {
-            assert!(expand_braces(bad).is_err(), "{bad} should fail");
-        }
-        // Few enough names, far too many bytes: refused before anything is built.
-        let long = format!("{}{{0..999}}{{0..999}}", "x".repeat(1000));
-        assert!(expand_braces(&long).unwrap_err().contains("MiB"));
-    }
-
-    #[test]
-    fn uri_forms() {
-        let u = parse("/data/x?layout=tar&concurrency=4").unwrap();
-        assert_eq!(u.location, Location::Local("/data/x".into()));
-        assert_eq!(u.options.layout, Some(Layout::Tar));
-        assert_eq!(u.options.concurrency, Some(4));
-        let f = parse("file:///data/a%20b").unwrap();
-        assert_eq!(f.location, Location::Local("/data/a b".into()));
-        assert!(matches!(parse("file:///d/s-{0..1}.tar").unwrap().location, Location::LocalPattern(v) if v.len() == 2));
-    }
-
-    #[test]
-    fn bad_uris_and_options_name_the_choices() {
-        let e = parse("/d?layout=zip").unwrap_err().to_string();
-        assert!(e.contains("objects") && e.contains("tar") && e.contains("lmdb"), "{e}");
-        let e = parse("/d?colour=red").unwrap_err().to_string();
-        assert!(e.contains("colour") && e.contains("concurrency"), "{e}");
-        let e = parse("/d?concurrency=many").unwrap_err().to_string();
-        assert!(e.contains("concurrency"), "{e}");
-        let e = parse("ftp://host/x").unwrap_err().to_string();
-        assert!(e.contains("ftp") && e.contains("file"), "{e}");
-        assert!(parse("file://relative/x").is_err());
-        assert!(parse("").is_err());
-    }
 
     #[test]
     fn query_json_and_toml_agree() {
@@ -658,13 +360,5 @@ mod tests {
         let over = SourceOptions { concurrency: Some(9), ..Default::default() };
         let m = base.merged(over);
         assert_eq!((m.layout, m.concurrency), (Some(Layout::Tar), Some(9)));
-    }
-
-    #[test]
-    fn redaction_hides_secrets() {
-        let r = redact("s3://AKIA:hunter2@bucket/p?secret_access_key=hunter2&region=x");
-        assert!(!r.contains("hunter2"), "{r}");
-        assert!(r.contains("bucket/p") && r.contains("region=x"), "{r}");
-        assert_eq!(redact("/plain/path"), "/plain/path");
     }
 }

@@ -40,9 +40,10 @@
 //! still fail). A sample met later that lacks a field, or holds one outside the schema, is
 //! the same error when it is read.
 
-use std::collections::BTreeMap;
+mod schema;
+mod spec;
+
 use std::fmt;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
@@ -50,159 +51,20 @@ use std::time::Instant;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
-use crate::sample::{Field, Sample, SampleMeta};
+use crate::sample::{Sample, SampleMeta};
 use crate::sampler::{EpochLength, MixPlan};
 use crate::stats::{Histogram, SourceStats};
 use crate::store::IoCounters;
-use crate::uri::{self, Layout, SourceOptions};
+use crate::uri::{Layout, SourceOptions};
+
+use self::spec::default_name;
+pub use self::spec::{is_mix_uri, FillMissing, MixEntry, MixSpec};
 
 /// The field every sample of a mix carries: its source's name (UTF-8).
 pub const SOURCE_FIELD: &str = "__source__";
-
-/// One source of a mix.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MixEntry {
-    /// The source's URI (any form [`crate::open`] takes, except another mix).
-    pub uri: String,
-    /// Its weight: positive; only the ratios between weights matter.
-    pub weight: f64,
-    /// Its name in the `__source__` field and in stats; default: the URI without its query.
-    #[serde(default)]
-    pub name: Option<String>,
-    /// Its open options (over the options the whole mix is opened with).
-    #[serde(default)]
-    pub options: SourceOptions,
-}
-
-/// What to do with a field that one source's samples lack and another's have.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum FillMissing {
-    /// `true`: fill every missing field with empty bytes; `false`: fail (the default).
-    All(bool),
-    /// Fill the fields named with the given text (UTF-8 bytes); any other missing field fails.
-    Fields(BTreeMap<String, String>),
-}
-
-/// A mix: its sources and how an epoch is made of them. The serde form is the mix file.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MixSpec {
-    /// The sources, each with its weight.
-    pub sources: Vec<MixEntry>,
-    /// Samples per epoch; default: without replacement, the longest epoch in which no
-    /// source's share exceeds its size; with replacement, every source's size added up.
-    #[serde(default)]
-    pub epoch_length: Option<u64>,
-    /// Let a source give an epoch more samples than it has, repeating them evenly.
-    #[serde(default)]
-    pub replacement: bool,
-    /// Fill fields missing from a source instead of failing.
-    #[serde(default)]
-    pub fill_missing: Option<FillMissing>,
-}
-
-const MIX_PREFIX: &str = "mix:";
-
-/// Whether `uri` names a mix: `mix:...`, or a path ending `.mix.json` or `.mix.toml`.
-pub fn is_mix_uri(uri: &str) -> bool {
-    let path = uri.split('?').next().unwrap_or(uri);
-    uri.starts_with(MIX_PREFIX) || path.ends_with(".mix.json") || path.ends_with(".mix.toml")
-}
-
-impl MixSpec {
-    /// Parse a mix from JSON text. Errors never quote credential values.
-    pub fn from_json(text: &str) -> Result<Self> {
-        serde_json::from_str(text).map_err(|e| spec_error("JSON", &e.to_string(), text))
-    }
-
-    /// Parse a mix from TOML text. Errors never quote credential values.
-    pub fn from_toml(text: &str) -> Result<Self> {
-        toml::from_str(text).map_err(|e| spec_error("TOML", &e.to_string(), text))
-    }
-
-    /// Read a mix file (`.json` or `.toml`; otherwise JSON if it starts with `{`). Relative
-    /// local paths in it are taken relative to the file's directory.
-    pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display(), e))?;
-        let name = path.to_string_lossy();
-        let json = name.ends_with(".json") || (!name.ends_with(".toml") && text.trim_start().starts_with('{'));
-        let parsed = if json { Self::from_json(&text) } else { Self::from_toml(&text) };
-        let mut spec = parsed.map_err(|e| match e {
-            Error::InvalidOption { message } => {
-                Error::invalid_option(format!("mix file {}: {message}", path.display()))
-            }
-            other => other,
-        })?;
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        for e in &mut spec.sources {
-            if e.name.is_none() {
-                e.name = Some(default_name(&e.uri));
-            }
-            if !e.uri.contains("://") && !Path::new(&e.uri).is_absolute() {
-                e.uri = dir.join(&e.uri).to_string_lossy().into_owned();
-            }
-        }
-        Ok(spec)
-    }
-
-    /// Parse the forms [`is_mix_uri`] accepts.
-    pub fn from_uri(uri: &str) -> Result<Self> {
-        let rest = uri.strip_prefix(MIX_PREFIX).unwrap_or(uri);
-        if rest.trim_start().starts_with('{') {
-            return Self::from_json(rest);
-        }
-        Self::load(Path::new(rest))
-    }
-}
-
-/// A mix file's parse error, with any credential values in the text scrubbed from it.
-fn spec_error(format: &str, message: &str, text: &str) -> Error {
-    let mut secrets = Vec::new();
-    collect_secrets(&serde_json::from_str(text).unwrap_or_default(), &mut secrets);
-    if let Ok(v) = toml::from_str::<serde_json::Value>(text) {
-        collect_secrets(&v, &mut secrets);
-    }
-    // Lines with a secret key, for TOML text that does not parse at all.
-    for (k, v) in text.lines().filter_map(|l| l.split_once('=')) {
-        if uri::is_secret_option(k.trim().trim_matches(['"', '\''])) {
-            let v = v.trim().trim_end_matches([',', '}']).trim();
-            secrets.extend([v.to_string(), v.trim_matches(['"', '\'']).to_string()]);
-        }
-    }
-    Error::invalid_option(format!("bad mix {format}: {}", uri::scrub(message, &secrets)))
-}
-
-fn collect_secrets(v: &serde_json::Value, out: &mut Vec<String>) {
-    match v {
-        serde_json::Value::Object(map) => {
-            for (k, v) in map {
-                if uri::is_secret_option(k) {
-                    match v {
-                        serde_json::Value::String(s) => out.push(s.clone()),
-                        other => out.push(other.to_string()),
-                    }
-                } else {
-                    collect_secrets(v, out);
-                }
-            }
-        }
-        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_secrets(v, out)),
-        _ => {}
-    }
-}
-
-/// The name a source gets without one: its URI as written, without the query (which may
-/// hold credentials).
-fn default_name(uri: &str) -> String {
-    let base = uri.split('?').next().unwrap_or(uri).trim_end_matches('/');
-    uri::redact(if base.is_empty() { uri } else { base })
-}
 
 /// Open the mix a [`is_mix_uri`] URI names, with `options` under every source's own.
 ///
@@ -311,62 +173,6 @@ impl MixSource {
         mix.settle_schema(spec.fill_missing.as_ref()).await?;
         Ok(mix)
     }
-
-    /// The schema from each source's first sample, and the fills; fails on a field one
-    /// source lacks that no fill covers.
-    async fn settle_schema(&mut self, fill: Option<&FillMissing>) -> Result<()> {
-        let mut firsts = Vec::with_capacity(self.parts.len());
-        for p in &self.parts {
-            let meta = p.source.meta(0).await?;
-            if let Some((name, _)) = meta.fields.iter().find(|(n, _)| &**n == SOURCE_FIELD) {
-                return Err(Error::MixSchema {
-                    source_name: p.name.clone(),
-                    field: name.to_string(),
-                    reason: format!(
-                        "its samples have a field named `{SOURCE_FIELD}`, which a mix uses for source names"
-                    ),
-                });
-            }
-            for (name, _) in &meta.fields {
-                if !self.schema.iter().any(|f| **f == **name) {
-                    self.schema.push(name.clone());
-                }
-            }
-            firsts.push(meta);
-        }
-        self.fills = self
-            .schema
-            .iter()
-            .map(|f| match fill {
-                Some(FillMissing::All(true)) => Some(Bytes::new()),
-                Some(FillMissing::Fields(map)) => map.get(&**f).map(|v| Bytes::from(v.clone().into_bytes())),
-                _ => None,
-            })
-            .collect();
-        for (p, meta) in self.parts.iter().zip(&firsts) {
-            for (j, field) in self.schema.iter().enumerate() {
-                if self.fills[j].is_some() || meta.fields.iter().any(|(n, _)| n == field) {
-                    continue;
-                }
-                let other = self.parts.iter().zip(&firsts).find(|(_, m)| m.fields.iter().any(|(n, _)| n == field));
-                let other = other.map_or(String::new(), |(o, _)| format!(" but `{}` has", o.name));
-                let own: Vec<&str> = meta.fields.iter().map(|(n, _)| &**n).collect();
-                return Err(Error::MixSchema {
-                    source_name: p.name.clone(),
-                    field: field.to_string(),
-                    reason: format!(
-                        "its samples have no field `{field}`{other} (its first sample `{}` has: {}); give \
-                         fill_missing (true for empty bytes, or {{\"{field}\": \"VALUE\"}}) to fill it, or make the \
-                         fields match (an LMDB's one field is named by its `field` option)",
-                        meta.key,
-                        own.join(", ")
-                    ),
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// The plan the Loader's sampler follows.
     pub fn plan(&self) -> &Arc<MixPlan> {
         &self.plan
@@ -426,65 +232,6 @@ impl MixSource {
         let (s, local) = self.plan.locate(index as u64).ok_or(Error::IndexOutOfRange { index, len: self.len() })?;
         Ok((s, local as usize))
     }
-
-    fn schema_error(&self, s: usize, key: &str, field: &str, reason: String) -> Error {
-        Error::MixSchema {
-            source_name: self.parts[s].name.clone(),
-            field: field.to_string(),
-            reason: format!("sample `{key}` {reason}"),
-        }
-    }
-
-    fn schema_list(&self) -> String {
-        self.schema.iter().map(|f| &**f).collect::<Vec<_>>().join(", ")
-    }
-
-    /// `fields` (name, payload) of a sample of source `s` in schema order, filled, with the
-    /// source's name last; or the error for a field the schema does not agree with.
-    fn conform<T: Clone>(
-        &self,
-        s: usize,
-        key: &str,
-        fields: &[(Arc<str>, T)],
-        fill: impl Fn(&Bytes) -> T,
-        label: T,
-    ) -> Result<Vec<(Arc<str>, T)>> {
-        if let Some((extra, _)) = fields.iter().find(|(n, _)| !self.schema.iter().any(|f| f == n)) {
-            let reason = format!(
-                "has field `{extra}`, which the mix's fields ({}; from each source's first sample) do not \
-                 include; a mix keeps one set of fields so every batch lines up",
-                self.schema_list()
-            );
-            return Err(self.schema_error(s, key, extra, reason));
-        }
-        let mut out = Vec::with_capacity(self.schema.len() + 1);
-        for (name, filler) in self.schema.iter().zip(&self.fills) {
-            match (fields.iter().find(|(n, _)| n == name), filler) {
-                // The schema's own name: batches then match columns by pointer.
-                (Some((_, v)), _) => out.push((name.clone(), v.clone())),
-                (None, Some(b)) => out.push((name.clone(), fill(b))),
-                (None, None) => {
-                    let have: Vec<&str> = fields.iter().map(|(n, _)| &**n).collect();
-                    let reason = format!(
-                        "has no field `{name}` (it has: {}), which the mix's other sources have; give fill_missing \
-                         to fill it",
-                        have.join(", ")
-                    );
-                    return Err(self.schema_error(s, key, name, reason));
-                }
-            }
-        }
-        out.push((self.source_field.clone(), label));
-        Ok(out)
-    }
-
-    fn conform_sample(&self, s: usize, sample: Sample) -> Result<Sample> {
-        let fields: Vec<(Arc<str>, Bytes)> = sample.fields.into_iter().map(|f| (f.name, f.data)).collect();
-        let label = self.parts[s].label.clone();
-        let out = self.conform(s, &sample.key, &fields, Bytes::clone, label)?;
-        Ok(Sample { key: sample.key, fields: out.into_iter().map(|(name, data)| Field { name, data }).collect() })
-    }
-
     /// Read `locals` of source `s`, conformed, counting the read.
     async fn read_part(&self, s: usize, locals: &[usize]) -> Result<Vec<Sample>> {
         let p = &self.parts[s];

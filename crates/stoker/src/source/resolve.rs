@@ -1,0 +1,503 @@
+//! From a URI and options to what opening needs, decided once: where the bytes are (a store,
+//! or an LMDB environment's directory), the layout, what is there (a listing, or a
+//! manifest's), and the shard indexes already known. [`open`](super::open),
+//! [`index`](super::index) and [`diagnose`](crate::diagnose::diagnose) all come through here,
+//! so they cannot disagree about what a URI names.
+//!
+//! Layout inference is [`infer`] (over [`Layout::of_shard_name`]'s table of shard suffixes)
+//! and the LMDB rule is [`lmdb_dir`]; nothing else decides either. A new layout is one row in
+//! that table (when its files are recognised by name) and one arm in [`construct`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+
+use super::lmdb::DATA_FILE;
+use super::tar_index::{self, ShardIndex};
+use super::{manifest, mix, DynSampleSource, LmdbSource, ObjectsSource, TarSource};
+use crate::error::{Error, Result};
+use crate::store::{ObjectInfo, Store};
+use crate::uri::{self, Layout, Location, RemoteLocation, SourceOptions};
+
+/// A URI read, with the options that apply to it: the step before any I/O.
+///
+/// [`diagnose`](crate::diagnose::diagnose) changes the options between this step and opening
+/// (to force the cache off over the URI's own query), which is why it is a step of its own.
+#[derive(Clone, Debug)]
+pub(crate) struct Request {
+    /// The URI as given, credentials redacted.
+    pub display: String,
+    /// The options passed in, overridden by the URI's query.
+    pub options: SourceOptions,
+    target: Target,
+}
+
+#[derive(Clone, Debug)]
+enum Target {
+    /// A mix file or inline mix: its sources are resolved one by one when it opens.
+    Mix(String),
+    At(Location),
+}
+
+/// What a [`Request`] resolved to.
+#[derive(Debug)]
+pub(crate) struct Resolved {
+    /// The URI as given, credentials redacted.
+    pub display: String,
+    /// The options in force.
+    pub options: SourceOptions,
+    /// The layout, forced or inferred.
+    pub layout: Layout,
+    /// Where the bytes are.
+    pub place: Place,
+}
+
+/// Where a resolved source's bytes are.
+#[derive(Debug)]
+pub(crate) enum Place {
+    /// An LMDB environment: the directory holding `data.mdb`.
+    LmdbDir(PathBuf),
+    /// Files or objects in a store.
+    Store {
+        store: Store,
+        /// The files of the layout (a sharded layout's shards only), each looked up once.
+        listing: Vec<ObjectInfo>,
+        /// Indexes of the shards, from a manifest written for this layout.
+        known: Option<Vec<ShardIndex>>,
+        /// Whether the URI named a whole directory or prefix (listed, or read from its
+        /// manifest) rather than files picked by name, pattern or list.
+        whole: bool,
+    },
+}
+
+impl Request {
+    /// Read `uri`; the options in its query override `options`. A mix's options are per
+    /// source, inside its file, so a mix URI has no query (inline JSON may hold a `?`).
+    pub fn new(uri: &str, options: SourceOptions) -> Result<Self> {
+        if mix::is_mix_uri(uri) {
+            return Ok(Request { display: uri::redact(uri), options, target: Target::Mix(uri.to_string()) });
+        }
+        let parsed = uri::parse(uri)?;
+        Ok(Request {
+            display: parsed.display,
+            options: options.merged(parsed.options),
+            target: Target::At(parsed.location),
+        })
+    }
+
+    /// The same location under other options.
+    pub fn with_options(self, options: SourceOptions) -> Self {
+        Request { options, ..self }
+    }
+
+    /// Resolve and construct the source.
+    pub async fn open(self) -> Result<Arc<DynSampleSource>> {
+        match self.target {
+            Target::Mix(uri) => mix::open_uri(&uri, self.options).await,
+            Target::At(_) => construct(self.resolve().await?).await,
+        }
+    }
+
+    /// Find where the bytes are, the layout and what is there.
+    pub async fn resolve(self) -> Result<Resolved> {
+        let Request { display, options: opts, target } = self;
+        let location = match target {
+            Target::At(location) => location,
+            Target::Mix(_) => {
+                return Err(Error::invalid_option(format!(
+                    "{display} is a mix: it names several sources, not one location; open it, or give one of its \
+                     sources"
+                )))
+            }
+        };
+        if opts.layout == Some(Layout::Mix) {
+            return Err(Error::invalid_option(format!(
+                "{display}: layout=mix names no files; a mix is opened from a mix file (NAME.mix.json or \
+                 NAME.mix.toml) or `mix:{{...}}`"
+            )));
+        }
+        if let Some(dir) = lmdb_dir(&location, opts.layout, &display)? {
+            return Ok(Resolved { display, options: opts, layout: Layout::Lmdb, place: Place::LmdbDir(dir) });
+        }
+        let (store, names) = match &location {
+            Location::Local(path) => {
+                if local_meta(path)?.is_file() {
+                    let (parent, name) = split_file(path);
+                    (Store::local(&parent)?, Some(vec![name]))
+                } else {
+                    (Store::local(path)?, None)
+                }
+            }
+            Location::LocalPattern(paths) => {
+                let root = common_dir(paths);
+                let rel = paths.iter().map(|p| p.strip_prefix(&root).unwrap_or(p).to_string_lossy().into_owned());
+                (Store::local(&root)?, Some(rel.collect()))
+            }
+            Location::Remote(loc) => {
+                let store = Store::remote(loc, &opts, &display)?;
+                let names = remote_names(&store, loc, &opts, &display).await?;
+                (store, names)
+            }
+        };
+        let (layout, listing, known) = match names {
+            Some(names) => named(&store, names, &opts, &display).await?,
+            None => listed(&store, &opts).await?,
+        };
+        if listing.is_empty() {
+            let reason = match layout {
+                Layout::Objects => "no files found (hidden files and Stoker indexes are ignored)".to_string(),
+                other => format!("no {other} shards found"),
+            };
+            return Err(Error::Empty { uri: display, reason });
+        }
+        let whole = matches!(&location, Location::Local(p) if p.is_dir())
+            || matches!(&location, Location::Remote(loc) if loc.names.is_none() && opts.list.is_none());
+        Ok(Resolved { display, options: opts, layout, place: Place::Store { store, listing, known, whole } })
+    }
+}
+
+/// The source a resolution describes: one constructor per layout.
+pub(crate) async fn construct(r: Resolved) -> Result<Arc<DynSampleSource>> {
+    let Resolved { display, options: opts, layout, place } = r;
+    Ok(match (layout, place) {
+        (_, Place::LmdbDir(dir)) => Arc::new(LmdbSource::open(&dir, &opts, display)?),
+        (Layout::Objects, Place::Store { store, listing, .. }) => {
+            Arc::new(ObjectsSource::new(store, listing, &opts, display)?)
+        }
+        (Layout::Tar, Place::Store { store, listing, known, .. }) => {
+            Arc::new(TarSource::open_with(store, listing, &opts, display, known).await?)
+        }
+        (Layout::Lmdb | Layout::Mix, Place::Store { .. }) => {
+            return Err(Error::Task(format!("{display}: resolved to {layout} over a store, which cannot be")))
+        }
+    })
+}
+
+/// Layout inference: the layout `forced` by the options, else the first sharded layout any
+/// of `names` is a shard of (a listing holding `.tar` files is tar shards), else one file
+/// per sample.
+pub(crate) fn infer<'a>(forced: Option<Layout>, names: impl IntoIterator<Item = &'a str>) -> Layout {
+    forced.unwrap_or_else(|| names.into_iter().find_map(Layout::of_shard_name).unwrap_or(Layout::Objects))
+}
+
+/// The LMDB rule: LMDB is memory-mapped, so it is a local directory holding `data.mdb`
+/// (named by the directory or by `data.mdb` itself), opened as LMDB unless another layout is
+/// forced; `layout=lmdb` makes a local path's directory LMDB and is an error anywhere else.
+pub(crate) fn lmdb_dir(location: &Location, forced: Option<Layout>, display: &str) -> Result<Option<PathBuf>> {
+    let lmdb = forced == Some(Layout::Lmdb);
+    match location {
+        Location::Remote(_) if lmdb => Err(Error::NotSupported {
+            what: format!(
+                "{display}: LMDB is memory-mapped and needs a local directory; copy it to local disk, or convert it \
+                 to tar shards (which read well remotely)"
+            ),
+        }),
+        Location::LocalPattern(_) if lmdb => Err(Error::invalid_option(format!(
+            "{display}: a brace pattern names tar shards or files, not an LMDB environment; give the LMDB directory"
+        ))),
+        Location::Local(path) if forced.is_none() || lmdb => {
+            if path.is_dir() {
+                Ok((lmdb || path.join(DATA_FILE).is_file()).then(|| path.clone()))
+            } else if path.is_file() && (lmdb || path.file_name().is_some_and(|n| n == DATA_FILE)) {
+                Ok(Some(split_file(path).0))
+            } else {
+                Ok(None)
+            }
+        }
+        _ => Ok(None),
+    }
+}
+
+/// A local path's metadata, or an error saying it is not there.
+fn local_meta(path: &Path) -> Result<std::fs::Metadata> {
+    std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::NotFound {
+            what: path.display().to_string(),
+            hint: Some(
+                "no such file or directory; check the path (relative paths start at the working directory)".into(),
+            ),
+        },
+        _ => Error::io(path.display(), e),
+    })
+}
+
+/// A file's directory (`.` for a bare name) and its name.
+fn split_file(path: &Path) -> (PathBuf, String) {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    (parent.to_path_buf(), name)
+}
+
+/// The objects a remote URI names (by pattern, as one file, or with `?list=`), or `None`
+/// when the prefix is to be listed.
+async fn remote_names(
+    store: &Store,
+    loc: &RemoteLocation,
+    opts: &SourceOptions,
+    display: &str,
+) -> Result<Option<Vec<String>>> {
+    match (&loc.names, &opts.list) {
+        (Some(n), _) => Ok(Some(n.clone())),
+        (None, Some(list)) => {
+            let text = store.get(list).await?;
+            let text = String::from_utf8_lossy(&text);
+            let names = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#'));
+            Ok(Some(names.map(str::to_string).collect()))
+        }
+        (None, None) if loc.scheme.starts_with("http") => Err(Error::InvalidUri {
+            uri: display.to_string(),
+            reason: "HTTP servers cannot be listed: name the shards with a brace pattern \
+                     (https://host/data/train-{0000..0099}.tar) or give ?list=FILE with one object name per line"
+                .into(),
+        }),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Files picked by name: the layout from the names, then every name looked up once, so a
+/// typo in a pattern fails at open, not mid-epoch.
+async fn named(
+    store: &Store,
+    names: Vec<String>,
+    opts: &SourceOptions,
+    display: &str,
+) -> Result<(Layout, Vec<ObjectInfo>, Option<Vec<ShardIndex>>)> {
+    let layout = infer(opts.layout, names.iter().map(String::as_str));
+    if let Some(stray) = names.iter().find(|n| !layout.holds(n)) {
+        // A file named on purpose is never dropped in silence.
+        return Err(Error::invalid_option(format!(
+            "{display} names `{stray}`, which is not a {layout} shard; name only shards, or give ?layout=objects to \
+             read each file as one sample"
+        )));
+    }
+    // Under `on_damage=skip` a shard that does not exist is damage like any other.
+    let missing_ok = opts.skip_damage() && layout != Layout::Objects;
+    let listing = head_all(store, &names, opts.concurrency(), missing_ok).await?;
+    Ok((layout, listing, None))
+}
+
+/// A directory or prefix: from its manifest when there is one (one read, no listing), else
+/// by listing it.
+async fn listed(store: &Store, opts: &SourceOptions) -> Result<(Layout, Vec<ObjectInfo>, Option<Vec<ShardIndex>>)> {
+    if opts.manifest.unwrap_or(true) {
+        if let Some(m) = manifest::load(store).await? {
+            let layout = opts.layout.unwrap_or(m.layout);
+            let mut listing: Vec<ObjectInfo> = m.listing().into_iter().filter(|o| layout.holds(&o.path)).collect();
+            if layout != Layout::Objects && store.local_root().is_some() {
+                // Local shards are stat'ed again (cheap, concurrent): one rewritten since
+                // `stoker index` no longer matches its index and is re-indexed, not read at its
+                // old offsets. Remote reads carry the indexed entity tag instead (If-Match),
+                // so a remote manifest stays one GET.
+                let shards: Vec<String> = listing.into_iter().map(|o| o.path).collect();
+                listing = head_all(store, &shards, opts.concurrency(), opts.skip_damage()).await?;
+            }
+            let known = (layout == m.layout).then_some(m.tar);
+            return Ok((layout, listing, known));
+        }
+    }
+    let listing: Vec<ObjectInfo> = store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
+    let layout = infer(opts.layout, listing.iter().map(|o| o.path.as_str()));
+    Ok((layout, listing.into_iter().filter(|o| layout.holds(&o.path)).collect(), None))
+}
+
+/// Files that are never samples or shards: hidden files (any path component starting with
+/// a dot) and Stoker's own sidecar indexes.
+pub(crate) fn is_dataset_file(path: &str) -> bool {
+    !path.split('/').any(|c| c.starts_with('.')) && !path.ends_with(tar_index::SIDECAR_SUFFIX)
+}
+
+/// Look up every named object, `concurrency` at a time. With `missing_ok` (shards under
+/// `on_damage=skip`), one that does not exist is listed with size 0: opening then finds it
+/// unreadable and skips it whole, reported like any damage, instead of failing the open.
+async fn head_all(store: &Store, names: &[String], concurrency: usize, missing_ok: bool) -> Result<Vec<ObjectInfo>> {
+    // Futures collected first: a lazy `map` over borrowed names makes the whole open future
+    // fail the compiler's higher-ranked Send check (it could not be spawned).
+    let heads: Vec<_> = names
+        .iter()
+        .map(|p| async move {
+            match store.head(p).await {
+                Err(Error::NotFound { .. }) if missing_ok => {
+                    Ok(ObjectInfo { path: p.clone(), size: 0, modified_us: 0, e_tag: None })
+                }
+                other => other,
+            }
+        })
+        .collect();
+    futures::stream::iter(heads).buffered(concurrency).try_collect().await
+}
+
+/// The deepest directory containing every path's parent.
+fn common_dir(paths: &[PathBuf]) -> PathBuf {
+    let mut parents = paths.iter().map(|p| p.parent().unwrap_or(Path::new("")).to_path_buf());
+    let mut common = parents.next().unwrap_or_default();
+    for p in parents {
+        while !p.starts_with(&common) {
+            if !common.pop() {
+                break;
+            }
+        }
+    }
+    if common.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        common
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory holding `files` (empty files: resolving never reads a payload).
+    fn dir_with(files: &[&str]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for f in files {
+            let path = dir.path().join(f);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, b"x").unwrap();
+        }
+        dir
+    }
+
+    async fn resolve(uri: &str) -> Result<Resolved> {
+        Request::new(uri, SourceOptions::default())?.resolve().await
+    }
+
+    fn names(r: &Resolved) -> Vec<&str> {
+        match &r.place {
+            Place::Store { listing, .. } => listing.iter().map(|o| o.path.as_str()).collect(),
+            Place::LmdbDir(_) => Vec::new(),
+        }
+    }
+
+    fn path(dir: &tempfile::TempDir, rest: &str) -> String {
+        format!("{}{rest}", dir.path().display())
+    }
+
+    #[tokio::test]
+    async fn tar_shards_are_inferred_from_names() {
+        let dir = dir_with(&["s-0.tar", "s-1.tar", "README.md", ".hidden.tar", "s-0.tar.stoker-idx.json"]);
+        let r = resolve(&path(&dir, "")).await.unwrap();
+        assert_eq!(r.layout, Layout::Tar);
+        assert_eq!(names(&r), ["s-0.tar", "s-1.tar"], "shards only: no README, hidden file or sidecar");
+        assert!(matches!(r.place, Place::Store { whole: true, known: None, .. }));
+
+        let r = resolve(&path(&dir, "/s-{0..1}.tar")).await.unwrap();
+        assert_eq!((r.layout, names(&r)), (Layout::Tar, vec!["s-0.tar", "s-1.tar"]));
+        assert!(matches!(r.place, Place::Store { whole: false, .. }), "a pattern is not the whole directory");
+
+        let r = resolve(&path(&dir, "/s-1.tar")).await.unwrap();
+        assert_eq!((r.layout, names(&r)), (Layout::Tar, vec!["s-1.tar"]));
+    }
+
+    #[tokio::test]
+    async fn a_directory_of_files_is_objects() {
+        let dir = dir_with(&["a/1.jpg", "b/2.jpg", ".git/config"]);
+        let r = resolve(&path(&dir, "")).await.unwrap();
+        assert_eq!(r.layout, Layout::Objects);
+        let mut got = names(&r);
+        got.sort();
+        assert_eq!(got, ["a/1.jpg", "b/2.jpg"]);
+        let r = resolve(&path(&dir, "/{a,b}/{1,2}.jpg")).await;
+        assert!(r.is_err(), "a pattern naming a file that is not there fails at resolve");
+        let r = resolve(&path(&dir, "/a/1.jpg")).await.unwrap();
+        assert_eq!((r.layout, names(&r)), (Layout::Objects, vec!["1.jpg"]));
+    }
+
+    #[tokio::test]
+    async fn an_explicit_layout_wins_over_inference() {
+        let dir = dir_with(&["s-0.tar", "x.jpg"]);
+        let r = resolve(&path(&dir, "?layout=objects")).await.unwrap();
+        assert_eq!(r.layout, Layout::Objects);
+        assert_eq!(names(&r).len(), 2, "objects keeps every file, shards included");
+        // Options passed in lose to the query.
+        let tar = SourceOptions { layout: Some(Layout::Tar), ..Default::default() };
+        let r = Request::new(&path(&dir, "?layout=objects"), tar).unwrap().resolve().await.unwrap();
+        assert_eq!(r.layout, Layout::Objects);
+        // A directory of plain files forced to tar holds no shards: said plainly.
+        let plain = dir_with(&["x.jpg"]);
+        let e = resolve(&path(&plain, "?layout=tar")).await.unwrap_err();
+        assert!(matches!(e, Error::Empty { .. }) && e.to_string().contains("no tar shards"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn the_lmdb_rule() {
+        let dir = dir_with(&["data.mdb", "lock.mdb"]);
+        let r = resolve(&path(&dir, "")).await.unwrap();
+        assert_eq!(r.layout, Layout::Lmdb);
+        assert!(matches!(&r.place, Place::LmdbDir(d) if d == dir.path()));
+        // Named by its data file: the directory holding it.
+        let r = resolve(&path(&dir, "/data.mdb")).await.unwrap();
+        assert!(matches!(&r.place, Place::LmdbDir(d) if d == dir.path()), "{r:?}");
+        // Another layout forced: the files are read as files.
+        let r = resolve(&path(&dir, "?layout=objects")).await.unwrap();
+        assert_eq!((r.layout, names(&r).len()), (Layout::Objects, 2));
+        // layout=lmdb makes a local directory LMDB (the constructor then says data.mdb is missing)...
+        let plain = dir_with(&["x.bin"]);
+        let r = resolve(&path(&plain, "?layout=lmdb")).await.unwrap();
+        assert!(matches!(&r.place, Place::LmdbDir(d) if d == plain.path()));
+        // ...and is an error where LMDB cannot be.
+        let e = resolve(&path(&plain, "/x-{0..1}.bin?layout=lmdb")).await.unwrap_err();
+        assert!(e.to_string().contains("LMDB directory"), "{e}");
+        let e = resolve("s3://bucket/env?layout=lmdb").await.unwrap_err();
+        assert!(matches!(e, Error::NotSupported { .. }) && e.to_string().contains("local directory"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_manifest_stands_in_for_the_listing() {
+        let dir = dir_with(&["a.jpg"]);
+        let store = Store::local(dir.path()).unwrap();
+        // The manifest lists a file the directory does not hold: what resolves is what it says.
+        let listed = vec![ObjectInfo { path: "gone.jpg".into(), size: 7, modified_us: 0, e_tag: None }];
+        manifest::save(&store, &manifest::Manifest::new(Layout::Objects, &listed, Vec::new())).await.unwrap();
+        let r = resolve(&path(&dir, "")).await.unwrap();
+        assert_eq!((r.layout, names(&r)), (Layout::Objects, vec!["gone.jpg"]));
+        assert!(matches!(r.place, Place::Store { whole: true, known: Some(_), .. }));
+        let r = resolve(&path(&dir, "?manifest=false")).await.unwrap();
+        assert_eq!(names(&r), ["a.jpg"], "without it the directory is listed");
+    }
+
+    #[tokio::test]
+    async fn unknown_layouts_and_empty_matches_are_clear_errors() {
+        let dir = dir_with(&[".only-hidden"]);
+        let e = resolve(&path(&dir, "?layout=zip")).await.unwrap_err();
+        assert!(["zip", "objects", "tar", "lmdb"].iter().all(|w| e.to_string().contains(w)), "{e}");
+        let e = resolve(&path(&dir, "")).await.unwrap_err();
+        assert!(matches!(e, Error::Empty { .. }) && e.to_string().contains("no files found"), "{e}");
+        let e = resolve(&path(&dir, "?layout=mix")).await.unwrap_err();
+        assert!(e.to_string().contains("mix file"), "{e}");
+        let e = resolve("/definitely/not/here").await.unwrap_err();
+        assert!(matches!(e, Error::NotFound { .. }), "{e}");
+        // A pattern naming a file outside the layout it implies: never dropped in silence.
+        let mixed = dir_with(&["s-0.tar", "s-1.jpg"]);
+        let e = resolve(&path(&mixed, "/s-{0.tar,1.jpg}")).await.unwrap_err();
+        assert!(e.to_string().contains("s-1.jpg") && e.to_string().contains("layout=objects"), "{e}");
+        let e = resolve("mix:{\"sources\": []}").await.unwrap_err();
+        assert!(e.to_string().contains("is a mix"), "{e}");
+    }
+
+    #[test]
+    fn inference_order() {
+        assert_eq!(infer(None, ["a.jpg", "b.tar"]), Layout::Tar);
+        assert_eq!(infer(None, ["a.jpg", "b.cls"]), Layout::Objects);
+        assert_eq!(infer(None, []), Layout::Objects);
+        assert_eq!(infer(Some(Layout::Objects), ["b.tar"]), Layout::Objects);
+    }
+
+    #[test]
+    fn common_dir_of_patterns() {
+        let p = |v: &[&str]| common_dir(&v.iter().map(PathBuf::from).collect::<Vec<_>>());
+        assert_eq!(p(&["/d/a/x.tar", "/d/a/y.tar"]), PathBuf::from("/d/a"));
+        assert_eq!(p(&["/d/train/x.tar", "/d/val/y.tar"]), PathBuf::from("/d"));
+        assert_eq!(p(&["x.tar", "y.tar"]), PathBuf::from("."));
+    }
+
+    #[test]
+    fn hidden_and_sidecar_files_are_not_data() {
+        assert!(is_dataset_file("a/b.jpg"));
+        assert!(!is_dataset_file(".DS_Store"));
+        assert!(!is_dataset_file("a/.git/config"));
+        assert!(!is_dataset_file(&format!("s.tar{}", tar_index::SIDECAR_SUFFIX)));
+    }
+}

@@ -1,0 +1,15 @@
+//! Source URIs and options: `file:///data/shards/train-{000..127}.tar?layout=tar`.
+//!
+//! The options a URI query carries are the same [`SourceOptions`] a JSON or TOML config file
+//! deserialises into, so a config file and a query string say the same thing.
+
+mod braces;
+mod grammar;
+mod options;
+mod redact;
+
+pub use braces::expand_braces;
+pub use grammar::{parse, Location, RemoteLocation, SourceUri, SCHEMES};
+pub use options::{option_keys, DamagePolicy, Layout, SourceOptions};
+pub(crate) use redact::is_secret_key;
+pub use redact::{is_secret_option, redact, scrub};
