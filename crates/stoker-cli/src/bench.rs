@@ -21,6 +21,7 @@ use report::Row;
 use ui::{Ui, Unit};
 use worker::{Job, LoaderParams};
 
+use crate::error::{CliError, Context, Result};
 use crate::units::{parse_duration, parse_size};
 
 /// Arguments of `stoker bench`.
@@ -95,7 +96,7 @@ const DEMO_BACKENDS: [&str; 6] = ["raw", "files", "tar", "lmdb", "s3-objects", "
 const DEFAULT_SAMPLE_BYTES: u64 = 64 << 10;
 const DEFAULT_DEMO_BYTES: u64 = 1 << 30;
 
-pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
+pub(crate) async fn run(args: BenchArgs) -> Result<()> {
     let params = LoaderParams {
         batch: args.batch,
         prefetch: args.prefetch,
@@ -106,7 +107,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
         decode: args.decode.clone(),
     };
     if !args.decode.is_empty() {
-        stoker::decode::DecodeSpec::from_args(&args.decode).map_err(|e| e.to_string())?;
+        stoker::decode::DecodeSpec::from_args(&args.decode)?;
     }
     params.shuffle.order(0)?;
     if args.batch == 0 {
@@ -122,7 +123,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
                 let (dir, samples, epochs) = (PathBuf::from(target), args.samples.unwrap_or(0), params.epochs);
                 tokio::task::spawn_blocking(move || worker::raw_child(&dir, samples, epochs))
                     .await
-                    .map_err(|e| format!("the raw read stopped: {e}"))?
+                    .context("the raw read stopped")?
             }
         };
     }
@@ -134,7 +135,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), String> {
     }
 }
 
-async fn orchestrate(args: &BenchArgs, params: &LoaderParams, ui: &Ui) -> Result<(), String> {
+async fn orchestrate(args: &BenchArgs, params: &LoaderParams, ui: &Ui) -> Result<()> {
     let machine = report::Machine::here();
     if args.uris.is_empty() {
         if !args.decode.is_empty() {
@@ -157,12 +158,14 @@ async fn orchestrate(args: &BenchArgs, params: &LoaderParams, ui: &Ui) -> Result
         ("--backends", !args.backends.is_empty()),
     ];
     if let Some((flag, _)) = demo_only.iter().find(|(_, set)| *set) {
-        return Err(format!("{flag} applies to the embedded demo only; run `stoker bench` without sources to use it"));
+        return Err(CliError::Message(format!(
+            "{flag} applies to the embedded demo only; run `stoker bench` without sources to use it"
+        )));
     }
     // Every URI is checked before anything runs, so a typo in the last one fails at once.
     let mut named = Vec::new();
     for uri in &args.uris {
-        let parsed = stoker::uri::parse(uri).map_err(|e| format!("{e}"))?;
+        let parsed = stoker::uri::parse(uri)?;
         named.push((parsed.display, uri.clone()));
     }
     let mut rows = Vec::new();
@@ -171,7 +174,7 @@ async fn orchestrate(args: &BenchArgs, params: &LoaderParams, ui: &Ui) -> Result
         bar.set_message("opening");
         let m = worker::run_child(&Job::Loader(uri), params, &bar, &[])
             .await
-            .map_err(|e| format!("benchmarking {name}: {e}"))?;
+            .with_context(|| format!("benchmarking {name}"))?;
         bar.finish_with_message(format!("{:.0} samples/s", m.samples as f64 / m.seconds.max(1e-9)));
         rows.push(Row { backend: name, m, proxy_requests: None });
     }
@@ -191,7 +194,7 @@ fn short(name: &str) -> String {
 }
 
 #[cfg(feature = "demo")]
-async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: report::Machine) -> Result<(), String> {
+async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: report::Machine) -> Result<()> {
     let size = args.size.unwrap_or(DEFAULT_SAMPLE_BYTES);
     if size == 0 {
         return Err("--size must be at least 1 byte".into());
@@ -205,7 +208,10 @@ async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: rep
     } else {
         for b in &args.backends {
             if !DEMO_BACKENDS.contains(&b.as_str()) {
-                return Err(format!("unknown backend {b:?} in --backends; choose from {}", DEMO_BACKENDS.join(", ")));
+                return Err(CliError::Message(format!(
+                    "unknown backend {b:?} in --backends; choose from {}",
+                    DEMO_BACKENDS.join(", ")
+                )));
             }
         }
         DEMO_BACKENDS.iter().copied().filter(|b| args.backends.iter().any(|x| x == b)).collect()
@@ -213,7 +219,10 @@ async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: rep
     let spec = demo::Spec { samples, size };
     let latency_ms = args.latency.map(|d| d.as_millis() as u64);
     if latency_ms.is_some_and(|ms| ms > stoker_testkit::proxy::MAX_DELAY_MS) {
-        return Err(format!("--latency is at most {} s", stoker_testkit::proxy::MAX_DELAY_MS / 1000));
+        return Err(CliError::Message(format!(
+            "--latency is at most {} s",
+            stoker_testkit::proxy::MAX_DELAY_MS / 1000
+        )));
     }
     ui.note(&format!(
         "demo dataset: {samples} samples x {} = {}, in {}; {} cores",
@@ -245,12 +254,12 @@ async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: rep
             // would be sent with them and spoil the signature.
             let m = worker::run_child(&job, params, &bar, &["AWS_SESSION_TOKEN"])
                 .await
-                .map_err(|e| format!("benchmarking {name}: {e}"))?;
+                .with_context(|| format!("benchmarking {name}"))?;
             bar.finish_with_message(format!("{:.0} samples/s", m.samples as f64 / m.seconds.max(1e-9)));
             let proxy_requests = if remote { servers.proxy_requests() } else { None };
             rows.push(Row { backend: name.to_string(), m, proxy_requests });
         }
-        Ok::<(), String>(())
+        Ok::<(), CliError>(())
     }
     .await;
     let described = servers.describe();

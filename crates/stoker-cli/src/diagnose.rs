@@ -14,6 +14,7 @@ use clap::Args;
 use stoker::diagnose::{diagnose, Consumer, DiagnoseConfig};
 use stoker::loader::{HostBuffers, LoaderConfig, Transform};
 
+use crate::error::{CliError, Context, Result};
 use crate::units::parse_duration;
 use crate::{write_result, SourceArgs};
 
@@ -66,10 +67,10 @@ pub(crate) struct DiagnoseArgs {
     json: bool,
 }
 
-pub(crate) async fn run(args: DiagnoseArgs) -> Result<(), String> {
+pub(crate) async fn run(args: DiagnoseArgs) -> Result<()> {
     let options = args.source.options()?;
     if !(args.seconds > 0.0 && args.seconds.is_finite()) {
-        return Err(format!("--seconds must be a positive number, not {}", args.seconds));
+        return Err(CliError::Message(format!("--seconds must be a positive number, not {}", args.seconds)));
     }
     let mut loader = LoaderConfig::new(args.batch);
     loader.prefetch = args.prefetch;
@@ -79,14 +80,14 @@ pub(crate) async fn run(args: DiagnoseArgs) -> Result<(), String> {
     }
     loader.transform = args.transform_cost.map(busy_transform);
     if !args.decode.is_empty() {
-        loader.decode = Some(stoker::decode::DecodeSpec::from_args(&args.decode).map_err(|e| e.to_string())?);
+        loader.decode = Some(stoker::decode::DecodeSpec::from_args(&args.decode)?);
     }
     if let Some(device) = device(&args.device)? {
         let src = args.source.open().await?;
         // Pinned buffers sized for the largest of the first samples, with room to spare.
         let mut widest = 0;
         for i in 0..src.len().min(args.batch) {
-            widest = widest.max(src.meta(i).await.map_err(|e| e.to_string())?.total_bytes());
+            widest = widest.max(src.meta(i).await?.total_bytes());
         }
         let batch_bytes = (widest as usize).saturating_mul(args.batch).saturating_mul(2).max(1 << 20);
         loader.host_buffers = Some(HostBuffers::for_batches(Some(device), batch_bytes, 4, args.prefetch));
@@ -108,18 +109,24 @@ pub(crate) async fn run(args: DiagnoseArgs) -> Result<(), String> {
             args.seconds
         );
     }
-    let report = diagnose(&args.source.uri, options, cfg).await.map_err(|e| e.to_string())?;
-    let text =
-        if args.json { serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? } else { report.to_string() };
+    let report = diagnose(&args.source.uri, options, cfg).await?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&report).context("writing the report as JSON")?
+    } else {
+        report.to_string()
+    };
     write_result(writeln!(std::io::stdout().lock(), "{}", text.trim_end()))
 }
 
 /// `--device`: a number, `cpu`, or `auto`.
-fn device(arg: &str) -> Result<Option<usize>, String> {
+fn device(arg: &str) -> Result<Option<usize>> {
     match arg {
         "cpu" | "none" => Ok(None),
         "auto" => Ok(stoker::pinned::cuda_driver_available().then_some(0)),
-        n => n.parse().map(Some).map_err(|_| format!("--device takes a device number, `cpu` or `auto`, not `{n}`")),
+        n => n
+            .parse()
+            .map(Some)
+            .map_err(|_| CliError::Message(format!("--device takes a device number, `cpu` or `auto`, not `{n}`"))),
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::error::Result;
 use crate::{human_bytes, human_duration, write_result, SourceArgs};
 
 /// A bar on standard error, drawn only on a terminal and when not `quiet`.
@@ -39,7 +40,7 @@ pub(crate) fn damage_lines(damage: &[stoker::Damage]) -> String {
     text
 }
 
-pub(crate) async fn run(args: &SourceArgs, json: bool, quiet: bool, extra: Extra) -> Result<(), String> {
+pub(crate) async fn run(args: &SourceArgs, json: bool, quiet: bool, extra: Extra) -> Result<()> {
     let mut options = args.options()?;
     if extra.checksums {
         options.checksums = Some(true);
@@ -58,7 +59,7 @@ pub(crate) async fn run(args: &SourceArgs, json: bool, quiet: bool, extra: Extra
     };
     let r = stoker::index_with_progress(&args.uri, options, &on_shard).await;
     pb.finish_and_clear();
-    let r = r.map_err(|e| e.to_string())?;
+    let r = r?;
     let took = started.elapsed();
     let text = if json {
         serde_json::json!({

@@ -12,10 +12,12 @@ use clap::{Args, Parser, Subcommand};
 #[cfg_attr(not(feature = "demo"), allow(dead_code))]
 mod bench;
 mod diagnose;
+mod error;
 mod index;
 mod pack;
 mod shuffle;
 mod units;
+use error::{CliError, Context, Result};
 use stoker::{DynSampleSource, SourceOptions};
 
 const URI_HELP: &str = "Where the samples are: a directory of files, a directory of .tar shards, \
@@ -107,30 +109,30 @@ pub(crate) struct SourceArgs {
 
 impl SourceArgs {
     /// The options of `--config`, or the defaults.
-    pub(crate) fn options(&self) -> Result<SourceOptions, String> {
+    pub(crate) fn options(&self) -> Result<SourceOptions> {
         options(self.config.as_deref())
     }
 
-    pub(crate) async fn open(&self) -> Result<Arc<DynSampleSource>, String> {
-        stoker::open(&self.uri, self.options()?).await.map_err(|e| e.to_string())
+    pub(crate) async fn open(&self) -> Result<Arc<DynSampleSource>> {
+        Ok(stoker::open(&self.uri, self.options()?).await?)
     }
 }
 
 /// The options in the config file at `path`, or the defaults without one.
-pub(crate) fn options(path: Option<&Path>) -> Result<SourceOptions, String> {
+pub(crate) fn options(path: Option<&Path>) -> Result<SourceOptions> {
     path.map_or_else(|| Ok(SourceOptions::default()), load_config)
 }
 
-fn load_config(path: &Path) -> Result<SourceOptions, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
+fn load_config(path: &Path) -> Result<SourceOptions> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
     let is_json = path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
     if is_json {
-        SourceOptions::from_json(&text).map_err(|e| format!("config {}: {e}", path.display()))
+        SourceOptions::from_json(&text).with_context(|| format!("config {}", path.display()))
     } else {
         toml::from_str(&text).map_err(|e| {
             // TOML errors quote the offending line and value: a secret's too.
-            let msg = stoker::uri::scrub(&e.to_string(), &toml_secret_values(&text));
-            format!("config {}: invalid option: {msg}", path.display())
+            let message = stoker::uri::scrub(&e.to_string(), &toml_secret_values(&text));
+            CliError::from(stoker::Error::InvalidOption { message }).context(format!("config {}", path.display()))
         })
     }
 }
@@ -148,10 +150,24 @@ fn toml_secret_values(text: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Clap prints usage errors, --help and --version itself and exits (2 for a bad command line).
     let cli = Cli::parse();
-    let result = match cli.command {
+    match try_main(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            match e.advice() {
+                Some(advice) => eprintln!("error: {e} ({advice})"),
+                None => eprintln!("error: {e}"),
+            }
+            e.exit_code()
+        }
+    }
+}
+
+#[tokio::main]
+async fn try_main(cli: Cli) -> Result<()> {
+    match cli.command {
         Command::Ls { source, json, limit } => ls(&source, json, limit).await,
         Command::Cat { source, index, field } => cat(&source, index, field.as_deref()).await,
         Command::Inspect { source, json } => inspect(&source, json).await,
@@ -161,30 +177,23 @@ async fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args).await,
         Command::Pack(args) => pack::run(args).await,
         Command::Diagnose(args) => diagnose::run(args).await,
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(msg) => {
-            eprintln!("error: {msg}");
-            ExitCode::FAILURE
-        }
     }
 }
 
 /// A closed pipe (`stoker ls | head`) is a normal way to stop, not an error.
-pub(crate) fn write_result(r: io::Result<()>) -> Result<(), String> {
+pub(crate) fn write_result(r: io::Result<()>) -> Result<()> {
     match r {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.map_err(|e| format!("writing output: {e}")),
+        other => other.context("writing output"),
     }
 }
 
-async fn ls(args: &SourceArgs, json: bool, limit: Option<usize>) -> Result<(), String> {
+async fn ls(args: &SourceArgs, json: bool, limit: Option<usize>) -> Result<()> {
     let src = args.open().await?;
     let n = limit.map_or(src.len(), |l| l.min(src.len()));
     let mut out = BufWriter::new(io::stdout().lock());
     for i in 0..n {
-        let meta = src.meta(i).await.map_err(|e| e.to_string())?;
+        let meta = src.meta(i).await?;
         let line = if json {
             let fields: serde_json::Map<String, serde_json::Value> =
                 meta.fields.iter().map(|(name, size)| (name.to_string(), (*size).into())).collect();
@@ -200,20 +209,20 @@ async fn ls(args: &SourceArgs, json: bool, limit: Option<usize>) -> Result<(), S
     write_result(out.flush())
 }
 
-async fn cat(args: &SourceArgs, index: usize, field: Option<&str>) -> Result<(), String> {
+async fn cat(args: &SourceArgs, index: usize, field: Option<&str>) -> Result<()> {
     let src = args.open().await?;
-    let sample = src.get(index).await.map_err(|e| e.to_string())?;
+    let sample = src.get(index).await?;
     let data = match field {
-        Some(name) => sample.require(name).map_err(|e| e.to_string())?,
+        Some(name) => sample.require(name)?,
         None if sample.fields.len() == 1 => &sample.fields[0].data,
         None => {
             let names: Vec<&str> = sample.field_names().collect();
-            return Err(format!(
+            return Err(CliError::Message(format!(
                 "sample {index} ({}) has {} fields ({}); choose one with --field NAME",
                 sample.key,
                 names.len(),
                 names.join(", ")
-            ));
+            )));
         }
     };
     let mut out = io::stdout().lock();
@@ -227,14 +236,14 @@ struct FieldTotal {
     bytes: u64,
 }
 
-async fn inspect(args: &SourceArgs, json: bool) -> Result<(), String> {
+async fn inspect(args: &SourceArgs, json: bool) -> Result<()> {
     let started = Instant::now();
     let src = args.open().await?;
     let open_time = started.elapsed();
     let mut fields: Vec<(String, FieldTotal)> = Vec::new();
     let mut total = 0u64;
     for i in 0..src.len() {
-        let meta = src.meta(i).await.map_err(|e| e.to_string())?;
+        let meta = src.meta(i).await?;
         for (name, size) in &meta.fields {
             let slot = match fields.iter().position(|(n, _)| n == &**name) {
                 Some(p) => p,

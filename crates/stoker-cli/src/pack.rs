@@ -8,6 +8,7 @@ use indicatif::ProgressBar;
 use stoker::pack::{PackOptions, PackProgress};
 use stoker::Layout;
 
+use crate::error::Result;
 use crate::units::parse_size;
 use crate::{human_bytes, human_duration, write_result, SourceArgs};
 
@@ -97,10 +98,10 @@ impl PackProgress for Bar {
     }
 }
 
-pub(crate) async fn run(args: PackArgs) -> Result<(), String> {
+pub(crate) async fn run(args: PackArgs) -> Result<()> {
     // One read of --config: the source's options, and the destination's store options.
     let options = args.source.options()?;
-    let src = stoker::open(&args.source.uri, options.clone()).await.map_err(|e| e.to_string())?;
+    let src = stoker::open(&args.source.uri, options.clone()).await?;
     let layout = match args.layout {
         PackLayout::Tar => Layout::Tar,
         PackLayout::Lmdb => Layout::Lmdb,
@@ -133,7 +134,7 @@ pub(crate) async fn run(args: PackArgs) -> Result<(), String> {
     };
     let r = stoker::pack::pack(src, &args.dest, &opts, &bar).await;
     bar.pb.finish_and_clear();
-    let r = r.map_err(|e| e.to_string())?;
+    let r = r?;
     let text = if args.json {
         serde_json::json!({
             "dest": r.dest, "layout": r.layout.as_str(), "samples": r.samples, "shards": r.shards,

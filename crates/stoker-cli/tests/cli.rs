@@ -63,9 +63,10 @@ fn errors_are_one_clear_line_and_a_failing_status() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope");
     let out = stoker(&["inspect", missing.to_str().unwrap()]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "a failure once the command line parsed");
     let err = text(&out.stderr);
-    assert!(err.starts_with("error: not found") && err.contains("nope"), "{err}");
+    assert!(err.starts_with("error: not found") && err.contains("nope") && err.lines().count() == 1, "{err}");
+    assert_eq!(stoker(&["inspect", "--no-such-flag", "x"]).status.code(), Some(2), "a bad command line");
     shards(dir.path());
     let out = stoker(&["cat", dir.path().to_str().unwrap(), "6"]);
     assert!(text(&out.stderr).contains("out of range"), "{}", text(&out.stderr));

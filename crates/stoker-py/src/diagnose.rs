@@ -45,8 +45,7 @@ pub(crate) fn diagnose(
         let f = Arc::new(f);
         // Runs on Stoker's threads: each call takes the GIL for the step alone.
         Arc::new(move |_: &stoker::batch::Batch| {
-            Python::attach(|py| f.call0(py).map(|_| ()))
-                .map_err(|e| stoker::Error::InvalidOption { message: format!("the step raised {e}") })
+            Python::attach(|py| f.call0(py).map(|_| ())).map_err(|e| stoker::Error::callback("the step", e))
         }) as Consumer
     });
     let mut dc = DiagnoseConfig::new(cfg, consumer);

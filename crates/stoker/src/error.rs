@@ -201,13 +201,103 @@ pub enum Error {
     #[error(transparent)]
     Pinned(#[from] crate::pinned::PinnedError),
 
-    /// An error shared by several waiters of one fetch (single-flight caches).
+    /// An error shared by several waiters of one fetch (single-flight caches). Whether a
+    /// caller sees it wrapped depends on timing: match on [`Error::kind`], which looks through.
     #[error("{0}")]
     Shared(std::sync::Arc<Error>),
 
-    /// A background task panicked or was cancelled.
-    #[error("internal task failed: {0}")]
-    Task(String),
+    /// A function the caller supplied (a transform, a consumer step, a callback) failed or
+    /// panicked. Its own error is the [`source`](std::error::Error::source).
+    #[error("{what} failed: {source}")]
+    Callback {
+        /// Which function, e.g. `the transform`.
+        what: String,
+        /// Its error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// The system would not give Stoker a resource it needs: threads, a runtime.
+    #[error("cannot start {what}: {source} (the system is short of threads or memory: lower the thread counts)")]
+    Resource {
+        /// What could not be started.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A bug in Stoker: a background task panicked or was cancelled, or an internal invariant
+    /// did not hold.
+    #[error("internal error: {0} (a bug in Stoker: please report it)")]
+    Internal(String),
+}
+
+/// What kind of failure an [`Error`] is, whatever variant carries it (and through
+/// [`Error::Shared`]): match on this rather than on variants.
+///
+/// Only [`Io`](ErrorKind::Io), [`Remote`](ErrorKind::Remote) and
+/// [`Resource`](ErrorKind::Resource) errors can be retryable ([`Error::is_retryable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A bad URI, option, index, field name, mix schema or sampler setting: the caller's input.
+    InvalidInput,
+    /// A path, object or bucket does not exist.
+    NotFound,
+    /// The location exists but holds no samples.
+    Empty,
+    /// Asked for something this build or this source does not do.
+    Unsupported,
+    /// Stored bytes are damaged: a tar shard, a checksum mismatch, an index, an LMDB file.
+    Corrupt,
+    /// A sample's field could not be decoded.
+    Decode,
+    /// A local I/O operation failed.
+    Io,
+    /// A remote store failed (after retries when transient).
+    Remote,
+    /// The destination or the data conflict with what was asked: a pack destination holding
+    /// something else, a source that changed while packing.
+    Conflict,
+    /// CUDA was asked for but cannot be used here.
+    CudaUnavailable,
+    /// A CUDA driver call failed.
+    Cuda,
+    /// A function the caller supplied failed.
+    Callback,
+    /// The system would not give a thread or runtime.
+    Resource,
+    /// A bug in Stoker.
+    Internal,
+}
+
+impl ErrorKind {
+    /// A short lowercase name, e.g. `not_found`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Empty => "empty",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Decode => "decode",
+            ErrorKind::Io => "io",
+            ErrorKind::Remote => "remote",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::CudaUnavailable => "cuda_unavailable",
+            ErrorKind::Cuda => "cuda",
+            ErrorKind::Callback => "callback",
+            ErrorKind::Resource => "resource",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 struct Hint<'a>(&'a Option<String>);
@@ -222,12 +312,52 @@ impl fmt::Display for Hint<'_> {
 }
 
 impl Error {
-    /// Whether the same request may succeed if tried again (a transient I/O or store failure).
-    ///
-    /// Corrupt data, bad URIs, missing objects and out-of-range indices are never retryable.
-    pub fn is_retryable(&self) -> bool {
+    /// What kind of failure this is, the same whether or not it reached the caller through
+    /// a single-flight cache ([`Error::Shared`]).
+    pub fn kind(&self) -> ErrorKind {
+        use crate::pinned::PinnedError as P;
+        use ErrorKind as K;
         match self {
-            Error::Io { source, .. } => io_retryable(source),
+            Error::InvalidUri { .. }
+            | Error::InvalidOption { .. }
+            | Error::IndexOutOfRange { .. }
+            | Error::MissingField { .. }
+            | Error::MixSchema { .. }
+            | Error::Sampler(_) => K::InvalidInput,
+            Error::NotFound { .. } => K::NotFound,
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => K::NotFound,
+            Error::Store { source: object_store::Error::NotFound { .. }, .. } => K::NotFound,
+            Error::Empty { .. } => K::Empty,
+            Error::NotSupported { .. } => K::Unsupported,
+            Error::CorruptTar { .. } | Error::CorruptData { .. } | Error::BadIndex { .. } | Error::Lmdb { .. } => {
+                K::Corrupt
+            }
+            Error::Decode { .. } => K::Decode,
+            Error::Io { .. } => K::Io,
+            Error::Store { .. } | Error::Fetch { .. } => K::Remote,
+            Error::Pack { .. } => K::Conflict,
+            Error::Pinned(P::CudaUnavailable { .. }) => K::CudaUnavailable,
+            Error::Pinned(P::Cuda { .. }) => K::Cuda,
+            Error::Pinned(P::TooLarge { .. } | P::Config { .. }) => K::InvalidInput,
+            Error::Shared(e) => e.kind(),
+            Error::Callback { .. } => K::Callback,
+            Error::Resource { .. } => K::Resource,
+            Error::Internal(_) => K::Internal,
+        }
+    }
+
+    /// Whether the same request may succeed if tried again (a transient I/O or store failure,
+    /// or a system briefly short of threads).
+    ///
+    /// Only errors of kind [`Io`](ErrorKind::Io), [`Remote`](ErrorKind::Remote) and
+    /// [`Resource`](ErrorKind::Resource) can be: corrupt data, bad URIs, missing objects and
+    /// out-of-range indices never are.
+    pub fn is_retryable(&self) -> bool {
+        if !matches!(self.kind(), ErrorKind::Io | ErrorKind::Remote | ErrorKind::Resource) {
+            return false;
+        }
+        match self {
+            Error::Io { source, .. } | Error::Resource { source, .. } => io_retryable(source),
             // A generic store failure is how object_store reports transport errors; the retry
             // layer decides how often to try, this only says whether trying can help.
             Error::Store { source, .. } => {
@@ -266,8 +396,40 @@ impl Error {
         Error::InvalidOption { message: message.into() }
     }
 
+    /// A caller-supplied function (`what`, e.g. `the transform`) failed with `source`.
+    pub fn callback(what: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Error::Callback { what: what.into(), source: source.into() }
+    }
+
+    /// A background task of Stoker's own that panicked or was cancelled: a bug.
     pub(crate) fn task(e: tokio::task::JoinError) -> Self {
-        Error::Task(e.to_string())
+        let what = if e.is_panic() { "a background task panicked" } else { "a background task was cancelled" };
+        Error::Internal(format!("{what}: {e}"))
+    }
+
+    /// A background task that ran a caller-supplied function (`what`): a panic is the
+    /// function's; a cancellation is Stoker's.
+    pub(crate) fn callback_task(what: &str, e: tokio::task::JoinError) -> Self {
+        if e.is_panic() {
+            return Error::callback(what, format!("it panicked: {}", panic_message(e.into_panic())));
+        }
+        Error::task(e)
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Error::Internal(message.into())
+    }
+
+    pub(crate) fn resource(what: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Resource { what: what.into(), source }
+    }
+}
+
+/// The text a panic carried, when it was a string.
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(p) => p.downcast_ref::<&str>().map_or_else(|| "(no message)".to_string(), |s| s.to_string()),
     }
 }
 

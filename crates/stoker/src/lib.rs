@@ -21,7 +21,7 @@ pub mod stats;
 pub mod store;
 pub mod uri;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use sample::{Field, Sample, SampleMeta};
 pub use source::{
     index, index_with_progress, open, Capability, DynSampleSource, IndexReport, MixSource, MixSpec, SampleSource,

@@ -196,9 +196,10 @@ async fn budgets_bound_the_run_and_bad_settings_are_refused() {
     assert!(e.to_string().contains("batch_size"), "{e}");
     let e = diagnose(&format!("{path}/nope"), SourceOptions::default(), config(step(ms(0)), 16)).await.unwrap_err();
     assert!(e.to_string().contains("nope"), "{e}");
-    let failing: Consumer = Arc::new(|_| Err(stoker::Error::Task("the step blew up".into())));
+    let failing: Consumer = Arc::new(|_| Err(stoker::Error::callback("my step", "the step blew up")));
     let e = diagnose(&path, SourceOptions::default(), config(failing, 16)).await.unwrap_err();
     assert!(e.to_string().contains("the step blew up") && e.to_string().contains("consumer"), "{e}");
+    assert_eq!(e.kind(), stoker::ErrorKind::Callback, "{e:?}");
 }
 
 fn ms(n: u64) -> Duration {

@@ -25,6 +25,7 @@ use stoker_testkit::ServerHandle;
 use tokio::task::JoinSet;
 
 use super::ui::{Ui, Unit};
+use crate::error::{CliError, Context, Result};
 
 /// The demo server's bucket and keys (loopback only, never real credentials).
 const BUCKET: &str = "bench";
@@ -97,28 +98,29 @@ impl Dataset {
     fn s3_root(&self) -> PathBuf {
         self.root.join("s3")
     }
-    fn write_marker(&self, complete: bool) -> Result<(), String> {
+    fn write_marker(&self, complete: bool) -> Result<()> {
         let path = self.root.join(MARKER);
-        let json = serde_json::to_vec_pretty(&Marker::new(&self.spec, complete)).map_err(|e| e.to_string())?;
-        std::fs::write(&path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        let json =
+            serde_json::to_vec_pretty(&Marker::new(&self.spec, complete)).context("writing the dataset marker")?;
+        std::fs::write(&path, json).with_context(|| format!("cannot write {}", path.display()))
     }
 }
 
 /// Make the dataset (or find a complete one in `dir`) in the local layouts.
-pub(crate) async fn prepare(spec: Spec, dir: Option<&Path>, ui: &Ui) -> Result<Dataset, String> {
+pub(crate) async fn prepare(spec: Spec, dir: Option<&Path>, ui: &Ui) -> Result<Dataset> {
     let (root, temp) = match dir {
         Some(d) => (d.to_path_buf(), None),
         None => {
             let t = tempfile::Builder::new()
                 .prefix("stoker-bench-")
                 .tempdir()
-                .map_err(|e| format!("cannot make a temporary directory (set TMPDIR, or give --dir): {e}"))?;
+                .context("cannot make a temporary directory (set TMPDIR, or give --dir)")?;
             (t.path().to_path_buf(), Some(t))
         }
     };
     let mut data = Dataset { spec, root, kept: dir.is_some(), reused: false, write_s: 0.0, upload_s: 0.0, _temp: temp };
     if data.kept {
-        std::fs::create_dir_all(&data.root).map_err(|e| format!("cannot create {}: {e}", data.root.display()))?;
+        std::fs::create_dir_all(&data.root).with_context(|| format!("cannot create {}", data.root.display()))?;
         let marker = std::fs::read(data.root.join(MARKER)).ok().and_then(|b| serde_json::from_slice::<Marker>(&b).ok());
         match marker {
             Some(m) if m == Marker::new(&spec, true) => {
@@ -130,19 +132,19 @@ pub(crate) async fn prepare(spec: Spec, dir: Option<&Path>, ui: &Ui) -> Result<D
                 for part in PARTS {
                     let p = data.root.join(part);
                     if p.exists() {
-                        std::fs::remove_dir_all(&p).map_err(|e| format!("cannot remove {}: {e}", p.display()))?;
+                        std::fs::remove_dir_all(&p).with_context(|| format!("cannot remove {}", p.display()))?;
                     }
                 }
             }
             None => {
                 let mut entries =
-                    std::fs::read_dir(&data.root).map_err(|e| format!("cannot list {}: {e}", data.root.display()))?;
+                    std::fs::read_dir(&data.root).with_context(|| format!("cannot list {}", data.root.display()))?;
                 if entries.next().is_some() {
-                    return Err(format!(
+                    return Err(CliError::Message(format!(
                         "{} is not empty and holds no stoker bench dataset ({MARKER}); give a new or empty directory \
                          to --dir, so nothing of yours is overwritten",
                         data.root.display()
-                    ));
+                    )));
                 }
             }
         }
@@ -160,15 +162,15 @@ pub(crate) async fn prepare(spec: Spec, dir: Option<&Path>, ui: &Ui) -> Result<D
     let written = files.clone();
     tokio::task::spawn_blocking(move || write_files(&written, spec, &|n| files_bar.inc(n)))
         .await
-        .map_err(|e| format!("writing the demo dataset stopped: {e}"))??;
+        .context("writing the demo dataset stopped")??;
     // The other layouts are made the way users make theirs: `stoker pack` from the files.
-    let src = stoker::open(&files.display().to_string(), SourceOptions::default()).await.map_err(|e| e.to_string())?;
+    let src = stoker::open(&files.display().to_string(), SourceOptions::default()).await?;
     for (dest, layout, bar) in [(data.tar(), Layout::Tar, tar_bar), (data.lmdb(), Layout::Lmdb, lmdb_bar)] {
         let mut opts = PackOptions::new(layout);
         opts.shard_size = SHARD_BYTES;
         stoker::pack::pack(src.clone(), &dest.display().to_string(), &opts, &BarProgress(bar.clone()))
             .await
-            .map_err(|e| format!("packing the demo dataset into {}: {e}", dest.display()))?;
+            .with_context(|| format!("packing the demo dataset into {}", dest.display()))?;
         bar.finish();
     }
     data.write_s = started.elapsed().as_secs_f64();
@@ -184,16 +186,17 @@ impl PackProgress for BarProgress {
     }
 }
 
-fn write_files(dir: &Path, spec: Spec, progress: &dyn Fn(u64)) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let len = usize::try_from(spec.size).map_err(|_| format!("--size {} is too large", spec.size))?;
+fn write_files(dir: &Path, spec: Spec, progress: &dyn Fn(u64)) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let len =
+        usize::try_from(spec.size).map_err(|_| CliError::Message(format!("--size {} is too large", spec.size)))?;
     let mut buf = Vec::with_capacity(len);
     for i in 0..spec.samples {
         payload(i, len, &mut buf);
         let path = dir.join(format!("{i:09}.bin"));
         std::fs::File::create(&path)
             .and_then(|mut f| f.write_all(&buf))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            .with_context(|| format!("cannot write {}", path.display()))?;
         progress(spec.size);
     }
     Ok(())
@@ -267,15 +270,15 @@ impl Servers {
 
 /// Start the S3 server over the dataset's `s3/` directory, upload the objects and shards
 /// through its API unless an earlier run did, and put the latency proxy in front if asked.
-pub(crate) async fn serve(data: &mut Dataset, latency_ms: Option<u64>, ui: &Ui) -> Result<Servers, String> {
+pub(crate) async fn serve(data: &mut Dataset, latency_ms: Option<u64>, ui: &Ui) -> Result<Servers> {
     let root = data.s3_root();
-    std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+    std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     let cfg = S3ServerConfig::new(&root).with_credentials(ACCESS_KEY, SECRET_KEY).with_bucket(BUCKET);
-    let s3 = s3::serve(cfg).await.map_err(|e| format!("cannot start the embedded S3 server: {e}"))?;
+    let s3 = s3::serve(cfg).await.context("cannot start the embedded S3 server")?;
     let cache = tempfile::Builder::new()
         .prefix(".disk-cache-")
         .tempdir_in(&data.root)
-        .map_err(|e| format!("cannot make a disk cache directory in {}: {e}", data.root.display()))?;
+        .with_context(|| format!("cannot make a disk cache directory in {}", data.root.display()))?;
     let mut servers = Servers { s3, proxy: None, cache };
     if !data.reused {
         let started = Instant::now();
@@ -286,7 +289,7 @@ pub(crate) async fn serve(data: &mut Dataset, latency_ms: Option<u64>, ui: &Ui) 
     if let Some(ms) = latency_ms {
         let mut cfg = ProxyConfig::new(servers.s3.addr());
         cfg.faults.latency_ms = ms;
-        let p = proxy::serve(cfg).await.map_err(|e| format!("cannot start the latency proxy: {e}"))?;
+        let p = proxy::serve(cfg).await.context("cannot start the latency proxy")?;
         servers.proxy = Some(p);
     }
     Ok(servers)
@@ -295,16 +298,15 @@ pub(crate) async fn serve(data: &mut Dataset, latency_ms: Option<u64>, ui: &Ui) 
 /// Upload `files/` as `objects/` and `tar/` as `tar/` (shards only: indexes are the
 /// benchmark's to build), through the S3 API: the server records each object's ETag then,
 /// where files put in its directory by hand would be hashed whole on every GET.
-async fn upload(data: &Dataset, servers: &Servers, ui: &Ui) -> Result<(), String> {
+async fn upload(data: &Dataset, servers: &Servers, ui: &Ui) -> Result<()> {
     let parsed = stoker::uri::parse(&format!(
         "s3://{BUCKET}?endpoint={}&access_key_id={ACCESS_KEY}&secret_access_key={SECRET_KEY}",
         servers.s3.endpoint()
-    ))
-    .map_err(|e| e.to_string())?;
+    ))?;
     let stoker::uri::Location::Remote(loc) = &parsed.location else {
         return Err("the demo S3 URI did not parse as remote".into());
     };
-    let store = stoker::store::Store::remote(loc, &parsed.options, &parsed.display).map_err(|e| e.to_string())?;
+    let store = stoker::store::Store::remote(loc, &parsed.options, &parsed.display)?;
     let total = data.spec.total_bytes();
     let objects = ui.bar("upload objects", total, Unit::Bytes);
     put_all(&store, &data.files(), "objects", 16, &objects).await?;
@@ -322,14 +324,14 @@ async fn put_all(
     prefix: &str,
     concurrency: usize,
     bar: &indicatif::ProgressBar,
-) -> Result<(), String> {
+) -> Result<()> {
     let mut names = Vec::new();
     let mut total = 0;
-    for e in std::fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))? {
-        let e = e.map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    for e in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let e = e.with_context(|| format!("cannot list {}", dir.display()))?;
         let name = e.file_name().to_string_lossy().into_owned();
         if !name.starts_with('.') && !name.ends_with(".stoker-idx.json") && !name.ends_with(".partial") {
-            total += e.metadata().map_err(|err| format!("cannot stat {}: {err}", e.path().display()))?.len();
+            total += e.metadata().with_context(|| format!("cannot stat {}", e.path().display()))?.len();
             names.push(name);
         }
     }
@@ -344,19 +346,19 @@ async fn put_all(
             let (store, dir, bar, prefix) = (store.clone(), dir.clone(), bar.clone(), prefix.to_string());
             tasks.spawn(async move {
                 let path = dir.join(&name);
-                let bytes = tokio::fs::read(&path).await.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                let bytes = tokio::fs::read(&path).await.with_context(|| format!("cannot read {}", path.display()))?;
                 let n = bytes.len() as u64;
                 store
                     .put(&format!("{prefix}/{name}"), Bytes::from(bytes))
                     .await
-                    .map_err(|e| format!("uploading to the embedded S3 server: {e}"))?;
+                    .context("uploading to the embedded S3 server")?;
                 bar.inc(n);
-                Ok::<(), String>(())
+                Ok::<(), CliError>(())
             });
         }
         match tasks.join_next().await {
             None => return Ok(()),
-            Some(r) => r.map_err(|e| format!("an upload task stopped: {e}"))??,
+            Some(r) => r.context("an upload task stopped")??,
         }
     }
 }

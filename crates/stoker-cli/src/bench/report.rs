@@ -272,7 +272,7 @@ fn table(run: &Run, rows: &[Row], raw_sps: Option<f64>) -> Vec<String> {
 }
 
 /// Print the result on stdout.
-pub(crate) fn print(run: &Run, rows: &[Row], as_json: bool) -> Result<(), String> {
+pub(crate) fn print(run: &Run, rows: &[Row], as_json: bool) -> crate::error::Result<()> {
     let raw_sps = rows.iter().find(|r| r.m.layout == "raw").map(|r| r.samples_per_s()).filter(|v| *v > 0.0);
     let lines: Vec<String> = if as_json {
         std::iter::once(run_json(run).to_string())

@@ -14,6 +14,8 @@ use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
+use crate::error::{CliError, Context, Result};
+
 /// What a child measured.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Measured {
@@ -99,8 +101,8 @@ pub(crate) async fn run_child(
     params: &LoaderParams,
     bar: &ProgressBar,
     extra_env_remove: &[&str],
-) -> Result<Measured, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program's own path: {e}"))?;
+) -> Result<Measured> {
+    let exe = std::env::current_exe().context("cannot find this program's own path")?;
     let mut cmd = tokio::process::Command::new(exe);
     cmd.arg("bench");
     match job {
@@ -114,7 +116,7 @@ pub(crate) async fn run_child(
         cmd.env_remove(k);
     }
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start a measuring process: {e}"))?;
+    let mut child = cmd.spawn().context("cannot start a measuring process")?;
     let stdout = child.stdout.take().expect("stdout was piped above");
     let mut stderr = child.stderr.take().expect("stderr was piped above");
     // Drained concurrently: a child blocked on a full stderr pipe would never finish.
@@ -126,7 +128,7 @@ pub(crate) async fn run_child(
     let mut lines = BufReader::new(stdout).lines();
     let mut result = None;
     let mut reading_since = None;
-    while let Some(line) = lines.next_line().await.map_err(|e| format!("reading a measuring process: {e}"))? {
+    while let Some(line) = lines.next_line().await.context("reading a measuring process")? {
         if let Some(n) = line.strip_prefix("total ") {
             if let Ok(n) = n.trim().parse::<u64>() {
                 bar.set_length(n);
@@ -141,45 +143,49 @@ pub(crate) async fn run_child(
                 }
             }
         } else if let Some(json) = line.strip_prefix("result ") {
-            result = Some(serde_json::from_str::<Measured>(json).map_err(|e| format!("bad result line {json}: {e}"))?);
+            result = Some(serde_json::from_str::<Measured>(json).with_context(|| format!("bad result line {json}"))?);
         }
     }
-    let status = child.wait().await.map_err(|e| format!("waiting for a measuring process: {e}"))?;
+    let status = child.wait().await.context("waiting for a measuring process")?;
     let stderr = errors.await.unwrap_or_default();
     match result {
         Some(r) if status.success() => Ok(r),
         _ => {
             let msg = stderr.trim().trim_start_matches("error: ").trim();
-            Err(if msg.is_empty() { format!("the measuring process failed ({status})") } else { msg.to_string() })
+            Err(CliError::Message(if msg.is_empty() {
+                format!("the measuring process failed ({status})")
+            } else {
+                msg.to_string()
+            }))
         }
     }
 }
 
-fn emit(line: &str) -> Result<(), String> {
+fn emit(line: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}").and_then(|_| out.flush()).map_err(|e| format!("writing to the parent: {e}"))
+    writeln!(out, "{line}").and_then(|_| out.flush()).context("writing to the parent")
 }
 
 /// How often a child reports progress (and the loader child samples its memory).
 const PROGRESS_EVERY: Duration = Duration::from_millis(50);
 
 /// Child side of [`Job::Loader`].
-pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<(), String> {
+pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<()> {
     use stoker::loader::{Loader, LoaderConfig};
     let options = crate::options(p.config.as_deref())?;
     let opened = Instant::now();
-    let src = stoker::open(uri, options).await.map_err(|e| e.to_string())?;
+    let src = stoker::open(uri, options).await?;
     let open_s = opened.elapsed().as_secs_f64();
     let mut cfg = LoaderConfig::new(p.batch);
     cfg.prefetch = p.prefetch;
     cfg.order = p.shuffle.order(0)?;
     if !p.decode.is_empty() {
-        cfg.decode = Some(stoker::decode::DecodeSpec::from_args(&p.decode).map_err(|e| e.to_string())?);
+        cfg.decode = Some(stoker::decode::DecodeSpec::from_args(&p.decode)?);
     }
-    let loader = Loader::new(src.clone(), cfg).map_err(|e| e.to_string())?;
+    let loader = Loader::new(src.clone(), cfg)?;
     // Per epoch the loader delivers its sampler's positions (a mix's epoch length, not the
     // size of its sources added up).
-    let per_epoch = loader.sampler(0).map_err(|e| e.to_string())?.rank_len();
+    let per_epoch = loader.sampler(0)?.rank_len();
     emit(&format!("total {}", per_epoch * p.epochs.max(1)))?;
     let mut samples = 0u64;
     let mut peak_anon = status_mib("RssAnon:");
@@ -188,9 +194,9 @@ pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<(), Stri
     let mut polled = Instant::now();
     let started = Instant::now();
     for epoch in 0..p.epochs.max(1) {
-        let mut stream = loader.epoch(epoch).map_err(|e| e.to_string())?;
+        let mut stream = loader.epoch(epoch)?;
         while let Some(b) = stream.next_batch().await {
-            let b = b.map_err(|e| e.to_string())?;
+            let b = b?;
             samples += b.len() as u64;
             drop(b);
             if polled.elapsed() >= PROGRESS_EVERY {
@@ -225,13 +231,13 @@ pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<(), Stri
         peak_anon_mib: peak_anon,
         rss_file_mib: status_mib("RssFile:"),
     };
-    emit(&format!("result {}", serde_json::to_string(&m).map_err(|e| e.to_string())?))
+    emit(&format!("result {}", serde_json::to_string(&m).context("writing the result")?))
 }
 
 /// Child side of [`Job::Raw`]: the fastest plain read of the bytes, the reference every
 /// backend is compared with. One thread per core, each reading whole files in turn with one
 /// reused 4 MiB buffer, so the reference uses the same cores a loader may.
-pub(crate) fn raw_child(dir: &Path, samples: u64, epochs: u64) -> Result<(), String> {
+pub(crate) fn raw_child(dir: &Path, samples: u64, epochs: u64) -> Result<()> {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     let files = data_files(dir)?;
     let total: u64 = files.iter().map(|(_, len)| len).sum::<u64>() * epochs.max(1);
@@ -239,18 +245,18 @@ pub(crate) fn raw_child(dir: &Path, samples: u64, epochs: u64) -> Result<(), Str
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len());
     let read = AtomicU64::new(0);
     let started = Instant::now();
-    std::thread::scope(|scope| -> Result<(), String> {
+    std::thread::scope(|scope| -> Result<()> {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
                 let (files, read) = (&files, &read);
-                scope.spawn(move || -> Result<(), String> {
+                scope.spawn(move || -> Result<()> {
                     let mut buf = vec![0u8; 4 << 20];
                     for _ in 0..epochs.max(1) {
                         for (path, _) in files.iter().skip(t).step_by(threads) {
-                            let mut f = std::fs::File::open(path)
-                                .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+                            let mut f =
+                                std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
                             loop {
-                                let n = f.read(&mut buf).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                                let n = f.read(&mut buf).with_context(|| format!("cannot read {}", path.display()))?;
                                 if n == 0 {
                                     break;
                                 }
@@ -273,7 +279,7 @@ pub(crate) fn raw_child(dir: &Path, samples: u64, epochs: u64) -> Result<(), Str
             }
             std::thread::sleep(PROGRESS_EVERY); // a progress period, not synchronisation
         }
-        workers.into_iter().try_for_each(|w| w.join().map_err(|_| "a raw read thread panicked".to_string())?)
+        workers.into_iter().try_for_each(|w| w.join().map_err(|_| CliError::from("a raw read thread panicked"))?)
     })?;
     let seconds = started.elapsed().as_secs_f64();
     let m = Measured {
@@ -293,19 +299,19 @@ pub(crate) fn raw_child(dir: &Path, samples: u64, epochs: u64) -> Result<(), Str
         peak_anon_mib: status_mib("RssAnon:"),
         rss_file_mib: status_mib("RssFile:"),
     };
-    emit(&format!("result {}", serde_json::to_string(&m).map_err(|e| e.to_string())?))
+    emit(&format!("result {}", serde_json::to_string(&m).context("writing the result")?))
 }
 
 /// The files holding a dataset's bytes, sorted, without Stoker's indexes and hidden files.
-fn data_files(dir: &Path) -> Result<Vec<(PathBuf, u64)>, String> {
+fn data_files(dir: &Path) -> Result<Vec<(PathBuf, u64)>> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let entries = std::fs::read_dir(&d).map_err(|e| format!("cannot list {}: {e}", d.display()))?;
+        let entries = std::fs::read_dir(&d).with_context(|| format!("cannot list {}", d.display()))?;
         for e in entries {
-            let e = e.map_err(|e| format!("cannot list {}: {e}", d.display()))?;
+            let e = e.with_context(|| format!("cannot list {}", d.display()))?;
             let name = e.file_name().to_string_lossy().into_owned();
-            let meta = e.metadata().map_err(|err| format!("cannot stat {}: {err}", e.path().display()))?;
+            let meta = e.metadata().with_context(|| format!("cannot stat {}", e.path().display()))?;
             if name.starts_with('.') || name.ends_with(".stoker-idx.json") || name == "lock.mdb" {
                 continue;
             }
@@ -317,7 +323,7 @@ fn data_files(dir: &Path) -> Result<Vec<(PathBuf, u64)>, String> {
         }
     }
     if out.is_empty() {
-        return Err(format!("no data files under {}", dir.display()));
+        return Err(CliError::Message(format!("no data files under {}", dir.display())));
     }
     out.sort();
     Ok(out)

@@ -98,10 +98,7 @@ impl Decoder {
             .map(|(name, d)| Plan { name: name.as_str().into(), decode: d.clone(), ty: Mutex::new(declared(d)) })
             .collect();
         let workers = if threads > 1 {
-            Some(
-                workers::Workers::new(threads)
-                    .map_err(|e| Error::invalid_option(format!("cannot start {threads} decode threads: {e}")))?,
-            )
+            Some(workers::Workers::new(threads).map_err(|e| Error::resource(format!("{threads} decode threads"), e))?)
         } else {
             None
         };

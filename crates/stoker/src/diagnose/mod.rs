@@ -89,7 +89,7 @@ impl fmt::Debug for DiagnoseConfig {
 /// The source is opened twice: once with the fetch layer's cache off (the fetch step, and the
 /// samples the earlier steps cache), once as configured (the pipeline step) when a cache is
 /// configured. Source errors name what failed as everywhere else; an error of the consumer or
-/// the transform (an `InvalidOption` or `Task` error) is prefixed with the step it failed in.
+/// the transform (a `Callback`, `InvalidOption` or `Internal` error) is prefixed with the step it failed in.
 pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) -> Result<Report> {
     if cfg.loader.batch_size == 0 {
         return Err(Error::invalid_option("batch_size must be at least 1"));
@@ -107,7 +107,7 @@ pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) ->
 
     let uncached = request.clone().with_options(cache_off).open().await?;
     if uncached.is_empty() {
-        return Err(Error::invalid_option(format!("{uncached} has no samples to diagnose")));
+        return Err(Error::Empty { uri: uncached.to_string(), reason: "diagnose needs at least one sample".into() });
     }
     // Only remote stores cache (the disk cache is on for them unless turned off).
     let cache = !uncached.capability().local
@@ -295,7 +295,7 @@ fn transform_all(samples: Vec<Sample>, f: &Transform, threads: usize) -> Result<
             .collect();
         let mut out = Vec::new();
         for h in handles {
-            out.extend(h.join().map_err(|_| Error::Task("the transform panicked".into()))??);
+            out.extend(h.join().map_err(|p| Error::callback("the transform", crate::error::panic_message(p)))??);
         }
         Ok(out)
     })
@@ -534,7 +534,8 @@ fn in_step(step: Step, e: Error) -> Error {
         Error::InvalidOption { message } => {
             Error::InvalidOption { message: format!("diagnose, {step} step: {message}") }
         }
-        Error::Task(message) => Error::Task(format!("diagnose, {step} step: {message}")),
+        Error::Callback { what, source } => Error::Callback { what: format!("diagnose, {step} step: {what}"), source },
+        Error::Internal(message) => Error::Internal(format!("diagnose, {step} step: {message}")),
         other => other,
     }
 }

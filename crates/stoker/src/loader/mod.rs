@@ -102,7 +102,7 @@ impl Loader {
                     .enable_all()
                     .thread_name("stoker")
                     .build()
-                    .map_err(|e| Error::Task(format!("cannot start a tokio runtime: {e}")))?,
+                    .map_err(|e| Error::resource("the loader's tokio runtime", e))?,
             ),
         };
         let (pool, copier) = pool_and_copier(&cfg)?;

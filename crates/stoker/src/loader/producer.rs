@@ -259,10 +259,11 @@ impl Producer {
         for part in parts {
             let (f, slots) = (f.clone(), self.transform_slots.clone());
             handles.push(tokio::spawn(async move {
-                let _slot = slots.acquire_owned().await.map_err(|e| Error::Task(e.to_string()))?;
+                let _slot =
+                    slots.acquire_owned().await.map_err(|e| Error::internal(format!("transform slots: {e}")))?;
                 tokio::task::spawn_blocking(move || part.into_iter().map(|s| f(s)).collect::<Result<Vec<_>>>())
                     .await
-                    .map_err(Error::task)?
+                    .map_err(|e| Error::callback_task("the transform", e))?
             }));
         }
         let mut out = Vec::new();

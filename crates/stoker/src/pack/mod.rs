@@ -308,7 +308,7 @@ impl Dest {
             },
             Dest::Remote(store) => match store.get(PLAN_FILE).await {
                 Ok(b) => b.to_vec(),
-                Err(Error::NotFound { .. }) => return Ok(None),
+                Err(e) if e.kind() == crate::ErrorKind::NotFound => return Ok(None),
                 Err(e) => return Err(e.to_string()),
             },
         };
@@ -423,7 +423,7 @@ pub(crate) async fn fetch(
     for o in outs {
         let mut fields: Vec<crate::sample::Field> = Vec::with_capacity(o.fields.len());
         for _ in &o.parts {
-            let s = samples.next().ok_or_else(|| Error::Task("the source returned fewer samples than asked".into()))?;
+            let s = samples.next().ok_or_else(|| Error::internal("the source returned fewer samples than asked"))?;
             fields.extend(s.fields.into_iter().filter(|f| field.is_none_or(|k| &*f.name == k)));
         }
         let same = fields.len() == o.fields.len()

@@ -150,12 +150,12 @@ async fn write_shard(
         Sink::Memory(v) => v.len() as u64,
     };
     if len != s.bytes {
-        return Err(Error::Task(format!("{}: wrote {len} bytes, the plan said {} (a bug in pack)", s.name, s.bytes)));
+        return Err(Error::internal(format!("{}: wrote {len} bytes, the plan said {}", s.name, s.bytes)));
     }
     match (out, sink, tmp) {
         (Dest::Local(dir), _, Some(tmp)) => publish(&tmp, &dir.join(&s.name))?,
         (Dest::Remote(store), Sink::Memory(v), _) => store.put(&s.name, Bytes::from(v)).await?,
-        _ => return Err(Error::Task("shard sink does not match its destination".into())),
+        _ => return Err(Error::internal("shard sink does not match its destination")),
     }
     Ok(sums)
 }

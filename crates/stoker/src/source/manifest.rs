@@ -70,7 +70,7 @@ impl Manifest {
 pub(crate) async fn load(store: &Store) -> Result<Option<Manifest>> {
     let bytes = match store.get(MANIFEST).await {
         Ok(b) => b,
-        Err(Error::NotFound { .. }) => return Ok(None),
+        Err(e) if e.kind() == crate::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
     parse(&bytes, &store.describe(MANIFEST)).map(Some)
@@ -112,7 +112,7 @@ pub(crate) fn is_clean_relative(path: &str) -> bool {
 
 /// Write `m` at the store root.
 pub(crate) async fn save(store: &Store, m: &Manifest) -> Result<u64> {
-    let json = serde_json::to_vec(m).map_err(|e| Error::Task(e.to_string()))?;
+    let json = serde_json::to_vec(m).map_err(|e| Error::internal(format!("cannot serialise the manifest: {e}")))?;
     let n = json.len() as u64;
     store.put(MANIFEST, Bytes::from(json)).await?;
     Ok(n)

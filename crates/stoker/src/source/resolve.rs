@@ -169,7 +169,7 @@ pub(crate) async fn construct(r: Resolved) -> Result<Arc<DynSampleSource>> {
             Arc::new(TarSource::open_with(store, listing, &opts, display, known).await?)
         }
         (Layout::Lmdb | Layout::Mix, Place::Store { .. }) => {
-            return Err(Error::Task(format!("{display}: resolved to {layout} over a store, which cannot be")))
+            return Err(Error::internal(format!("{display}: resolved to {layout} over a store, which cannot be")))
         }
     })
 }
@@ -317,7 +317,7 @@ async fn head_all(store: &Store, names: &[String], concurrency: usize, missing_o
         .iter()
         .map(|p| async move {
             match store.head(p).await {
-                Err(Error::NotFound { .. }) if missing_ok => {
+                Err(e) if missing_ok && e.kind() == crate::ErrorKind::NotFound => {
                     Ok(ObjectInfo { path: p.clone(), size: 0, modified_us: 0, e_tag: None })
                 }
                 other => other,

@@ -318,7 +318,7 @@ impl SampleSource for MixSource {
         out.into_iter()
             .zip(indices)
             .map(|(s, &index)| {
-                s.ok_or_else(|| Error::Task(format!("mix: source read returned too few samples for index {index}")))
+                s.ok_or_else(|| Error::internal(format!("mix: source read returned too few samples for index {index}")))
             })
             .collect()
     }
