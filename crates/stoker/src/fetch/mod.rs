@@ -73,8 +73,8 @@ impl Default for FetchConfig {
     fn default() -> Self {
         FetchConfig {
             max_in_flight: 64,
-            coalesce_gap: 1 << 20,
-            part_size: 8 << 20,
+            coalesce_gap: crate::store::ranges::REMOTE_GAP,
+            part_size: crate::store::ranges::PART,
             attempts: 6,
             backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(5),

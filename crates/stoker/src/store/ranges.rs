@@ -8,6 +8,10 @@
 
 use std::ops::Range;
 
+// The defaults behind the `coalesce_gap`, `max_read` and `part_size` options.
+// `FetchConfig::default` takes its gap and part size from here; `SourceOptions` (uri.rs)
+// still spells the same numbers for the local gap and `max_read` itself.
+
 /// Merged reads never grow past this (unless one wanted range alone is bigger): 4 MiB keeps
 /// a batch's reads parallel and bounds what one read holds in memory.
 pub const MAX_MERGED: u64 = 4 << 20;
