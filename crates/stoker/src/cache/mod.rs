@@ -13,9 +13,11 @@
 
 mod disk;
 pub mod policy;
+mod ranged;
 mod read;
 
 pub use policy::{Eviction, Plan};
+pub use ranged::RemoteReader;
 pub use read::{is_gone, CachedObject, Gone};
 
 use std::collections::HashMap;

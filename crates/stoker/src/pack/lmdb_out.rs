@@ -12,9 +12,10 @@ use heed::{CommitOrAbort, CompactionOption, Database, EnvOpenOptions, PutFlags};
 use tokio::sync::{mpsc, oneshot};
 
 use super::plan::Plan;
-use super::{chunks, fetch, publish, Dest, PackProgress, Written};
+use super::{chunks, fetch, PackProgress, Written};
 use crate::error::{Error, Result};
 use crate::source::DynSampleSource;
+use crate::store::{publish, temp_name, Store};
 
 /// The hidden working environment inside the destination, kept across interruptions.
 pub(crate) const WORK_DIR: &str = ".stoker-pack-lmdb";
@@ -29,14 +30,15 @@ pub(crate) fn remove_work(dir: &Path) -> std::io::Result<()> {
 
 pub(crate) async fn write(
     src: &Arc<DynSampleSource>,
-    out: &Dest,
+    out: &Store,
     plan: &Plan,
     field: Option<&str>,
     resume: bool,
     progress: &dyn PackProgress,
     shown: &str,
 ) -> Result<Written> {
-    let Dest::Local(dir) = out else {
+    // heed maps the environment's file: LMDB is only ever written in a local directory.
+    let Some(dir) = out.local_root() else {
         return Err(Error::NotSupported { what: format!("{shown}: LMDB is written to a local directory") });
     };
     let lmdb_err = |reason: String| Error::Lmdb { path: dir.join(WORK_DIR).display().to_string(), reason };
@@ -192,7 +194,7 @@ fn writer(
         return Ok(0); // the reader stopped early; its error is the one to report
     }
     let dir = to.parent().ok_or("destination has no parent directory")?;
-    let tmp = dir.join(super::tar_out::temp_name(DATA));
+    let tmp = dir.join(temp_name(DATA));
     let file = env.copy_to_path(&tmp, CompactionOption::Enabled).map_err(|e| format!("compacting: {e}"))?;
     file.sync_all().map_err(|e| e.to_string())?;
     let len = file.metadata().map_err(|e| e.to_string())?.len();

@@ -46,11 +46,8 @@
 //! holding anything else (a different plan, or files not written by `pack`) is refused unless
 //! `force` is set.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-
-use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::source::DynSampleSource;
@@ -185,10 +182,10 @@ pub async fn pack(
     let out = match parsed.location {
         Location::Local(path) => {
             std::fs::create_dir_all(&path).map_err(|e| Error::io(path.display(), e))?;
-            Dest::Local(std::fs::canonicalize(&path).map_err(|e| Error::io(path.display(), e))?)
+            Store::local(&path)?
         }
         Location::Remote(loc) if loc.names.is_none() && opts.layout == Layout::Tar => {
-            Dest::Remote(Store::remote(&loc, &dest_opts, &shown)?)
+            Store::remote(&loc, &dest_opts, &shown)?
         }
         Location::Remote(_) if opts.layout == Layout::Lmdb => {
             return Err(Error::NotSupported {
@@ -204,11 +201,11 @@ pub async fn pack(
     };
     let fail = |reason: String| Error::Pack { dest: shown.clone(), reason };
 
-    let previous = out.read_plan().await.map_err(|r| fail(format!("{PLAN_FILE}: {r}")))?;
+    let previous = read_plan(&out).await.map_err(|r| fail(format!("{PLAN_FILE}: {r}")))?;
     let resume = match previous {
         Some(old) if old.fingerprint == plan.file.fingerprint => true,
         Some(old) if opts.force => {
-            out.remove_pack(&old).await.map_err(fail)?;
+            remove_pack(&out, &old).await.map_err(fail)?;
             false
         }
         Some(old) => {
@@ -222,7 +219,7 @@ pub async fn pack(
         }
         None => {
             if !opts.force {
-                if let Some(found) = out.foreign_entry().await? {
+                if let Some(found) = foreign_entry(&out).await? {
                     return Err(fail(format!(
                         "it is not empty (it holds `{found}`) and was not written by `stoker pack`; choose an empty \
                          or new destination, or pass --force to write into it anyway"
@@ -232,7 +229,7 @@ pub async fn pack(
             false
         }
     };
-    out.write_plan(&plan.file).await?;
+    write_plan(&out, &plan.file).await?;
     let total = plan.file.payload_bytes;
     progress.planned(plan.outs.len() as u64, total);
 
@@ -242,9 +239,9 @@ pub async fn pack(
     };
     if opts.layout == Layout::Tar {
         progress.stage("indexing");
-        let index_uri = match &out {
-            Dest::Local(p) => p.display().to_string(),
-            Dest::Remote(_) => dest.to_string(),
+        let index_uri = match out.local_root() {
+            Some(p) => p.display().to_string(),
+            None => dest.to_string(),
         };
         // Every member gets a checksum: those just written from the bytes in hand, those of
         // shards kept from an interrupted run by reading them.
@@ -252,7 +249,7 @@ pub async fn pack(
         crate::source::index_with(&index_uri, index_opts, &|_, _| {}, &done.sums).await?;
     }
     plan.file.complete = true;
-    out.write_plan(&plan.file).await?;
+    write_plan(&out, &plan.file).await?;
     Ok(PackReport {
         dest: shown,
         layout: opts.layout,
@@ -292,98 +289,53 @@ pub(crate) struct Written {
     sums: std::collections::HashMap<String, Vec<u64>>,
 }
 
-/// Where the output goes.
-pub(crate) enum Dest {
-    Local(PathBuf),
-    Remote(Store),
+/// The plan an earlier run left in `out`, if any.
+async fn read_plan(out: &Store) -> std::result::Result<Option<PlanFile>, String> {
+    let bytes = match out.get(PLAN_FILE).await {
+        Ok(b) => b,
+        Err(e) if e.kind() == crate::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    PlanFile::parse(&bytes).map(Some).map_err(|e| format!("{e}; delete it (and the pack) or use --force"))
 }
 
-impl Dest {
-    async fn read_plan(&self) -> std::result::Result<Option<PlanFile>, String> {
-        let bytes = match self {
-            Dest::Local(dir) => match std::fs::read(dir.join(PLAN_FILE)) {
-                Ok(b) => b,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(e.to_string()),
-            },
-            Dest::Remote(store) => match store.get(PLAN_FILE).await {
-                Ok(b) => b.to_vec(),
-                Err(e) if e.kind() == crate::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(e.to_string()),
-            },
-        };
-        PlanFile::parse(&bytes).map(Some).map_err(|e| format!("{e}; delete it (and the pack) or use --force"))
-    }
+/// Save the plan, synced and renamed into place (see [`Store::writer`]).
+async fn write_plan(out: &Store, p: &PlanFile) -> Result<()> {
+    let json = p.to_json();
+    let mut w = out.writer(PLAN_FILE, json.len() as u64)?;
+    std::io::Write::write_all(&mut w, &json).map_err(|e| Error::io(out.describe(PLAN_FILE), e))?;
+    w.finish().await
+}
 
-    async fn write_plan(&self, p: &PlanFile) -> Result<()> {
-        match self {
-            Dest::Local(dir) => write_atomic(dir, PLAN_FILE, &p.to_json()),
-            Dest::Remote(store) => store.put(PLAN_FILE, Bytes::from(p.to_json())).await,
-        }
-    }
+/// Something in the destination that `pack` did not write, if any.
+async fn foreign_entry(out: &Store) -> Result<Option<String>> {
+    Ok(out.entries().await?.into_iter().find(|name| !is_own_temp(name)))
+}
 
-    /// Something in the destination that `pack` did not write, if any.
-    async fn foreign_entry(&self) -> Result<Option<String>> {
-        match self {
-            Dest::Local(dir) => {
-                let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir.display(), e))?;
-                for e in rd {
-                    let name = e.map_err(|e| Error::io(dir.display(), e))?.file_name().to_string_lossy().into_owned();
-                    if !is_own_temp(&name) {
-                        return Ok(Some(name));
-                    }
-                }
-                Ok(None)
-            }
-            Dest::Remote(store) => Ok(store.list().await?.into_iter().next().map(|o| o.path)),
-        }
+/// Remove what an earlier pack wrote (its plan names it all), for `force`.
+async fn remove_pack(out: &Store, old: &PlanFile) -> std::result::Result<(), String> {
+    let Some(dir) = out.local_root() else {
+        return Err("replacing an earlier pack on a remote store is not supported: delete the prefix first, \
+                    or choose another destination"
+            .into());
+    };
+    let mut names: Vec<String> = vec![crate::source::manifest::MANIFEST.into(), lmdb_out::DATA.into()];
+    for s in &old.shards {
+        names.push(crate::source::tar_index::sidecar_path(&s.name));
+        names.push(crate::store::temp_name(&s.name));
+        names.push(s.name.clone());
     }
-
-    /// Remove what an earlier pack wrote (its plan names it all), for `force`.
-    async fn remove_pack(&self, old: &PlanFile) -> std::result::Result<(), String> {
-        let Dest::Local(dir) = self else {
-            return Err("replacing an earlier pack on a remote store is not supported: delete the prefix first, \
-                        or choose another destination"
-                .into());
-        };
-        let mut names: Vec<String> = vec![crate::source::manifest::MANIFEST.into(), lmdb_out::DATA.into()];
-        for s in &old.shards {
-            names.push(crate::source::tar_index::sidecar_path(&s.name));
-            names.push(tar_out::temp_name(&s.name));
-            names.push(s.name.clone());
-        }
-        for n in names {
-            match std::fs::remove_file(dir.join(&n)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(format!("removing {n}: {e}")),
-                _ => {}
-            }
-        }
-        lmdb_out::remove_work(dir).map_err(|e| format!("removing the LMDB working copy: {e}"))
+    for n in names {
+        out.delete(&n).await.map_err(|e| format!("removing {n}: {e}"))?;
     }
+    lmdb_out::remove_work(dir).map_err(|e| format!("removing the LMDB working copy: {e}"))
 }
 
 /// Temporary files of an interrupted pack (and its plan) do not make a destination foreign.
 fn is_own_temp(name: &str) -> bool {
-    name == PLAN_FILE || name == lmdb_out::WORK_DIR || (name.starts_with('.') && name.ends_with(tar_out::TEMP_SUFFIX))
-}
-
-/// Write `name` in `dir` under a temporary name, sync it, rename it into place and sync the
-/// directory: readers see the old file or the whole new one, even after a crash.
-pub(crate) fn write_atomic(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let tmp = dir.join(tar_out::temp_name(name));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
-    f.write_all(data).and_then(|_| f.sync_all()).map_err(|e| Error::io(tmp.display(), e))?;
-    publish(&tmp, &dir.join(name))
-}
-
-/// Rename a synced temporary file to its final name and sync the directory entry.
-pub(crate) fn publish(tmp: &Path, to: &Path) -> Result<()> {
-    std::fs::rename(tmp, to).map_err(|e| Error::io(to.display(), e))?;
-    if let Some(dir) = to.parent() {
-        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir.display(), e))?;
-    }
-    Ok(())
+    name == PLAN_FILE
+        || name == lmdb_out::WORK_DIR
+        || (name.starts_with('.') && name.ends_with(crate::store::TEMP_SUFFIX))
 }
 
 /// Output samples read per request to the source: enough to let ranged sources coalesce,

@@ -1,50 +1,21 @@
 //! Writing the tar shards of a plan: several shards at once, each read in chunks while the
 //! previous chunk is written, under a temporary name until it is whole and synced.
 
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
 use super::plan::{Plan, ShardPlan};
-use super::{chunks, fetch, publish, Dest, PackOptions, PackProgress, Written};
+use super::{chunks, fetch, PackOptions, PackProgress, Written};
 use crate::error::{Error, Result};
 use crate::sample::Field;
 use crate::source::DynSampleSource;
-
-pub(crate) const TEMP_SUFFIX: &str = ".partial";
-
-/// The hidden name a file is written under before it is complete (never listed as data, never
-/// matched by `*.tar`).
-pub(crate) fn temp_name(name: &str) -> String {
-    format!(".{name}{TEMP_SUFFIX}")
-}
-
-/// A shard being written: to a local file, or to memory for one PUT to a remote store.
-enum Sink {
-    File(BufWriter<std::fs::File>),
-    Memory(Vec<u8>),
-}
-
-impl Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Sink::File(f) => f.write(buf),
-            Sink::Memory(v) => v.write(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Sink::File(f) => f.flush(),
-            Sink::Memory(_) => Ok(()),
-        }
-    }
-}
+use crate::store::{ObjectWriter, Store};
 
 pub(crate) async fn write(
     src: &Arc<DynSampleSource>,
-    out: &Dest,
+    out: &Store,
     plan: &Plan,
     opts: &PackOptions,
     resume: bool,
@@ -63,9 +34,10 @@ pub(crate) async fn write(
     }
     let written_samples = todo.iter().map(|s| s.samples).sum();
     let field = opts.field.as_deref();
-    let jobs = match out {
-        Dest::Local(_) => opts.jobs,
-        Dest::Remote(_) => opts.jobs.min((super::REMOTE_BYTES_IN_FLIGHT / opts.shard_size.max(1)) as usize),
+    // Remote shards are built in memory for one PUT each.
+    let jobs = match out.is_remote() {
+        false => opts.jobs,
+        true => opts.jobs.min((super::REMOTE_BYTES_IN_FLIGHT / opts.shard_size.max(1)) as usize),
     };
     let sums = futures::stream::iter(todo.into_iter().map(|s| async move {
         let sums = write_shard(src, out, plan, s, field, progress, shown).await?;
@@ -82,17 +54,14 @@ fn payload(plan: &Plan, s: &ShardPlan) -> u64 {
 }
 
 /// A shard under its final name was renamed there whole; its size confirms it is this plan's.
-async fn is_complete(out: &Dest, s: &ShardPlan) -> Result<bool> {
-    Ok(match out {
-        Dest::Local(dir) => std::fs::metadata(dir.join(&s.name)).is_ok_and(|m| m.len() == s.bytes),
-        Dest::Remote(store) => store.head(&s.name).await.is_ok_and(|o| o.size == s.bytes),
-    })
+async fn is_complete(out: &Store, s: &ShardPlan) -> Result<bool> {
+    Ok(out.head(&s.name).await.is_ok_and(|o| o.size == s.bytes))
 }
 
 /// Write one shard; returns the XXH3-64 of every member's payload, in archive order.
 async fn write_shard(
     src: &Arc<DynSampleSource>,
-    out: &Dest,
+    out: &Store,
     plan: &Plan,
     s: &ShardPlan,
     field: Option<&str>,
@@ -100,17 +69,7 @@ async fn write_shard(
     shown: &str,
 ) -> Result<Vec<u64>> {
     let outs = &plan.outs[s.first..s.first + s.samples];
-    let tmp = match out {
-        Dest::Local(dir) => Some(dir.join(temp_name(&s.name))),
-        Dest::Remote(_) => None,
-    };
-    let sink = match &tmp {
-        Some(path) => Sink::File(BufWriter::with_capacity(
-            1 << 20,
-            std::fs::File::create(path).map_err(|e| Error::io(path.display(), e))?,
-        )),
-        None => Sink::Memory(Vec::with_capacity(s.bytes as usize)),
-    };
+    let sink: ObjectWriter = out.writer(&s.name, s.bytes)?;
     let mut builder = tar::Builder::new(sink);
     let io_err = |e: io::Error| Error::Io { path: format!("{shown}/{}", s.name), source: e };
     let mut fetched = futures::stream::iter(chunks(outs).into_iter().map(|r| {
@@ -132,31 +91,12 @@ async fn write_shard(
         res.map_err(io_err)?;
         progress.advance(part.len() as u64, bytes);
     }
-    let sink = tokio::task::spawn_blocking(move || -> io::Result<Sink> {
-        match builder.into_inner()? {
-            Sink::File(f) => {
-                let f = f.into_inner().map_err(|e| e.into_error())?;
-                f.sync_all()?;
-                Ok(Sink::File(BufWriter::new(f)))
-            }
-            m => Ok(m),
-        }
-    })
-    .await
-    .map_err(Error::task)?
-    .map_err(io_err)?;
-    let len = match &sink {
-        Sink::File(f) => f.get_ref().metadata().map_err(io_err)?.len(),
-        Sink::Memory(v) => v.len() as u64,
-    };
+    let sink = tokio::task::spawn_blocking(move || builder.into_inner()).await.map_err(Error::task)?.map_err(io_err)?;
+    let len = sink.written();
     if len != s.bytes {
         return Err(Error::internal(format!("{}: wrote {len} bytes, the plan said {}", s.name, s.bytes)));
     }
-    match (out, sink, tmp) {
-        (Dest::Local(dir), _, Some(tmp)) => publish(&tmp, &dir.join(&s.name))?,
-        (Dest::Remote(store), Sink::Memory(v), _) => store.put(&s.name, Bytes::from(v)).await?,
-        _ => return Err(Error::internal("shard sink does not match its destination")),
-    }
+    sink.finish().await?;
     Ok(sums)
 }
 

@@ -57,24 +57,6 @@ impl ObjectsSource {
     }
 }
 
-/// Read exactly `size` bytes of `path` into `dst`; a file that changed size since listing is
-/// an error (its bytes would not be the sample that was listed).
-fn read_file_into(path: &std::path::Path, size: u64, dst: &mut [u8]) -> Result<()> {
-    use std::os::unix::fs::FileExt;
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path.display(), e))?;
-    let now = file.metadata().map_err(|e| Error::io(path.display(), e))?.len();
-    if now != size {
-        return Err(Error::Io {
-            path: path.display().to_string(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                format!("file is {now} bytes but was {size} when the source was opened; reopen the source"),
-            ),
-        });
-    }
-    file.read_exact_at(dst, 0).map_err(|e| Error::io(path.display(), e))
-}
-
 impl fmt::Debug for ObjectsSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ObjectsSource").field("uri", &self.display).field("samples", &self.objects.len()).finish()
@@ -126,21 +108,16 @@ impl SampleSource for ObjectsSource {
         for &i in indices {
             check_index(i, self.objects.len())?;
             let e = &self.objects[i];
-            let path = self.store.local_path(&e.path).ok_or_else(|| Error::NotFound {
-                what: self.store.describe(&e.path),
-                hint: Some("the name cannot be mapped to a local file".into()),
-            })?;
-            jobs.push((i as u64, path, e.path[..e.key_len].to_string(), e.field.clone(), e.size));
+            jobs.push((i as u64, e.path.clone(), e.key_len, e.field.clone(), e.size));
         }
-        let store = self.store.clone();
+        let Some(mut reader) = self.store.direct_reader() else { return copy_into(self, indices, out).await };
         fill_blocking(out, move |b| {
-            for (i, path, key, field, size) in jobs {
-                b.begin(i, &key);
-                if let Err(e) = read_file_into(&path, size, b.field(&field, size as usize)) {
+            for (i, path, key_len, field, size) in jobs {
+                b.begin(i, &path[..key_len]);
+                if let Err(e) = reader.read_whole(&path, size, b.field(&field, size as usize)) {
                     b.abandon_row();
                     return Err(e);
                 }
-                store.count(1, size);
             }
             Ok(())
         })

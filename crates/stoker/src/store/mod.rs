@@ -1,26 +1,40 @@
-//! Where bytes live: one thin wrapper over `object_store`, the only place layouts read from.
+//! Where bytes live, and the one owner of I/O.
 //!
-//! Layout code (objects, tar) asks a [`Store`] for listings, whole objects and byte ranges by
-//! path relative to the store root. Today the store is a local directory through
-//! `object_store`'s `LocalFileSystem`; remote stores plug in here without layout changes.
+//! Layout code (objects, tar) and `pack` ask a [`Store`] for listings, whole objects, byte
+//! ranges and writes by path relative to the store root; they never open files or send
+//! requests themselves, so what a store counts ([`IoCounters`]) is everything read. A store
+//! is one of two backends: a local directory (positioned reads on blocking threads, into
+//! recycled buffers or straight into a batch) or a remote object store (every read through
+//! the read path and block cache, [`crate::cache::RemoteReader`], and every request through
+//! the fetch layer, [`crate::fetch`]). Which reads to merge and how to split them is decided
+//! once, in [`ranges`].
 
 use std::fmt;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
-use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
+use crate::cache::RemoteReader;
 use crate::error::{Error, Result};
-use crate::fetch::Fetcher;
 
+mod blocking;
+mod direct;
+mod local;
+pub mod ranges;
 mod remote;
+mod write;
+
+pub use blocking::BlockReader;
+pub(crate) use direct::{gone, is_gone, DirectReader};
+pub(crate) use local::{publish, temp_name, TEMP_SUFFIX};
+pub use write::ObjectWriter;
 
 /// An object in a store: its path relative to the store root and what identifies its version.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,19 +83,19 @@ pub struct IoCounters {
 pub struct Store(Arc<Inner>);
 
 struct Inner {
-    objects: Arc<dyn ObjectStore>,
-    /// The same store when it is local: reads bypass object_store to use recycled buffers.
-    local: Option<Arc<LocalFileSystem>>,
+    backend: Backend,
     /// Display form of the root (a path or a redacted URI).
     root: String,
-    /// Set for local stores: lets blocking readers use positioned reads on one open file.
-    local_root: Option<PathBuf>,
-    /// Path inside the object store that every relative path is under ("" for local).
-    prefix: String,
-    /// Remote stores read through the fetch layer.
-    fetcher: Option<Arc<Fetcher>>,
     requests: AtomicU64,
     bytes: AtomicU64,
+}
+
+/// Where the bytes are: the one switch between local and remote I/O.
+enum Backend {
+    /// A local directory.
+    Local(local::Local),
+    /// A remote object store: `prefix` is the path inside it every relative path is under.
+    Remote { reader: Arc<RemoteReader>, prefix: String },
 }
 
 impl fmt::Debug for Store {
@@ -97,28 +111,23 @@ impl fmt::Display for Store {
 }
 
 impl Store {
+    fn new(backend: Backend, root: String) -> Self {
+        Store(Arc::new(Inner { backend, root, requests: AtomicU64::new(0), bytes: AtomicU64::new(0) }))
+    }
+
     /// A store over a local directory, which must exist.
     pub fn local(dir: &Path) -> Result<Self> {
-        let canonical = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
-        let local = Arc::new(
-            LocalFileSystem::new_with_prefix(&canonical)
-                .map_err(|e| Error::Store { path: dir.display().to_string(), source: e })?,
-        );
-        Ok(Store(Arc::new(Inner {
-            objects: local.clone(),
-            local: Some(local),
-            root: canonical.display().to_string(),
-            local_root: Some(canonical),
-            prefix: String::new(),
-            fetcher: None,
-            requests: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-        })))
+        let local = local::Local::new(dir)?;
+        let root = local.dir().display().to_string();
+        Ok(Store::new(Backend::Local(local), root))
     }
 
     /// The local directory behind this store, if it is local.
     pub fn local_root(&self) -> Option<&Path> {
-        self.0.local_root.as_deref()
+        match &self.0.backend {
+            Backend::Local(l) => Some(l.dir()),
+            Backend::Remote { .. } => None,
+        }
     }
 
     /// A human-readable location of `path` for messages (`/data/shards/a.tar`).
@@ -128,11 +137,6 @@ impl Store {
         } else {
             format!("{}/{}", self.0.root.trim_end_matches('/'), path)
         }
-    }
-
-    /// The file behind `path` when the store is local.
-    pub fn local_path(&self, path: &str) -> Option<PathBuf> {
-        self.0.local.as_ref()?.path_to_filesystem(&self.obj_path(path)).ok()
     }
 
     /// Requests and bytes served so far.
@@ -158,25 +162,40 @@ impl Store {
         c
     }
 
-    /// Count reads made outside the store's own methods (direct reads into batches).
-    pub(crate) fn count(&self, requests: u64, bytes: u64) {
+    /// Count reads served (every read method of the store and its readers calls this).
+    fn count(&self, requests: u64, bytes: u64) {
         self.0.requests.fetch_add(requests, Ordering::Relaxed);
         self.0.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
     fn obj_path(&self, path: &str) -> ObjPath {
-        let full = if self.0.prefix.is_empty() { path.to_string() } else { format!("{}/{path}", self.0.prefix) };
+        let full = match &self.0.backend {
+            Backend::Remote { prefix, .. } if !prefix.is_empty() => format!("{prefix}/{path}"),
+            _ => path.to_string(),
+        };
         ObjPath::parse(&full).unwrap_or_else(|_| ObjPath::from(full.as_str()))
+    }
+
+    fn remote_reader(&self) -> Option<&Arc<RemoteReader>> {
+        match &self.0.backend {
+            Backend::Remote { reader, .. } => Some(reader),
+            Backend::Local(_) => None,
+        }
     }
 
     /// Whether bytes come over the network (through the fetch layer).
     pub fn is_remote(&self) -> bool {
-        self.0.fetcher.is_some()
+        self.remote_reader().is_some()
     }
 
     /// The fetch layer's counters, for remote stores.
     pub fn fetch_counters(&self) -> Option<&crate::fetch::FetchCounters> {
-        self.0.fetcher.as_ref().map(|f| f.counters())
+        self.remote_reader().map(|r| r.fetcher().counters())
+    }
+
+    /// Cache counters, when this store has a block cache.
+    pub fn cache_counters(&self) -> Option<&crate::cache::CacheCounters> {
+        self.remote_reader()?.cache().map(|c| c.counters())
     }
 
     fn err(&self, path: &str, e: object_store::Error) -> Error {
@@ -191,72 +210,73 @@ impl Store {
 
     /// Every object under the root (recursively), sorted by path.
     pub async fn list(&self) -> Result<Vec<ObjectInfo>> {
-        let prefix = (!self.0.prefix.is_empty()).then(|| self.obj_path(""));
-        let strip = if self.0.prefix.is_empty() { 0 } else { self.0.prefix.len() + 1 };
-        let info = |m: object_store::ObjectMeta| ObjectInfo {
-            path: m.location.as_ref().get(strip..).unwrap_or_default().to_string(),
-            size: m.size,
-            modified_us: m.last_modified.timestamp_micros(),
-            e_tag: m.e_tag,
-        };
-        let mut out: Vec<ObjectInfo> = match &self.0.fetcher {
-            Some(f) => f.list(prefix.as_ref(), &self.describe("")).await?.into_iter().map(info).collect(),
-            None => {
-                self.0.objects.list(prefix.as_ref()).map_ok(info).try_collect().await.map_err(|e| self.err("", e))?
+        let mut out: Vec<ObjectInfo> = match &self.0.backend {
+            Backend::Local(l) => {
+                l.fs().list(None).map_ok(|m| info(m, 0)).try_collect().await.map_err(|e| self.err("", e))?
+            }
+            Backend::Remote { reader, prefix } => {
+                let (under, strip) =
+                    if prefix.is_empty() { (None, 0) } else { (Some(self.obj_path("")), prefix.len() + 1) };
+                let found = reader.fetcher().list(under.as_ref(), &self.describe("")).await?;
+                found.into_iter().map(|m| info(m, strip)).collect()
             }
         };
         out.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(out)
     }
 
+    /// The names directly under the root (files, and the first component of anything
+    /// deeper), sorted, hidden ones included: what a writer checks before filling it.
+    pub async fn entries(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = match &self.0.backend {
+            Backend::Local(l) => l.entries()?,
+            Backend::Remote { .. } => self
+                .list()
+                .await?
+                .into_iter()
+                .map(|o| o.path.split('/').next().unwrap_or_default().to_string())
+                .collect(),
+        };
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
     /// Size and version of one object.
     pub async fn head(&self, path: &str) -> Result<ObjectInfo> {
-        let m = match &self.0.fetcher {
-            Some(f) => f.head(&self.obj_path(path), &self.describe(path)).await?,
-            None => self.0.objects.head(&self.obj_path(path)).await.map_err(|e| self.err(path, e))?,
+        let m = match &self.0.backend {
+            Backend::Local(l) => l.fs().head(&self.obj_path(path)).await.map_err(|e| self.err(path, e))?,
+            Backend::Remote { reader, .. } => reader.fetcher().head(&self.obj_path(path), &self.describe(path)).await?,
         };
-        Ok(ObjectInfo {
-            path: path.to_string(),
-            size: m.size,
-            modified_us: m.last_modified.timestamp_micros(),
-            e_tag: m.e_tag,
-        })
+        Ok(ObjectInfo { path: path.to_string(), ..info(m, 0) })
     }
 
     /// A whole object.
     pub async fn get(&self, path: &str) -> Result<Bytes> {
-        if let Some(f) = &self.0.fetcher {
-            let bytes = f.get(&self.obj_path(path), &self.describe(path)).await?;
-            self.count(1, bytes.len() as u64);
-            return Ok(bytes);
-        }
-        if self.0.local.is_some() {
-            let bytes = self.local_read(path, None).await?.pop().unwrap_or_default();
-            self.count(1, bytes.len() as u64);
-            return Ok(bytes);
-        }
-        let fetch = async { self.0.objects.get(&self.obj_path(path)).await?.bytes().await };
-        let bytes = fetch.await.map_err(|e| self.err(path, e))?;
+        let bytes = match &self.0.backend {
+            Backend::Local(l) => {
+                l.read(self.obj_path(path), self.describe(path), None).await?.pop().unwrap_or_default()
+            }
+            Backend::Remote { reader, .. } => reader.fetcher().get(&self.obj_path(path), &self.describe(path)).await?,
+        };
         self.count(1, bytes.len() as u64);
         Ok(bytes)
     }
 
     /// One byte range of an object. A short read (the object shrank) is an error.
     pub async fn get_range(&self, path: &str, range: Range<u64>) -> Result<Bytes> {
-        let want = range.end - range.start;
-        let bytes = if let Some(f) = &self.0.fetcher {
-            f.get_ranges(&self.obj_path(path), &self.describe(path), std::slice::from_ref(&range))
-                .await?
-                .pop()
-                .unwrap_or_default()
-        } else if self.0.local.is_some() {
-            self.local_read(path, Some(vec![range.clone()])).await?.pop().unwrap_or_default()
-        } else {
-            self.0.objects.get_range(&self.obj_path(path), range.clone()).await.map_err(|e| self.err(path, e))?
+        Ok(self.get_ranges(path, std::slice::from_ref(&range)).await?.pop().unwrap_or_default())
+    }
+
+    /// Several byte ranges of an object, in the order asked. A short read is an error.
+    pub async fn get_ranges(&self, path: &str, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        let out = match &self.0.backend {
+            Backend::Local(l) => l.read(self.obj_path(path), self.describe(path), Some(ranges.to_vec())).await?,
+            Backend::Remote { reader, .. } => {
+                reader.get_ranges(&self.obj_path(path), &self.describe(path), ranges, None).await?
+            }
         };
-        self.count(1, bytes.len() as u64);
-        check_len(self, path, &range, &bytes, want)?;
-        Ok(bytes)
+        self.checked(path, ranges, out)
     }
 
     /// Byte ranges of an object whose `size` and `version` are known (from an index): remote
@@ -270,33 +290,43 @@ impl Store {
         version: &str,
         e_tag: Option<&str>,
     ) -> Result<Vec<Bytes>> {
-        match &self.0.fetcher {
-            Some(f) => {
-                let (obj, shown) = (self.obj_path(path), self.describe(path));
-                let out = f.get_ranges_cached(&obj, &shown, ranges, size, version, e_tag).await?;
-                self.count(ranges.len() as u64, out.iter().map(|b| b.len() as u64).sum());
-                for (r, b) in ranges.iter().zip(&out) {
-                    check_len(self, path, r, b, r.end - r.start)?;
-                }
-                Ok(out)
-            }
-            None => self.get_ranges(path, ranges).await,
-        }
+        let Some(reader) = self.remote_reader() else { return self.get_ranges(path, ranges).await };
+        let (obj, shown) = (self.obj_path(path), self.describe(path));
+        let out = reader.get_ranges_cached(&obj, &shown, ranges, size, version, e_tag).await?;
+        self.checked(path, ranges, out)
     }
 
-    /// Tell the cache what a reader will read and when (see [`Fetcher::plan_reads`]), for
-    /// `objects` given as (path relative to the root, version, size). Local stores have no
-    /// cache: false.
+    /// Count what was read and check every range came back whole.
+    fn checked(&self, path: &str, ranges: &[Range<u64>], out: Vec<Bytes>) -> Result<Vec<Bytes>> {
+        self.count(ranges.len() as u64, out.iter().map(|b| b.len() as u64).sum());
+        for (r, b) in ranges.iter().zip(&out) {
+            let want = r.end.saturating_sub(r.start);
+            if b.len() as u64 != want {
+                return Err(Error::Io {
+                    path: self.describe(path),
+                    source: io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("asked for bytes {}..{} ({want} bytes) but got {}", r.start, r.end, b.len()),
+                    ),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Tell the cache what a reader will read and when (see [`RemoteReader::plan_reads`]),
+    /// for `objects` given as (path relative to the root, version, size). Local stores have
+    /// no cache: false.
     pub fn plan_reads(
         &self,
         objects: &[(&str, &str, u64)],
         uses: crate::cache::policy::Uses<'_>,
         clock: Arc<AtomicU64>,
     ) -> bool {
-        let Some(f) = &self.0.fetcher else { return false };
+        let Some(reader) = self.remote_reader() else { return false };
         let objects: Vec<(ObjPath, String, u64)> =
             objects.iter().map(|&(p, v, size)| (self.obj_path(p), v.to_string(), size)).collect();
-        f.plan_reads(&objects, uses, clock)
+        reader.plan_reads(&objects, uses, clock)
     }
 
     /// Whether every block of `ranges` of `path` (at `version`) is in the disk cache, as far
@@ -307,7 +337,7 @@ impl Store {
         version: &str,
         ranges: impl IntoIterator<Item = &'a Range<u64>>,
     ) -> bool {
-        let Some(cache) = self.0.fetcher.as_ref().and_then(|f| f.cache()) else { return false };
+        let Some(cache) = self.remote_reader().and_then(|r| r.cache()) else { return false };
         let bs = cache.config().block.max(1);
         let obj = self.obj_path(path);
         ranges.into_iter().filter(|r| r.end > r.start).all(|r| {
@@ -315,190 +345,38 @@ impl Store {
         })
     }
 
-    /// A blocking reader of `path` (at `version`, `size` bytes) from the disk cache's block
-    /// files; `None` without a disk cache. Reads through it count as store reads.
-    pub(crate) fn cached_object(&self, path: &str, version: &str, size: u64) -> Option<crate::cache::CachedObject> {
-        let cache = self.0.fetcher.as_ref()?.cache()?;
-        cache.cached_object(self.obj_path(path).as_ref(), version, size)
-    }
-
-    /// Cache counters, when this store has a block cache.
-    pub fn cache_counters(&self) -> Option<&crate::cache::CacheCounters> {
-        self.0.fetcher.as_ref()?.cache().map(|c| c.counters())
-    }
-
-    /// Several byte ranges of one object, in the order asked.
-    pub async fn get_ranges(&self, path: &str, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        let out = if let Some(f) = &self.0.fetcher {
-            f.get_ranges(&self.obj_path(path), &self.describe(path), ranges).await?
-        } else if self.0.local.is_some() {
-            self.local_read(path, Some(ranges.to_vec())).await?
-        } else {
-            self.0.objects.get_ranges(&self.obj_path(path), ranges).await.map_err(|e| self.err(path, e))?
-        };
-        self.count(ranges.len() as u64, out.iter().map(|b| b.len() as u64).sum());
-        for (r, b) in ranges.iter().zip(&out) {
-            check_len(self, path, r, b, r.end - r.start)?;
-        }
-        Ok(out)
-    }
-
-    /// Local reads: one blocking task opens the file once and reads each range (or the whole
-    /// file) into recycled buffers. A range past the end comes back short and the caller's
-    /// length check reports it.
-    async fn local_read(&self, path: &str, ranges: Option<Vec<Range<u64>>>) -> Result<Vec<Bytes>> {
-        let fs = self.0.local.as_ref().expect("local_read is only called on local stores");
-        let full = fs.path_to_filesystem(&self.obj_path(path)).map_err(|e| self.err(path, e))?;
-        let shown = self.describe(path);
-        tokio::task::spawn_blocking(move || {
-            use std::os::unix::fs::FileExt;
-            let file = std::fs::File::open(&full).map_err(|e| Error::io(&shown, e))?;
-            let ranges = match ranges {
-                Some(r) => r,
-                None => std::iter::once(0..file.metadata().map_err(|e| Error::io(&shown, e))?.len()).collect(),
-            };
-            ranges
-                .into_iter()
-                .map(|r| {
-                    let want = (r.end.saturating_sub(r.start)) as usize;
-                    let mut buf = crate::buffer::take(want);
-                    let mut done = 0;
-                    while done < want {
-                        match file.read_at(&mut buf[done..want], r.start + done as u64) {
-                            Ok(0) => break,
-                            Ok(n) => done += n,
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                            Err(e) => return Err(Error::io(&shown, e)),
-                        }
-                    }
-                    Ok(crate::buffer::freeze(buf, done))
-                })
-                .collect()
-        })
-        .await
-        .map_err(Error::task)?
-    }
-
-    /// Write a whole object atomically (local: a staged file renamed into place).
+    /// Write a whole object atomically (local: a staged file renamed into place; remote: one
+    /// PUT). Not synced: for files that can be rebuilt (indexes); [`Store::writer`] syncs.
     pub async fn put(&self, path: &str, bytes: Bytes) -> Result<()> {
-        self.0.objects.put(&self.obj_path(path), PutPayload::from(bytes)).await.map_err(|e| self.err(path, e))?;
+        let objects: &dyn ObjectStore = match &self.0.backend {
+            Backend::Local(l) => l.fs(),
+            Backend::Remote { reader, .. } => reader.fetcher().objects().as_ref(),
+        };
+        objects.put(&self.obj_path(path), PutPayload::from(bytes)).await.map_err(|e| self.err(path, e))?;
         Ok(())
     }
 
-    /// A blocking `Read + Seek` view of an object for header walks (tar indexing).
-    ///
-    /// Reads go `block` bytes at a time and a seek within the current block is free, so
-    /// walking headers does not read the payloads between them. Call it from a blocking
-    /// thread, never from an async task.
-    pub fn blocking_reader(&self, path: &str, size: u64, block: usize) -> Result<BlockReader> {
-        let fetch = match self.local_root() {
-            Some(root) => {
-                let full = root.join(path);
-                let file = std::fs::File::open(&full).map_err(|e| Error::io(full.display(), e))?;
-                Fetch::Local(file)
-            }
-            None => Fetch::Remote(self.clone(), path.to_string(), tokio::runtime::Handle::current()),
+    /// Remove an object; one that is not there is no error.
+    pub async fn delete(&self, path: &str) -> Result<()> {
+        let r = match &self.0.backend {
+            Backend::Local(l) => l.fs().delete(&self.obj_path(path)).await,
+            Backend::Remote { reader, .. } => reader.fetcher().objects().delete(&self.obj_path(path)).await,
         };
-        Ok(BlockReader { fetch, size, pos: 0, buf: Bytes::new(), buf_start: 0, block: block.max(512) })
-    }
-}
-
-fn check_len(store: &Store, path: &str, range: &Range<u64>, got: &Bytes, want: u64) -> Result<()> {
-    if got.len() as u64 != want {
-        return Err(Error::Io {
-            path: store.describe(path),
-            source: io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("asked for bytes {}..{} ({want} bytes) but got {}", range.start, range.end, got.len()),
-            ),
-        });
-    }
-    Ok(())
-}
-
-enum Fetch {
-    Local(std::fs::File),
-    Remote(Store, String, tokio::runtime::Handle),
-}
-
-/// Blocking, block-buffered `Read + Seek` over one object. See [`Store::blocking_reader`].
-pub struct BlockReader {
-    fetch: Fetch,
-    size: u64,
-    pos: u64,
-    buf: Bytes,
-    buf_start: u64,
-    block: usize,
-}
-
-impl BlockReader {
-    /// The current position.
-    pub fn position(&self) -> u64 {
-        self.pos
-    }
-
-    /// The object size given when the reader was made.
-    pub fn size(&self) -> u64 {
-        self.size
-    }
-
-    fn fill(&mut self) -> io::Result<()> {
-        let end = (self.pos + self.block as u64).min(self.size);
-        let range = self.pos..end;
-        self.buf = match &self.fetch {
-            Fetch::Local(file) => {
-                use std::os::unix::fs::FileExt;
-                let mut v = vec![0u8; (end - self.pos) as usize];
-                let mut done = 0;
-                while done < v.len() {
-                    match file.read_at(&mut v[done..], self.pos + done as u64) {
-                        Ok(0) => break,
-                        Ok(n) => done += n,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                v.truncate(done);
-                Bytes::from(v)
-            }
-            Fetch::Remote(store, path, handle) => {
-                handle.block_on(store.get_range(path, range)).map_err(|e| io::Error::other(e.to_string()))?
-            }
-        };
-        self.buf_start = self.pos;
-        Ok(())
-    }
-}
-
-impl Read for BlockReader {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        if self.pos >= self.size || out.is_empty() {
-            return Ok(0);
+        match r {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.err(path, e)),
         }
-        let in_buf = self.pos >= self.buf_start && self.pos < self.buf_start + self.buf.len() as u64;
-        if !in_buf {
-            self.fill()?;
-            if self.buf.is_empty() {
-                return Ok(0);
-            }
-        }
-        let off = (self.pos - self.buf_start) as usize;
-        let n = out.len().min(self.buf.len() - off);
-        out[..n].copy_from_slice(&self.buf[off..off + n]);
-        self.pos += n as u64;
-        Ok(n)
     }
 }
 
-impl Seek for BlockReader {
-    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
-        let target = match to {
-            SeekFrom::Start(n) => Some(n),
-            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
-            SeekFrom::End(d) => self.size.checked_add_signed(d),
-        };
-        self.pos = target.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before start"))?;
-        Ok(self.pos)
+/// An object's listing entry, its path relative to the root (the first `strip` bytes of
+/// its location are the prefix and its `/`).
+fn info(m: object_store::ObjectMeta, strip: usize) -> ObjectInfo {
+    ObjectInfo {
+        path: m.location.as_ref().get(strip..).unwrap_or_default().to_string(),
+        size: m.size,
+        modified_us: m.last_modified.timestamp_micros(),
+        e_tag: m.e_tag,
     }
 }
 
@@ -515,30 +393,12 @@ mod tests {
         let s = Store::local(dir.path()).unwrap();
         let l = s.list().await.unwrap();
         assert_eq!(l.iter().map(|o| o.path.as_str()).collect::<Vec<_>>(), ["a.bin", "sub/b.bin"]);
+        assert_eq!(s.entries().await.unwrap(), ["a.bin", "sub"]);
         assert_eq!(&s.get_range("sub/b.bin", 2..5).await.unwrap()[..], b"234");
         let r = s.get_ranges("sub/b.bin", &[0..1, 8..10]).await.unwrap();
         assert_eq!((&r[0][..], &r[1][..]), (&b"0"[..], &b"89"[..]));
         assert_eq!(s.counters(), IoCounters { requests: 3, bytes: 6, ..Default::default() });
         assert!(s.get_range("sub/b.bin", 5..20).await.is_err(), "a short read must be an error");
         assert!(matches!(s.get("nope").await, Err(Error::NotFound { .. })));
-    }
-
-    #[tokio::test(flavor = "multi_thread")]
-    async fn block_reader_seeks_within_and_past_blocks() {
-        let dir = tempfile::tempdir().unwrap();
-        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
-        std::fs::write(dir.path().join("f"), &data).unwrap();
-        let s = Store::local(dir.path()).unwrap();
-        let mut r = s.blocking_reader("f", data.len() as u64, 1024).unwrap();
-        let mut b = [0u8; 10];
-        r.seek(SeekFrom::Start(1020)).unwrap();
-        r.read_exact(&mut b).unwrap();
-        assert_eq!(&b[..], &data[1020..1030]);
-        r.seek(SeekFrom::Current(3000)).unwrap();
-        r.read_exact(&mut b).unwrap();
-        assert_eq!(&b[..], &data[4030..4040]);
-        let mut rest = Vec::new();
-        r.read_to_end(&mut rest).unwrap();
-        assert_eq!(rest, &data[4040..]);
     }
 }

@@ -2,7 +2,6 @@
 //! servers), GCS, Azure, HTTP. Credentials come from options or the usual environment
 //! variables and never reach `Display`, `Debug` or errors.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +11,7 @@ use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::http::HttpBuilder;
 use object_store::{ClientOptions, ObjectStore, RetryConfig};
 
-use super::{Inner, Store};
+use super::{Backend, Store};
 use crate::error::{Error, Result};
 use crate::fetch::Fetcher;
 use crate::uri::{RemoteLocation, SourceOptions};
@@ -35,16 +34,8 @@ impl Store {
             ),
             None => shown.split('?').next().unwrap_or(shown).trim_end_matches('/').to_string(),
         };
-        Ok(Store(Arc::new(Inner {
-            fetcher: Some(Arc::new(Fetcher::new(objects.clone(), opts.fetch_config())?)),
-            objects,
-            local: None,
-            root,
-            local_root: None,
-            prefix: loc.prefix.clone(),
-            requests: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-        })))
+        let reader = Arc::new(crate::cache::RemoteReader::new(Arc::new(Fetcher::new(objects, opts.fetch_config())))?);
+        Ok(Store::new(Backend::Remote { reader, prefix: loc.prefix.clone() }, root))
     }
 }
 

@@ -1,48 +1,24 @@
-//! Batches read straight into their buffers ([`SampleSource::get_many_into`]): from local
-//! shard files, or over a remote store from the disk cache's block files when every block
-//! the batch needs is there (the hit path: a warm epoch reads like a local one, one
-//! positioned read per sample or coalesced span, no request, no copy but into the batch).
+//! Batches read straight into their buffers ([`SampleSource::get_many_into`]) through the
+//! store's direct reader: from local shard files, or over a remote store from the disk
+//! cache's block files when every block the batch needs is there (the hit path: a warm epoch
+//! reads like a local one, one positioned read per sample or coalesced span, no request, no
+//! copy but into the batch).
 //!
 //! [`SampleSource::get_many_into`]: crate::source::SampleSource::get_many_into
 
-use std::collections::HashMap;
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 
 use super::{tar_index, Inner};
 use crate::batch::BatchBuilder;
-use crate::cache::CachedObject;
 use crate::error::{Error, Result};
+use crate::store::{ranges, DirectReader};
 
 /// Samples at least this big are read straight into the batch, one read per field.
 const DIRECT_MIN: u64 = 32 << 10;
 /// Smaller samples are read in coalesced spans of at most this size, small enough to stay in
 /// the CPU cache for the copy into the batch that follows.
 const SMALL_SPAN: u64 = 256 << 10;
-
-/// Where a batch's shard bytes are read from.
-pub(super) enum ShardFiles {
-    /// Local shard files under this root.
-    Local(std::path::PathBuf),
-    /// The disk cache (remote shards whose blocks are all cached).
-    Cached,
-}
-
-/// The shards a batch touches, each opened once.
-enum Open {
-    Local(HashMap<usize, std::fs::File>),
-    Cached(HashMap<usize, CachedObject>),
-}
-
-impl Open {
-    fn read_exact_at(&mut self, shard: usize, dst: &mut [u8], at: u64) -> io::Result<()> {
-        match self {
-            Open::Local(files) => files[&shard].read_exact_at(dst, at),
-            Open::Cached(objects) => objects.get_mut(&shard).expect("opened").read_exact_at(dst, at),
-        }
-    }
-}
 
 impl Inner {
     /// Whether the disk cache holds every block of samples `indices` and none of them is held
@@ -66,38 +42,19 @@ impl Inner {
         })
     }
 
-    /// Read `indices` (all valid) into `out`, in order (blocking). From the disk cache, a
-    /// block gone meanwhile fails the read as an I/O error for which
+    /// Read `indices` (all valid) into `out`, in order (blocking), with `reader`. From the
+    /// disk cache, a block gone meanwhile fails the read as an I/O error for which
     /// [`crate::cache::is_gone`] holds; the rows before it stay in `out`.
-    pub(super) fn read_into(&self, files: ShardFiles, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
+    pub(super) fn read_into(&self, mut reader: DirectReader, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
         let located: Vec<(usize, usize)> = indices.iter().map(|&i| self.locate(i)).collect::<Result<_>>()?;
-        // A batch touches few shards: open each once.
-        let mut open = match &files {
-            ShardFiles::Local(root) => {
-                let mut map = HashMap::new();
-                for &(shard, _) in &located {
-                    if let std::collections::hash_map::Entry::Vacant(slot) = map.entry(shard) {
-                        let path = root.join(&self.shards[shard].index.shard);
-                        slot.insert(std::fs::File::open(&path).map_err(|e| Error::io(path.display(), e))?);
-                    }
-                }
-                Open::Local(map)
-            }
-            ShardFiles::Cached => {
-                let mut map = HashMap::new();
-                for &(shard, _) in &located {
-                    if let std::collections::hash_map::Entry::Vacant(slot) = map.entry(shard) {
-                        let s = &self.shards[shard];
-                        let object = self.store.cached_object(&s.index.shard, &s.version, s.index.size);
-                        slot.insert(object.ok_or_else(|| self.gone(shard))?);
-                    }
-                }
-                Open::Cached(map)
-            }
-        };
+        // A batch touches few shards: each is opened once.
+        for &(shard, _) in &located {
+            let s = &self.shards[shard];
+            reader.open(shard, &s.index.shard, &s.version, s.index.size)?;
+        }
         let failed = |shard: usize, at: u64, e: io::Error| {
             if crate::cache::is_gone(&e) {
-                return self.gone(shard);
+                return crate::store::gone(&self.store, &self.shards[shard].index.shard);
             }
             Error::CorruptTar {
                 shard: self.store.describe(&self.shards[shard].index.shard),
@@ -106,44 +63,26 @@ impl Inner {
                     .into(),
             }
         };
-        // Small samples: plan coalesced spans over all of them first, then read those spans.
-        let mut small: Vec<(usize, Range<u64>, usize)> = located
-            .iter()
-            .enumerate()
-            .filter_map(|(pos, &(shard, local))| {
-                let span = self.shards[shard].index.span(local);
-                (span.end - span.start < DIRECT_MIN).then_some((shard, span, pos))
-            })
-            .collect();
-        small.sort_unstable_by_key(|(shard, span, _)| (*shard, span.start));
-        let mut spans: Vec<(usize, Range<u64>)> = Vec::new();
-        let mut span_of = vec![usize::MAX; indices.len()];
-        for (shard, span, pos) in small {
-            match spans.last_mut() {
-                Some((s, r))
-                    if *s == shard && span.start <= r.end + self.gap && span.end.max(r.end) - r.start <= SMALL_SPAN =>
-                {
-                    r.end = r.end.max(span.end);
-                }
-                _ => spans.push((shard, span)),
+        // Small samples: their spans are read first, coalesced, then copied out of them.
+        let mut small: Vec<(usize, Range<u64>)> = Vec::new();
+        let mut small_of = vec![usize::MAX; indices.len()];
+        for (pos, &(shard, local)) in located.iter().enumerate() {
+            let span = self.shards[shard].index.span(local);
+            if span.end - span.start < DIRECT_MIN {
+                small_of[pos] = small.len();
+                small.push((shard, span));
             }
-            span_of[pos] = spans.len() - 1;
         }
-        let mut span_bufs = Vec::with_capacity(spans.len());
-        for (shard, r) in &spans {
-            let mut buf = crate::buffer::take((r.end - r.start) as usize);
-            let want = (r.end - r.start) as usize;
-            open.read_exact_at(*shard, &mut buf[..want], r.start).map_err(|e| failed(*shard, r.start, e))?;
-            self.store.count(1, want as u64);
-            span_bufs.push(buf);
-        }
+        let policy = ranges::Policy::new(self.policy.gap, SMALL_SPAN);
+        let gathered = reader.gather(&small, &policy).map_err(|(shard, at, e)| failed(shard, at, e))?;
         for (pos, &(shard, local)) in located.iter().enumerate() {
             let s = &self.shards[shard];
             out.begin(indices[pos] as u64, &s.index.keys[local]);
             let fields = s.index.sample_fields(local);
             let (key, first) = (&s.index.keys[local], s.index.starts[local] as usize);
-            let result = if span_of[pos] != usize::MAX {
-                let (buf, start) = (&span_bufs[span_of[pos]], spans[span_of[pos]].1.start);
+            let result = if small_of[pos] != usize::MAX {
+                let span = &small[small_of[pos]].1;
+                let (buf, start) = (gathered.get(small_of[pos], (span.end - span.start) as usize), span.start);
                 fields.iter().enumerate().try_for_each(|(j, &(name, off, len))| {
                     let at = (off - start) as usize;
                     self.check_header(shard, first + j, key, off, &buf[at - tar_index::HEADER as usize..at])?;
@@ -156,11 +95,10 @@ impl Inner {
                 fields.iter().enumerate().try_for_each(|(j, &(name, off, len))| {
                     let mut header = [0u8; tar_index::HEADER as usize];
                     let at = off - tar_index::HEADER;
-                    open.read_exact_at(shard, &mut header, at).map_err(|e| failed(shard, at, e))?;
+                    reader.read_exact_at(shard, &mut header, at).map_err(|e| failed(shard, at, e))?;
                     self.check_header(shard, first + j, key, off, &header)?;
                     let dst = out.field(&s.names[name as usize], len as usize);
-                    open.read_exact_at(shard, dst, off).map_err(|e| failed(shard, off, e))?;
-                    self.store.count(1, len);
+                    reader.read_exact_at(shard, dst, off).map_err(|e| failed(shard, off, e))?;
                     self.check_sum(shard, first + j, key, dst)
                 })
             };
@@ -171,17 +109,4 @@ impl Inner {
         }
         Ok(())
     }
-
-    /// The error of a read from the disk cache whose block went missing.
-    fn gone(&self, shard: usize) -> Error {
-        Error::Io {
-            path: self.store.describe(&self.shards[shard].index.shard),
-            source: io::Error::new(io::ErrorKind::NotFound, crate::cache::Gone),
-        }
-    }
-}
-
-/// Whether `e` is [`Inner::read_into`] finding a block gone from the disk cache.
-pub(super) fn is_gone(e: &Error) -> bool {
-    matches!(e, Error::Io { source, .. } if crate::cache::is_gone(source))
 }

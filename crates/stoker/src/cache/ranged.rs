@@ -1,3 +1,7 @@
+//! The read path for remote bytes: ranges asked of an object become requests here, merged
+//! and split under one [`ranges`] policy, and, for objects of known version, go through the
+//! block cache (memory and disk) when one is configured.
+//!
 //! Ranged reads through the block cache: the asked ranges are cut from whole aligned blocks
 //! fetched in runs of adjacent missing ones, cached in memory and on disk. When the reader's
 //! plan says a missing block will not be read enough while cached to pay for fetching all of
@@ -5,19 +9,134 @@
 //! cache holds), the range that needs it is fetched as asked instead, around the cache.
 
 use std::ops::Range;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use futures::FutureExt;
 use object_store::path::Path as ObjPath;
+use tokio::sync::Semaphore;
 
-use super::Fetcher;
+use super::BlockCache;
 use crate::error::{Error, Result};
+use crate::fetch::Fetcher;
+use crate::store::ranges;
 
 /// One request for a run of adjacent cache blocks, awaited by each block that misses.
 type RunFetch = futures::future::Shared<futures::future::BoxFuture<'static, std::result::Result<Bytes, Arc<Error>>>>;
 
-impl Fetcher {
+/// Reads ranges of a remote store's objects: through the block cache when there is one,
+/// every request through one [`Fetcher`].
+pub struct RemoteReader {
+    fetcher: Arc<Fetcher>,
+    cache: Option<BlockCache>,
+    /// Cache blocks that cached reads may hold at once (see `get_blocks`).
+    held_blocks: Semaphore,
+    held_blocks_max: usize,
+}
+
+impl std::fmt::Debug for RemoteReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteReader").field("fetcher", &self.fetcher).finish_non_exhaustive()
+    }
+}
+
+impl RemoteReader {
+    /// A reader over `fetcher`, with the block cache its settings ask for; fails only if the
+    /// disk cache directory cannot be made.
+    pub fn new(fetcher: Arc<Fetcher>) -> Result<Self> {
+        let cfg = fetcher.config();
+        let cache = if cfg.cache.enabled() { Some(BlockCache::new(cfg.cache.clone())?) } else { None };
+        // Blocks in use by reads come on top of the cache's own bytes (a block being fetched,
+        // or evicted while a read still cuts from it): half the memory cache's worth, or 64 MiB
+        // (reads through the disk cache alone hold blocks in memory only while in flight), at
+        // least 8 and at most one per request in flight, keeps that bounded and still parallel.
+        let block = cfg.cache.block.max(1);
+        let held_bytes = (cfg.cache.memory_bytes / 2).max(64 << 20);
+        let held_blocks_max = ((held_bytes / block) as usize).clamp(8, cfg.max_in_flight.max(8));
+        Ok(RemoteReader { cache, held_blocks: Semaphore::new(held_blocks_max), held_blocks_max, fetcher })
+    }
+
+    /// The request layer.
+    pub fn fetcher(&self) -> &Arc<Fetcher> {
+        &self.fetcher
+    }
+
+    /// The block cache, when one is configured.
+    pub fn cache(&self) -> Option<&BlockCache> {
+        self.cache.as_ref()
+    }
+
+    /// Tell the block cache what a reader will read and when, so the disk cache drops what is
+    /// needed furthest ahead (see [`super::policy`]). `objects` are the objects the
+    /// reads are of (path, version, size); `uses` calls its sink with `(time, object number,
+    /// byte range)` in time order and may be called more than once; `clock` is the reader's
+    /// time, advanced as it reads. Returns whether the cache follows the plan (false without a
+    /// disk cache, under `cache_eviction=lru`, or for too many blocks to plan).
+    pub fn plan_reads(
+        &self,
+        objects: &[(ObjPath, String, u64)],
+        uses: super::policy::Uses<'_>,
+        clock: Arc<AtomicU64>,
+    ) -> bool {
+        let Some(cache) = &self.cache else { return false };
+        if cache.disk_limit().is_none() || cache.config().eviction != super::Eviction::Future {
+            return false;
+        }
+        let keyers: Vec<_> = objects
+            .iter()
+            .map(|(path, version, _)| move |b: u64| super::block_key(path.as_ref(), version, b))
+            .collect();
+        let planned: Vec<(&(dyn Fn(u64) -> u128 + Sync), u64)> =
+            keyers.iter().zip(objects).map(|(k, (_, _, size))| (k as &(dyn Fn(u64) -> u128 + Sync), *size)).collect();
+        match super::Plan::build(cache.config().block.max(1), &planned, uses, clock) {
+            Some(plan) => cache.set_plan(Some(Arc::new(plan))),
+            None => false,
+        }
+    }
+
+    /// Read `ranges` of `path` (`shown` names it in errors), in the order asked, around the
+    /// cache: ranges closer than the coalescing gap are one request, and a request bigger
+    /// than a part is split into parts fetched in parallel. With `if_match`, only while the
+    /// object's entity tag is that: a replaced object is an error, not other bytes.
+    pub async fn get_ranges(
+        &self,
+        path: &ObjPath,
+        shown: &str,
+        ranges: &[Range<u64>],
+        if_match: Option<&str>,
+    ) -> Result<Vec<Bytes>> {
+        let cfg = self.fetcher.config();
+        let merged = ranges::merge(ranges, &ranges::Policy::uncapped(cfg.coalesce_gap));
+        let part = cfg.part_size;
+        let parts = merged.reads.iter().flat_map(|m| ranges::split(m.clone(), part));
+        let fetched: Vec<Bytes> =
+            futures::future::try_join_all(parts.map(|p| self.fetcher.fetch_range(path, shown, p, if_match))).await?;
+        let mut fetched = fetched.into_iter();
+        // A read fetched in several parts is joined once; most are one part, kept as is.
+        let whole: Vec<Bytes> = merged
+            .reads
+            .iter()
+            .map(|m| {
+                let n = ranges::split(m.clone(), part).count();
+                if n == 1 {
+                    return fetched.next().unwrap_or_default();
+                }
+                let mut b = BytesMut::with_capacity((m.end - m.start) as usize);
+                fetched.by_ref().take(n).for_each(|x| b.extend_from_slice(&x));
+                b.freeze()
+            })
+            .collect();
+        Ok(ranges
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match merged.locate(i, r) {
+                Some((k, at)) => whole[k].slice(at..at + (r.end - r.start) as usize),
+                None => Bytes::new(),
+            })
+            .collect())
+    }
+
     /// Like [`get_ranges`](Self::get_ranges) for an object of known `size` and `version`,
     /// through the block cache when there is one: whole aligned blocks are fetched, cached,
     /// and the asked ranges cut from them, unless the reader's plan says a block is not worth
@@ -25,7 +144,7 @@ impl Fetcher {
     /// entity tag the object had when it was indexed), a replaced object fails with a clear
     /// error instead of yielding its new bytes at the old offsets.
     pub async fn get_ranges_cached(
-        self: &Arc<Self>,
+        &self,
         path: &ObjPath,
         shown: &str,
         ranges: &[Range<u64>],
@@ -33,7 +152,7 @@ impl Fetcher {
         version: &str,
         if_match: Option<&str>,
     ) -> Result<Vec<Bytes>> {
-        let Some(cache) = &self.cache else { return self.get_ranges_if(path, shown, ranges, if_match).await };
+        let Some(cache) = &self.cache else { return self.get_ranges(path, shown, ranges, if_match).await };
         let bs = cache.config().block.max(1);
         let key = |b: u64| crate::cache::block_key(path.as_ref(), version, b);
         // Bytes of each block the ranges need, for the missing blocks' worth.
@@ -71,7 +190,7 @@ impl Fetcher {
         let direct_ranges: Vec<Range<u64>> = direct.iter().map(|&i| ranges[i].clone()).collect();
         let blocked_ranges: Vec<Range<u64>> = blocked.iter().map(|&i| ranges[i].clone()).collect();
         let (got_direct, got_blocked) = futures::future::try_join(
-            self.get_ranges_if(path, shown, &direct_ranges, if_match),
+            self.get_ranges(path, shown, &direct_ranges, if_match),
             self.get_blocks(path, shown, &blocked_ranges, size, version, if_match),
         )
         .await?;
@@ -85,7 +204,7 @@ impl Fetcher {
     /// `ranges` through the block cache: whole aligned blocks fetched, cached, and the
     /// ranges cut from them.
     async fn get_blocks(
-        self: &Arc<Self>,
+        &self,
         path: &ObjPath,
         shown: &str,
         ranges: &[Range<u64>],
@@ -93,7 +212,7 @@ impl Fetcher {
         version: &str,
         if_match: Option<&str>,
     ) -> Result<Vec<Bytes>> {
-        let Some(cache) = &self.cache else { return self.get_ranges_if(path, shown, ranges, if_match).await };
+        let Some(cache) = &self.cache else { return self.get_ranges(path, shown, ranges, if_match).await };
         let bs = cache.config().block.max(1);
         let mut blocks: Vec<u64> =
             ranges.iter().filter(|r| r.end > r.start).flat_map(|r| r.start / bs..=(r.end - 1) / bs).collect();
@@ -110,30 +229,30 @@ impl Fetcher {
         // range fetches only what is missing; one that turns out gone is fetched alone. A run
         // is fetched only if one of its blocks is a miss, and at most once.
         let cached: Vec<bool> = blocks.iter().map(|&b| cache.contains(key(b))).collect();
-        let max_run = (self.cfg.part_size / bs).max(1);
+        let max_run = (self.fetcher.config().part_size / bs).max(1);
+        // Planned in block numbers: missing blocks merge with adjacent missing ones (gap 0)
+        // up to a part's worth; a cached block is a run of its own.
+        let unit = |(&b, _): (&u64, &bool)| b..b + 1;
+        let missing: Vec<Range<u64>> = blocks.iter().zip(&cached).filter(|(_, &c)| !c).map(unit).collect();
+        let mut block_runs = ranges::merge(&missing, &ranges::Policy::new(0, max_run)).reads;
+        block_runs.extend(blocks.iter().zip(&cached).filter(|(_, &c)| c).map(unit));
+        block_runs.sort_unstable_by_key(|r| r.start);
+        // blocks[i] is in runs[run_of[i]]
+        let run_of: Vec<usize> = blocks.iter().map(|&b| block_runs.partition_point(|r| r.end <= b)).collect();
         let shown: Arc<str> = shown.into();
-        let mut runs: Vec<(u64, RunFetch)> = Vec::new();
-        let mut run_of = Vec::with_capacity(blocks.len()); // blocks[i] is in runs[run_of[i]]
-        let mut i = 0;
-        while i < blocks.len() {
-            let first = blocks[i];
-            let mut end = first + 1;
-            run_of.push(runs.len());
-            i += 1;
-            while i < blocks.len() && blocks[i] == end && end - first < max_run && !cached[i] && !cached[i - 1] {
-                end += 1;
-                run_of.push(runs.len());
-                i += 1;
-            }
-            let range = first * bs..(end * bs).min(size);
-            let (me, path, shown) = (self.clone(), path.clone(), shown.clone());
-            let if_match = if_match.map(str::to_string);
-            let fetch: RunFetch =
-                async move { me.fetch_range(&path, &shown, range, if_match.as_deref()).await.map_err(Arc::new) }
-                    .boxed()
-                    .shared();
-            runs.push((first, fetch));
-        }
+        let runs: Vec<(u64, RunFetch)> = block_runs
+            .iter()
+            .map(|run| {
+                let range = run.start * bs..(run.end * bs).min(size);
+                let (me, path, shown) = (self.fetcher.clone(), path.clone(), shown.clone());
+                let if_match = if_match.map(str::to_string);
+                let fetch: RunFetch =
+                    async move { me.fetch_range(&path, &shown, range, if_match.as_deref()).await.map_err(Arc::new) }
+                        .boxed()
+                        .shared();
+                (run.start, fetch)
+            })
+            .collect();
         // In memory, each cached block is its own allocation (a copy), so the cache's byte
         // count is what it holds; on disk only, a block is a slice of its run until written.
         let own = cache.config().memory_bytes > 0;

@@ -9,14 +9,13 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
-use self::direct::ShardFiles;
 use super::read_ahead::HeldSpans;
 use super::tar_index::{self, ShardIndex};
 use super::{check_index, copy_into, fill_blocking, Capability, ReadAhead, SampleSource, SampleUses, SourceInfo};
 use crate::batch::BatchBuilder;
 use crate::error::{Error, Result};
 use crate::sample::{Field, Sample, SampleMeta};
-use crate::store::{IoCounters, ObjectInfo, Store};
+use crate::store::{ranges, IoCounters, ObjectInfo, Store};
 use crate::uri::{Layout, SourceOptions};
 
 mod direct;
@@ -34,8 +33,8 @@ struct Inner {
     shards: Vec<Shard>,
     /// `starts[s]` is the global index of shard `s`'s first sample; one extra entry at the end.
     starts: Vec<usize>,
-    gap: u64,
-    max_read: u64,
+    /// How a batch's sample spans merge into reads (the coalescing gap, `max_read`).
+    policy: ranges::Policy,
     concurrency: usize,
     /// Shard bytes read ahead ([`SampleSource::read_ahead`]), served before the store.
     held: Arc<HeldSpans>,
@@ -119,8 +118,7 @@ impl TarSource {
                 display,
                 shards,
                 starts,
-                gap,
-                max_read: opts.max_read(),
+                policy: ranges::Policy::new(gap, opts.max_read()),
                 concurrency: opts.concurrency(),
                 held: Arc::default(),
             }),
@@ -219,26 +217,27 @@ impl Inner {
 
     /// Group the wanted samples by shard and merge nearby spans into capped reads.
     fn plan(&self, indices: &[usize]) -> Result<Vec<Read>> {
-        let mut wanted: Vec<(usize, Range<u64>, usize, usize)> = Vec::with_capacity(indices.len());
+        // Per shard, in shard order: the wanted spans and (position in the output, sample).
+        type Wanted = (Vec<Range<u64>>, Vec<(usize, usize)>);
+        let mut by_shard: std::collections::BTreeMap<usize, Wanted> = std::collections::BTreeMap::new();
         for (pos, &i) in indices.iter().enumerate() {
             let (shard, local) = self.locate(i)?;
-            wanted.push((shard, self.shards[shard].index.span(local), pos, local));
+            let (spans, members) = by_shard.entry(shard).or_default();
+            spans.push(self.shards[shard].index.span(local));
+            members.push((pos, local));
         }
-        wanted.sort_unstable_by_key(|w| (w.0, w.1.start));
         let mut reads: Vec<Read> = Vec::new();
-        for (shard, span, pos, local) in wanted {
-            if let Some(r) = reads.last_mut() {
-                let merged_end = r.range.end.max(span.end);
-                if r.shard == shard
-                    && span.start <= r.range.end + self.gap
-                    && merged_end - r.range.start <= self.max_read
-                {
-                    r.range.end = merged_end;
-                    r.members.push((pos, local));
-                    continue;
+        for (shard, (spans, members)) in by_shard {
+            let merged = ranges::merge(&spans, &self.policy);
+            let first = reads.len();
+            reads.extend(merged.reads.into_iter().map(|range| Read { shard, range, members: Vec::new() }));
+            for (j, member) in members.into_iter().enumerate() {
+                match merged.of[j] {
+                    Some(k) => reads[first + k].members.push(member),
+                    // An empty span (never from a valid index) is a read of nothing.
+                    None => reads.push(Read { shard, range: spans[j].clone(), members: vec![member] }),
                 }
             }
-            reads.push(Read { shard, range: span, members: vec![(pos, local)] });
         }
         Ok(reads)
     }
@@ -262,15 +261,8 @@ impl Inner {
         let planned: Vec<(usize, Vec<Range<u64>>)> = order
             .into_iter()
             .map(|shard| {
-                let mut ranges = spans.remove(&shard).unwrap_or_default();
-                ranges.sort_unstable_by_key(|r| r.start);
-                let mut merged: Vec<Range<u64>> = Vec::new();
-                for r in ranges {
-                    match merged.last_mut() {
-                        Some(m) if r.start <= m.end + self.gap => m.end = m.end.max(r.end),
-                        _ => merged.push(r),
-                    }
-                }
+                let wanted = spans.remove(&shard).unwrap_or_default();
+                let merged = ranges::merge(&wanted, &ranges::Policy::uncapped(self.policy.gap)).reads;
                 (shard, merged)
             })
             .collect();
@@ -361,17 +353,17 @@ impl SampleSource for TarSource {
         for &i in indices {
             check_index(i, self.len())?;
         }
-        let files = match self.inner.store.local_root() {
-            Some(root) => ShardFiles::Local(root.to_path_buf()),
-            // Remote shards: the hit path when the disk cache holds the whole batch.
-            None if self.inner.all_cached(indices) => ShardFiles::Cached,
-            None => return copy_into(self, indices, out).await,
+        // Local shards, or remote ones when the disk cache holds the whole batch (the hit
+        // path), are read straight into the batch; anything else the usual way.
+        let direct = !self.inner.store.is_remote() || self.inner.all_cached(indices);
+        let Some(reader) = self.inner.store.direct_reader().filter(|_| direct) else {
+            return copy_into(self, indices, out).await;
         };
         let before = out.rows();
         let (inner, idx) = (self.inner.clone(), indices.to_vec());
-        match fill_blocking(out, move |b| inner.read_into(files, &idx, b)).await {
+        match fill_blocking(out, move |b| inner.read_into(reader, &idx, b)).await {
             // Another process evicted a block meanwhile: the rest of the batch the usual way.
-            Err(e) if direct::is_gone(&e) => {
+            Err(e) if crate::store::is_gone(&e) => {
                 let done = out.rows() - before;
                 copy_into(self, &indices[done..], out).await
             }

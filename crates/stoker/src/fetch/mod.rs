@@ -1,0 +1,206 @@
+//! The one request layer for remote bytes: every request to an object store goes through a
+//! [`Fetcher`], under one in-flight limit ([`request`]), with retries ([`retry`]) and hedging
+//! of stragglers ([`hedge`]). Which ranges to request (merging, splitting, the block cache)
+//! is the read path's business ([`crate::cache::RemoteReader`]); this layer sends what it is
+//! given.
+//!
+//! object_store's own retries are turned off for stores built by Stoker, so every retry
+//! happens here, counted, with the same policy on every store.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+
+use self::retry::classify;
+use crate::error::Result;
+
+mod hedge;
+mod request;
+mod retry;
+
+/// When to send a duplicate of a slow request.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hedge {
+    /// Never.
+    Off,
+    /// After a fixed delay.
+    After(Duration),
+    /// After `factor` times the `quantile` latency of recent requests (at least `min`), once
+    /// enough requests have been seen to know it.
+    Auto {
+        /// Which latency quantile of recent requests (e.g. 0.95).
+        quantile: f64,
+        /// Multiple of that latency to wait before hedging.
+        factor: f64,
+        /// Never hedge sooner than this.
+        min: Duration,
+    },
+}
+
+/// Settings of the fetch layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FetchConfig {
+    /// Requests in flight at once, over everything this fetcher reads.
+    pub max_in_flight: usize,
+    /// Ranges closer than this are merged into one request.
+    pub coalesce_gap: u64,
+    /// Larger reads are split into parts of this size, fetched in parallel.
+    pub part_size: u64,
+    /// Tries per request, the first one included.
+    pub attempts: u32,
+    /// First backoff; doubles per retry, with full jitter.
+    pub backoff: Duration,
+    /// Longest backoff.
+    pub max_backoff: Duration,
+    /// Hedging policy.
+    pub hedge: Hedge,
+    /// One attempt's time limit.
+    pub timeout: Duration,
+    /// Memory and disk caches for ranged reads of versioned objects (off by default).
+    pub cache: crate::cache::CacheConfig,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        FetchConfig {
+            max_in_flight: 64,
+            coalesce_gap: crate::store::ranges::REMOTE_GAP,
+            part_size: crate::store::ranges::PART,
+            attempts: 6,
+            backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(5),
+            hedge: Hedge::Auto { quantile: 0.95, factor: 2.0, min: Duration::from_millis(20) },
+            timeout: Duration::from_secs(60),
+            cache: crate::cache::CacheConfig { block: 1 << 20, ..Default::default() },
+        }
+    }
+}
+
+/// What the fetch layer has done.
+#[derive(Debug, Default)]
+pub struct FetchCounters {
+    /// Requests sent (hedges and retries included).
+    pub requests: AtomicU64,
+    /// Retries after a transient failure.
+    pub retries: AtomicU64,
+    /// Duplicates sent for slow requests.
+    pub hedges: AtomicU64,
+    /// Hedges that answered first.
+    pub hedge_wins: AtomicU64,
+    /// Requests that failed for good.
+    pub failures: AtomicU64,
+    /// Bytes received.
+    pub bytes: AtomicU64,
+}
+
+/// Reads byte ranges of objects in one store through the policies above.
+pub struct Fetcher {
+    store: Arc<dyn ObjectStore>,
+    cfg: FetchConfig,
+    limit: Arc<Semaphore>,
+    recent: Mutex<VecDeque<u64>>,
+    /// Current hedging threshold in ns (0: not hedging yet).
+    threshold_ns: AtomicU64,
+    counters: FetchCounters,
+}
+
+impl std::fmt::Debug for Fetcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fetcher").field("cfg", &self.cfg).finish_non_exhaustive()
+    }
+}
+
+impl Fetcher {
+    /// A fetcher over `store` with the settings `cfg` (its `cache` part is the read path's).
+    pub fn new(store: Arc<dyn ObjectStore>, cfg: FetchConfig) -> Self {
+        Fetcher {
+            limit: Arc::new(Semaphore::new(cfg.max_in_flight.max(1))),
+            store,
+            cfg,
+            recent: hedge::window(),
+            threshold_ns: AtomicU64::new(0),
+            counters: FetchCounters::default(),
+        }
+    }
+
+    /// The object store requests go to (writes, which are not retried, use it directly).
+    pub fn objects(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &FetchCounters {
+        &self.counters
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &FetchConfig {
+        &self.cfg
+    }
+
+    /// A whole object (one request, retried).
+    pub async fn get(&self, path: &ObjPath, shown: &str) -> Result<Bytes> {
+        self.retrying(
+            shown,
+            || "whole object".to_string(),
+            || async {
+                self.counters.requests.fetch_add(1, Relaxed);
+                let r = self.store.get(path).await;
+                match r {
+                    Ok(g) => g.bytes().await.map_err(classify),
+                    Err(e) => Err(classify(e)),
+                }
+            },
+        )
+        .await
+    }
+
+    /// Size and version of an object (retried).
+    pub async fn head(&self, path: &ObjPath, shown: &str) -> Result<object_store::ObjectMeta> {
+        self.retrying(
+            shown,
+            || "metadata".to_string(),
+            || async {
+                self.counters.requests.fetch_add(1, Relaxed);
+                self.store.head(path).await.map_err(classify)
+            },
+        )
+        .await
+    }
+
+    /// Every object under `prefix` (the whole listing is retried on a transient failure).
+    pub async fn list(&self, prefix: Option<&ObjPath>, shown: &str) -> Result<Vec<object_store::ObjectMeta>> {
+        use futures::TryStreamExt;
+        self.retrying(
+            shown,
+            || "listing".to_string(),
+            || async {
+                self.counters.requests.fetch_add(1, Relaxed);
+                self.store.list(prefix).try_collect::<Vec<_>>().await.map_err(classify)
+            },
+        )
+        .await
+    }
+
+    /// One range of `path` (`shown` names it in errors), retried and hedged; with
+    /// `if_match`, only while the object still has that entity tag.
+    pub async fn fetch_range(
+        &self,
+        path: &ObjPath,
+        shown: &str,
+        range: Range<u64>,
+        if_match: Option<&str>,
+    ) -> Result<Bytes> {
+        let what = || format!("bytes {}..{}", range.start, range.end);
+        self.retrying(shown, what, || self.hedged(|| self.attempt(path, range.clone(), if_match))).await
+    }
+}

@@ -1,0 +1,130 @@
+//! Retries: a transient failure (5xx, 408, 429, a transport error, a short body, a timeout)
+//! is tried again after an exponential backoff with jitter, up to the configured attempts;
+//! anything else fails at once with a hint. Every store gets the same policy, counted here,
+//! because object_store's own retries are off for the stores Stoker builds.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use super::Fetcher;
+use crate::error::{Error, Result};
+
+/// One attempt's failure, classified.
+pub(super) struct Failure {
+    pub(super) transient: bool,
+    /// The object is not there (404): reported as `Error::NotFound`, so callers that treat a
+    /// missing object as "none" (manifests, pack plans) match a variant, not a message.
+    pub(super) missing: bool,
+    pub(super) message: String,
+    pub(super) hint: Option<String>,
+}
+
+impl Fetcher {
+    /// Retry transient failures with exponential backoff and full jitter.
+    /// `what` names the bytes in the final error; it is only formatted if there is one.
+    pub(super) async fn retrying<T, F, Fut>(&self, shown: &str, what: impl Fn() -> String, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
+    {
+        let attempts = self.cfg.attempts.max(1);
+        let mut backoff = self.cfg.backoff;
+        for attempt in 1..=attempts {
+            match f().await {
+                Ok(b) => return Ok(b),
+                Err(fail) if fail.transient && attempt < attempts => {
+                    self.counters.retries.fetch_add(1, Relaxed);
+                    let jittered = backoff.mul_f64(jitter());
+                    tokio::time::sleep(jittered).await;
+                    backoff = (backoff * 2).min(self.cfg.max_backoff);
+                }
+                Err(fail) if fail.missing => {
+                    self.counters.failures.fetch_add(1, Relaxed);
+                    return Err(Error::NotFound { what: format!("{shown} ({})", what()), hint: fail.hint });
+                }
+                Err(fail) => {
+                    self.counters.failures.fetch_add(1, Relaxed);
+                    return Err(Error::Fetch {
+                        object: shown.to_string(),
+                        what: what(),
+                        attempts: attempt,
+                        message: fail.message,
+                        hint: fail.hint,
+                        transient: fail.transient,
+                    });
+                }
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+}
+
+/// A uniform factor in [0.5, 1.0): "equal jitter", so backoff never collapses to zero.
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(Instant::now().elapsed().as_nanos() as u64);
+    0.5 + (h.finish() % 1_000_000) as f64 / 2_000_000.0
+}
+
+/// Sort an object_store error into transient (retry) or not, with a hint for the latter.
+pub(super) fn classify(e: object_store::Error) -> Failure {
+    use object_store::Error as E;
+    let message = e.to_string();
+    let (transient, hint) = match &e {
+        E::NotFound { .. } => (false, Some("the object does not exist: check the bucket, prefix and name".to_string())),
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => (
+            false,
+            Some(
+                "check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, service account, account key)"
+                    .into(),
+            ),
+        ),
+        E::Precondition { .. } | E::NotModified { .. } => (
+            false,
+            Some(
+                "the object was replaced after the source was opened or indexed (its entity tag changed); reopen \
+                 the source, and run `stoker index` again if the dataset has a manifest"
+                    .to_string(),
+            ),
+        ),
+        E::Generic { .. } | E::JoinError { .. } => {
+            let status = http_status(&message);
+            match status {
+                Some(s) if (500..600).contains(&s) || s == 408 || s == 429 => (true, None),
+                Some(401) | Some(403) => (false, Some("check the credentials and the bucket's permissions".into())),
+                Some(404) => (false, Some("the object does not exist".into())),
+                Some(_) => (false, None),
+                // No status: a transport failure (connect, reset, timeout, short body).
+                None => (true, None),
+            }
+        }
+        _ => (false, None),
+    };
+    let missing = matches!(e, E::NotFound { .. }) || http_status(&message) == Some(404);
+    Failure { transient, missing, message, hint }
+}
+
+/// The HTTP status in an object_store error message, if it names one.
+fn http_status(msg: &str) -> Option<u16> {
+    for marker in ["status code: ", "Status: ", "status: "] {
+        if let Some(at) = msg.find(marker) {
+            let digits: String = msg[at + marker.len()..].chars().take_while(|c| c.is_ascii_digit()).collect();
+            if let Ok(s) = digits.parse() {
+                return Some(s);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_found_in_messages() {
+        assert_eq!(http_status("Server returned non-2xx status code: 503 Service Unavailable: <Error>"), Some(503));
+        assert_eq!(http_status("connection reset"), None);
+    }
+}

@@ -1,0 +1,164 @@
+//! Blocking reads straight into the caller's buffers (a batch's columns), with no request and
+//! no copy but into the batch: a local store's files, or a remote store's disk cache block
+//! files (the hit path: a warm epoch reads like a local one). Each object is opened once per
+//! reader; every read is counted as the store's.
+
+use std::collections::HashMap;
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+
+use super::{ranges, Backend, Store};
+use crate::cache::CachedObject;
+use crate::error::{Error, Result};
+
+/// See the module docs. Made by [`Store::direct_reader`]; objects are numbered by the caller.
+pub(crate) struct DirectReader {
+    store: Store,
+    open: HashMap<usize, Opened>,
+}
+
+enum Opened {
+    File(std::fs::File),
+    Cached(CachedObject),
+}
+
+/// Spans read whole by [`DirectReader::gather`], and where each wanted one lies in them.
+pub(crate) struct Gathered {
+    bufs: Vec<Vec<u8>>,
+    /// For each wanted span: (buffer, offset in it); `None` for an empty span.
+    at: Vec<Option<(usize, usize)>>,
+}
+
+impl Gathered {
+    /// The bytes of wanted span `i` (empty for an empty span).
+    pub(crate) fn get(&self, i: usize, len: usize) -> &[u8] {
+        match self.at[i] {
+            Some((b, at)) => &self.bufs[b][at..at + len],
+            None => &[],
+        }
+    }
+}
+
+impl Store {
+    /// A reader straight into caller buffers, for a blocking thread. Remote stores read only
+    /// from the disk cache, so they have one only with a disk cache, and the caller checks
+    /// that the blocks it needs are there ([`Store::on_disk`]) before using it.
+    pub(crate) fn direct_reader(&self) -> Option<DirectReader> {
+        match &self.0.backend {
+            Backend::Local(_) => {}
+            Backend::Remote { reader, .. } => {
+                reader.cache()?.disk_limit()?;
+            }
+        }
+        Some(DirectReader { store: self.clone(), open: HashMap::new() })
+    }
+}
+
+impl DirectReader {
+    /// Open object `id` at `path` unless it is open; `version` and `size` name its blocks in
+    /// a remote store's disk cache. Without them there, the error is an I/O error for which
+    /// [`is_gone`] holds.
+    pub(crate) fn open(&mut self, id: usize, path: &str, version: &str, size: u64) -> Result<()> {
+        if self.open.contains_key(&id) {
+            return Ok(());
+        }
+        let store = &self.store;
+        let opened = match &store.0.backend {
+            Backend::Local(l) => {
+                let full = l.file(&store.obj_path(path))?;
+                Opened::File(std::fs::File::open(&full).map_err(|e| Error::io(store.describe(path), e))?)
+            }
+            Backend::Remote { reader, .. } => {
+                let cache = reader.cache().ok_or_else(|| gone(store, path))?;
+                Opened::Cached(
+                    cache
+                        .cached_object(store.obj_path(path).as_ref(), version, size)
+                        .ok_or_else(|| gone(store, path))?,
+                )
+            }
+        };
+        self.open.insert(id, opened);
+        Ok(())
+    }
+
+    /// Fill `dst` with bytes of open object `id` from offset `at`. From the disk cache, a
+    /// block gone meanwhile fails with [`crate::cache::Gone`] inside; a short object fails
+    /// with `UnexpectedEof`. `dst` is then partly written.
+    pub(crate) fn read_exact_at(&mut self, id: usize, dst: &mut [u8], at: u64) -> io::Result<()> {
+        match self.open.get_mut(&id).expect("objects are opened before they are read") {
+            Opened::File(f) => f.read_exact_at(dst, at)?,
+            Opened::Cached(c) => c.read_exact_at(dst, at)?,
+        }
+        self.store.count(1, dst.len() as u64);
+        Ok(())
+    }
+
+    /// Read `spans` (open object, byte range) merged under `policy`, one read per merged
+    /// span: for many small pieces, fewer reads and one copy each out of a buffer that stays
+    /// in the CPU cache. A failed read names its object and offset.
+    pub(crate) fn gather(
+        &mut self,
+        spans: &[(usize, Range<u64>)],
+        policy: &ranges::Policy,
+    ) -> std::result::Result<Gathered, (usize, u64, io::Error)> {
+        let mut by_object: std::collections::BTreeMap<usize, Vec<usize>> = std::collections::BTreeMap::new();
+        for (i, (id, _)) in spans.iter().enumerate() {
+            by_object.entry(*id).or_default().push(i);
+        }
+        let mut g = Gathered { bufs: Vec::new(), at: vec![None; spans.len()] };
+        for (id, members) in by_object {
+            let wanted: Vec<Range<u64>> = members.iter().map(|&i| spans[i].1.clone()).collect();
+            let merged = ranges::merge(&wanted, policy);
+            let first = g.bufs.len();
+            for r in &merged.reads {
+                let want = (r.end - r.start) as usize;
+                let mut buf = crate::buffer::take(want);
+                self.read_exact_at(id, &mut buf[..want], r.start).map_err(|e| (id, r.start, e))?;
+                g.bufs.push(buf);
+            }
+            for (j, &i) in members.iter().enumerate() {
+                g.at[i] = merged.locate(j, &wanted[j]).map(|(k, at)| (first + k, at));
+            }
+        }
+        Ok(g)
+    }
+
+    /// Read a whole local object of `size` bytes into `dst`; one whose size changed since it
+    /// was listed is an error (its bytes would not be the sample that was listed).
+    pub(crate) fn read_whole(&mut self, path: &str, size: u64, dst: &mut [u8]) -> Result<()> {
+        let store = &self.store;
+        let Backend::Local(l) = &store.0.backend else {
+            return Err(Error::NotSupported {
+                what: format!("{}: whole reads straight into a batch", store.describe(path)),
+            });
+        };
+        // Named only on failure: the success path allocates nothing.
+        let shown = || store.describe(path);
+        let full = l.file(&store.obj_path(path))?;
+        let file = std::fs::File::open(&full).map_err(|e| Error::io(shown(), e))?;
+        let now = file.metadata().map_err(|e| Error::io(shown(), e))?.len();
+        if now != size {
+            return Err(Error::Io {
+                path: shown(),
+                source: io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("file is {now} bytes but was {size} when the source was opened; reopen the source"),
+                ),
+            });
+        }
+        file.read_exact_at(dst, 0).map_err(|e| Error::io(shown(), e))?;
+        store.count(1, size);
+        Ok(())
+    }
+}
+
+/// The error of a read from the disk cache whose block went missing.
+pub(crate) fn gone(store: &Store, path: &str) -> Error {
+    Error::Io { path: store.describe(path), source: io::Error::new(io::ErrorKind::NotFound, crate::cache::Gone) }
+}
+
+/// Whether `e` is a direct read finding a block gone from the disk cache.
+pub(crate) fn is_gone(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if crate::cache::is_gone(source))
+}

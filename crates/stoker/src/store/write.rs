@@ -1,0 +1,92 @@
+//! Streaming writes of whole objects, published atomically: a local file is written under a
+//! hidden temporary name, synced and renamed into place (a name in final form is always a
+//! whole file, even after a crash); a remote object is built in memory and sent as one PUT
+//! (it appears whole or not at all).
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+use bytes::Bytes;
+
+use super::local::{publish, temp_name};
+use super::{Backend, Store};
+use crate::error::{Error, Result};
+
+/// A whole object being written; see the module docs. Nothing is visible under its name
+/// until [`finish`](Self::finish).
+pub struct ObjectWriter {
+    store: Store,
+    path: String,
+    sink: Sink,
+    written: u64,
+}
+
+enum Sink {
+    /// The temporary file and the final one.
+    File(BufWriter<std::fs::File>, PathBuf, PathBuf),
+    Memory(Vec<u8>),
+}
+
+impl std::fmt::Debug for ObjectWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectWriter").field("path", &self.store.describe(&self.path)).finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Start writing `path` (about `size_hint` bytes: remote objects are held in memory).
+    pub fn writer(&self, path: &str, size_hint: u64) -> Result<ObjectWriter> {
+        let sink = match &self.0.backend {
+            Backend::Local(l) => {
+                let to = l.file(&self.obj_path(path))?;
+                let name = to.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let tmp = to.with_file_name(temp_name(&name));
+                let file = std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
+                Sink::File(BufWriter::with_capacity(1 << 20, file), tmp, to)
+            }
+            Backend::Remote { .. } => Sink::Memory(Vec::with_capacity(size_hint as usize)),
+        };
+        Ok(ObjectWriter { store: self.clone(), path: path.to_string(), sink, written: 0 })
+    }
+}
+
+impl ObjectWriter {
+    /// Bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Make the object visible under its name, whole (local: synced and renamed, the
+    /// directory synced; remote: one PUT).
+    pub async fn finish(self) -> Result<()> {
+        let shown = self.store.describe(&self.path);
+        match self.sink {
+            Sink::File(f, tmp, to) => tokio::task::spawn_blocking(move || {
+                let f = f.into_inner().map_err(|e| Error::io(&shown, e.into_error()))?;
+                f.sync_all().map_err(|e| Error::io(&shown, e))?;
+                publish(&tmp, &to)
+            })
+            .await
+            .map_err(Error::task)?,
+            Sink::Memory(v) => self.store.put(&self.path, Bytes::from(v)).await,
+        }
+    }
+}
+
+impl Write for ObjectWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = match &mut self.sink {
+            Sink::File(f, ..) => f.write(buf)?,
+            Sink::Memory(v) => v.write(buf)?,
+        };
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.sink {
+            Sink::File(f, ..) => f.flush(),
+            Sink::Memory(_) => Ok(()),
+        }
+    }
+}
