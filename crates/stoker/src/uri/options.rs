@@ -232,7 +232,8 @@ impl SourceOptions {
     /// Default gap: 16 KiB on local disks (a read through a gap costs bandwidth), 1 MiB on
     /// remote stores (a request costs a round trip).
     pub(crate) fn coalesce_gap(&self, remote: bool) -> u64 {
-        self.coalesce_gap.unwrap_or(if remote { 1 << 20 } else { 16 * 1024 })
+        use crate::store::ranges::{LOCAL_GAP, REMOTE_GAP};
+        self.coalesce_gap.unwrap_or(if remote { REMOTE_GAP } else { LOCAL_GAP })
     }
 
     /// The fetch layer's settings from these options.
@@ -266,7 +267,7 @@ impl SourceOptions {
         self.on_damage == Some(DamagePolicy::Skip)
     }
     pub(crate) fn max_read(&self) -> u64 {
-        self.max_read.unwrap_or(4 << 20).max(1)
+        self.max_read.unwrap_or(crate::store::ranges::MAX_MERGED).max(1)
     }
     pub(crate) fn field_name(&self) -> &str {
         self.field.as_deref().unwrap_or("data")
