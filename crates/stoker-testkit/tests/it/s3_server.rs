@@ -1,6 +1,6 @@
 //! The S3 server, driven by `object_store` exactly as Stoker uses it.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! policy, and augmentation that depends only on (seed, epoch, index): reruns, resumes and
 //! elastic runs give byte-identical tensors.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,9 +1,9 @@
 //! Secrets and paths: credentials never show in `Display`, `Debug` or errors (the tests grep
 //! every output for them), and nothing a dataset names (tar members, object names, manifest
 //! paths) makes Stoker write or read outside its directories. The CLI's stdout and stderr are
-//! checked in crates/stoker-cli/tests/secrets.rs.
+//! checked in crates/stoker-cli/tests/it/secrets.rs.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

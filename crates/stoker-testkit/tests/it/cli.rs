@@ -1,7 +1,7 @@
 //! The two binaries as real processes: startup line, serving, signals, and
 //! bad command lines.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! Loader: exact per-source counts, each sample's bytes from the source its `__source__`
 //! names, field schemas (fill or a named error), resume, decode specs and per-source stats.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! The layouts over S3: a real S3 server (s3s-fs, in-process on loopback) and a fault and
 //! latency proxy in front of it. Same conformance suite as the local layouts.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 
 use std::process::{Command, Stdio};
 
-mod common;
+use crate::common;
 use common::{shards, stoker, text};
 
 #[test]

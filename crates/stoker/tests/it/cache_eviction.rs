@@ -4,7 +4,7 @@
 //! keeps what the next epoch reads first and does not store what it would drop first, so the
 //! second epoch fetches little more than what did not fit.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

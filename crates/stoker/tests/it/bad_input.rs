@@ -1,6 +1,6 @@
 //! Bad input gets a clear error naming what failed, never a panic.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 

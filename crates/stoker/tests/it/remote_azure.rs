@@ -7,7 +7,7 @@
 //! container, so a few lines of Node (which runs Azurite anyway) send the signed
 //! `PUT ?restype=container`; the fixtures are then uploaded with object_store itself.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

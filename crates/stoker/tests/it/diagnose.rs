@@ -3,7 +3,7 @@
 //! consumer. Each planted effect is many times larger than everything else, so the verdict
 //! is a property of relative throughputs, not of how fast this machine is.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! The conformance suite on every local layout and every way of naming one.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::{shards, stoker, text};
 
 const ALL: [&str; 6] = ["raw", "files", "tar", "lmdb", "s3-objects", "s3-tar"];

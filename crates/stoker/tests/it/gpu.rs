@@ -1,6 +1,6 @@
 //! Real-GPU checks of the `cuda` build. They skip (and say so) on machines
 //! without a driver or device, so they only prove something on a GPU machine:
-//! `cargo test --features cuda --test gpu -- --nocapture`.
+//! `cargo test -p stoker --features cuda --test it -- gpu:: --nocapture`.
 #![cfg(feature = "cuda")]
 
 use stoker::pinned::PinnedError;

@@ -6,7 +6,7 @@
 //! object); object_store reaches it through a service-account JSON with `gcs_base_url` and
 //! `disable_oauth`, given inline or as a file path.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

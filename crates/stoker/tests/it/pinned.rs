@@ -301,7 +301,7 @@ fn device_pool_without_driver_is_cuda_unavailable() {
 #[test]
 fn copier_without_driver_is_cuda_unavailable() {
     if cfg!(feature = "cuda") && cuda_driver_available() {
-        return; // covered by tests/gpu.rs on a GPU machine
+        return; // covered by tests/it/gpu.rs on a GPU machine
     }
     let err = GpuCopier::new(CopierConfig { device: 0, buffer_bytes: 1024, ring: 2 }).unwrap_err();
     assert!(matches!(err, PinnedError::CudaUnavailable { .. }), "{err:?}");

@@ -3,7 +3,7 @@
 //! like the other orders, and each window's shards are read ahead in a few large requests,
 //! window after window in the sampler's shard order.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

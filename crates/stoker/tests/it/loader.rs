@@ -1,7 +1,7 @@
 //! The Loader over real sources: order, completeness, resume (also elastic), error policies,
 //! transforms, the byte budget and the starvation figures.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

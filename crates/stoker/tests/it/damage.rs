@@ -4,7 +4,7 @@
 //! without it they fail naming shard and offset. Payload bit flips in packed (checksummed)
 //! datasets, local and over S3, are never delivered.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

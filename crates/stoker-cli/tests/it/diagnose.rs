@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-mod common;
+use crate::common;
 use common::{stoker, text};
 
 /// 160 files of 8 KiB.

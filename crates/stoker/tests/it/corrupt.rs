@@ -4,7 +4,7 @@
 //! a size or mtime change are in tar_index.rs. Here: damage after indexing, the same-size
 //! rewrite, manifests that lie, LMDB cut at many points, and the S3 variants.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -3,9 +3,9 @@
 //! moments mid-write never leave an entry that is later served torn.
 //!
 //! The processes are this test binary again (`current_exe`), running one `#[ignore]`d test
-//! selected by name, with what it needs in environment variables.
+//! selected by its full name ([`test_name`]), with what it needs in environment variables.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -17,6 +17,15 @@ use bytes::Bytes;
 use common::*;
 use stoker::cache::{BlockCache, CacheConfig};
 use stoker_testkit::rng::XorShift64;
+
+/// The harness's name for this module's test `name`: its module path in the test binary
+/// (`disk_cache::name`), without the crate.
+fn test_name(name: &str) -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_string(),
+    }
+}
 
 /// Blocks big enough that writing one takes a while, so random kills land mid-write.
 const BLOCK: usize = 8 << 20;
@@ -88,7 +97,13 @@ async fn sigkill_mid_write_never_leaves_a_torn_entry() {
     let (mut stale, mut from_disk) = (0u64, 0u64);
     for kill in 0..KILLS {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_writes_blocks_until_killed", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                test_name("child_writes_blocks_until_killed").as_str(),
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("STOKER_TEST_KILL_DIR", dir.path())
             .env("STOKER_TEST_KILL_SEED", kill.to_string())
             .env("STOKER_TEST_KILL_BASE", base_file.path())
@@ -172,7 +187,13 @@ async fn the_disk_cache_is_on_by_default_and_the_next_process_reuses_it() {
     );
     let run = |uri: String, dir: std::path::PathBuf| {
         let out = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_reads_everything_with_defaults", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                test_name("child_reads_everything_with_defaults").as_str(),
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("STOKER_TEST_URI", uri)
             .env("STOKER_CACHE_DIR", dir)
             .output()

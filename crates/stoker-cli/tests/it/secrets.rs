@@ -1,7 +1,7 @@
 //! The CLI never prints credentials: failing remote opens with secrets in the URI query and
 //! in a config file (also one with a secret of the wrong type), stdout and stderr grepped.
 
-mod common;
+use crate::common;
 
 const SECRET: &str = "cli-secret-7731-do-not-print";
 const NUMERIC_SECRET: &str = "918273645546372819";

@@ -1,7 +1,7 @@
 //! Tar sidecar indexes: built from headers, reused, rebuilt when stale, and placed in a cache
 //! directory when they cannot sit next to the shard.
 
-mod common;
+use crate::common;
 
 use common::*;
 use stoker::SourceOptions;

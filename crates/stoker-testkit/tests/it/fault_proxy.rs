@@ -1,7 +1,7 @@
 //! The fault proxy, in front of the real S3 server and of a small fixture
 //! HTTP server (for framing details S3 cannot show, such as chunked bodies).
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 //! exactly once with its own bytes; past the retry budget a read fails clearly, in bounded
 //! time, through the Loader too.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;
