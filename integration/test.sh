@@ -28,4 +28,4 @@ cargo build --locked -p stoker-testkit --bin s3_server
 STOKER_S3_SERVER="$root/target/debug/s3_server" "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider crates/stoker-py/tests
 # Same pool and ordering logic with the `cuda` feature on: without a driver it must report
 # CudaUnavailable, never panic.
-cargo test -p stoker --features cuda --locked --test pinned --test gpu --test loader
+cargo test -p stoker --features cuda --locked --test it -- pinned:: gpu:: loader::

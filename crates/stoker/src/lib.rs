@@ -4,6 +4,7 @@
 pub mod batch;
 mod buffer;
 pub mod cache;
+#[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod decode;
 pub mod diagnose;

@@ -1,0 +1,207 @@
+//! Writing a batch: samples appended field by field straight into the column buffers.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use super::storage::{Column, Shell, Storage};
+use super::{Batch, BatchPool, ColumnType};
+use crate::sample::Sample;
+
+/// A batch being written: sources append samples, field by field, straight into the column
+/// buffers. Columns appear in order of first appearance.
+///
+/// `BatchBuilder::default()` is an unpooled builder that allocates nothing until written.
+#[derive(Debug, Default)]
+pub struct BatchBuilder {
+    pub(super) shell: Shell,
+    pub(super) pool: Option<BatchPool>,
+    pub(super) open: bool,
+}
+
+impl BatchBuilder {
+    /// Rows added so far.
+    pub fn rows(&self) -> usize {
+        self.shell.key_ends.len()
+    }
+
+    /// Start the next sample: its source index and key.
+    pub fn begin(&mut self, index: u64, key: &str) {
+        self.close_row();
+        self.shell.indices.push(index);
+        self.shell.keys.push_str(key);
+        self.shell.key_ends.push(self.shell.keys.len());
+        self.open = true;
+    }
+
+    /// Like [`begin`](Self::begin) with a byte key (LMDB), decoded lossily.
+    pub fn begin_bytes(&mut self, index: u64, key: &[u8]) {
+        match std::str::from_utf8(key) {
+            Ok(k) => self.begin(index, k),
+            Err(_) => self.begin(index, &String::from_utf8_lossy(key)),
+        }
+    }
+
+    /// Space for the current sample's field `name`, `len` bytes, to be filled by the caller.
+    /// Its contents are stale until written.
+    pub fn field(&mut self, name: &Arc<str>, len: usize) -> &mut [u8] {
+        let row = self.rows() - 1;
+        let s = &mut self.shell;
+        // Sources hand out shared name pointers, so a pointer match usually settles it.
+        let same = |c: &Column| c.name.as_ref().is_some_and(|n| Arc::ptr_eq(n, name) || **n == **name);
+        let c = match s.columns[..s.used].iter().position(same) {
+            Some(c) => c,
+            None => {
+                if s.used == s.columns.len() {
+                    s.columns.push(Column::default());
+                }
+                s.columns[s.used].reset(name.clone());
+                s.used += 1;
+                s.used - 1
+            }
+        };
+        let col = &mut s.columns[c];
+        col.pad_to(row);
+        let start = col.len;
+        let end = start + len;
+        if col.buf.capacity() < end {
+            self.grow(c, end);
+        }
+        let col = &mut self.shell.columns[c];
+        col.len = end;
+        col.offsets.push(end as u64);
+        col.buf.bytes_mut(start..end)
+    }
+
+    /// A fixed-width column `name` of type `ty` over every row added so far, to be filled by
+    /// the caller: row `i` is `[i * ty.row_bytes(), (i + 1) * ty.row_bytes())`. Call after the
+    /// last [`begin`](Self::begin); its contents are stale until written.
+    pub fn fixed(&mut self, name: &Arc<str>, ty: &Arc<ColumnType>) -> &mut [u8] {
+        self.close_row();
+        let rows = self.rows();
+        let width = ty.row_bytes();
+        let s = &mut self.shell;
+        let c = match s.columns[..s.used].iter().position(|c| c.name.as_deref() == Some(&**name)) {
+            Some(c) => c,
+            None => {
+                if s.used == s.columns.len() {
+                    s.columns.push(Column::default());
+                }
+                s.used += 1;
+                s.used - 1
+            }
+        };
+        s.columns[c].reset(name.clone());
+        let end = rows * width;
+        if s.columns[c].buf.capacity() < end {
+            self.grow(c, end);
+        }
+        let col = &mut self.shell.columns[c];
+        col.ty = Some(ty.clone());
+        col.len = end;
+        col.offsets.extend((1..=rows).map(|i| (i * width) as u64));
+        col.buf.bytes_mut(0..end)
+    }
+
+    /// Make column `c` hold at least `end` bytes, keeping what it has.
+    fn grow(&mut self, c: usize, end: usize) {
+        let host = self.pool.as_ref().and_then(|p| p.host.as_ref().map(|h| (h, &p.spills)));
+        let col = &mut self.shell.columns[c];
+        if let (Storage::Heap(v), Some((host, spills))) = (&col.buf, host) {
+            if v.is_empty() {
+                // A fresh column slot: try a host buffer first.
+                match host.try_acquire() {
+                    Some(h) if h.capacity() >= end => {
+                        col.buf = Storage::Host(h);
+                        return;
+                    }
+                    _ => {
+                        spills.fetch_add(1, Relaxed);
+                    }
+                }
+            }
+        }
+        if let Storage::Host(h) = &col.buf {
+            if let Some((_, spills)) = host {
+                spills.fetch_add(1, Relaxed);
+            }
+            let mut v = vec![0u8; end.max(h.capacity() * 2)];
+            v[..col.len].copy_from_slice(&h[..col.len]);
+            col.buf = Storage::Heap(v);
+            return;
+        }
+        if let Storage::Heap(v) = &mut col.buf {
+            // Grows to the largest column seen (doubling), then is reused as is.
+            v.resize(end.max(v.len() * 2), 0);
+        }
+    }
+
+    /// Begin `sample` and copy in its fields except those `skip` names (decoded ones, which
+    /// get fixed-width columns afterwards).
+    pub fn push_raw(&mut self, index: u64, sample: &Sample, skip: impl Fn(&str) -> bool) {
+        self.begin(index, &sample.key);
+        for f in sample.fields.iter().filter(|f| !skip(&f.name)) {
+            self.field(&f.name, f.data.len()).copy_from_slice(&f.data);
+        }
+    }
+
+    /// Copy a whole sample in.
+    pub fn push_sample(&mut self, index: u64, sample: &Sample) {
+        self.begin(index, &sample.key);
+        for f in &sample.fields {
+            self.field(&f.name, f.data.len()).copy_from_slice(&f.data);
+        }
+    }
+
+    fn close_row(&mut self) {
+        if self.open {
+            let rows = self.rows();
+            let s = &mut self.shell;
+            for col in &mut s.columns[..s.used] {
+                col.pad_to(rows);
+            }
+            self.open = false;
+        }
+    }
+
+    /// Drop the sample begun last (a source that failed half-way through it).
+    pub fn abandon_row(&mut self) {
+        if !self.open {
+            return;
+        }
+        let rows = self.rows();
+        let s = &mut self.shell;
+        for col in &mut s.columns[..s.used] {
+            if col.offsets.len() == rows + 1 {
+                col.offsets.pop();
+                col.len = *col.offsets.last().unwrap_or(&0) as usize;
+            }
+        }
+        s.indices.pop();
+        s.key_ends.pop();
+        s.keys.truncate(s.key_ends.last().copied().unwrap_or(0));
+        self.open = false;
+    }
+
+    /// Seal the batch.
+    pub fn finish(mut self, epoch: u64, number: u64) -> Batch {
+        self.close_row();
+        let shell = std::mem::take(&mut self.shell);
+        Batch {
+            epoch,
+            number,
+            shell: Some(shell),
+            pool: self.pool.take().unwrap_or_default(),
+            device: Vec::new(),
+            staged: Vec::new(),
+        }
+    }
+}
+
+impl Drop for BatchBuilder {
+    fn drop(&mut self) {
+        // An unfinished builder (an error mid-batch) still returns its storage.
+        if let Some(pool) = &self.pool {
+            pool.give(std::mem::take(&mut self.shell));
+        }
+    }
+}

@@ -1,0 +1,61 @@
+use super::*;
+use crate::sample::Sample;
+
+fn s(key: &str, fields: &[(&str, &[u8])]) -> Sample {
+    Sample {
+        key: key.into(),
+        fields: fields
+            .iter()
+            .map(|(n, d)| crate::sample::Field { name: (*n).into(), data: bytes::Bytes::copy_from_slice(d) })
+            .collect(),
+    }
+}
+
+#[test]
+fn columns_offsets_dense_and_missing() {
+    let pool = BatchPool::new(4);
+    // `png` first appears in the second sample and is missing from the first and third.
+    let samples = [
+        s("a", &[("jpg", b"12345"), ("cls", b"1")]),
+        s("b", &[("jpg", b"xy"), ("png", b"P"), ("cls", b"2")]),
+        s("c", &[("cls", b"3")]),
+    ];
+    let b = pool.assemble(0, 0, &[7, 8, 9], &samples);
+    assert_eq!(b.len(), 3);
+    assert_eq!(b.keys().collect::<Vec<_>>(), ["a", "b", "c"]);
+    assert_eq!(b.indices(), [7, 8, 9]);
+    assert_eq!(b.field_names().collect::<Vec<_>>(), ["jpg", "cls", "png"]);
+    let jpg = b.field("jpg").unwrap();
+    assert_eq!((jpg.get(0).unwrap(), jpg.get(1).unwrap(), jpg.get(2).unwrap()), (&b"12345"[..], &b"xy"[..], &b""[..]));
+    assert_eq!((jpg.missing, jpg.len()), (1, 3));
+    assert!(jpg.dense().is_none());
+    let png = b.field("png").unwrap();
+    assert_eq!((png.get(0).unwrap(), png.get(1).unwrap(), png.get(2).unwrap()), (&b""[..], &b"P"[..], &b""[..]));
+    assert_eq!((png.missing, png.len()), (2, 3));
+    assert_eq!(b.field("cls").unwrap().dense(), Some((&b"123"[..], 1)));
+    assert_eq!(b.payload_bytes(), 11);
+    assert!(b.field("gif").is_none());
+}
+
+#[test]
+fn storage_is_recycled_and_abandoned_rows_vanish() {
+    let pool = BatchPool::new(2);
+    let samples = [s("a", &[("x", &[1u8; 1000])])];
+    let first = pool.assemble(0, 0, &[0], &samples);
+    let ptr = first.field("x").unwrap().data.as_ptr();
+    drop(first);
+    assert_eq!(pool.idle(), 1);
+    let again = pool.assemble(0, 1, &[0], &samples);
+    assert_eq!(again.field("x").unwrap().data.as_ptr(), ptr, "the same buffer is reused");
+    drop(again);
+    let mut b = pool.builder();
+    b.push_sample(0, &samples[0]);
+    b.begin(1, "half");
+    b.field(&"x".into(), 3).copy_from_slice(b"bad");
+    b.abandon_row();
+    let partial = b.finish(0, 1);
+    assert_eq!((partial.len(), partial.payload_bytes(), partial.keys().collect::<Vec<_>>()), (1, 1000, vec!["a"]));
+    drop(partial);
+    let other = pool.assemble(0, 2, &[1], &[s("b", &[("y", b"z")])]);
+    assert_eq!(other.field_names().collect::<Vec<_>>(), ["y"]);
+}

@@ -1,0 +1,121 @@
+//! Eviction that knows the future, end to end: the real Loader over tar shards on the embedded
+//! S3 server, through the real disk cache holding half of the data. LRU drops each block just
+//! before the next epoch needs it again; the Loader's plan (this epoch's order and the next's)
+//! keeps what the next epoch reads first and does not store what it would drop first, so the
+//! second epoch fetches little more than what did not fit.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use common::s3::{serve, uri};
+use common::*;
+use stoker::loader::{Loader, LoaderConfig};
+use stoker::sampler::Order;
+use stoker::DynSampleSource;
+
+const SHARDS: usize = 48;
+const PER: usize = 8;
+const PAYLOAD: usize = 12 << 10;
+
+/// `SHARDS` shards of `PER` samples of `PAYLOAD` bytes; returns the samples and the bytes of
+/// all shards.
+fn shards(dir: &std::path::Path) -> (Vec<stoker::Sample>, u64) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut all = Vec::new();
+    let mut bytes = 0;
+    for s in 0..SHARDS {
+        let samples: Vec<_> =
+            (0..PER).map(|i| sample(&format!("s{s:03}-{i}"), &[("bin", payload(s * PER + i, PAYLOAD))])).collect();
+        let path = dir.join(format!("shard-{s:03}.tar"));
+        write_tar(&path, &samples);
+        bytes += std::fs::metadata(&path).unwrap().len();
+        all.extend(samples);
+    }
+    (all, bytes)
+}
+
+/// Bytes fetched from the server in each of two epochs through a fresh disk cache of `limit`
+/// bytes, every row checked.
+async fn two_epochs(
+    endpoint: &str,
+    samples: &[stoker::Sample],
+    order: Order,
+    block: u64,
+    limit: u64,
+    eviction: &str,
+) -> [u64; 2] {
+    let cache = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "&hedge_ms=0&cache_block={block}&disk_cache_dir={}&disk_cache_bytes={limit}&cache_eviction={eviction}",
+        cache.path().display()
+    );
+    let src: Arc<DynSampleSource> = open(&uri(endpoint, "tar", &extra)).await;
+    let mut cfg = LoaderConfig::new(8);
+    cfg.order = order;
+    let loader = Loader::new(src.clone(), cfg).unwrap();
+    let mut fetched = [0; 2];
+    for (e, out) in fetched.iter_mut().enumerate() {
+        let before = src.io_counters().unwrap().remote_bytes;
+        let mut stream = loader.epoch(e as u64).unwrap();
+        let mut seen = 0;
+        while let Some(b) = stream.next_batch().await {
+            let b = b.unwrap();
+            let col = b.field("bin").unwrap();
+            for (row, &i) in b.indices().iter().enumerate() {
+                assert_eq!(col.get(row).unwrap(), &samples[i as usize].fields[0].data[..], "sample {i}");
+            }
+            seen += b.len();
+        }
+        assert_eq!(seen, samples.len());
+        *out = src.io_counters().unwrap().remote_bytes - before;
+    }
+    fetched
+}
+
+/// Bytes fetched in each of two epochs, as shares of the data, with the plan and with LRU.
+async fn compare(order: Order, block: u64) -> ([f64; 2], [f64; 2]) {
+    let root = tempfile::tempdir().unwrap();
+    let (samples, data) = shards(&root.path().join("data/tar"));
+    let server = serve(root.path()).await;
+    let ep = server.endpoint();
+    let half = data / 2;
+    let planned = two_epochs(&ep, &samples, order.clone(), block, half, "future").await;
+    let lru = two_epochs(&ep, &samples, order.clone(), block, half, "lru").await;
+    server.shutdown().await;
+    for f in [planned, lru] {
+        // All of it, but for the padding of the shards' last blocks that no sample needs.
+        assert!(f[0] as f64 >= 0.95 * data as f64, "the first epoch fetches everything: {f:?} of {data}");
+    }
+    let share = |f: [u64; 2]| f.map(|x| x as f64 / data as f64);
+    let (planned, lru) = (share(planned), share(lru));
+    eprintln!("{order:?}, {block} B blocks: fetched {planned:.3?} of the data with the plan, {lru:.3?} with LRU");
+    (planned, lru)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_half_the_data_cached_the_shard_shuffle_refetches_about_half_and_lru_most() {
+    let (planned, lru) = compare(Order::ShardShuffle { seed: 3, window: 4 }, 16 << 10).await;
+    assert!(planned[1] <= 0.55, "with the plan the second epoch fetched {:.3} of the data", planned[1]);
+    assert!(lru[1] >= 0.8, "LRU is the control: {:.3} (plan: {:.3})", lru[1], planned[1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_half_the_data_cached_the_sample_shuffle_refetches_about_half_and_lru_most() {
+    // Blocks smaller than a sample, so a block is read once an epoch, as a whole shard is in
+    // the shard shuffle.
+    let (planned, lru) = compare(Order::Shuffle { seed: 3 }, 4 << 10).await;
+    assert!(planned[1] <= 0.55, "with the plan the second epoch fetched {:.3} of the data", planned[1]);
+    assert!(lru[1] >= 0.8, "LRU is the control: {:.3} (plan: {:.3})", lru[1], planned[1]);
+}
+
+/// Blocks of several samples in a per-sample shuffle over more data than the cache holds: LRU
+/// fetches a whole block for each sample it misses (several times the data each epoch); the
+/// plan fetches whole only the blocks it will keep long enough to read again, and just the
+/// sample otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_several_samples_a_block_the_plan_fetches_whole_only_what_it_keeps() {
+    let (planned, lru) = compare(Order::Shuffle { seed: 3 }, 64 << 10).await;
+    assert!(planned[0] <= 1.5 && planned[1] <= 1.0, "with the plan: {planned:.3?} of the data");
+    assert!(lru[0] >= 2.0 && lru[1] >= 2.0, "LRU is the control: {lru:.3?}");
+}

@@ -1,0 +1,36 @@
+//! The library's integration tests, one module per area, linked into one test binary: each
+//! separate binary cost a link of the whole dependency tree (most of the suite's build time)
+//! and tens of MB of disk.
+//!
+//! Three stay binaries of their own (tests/*.rs), because they need a process to themselves:
+//! `loader_alloc.rs` and `decode_images.rs` install a counting `#[global_allocator]`, and
+//! `lmdb_fork.rs` forks, which is only safe while no other test thread holds a lock.
+//!
+//! Tests that start a child process of this binary select their child test by its full name,
+//! module path included (see `disk_cache`).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bad_input;
+mod cache_eviction;
+mod conformance_local;
+mod corrupt;
+mod damage;
+mod decode;
+mod diagnose;
+mod disk_cache;
+mod faults;
+mod gpu;
+mod loader;
+mod mix;
+mod mix_props;
+mod pinned;
+mod pool_props;
+mod remote_azure;
+mod remote_gcs;
+mod remote_s3;
+mod sampler_props;
+mod secrets;
+mod shard_stream;
+mod tar_index;
