@@ -10,6 +10,7 @@ pub mod decode;
 pub mod diagnose;
 pub mod error;
 pub mod fetch;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod loader;

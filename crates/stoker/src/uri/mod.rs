@@ -11,5 +11,6 @@ mod redact;
 pub use braces::expand_braces;
 pub use grammar::{parse, Location, RemoteLocation, SourceUri, SCHEMES};
 pub use options::{option_keys, DamagePolicy, Layout, SourceOptions};
+#[cfg(feature = "fuzzing")]
 pub(crate) use redact::is_secret_key;
 pub use redact::{is_secret_option, redact, scrub};

@@ -20,6 +20,7 @@ mod damage;
 mod decode;
 mod diagnose;
 mod disk_cache;
+mod error_kind;
 mod faults;
 mod gpu;
 mod loader;

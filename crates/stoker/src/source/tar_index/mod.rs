@@ -18,7 +18,10 @@ use crate::uri::SourceOptions;
 
 mod walk;
 
-pub(crate) use walk::{build_from, build_with, plausible_header, resync, Walk};
+// The fuzz targets drive the walk and its resync directly.
+#[cfg(feature = "fuzzing")]
+pub(crate) use walk::{build_from, plausible_header, resync};
+pub(crate) use walk::{build_with, Walk};
 
 /// Suffix of sidecar index files written next to shards.
 pub(crate) const SIDECAR_SUFFIX: &str = ".stoker-idx.json";

@@ -21,6 +21,7 @@ pub(crate) struct Walk {
 }
 
 /// The strict, headers-only walk: [`build_with`] and the default [`Walk`].
+#[cfg(feature = "fuzzing")]
 pub(crate) fn build_from<R: Read + Seek>(reader: R, info: &ObjectInfo, shard: &str) -> Result<ShardIndex> {
     build_with(reader, info, shard, Walk::default())
 }

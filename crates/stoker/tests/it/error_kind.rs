@@ -1,10 +1,8 @@
 //! `Error::kind()` is what callers match on: the same for an error that reached them through
 //! a single-flight cache (`Error::Shared`) as for one that did not.
 
-mod common;
-
-use common::s3::uri;
-use common::*;
+use crate::common::s3::uri;
+use crate::common::*;
 use stoker::{Error, ErrorKind};
 
 /// A tar shard indexed at open and deleted before it is read, read twice at once through
