@@ -1,6 +1,7 @@
 //! `Error::kind()` is what callers match on: the same for an error that reached them through
 //! a single-flight cache (`Error::Shared`) as for one that did not.
 
+use crate::common;
 use crate::common::s3::uri;
 use crate::common::*;
 use stoker::{Error, ErrorKind};
