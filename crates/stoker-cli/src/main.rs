@@ -291,7 +291,7 @@ async fn inspect(args: &SourceArgs, json: bool) -> Result<()> {
             .map(|(n, t)| serde_json::json!({"name": n, "samples": t.samples, "bytes": t.bytes}))
             .collect();
         serde_json::json!({
-            "source": src.to_string(), "layout": info.layout.as_str(), "samples": src.len(),
+            "source": src.to_string(), "layout": &*info.layout, "samples": src.len(),
             "shards": info.shards, "fields": f, "total_bytes": total,
             "open_seconds": open_time.as_secs_f64(), "capability": caps, "damage": src.damage(), "mix": mix,
         })

@@ -114,7 +114,7 @@ impl Source {
         let src = self.get_src(py)?;
         let d = PyDict::new(py);
         d.set_item("uri", src.to_string())?;
-        d.set_item("layout", src.info().layout.as_str())?;
+        d.set_item("layout", &*src.info().layout)?;
         d.set_item("shards", src.info().shards)?;
         d.set_item("samples", src.len())?;
         Ok(d)

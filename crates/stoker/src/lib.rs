@@ -1,3 +1,4 @@
+#![warn(unreachable_pub)]
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
@@ -23,11 +24,13 @@ pub mod stats;
 pub mod store;
 pub mod uri;
 
+pub use batch::Batch;
 pub use error::{Error, ErrorKind, Result};
+pub use loader::{ErrorPolicy, Loader, LoaderConfig, LoaderState};
 pub use sample::{Field, Sample, SampleMeta};
 pub use source::{
     index, index_with_progress, open, Capability, DynSampleSource, IndexReport, MixSource, MixSpec, SampleSource,
     SourceInfo,
 };
-pub use stats::{Damage, DamageCause, SkippedByCause};
+pub use stats::{Damage, DamageCause, SkippedByCause, StatsSnapshot};
 pub use uri::{DamagePolicy, Layout, SourceOptions};

@@ -101,27 +101,27 @@ impl Histogram {
 pub struct Stats {
     started: Instant,
     /// Samples delivered to the consumer.
-    pub samples: AtomicU64,
+    pub(crate) samples: AtomicU64,
     /// Payload bytes delivered.
-    pub bytes: AtomicU64,
+    pub(crate) bytes: AtomicU64,
     /// Batches delivered.
-    pub batches: AtomicU64,
+    pub(crate) batches: AtomicU64,
     /// Time the consumer spent blocked waiting for the next batch, in ns.
-    pub consumer_wait_ns: AtomicU64,
+    pub(crate) consumer_wait_ns: AtomicU64,
     /// Time producers spent blocked on a full queue or the byte budget, in ns.
-    pub producer_stall_ns: AtomicU64,
+    pub(crate) producer_stall_ns: AtomicU64,
     /// Samples skipped under the skip error policy.
-    pub skipped: AtomicU64,
+    pub(crate) skipped: AtomicU64,
     /// Batches that failed (raise policy) or had samples skipped.
-    pub errors: AtomicU64,
+    pub(crate) errors: AtomicU64,
     /// Bytes fetched and not yet released by the consumer.
-    pub bytes_in_flight: AtomicU64,
+    pub(crate) bytes_in_flight: AtomicU64,
     /// The most bytes ever in flight.
-    pub peak_bytes_in_flight: AtomicU64,
+    pub(crate) peak_bytes_in_flight: AtomicU64,
     /// Latency of each fetch (`get_many` of one batch).
-    pub fetch_latency: Histogram,
+    pub(crate) fetch_latency: Histogram,
     /// Time spent in the per-sample transform, per batch.
-    pub transform_time: Histogram,
+    pub(crate) transform_time: Histogram,
     /// Skips by cause, in [`DamageCause`] order up to `Other` (which is the remainder).
     skipped_by: [AtomicU64; 4],
     /// For a mix: samples and payload bytes delivered from each source.
@@ -258,6 +258,7 @@ impl Stats {
 
 /// Loader statistics at one moment.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct StatsSnapshot {
     /// Seconds since the loader started.
     pub elapsed_s: f64,
@@ -323,6 +324,7 @@ pub struct StatsSnapshot {
 
 /// One source of a mix, as a loader has read and delivered it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SourceStats {
     /// The source's name (its `__source__` value).
     pub name: String,
@@ -381,6 +383,7 @@ pub enum DamageCause {
 
 /// Skipped samples by cause; the fields add up to [`StatsSnapshot::skipped`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SkippedByCause {
     /// A damaged or changed tar header, or a shard shorter than its index (found at read).
     pub damaged_header: u64,
@@ -397,6 +400,7 @@ pub struct SkippedByCause {
 /// One damaged stretch of a shard (or a whole unreadable shard) found while opening it under
 /// `on_damage=skip`: what lies in it is not part of the source.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Damage {
     /// The shard: relative to the dataset root in an index, its full name when reported.
     pub shard: String,

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use stoker::batch::BatchPool;
 use stoker::loader::{Loader, LoaderConfig};
 use stoker::source::{Capability, SampleSource, SourceInfo};
-use stoker::{Field, Layout as SrcLayout, Sample};
+use stoker::{Field, Sample};
 
 struct Counting;
 static COUNTING: AtomicBool = AtomicBool::new(false);
@@ -117,7 +117,8 @@ impl SampleSource for Memory {
         Capability::default()
     }
     fn info(&self) -> SourceInfo {
-        SourceInfo { layout: SrcLayout::Objects, shards: 1 }
+        // A source of its own: it names its layout rather than claiming one of Stoker's.
+        SourceInfo::new("in-memory", 1)
     }
     async fn get(&self, index: usize) -> stoker::Result<Sample> {
         self.0.get(index).cloned().ok_or(stoker::Error::IndexOutOfRange { index, len: self.0.len() })

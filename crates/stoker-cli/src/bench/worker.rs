@@ -216,7 +216,7 @@ pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<()> {
     let st = loader.stats();
     let m = Measured {
         source: src.to_string(),
-        layout: src.info().layout.as_str().to_string(),
+        layout: src.info().layout.into_owned(),
         samples,
         bytes: st.bytes,
         seconds,

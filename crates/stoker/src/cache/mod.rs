@@ -59,26 +59,70 @@ impl CacheConfig {
 #[derive(Debug, Default)]
 pub struct CacheCounters {
     /// Blocks served from memory.
-    pub hits: AtomicU64,
+    pub(crate) hits: AtomicU64,
     /// Blocks not in memory.
-    pub misses: AtomicU64,
+    pub(crate) misses: AtomicU64,
     /// Blocks dropped from memory to stay within the limit.
-    pub evictions: AtomicU64,
+    pub(crate) evictions: AtomicU64,
     /// Misses served from the disk cache.
-    pub disk_hits: AtomicU64,
+    pub(crate) disk_hits: AtomicU64,
     /// Of those, blocks the hit path read straight from their files into batches.
-    pub disk_direct: AtomicU64,
+    pub(crate) disk_direct: AtomicU64,
     /// Blocks written to the disk cache.
-    pub disk_writes: AtomicU64,
+    pub(crate) disk_writes: AtomicU64,
     /// Files removed from the disk cache to stay within its limit.
-    pub disk_evictions: AtomicU64,
+    pub(crate) disk_evictions: AtomicU64,
     /// Temporary files of writers that died mid-write, removed when the cache was opened.
-    pub disk_stale_removed: AtomicU64,
+    pub(crate) disk_stale_removed: AtomicU64,
     /// Blocks not written to the disk cache because the plan would have dropped them first,
     /// or not fetched whole because they would not be read enough while cached.
-    pub disk_bypassed: AtomicU64,
+    pub(crate) disk_bypassed: AtomicU64,
     /// Misses that joined a fetch already in flight for the same block.
-    pub joined: AtomicU64,
+    pub(crate) joined: AtomicU64,
+}
+
+/// A snapshot of a [`BlockCache`]'s counters ([`BlockCache::snapshot`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CacheSnapshot {
+    /// Blocks served from memory.
+    pub hits: u64,
+    /// Blocks not in memory.
+    pub misses: u64,
+    /// Blocks dropped from memory to stay within the limit.
+    pub evictions: u64,
+    /// Misses served from the disk cache.
+    pub disk_hits: u64,
+    /// Of those, blocks the hit path read straight from their files into batches.
+    pub disk_direct: u64,
+    /// Blocks written to the disk cache.
+    pub disk_writes: u64,
+    /// Files removed from the disk cache to stay within its limit.
+    pub disk_evictions: u64,
+    /// Temporary files of writers that died mid-write, removed when the cache was opened.
+    pub disk_stale_removed: u64,
+    /// Blocks not written to the disk cache because the plan would have dropped them first,
+    /// or not fetched whole because they would not be read enough while cached.
+    pub disk_bypassed: u64,
+    /// Misses that joined a fetch already in flight for the same block.
+    pub joined: u64,
+}
+
+impl CacheCounters {
+    fn snapshot(&self) -> CacheSnapshot {
+        CacheSnapshot {
+            hits: self.hits.load(Relaxed),
+            misses: self.misses.load(Relaxed),
+            evictions: self.evictions.load(Relaxed),
+            disk_hits: self.disk_hits.load(Relaxed),
+            disk_direct: self.disk_direct.load(Relaxed),
+            disk_writes: self.disk_writes.load(Relaxed),
+            disk_evictions: self.disk_evictions.load(Relaxed),
+            disk_stale_removed: self.disk_stale_removed.load(Relaxed),
+            disk_bypassed: self.disk_bypassed.load(Relaxed),
+            joined: self.joined.load(Relaxed),
+        }
+    }
 }
 
 /// A fetch in flight: the block, and whether it came from the disk cache.
@@ -205,8 +249,13 @@ impl BlockCache {
             || self.disk.as_ref().is_some_and(|d| d.contains(key))
     }
 
+    /// What the cache has done so far.
+    pub fn snapshot(&self) -> CacheSnapshot {
+        self.counters().snapshot()
+    }
+
     /// The counters.
-    pub fn counters(&self) -> &CacheCounters {
+    pub(crate) fn counters(&self) -> &CacheCounters {
         if let Some(d) = &self.disk {
             self.counters.disk_writes.store(d.writes.load(Relaxed), Relaxed);
             self.counters.disk_evictions.store(d.evictions.load(Relaxed), Relaxed);

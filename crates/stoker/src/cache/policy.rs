@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 /// [`SourceOptions::cache_eviction`]: crate::uri::SourceOptions::cache_eviction
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Eviction {
     /// By the reader's known future order when it gives one (the Loader does): the block
     /// needed furthest ahead goes first, and one that would go first is not stored. Least

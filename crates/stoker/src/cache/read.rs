@@ -29,6 +29,7 @@ impl std::fmt::Display for Gone {
 impl std::error::Error for Gone {}
 
 /// Blocking reads of one version of one object from the disk cache (see the module docs).
+#[non_exhaustive]
 pub struct CachedObject {
     disk: Arc<DiskCache>,
     counters: Arc<CacheCounters>,

@@ -116,7 +116,7 @@ fn parse_shape(text: &str) -> Result<Vec<usize>, String> {
 }
 
 /// Copy the payload of a parsed `.npy` into `out`, swapping to native byte order if needed.
-pub fn copy_npy(h: &NpyHeader, data: &[u8], out: &mut [u8]) {
+pub(super) fn copy_npy(h: &NpyHeader, data: &[u8], out: &mut [u8]) {
     let src = &data[h.data_offset..];
     out.copy_from_slice(src);
     let size = h.dtype.size();

@@ -77,6 +77,7 @@ impl Default for ImageSpec {
 /// How an image's output window is chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Crop {
     /// torchvision `RandomResizedCrop(size, scale, ratio)`: an area fraction from `scale` and
     /// a log-uniform aspect ratio from `ratio`, up to 10 tries, then a center crop with the
@@ -107,6 +108,7 @@ impl Crop {
 /// Channel order of an image output.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
+#[non_exhaustive]
 pub enum ImageLayout {
     /// `[H, W, 3]`, interleaved (what decoders write; cheapest).
     #[default]

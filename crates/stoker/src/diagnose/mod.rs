@@ -118,7 +118,7 @@ pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) ->
     let device = cfg.loader.host_buffers.and_then(|h| h.device);
     let setup = Setup {
         source: uncached.to_string(),
-        layout: uncached.info().layout,
+        layout: uncached.info().layout.into_owned(),
         remote: !uncached.capability().local,
         len: uncached.len() as u64,
         batch_size: cfg.loader.batch_size,

@@ -5,11 +5,11 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::store::IoCounters;
-use crate::uri::Layout;
 
 /// A step of the ladder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Step {
     /// The consumer alone on one cached batch.
     Consumer,
@@ -44,6 +44,7 @@ impl fmt::Display for Step {
 
 /// What a source's store did during one step.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct IoDelta {
     /// Read requests (one per range asked for).
     pub requests: u64,
@@ -78,6 +79,7 @@ impl IoDelta {
 
 /// One step's measurement.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct StepResult {
     /// Which step.
     pub step: Step,
@@ -121,6 +123,7 @@ pub struct StepResult {
 /// What helps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Knob {
     /// Input is not the bottleneck: the consumer is.
     Consumer,
@@ -158,6 +161,7 @@ impl Knob {
 
 /// Where the pipeline starves, and what to turn.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Verdict {
     /// The bottleneck step ([`Step::Consumer`] when the input side keeps up).
     pub step: Step,
@@ -171,11 +175,12 @@ pub struct Verdict {
 
 /// The pipeline's shape, as the diagnosis saw it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Setup {
     /// The source, credentials redacted.
     pub source: String,
-    /// Its layout.
-    pub layout: Layout,
+    /// Its layout's name ([`crate::source::SourceInfo::layout`]).
+    pub layout: String,
     /// Whether bytes come over the network.
     pub remote: bool,
     /// Samples in the source.
@@ -208,6 +213,7 @@ pub struct Setup {
 
 /// The ladder's measurements and the verdict.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Report {
     /// The pipeline measured.
     pub setup: Setup,

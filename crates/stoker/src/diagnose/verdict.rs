@@ -141,7 +141,7 @@ fn fetch(setup: &Setup, r: &StepResult, collate: &StepResult, pipeline: &StepRes
     let read_ms = r.own_ms_per_batch.max(1e-3);
     let rest_ms = collate.ms_per_batch.max(1e-3);
     let (c, p) = (setup.concurrency as f64, setup.prefetch as f64);
-    let small_files = setup.layout == Layout::Objects && setup.mean_sample_bytes < SMALL_FILE;
+    let small_files = setup.layout == Layout::Objects.as_str() && setup.mean_sample_bytes < SMALL_FILE;
     // Over a network what waits in line is HTTP requests (coalesced ranges; first tries only,
     // as retries and hedges are not what a batch asks for); locally, reads.
     let requests = r
@@ -274,12 +274,13 @@ fn fetch(setup: &Setup, r: &StepResult, collate: &StepResult, pipeline: &StepRes
 fn cache_note(setup: &Setup) -> String {
     let total = setup.len.saturating_mul(setup.mean_sample_bytes);
     let mib = total >> 20;
-    match (setup.layout, setup.cache) {
-        (Layout::Tar, true) => format!(
+    let tar = setup.layout == Layout::Tar.as_str();
+    match (tar, setup.cache) {
+        (true, true) => format!(
             "the disk cache (on by default for remote shards) serves epochs after the first from local disk once \
              it holds the data: give it ?disk_cache_bytes={total} (about {mib} MiB) or more"
         ),
-        (Layout::Tar, false) => format!(
+        (true, false) => format!(
             "a cache that holds the data serves epochs after the first without the store: the disk cache is off \
              here (it is on unless ?disk_cache=false; size it with ?disk_cache_bytes={total}, about {mib} MiB), or \
              ?cache_bytes={total} keeps it in memory"
@@ -312,7 +313,7 @@ mod tests {
     fn setup() -> Setup {
         Setup {
             source: "s3://b/p".into(),
-            layout: Layout::Objects,
+            layout: Layout::Objects.to_string(),
             remote: true,
             len: 1000,
             batch_size: 16,
@@ -398,7 +399,7 @@ mod tests {
         assert_eq!(judged(&setup(), &steps), (Step::Fetch, Knob::Pack));
         let big = Setup { mean_sample_bytes: 8 << 20, ..setup() };
         assert_eq!(judged(&big, &steps), (Step::Fetch, Knob::CacheSize));
-        let local = Setup { remote: false, layout: Layout::Tar, ..setup() };
+        let local = Setup { remote: false, layout: Layout::Tar.to_string(), ..setup() };
         assert_eq!(judged(&local, &steps), (Step::Fetch, Knob::Storage));
     }
 

@@ -29,6 +29,7 @@ mod retry;
 /// When to send a duplicate of a slow request.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Hedge {
     /// Never.
     Off,
@@ -89,17 +90,17 @@ impl Default for FetchConfig {
 #[derive(Debug, Default)]
 pub struct FetchCounters {
     /// Requests sent (hedges and retries included).
-    pub requests: AtomicU64,
+    pub(crate) requests: AtomicU64,
     /// Retries after a transient failure.
-    pub retries: AtomicU64,
+    pub(crate) retries: AtomicU64,
     /// Duplicates sent for slow requests.
-    pub hedges: AtomicU64,
+    pub(crate) hedges: AtomicU64,
     /// Hedges that answered first.
-    pub hedge_wins: AtomicU64,
+    pub(crate) hedge_wins: AtomicU64,
     /// Requests that failed for good.
-    pub failures: AtomicU64,
+    pub(crate) failures: AtomicU64,
     /// Bytes received.
-    pub bytes: AtomicU64,
+    pub(crate) bytes: AtomicU64,
 }
 
 /// Reads byte ranges of objects in one store through the policies above.
@@ -138,7 +139,7 @@ impl Fetcher {
     }
 
     /// The counters.
-    pub fn counters(&self) -> &FetchCounters {
+    pub(crate) fn counters(&self) -> &FetchCounters {
         &self.counters
     }
 

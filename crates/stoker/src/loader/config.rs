@@ -16,6 +16,7 @@ pub type Transform = Arc<dyn Fn(Sample) -> Result<Sample> + Send + Sync>;
 /// What to do when a batch cannot be read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ErrorPolicy {
     /// Deliver the error in the batch's place; the consumer decides.
     #[default]

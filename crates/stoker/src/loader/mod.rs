@@ -85,7 +85,7 @@ impl Loader {
                 return Err(Error::invalid_option(format!(
                     "the shard shuffle reads shards window by window, but {source} ({} layout) is not made of \
                      shards; shuffle its samples instead (Order::Shuffle; Python shuffle=True; CLI --shuffle samples)",
-                    source.info().layout.as_str()
+                    source.info().layout
                 )))
             }
             (Order::ShardShuffle { .. }, None) => Some(Arc::new(shard_layout(&*source)?)),

@@ -111,6 +111,7 @@ impl PackOptions {
 
 /// What [`pack`] did.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct PackReport {
     /// The destination, credentials redacted.
     pub dest: String,

@@ -25,7 +25,7 @@ pub(crate) struct Out {
 }
 
 impl Out {
-    pub fn payload(&self) -> u64 {
+    pub(crate) fn payload(&self) -> u64 {
         self.fields.iter().map(|f| f.1).sum()
     }
 }
@@ -278,7 +278,7 @@ fn fingerprint(outs: &[Out], opts: &PackOptions) -> String {
 }
 
 impl PlanFile {
-    pub fn parse(bytes: &[u8]) -> std::result::Result<Self, String> {
+    pub(super) fn parse(bytes: &[u8]) -> std::result::Result<Self, String> {
         let p: PlanFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         if p.format != FORMAT || p.version != VERSION {
             return Err(format!("format {} v{} is not {FORMAT} v{VERSION}", p.format, p.version));
@@ -286,7 +286,7 @@ impl PlanFile {
         Ok(p)
     }
 
-    pub fn to_json(&self) -> Vec<u8> {
+    pub(super) fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec_pretty(self).unwrap_or_default()
     }
 }

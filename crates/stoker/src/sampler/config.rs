@@ -17,6 +17,7 @@ pub const DEFAULT_SHARD_WINDOW: usize = 4;
 /// How the samples of an epoch are ordered globally (before the rank split).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Order {
     /// `0, 1, .., n-1` every epoch.
     Sequential,

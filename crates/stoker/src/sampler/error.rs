@@ -7,6 +7,7 @@ pub type SamplerResult<T> = Result<T, SamplerError>;
 
 /// Why a sampler could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SamplerError {
     /// `world_size` is 0, or `rank` is not below it.
     InvalidRank {

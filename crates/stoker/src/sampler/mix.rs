@@ -47,6 +47,7 @@ const WEIGHT_SCALE: f64 = 4_294_967_296.0;
 /// How long a mix's epoch is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EpochLength {
     /// Without replacement: the longest epoch in which no source's share exceeds its size
     /// (the source that runs out first sets it). With replacement: every source's size

@@ -14,6 +14,7 @@ use crate::uri::{Layout, SourceOptions};
 
 /// What `index` wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct IndexReport {
     /// Where the manifest went.
     pub manifest: String,

@@ -299,7 +299,7 @@ impl SampleSource for LmdbSource {
     }
 
     fn info(&self) -> SourceInfo {
-        SourceInfo { layout: Layout::Lmdb, shards: 1 }
+        SourceInfo::of(Layout::Lmdb, 1)
     }
 
     async fn get(&self, index: usize) -> Result<Sample> {

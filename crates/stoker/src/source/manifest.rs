@@ -34,7 +34,7 @@ pub(crate) struct Manifest {
 }
 
 impl Manifest {
-    pub fn new(layout: Layout, listing: &[ObjectInfo], tar: Vec<ShardIndex>) -> Self {
+    pub(crate) fn new(layout: Layout, listing: &[ObjectInfo], tar: Vec<ShardIndex>) -> Self {
         Manifest {
             format: FORMAT.into(),
             version: VERSION,
@@ -52,7 +52,7 @@ impl Manifest {
         }
     }
 
-    pub fn listing(&self) -> Vec<ObjectInfo> {
+    pub(crate) fn listing(&self) -> Vec<ObjectInfo> {
         self.objects
             .iter()
             .map(|o| ObjectInfo {

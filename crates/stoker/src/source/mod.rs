@@ -50,12 +50,34 @@ pub struct Capability {
 }
 
 /// A short description of an opened source.
+///
+/// The layout is a name, not a closed enum, so a source outside this crate describes itself
+/// as what it is ([`SourceInfo::new`]) instead of claiming to be one of Stoker's layouts.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SourceInfo {
-    /// The layout in use.
-    pub layout: Layout,
+    /// The layout's name: `objects`, `tar`, `lmdb` or `mix` for Stoker's own
+    /// ([`Layout::as_str`]), anything else for a third-party source.
+    pub layout: std::borrow::Cow<'static, str>,
     /// Number of shards (tar files); 1 for an LMDB environment; objects for the objects layout.
     pub shards: usize,
+}
+
+impl SourceInfo {
+    /// A source of the layout named `layout` with `shards` shards (see the fields).
+    pub fn new(layout: impl Into<std::borrow::Cow<'static, str>>, shards: usize) -> Self {
+        SourceInfo { layout: layout.into(), shards }
+    }
+
+    /// The description of one of Stoker's own layouts.
+    pub fn of(layout: Layout, shards: usize) -> Self {
+        SourceInfo::new(layout.as_str(), shards)
+    }
+
+    /// Which of Stoker's own layouts this is, if it is one.
+    pub fn known_layout(&self) -> Option<Layout> {
+        Layout::ALL.iter().copied().find(|l| l.as_str() == self.layout)
+    }
 }
 
 /// A random-access collection of samples.

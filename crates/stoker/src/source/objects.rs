@@ -86,7 +86,7 @@ impl SampleSource for ObjectsSource {
     }
 
     fn info(&self) -> SourceInfo {
-        SourceInfo { layout: Layout::Objects, shards: self.objects.len() }
+        SourceInfo::of(Layout::Objects, self.objects.len())
     }
 
     async fn get(&self, index: usize) -> Result<Sample> {

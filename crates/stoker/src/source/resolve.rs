@@ -74,7 +74,7 @@ pub(crate) enum Place {
 impl Request {
     /// Read `uri`; the options in its query override `options`. A mix's options are per
     /// source, inside its file, so a mix URI has no query (inline JSON may hold a `?`).
-    pub fn new(uri: &str, options: SourceOptions) -> Result<Self> {
+    pub(crate) fn new(uri: &str, options: SourceOptions) -> Result<Self> {
         if mix::is_mix_uri(uri) {
             return Ok(Request { display: uri::redact(uri), options, target: Target::Mix(uri.to_string()) });
         }
@@ -87,12 +87,12 @@ impl Request {
     }
 
     /// The same location under other options.
-    pub fn with_options(self, options: SourceOptions) -> Self {
+    pub(crate) fn with_options(self, options: SourceOptions) -> Self {
         Request { options, ..self }
     }
 
     /// Resolve and construct the source.
-    pub async fn open(self) -> Result<Arc<DynSampleSource>> {
+    pub(crate) async fn open(self) -> Result<Arc<DynSampleSource>> {
         match self.target {
             Target::Mix(uri) => mix::open_uri(&uri, self.options).await,
             Target::At(_) => construct(self.resolve().await?).await,
@@ -100,7 +100,7 @@ impl Request {
     }
 
     /// Find where the bytes are, the layout and what is there.
-    pub async fn resolve(self) -> Result<Resolved> {
+    pub(crate) async fn resolve(self) -> Result<Resolved> {
         let Request { display, options: opts, target } = self;
         let location = match target {
             Target::At(location) => location,

@@ -52,6 +52,7 @@ pub struct ObjectInfo {
 /// Requests and bytes a store has served, for benchmarks and for checking that ranged
 /// layouts really coalesce.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct IoCounters {
     /// Read requests issued (each range of a multi-range read counts once).
     pub requests: u64,
@@ -189,12 +190,12 @@ impl Store {
     }
 
     /// The fetch layer's counters, for remote stores.
-    pub fn fetch_counters(&self) -> Option<&crate::fetch::FetchCounters> {
+    pub(crate) fn fetch_counters(&self) -> Option<&crate::fetch::FetchCounters> {
         self.remote_reader().map(|r| r.fetcher().counters())
     }
 
     /// Cache counters, when this store has a block cache.
-    pub fn cache_counters(&self) -> Option<&crate::cache::CacheCounters> {
+    pub(crate) fn cache_counters(&self) -> Option<&crate::cache::CacheCounters> {
         self.remote_reader()?.cache().map(|c| c.counters())
     }
 

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 
 /// Where a source's bytes live, after parsing the URI.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Location {
     /// A local path (file or directory), absolute or relative to the working directory.
     Local(PathBuf),

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 /// How samples are laid out in storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Layout {
     /// One file or object per sample, ordered by sorted relative path.
     Objects,
@@ -23,6 +24,9 @@ pub enum Layout {
 }
 
 impl Layout {
+    /// Every layout, in declaration order.
+    pub const ALL: &'static [Layout] = &[Layout::Objects, Layout::Tar, Layout::Lmdb, Layout::Mix];
+
     /// The name used in URIs and output.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -160,6 +164,7 @@ pub struct SourceOptions {
 /// What opening a source does when a shard is damaged (see [`SourceOptions::on_damage`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum DamagePolicy {
     /// Fail the open with an error naming the shard and byte offset.
     #[default]

@@ -14,7 +14,7 @@ async fn objects_directory() {
     let expected = objects_dir(dir.path());
     let uri = dir.path().to_str().unwrap();
     let src = open(uri).await;
-    assert_eq!(src.info().layout, Layout::Objects);
+    assert_eq!(src.info().known_layout(), Some(Layout::Objects));
     run_all(src, &expected, uri, &[]).await;
 }
 
@@ -32,7 +32,7 @@ async fn tar_directory_of_shards() {
     let expected = tar_dir(dir.path(), 3, 9);
     let uri = dir.path().to_str().unwrap();
     let src = open(uri).await;
-    assert_eq!(src.info().layout, Layout::Tar);
+    assert_eq!(src.info().known_layout(), Some(Layout::Tar));
     assert_eq!(src.info().shards, 3);
     assert_eq!(src.locality(9), Some(1));
     run_all(src, &expected, uri, &[]).await;
@@ -101,7 +101,7 @@ async fn lmdb_written_by_heed() {
         records.iter().map(|(k, v)| sample(std::str::from_utf8(k).unwrap(), &[("data", v.clone())])).collect();
     let uri = dir.path().to_str().unwrap();
     let src = open(uri).await;
-    assert_eq!(src.info().layout, Layout::Lmdb);
+    assert_eq!(src.info().known_layout(), Some(Layout::Lmdb));
     run_all(src, &expected, uri, &[]).await;
 }
 

@@ -9,7 +9,6 @@ use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -138,7 +137,7 @@ async fn sigkill_mid_write_never_leaves_a_torn_entry() {
         // The next process: removes the dead writer's temporary file, and every entry it
         // serves is whole and right.
         let reader = cache(dir.path());
-        stale += reader.counters().disk_stale_removed.load(Relaxed);
+        stale += reader.snapshot().disk_stale_removed;
         for sub in std::fs::read_dir(dir.path()).unwrap().flatten().filter(|e| e.path().is_dir()) {
             for f in std::fs::read_dir(sub.path()).unwrap().flatten() {
                 let name = f.file_name().to_string_lossy().into_owned();

@@ -112,7 +112,7 @@ fn mixed_sources_deliver_exact_shares_with_their_own_bytes() {
     let plan = mix.plan().clone();
     // files (30 at 0.3) runs out first: 101 samples an epoch (tar's 50.5 rounds up).
     assert_eq!((plan.len(), plan.counts().collect::<Vec<_>>()), (101, vec![51, 30, 20]));
-    assert_eq!(src.info().layout, stoker::Layout::Mix);
+    assert_eq!(src.info().known_layout(), Some(stoker::Layout::Mix));
 
     let loader = Loader::new(src.clone(), shuffled(16, 5)).unwrap();
     assert_eq!(loader.batches_per_epoch().unwrap(), 7);

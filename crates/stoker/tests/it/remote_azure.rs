@@ -167,13 +167,13 @@ async fn server() -> Azurite {
 async fn conformance_tar_and_objects_over_azure() {
     let s = server().await;
     let src = open(&s.uri("tar", KEY)).await;
-    assert_eq!(src.info().layout, Layout::Tar);
+    assert_eq!(src.info().known_layout(), Some(Layout::Tar));
     assert_eq!(src.info().shards, 3);
     run_all(src, &s.tar, "az://data/tar", &hidden(KEY)).await;
 
     // A plain endpoint, account and key reach the same server.
     let src = open(&s.plain_uri("objects")).await;
-    assert_eq!(src.info().layout, Layout::Objects);
+    assert_eq!(src.info().known_layout(), Some(Layout::Objects));
     run_all(src, &s.objects, "az://data/objects", &hidden(KEY)).await;
 
     // A brace pattern names shards without listing; emulator mode defaults the account and key

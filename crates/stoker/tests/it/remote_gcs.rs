@@ -98,12 +98,12 @@ fn server() -> Gcs {
 async fn conformance_tar_and_objects_over_gcs() {
     let s = server();
     let src = open(&s.uri("data/tar")).await;
-    assert_eq!(src.info().layout, Layout::Tar);
+    assert_eq!(src.info().known_layout(), Some(Layout::Tar));
     assert_eq!(src.info().shards, 3);
     run_all(src, &s.tar, "gs://data/tar", &[PRIVATE_KEY]).await;
 
     let src = open(&s.uri("data/objects")).await;
-    assert_eq!(src.info().layout, Layout::Objects);
+    assert_eq!(src.info().known_layout(), Some(Layout::Objects));
     run_all(src, &s.objects, "gs://data/objects", &[PRIVATE_KEY]).await;
 
     // A brace pattern names shards without listing.

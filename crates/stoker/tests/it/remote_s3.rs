@@ -38,11 +38,11 @@ async fn conformance_tar_and_objects_over_s3() {
     let s = server().await;
     let ep = s.handle.endpoint();
     let src = open(&uri(&ep, "tar", "")).await;
-    assert_eq!(src.info().layout, Layout::Tar);
+    assert_eq!(src.info().known_layout(), Some(Layout::Tar));
     assert_eq!(src.info().shards, 3);
     run_all(src, &s.tar, "s3://data/tar", &[SK]).await;
     let src = open(&uri(&ep, "objects", "")).await;
-    assert_eq!(src.info().layout, Layout::Objects);
+    assert_eq!(src.info().known_layout(), Some(Layout::Objects));
     run_all(src, &s.objects, "s3://data/objects", &[SK]).await;
     // A brace pattern names shards without listing.
     let src = open(&uri(&ep, "tar/shard-{0001..0002}.tar", "")).await;
@@ -214,7 +214,7 @@ async fn http_tar_by_brace_pattern_and_objects_by_list_file() {
     let ep = h.endpoint();
 
     let src = open(&format!("{ep}/web/tar/shard-{{0000..0002}}.tar")).await;
-    assert_eq!(src.info().layout, Layout::Tar);
+    assert_eq!(src.info().known_layout(), Some(Layout::Tar));
     run_all(src, &tar, "shard-{0000..0002}.tar", &[]).await;
     let src = open(&format!("{ep}/web/objects?list=files.txt")).await;
     run_all(src, &objects, "/web/objects", &[]).await;

@@ -70,7 +70,7 @@ pub fn sniff(data: &[u8]) -> Result<Format, ImageError> {
 /// A header-parsed image, ready to decode. Unboxed, though large: it lives on the stack for
 /// one image, and a box would be one more allocation per image.
 #[allow(clippy::large_enum_variant)]
-pub enum Opened<'a> {
+pub(super) enum Opened<'a> {
     /// Headers read by zune-jpeg.
     Jpeg(JpegDecoder<ZCursor<&'a [u8]>>),
     /// Headers read by png; `gray16_clips` marks 16-bit grayscale, which PIL opens as `I;16`
@@ -115,7 +115,7 @@ fn webp_error(e: image_webp::DecodingError) -> ImageError {
 
 /// The decoder options: strict, so a truncated or corrupt stream is an error rather than an
 /// image padded with gray (zune-jpeg's lenient default, meant for browsers).
-pub fn jpeg_options() -> DecoderOptions {
+pub(super) fn jpeg_options() -> DecoderOptions {
     DecoderOptions::default()
         .set_strict_mode(true)
         .set_max_width(usize::from(u16::MAX))
@@ -124,7 +124,7 @@ pub fn jpeg_options() -> DecoderOptions {
 }
 
 /// Refuse empty images and images over `max_pixels` (before any pixel buffer exists).
-pub fn check_size(w: u32, h: u32, max_pixels: u64) -> Result<(), ImageError> {
+pub(super) fn check_size(w: u32, h: u32, max_pixels: u64) -> Result<(), ImageError> {
     let (width, height) = (u64::from(w), u64::from(h));
     if w == 0 || h == 0 {
         return Err(ImageError::Empty { width, height });
@@ -139,7 +139,7 @@ pub fn check_size(w: u32, h: u32, max_pixels: u64) -> Result<(), ImageError> {
 /// Parse headers only, check the size against `max_pixels`, and return the decoder with
 /// `(width, height)`. No pixel-sized buffer exists before the check passes. A JPEG decoder
 /// draws on `js`'s recycled buffers, and gives them back there when it fails here.
-pub fn open<'a>(
+pub(super) fn open<'a>(
     format: Format,
     data: &'a [u8],
     max_pixels: u64,
@@ -196,7 +196,7 @@ pub fn open<'a>(
 }
 
 /// Grow-only: `buf[..n]`, allocating only when a bigger image than any before comes along.
-pub fn grow(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
+pub(super) fn grow(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
     if buf.len() < n {
         buf.resize(n, 0);
     }
@@ -206,7 +206,7 @@ pub fn grow(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
 /// Decode at least `need` of the image into `pixels` (RGB8, grown as needed), using `raw` for
 /// codecs whose native output is not RGB8; returns the rectangle `pixels` holds (`need` where
 /// the codec can stop early, else the whole image).
-pub fn decode_rgb(
+pub(super) fn decode_rgb(
     opened: Opened<'_>,
     data: &[u8],
     (w, h): (u32, u32),
@@ -274,7 +274,7 @@ pub fn decode_rgb(
 }
 
 /// `w * h * 3`, checked.
-pub fn rgb_len(w: u32, h: u32) -> Result<usize, ImageError> {
+pub(super) fn rgb_len(w: u32, h: u32) -> Result<usize, ImageError> {
     (w as usize).checked_mul(h as usize).and_then(|p| p.checked_mul(3)).ok_or(ImageError::TooLarge {
         width: w.into(),
         height: h.into(),

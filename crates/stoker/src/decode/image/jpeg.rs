@@ -20,7 +20,7 @@ use super::ImageError;
 /// Planes and row buffers the row path reuses, and the storage zune-jpeg's decoders pass
 /// from one image to the next.
 #[derive(Default)]
-pub struct JpegScratch {
+pub(super) struct JpegScratch {
     /// What the last decoder left (our patch of zune-jpeg, vendor/zune-jpeg/PATCHED.md):
     /// component rows, coefficients, scan state. Without it each image costs ~28 allocations
     /// inside the decoder, ~170 for a progressive one read by rows.
@@ -34,7 +34,7 @@ pub struct JpegScratch {
 
 /// A decoder for `data` on the buffers the thread's last JPEG decoder left; hand them back
 /// with [`recycle`] when done, failed or not.
-pub fn decoder<'a>(data: &'a [u8], js: &mut JpegScratch) -> JpegDecoder<ZCursor<&'a [u8]>> {
+pub(super) fn decoder<'a>(data: &'a [u8], js: &mut JpegScratch) -> JpegDecoder<ZCursor<&'a [u8]>> {
     let buffers = std::mem::take(&mut js.decoder);
     let mut d = JpegDecoder::new_with_buffers(ZCursor::new(data), jpeg_options(), buffers);
     // EXIF, ICC and XMP are never read (PIL's convert("RGB") ignores them too): skipping
@@ -44,14 +44,14 @@ pub fn decoder<'a>(data: &'a [u8], js: &mut JpegScratch) -> JpegDecoder<ZCursor<
 }
 
 /// Keep `d`'s buffers for the thread's next JPEG.
-pub fn recycle(d: JpegDecoder<ZCursor<&[u8]>>, js: &mut JpegScratch) {
+pub(super) fn recycle(d: JpegDecoder<ZCursor<&[u8]>>, js: &mut JpegScratch) {
     js.decoder = d.into_buffers();
 }
 
 /// Decode `need` of a 3-component YCbCr JPEG with chroma at 1x1 and luma at 1 or 2 on each
 /// axis into `pixels` (RGB8, `need.width() x need.height()`). `Ok(false)`: not such a JPEG
 /// (gray, CMYK, RGB, odd sampling), decode it whole instead.
-pub fn decode_region(
+pub(super) fn decode_region(
     d: &mut JpegDecoder<ZCursor<&[u8]>>,
     data: &[u8],
     need: Rect,

@@ -16,7 +16,7 @@ use super::ImageError;
 /// bytes exactly); otherwise the window is PIL's `box` on the whole image, whose filter then
 /// reaches past the window's edges as a resize of the whole image would.
 #[allow(clippy::too_many_arguments)]
-pub fn resize(
+pub(super) fn resize(
     resampler: &mut Resampler,
     src: &[u8],
     (sw, sh): (u32, u32),
@@ -55,7 +55,14 @@ pub fn resize(
 ///
 /// Row by row with the element type fixed per call: a per-element closure choosing layout,
 /// flip and type cost as much as a tenth of a whole 224x224 decode.
-pub fn write(spec: &ImageSpec, img: &[u8], w: usize, h: usize, flip: bool, out: &mut [u8]) -> Result<(), ImageError> {
+pub(super) fn write(
+    spec: &ImageSpec,
+    img: &[u8],
+    w: usize,
+    h: usize,
+    flip: bool,
+    out: &mut [u8],
+) -> Result<(), ImageError> {
     let n = w * h * 3;
     if w == 0 || img.len() < n || out.len() != n * spec.dtype.size() {
         return Err(ImageError::Corrupt(format!("output buffer of {} bytes for a {w}x{h} image", out.len())));

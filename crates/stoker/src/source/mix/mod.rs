@@ -287,7 +287,7 @@ impl SampleSource for MixSource {
     }
 
     fn info(&self) -> SourceInfo {
-        SourceInfo { layout: Layout::Mix, shards: self.parts.iter().map(|p| p.source.info().shards).sum() }
+        SourceInfo::of(Layout::Mix, self.parts.iter().map(|p| p.source.info().shards).sum())
     }
 
     async fn get(&self, index: usize) -> Result<Sample> {

@@ -28,6 +28,7 @@ pub struct MixEntry {
 /// What to do with a field that one source's samples lack and another's have.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
+#[non_exhaustive]
 pub enum FillMissing {
     /// `true`: fill every missing field with empty bytes; `false`: fail (the default).
     All(bool),

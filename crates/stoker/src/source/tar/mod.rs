@@ -323,7 +323,7 @@ impl SampleSource for TarSource {
     }
 
     fn info(&self) -> SourceInfo {
-        SourceInfo { layout: Layout::Tar, shards: self.inner.shards.len() }
+        SourceInfo::of(Layout::Tar, self.inner.shards.len())
     }
 
     async fn get(&self, index: usize) -> Result<Sample> {

@@ -87,7 +87,7 @@ pub(crate) enum PayloadDigest {
 
 impl PayloadDigest {
     /// The digest of `data`.
-    pub fn of(self, data: &[u8]) -> u64 {
+    pub(crate) fn of(self, data: &[u8]) -> u64 {
         match self {
             PayloadDigest::Crc32c => crc32c::crc32c(data) as u64,
             PayloadDigest::Xxh3 => twox_hash::XxHash3_64::oneshot(data),
@@ -95,7 +95,7 @@ impl PayloadDigest {
     }
 
     /// How errors name it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             PayloadDigest::Crc32c => "CRC32C",
             PayloadDigest::Xxh3 => "XXH3-64",
@@ -110,7 +110,7 @@ impl PayloadDigest {
     }
 
     /// A digest fed piece by piece (indexing reads members in parts).
-    pub fn hasher(self) -> DigestHasher {
+    pub(crate) fn hasher(self) -> DigestHasher {
         match self {
             PayloadDigest::Crc32c => DigestHasher::Crc32c(0),
             PayloadDigest::Xxh3 => DigestHasher::Xxh3(Box::default()),
@@ -125,14 +125,14 @@ pub(crate) enum DigestHasher {
 }
 
 impl DigestHasher {
-    pub fn update(&mut self, data: &[u8]) {
+    pub(crate) fn update(&mut self, data: &[u8]) {
         match self {
             DigestHasher::Crc32c(c) => *c = crc32c::crc32c_append(*c, data),
             DigestHasher::Xxh3(h) => std::hash::Hasher::write(&mut **h, data),
         }
     }
 
-    pub fn finish(&self) -> u64 {
+    pub(crate) fn finish(&self) -> u64 {
         match self {
             DigestHasher::Crc32c(c) => *c as u64,
             DigestHasher::Xxh3(h) => std::hash::Hasher::finish(&**h),
@@ -178,17 +178,17 @@ impl ShardIndex {
         ShardIndex { damage: vec![damage], ..Self::empty(info) }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.keys.len()
     }
 
-    pub fn sample_fields(&self, i: usize) -> &[(u32, u64, u64)] {
+    pub(crate) fn sample_fields(&self, i: usize) -> &[(u32, u64, u64)] {
         &self.fields[self.starts[i] as usize..self.starts[i + 1] as usize]
     }
 
     /// The byte span covering all of sample `i`'s payloads and the header in front of each,
     /// so a read can check that the shard still holds what was indexed.
-    pub fn span(&self, i: usize) -> Range<u64> {
+    pub(crate) fn span(&self, i: usize) -> Range<u64> {
         let f = self.sample_fields(i);
         let start = f.iter().map(|x| x.1).min().unwrap_or(HEADER);
         let end = f.iter().map(|x| x.1 + x.2).max().unwrap_or(start);
@@ -198,7 +198,7 @@ impl ShardIndex {
     /// Check the header in front of field `field` (a global field number) of sample `key`:
     /// `header` is the 512 bytes before its payload. A shard rewritten after it was indexed,
     /// even at the same size and modification time, fails here rather than yield other bytes.
-    pub fn check_header(&self, field: usize, key: &str, header: &[u8]) -> std::result::Result<(), String> {
+    pub(crate) fn check_header(&self, field: usize, key: &str, header: &[u8]) -> std::result::Result<(), String> {
         let (name, _, len) = self.fields[field];
         let ext = &self.names[name as usize];
         let ok = match self.headers.get(field) {
@@ -229,7 +229,7 @@ impl ShardIndex {
     /// Check the payload of field `field` (a global field number) against its recorded
     /// digest, if there is one: `Err` says what differs. Runs right after the bytes land in
     /// the batch, while they are still in the CPU cache.
-    pub fn check_sum(&self, field: usize, data: &[u8]) -> std::result::Result<(), String> {
+    pub(crate) fn check_sum(&self, field: usize, data: &[u8]) -> std::result::Result<(), String> {
         let Some(&want) = self.sums.get(field) else { return Ok(()) };
         let got = self.digest.of(data);
         if got == want {
