@@ -161,6 +161,10 @@ pub trait SampleSource: fmt::Debug + fmt::Display + Send + Sync + 'static {
         None
     }
 
+    /// Wait until what reads wrote behind them (a remote store's disk cache blocks) is on
+    /// disk, so another process, or the next epoch's hit path, finds it there.
+    async fn flush(&self) {}
+
     /// Damage stepped over when the source was opened under `on_damage=skip`: what is not
     /// part of it. Empty for a healthy source and for layouts that cannot step over damage.
     fn damage(&self) -> Vec<crate::stats::Damage> {

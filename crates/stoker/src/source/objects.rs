@@ -133,4 +133,8 @@ impl SampleSource for ObjectsSource {
     fn io_counters(&self) -> Option<IoCounters> {
         Some(self.store.counters())
     }
+
+    async fn flush(&self) {
+        self.store.flush().await
+    }
 }

@@ -140,6 +140,16 @@ impl Store {
         }
     }
 
+    /// Wait until the disk cache's blocks written behind reads are on disk (a no-op for a
+    /// local store, or without a cache).
+    pub async fn flush(&self) {
+        if let Backend::Remote { reader, .. } = &self.0.backend {
+            if let Some(cache) = reader.cache() {
+                cache.flush().await;
+            }
+        }
+    }
+
     /// Requests and bytes served so far.
     pub fn counters(&self) -> IoCounters {
         let mut c = IoCounters {

@@ -240,6 +240,8 @@ async fn warm_epochs_read_the_block_files_and_survive_blocks_gone_missing() {
         cfg.order = order.clone();
         let loader = Loader::new(src.clone(), cfg).unwrap();
         epoch(&loader, 0, &s.samples, usize::MAX).await;
+        // The blocks epoch 0 wrote behind its reads must be on disk for the hit path to see them.
+        src.flush().await;
         s.proxy.control.reset_stats();
         let before = src.io_counters().unwrap();
         epoch(&loader, 1, &s.samples, usize::MAX).await;

@@ -340,6 +340,12 @@ impl SampleSource for MixSource {
         Ok(SampleMeta { key: meta.key, fields })
     }
 
+    async fn flush(&self) {
+        for p in &self.parts {
+            p.source.flush().await;
+        }
+    }
+
     fn io_counters(&self) -> Option<IoCounters> {
         let all: Vec<IoCounters> = self.parts.iter().filter_map(|p| p.source.io_counters()).collect();
         (!all.is_empty()).then(|| {

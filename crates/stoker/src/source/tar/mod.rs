@@ -424,6 +424,10 @@ impl SampleSource for TarSource {
         Some(self.inner.store.counters())
     }
 
+    async fn flush(&self) {
+        self.inner.store.flush().await
+    }
+
     fn damage(&self) -> Vec<crate::stats::Damage> {
         self.inner.damage()
     }
