@@ -162,22 +162,22 @@ impl RemoteReader {
                 *need.entry(b).or_default() += r.end.min((b + 1) * bs) - r.start.max(b * bs);
             }
         }
+        let block_len = |b: u64| bs.min(size.saturating_sub(b * bs));
         let pieces: std::collections::HashSet<u64> = need
             .iter()
             .filter(|&(&b, &piece)| {
-                let len = bs.min(size.saturating_sub(b * bs));
+                let len = block_len(b);
                 // A block a read needs most of is fetched whole anyway.
                 2 * piece < len && !cache.contains(key(b)) && !cache.worth_fetching_whole(key(b), len, piece)
             })
             .map(|(&b, _)| b)
             .collect();
         if pieces.is_empty() {
-            return self.get_blocks(path, shown, ranges, size, version, if_match).await;
+            return self.get_blocks(cache, path, shown, ranges, size, version, if_match).await;
         }
         // A range goes around the cache when it needs a block not worth fetching whole and
         // its blocks would cost more than twice the range (a small piece of big blocks); a
         // range mostly made of whole blocks is read through them (a sample's edge blocks).
-        let block_len = |b: u64| bs.min(size.saturating_sub(b * bs));
         let as_asked = |r: &Range<u64>| {
             if r.end <= r.start {
                 return false;
@@ -191,7 +191,7 @@ impl RemoteReader {
         let blocked_ranges: Vec<Range<u64>> = blocked.iter().map(|&i| ranges[i].clone()).collect();
         let (got_direct, got_blocked) = futures::future::try_join(
             self.get_ranges(path, shown, &direct_ranges, if_match),
-            self.get_blocks(path, shown, &blocked_ranges, size, version, if_match),
+            self.get_blocks(cache, path, shown, &blocked_ranges, size, version, if_match),
         )
         .await?;
         let mut out = vec![Bytes::new(); ranges.len()];
@@ -203,8 +203,10 @@ impl RemoteReader {
 
     /// `ranges` through the block cache: whole aligned blocks fetched, cached, and the
     /// ranges cut from them.
+    #[allow(clippy::too_many_arguments)] // get_ranges_cached's arguments and the cache it checked
     async fn get_blocks(
         &self,
+        cache: &BlockCache,
         path: &ObjPath,
         shown: &str,
         ranges: &[Range<u64>],
@@ -212,7 +214,6 @@ impl RemoteReader {
         version: &str,
         if_match: Option<&str>,
     ) -> Result<Vec<Bytes>> {
-        let Some(cache) = &self.cache else { return self.get_ranges(path, shown, ranges, if_match).await };
         let bs = cache.config().block.max(1);
         let mut blocks: Vec<u64> =
             ranges.iter().filter(|r| r.end > r.start).flat_map(|r| r.start / bs..=(r.end - 1) / bs).collect();
