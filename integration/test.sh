@@ -10,6 +10,8 @@ bash integration/setup.sh
 export STOKER_CACHE_DIR="$root/target/test-cache"
 rm -rf "$STOKER_CACHE_DIR"
 export STOKER_PYTHON="$root/.venv/bin/python"
+# Writers of Parquet (pyarrow, datasets), MDS (mosaicml-streaming) and LitData (litdata).
+export STOKER_WRITERS_PYTHON="$root/.venv-peers/bin/python"
 # The GCS and Azure emulators integration/setup.sh installs (tests/remote_gcs.rs, remote_azure.rs).
 export STOKER_FAKE_GCS="$root/.venv/bin/fake-gcs-server"
 export STOKER_AZURITE="$root/integration/node_modules/.bin/azurite-blob"

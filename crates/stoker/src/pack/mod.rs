@@ -170,8 +170,8 @@ pub async fn pack(
     progress: &dyn PackProgress,
 ) -> Result<PackReport> {
     let started = Instant::now();
-    if opts.layout == Layout::Objects {
-        return Err(Error::invalid_option("pack writes `tar` or `lmdb` (objects is what it reads)"));
+    if !matches!(opts.layout, Layout::Tar | Layout::Lmdb) {
+        return Err(Error::invalid_option(format!("pack writes `tar` or `lmdb` ({} is what it reads)", opts.layout)));
     }
     check_prefix(&opts.prefix)?;
     let parsed = uri::parse(dest)?;

@@ -111,11 +111,13 @@ pub(crate) fn make(metas: Vec<SampleMeta>, opts: &PackOptions, source: &str, des
                 }
             }
         }
-        Layout::Objects | Layout::Mix => {
-            return Err(Error::invalid_option(format!(
-                "pack writes `tar` or `lmdb`; {} is something it reads",
-                if opts.layout == Layout::Mix { "a mix" } else { "a directory of files" }
-            )))
+        other => {
+            let what = match other {
+                Layout::Mix => "a mix",
+                Layout::Objects => "a directory of files",
+                _ => other.as_str(),
+            };
+            return Err(Error::invalid_option(format!("pack writes `tar` or `lmdb`; {what} is something it reads")));
         }
     }
     let shards = match opts.layout {

@@ -19,7 +19,9 @@ pub mod lmdb;
 pub mod manifest;
 pub mod mix;
 pub mod objects;
+pub(crate) mod parquet;
 pub mod read_ahead;
+pub(crate) mod records;
 pub(crate) mod resolve;
 pub mod tar;
 pub(crate) mod tar_index;
@@ -233,8 +235,9 @@ pub(crate) fn check_index(index: usize, len: usize) -> Result<()> {
 /// Open the source a URI names. Options in the URI query override those passed in.
 ///
 /// The layout is inferred unless forced with `?layout=`: a directory holding `data.mdb` is
-/// LMDB; `.tar` files or a brace pattern of them are tar shards; anything else is one file
-/// per sample (`source/resolve.rs` holds the rules). A mix file (`NAME.mix.json`, `NAME.mix.toml`,
+/// LMDB; `.tar` files or a brace pattern of them are tar shards; `.parquet` files are Parquet;
+/// an `index.json` written by MosaicML Streaming or LitData is MDS or LitData; anything else
+/// is one file per sample (`source/resolve.rs` holds the rules). A mix file (`NAME.mix.json`, `NAME.mix.toml`,
 /// `mix:PATH` or `mix:{JSON}`) opens a [`MixSource`] over the sources it lists, with
 /// `options` under each source's own.
 pub async fn open(uri: &str, options: SourceOptions) -> Result<Arc<DynSampleSource>> {

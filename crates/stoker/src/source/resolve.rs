@@ -15,10 +15,10 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::lmdb::DATA_FILE;
 use super::tar_index::{self, ShardIndex};
-use super::{manifest, mix, DynSampleSource, LmdbSource, ObjectsSource, TarSource};
+use super::{manifest, mix, parquet, records, DynSampleSource, LmdbSource, ObjectsSource, TarSource};
 use crate::error::{Error, Result};
 use crate::store::{ObjectInfo, Store};
-use crate::uri::{self, Layout, Location, RemoteLocation, SourceOptions};
+use crate::uri::{self, Layout, Location, RemoteLocation, SourceOptions, INDEX_FILE};
 
 /// A URI read, with the options that apply to it: the step before any I/O.
 ///
@@ -168,6 +168,10 @@ pub(crate) async fn construct(r: Resolved) -> Result<Arc<DynSampleSource>> {
         (Layout::Tar, Place::Store { store, listing, known, .. }) => {
             Arc::new(TarSource::open_with(store, listing, &opts, display, known).await?)
         }
+        (Layout::Parquet, Place::Store { store, listing, .. }) => parquet::open(store, listing, &opts, display).await?,
+        (Layout::Mds | Layout::Litdata, Place::Store { store, listing, .. }) => {
+            records::open(layout, store, listing, &opts, display).await?
+        }
         (Layout::Lmdb | Layout::Mix, Place::Store { .. }) => {
             return Err(Error::internal(format!("{display}: resolved to {layout} over a store, which cannot be")))
         }
@@ -179,6 +183,33 @@ pub(crate) async fn construct(r: Resolved) -> Result<Arc<DynSampleSource>> {
 /// per sample.
 pub(crate) fn infer<'a>(forced: Option<Layout>, names: impl IntoIterator<Item = &'a str>) -> Layout {
     forced.unwrap_or_else(|| names.into_iter().find_map(Layout::of_shard_name).unwrap_or(Layout::Objects))
+}
+
+/// The layout whose `index.json` is among `indexes`, told by what it holds: MosaicML
+/// Streaming's lists `shards` (each with a `format`, `mds`), LitData's lists `chunks` beside a
+/// `config`. An `index.json` that is neither (or not JSON) is left to be read as a file.
+async fn sniff_indexes<'a>(store: &Store, indexes: impl Iterator<Item = &'a str>) -> Result<Option<Layout>> {
+    for path in indexes {
+        if let Some(layout) = index_signature(&store.get(path).await?) {
+            return Ok(Some(layout));
+        }
+    }
+    Ok(None)
+}
+
+/// Which indexed layout an `index.json`'s bytes belong to, if any (see [`sniff_indexes`]).
+pub(crate) fn index_signature(bytes: &[u8]) -> Option<Layout> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let is_mds = v
+        .get("shards")
+        .and_then(|s| s.as_array())
+        .is_some_and(|shards| shards.iter().any(|s| s.get("format").and_then(|f| f.as_str()) == Some("mds")));
+    let is_litdata = v.get("chunks").is_some_and(|c| c.is_array()) && v.get("config").is_some_and(|c| c.is_object());
+    match (is_mds, is_litdata) {
+        (true, false) => Some(Layout::Mds),
+        (false, true) => Some(Layout::Litdata),
+        _ => None,
+    }
 }
 
 /// The LMDB rule: LMDB is memory-mapped, so it is a local directory holding `data.mdb`
@@ -263,7 +294,11 @@ async fn named(
     opts: &SourceOptions,
     display: &str,
 ) -> Result<(Layout, Vec<ObjectInfo>, Option<Vec<ShardIndex>>)> {
-    let layout = infer(opts.layout, names.iter().map(String::as_str));
+    let mut layout = infer(opts.layout, names.iter().map(String::as_str));
+    if opts.layout.is_none() && layout == Layout::Objects {
+        let indexes = names.iter().map(String::as_str).filter(|n| Layout::Mds.holds(n));
+        layout = sniff_indexes(store, indexes).await?.unwrap_or(layout);
+    }
     if let Some(stray) = names.iter().find(|n| !layout.holds(n)) {
         // A file named on purpose is never dropped in silence.
         return Err(Error::invalid_option(format!(
@@ -297,7 +332,12 @@ async fn listed(store: &Store, opts: &SourceOptions) -> Result<(Layout, Vec<Obje
         }
     }
     let listing: Vec<ObjectInfo> = store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
-    let layout = infer(opts.layout, listing.iter().map(|o| o.path.as_str()));
+    let mut layout = infer(opts.layout, listing.iter().map(|o| o.path.as_str()));
+    if opts.layout.is_none() && layout == Layout::Objects {
+        // Only the index at the root: one in a subdirectory may belong to files read as files.
+        let root = listing.iter().map(|o| o.path.as_str()).filter(|p| *p == INDEX_FILE);
+        layout = sniff_indexes(store, root).await?.unwrap_or(layout);
+    }
     Ok((layout, listing.into_iter().filter(|o| layout.holds(&o.path)).collect(), None))
 }
 
@@ -475,6 +515,33 @@ mod tests {
         assert!(e.to_string().contains("s-1.jpg") && e.to_string().contains("layout=objects"), "{e}");
         let e = resolve("mix:{\"sources\": []}").await.unwrap_err();
         assert!(e.to_string().contains("is a mix"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn indexed_layouts_are_told_by_their_index() {
+        let dir = dir_with(&["shard.00000.mds", "shard.00001.mds"]);
+        std::fs::write(
+            dir.path().join("index.json"),
+            br#"{"shards": [{"format": "mds", "raw_data": {}}], "version": 2}"#,
+        )
+        .unwrap();
+        let r = resolve(&path(&dir, "")).await.unwrap();
+        assert_eq!((r.layout, names(&r)), (Layout::Mds, vec!["index.json"]), "the index alone is listed");
+        let r = resolve(&path(&dir, "/index.json")).await.unwrap();
+        assert_eq!((r.layout, names(&r)), (Layout::Mds, vec!["index.json"]));
+
+        let lit = dir_with(&["chunk-0-0.bin"]);
+        std::fs::write(lit.path().join("index.json"), br#"{"chunks": [], "config": {"data_format": ["bytes"]}}"#)
+            .unwrap();
+        assert_eq!(resolve(&path(&lit, "")).await.unwrap().layout, Layout::Litdata);
+
+        // An index.json of something else is a file like any other.
+        let other = dir_with(&["a.jpg"]);
+        std::fs::write(other.path().join("index.json"), b"{\"pages\": 3}").unwrap();
+        assert_eq!(resolve(&path(&other, "")).await.unwrap().layout, Layout::Objects);
+        let pq = dir_with(&["train-0.parquet", "train-1.parquet", "README.md"]);
+        let r = resolve(&path(&pq, "")).await.unwrap();
+        assert_eq!((r.layout, names(&r).len()), (Layout::Parquet, 2));
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod redact;
 
 pub use braces::expand_braces;
 pub use grammar::{parse, Location, RemoteLocation, SourceUri, SCHEMES};
-pub use options::{option_keys, DamagePolicy, Layout, SourceOptions};
+pub use options::{option_keys, DamagePolicy, Layout, SourceOptions, INDEX_FILE};
 #[cfg(feature = "fuzzing")]
 pub(crate) use redact::is_secret_key;
 pub use redact::{is_secret_option, redact, scrub};

@@ -21,11 +21,19 @@ pub enum Layout {
     Lmdb,
     /// A weighted mix of other sources, opened from a mix file (see [`crate::source::mix`]).
     Mix,
+    /// Parquet files (Hugging Face datasets, pyarrow, Spark...): a row is a sample, a column a
+    /// field, a row group a shard.
+    Parquet,
+    /// MosaicML Streaming's MDS: `index.json` naming `shard.NNNNN.mds` files.
+    Mds,
+    /// LitData's optimized chunks: `index.json` naming `chunk-*.bin` files.
+    Litdata,
 }
 
 impl Layout {
     /// Every layout, in declaration order.
-    pub const ALL: &'static [Layout] = &[Layout::Objects, Layout::Tar, Layout::Lmdb, Layout::Mix];
+    pub const ALL: &'static [Layout] =
+        &[Layout::Objects, Layout::Tar, Layout::Lmdb, Layout::Mix, Layout::Parquet, Layout::Mds, Layout::Litdata];
 
     /// The name used in URIs and output.
     pub fn as_str(self) -> &'static str {
@@ -34,13 +42,21 @@ impl Layout {
             Layout::Tar => "tar",
             Layout::Lmdb => "lmdb",
             Layout::Mix => "mix",
+            Layout::Parquet => "parquet",
+            Layout::Mds => "mds",
+            Layout::Litdata => "litdata",
         }
     }
 }
 
 /// Layouts whose files are recognised by name, with the suffix that names them, in the order
 /// inference tries them. A sharded layout (Parquet, MDS, ...) joins inference with a row here.
-const SHARD_SUFFIXES: &[(Layout, &str)] = &[(Layout::Tar, ".tar")];
+/// MDS and LitData datasets are recognised by their `index.json` (see [`INDEX_FILE`]), whose
+/// content says which of the two it is.
+const SHARD_SUFFIXES: &[(Layout, &str)] = &[(Layout::Tar, ".tar"), (Layout::Parquet, ".parquet")];
+
+/// The file an MDS or LitData dataset is opened from: it names the shards (chunks).
+pub const INDEX_FILE: &str = "index.json";
 
 impl Layout {
     /// The layout a file of this name is a shard of, when the name alone says so (`.tar`).
@@ -51,10 +67,19 @@ impl Layout {
     /// Whether a file at `path` is part of a dataset in this layout: a sharded layout keeps
     /// its shards only (a README beside tar shards is not one); the others keep every file.
     pub fn holds(self, path: &str) -> bool {
+        if self.is_indexed() {
+            // The shards are the ones its index names; the listing keeps the index alone.
+            return path.rsplit('/').next() == Some(INDEX_FILE);
+        }
         match SHARD_SUFFIXES.iter().find(|(l, _)| *l == self) {
             Some((_, suffix)) => path.ends_with(suffix),
             None => true,
         }
+    }
+
+    /// Whether datasets of this layout are opened from an [`INDEX_FILE`] (MDS, LitData).
+    pub fn is_indexed(self) -> bool {
+        matches!(self, Layout::Mds | Layout::Litdata)
     }
 }
 
@@ -76,6 +101,9 @@ pub struct SourceOptions {
     pub layout: Option<Layout>,
     /// Field name for single-field LMDB records (default `data`).
     pub field: Option<String>,
+    /// Parquet, MDS, LitData: read only these columns (comma-separated, `image,label`); the
+    /// others are never fetched (default: every column).
+    pub columns: Option<String>,
     /// Requests a source keeps in flight for one `get_many` (default 32).
     pub concurrency: Option<usize>,
     /// Ranges closer than this many bytes are read as one request (default 16 KiB).
@@ -273,6 +301,12 @@ impl SourceOptions {
     }
     pub(crate) fn max_read(&self) -> u64 {
         self.max_read.unwrap_or(crate::store::ranges::MAX_MERGED).max(1)
+    }
+    /// The columns `columns=` keeps, `None` for all; empty names are ignored.
+    #[allow(dead_code)] // used by the Parquet, MDS and LitData readers as they land
+    pub(crate) fn column_list(&self) -> Option<Vec<&str>> {
+        let list = self.columns.as_deref()?;
+        Some(list.split(',').map(str::trim).filter(|c| !c.is_empty()).collect())
     }
     pub(crate) fn field_name(&self) -> &str {
         self.field.as_deref().unwrap_or("data")

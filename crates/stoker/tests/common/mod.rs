@@ -118,11 +118,27 @@ pub fn python() -> PathBuf {
     "python3".into()
 }
 
+/// The Python with the writers of Parquet, MDS and LitData (pyarrow, datasets,
+/// mosaicml-streaming, litdata): `$STOKER_WRITERS_PYTHON`, else the project's `.venv-peers`
+/// (integration/setup.sh makes it).
+pub fn writers_python() -> PathBuf {
+    if let Some(p) = std::env::var_os("STOKER_WRITERS_PYTHON") {
+        return p.into();
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-peers/bin/python")
+}
+
 /// Run `integration/py/make_fixtures.py KIND OUT` and parse the samples it reports.
 pub fn python_fixture(kind: &str, out: &Path) -> Vec<Sample> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/py/make_fixtures.py");
-    let py = python();
-    let res = Command::new(&py).arg(&script).arg(kind).arg(out).output().unwrap_or_else(|e| {
+    script_fixture(&python(), "make_fixtures.py", &[kind], out)
+}
+
+/// Run `PY integration/py/SCRIPT ARGS... OUT` and parse the samples it prints (JSON:
+/// `[{"key": ..., "fields": [[name, hex], ...]}, ...]`, in the order a reader returns them).
+pub fn script_fixture(py: &Path, script: &str, args: &[&str], out: &Path) -> Vec<Sample> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/py").join(script);
+    let kind = args.join(" ");
+    let res = Command::new(py).arg(&script).args(args).arg(out).output().unwrap_or_else(|e| {
         panic!(
             "cannot run {}: {e}; run integration/setup.sh (it makes .venv with the Python packages tests need)",
             py.display()
