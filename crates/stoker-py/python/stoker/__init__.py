@@ -60,8 +60,17 @@ except ImportError:  # pragma: no cover - exercised only without torch
 Sample = Dict[str, Any]
 
 
+def _option(key: str, value: Any) -> Any:
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if key == "columns" and isinstance(value, (list, tuple)):
+        # ``columns=["image", "label"]`` is the query's ``columns=image,label``.
+        return ",".join(value)
+    return value
+
+
 def _options_json(options: Dict[str, Any]) -> str:
-    return json.dumps({k: (os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in options.items()})
+    return json.dumps({k: _option(k, v) for k, v in options.items()})
 
 
 def _to_python(key: str, fields: List[Tuple[str, bytes]]) -> Dict[str, Any]:
