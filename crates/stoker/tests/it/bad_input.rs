@@ -158,9 +158,9 @@ async fn index_out_of_range() {
 #[tokio::test]
 async fn unknown_layout_or_option_lists_valid_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let e = open_err(&format!("{}?layout=parquet", dir.path().display())).await;
+    let e = open_err(&format!("{}?layout=orc", dir.path().display())).await;
     assert!(matches!(e, Error::InvalidOption { .. }), "{e:?}");
-    assert_mentions(&e, &["parquet", "objects", "tar", "lmdb"]);
+    assert_mentions(&e, &["orc", "objects", "tar", "lmdb", "parquet", "mds", "litdata"]);
     let e = open_err(&format!("{}?shuffle=true", dir.path().display())).await;
     assert_mentions(&e, &["shuffle", "layout", "concurrency", "index_dir"]);
     let e = open_err("gopher://x/y").await;
