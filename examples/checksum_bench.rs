@@ -36,6 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let (mut on, mut off) = (Vec::new(), Vec::new());
+    let (cpu0, wall0) = (cpu_seconds(), Instant::now());
     for rep in 0..=reps {
         let a = epoch(&with).await?;
         let b = epoch(&without).await?;
@@ -45,6 +46,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             off.push(b);
         }
     }
+    // How many of the cores the epochs kept busy: a digest costs throughput only where the
+    // threads that fill batches are the bottleneck.
+    let cores = (cpu_seconds() - cpu0) / wall0.elapsed().as_secs_f64();
     let (on, off) = (median(&mut on), median(&mut off));
     // The digests alone over one sample-sized buffer, for scale: XXH3-64 (recorded now) and
     // CRC32C (what older indexes hold).
@@ -62,7 +66,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("alone on one core: XXH3-64 {xxh3:.1} GB/s, CRC32C {crc:.1} GB/s ({:x})", a ^ b);
     println!(
         "{count} samples x {size} B, median of {reps}: checksums on {on:.0} samples/s ({:.0} MiB/s), off {off:.0} \
-         samples/s ({:.0} MiB/s), on/off {:.3} (cost {:.1}%)",
+         samples/s ({:.0} MiB/s), on/off {:.3} (cost {:.1}%), {cores:.2} cores busy",
         on * size as f64 / (1 << 20) as f64,
         off * size as f64 / (1 << 20) as f64,
         on / off,
@@ -96,6 +100,17 @@ async fn epoch(dir: &Path) -> Result<f64, Box<dyn std::error::Error>> {
         n += b?.len();
     }
     Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// User + system CPU time of this process so far (Linux `/proc/self/stat`, in clock ticks of
+/// 10 ms), 0 where that is not readable.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after its closing paren.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the paren.
+    f.get(10).zip(f.get(11)).map_or(0.0, |(u, s)| (u + s) / 100.0)
 }
 
 fn median(v: &mut [f64]) -> f64 {
