@@ -158,6 +158,10 @@ def rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
          "shuffle": True, "format": "wds"},
         {"name": "stoker-global-disk", "label": "Stoker `shuffle=True` + `disk_cache_dir`", "reader": "stoker",
          "shuffle": True, "format": "wds", "disk_cache": True},
+        # No disk cache: no block plan either, so every sample is its own ranged request unless
+        # the loader's look-ahead finds neighbours; this is the row the in-flight bound is about.
+        {"name": "stoker-global-nocache", "label": "Stoker `shuffle=True`, `disk_cache=False`", "reader": "stoker",
+         "shuffle": True, "format": "wds", "disk_cache": False},
         {"name": "mosaicml", "label": "MosaicML Streaming 0.13 (MDS, shuffle=True)", "reader": "mosaicml",
          "format": "mds", "peer": True},
         {"name": "mosaicml-as-is", "label": "MosaicML Streaming 0.13, parent's S3 client left to the workers",
@@ -233,7 +237,8 @@ def run_one(args: argparse.Namespace, row: Dict[str, Any], work: Path, servers: 
         # size is (a share of the disk's free space once the disk cache is on by default).
         cache_bytes = 2 * args.samples * args.size + (256 << 20)
         spec["options"] = ({"disk_cache_dir": str(rdir / "disk-cache"), "disk_cache_bytes": cache_bytes}
-                           if row.get("disk_cache") else {})
+                           if row.get("disk_cache") else {"disk_cache": False} if row.get("disk_cache") is False
+                           else {})
     else:
         spec["uri"] = f"s3://{pc.BUCKET}/{row['format']}"
         spec["boto3"] = row.get("boto3", False)
