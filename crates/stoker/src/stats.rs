@@ -251,6 +251,8 @@ impl Stats {
             }),
             retries: io.retries,
             hedges: io.hedges,
+            in_flight_limit: io.in_flight_limit,
+            peak_in_flight: io.peak_in_flight,
             sources: Vec::new(),
         }
     }
@@ -317,6 +319,13 @@ pub struct StatsSnapshot {
     pub retries: u64,
     /// Hedged requests.
     pub hedges: u64,
+    /// Remote requests allowed in flight now: sized from observed latency (Little's law)
+    /// unless `max_in_flight` fixes it; 0 for local sources.
+    #[serde(default)]
+    pub in_flight_limit: u64,
+    /// Most remote requests in flight at once so far.
+    #[serde(default)]
+    pub peak_in_flight: u64,
     /// For a mix, each source's share of the above: a slow source shows in its `read_wait_s`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<SourceStats>,

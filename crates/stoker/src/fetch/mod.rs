@@ -17,12 +17,12 @@ use bytes::Bytes;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
-use tokio::sync::Semaphore;
 
 use self::retry::classify;
 use crate::error::Result;
 
 mod hedge;
+pub(crate) mod limit;
 mod request;
 mod retry;
 
@@ -50,8 +50,14 @@ pub enum Hedge {
 /// Settings of the fetch layer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FetchConfig {
-    /// Requests in flight at once, over everything this fetcher reads.
+    /// Requests in flight at once, over everything this fetcher reads: the limit when
+    /// `adaptive_in_flight` is off, its ceiling when it is on.
     pub max_in_flight: usize,
+    /// Size the in-flight limit from observed latency (Little's law, [`limit`]): start at 64,
+    /// grow while requests queue and latency stays flat, shrink when it rises.
+    pub adaptive_in_flight: bool,
+    /// The adaptive limit holds at most this many bytes of average-sized requests in flight.
+    pub max_bytes_in_flight: u64,
     /// Ranges closer than this are merged into one request.
     pub coalesce_gap: u64,
     /// Larger reads are split into parts of this size, fetched in parallel.
@@ -73,7 +79,9 @@ pub struct FetchConfig {
 impl Default for FetchConfig {
     fn default() -> Self {
         FetchConfig {
-            max_in_flight: 64,
+            max_in_flight: 512,
+            adaptive_in_flight: true,
+            max_bytes_in_flight: 256 << 20,
             coalesce_gap: crate::store::ranges::REMOTE_GAP,
             part_size: crate::store::ranges::PART,
             attempts: 6,
@@ -107,7 +115,7 @@ pub struct FetchCounters {
 pub struct Fetcher {
     store: Arc<dyn ObjectStore>,
     cfg: FetchConfig,
-    limit: Arc<Semaphore>,
+    limit: limit::Limit,
     recent: Mutex<VecDeque<u64>>,
     /// Current hedging threshold in ns (0: not hedging yet).
     threshold_ns: AtomicU64,
@@ -124,7 +132,11 @@ impl Fetcher {
     /// A fetcher over `store` with the settings `cfg` (its `cache` part is the read path's).
     pub fn new(store: Arc<dyn ObjectStore>, cfg: FetchConfig) -> Self {
         Fetcher {
-            limit: Arc::new(Semaphore::new(cfg.max_in_flight.max(1))),
+            limit: if cfg.adaptive_in_flight {
+                limit::Limit::adaptive(cfg.max_in_flight, cfg.max_bytes_in_flight)
+            } else {
+                limit::Limit::fixed(cfg.max_in_flight)
+            },
             store,
             cfg,
             recent: hedge::window(),
@@ -139,6 +151,10 @@ impl Fetcher {
     }
 
     /// The counters.
+    pub(crate) fn limit(&self) -> &limit::Limit {
+        &self.limit
+    }
+
     pub(crate) fn counters(&self) -> &FetchCounters {
         &self.counters
     }
@@ -154,12 +170,29 @@ impl Fetcher {
             shown,
             || "whole object".to_string(),
             || async {
+                // Under the same in-flight limit as ranged reads: a layout of one object per
+                // sample makes as many requests as a shuffled tar source.
+                let slot = self.limit.acquire().await.ok_or_else(|| retry::Failure {
+                    transient: false,
+                    missing: false,
+                    message: "the fetcher's in-flight limit was closed".into(),
+                    hint: None,
+                })?;
                 self.counters.requests.fetch_add(1, Relaxed);
-                let r = self.store.get(path).await;
-                match r {
+                let started = std::time::Instant::now();
+                let r = match self.store.get(path).await {
                     Ok(g) => g.bytes().await.map_err(classify),
                     Err(e) => Err(classify(e)),
+                };
+                match &r {
+                    Ok(b) => {
+                        self.counters.bytes.fetch_add(b.len() as u64, Relaxed);
+                        self.limit.done(&slot, started.elapsed().as_nanos() as u64, b.len() as u64);
+                    }
+                    Err(f) if f.transient => self.limit.throttled(),
+                    Err(_) => {}
                 }
+                r
             },
         )
         .await

@@ -20,10 +20,10 @@ impl Fetcher {
         range: Range<u64>,
         if_match: Option<&str>,
     ) -> std::result::Result<Bytes, Failure> {
-        let _slot = self.limit.acquire().await.map_err(|e| Failure {
+        let slot = self.limit.acquire().await.ok_or_else(|| Failure {
             transient: false,
             missing: false,
-            message: e.to_string(),
+            message: "the fetcher's in-flight limit was closed".into(),
             hint: None,
         })?;
         self.counters.requests.fetch_add(1, Relaxed);
@@ -45,17 +45,26 @@ impl Fetcher {
         let result = tokio::time::timeout(self.cfg.timeout, request).await;
         let bytes = match result {
             Err(_) => {
+                self.limit.throttled();
                 return Err(Failure {
                     transient: true,
                     missing: false,
                     message: format!("timed out after {:?}", self.cfg.timeout),
                     hint: None,
-                })
+                });
             }
-            Ok(Err(e)) => return Err(classify(e)),
+            Ok(Err(e)) => {
+                let failure = classify(e);
+                if failure.transient {
+                    // A throttled or failing store is saturated, whatever its latency says.
+                    self.limit.throttled();
+                }
+                return Err(failure);
+            }
             Ok(Ok(b)) => b,
         };
         self.record(started.elapsed());
+        self.limit.done(&slot, started.elapsed().as_nanos() as u64, bytes.len() as u64);
         self.counters.bytes.fetch_add(bytes.len() as u64, Relaxed);
         if bytes.len() as u64 != want {
             return Err(Failure {

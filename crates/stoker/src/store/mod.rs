@@ -77,6 +77,12 @@ pub struct IoCounters {
     pub disk_hits: u64,
     /// Of those, blocks read straight from their files into batches (the hit path).
     pub disk_direct: u64,
+    /// Remote requests allowed in flight now (sized from latency unless fixed).
+    pub in_flight_limit: u64,
+    /// Most remote requests in flight at once so far.
+    pub peak_in_flight: u64,
+    /// Remote requests that queued for a slot under the in-flight limit.
+    pub in_flight_waits: u64,
 }
 
 /// A cheaply cloneable handle on a store rooted at a directory or prefix.
@@ -163,6 +169,12 @@ impl Store {
             c.retries = f.retries.load(Ordering::Relaxed);
             c.hedges = f.hedges.load(Ordering::Relaxed);
             c.hedge_wins = f.hedge_wins.load(Ordering::Relaxed);
+        }
+        if let Some(r) = self.remote_reader() {
+            let limit = r.fetcher().limit();
+            c.in_flight_limit = limit.current() as u64;
+            c.peak_in_flight = limit.peak() as u64;
+            c.in_flight_waits = limit.waits();
         }
         if let Some(k) = self.cache_counters() {
             c.cache_hits = k.hits.load(Ordering::Relaxed);

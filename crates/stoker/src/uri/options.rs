@@ -147,7 +147,8 @@ pub struct SourceOptions {
     /// HTTP: a file (relative to the URI) listing one object name per line.
     pub list: Option<String>,
 
-    /// Remote requests in flight at once (default 64).
+    /// Remote requests in flight at once, fixed. Unset: sized from observed latency
+    /// (Little's law), from 64 up to 512 and 256 MiB of requests.
     pub max_in_flight: Option<usize>,
     /// Remote reads larger than this are split into parallel parts (default 8 MiB).
     pub part_size: Option<u64>,
@@ -275,6 +276,9 @@ impl SourceOptions {
         let d = crate::fetch::FetchConfig::default();
         crate::fetch::FetchConfig {
             max_in_flight: self.max_in_flight.unwrap_or(d.max_in_flight).max(1),
+            // A number the user chose is kept as it is.
+            adaptive_in_flight: self.max_in_flight.is_none() && d.adaptive_in_flight,
+            max_bytes_in_flight: d.max_bytes_in_flight,
             coalesce_gap: self.coalesce_gap(true),
             part_size: self.part_size.unwrap_or(d.part_size).max(1),
             attempts: self.attempts.unwrap_or(d.attempts).max(1),
