@@ -162,6 +162,10 @@ def rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
         # the loader's look-ahead finds neighbours; this is the row the in-flight bound is about.
         {"name": "stoker-global-nocache", "label": "Stoker `shuffle=True`, `disk_cache=False`", "reader": "stoker",
          "shuffle": True, "format": "wds", "disk_cache": False},
+        # The same with the old fixed limit instead of the latency-sized one (`max_in_flight` auto).
+        {"name": "stoker-global-nocache-64", "label": "Stoker `shuffle=True`, `disk_cache=False, max_in_flight=64`",
+         "reader": "stoker", "shuffle": True, "format": "wds", "disk_cache": False, "options": {"max_in_flight": 64},
+         "default": False},
         {"name": "mosaicml", "label": "MosaicML Streaming 0.13 (MDS, shuffle=True)", "reader": "mosaicml",
          "format": "mds", "peer": True},
         {"name": "mosaicml-as-is", "label": "MosaicML Streaming 0.13, parent's S3 client left to the workers",
@@ -239,6 +243,7 @@ def run_one(args: argparse.Namespace, row: Dict[str, Any], work: Path, servers: 
         spec["options"] = ({"disk_cache_dir": str(rdir / "disk-cache"), "disk_cache_bytes": cache_bytes}
                            if row.get("disk_cache") else {"disk_cache": False} if row.get("disk_cache") is False
                            else {})
+        spec["options"].update(row.get("options", {}))
     else:
         spec["uri"] = f"s3://{pc.BUCKET}/{row['format']}"
         spec["boto3"] = row.get("boto3", False)

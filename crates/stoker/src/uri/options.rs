@@ -104,7 +104,7 @@ pub struct SourceOptions {
     /// Parquet, MDS, LitData: read only these columns (comma-separated, `image,label`); the
     /// others are never fetched (default: every column).
     pub columns: Option<String>,
-    /// Requests a source keeps in flight for one `get_many` (default 32).
+    /// Requests a source keeps in flight for one `get_many` (default 64).
     pub concurrency: Option<usize>,
     /// Ranges closer than this many bytes are read as one request (default 16 KiB).
     pub coalesce_gap: Option<u64>,
@@ -261,7 +261,9 @@ impl SourceOptions {
     }
 
     pub(crate) fn concurrency(&self) -> usize {
-        self.concurrency.unwrap_or(32).max(1)
+        // A batch of 64 all in flight at once: the fetch layer's limit, sized from latency, is
+        // what bounds the store's load; this only bounds one call's demand.
+        self.concurrency.unwrap_or(64).max(1)
     }
     /// Default gap: 16 KiB on local disks (a read through a gap costs bandwidth), 1 MiB on
     /// remote stores (a request costs a round trip).
