@@ -250,6 +250,20 @@ async fn warm_epochs_read_the_block_files_and_survive_blocks_gone_missing() {
         let (hits, direct) = (after.disk_hits - before.disk_hits, after.disk_direct - before.disk_direct);
         assert!(direct > 0 && direct == hits, "{order:?}: every block straight from its file: {direct} of {hits}");
     }
+    // Callers that want samples (a decoding loader, a mix) take the same hit path.
+    s.proxy.control.reset_stats();
+    let before = src.io_counters().unwrap();
+    let all: Vec<usize> = (0..src.len()).rev().collect();
+    for chunk in all.chunks(8) {
+        let got = src.get_many(chunk).await.unwrap();
+        for (&i, g) in chunk.iter().zip(&got) {
+            assert_eq!(g, &s.samples[i]);
+        }
+    }
+    assert_eq!(s.proxy.control.stats().requests, 0, "warm get_many makes no request");
+    let after = src.io_counters().unwrap();
+    let (hits, direct) = (after.disk_hits - before.disk_hits, after.disk_direct - before.disk_direct);
+    assert!(direct > 0 && direct == hits, "get_many: every block straight from its file: {direct} of {hits}");
     // Every third block file goes; the cache still believes it holds them.
     let mut removed = 0;
     for sub in std::fs::read_dir(cache.path()).unwrap().flatten().filter(|e| e.path().is_dir()) {
@@ -268,6 +282,11 @@ async fn warm_epochs_read_the_block_files_and_survive_blocks_gone_missing() {
     let got = epoch(&loader, 3, &s.samples, usize::MAX).await;
     assert_eq!(got.iter().copied().collect::<BTreeSet<_>>().len(), SHARDS * PER);
     assert!(s.proxy.control.stats().requests > 0, "the missing blocks were fetched again");
+    for i in (0..src.len()).step_by(3) {
+        let chunk = [i, (i + 7) % src.len()];
+        let got = src.get_many(&chunk).await.unwrap();
+        assert_eq!((&got[0], &got[1]), (&s.samples[chunk[0]], &s.samples[chunk[1]]));
+    }
     s.proxy.shutdown().await;
     s.server.shutdown().await;
 }

@@ -42,6 +42,38 @@ impl Inner {
         })
     }
 
+    /// Read the spans `reads` (shard, range) whole into buffers (blocking), with `reader`:
+    /// the hit path for callers that want samples rather than a batch (the decoding loader,
+    /// a mix). A block gone meanwhile fails as in [`Inner::read_into`].
+    pub(super) fn read_spans(
+        &self,
+        mut reader: DirectReader,
+        reads: &[(usize, Range<u64>)],
+    ) -> Result<Vec<bytes::Bytes>> {
+        reads
+            .iter()
+            .map(|(shard, range)| {
+                let s = &self.shards[*shard];
+                reader.open(*shard, &s.index.shard, &s.version, s.index.size)?;
+                let mut buf = vec![0u8; (range.end - range.start) as usize];
+                reader.read_exact_at(*shard, &mut buf, range.start).map_err(|e| {
+                    if crate::cache::is_gone(&e) {
+                        return crate::store::gone(&self.store, &s.index.shard);
+                    }
+                    Error::CorruptTar {
+                        shard: self.store.describe(&s.index.shard),
+                        offset: range.start,
+                        reason:
+                            "the shard is shorter than its index says: it changed since it was indexed; reopen the \
+                                 source"
+                                .into(),
+                    }
+                })?;
+                Ok(bytes::Bytes::from(buf))
+            })
+            .collect()
+    }
+
     /// Read `indices` (all valid) into `out`, in order (blocking), with `reader`. From the
     /// disk cache, a block gone meanwhile fails the read as an I/O error for which
     /// [`crate::cache::is_gone`] holds; the rows before it stay in `out`.

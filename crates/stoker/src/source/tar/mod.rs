@@ -335,6 +335,31 @@ impl SampleSource for TarSource {
 
     async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
         let reads = self.inner.plan(indices)?;
+        // A remote batch the disk cache holds whole is read from the block files like a
+        // local one (the hit path of get_many_into, for callers that want samples: decoding
+        // loaders, mixes), not block by block through the cache's read path.
+        if self.inner.store.is_remote() && self.inner.all_cached(indices) {
+            if let Some(reader) = self.inner.store.direct_reader() {
+                let spans: Vec<(usize, Range<u64>)> = reads.iter().map(|r| (r.shard, r.range.clone())).collect();
+                let inner = self.inner.clone();
+                let got =
+                    tokio::task::spawn_blocking(move || inner.read_spans(reader, &spans)).await.map_err(Error::task)?;
+                match got {
+                    Ok(bufs) => {
+                        let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
+                        for (r, buf) in reads.iter().zip(bufs) {
+                            for &(pos, local) in &r.members {
+                                out[pos] = Some(self.inner.assemble(r.shard, local, &buf, r.range.start)?);
+                            }
+                        }
+                        return Ok(out.into_iter().map(|s| s.expect("every planned sample is assembled")).collect());
+                    }
+                    // Another process evicted a block meanwhile: the usual way.
+                    Err(e) if crate::store::is_gone(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
         let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
         let mut done = futures::stream::iter(reads.into_iter().map(|r| async move {
             let buf = self.inner.read(r.shard, r.range.clone()).await?;
