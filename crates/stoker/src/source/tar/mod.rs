@@ -216,7 +216,7 @@ impl Inner {
     }
 
     /// Group the wanted samples by shard and merge nearby spans into capped reads.
-    fn plan(&self, indices: &[usize]) -> Result<Vec<Read>> {
+    fn plan(&self, indices: &[usize], policy: &ranges::Policy) -> Result<Vec<Read>> {
         // Per shard, in shard order: the wanted spans and (position in the output, sample).
         type Wanted = (Vec<Range<u64>>, Vec<(usize, usize)>);
         let mut by_shard: std::collections::BTreeMap<usize, Wanted> = std::collections::BTreeMap::new();
@@ -228,7 +228,7 @@ impl Inner {
         }
         let mut reads: Vec<Read> = Vec::new();
         for (shard, (spans, members)) in by_shard {
-            let merged = ranges::merge(&spans, &self.policy);
+            let merged = ranges::merge(&spans, policy);
             let first = reads.len();
             reads.extend(merged.reads.into_iter().map(|range| Read { shard, range, members: Vec::new() }));
             for (j, member) in members.into_iter().enumerate() {
@@ -334,12 +334,14 @@ impl SampleSource for TarSource {
     }
 
     async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
-        let reads = self.inner.plan(indices)?;
         // A remote batch the disk cache holds whole is read from the block files like a
         // local one (the hit path of get_many_into, for callers that want samples: decoding
-        // loaders, mixes), not block by block through the cache's read path.
+        // loaders, mixes), not block by block through the cache's read path; merged across
+        // local-disk gaps only, since a gap there costs bytes read, not a round trip.
         if self.inner.store.is_remote() && self.inner.all_cached(indices) {
             if let Some(reader) = self.inner.store.direct_reader() {
+                let local = ranges::Policy::new(ranges::LOCAL_GAP, self.inner.policy.max_merged);
+                let reads = self.inner.plan(indices, &local)?;
                 let spans: Vec<(usize, Range<u64>)> = reads.iter().map(|r| (r.shard, r.range.clone())).collect();
                 let inner = self.inner.clone();
                 let got =
@@ -360,6 +362,7 @@ impl SampleSource for TarSource {
                 }
             }
         }
+        let reads = self.inner.plan(indices, &self.inner.policy)?;
         let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
         let mut done = futures::stream::iter(reads.into_iter().map(|r| async move {
             let buf = self.inner.read(r.shard, r.range.clone()).await?;
