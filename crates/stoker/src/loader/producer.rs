@@ -57,6 +57,18 @@ pub(crate) fn pool_and_copier(cfg: &LoaderConfig) -> Result<(BatchPool, Option<A
     })
 }
 
+/// Batches fetched at once: `prefetch`, deeper for a mix with a remote source, so that source
+/// keeps as many of its samples in flight as it would alone (Little's law: a source with a
+/// quarter of each batch needs four times the batches in flight to keep its requests going at
+/// the same rate). The byte budget still bounds what all of them hold.
+fn fetch_depth(source: &Arc<DynSampleSource>, prefetch: usize) -> usize {
+    let p = prefetch.max(1);
+    match source.as_mix().and_then(|m| m.min_remote_share()) {
+        Some(share) if share > 0.0 => ((p as f64 / share).ceil() as usize).clamp(p, 8 * p),
+        _ => p,
+    }
+}
+
 /// `samples` in at most `parts` runs of near-equal length, in order (none when empty): how a
 /// batch is shared among transform threads.
 pub(crate) fn split_even(mut samples: Vec<Sample>, parts: usize) -> Vec<Vec<Sample>> {
@@ -137,7 +149,7 @@ impl Producer {
                     (result, permit, bytes) as Fetched
                 }))
             })
-            .buffered(me.cfg.prefetch.max(1));
+            .buffered(fetch_depth(&me.source, me.cfg.prefetch));
         futures::pin_mut!(stream);
         let mut next = 0;
         while let Some(fetched) = stream.next().await {

@@ -188,6 +188,18 @@ impl MixSource {
         self.parts.iter().map(|p| &p.source)
     }
 
+    /// The smallest share of the samples a remote source has (its weight over all), or
+    /// `None` when every source is local: how much deeper a loader must prefetch for that
+    /// source to keep as many requests in flight as it would alone.
+    pub fn min_remote_share(&self) -> Option<f64> {
+        let total: f64 = self.parts.iter().map(|p| p.weight).sum();
+        self.parts
+            .iter()
+            .filter(|p| !p.source.capability().local && total > 0.0)
+            .map(|p| p.weight / total)
+            .min_by(f64::total_cmp)
+    }
+
     /// The fields every sample has, in order, [`SOURCE_FIELD`] last.
     pub fn schema(&self) -> impl Iterator<Item = &str> {
         self.schema.iter().map(|f| &**f).chain(std::iter::once(SOURCE_FIELD))
