@@ -18,6 +18,7 @@ mod index;
 pub mod lmdb;
 pub mod manifest;
 pub mod mix;
+pub(crate) mod npy;
 pub mod objects;
 pub(crate) mod parquet;
 pub mod read_ahead;

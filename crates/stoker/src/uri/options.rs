@@ -309,7 +309,6 @@ impl SourceOptions {
         self.max_read.unwrap_or(crate::store::ranges::MAX_MERGED).max(1)
     }
     /// The columns `columns=` keeps, `None` for all; empty names are ignored.
-    #[allow(dead_code)] // used by the Parquet, MDS and LitData readers as they land
     pub(crate) fn column_list(&self) -> Option<Vec<&str>> {
         let list = self.columns.as_deref()?;
         Some(list.split(',').map(str::trim).filter(|c| !c.is_empty()).collect())

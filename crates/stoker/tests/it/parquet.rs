@@ -1,4 +1,107 @@
 //! Parquet sources: files written by pyarrow and Hugging Face `datasets`, local and over S3.
 
-#[allow(unused_imports)]
 use crate::common;
+
+use std::path::Path;
+
+use common::s3::{uri, SK};
+use common::*;
+use stoker::conformance::run_all;
+use stoker::{Error, Layout, Sample};
+
+/// Write `kind` with the real writer into `dir`; the samples it holds.
+fn fixture(kind: &str, dir: &Path) -> Vec<Sample> {
+    script_fixture(&writers_python(), "write_parquet.py", &[kind], dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pyarrow_and_hf_datasets_files_read_back_field_by_field_local_and_over_s3() {
+    let root = tempfile::tempdir().unwrap();
+    let (a, hf) = (root.path().join("data/pa"), root.path().join("data/hf"));
+    let (want_a, want_hf) = (fixture("pyarrow", &a), fixture("hf", &hf));
+    for (dir, want) in [(&a, &want_a), (&hf, &want_hf)] {
+        let src = open(dir.to_str().unwrap()).await;
+        assert_eq!(src.info().known_layout(), Some(Layout::Parquet));
+        run_all(src, want, "parquet", &[]).await;
+    }
+    // Row groups are the shards: 23 rows in groups of 6 and 17 rows in groups of 6.
+    let src = open(a.to_str().unwrap()).await;
+    assert_eq!(src.info().shards, 4 + 3);
+    assert_eq!(src.locality(0), Some(0));
+    assert_eq!(src.locality(6), Some(1));
+    assert_eq!(src.locality(23), Some(4));
+    assert!(src.location(23).unwrap().contains("part-00001.parquet"), "{:?}", src.location(23));
+
+    let server = common::s3::serve(root.path()).await;
+    for (path, want) in [("pa", &want_a), ("hf/train-00000-of-00001.parquet", &want_hf)] {
+        let src = open(&uri(&server.endpoint(), path, "")).await;
+        assert_eq!(src.info().known_layout(), Some(Layout::Parquet));
+        run_all(src, want, "s3://data/", &[SK]).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columns_project_and_a_random_row_reads_only_its_pages() {
+    let root = tempfile::tempdir().unwrap();
+    let want = fixture("pyarrow", root.path());
+    let dir = root.path().display();
+    let src = open(&format!("{dir}?columns=cls,emb")).await;
+    for (i, w) in want.iter().enumerate() {
+        let got = src.get(i).await.unwrap();
+        let kept: Vec<_> = w.fields.iter().filter(|f| matches!(&*f.name, "cls" | "emb")).cloned().collect();
+        assert_eq!((got.key.as_str(), &got.fields), (w.key.as_str(), &kept));
+    }
+    let e = stoker::open(&format!("{dir}?columns=cls,nope"), Default::default()).await.unwrap_err();
+    assert!(matches!(e, Error::InvalidOption { .. }) && e.to_string().contains("nope"), "{e}");
+    assert!(e.to_string().contains("jpg") && e.to_string().contains("emb"), "the real columns are listed: {e}");
+
+    // One row of a row group holding ~190 KiB of images: only its pages are read.
+    let src = open(&format!("{dir}?columns=jpg")).await;
+    let before = src.io_counters().unwrap().bytes;
+    let got = src.get(2).await.unwrap();
+    assert_eq!(
+        got,
+        Sample { fields: want[2].fields.iter().filter(|f| &*f.name == "jpg").cloned().collect(), ..want[2].clone() }
+    );
+    let read = src.io_counters().unwrap().bytes - before;
+    let group: u64 =
+        want[..6].iter().flat_map(|s| s.fields.iter()).filter(|f| &*f.name == "jpg").map(|f| f.data.len() as u64).sum();
+    assert!(read < group / 2, "one row read {read} bytes of a row group of {group}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_parquet_is_a_clear_error() {
+    let root = tempfile::tempdir().unwrap();
+    let want = fixture("pyarrow", root.path());
+    assert!(!want.is_empty());
+    let file = root.path().join("part-00001.parquet");
+    let bytes = std::fs::read(&file).unwrap();
+    // A footer cut short.
+    std::fs::write(&file, &bytes[..bytes.len() - 100]).unwrap();
+    let e = stoker::open(root.path().to_str().unwrap(), Default::default()).await.unwrap_err();
+    assert!(matches!(e, Error::BadIndex { .. }), "{e:?}");
+    assert!(e.to_string().contains("part-00001.parquet") && e.to_string().contains("truncated"), "{e}");
+    // Garbage named .parquet.
+    std::fs::write(&file, b"not parquet at all, just text that is long enough").unwrap();
+    let e = stoker::open(root.path().to_str().unwrap(), Default::default()).await.unwrap_err();
+    assert!(e.to_string().contains("part-00001.parquet") && e.to_string().contains("not Parquet"), "{e}");
+    std::fs::remove_file(&file).unwrap();
+
+    // A column with no field form is refused, naming it; columns= leaving it out reads.
+    let py = writers_python();
+    let out = root.path().join("map");
+    std::fs::create_dir_all(&out).unwrap();
+    let script = format!(
+        "import pyarrow as pa, pyarrow.parquet as pq\n\
+         t = pa.table({{'m': pa.array([[('a', 1)], [('b', 2)]], type=pa.map_(pa.string(), pa.int32())), 'x': [1, 2]}})\n\
+         pq.write_table(t, '{}/m.parquet')\n",
+        out.display()
+    );
+    let ok = std::process::Command::new(&py).arg("-c").arg(&script).status().unwrap();
+    assert!(ok.success());
+    let e = stoker::open(out.to_str().unwrap(), Default::default()).await.unwrap_err();
+    assert!(matches!(e, Error::NotSupported { .. }) && e.to_string().contains("`m`"), "{e}");
+    assert!(e.to_string().contains("columns="), "{e}");
+    let src = open(&format!("{}?columns=x", out.display())).await;
+    assert_eq!(src.get(1).await.unwrap().field("x").map(|b| b.to_vec()), Some(b"2".to_vec()));
+}

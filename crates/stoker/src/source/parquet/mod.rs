@@ -1,18 +1,449 @@
 //! The `parquet` layout: a row is a sample, a column a field, a row group a shard.
+//!
+//! Files are read with the `parquet` crate's async Arrow reader over an adapter
+//! ([`StoreFile`]) whose every byte comes through Stoker's [`Store`], so Parquet shares the
+//! fetch layer (retries, hedging, the latency-sized in-flight limit) and the caches. Each
+//! file's footer and page index are read once at open; a batch then reads, per row group it
+//! touches, only the pages holding its rows (a row selection over the offset index) of the
+//! projected columns.
+//!
+//! Values become field bytes by one convention shared with the MDS and LitData readers:
+//! binary as stored, strings as UTF-8, integers and booleans as decimal text (`1`/`0`),
+//! floats as their shortest round-trip text, lists of numbers as `.npy`, and Hugging Face's
+//! image and audio structs (`{bytes, path}`) as the encoded bytes in `<col>` (the path, when
+//! set, in `<col>.path`). A null omits the field. The key is a `__key__` string column when
+//! there is one, else `<file stem>/<row in file, 6 digits>`.
 
+mod values;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
+use arrow_array::RecordBatch;
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector};
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use parquet::arrow::ProjectionMask;
+use parquet::errors::ParquetError;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+
+use self::values::Column;
+use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
-use crate::source::DynSampleSource;
-use crate::store::{ObjectInfo, Store};
-use crate::uri::SourceOptions;
+use crate::sample::Sample;
+use crate::store::{IoCounters, ObjectInfo, Store};
+use crate::uri::{Layout, SourceOptions};
+
+/// The name of the column whose strings are the samples' keys.
+const KEY_COLUMN: &str = "__key__";
 
 /// Open the Parquet files `files` of `store` as one source.
 pub(crate) async fn open(
-    _store: Store,
-    _files: Vec<ObjectInfo>,
-    _opts: &SourceOptions,
+    store: Store,
+    mut files: Vec<ObjectInfo>,
+    opts: &SourceOptions,
     display: String,
 ) -> Result<Arc<DynSampleSource>> {
-    Err(Error::NotSupported { what: format!("{display}: reading Parquet is not built yet") })
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let concurrency = opts.concurrency();
+    let loads = files.into_iter().map(|f| {
+        let store = store.clone();
+        async move {
+            let mut file = StoreFile { store: store.clone(), path: f.path.clone(), size: f.size, meta: None };
+            let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+            let meta = ArrowReaderMetadata::load_async(&mut file, options)
+                .await
+                .map_err(|e| not_parquet(&store, &f.path, e))?;
+            Ok::<_, Error>((f, meta))
+        }
+    });
+    let loaded: Vec<(ObjectInfo, ArrowReaderMetadata)> =
+        futures::stream::iter(loads).buffered(concurrency.min(16)).try_collect().await?;
+    let Some((first, first_meta)) = loaded.first() else {
+        return Err(Error::Empty { uri: display, reason: "no .parquet files found".into() });
+    };
+    let schema = first_meta.schema().clone();
+    let first_shown = store.describe(&first.path);
+    let (columns, key_column) = values::plan(&schema, opts.column_list().as_deref(), &first_shown)?;
+    let mut files = Vec::with_capacity(loaded.len());
+    let mut groups = Vec::new();
+    let mut starts = vec![0usize];
+    for (f, meta) in loaded {
+        if meta.schema().fields() != schema.fields() {
+            return Err(Error::BadIndex {
+                path: store.describe(&f.path),
+                reason: format!(
+                    "its columns differ from those of {}: one source reads files of one schema; name the files of \
+                     each schema as their own source (or mix them with stoker.mix)",
+                    first_shown
+                ),
+            });
+        }
+        let file = files.len();
+        let mut row = 0usize;
+        for (g, rg) in meta.metadata().row_groups().iter().enumerate() {
+            let rows = usize::try_from(rg.num_rows()).unwrap_or(0);
+            if rows == 0 {
+                continue;
+            }
+            groups.push(Group { file, group: g, first_row: row, rows });
+            row += rows;
+            starts.push(starts.last().copied().unwrap_or(0) + rows);
+        }
+        let stem = file_stem(&f.path);
+        let mask = ProjectionMask::roots(
+            meta.metadata().file_metadata().schema_descr(),
+            columns.iter().map(|c| c.index).chain(key_column),
+        );
+        files.push(File { path: f.path, size: f.size, stem, meta, mask });
+    }
+    if starts.last() == Some(&0) {
+        return Err(Error::Empty { uri: display, reason: "the Parquet files hold no rows".into() });
+    }
+    Ok(Arc::new(ParquetSource {
+        inner: Arc::new(Inner { store, display, files, groups, starts, columns, key_column, concurrency }),
+    }))
+}
+
+/// Why a file could not be opened as Parquet, naming it and what to do.
+fn not_parquet(store: &Store, path: &str, e: ParquetError) -> Error {
+    match e {
+        ParquetError::External(inner) => match inner.downcast::<Error>() {
+            Ok(e) => *e,
+            Err(other) => bad_file(store, path, &other.to_string()),
+        },
+        other => bad_file(store, path, &other.to_string()),
+    }
+}
+
+fn bad_file(store: &Store, path: &str, why: &str) -> Error {
+    Error::BadIndex {
+        path: store.describe(path),
+        reason: format!(
+            "not a complete Parquet file ({why}): it is truncated or not Parquet; download or write it again, or \
+             leave it out of the source"
+        ),
+    }
+}
+
+fn file_stem(path: &str) -> String {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.strip_suffix(".parquet").unwrap_or(name).to_string()
+}
+
+/// The Parquet files of one source.
+pub(crate) struct ParquetSource {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    display: String,
+    files: Vec<File>,
+    /// Non-empty row groups over all files, in order: the shards.
+    groups: Vec<Group>,
+    /// First sample of each group, and the total last.
+    starts: Vec<usize>,
+    columns: Vec<Column>,
+    /// Root column index of `__key__`, when the files have one.
+    key_column: Option<usize>,
+    concurrency: usize,
+}
+
+struct File {
+    path: String,
+    size: u64,
+    stem: String,
+    meta: ArrowReaderMetadata,
+    mask: ProjectionMask,
+}
+
+struct Group {
+    file: usize,
+    /// Row group number in its file.
+    group: usize,
+    /// Its first row's number in the file.
+    first_row: usize,
+    rows: usize,
+}
+
+impl Inner {
+    fn len(&self) -> usize {
+        self.starts.last().copied().unwrap_or(0)
+    }
+
+    /// (group, row in group) of sample `index`.
+    fn locate(&self, index: usize) -> Result<(usize, usize)> {
+        check_index(index, self.len())?;
+        let g = self.starts.partition_point(|&s| s <= index) - 1;
+        Ok((g, index - self.starts[g]))
+    }
+
+    /// Rows `rows` (sorted, distinct) of group `g`, as samples in that order: only the pages
+    /// holding them, of the projected columns.
+    async fn read_group(&self, g: usize, rows: &[usize]) -> Result<Vec<Sample>> {
+        let group = &self.groups[g];
+        let file = &self.files[group.file];
+        let reader = StoreFile {
+            store: self.store.clone(),
+            path: file.path.clone(),
+            size: file.size,
+            meta: Some(file.meta.metadata().clone()),
+        };
+        let shown = || self.store.describe(&file.path);
+        let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, file.meta.clone())
+            .with_row_groups(vec![group.group])
+            .with_row_selection(selection(rows, group.rows))
+            .with_projection(file.mask.clone())
+            .with_batch_size(rows.len().max(1))
+            .build()
+            .map_err(|e| not_parquet(&self.store, &file.path, e))?;
+        let batches: Vec<RecordBatch> =
+            stream.try_collect().await.map_err(|e| corrupt(&shown(), group.group, &e.to_string()))?;
+        let mut out = Vec::with_capacity(rows.len());
+        let mut at = 0usize;
+        for batch in &batches {
+            for r in 0..batch.num_rows() {
+                let Some(&row) = rows.get(at) else { break };
+                at += 1;
+                let row_in_file = group.first_row + row;
+                let key = match self.key_column.and_then(|k| batch.column_by_name(KEY_COLUMN).map(|c| (k, c))) {
+                    Some((_, c)) => values::key_of(c, r).unwrap_or_else(|| format!("{}/{row_in_file:06}", file.stem)),
+                    None => format!("{}/{row_in_file:06}", file.stem),
+                };
+                let mut fields = Vec::with_capacity(self.columns.len());
+                for col in &self.columns {
+                    let Some(array) = batch.column_by_name(&col.name) else { continue };
+                    col.push_fields(array, r, &mut fields).map_err(|why| Error::CorruptData {
+                        shard: shown(),
+                        key: key.clone(),
+                        field: col.name.clone(),
+                        reason: why,
+                    })?;
+                }
+                out.push(Sample { key, fields });
+            }
+        }
+        if out.len() != rows.len() {
+            return Err(corrupt(
+                &shown(),
+                group.group,
+                &format!("{} rows were asked for and {} came back", rows.len(), out.len()),
+            ));
+        }
+        Ok(out)
+    }
+}
+
+fn corrupt(shown: &str, group: usize, why: &str) -> Error {
+    Error::CorruptData {
+        shard: shown.to_string(),
+        key: format!("row group {group}"),
+        field: String::new(),
+        reason: format!("{why}: the file is damaged; download or write it again"),
+    }
+}
+
+/// A selection of `rows` (sorted, distinct) out of `total`.
+fn selection(rows: &[usize], total: usize) -> RowSelection {
+    let mut selectors = Vec::new();
+    let mut next = 0usize;
+    let mut i = 0usize;
+    while i < rows.len() {
+        let start = rows[i];
+        let mut end = start + 1;
+        while i + 1 < rows.len() && rows[i + 1] == end {
+            end += 1;
+            i += 1;
+        }
+        if start > next {
+            selectors.push(RowSelector::skip(start - next));
+        }
+        selectors.push(RowSelector::select(end - start));
+        next = end;
+        i += 1;
+    }
+    if next < total {
+        selectors.push(RowSelector::skip(total - next));
+    }
+    selectors.into()
+}
+
+impl fmt::Debug for ParquetSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ParquetSource")
+            .field("uri", &self.inner.display)
+            .field("files", &self.inner.files.len())
+            .field("row_groups", &self.inner.groups.len())
+            .field("samples", &self.inner.len())
+            .finish()
+    }
+}
+
+impl fmt::Display for ParquetSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "parquet:{}", self.inner.display)
+    }
+}
+
+#[async_trait]
+impl SampleSource for ParquetSource {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn capability(&self) -> Capability {
+        Capability {
+            random_access: true,
+            coalesced_reads: true,
+            locality: true,
+            cheap_meta: false,
+            local: self.inner.store.local_root().is_some(),
+        }
+    }
+
+    fn info(&self) -> SourceInfo {
+        SourceInfo::of(Layout::Parquet, self.inner.groups.len())
+    }
+
+    async fn get(&self, index: usize) -> Result<Sample> {
+        let (g, row) = self.inner.locate(index)?;
+        let mut got = self.inner.read_group(g, &[row]).await?;
+        got.pop().ok_or_else(|| Error::internal("parquet: a row read came back empty"))
+    }
+
+    /// Per row group the batch touches, one read of just its rows' pages; groups at once.
+    async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
+        let mut by_group: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
+        for (pos, &i) in indices.iter().enumerate() {
+            let (g, row) = self.inner.locate(i)?;
+            by_group.entry(g).or_default().push((row, pos));
+        }
+        let reads = by_group.into_iter().map(|(g, mut wanted)| async move {
+            wanted.sort_unstable();
+            let mut rows: Vec<usize> = wanted.iter().map(|&(r, _)| r).collect();
+            rows.dedup();
+            let got = self.inner.read_group(g, &rows).await?;
+            Ok::<_, Error>((rows, got, wanted))
+        });
+        let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
+        let mut done = futures::stream::iter(reads).buffer_unordered(self.inner.concurrency.min(16));
+        while let Some((rows, got, wanted)) = done.try_next().await? {
+            for (row, pos) in wanted {
+                let at = rows.binary_search(&row).map_err(|_| Error::internal("parquet: a planned row is missing"))?;
+                out[pos] = Some(got[at].clone());
+            }
+        }
+        out.into_iter().map(|s| s.ok_or_else(|| Error::internal("parquet: a planned row was not read"))).collect()
+    }
+
+    fn locality(&self, index: usize) -> Option<usize> {
+        self.inner.locate(index).ok().map(|(g, _)| g)
+    }
+
+    fn location(&self, index: usize) -> Option<String> {
+        let (g, _) = self.inner.locate(index).ok()?;
+        let group = &self.inner.groups[g];
+        Some(format!("{} row group {}", self.inner.files[group.file].path, group.group))
+    }
+
+    fn io_counters(&self) -> Option<IoCounters> {
+        Some(self.inner.store.counters())
+    }
+
+    async fn flush(&self) {
+        self.inner.store.flush().await
+    }
+}
+
+/// One Parquet file read through a [`Store`]; its metadata, once known, is handed out
+/// without another read.
+struct StoreFile {
+    store: Store,
+    path: String,
+    size: u64,
+    meta: Option<Arc<ParquetMetaData>>,
+}
+
+fn external(e: Error) -> ParquetError {
+    ParquetError::External(Box::new(e))
+}
+
+impl AsyncFileReader for StoreFile {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move { self.store.get_range(&self.path, range).await.map_err(external) }.boxed()
+    }
+
+    /// The pages a read needs, merged across small gaps (as the tar layout merges samples):
+    /// a row group's column chunks and pages lie side by side, and one request for them
+    /// costs less than one per page.
+    fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        async move {
+            use crate::store::ranges;
+            let gap = if self.store.is_remote() { ranges::REMOTE_GAP } else { ranges::LOCAL_GAP };
+            let merged = ranges::merge(&ranges, &ranges::Policy::new(gap, ranges::MAX_MERGED));
+            let got = self.store.get_ranges(&self.path, &merged.reads).await.map_err(external)?;
+            Ok(ranges
+                .iter()
+                .zip(&merged.of)
+                .map(|(r, of)| match of {
+                    Some(k) => {
+                        let at = (r.start - merged.reads[*k].start) as usize;
+                        got[*k].slice(at..at + (r.end - r.start) as usize)
+                    }
+                    None => Bytes::new(),
+                })
+                .collect())
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            if let Some(m) = &self.meta {
+                return Ok(m.clone());
+            }
+            let size = self.size;
+            let policy = options.map_or(PageIndexPolicy::Optional, |_| PageIndexPolicy::Optional);
+            let meta =
+                ParquetMetaDataReader::new().with_page_index_policy(policy).load_and_finish(&mut *self, size).await?;
+            let meta = Arc::new(meta);
+            self.meta = Some(meta.clone());
+            Ok(meta)
+        }
+        .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selections_skip_between_runs() {
+        let s = selection(&[1, 2, 3, 7, 9], 12);
+        let v: Vec<RowSelector> = s.into();
+        assert_eq!(
+            v,
+            vec![
+                RowSelector::skip(1),
+                RowSelector::select(3),
+                RowSelector::skip(3),
+                RowSelector::select(1),
+                RowSelector::skip(1),
+                RowSelector::select(1),
+                RowSelector::skip(2)
+            ]
+        );
+        let v: Vec<RowSelector> = selection(&[0], 1).into();
+        assert_eq!(v, vec![RowSelector::select(1)]);
+    }
 }

@@ -1,0 +1,253 @@
+//! Arrow values to field bytes (the conventions in the module docs of `parquet`), and which
+//! columns a source reads.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::{DataType, Schema};
+
+use crate::error::{Error, Result};
+use crate::sample::Field;
+
+/// One column a source delivers, and how.
+#[derive(Debug)]
+pub(super) struct Column {
+    pub(super) name: String,
+    /// Root column index in the file schema (for the projection).
+    pub(super) index: usize,
+    field: Arc<str>,
+    path_field: Arc<str>,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Bytes,
+    Text,
+    Int,
+    Float,
+    /// A list of numbers: `.npy` with this descr.
+    Array(&'static str),
+    /// `{bytes, path}` (Hugging Face Image/Audio): the bytes, and the path beside.
+    Encoded,
+}
+
+/// The `.npy` descr of a numeric element type, if it is one.
+fn descr(t: &DataType) -> Option<&'static str> {
+    Some(match t {
+        DataType::Int8 => "|i1",
+        DataType::Int16 => "<i2",
+        DataType::Int32 => "<i4",
+        DataType::Int64 => "<i8",
+        DataType::UInt8 => "|u1",
+        DataType::UInt16 => "<u2",
+        DataType::UInt32 => "<u4",
+        DataType::UInt64 => "<u8",
+        DataType::Float16 => "<f2",
+        DataType::Float32 => "<f4",
+        DataType::Float64 => "<f8",
+        DataType::Boolean => "|b1",
+        _ => return None,
+    })
+}
+
+fn kind_of(t: &DataType) -> Option<Kind> {
+    Some(match t {
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => Kind::Bytes,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Kind::Text,
+        DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64
+        | DataType::Boolean => Kind::Int,
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => Kind::Float,
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            Kind::Array(descr(f.data_type())?)
+        }
+        DataType::Struct(fields) => {
+            let bytes = fields.iter().find(|f| f.name() == "bytes")?;
+            matches!(bytes.data_type(), DataType::Binary | DataType::LargeBinary | DataType::BinaryView)
+                .then_some(Kind::Encoded)?
+        }
+        _ => return None,
+    })
+}
+
+/// The columns to read (all but `__key__`, or those `wanted` names) and the root index of
+/// `__key__` if the files have a string one. `shown` names the file for errors.
+pub(super) fn plan(schema: &Schema, wanted: Option<&[&str]>, shown: &str) -> Result<(Vec<Column>, Option<usize>)> {
+    let fields = schema.fields();
+    let key_column = fields.iter().position(|f| {
+        f.name() == super::KEY_COLUMN
+            && matches!(f.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+    });
+    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    if let Some(wanted) = wanted {
+        if let Some(unknown) = wanted.iter().find(|w| !names.contains(w)) {
+            return Err(Error::InvalidOption {
+                message: format!("columns: {shown} has no column `{unknown}`; its columns are {}", names.join(", ")),
+            });
+        }
+    }
+    let mut out = Vec::new();
+    for (index, f) in fields.iter().enumerate() {
+        if Some(index) == key_column || wanted.is_some_and(|w| !w.iter().any(|n| *n == f.name())) {
+            continue;
+        }
+        let kind = kind_of(f.data_type()).ok_or_else(|| Error::NotSupported {
+            what: format!(
+                "{shown}: column `{}` is of type {}, which has no field form (binary, strings, numbers, lists of \
+                 numbers and {{bytes, path}} structs do); leave it out with columns= naming the others",
+                f.name(),
+                f.data_type()
+            ),
+        })?;
+        out.push(Column {
+            name: f.name().clone(),
+            index,
+            field: Arc::from(f.name().as_str()),
+            path_field: Arc::from(format!("{}.path", f.name())),
+            kind,
+        });
+    }
+    Ok((out, key_column))
+}
+
+/// The key in row `r` of a `__key__` column, unless null.
+pub(super) fn key_of(a: &ArrayRef, r: usize) -> Option<String> {
+    if a.is_null(r) {
+        return None;
+    }
+    text(a.as_ref(), r).map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+fn text(a: &dyn Array, r: usize) -> Option<&[u8]> {
+    Some(match a.data_type() {
+        DataType::Utf8 => a.as_string::<i32>().value(r).as_bytes(),
+        DataType::LargeUtf8 => a.as_string::<i64>().value(r).as_bytes(),
+        DataType::Utf8View => a.as_string_view().value(r).as_bytes(),
+        _ => return None,
+    })
+}
+
+fn binary(a: &dyn Array, r: usize) -> Option<&[u8]> {
+    Some(match a.data_type() {
+        DataType::Binary => a.as_binary::<i32>().value(r),
+        DataType::LargeBinary => a.as_binary::<i64>().value(r),
+        DataType::BinaryView => a.as_binary_view().value(r),
+        DataType::FixedSizeBinary(_) => a.as_fixed_size_binary().value(r),
+        _ => return None,
+    })
+}
+
+fn int_text(a: &dyn Array, r: usize) -> Option<String> {
+    Some(match a.data_type() {
+        DataType::Int8 => a.as_primitive::<Int8Type>().value(r).to_string(),
+        DataType::Int16 => a.as_primitive::<Int16Type>().value(r).to_string(),
+        DataType::Int32 => a.as_primitive::<Int32Type>().value(r).to_string(),
+        DataType::Int64 => a.as_primitive::<Int64Type>().value(r).to_string(),
+        DataType::UInt8 => a.as_primitive::<UInt8Type>().value(r).to_string(),
+        DataType::UInt16 => a.as_primitive::<UInt16Type>().value(r).to_string(),
+        DataType::UInt32 => a.as_primitive::<UInt32Type>().value(r).to_string(),
+        DataType::UInt64 => a.as_primitive::<UInt64Type>().value(r).to_string(),
+        DataType::Boolean => u8::from(a.as_boolean().value(r)).to_string(),
+        _ => return None,
+    })
+}
+
+/// Shortest round-trip text: Rust's `Display` of the value at its own width.
+pub(crate) fn float_text(a: &dyn Array, r: usize) -> Option<String> {
+    Some(match a.data_type() {
+        DataType::Float16 => a.as_primitive::<Float16Type>().value(r).to_f32().to_string(),
+        DataType::Float32 => a.as_primitive::<Float32Type>().value(r).to_string(),
+        DataType::Float64 => a.as_primitive::<Float64Type>().value(r).to_string(),
+        _ => return None,
+    })
+}
+
+/// The elements of a list value as little-endian bytes, with their count.
+fn list_bytes(values: &dyn Array) -> Option<(usize, Vec<u8>)> {
+    fn le<T: ArrowPrimitiveType>(a: &dyn Array, width: usize, put: impl Fn(T::Native, &mut Vec<u8>)) -> Vec<u8> {
+        let p = a.as_primitive::<T>();
+        let mut out = Vec::with_capacity(p.len() * width);
+        for v in p.values().iter() {
+            put(*v, &mut out);
+        }
+        out
+    }
+    let n = values.len();
+    if values.null_count() > 0 {
+        return None;
+    }
+    let bytes = match values.data_type() {
+        DataType::Int8 => le::<Int8Type>(values, 1, |v, o| o.extend_from_slice(&v.to_le_bytes())),
+        DataType::Int16 => le::<Int16Type>(values, 2, |v, o| o.extend_from_slice(&v.to_le_bytes())),
+        DataType::Int32 => le::<Int32Type>(values, 4, |v, o| o.extend_from_slice(&v.to_le_bytes())),
+        DataType::Int64 => le::<Int64Type>(values, 8, |v, o| o.extend_from_slice(&v.to_le_bytes())),
+        DataType::UInt8 => le::<UInt8Type>(values, 1, |v, o| o.push(v)),
+        DataType::UInt16 => le::<UInt16Type>(values, 2, |v, o| o.extend_from_slice(&v.to_le_bytes())),
+        DataType::UInt32 => le::<UInt32Type>(values, 4, |v, o| o.extend_from_slice(&v.to_le_bytes())),
+        DataType::UInt64 => le::<UInt64Type>(values, 8, |v, o| o.extend_from_slice(&v.to_le_bytes())),
+        DataType::Float16 => le::<Float16Type>(values, 2, |v, o| o.extend_from_slice(&v.to_le_bytes())),
+        DataType::Float32 => le::<Float32Type>(values, 4, |v, o| o.extend_from_slice(&v.to_le_bytes())),
+        DataType::Float64 => le::<Float64Type>(values, 8, |v, o| o.extend_from_slice(&v.to_le_bytes())),
+        DataType::Boolean => (0..n).map(|i| u8::from(values.as_boolean().value(i))).collect(),
+        _ => return None,
+    };
+    Some((n, bytes))
+}
+
+impl Column {
+    /// Append this column's field(s) of row `r` of `a` to `out` (none for a null).
+    pub(super) fn push_fields(&self, a: &ArrayRef, r: usize, out: &mut Vec<Field>) -> std::result::Result<(), String> {
+        if a.is_null(r) {
+            return Ok(());
+        }
+        let unexpected = || format!("its values are not of the column's declared type {}", a.data_type());
+        let data: Vec<u8> = match self.kind {
+            Kind::Bytes => binary(a.as_ref(), r).ok_or_else(unexpected)?.to_vec(),
+            Kind::Text => text(a.as_ref(), r).ok_or_else(unexpected)?.to_vec(),
+            Kind::Int => int_text(a.as_ref(), r).ok_or_else(unexpected)?.into_bytes(),
+            Kind::Float => float_text(a.as_ref(), r).ok_or_else(unexpected)?.into_bytes(),
+            Kind::Array(descr) => {
+                let value = match a.data_type() {
+                    DataType::List(_) => a.as_list::<i32>().value(r),
+                    DataType::LargeList(_) => a.as_list::<i64>().value(r),
+                    DataType::FixedSizeList(_, _) => a.as_fixed_size_list().value(r),
+                    _ => return Err(unexpected()),
+                };
+                let (n, bytes) = list_bytes(value.as_ref())
+                    .ok_or_else(|| "a list with null elements has no .npy form".to_string())?;
+                super::super::npy::npy(descr, &[n], &bytes)
+            }
+            Kind::Encoded => {
+                let s = a.as_struct();
+                let bytes = s.column_by_name("bytes").ok_or_else(unexpected)?;
+                if let Some(path) = s.column_by_name("path") {
+                    if !path.is_null(r) {
+                        if let Some(p) = text(path.as_ref(), r) {
+                            out.push(Field { name: self.path_field.clone(), data: bytes::Bytes::copy_from_slice(p) });
+                        }
+                    }
+                }
+                if bytes.is_null(r) {
+                    // An image given by path only: the path is all there is.
+                    return Ok(());
+                }
+                let data = binary(bytes.as_ref(), r).ok_or_else(unexpected)?.to_vec();
+                // The bytes first, then the path: insert before the path pushed above.
+                let at = out.len() - usize::from(out.last().is_some_and(|f| f.name == self.path_field));
+                out.insert(at, Field { name: self.field.clone(), data: data.into() });
+                return Ok(());
+            }
+        };
+        out.push(Field { name: self.field.clone(), data: data.into() });
+        Ok(())
+    }
+}
