@@ -1,5 +1,148 @@
 //! MDS (MosaicML Streaming) and LitData sources: shards written by `MDSWriter` and
 //! `litdata.optimize`, local and over S3.
 
-#[allow(unused_imports)]
 use crate::common;
+
+use std::path::Path;
+
+use common::s3::{uri, SK};
+use common::*;
+use stoker::conformance::run_all;
+use stoker::{Error, Layout, Sample};
+
+fn fixture(kind: &str, dir: &Path) -> Vec<Sample> {
+    script_fixture(&writers_python(), "write_records.py", &[kind], dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mds_and_litdata_written_by_their_writers_read_back_field_by_field_local_and_over_s3() {
+    let root = tempfile::tempdir().unwrap();
+    let kinds = [
+        ("mds", Layout::Mds),
+        ("mds-zstd", Layout::Mds),
+        ("mds-gz", Layout::Mds),
+        ("litdata", Layout::Litdata),
+        ("litdata-zstd", Layout::Litdata),
+    ];
+    let mut all = Vec::new();
+    for (kind, layout) in kinds {
+        let dir = root.path().join("data").join(kind);
+        let want = fixture(kind, &dir);
+        let src = open(dir.to_str().unwrap()).await;
+        assert_eq!(src.info().known_layout(), Some(layout), "{kind}");
+        assert!(src.info().shards >= 3, "{kind}: {} shards", src.info().shards);
+        run_all(src, &want, kind, &[]).await;
+        all.push((kind, layout, want));
+    }
+    let server = common::s3::serve(root.path()).await;
+    for (kind, layout, want) in &all {
+        let src = open(&uri(&server.endpoint(), kind, "")).await;
+        assert_eq!(src.info().known_layout(), Some(*layout), "{kind}");
+        run_all(src, want, &format!("s3://data/{kind}"), &[SK]).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_sample_reads_its_bytes_not_the_shard_and_columns_project() {
+    let root = tempfile::tempdir().unwrap();
+    let want = fixture("mds", root.path());
+    let dir = root.path().display().to_string();
+    let src = open(&dir).await;
+    let before = src.io_counters().unwrap();
+    assert_eq!(src.get(5).await.unwrap(), want[5]);
+    let after = src.io_counters().unwrap();
+    let shard = std::fs::metadata(root.path().join("shard.00000.mds")).unwrap().len();
+    let read = after.bytes - before.bytes;
+    assert!(read < shard / 2, "one sample read {read} bytes of a {shard}-byte shard");
+    // The offset table is read once: the next sample of that shard is one more read.
+    assert_eq!(src.get(6).await.unwrap(), want[6]);
+    assert_eq!(src.io_counters().unwrap().requests - after.requests, 1);
+
+    let src = open(&format!("{dir}?columns=cls,arr")).await;
+    for (i, w) in want.iter().enumerate() {
+        let kept: Vec<_> = w.fields.iter().filter(|f| matches!(&*f.name, "cls" | "arr")).cloned().collect();
+        let got = src.get(i).await.unwrap();
+        assert_eq!((got.key.as_str(), &got.fields), (w.key.as_str(), &kept));
+    }
+    let e = stoker::open(&format!("{dir}?columns=cls,nope"), Default::default()).await.unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidOption { .. }) && e.to_string().contains("nope") && e.to_string().contains("jpg"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_indexes_and_shards_are_clear_errors() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("mds");
+    let want = fixture("mds", &dir);
+    let index = dir.join("index.json");
+    let good = std::fs::read_to_string(&index).unwrap();
+    let open_err = |p: &Path| {
+        let p = p.to_str().unwrap().to_string();
+        async move { stoker::open(&p, Default::default()).await.unwrap_err() }
+    };
+
+    // Not JSON (it still names the layout, so the resolver reads it as MDS).
+    std::fs::write(&index, &good[..good.len() / 2]).unwrap();
+    let e = stoker::open(&format!("{}?layout=mds", dir.display()), Default::default()).await.unwrap_err();
+    assert!(matches!(e, Error::BadIndex { .. }) && e.to_string().contains("index.json"), "{e:?}");
+    // A key missing.
+    std::fs::write(&index, good.replace("\"column_encodings\"", "\"encodings_renamed\"")).unwrap();
+    let e = open_err(&dir).await;
+    assert!(matches!(e, Error::BadIndex { .. }) && e.to_string().contains("column_encodings"), "{e}");
+    // A pickle column is refused, naming it; leaving it out with columns= reads.
+    std::fs::write(&index, good.replace("\"json\"", "\"pkl\"")).unwrap();
+    let e = open_err(&dir).await;
+    assert!(matches!(e, Error::NotSupported { .. }) && e.to_string().contains("`meta`"), "{e}");
+    assert!(e.to_string().contains("columns="), "{e}");
+    let src = open(&format!("{}?columns=cls", dir.display())).await;
+    assert_eq!(src.get(0).await.unwrap().field("cls"), want[0].field("cls"));
+    std::fs::write(&index, &good).unwrap();
+
+    // A shard missing, or cut short.
+    let shard = dir.join("shard.00001.mds");
+    let bytes = std::fs::read(&shard).unwrap();
+    let first_of_1 = {
+        let v: serde_json::Value = serde_json::from_str(&good).unwrap();
+        v["shards"][0]["samples"].as_u64().unwrap() as usize
+    };
+    std::fs::remove_file(&shard).unwrap();
+    let src = open(dir.to_str().unwrap()).await;
+    let e = src.get(first_of_1).await.unwrap_err();
+    assert!(matches!(e, Error::NotFound { .. }) && e.to_string().contains("shard.00001.mds"), "{e:?}");
+    std::fs::write(&shard, &bytes[..bytes.len() - 300]).unwrap();
+    let src = open(dir.to_str().unwrap()).await;
+    // Its first sample lies before the cut; its last does not.
+    assert_eq!(src.get(first_of_1).await.unwrap(), want[first_of_1]);
+    let last_of_1 = first_of_1 + 7;
+    let e = src.get(last_of_1).await.unwrap_err();
+    assert!(matches!(e, Error::CorruptData { .. }) && e.to_string().contains("shard.00001.mds"), "{e:?}");
+    assert!(e.to_string().contains("truncated"), "{e}");
+    // The other shards still read.
+    assert_eq!(src.get(0).await.unwrap(), want[0]);
+
+    // A compressed shard whose bytes changed fails its recorded hashes.
+    let zdir = root.path().join("zstd");
+    let zwant = fixture("mds-zstd", &zdir);
+    let zshard = zdir.join("shard.00000.mds.zstd");
+    let mut z = std::fs::read(&zshard).unwrap();
+    let mid = z.len() / 2;
+    z[mid] ^= 0x40;
+    std::fs::write(&zshard, &z).unwrap();
+    let src = open(zdir.to_str().unwrap()).await;
+    let e = src.get(0).await.unwrap_err();
+    assert!(matches!(e, Error::CorruptData { .. }) && e.to_string().contains("sha1"), "{e}");
+    assert!(e.to_string().contains("shard.00000.mds.zstd"), "{e}");
+    let last = zwant.len() - 1;
+    assert_eq!(src.get(last).await.unwrap(), zwant[last]);
+
+    // LitData: an encrypted or differently laid-out dataset is refused clearly.
+    let ldir = root.path().join("lit");
+    fixture("litdata", &ldir);
+    let lindex = ldir.join("index.json");
+    let lgood = std::fs::read_to_string(&lindex).unwrap();
+    std::fs::write(&lindex, lgood.replace("\"PyTreeLoader\"", "\"TokensLoader\"")).unwrap();
+    let e = open_err(&ldir).await;
+    assert!(matches!(e, Error::NotSupported { .. }) && e.to_string().contains("TokensLoader"), "{e}");
+}

@@ -1,0 +1,290 @@
+//! MosaicML Streaming's MDS: the shards an `index.json` lists, and a sample's columns as fields.
+//!
+//! A sample is `u32` sizes of its variable-size columns, then every column's bytes in column
+//! order. Encodings become fields by the reader's convention: `bytes`, `str`, `json`,
+//! `str_int`/`str_float`/`str_decimal`, `jpeg`, `png`, `pil`, `jpeg_array` and the `list[...]`
+//! encodings as stored; `int` and the `int*`/`uint*` scalars as decimal text; `float*` as
+//! shortest round-trip text; `ndarray` (fixed or not) as `.npy`. `pkl` is refused.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::codec::Codec;
+use super::{Decode, ShardSpec, Storage};
+use crate::sample::Field;
+
+/// One column of an MDS dataset.
+#[derive(Debug)]
+struct Column {
+    name: Arc<str>,
+    enc: Enc,
+    /// Fixed size in bytes, or `None` when each sample says.
+    size: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+enum Enc {
+    Raw,
+    Int(&'static str),
+    Float(&'static str),
+    /// `ndarray[:dtype[:shape]]`.
+    NdArray(Option<&'static str>, Option<Vec<usize>>),
+}
+
+/// The sample decoder of one MDS `index.json` (every shard of it shares the columns).
+#[derive(Debug)]
+pub(super) struct Mds {
+    columns: Vec<Column>,
+    key: Option<usize>,
+}
+
+fn dtype_descr(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "uint8" => "|u1",
+        "int8" => "|i1",
+        "uint16" => "<u2",
+        "int16" => "<i2",
+        "float16" => "<f2",
+        "uint32" => "<u4",
+        "int32" => "<i4",
+        "float32" => "<f4",
+        "uint64" => "<u8",
+        "int64" => "<i8",
+        "float64" => "<f8",
+        _ => return None,
+    })
+}
+
+/// MDS's own code for a value dtype in a dynamic `ndarray` (its `_int2value_dtype`).
+fn dtype_of_code(code: u8) -> Option<&'static str> {
+    Some(match code {
+        8 => "|u1",
+        9 => "|i1",
+        16 => "<u2",
+        17 => "<i2",
+        18 => "<f2",
+        32 => "<u4",
+        33 => "<i4",
+        34 => "<f4",
+        64 => "<u8",
+        65 => "<i8",
+        66 => "<f8",
+        _ => return None,
+    })
+}
+
+fn encoding(text: &str) -> Result<Enc, String> {
+    let (head, rest) = text.split_once(':').map_or((text, None), |(h, r)| (h, Some(r)));
+    Ok(match head {
+        "bytes" | "str" | "json" | "str_int" | "str_float" | "str_decimal" | "jpeg" | "png" | "pil" | "jpeg_array"
+        | "jpegarray" | "list[pil]" | "list[jpeg]" | "list[png]" => Enc::Raw,
+        "int" => Enc::Int("<i8"),
+        "pkl" => {
+            return Err("pickle columns run arbitrary code when loaded: write the column with another encoding, or \
+                        leave it out with columns="
+                .into())
+        }
+        "ndarray" => {
+            let mut parts = rest.unwrap_or("").split(':').filter(|p| !p.is_empty());
+            let dtype = match parts.next() {
+                Some(d) => Some(dtype_descr(d).ok_or_else(|| format!("ndarray dtype `{d}` is not one MDS writes"))?),
+                None => None,
+            };
+            let shape = match parts.next() {
+                Some(s) => Some(
+                    s.split(',')
+                        .map(|d| d.trim().parse::<usize>())
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|_| format!("ndarray shape `{s}` is not a list of sizes"))?,
+                ),
+                None => None,
+            };
+            Enc::NdArray(dtype, shape)
+        }
+        other => {
+            let descr = dtype_descr(other).ok_or_else(|| format!("the encoding `{text}` is not one MDS writes"))?;
+            if other.starts_with("float") {
+                Enc::Float(descr)
+            } else {
+                Enc::Int(descr)
+            }
+        }
+    })
+}
+
+/// The shards of MDS index `index` (JSON already parsed) in directory `dir` (`""` or ending
+/// in `/`), keeping the columns in `wanted` (all when `None`).
+pub(super) fn shards(index: &Value, dir: &str, wanted: Option<&[&str]>) -> Result<Vec<ShardSpec>, String> {
+    let list = index["shards"].as_array().ok_or("it has no `shards` list")?;
+    let mut out = Vec::with_capacity(list.len());
+    let mut decoder: Option<Arc<Mds>> = None;
+    for (n, s) in list.iter().enumerate() {
+        let at = |what: &str| format!("shard {n}: {what}");
+        if s["format"].as_str() != Some("mds") {
+            return Err(at(&format!("format {} is not mds (only MDS shards are read)", s["format"])));
+        }
+        let names = s["column_names"].as_array().ok_or_else(|| at("no column_names"))?;
+        let encs = s["column_encodings"].as_array().ok_or_else(|| at("no column_encodings"))?;
+        let sizes = s["column_sizes"].as_array().ok_or_else(|| at("no column_sizes"))?;
+        if names.len() != encs.len() || names.len() != sizes.len() {
+            return Err(at("column_names, column_encodings and column_sizes differ in length"));
+        }
+        let d = match &decoder {
+            Some(d) => d.clone(),
+            None => {
+                let mut columns = Vec::with_capacity(names.len());
+                let mut key = None;
+                for ((name, enc), size) in names.iter().zip(encs).zip(sizes) {
+                    let name = name.as_str().ok_or_else(|| at("a column name is not a string"))?;
+                    let enc_text = enc.as_str().ok_or_else(|| at("a column encoding is not a string"))?;
+                    let keep = name == super::KEY || wanted.is_none_or(|w| w.contains(&name));
+                    let enc = match encoding(enc_text) {
+                        Ok(e) => e,
+                        // A refused column the projection leaves out is never decoded.
+                        Err(_) if !keep => Enc::Raw,
+                        Err(why) => return Err(format!("column `{name}` ({enc_text}): {why}")),
+                    };
+                    if name == super::KEY && enc_text == "str" {
+                        key = Some(columns.len());
+                    }
+                    let size = match size {
+                        Value::Null => None,
+                        v => Some(v.as_u64().ok_or_else(|| at("a column size is not a number"))? as usize),
+                    };
+                    columns.push(Column { name: Arc::from(name), enc, size });
+                }
+                if let Some(w) = wanted {
+                    let have: Vec<&str> = columns.iter().map(|c| &*c.name).collect();
+                    if let Some(unknown) = w.iter().find(|n| !have.contains(n)) {
+                        return Err(format!(
+                            "columns: there is no column `{unknown}`; the columns are {}",
+                            have.join(", ")
+                        ));
+                    }
+                }
+                let d = Arc::new(Mds { columns, key });
+                decoder = Some(d.clone());
+                d
+            }
+        };
+        let samples = s["samples"].as_u64().ok_or_else(|| at("no sample count"))? as usize;
+        let raw = &s["raw_data"];
+        let raw_name = raw["basename"].as_str().ok_or_else(|| at("raw_data has no basename"))?;
+        let storage = match (&s["zip_data"], s["compression"].as_str()) {
+            (Value::Object(z), Some(c)) => {
+                let codec =
+                    Codec::parse(c).ok_or_else(|| at(&format!("compression `{c}` is not one this reader knows")))?;
+                let zip_name =
+                    z.get("basename").and_then(Value::as_str).ok_or_else(|| at("zip_data has no basename"))?;
+                Storage::Whole { path: format!("{dir}{zip_name}"), codec, hashes: hashes(z.get("hashes")) }
+            }
+            _ => Storage::Raw,
+        };
+        out.push(ShardSpec {
+            path: format!("{dir}{raw_name}"),
+            stem: format!("{dir}{}", raw_name.strip_suffix(".mds").unwrap_or(raw_name)),
+            samples,
+            size: raw["bytes"].as_u64(),
+            storage,
+            decode: Decode::Mds(d),
+        });
+    }
+    Ok(out)
+}
+
+fn hashes(v: Option<&Value>) -> Vec<(String, String)> {
+    v.and_then(Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_ascii_lowercase()))).collect())
+        .unwrap_or_default()
+}
+
+impl Mds {
+    /// The key (if the sample has a `__key__` column) and fields of one sample's bytes.
+    pub(super) fn decode(&self, data: &[u8], wanted: Option<&[&str]>) -> Result<(Option<String>, Vec<Field>), String> {
+        let mut at = 0usize;
+        let mut sizes = Vec::with_capacity(self.columns.len());
+        for c in &self.columns {
+            match c.size {
+                Some(s) => sizes.push(s),
+                None => {
+                    let b = data.get(at..at + 4).ok_or("the sample is shorter than its column sizes")?;
+                    sizes.push(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+                    at += 4;
+                }
+            }
+        }
+        let mut key = None;
+        let mut fields = Vec::with_capacity(self.columns.len());
+        for (i, (c, &size)) in self.columns.iter().zip(&sizes).enumerate() {
+            let value = data.get(at..at.saturating_add(size)).ok_or_else(|| {
+                format!("column `{}` runs past the sample's end ({} bytes at {at} of {})", c.name, size, data.len())
+            })?;
+            at += size;
+            if Some(i) == self.key {
+                key = Some(String::from_utf8_lossy(value).into_owned());
+                continue;
+            }
+            if wanted.is_some_and(|w| !w.contains(&&*c.name)) {
+                continue;
+            }
+            let bytes = match &c.enc {
+                Enc::Raw => value.to_vec(),
+                Enc::Int(d) => super::int_text(d, value).ok_or_else(|| bad(&c.name, value))?.into_bytes(),
+                Enc::Float(d) => super::float_text(d, value).ok_or_else(|| bad(&c.name, value))?.into_bytes(),
+                Enc::NdArray(dtype, shape) => {
+                    ndarray(*dtype, shape.as_deref(), value).map_err(|e| format!("column `{}`: {e}", c.name))?
+                }
+            };
+            fields.push(Field { name: c.name.clone(), data: bytes.into() });
+        }
+        Ok((key, fields))
+    }
+}
+
+fn bad(name: &str, value: &[u8]) -> String {
+    format!("column `{name}` holds {} bytes, not a value of its encoding", value.len())
+}
+
+/// An MDS `ndarray` value as `.npy`: dtype and shape from the encoding, or from the value's
+/// own header (`[dtype code] [ndim << 2 | shape width] [shape] [values]`).
+fn ndarray(dtype: Option<&'static str>, shape: Option<&[usize]>, v: &[u8]) -> Result<Vec<u8>, String> {
+    let mut at = 0usize;
+    let dtype = match dtype {
+        Some(d) => d,
+        None => {
+            let code = *v.first().ok_or("an empty ndarray value")?;
+            at = 1;
+            dtype_of_code(code).ok_or_else(|| format!("dtype code {code} is not one MDS writes"))?
+        }
+    };
+    let shape: Vec<usize> = match shape {
+        Some(s) => s.to_vec(),
+        None => {
+            let b = *v.get(at).ok_or("the ndarray value ends before its shape")?;
+            at += 1;
+            let (ndim, width) = ((b >> 2) as usize, 1usize << (b & 3));
+            let dims = v.get(at..at + ndim * width).ok_or("the ndarray value ends inside its shape")?;
+            at += ndim * width;
+            dims.chunks(width)
+                .map(|c| {
+                    let mut w = [0u8; 8];
+                    w[..width].copy_from_slice(c);
+                    u64::from_le_bytes(w) as usize
+                })
+                .collect()
+        }
+    };
+    let item = match dtype.as_bytes().last() {
+        Some(b'1') => 1,
+        Some(b'2') => 2,
+        Some(b'4') => 4,
+        _ => 8,
+    };
+    let values = &v[at..];
+    let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or("the ndarray shape overflows")?;
+    if count.checked_mul(item) != Some(values.len()) {
+        return Err(format!("shape {shape:?} of {dtype} needs {count} values, the value holds {} bytes", values.len()));
+    }
+    Ok(crate::source::npy::npy(dtype, &shape, values))
+}
