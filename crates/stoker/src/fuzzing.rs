@@ -221,3 +221,16 @@ fn resync_fixture() -> &'static [u8] {
         b.into_inner().unwrap_or_default()
     })
 }
+
+/// A Parquet file's footer and page index: whatever parses must give a schema the reader
+/// either maps to fields or refuses with an error.
+pub fn parquet_footer(data: &[u8]) {
+    crate::source::parquet::fuzz(data);
+}
+
+/// MDS and LitData `index.json` files and the items of their shards: the first byte picks
+/// which; indexes must parse or fail, and items of a parsed layout must decode or fail,
+/// never panic or read out of bounds.
+pub fn records_index(data: &[u8]) {
+    crate::source::records::fuzz(data);
+}

@@ -423,6 +423,19 @@ impl AsyncFileReader for StoreFile {
     }
 }
 
+/// The fuzz target `parquet_footer`: `data` as a whole Parquet file's metadata, then its
+/// schema through the column planner.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz(data: &[u8]) {
+    let bytes = Bytes::copy_from_slice(data);
+    let Ok(meta) = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional).parse_and_finish(&bytes)
+    else {
+        return;
+    };
+    let Ok(arrow) = ArrowReaderMetadata::try_new(Arc::new(meta), ArrowReaderOptions::new()) else { return };
+    let _ = values::plan(arrow.schema(), None, "fuzz.parquet");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

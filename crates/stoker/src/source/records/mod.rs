@@ -591,6 +591,27 @@ impl SampleSource for RecordsSource {
     }
 }
 
+/// The fuzz target `records_index`: the first byte picks MDS or LitData; the rest, up to a
+/// NUL, is an `index.json`, and what follows is one item of each shard it lists.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz(data: &[u8]) {
+    let Some((&pick, rest)) = data.split_first() else { return };
+    let (json, item) = rest.split_at(rest.iter().position(|&b| b == 0).unwrap_or(rest.len()));
+    let Ok(index) = serde_json::from_slice::<serde_json::Value>(json) else { return };
+    let wanted: Option<&[&str]> = if pick & 2 == 2 { Some(&["a", "b"]) } else { None };
+    let shards = if pick & 1 == 0 { mds::shards(&index, "d/", wanted) } else { litdata::shards(&index, "d/", wanted) };
+    let Ok(shards) = shards else { return };
+    for s in shards.iter().take(4) {
+        let decoded = match &s.decode {
+            Decode::Mds(d) => d.decode(item, wanted),
+            Decode::Litdata(d) => d.decode(item, wanted),
+        };
+        if let Ok((_, fields)) = decoded {
+            assert!(fields.iter().all(|f| wanted.is_none_or(|w| w.contains(&&*f.name))), "projection kept others");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
