@@ -6,6 +6,7 @@ what they hold.
     python write_records.py mds-gz OUTDIR        # the same, compression="gz"
     python write_records.py litdata OUTDIR       # litdata.optimize, dict samples
     python write_records.py litdata-zstd OUTDIR  # the same, compression="zstd" (in-file zstd frames)
+    python write_records.py litdata-rows OUTDIR  # flat dicts of str/bytes/int/float: LitData stores them as an Arrow footer
 
 Prints the expected samples as JSON: [{"key": ..., "fields": [[name, hex], ...]}, ...] in the
 order Stoker returns them (shard order, then order in the shard), values by Stoker's
@@ -103,11 +104,17 @@ def lit_item(i):
     }
 
 
-def write_litdata(out, compression):
+def lit_row(i):
+    item = lit_item(i)
+    del item["arr"]
+    return item
+
+
+def write_litdata(out, compression, rows=False):
     import litdata
 
     kwargs = {"compression": compression} if compression else {}
-    litdata.optimize(fn=lit_item, inputs=list(range(N)), output_dir=str(out), chunk_bytes="16KB", num_workers=1,
+    litdata.optimize(fn=lit_row if rows else lit_item, inputs=list(range(N)), output_dir=str(out), chunk_bytes="16KB", num_workers=1,
                      mode="overwrite", **kwargs)
     # The order LitData itself reads them back in (chunk order), checked against what was written.
     ds = litdata.StreamingDataset(str(out))
@@ -124,6 +131,8 @@ def write_litdata(out, compression):
             ["arr", npy(want["arr"])],
             ["ok", b"1" if want["ok"] else b"0"],
         ]
+        if rows:
+            fields = [f for f in fields if f[0] != "arr"]
         samples.append({"key": want["__key__"], "fields": [[n, v.hex()] for n, v in fields]})
     return samples
 
@@ -149,6 +158,11 @@ def write(kind, out):
     if kind.startswith("mds"):
         compression = {"mds": None, "mds-zstd": "zstd", "mds-gz": "gz"}[kind]
         return write_mds(out, compression)
+    if kind == "litdata-rows":
+        out_rows = write_litdata(out, None, rows=True)
+        data = (out / "chunk-0-0.bin").read_bytes()
+        assert data.endswith(b"LDARW01\0"), "LitData stored these rows as an Arrow footer"
+        return out_rows
     return write_litdata(out, {"litdata": None, "litdata-zstd": "zstd"}[kind])
 
 

@@ -23,6 +23,7 @@ async fn mds_and_litdata_written_by_their_writers_read_back_field_by_field_local
         ("mds-gz", Layout::Mds),
         ("litdata", Layout::Litdata),
         ("litdata-zstd", Layout::Litdata),
+        ("litdata-rows", Layout::Litdata),
     ];
     let mut all = Vec::new();
     for (kind, layout) in kinds {

@@ -14,7 +14,7 @@
 //! set, in `<col>.path`). A null omits the field. The key is a `__key__` string column when
 //! there is one, else `<file stem>/<row in file, 6 digits>`.
 
-mod values;
+pub(crate) mod values;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -428,7 +428,8 @@ impl AsyncFileReader for StoreFile {
 #[cfg(feature = "fuzzing")]
 pub(crate) fn fuzz(data: &[u8]) {
     let bytes = Bytes::copy_from_slice(data);
-    let Ok(meta) = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional).parse_and_finish(&bytes)
+    let Ok(meta) =
+        ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional).parse_and_finish(&bytes)
     else {
         return;
     };

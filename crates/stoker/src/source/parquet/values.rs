@@ -13,8 +13,8 @@ use crate::sample::Field;
 
 /// One column a source delivers, and how.
 #[derive(Debug)]
-pub(super) struct Column {
-    pub(super) name: String,
+pub(crate) struct Column {
+    pub(crate) name: String,
     /// Root column index in the file schema (for the projection).
     pub(super) index: usize,
     field: Arc<str>,
@@ -81,7 +81,7 @@ fn kind_of(t: &DataType) -> Option<Kind> {
 
 /// The columns to read (all but `__key__`, or those `wanted` names) and the root index of
 /// `__key__` if the files have a string one. `shown` names the file for errors.
-pub(super) fn plan(schema: &Schema, wanted: Option<&[&str]>, shown: &str) -> Result<(Vec<Column>, Option<usize>)> {
+pub(crate) fn plan(schema: &Schema, wanted: Option<&[&str]>, shown: &str) -> Result<(Vec<Column>, Option<usize>)> {
     let fields = schema.fields();
     let key_column = fields.iter().position(|f| {
         f.name() == super::KEY_COLUMN
@@ -120,7 +120,7 @@ pub(super) fn plan(schema: &Schema, wanted: Option<&[&str]>, shown: &str) -> Res
 }
 
 /// The key in row `r` of a `__key__` column, unless null.
-pub(super) fn key_of(a: &ArrayRef, r: usize) -> Option<String> {
+pub(crate) fn key_of(a: &ArrayRef, r: usize) -> Option<String> {
     if a.is_null(r) {
         return None;
     }
@@ -205,7 +205,7 @@ fn list_bytes(values: &dyn Array) -> Option<(usize, Vec<u8>)> {
 
 impl Column {
     /// Append this column's field(s) of row `r` of `a` to `out` (none for a null).
-    pub(super) fn push_fields(&self, a: &ArrayRef, r: usize, out: &mut Vec<Field>) -> std::result::Result<(), String> {
+    pub(crate) fn push_fields(&self, a: &ArrayRef, r: usize, out: &mut Vec<Field>) -> std::result::Result<(), String> {
         if a.is_null(r) {
             return Ok(());
         }

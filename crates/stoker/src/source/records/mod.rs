@@ -158,6 +158,9 @@ enum Table {
     Offsets(Vec<u32>),
     /// Framed: offsets into the concatenated uncompressed items, and the frames.
     Frames { offsets: Vec<u32>, frames: Vec<Frame> },
+    /// LitData's Arrow-footer chunk: every item is a row of the Arrow IPC file at this
+    /// byte range (the items themselves are empty).
+    Arrow(Range<u64>),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -337,7 +340,15 @@ impl Inner {
                         self.count_matches(shard, &b)?;
                         let offsets = le_u32s(&b[4..]);
                         self.check_offsets(shard, &offsets, n, s.size)?;
-                        Table::Offsets(offsets)
+                        let empty = n > 0 && offsets.iter().all(|&o| u64::from(o) == header);
+                        match (&s.decode, s.size) {
+                            // LitData keeps rows of flat dicts as an Arrow IPC file after the
+                            // (then empty) items, named by a trailer.
+                            (Decode::Litdata(_), Some(size)) if empty => {
+                                Table::Arrow(self.arrow_span(shard, size).await?)
+                            }
+                            _ => Table::Offsets(offsets),
+                        }
                     }
                     Storage::Whole { .. } => {
                         let raw = self.whole(shard).await?;
@@ -379,6 +390,88 @@ impl Inner {
             ));
         }
         Ok(())
+    }
+
+    /// Where the Arrow IPC file of an Arrow-footer chunk of `size` bytes lies.
+    async fn arrow_span(&self, shard: usize, size: u64) -> Result<Range<u64>> {
+        let s = &self.shards[shard];
+        let tail_at = size.checked_sub(12).ok_or_else(|| self.corrupt(shard, String::new(), "too short".into()))?;
+        let tail = self.store.get_range(&s.path, tail_at..size).await.map_err(|e| self.short(shard, e))?;
+        if &tail[4..] != b"LDARW01\0" {
+            return Err(self.corrupt(
+                shard,
+                String::new(),
+                "its items are empty and no Arrow footer (LDARW01) follows them".into(),
+            ));
+        }
+        let len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+        let start = tail_at.checked_sub(len).ok_or_else(|| {
+            self.corrupt(shard, String::new(), "its Arrow footer claims more bytes than the chunk has".into())
+        })?;
+        Ok(start..tail_at)
+    }
+
+    /// Items `items` (sorted, distinct) of an Arrow-footer chunk, as samples: its IPC file is
+    /// read once (and kept), then only the record batches holding them are decoded.
+    async fn arrow_samples(&self, shard: usize, span: Range<u64>, items: &[usize]) -> Result<Vec<Sample>> {
+        let cached = self.kept.lock().unwrap_or_else(|e| e.into_inner()).get((shard, usize::MAX));
+        let ipc = match cached {
+            Some(b) => b,
+            None => {
+                let b = self.store.get_range(&self.shards[shard].path, span).await.map_err(|e| self.short(shard, e))?;
+                self.kept.lock().unwrap_or_else(|e| e.into_inner()).put((shard, usize::MAX), b.clone());
+                b
+            }
+        };
+        let s = &self.shards[shard];
+        let shown = self.store.describe(&s.path);
+        let bad = |why: String| self.corrupt(shard, String::new(), format!("its Arrow footer does not read: {why}"));
+        let mut reader =
+            arrow_ipc::reader::FileReader::try_new(std::io::Cursor::new(ipc), None).map_err(|e| bad(e.to_string()))?;
+        let schema = reader.schema();
+        let wanted: Option<Vec<&str>> = self.wanted.as_ref().map(|w| w.iter().map(String::as_str).collect());
+        let (columns, key_column) = crate::source::parquet::values::plan(&schema, wanted.as_deref(), &shown)?;
+        let key_name = key_column.map(|k| schema.field(k).name().clone());
+        let mut out = Vec::with_capacity(items.len());
+        // Record batches in order, items sorted: walk forward through both.
+        let (mut next_batch, mut first, mut batch) = (0usize, 0usize, None::<arrow_array::RecordBatch>);
+        for &item in items {
+            while batch.as_ref().is_none_or(|b| item >= first + b.num_rows()) {
+                if let Some(b) = &batch {
+                    first += b.num_rows();
+                }
+                if next_batch >= reader.num_batches() {
+                    return Err(bad(format!("item {item} is past its rows")));
+                }
+                reader.set_index(next_batch).map_err(|e| bad(e.to_string()))?;
+                next_batch += 1;
+                let b = reader.next().ok_or_else(|| bad("a record batch is missing".into()))?;
+                batch = Some(b.map_err(|e| bad(e.to_string()))?);
+            }
+            let Some(b) = batch.as_ref() else { return Err(bad("no record batch".into())) };
+            let r = item - first;
+            let key = key_name
+                .as_ref()
+                .and_then(|k| b.column_by_name(k))
+                .and_then(|c| crate::source::parquet::values::key_of(c, r))
+                .unwrap_or_else(|| format!("{}/{item:06}", s.stem));
+            let mut fields = Vec::with_capacity(columns.len());
+            for col in &columns {
+                let Some(array) = b.column_by_name(&col.name) else { continue };
+                col.push_fields(array, r, &mut fields).map_err(|why| self.corrupt(shard, key.clone(), why))?;
+            }
+            out.push(Sample { key, fields });
+        }
+        Ok(out)
+    }
+
+    /// Items `items` (sorted, distinct) of `shard` as samples, in that order.
+    async fn samples(&self, shard: usize, items: &[usize]) -> Result<Vec<Sample>> {
+        if let Table::Arrow(span) = &*self.table(shard).await? {
+            return self.arrow_samples(shard, span.clone(), items).await;
+        }
+        let got = self.items(shard, items).await?;
+        items.iter().zip(&got).map(|(&item, data)| self.sample(shard, item, data)).collect()
     }
 
     /// The frame table of a LitData framed-zstd chunk.
@@ -468,6 +561,7 @@ impl Inner {
                 }
                 Ok(out)
             }
+            (Table::Arrow(_), _) => Err(Error::internal("records: item bytes of an Arrow-footer chunk")),
             (Table::Frames { offsets, frames }, _) => {
                 let mut out = Vec::with_capacity(items.len());
                 for &i in items {
@@ -539,8 +633,8 @@ impl SampleSource for RecordsSource {
 
     async fn get(&self, index: usize) -> Result<Sample> {
         let (shard, item) = self.inner.locate(index)?;
-        let got = self.inner.items(shard, &[item]).await?;
-        self.inner.sample(shard, item, &got[0])
+        let mut got = self.inner.samples(shard, &[item]).await?;
+        got.pop().ok_or_else(|| Error::internal("records: a sample read came back empty"))
     }
 
     /// Per shard the batch touches, its items in one (merged) read; shards at once.
@@ -554,12 +648,12 @@ impl SampleSource for RecordsSource {
             wanted.sort_unstable();
             let mut items: Vec<usize> = wanted.iter().map(|&(i, _)| i).collect();
             items.dedup();
-            let got = self.inner.items(shard, &items).await?;
+            let got = self.inner.samples(shard, &items).await?;
             let mut out = Vec::with_capacity(wanted.len());
             for (item, pos) in wanted {
                 let at =
                     items.binary_search(&item).map_err(|_| Error::internal("records: a planned item is missing"))?;
-                out.push((pos, self.inner.sample(shard, item, &got[at])?));
+                out.push((pos, got[at].clone()));
             }
             Ok::<_, Error>(out)
         });
