@@ -399,3 +399,55 @@ async fn index_reports_progress_shard_by_shard() {
     assert_eq!((r.objects, r.samples), (8, 30));
     assert_eq!(seen.into_inner().unwrap(), (1..=8).map(|d| (d, 8)).collect::<Vec<_>>());
 }
+
+/// The Python with the writers of Parquet, MDS and LitData (integration/setup.sh makes it).
+fn writers_python() -> PathBuf {
+    std::env::var_os("STOKER_WRITERS_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-peers/bin/python"))
+}
+
+/// Formats read as they are convert to tar shards: a Hugging Face Parquet export and MDS
+/// shards, packed, read back sample for sample; `inspect` and `ls` name the layouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pack_converts_parquet_and_mds_to_tar_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = |name: &str| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/py").join(name);
+    for (name, kind) in [("write_parquet.py", "hf"), ("write_records.py", "mds")] {
+        let src = dir.path().join(kind);
+        let run = Command::new(writers_python()).arg(script(name)).arg(kind).arg(&src).output().expect("run writer");
+        assert!(
+            run.status.success(),
+            "{name} {kind}: {} (run integration/setup.sh)",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let inspect = ok(&stoker(&["inspect", s(&src), "--json"]));
+        assert_eq!(inspect["layout"], if kind == "hf" { "parquet" } else { "mds" }, "{inspect}");
+        let ls = stoker(&["ls", s(&src), "--limit", "3"]);
+        assert!(ls.status.success() && String::from_utf8_lossy(&ls.stdout).lines().count() == 3);
+
+        let dest = dir.path().join(format!("{kind}-tar"));
+        ok(&stoker(&["pack", s(&src), s(&dest), "--json"]));
+        let (a, b) = (
+            stoker::open(s(&src), SourceOptions::default()).await.unwrap(),
+            stoker::open(s(&dest), SourceOptions::default()).await.unwrap(),
+        );
+        assert_eq!(b.info().layout, "tar");
+        assert_eq!(a.len(), b.len());
+        let mut by_key: BTreeMap<String, Sample> = BTreeMap::new();
+        for i in 0..b.len() {
+            let got = b.get(i).await.unwrap();
+            by_key.insert(got.key.clone(), got);
+        }
+        for i in 0..a.len() {
+            let want = a.get(i).await.unwrap();
+            let got = by_key.get(&want.key).unwrap_or_else(|| panic!("{kind}: {} was not packed", want.key));
+            let mut fields: Vec<&Field> = want.fields.iter().collect();
+            fields.sort_by(|x, y| x.name.cmp(&y.name));
+            let mut packed: Vec<&Field> = got.fields.iter().collect();
+            packed.sort_by(|x, y| x.name.cmp(&y.name));
+            // Tar member names lower-case the extension; these field names are lower case already.
+            assert_eq!(fields, packed, "{kind}: {}", want.key);
+        }
+    }
+}
