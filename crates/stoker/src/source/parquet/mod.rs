@@ -19,7 +19,7 @@ pub(crate) mod values;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
 use async_trait::async_trait;
@@ -105,8 +105,39 @@ pub(crate) async fn open(
     if starts.last() == Some(&0) {
         return Err(Error::Empty { uri: display, reason: "the Parquet files hold no rows".into() });
     }
+    // What the projected columns take decoded, from the footers' uncompressed sizes.
+    let projected: u64 = files
+        .iter()
+        .flat_map(|f| f.meta.metadata().row_groups().iter())
+        .map(|rg| {
+            let chunks = rg.columns().iter().filter(|c| {
+                let root = c.column_path().parts().first().map(String::as_str);
+                root.is_some_and(|r| columns.iter().any(|k| k.name == r) || r == KEY_COLUMN)
+            });
+            chunks.map(|c| u64::try_from(c.uncompressed_size()).unwrap_or(0)).sum::<u64>()
+        })
+        .sum();
+    let fits = projected <= DECODED_BYTES as u64 / 2;
+    let schema = {
+        let keep: Vec<usize> = columns.iter().map(|c| c.index).chain(key_column).collect();
+        let mut keep = keep;
+        keep.sort_unstable();
+        Arc::new(schema.project(&keep).map_err(|e| Error::internal(format!("parquet: projecting the schema: {e}")))?)
+    };
     Ok(Arc::new(ParquetSource {
-        inner: Arc::new(Inner { store, display, files, groups, starts, columns, key_column, concurrency }),
+        inner: Arc::new(Inner {
+            store,
+            display,
+            files,
+            groups,
+            starts,
+            columns,
+            key_column,
+            concurrency,
+            schema,
+            fits,
+            decoded: Mutex::new(Decoded::default()),
+        }),
     }))
 }
 
@@ -153,6 +184,45 @@ struct Inner {
     /// Root column index of `__key__`, when the files have one.
     key_column: Option<usize>,
     concurrency: usize,
+    /// The projected schema of the decoded groups.
+    schema: arrow_schema::SchemaRef,
+    /// Whether every row group, decoded, fits [`DECODED_BYTES`].
+    fits: bool,
+    /// Row groups decoded whole, least recently used first.
+    decoded: Mutex<Decoded>,
+}
+
+/// Decoded row groups kept at most (bytes of Arrow arrays).
+const DECODED_BYTES: usize = 512 << 20;
+
+/// Row groups decoded whole, least recently used first, within [`DECODED_BYTES`].
+#[derive(Default)]
+struct Decoded {
+    groups: Vec<(usize, RecordBatch, usize)>,
+    bytes: usize,
+}
+
+impl Decoded {
+    fn get(&mut self, g: usize) -> Option<RecordBatch> {
+        let i = self.groups.iter().position(|(k, _, _)| *k == g)?;
+        let e = self.groups.remove(i);
+        let b = e.1.clone();
+        self.groups.push(e);
+        Some(b)
+    }
+
+    fn put(&mut self, g: usize, b: RecordBatch) {
+        if self.groups.iter().any(|(k, _, _)| *k == g) {
+            return;
+        }
+        let size = b.get_array_memory_size();
+        self.bytes += size;
+        self.groups.push((g, b, size));
+        while self.bytes > DECODED_BYTES && self.groups.len() > 1 {
+            let (_, _, old) = self.groups.remove(0);
+            self.bytes -= old;
+        }
+    }
 }
 
 struct File {
@@ -184,9 +254,55 @@ impl Inner {
         Ok((g, index - self.starts[g]))
     }
 
-    /// Rows `rows` (sorted, distinct) of group `g`, as samples in that order: only the pages
-    /// holding them, of the projected columns.
-    async fn read_group(&self, g: usize, rows: &[usize]) -> Result<Vec<Sample>> {
+    /// Row `r` of `batch`, which is row `row` of group `g`, as a sample.
+    fn sample_of(&self, g: usize, batch: &RecordBatch, r: usize, row: usize) -> Result<Sample> {
+        let group = &self.groups[g];
+        let file = &self.files[group.file];
+        let row_in_file = group.first_row + row;
+        let key = match self.key_column.and_then(|_| batch.column_by_name(KEY_COLUMN)) {
+            Some(c) => values::key_of(c, r).unwrap_or_else(|| format!("{}/{row_in_file:06}", file.stem)),
+            None => format!("{}/{row_in_file:06}", file.stem),
+        };
+        let mut fields = Vec::with_capacity(self.columns.len());
+        for col in &self.columns {
+            let Some(array) = batch.column_by_name(&col.name) else { continue };
+            col.push_fields(array, r, &mut fields).map_err(|why| Error::CorruptData {
+                shard: self.store.describe(&file.path),
+                key: key.clone(),
+                field: col.name.clone(),
+                reason: why,
+            })?;
+        }
+        Ok(Sample { key, fields })
+    }
+
+    /// Whether to decode group `g` whole (and keep it) for a read of `rows` of its rows:
+    /// when the whole data set fits the decoded-group budget (every group will be wanted
+    /// again: a shuffled epoch touches each many times), or when the read wants an eighth of
+    /// the group anyway. Otherwise only the pages holding the rows are read.
+    fn whole(&self, g: usize, rows: usize) -> bool {
+        self.fits || rows.saturating_mul(8) >= self.groups[g].rows
+    }
+
+    /// Group `g` decoded whole (projected columns), from the kept ones or read now.
+    async fn decoded(&self, g: usize) -> Result<RecordBatch> {
+        if let Some(b) = self.decoded.lock().unwrap_or_else(|e| e.into_inner()).get(g) {
+            return Ok(b);
+        }
+        let group = &self.groups[g];
+        let batch = self.read_batches(g, None).await?;
+        let batch = match batch.len() {
+            1 => batch.into_iter().next().unwrap_or_else(|| RecordBatch::new_empty(self.schema.clone())),
+            _ => arrow_select::concat::concat_batches(&self.schema, &batch).map_err(|e| {
+                corrupt(&self.store.describe(&self.files[group.file].path), group.group, &e.to_string())
+            })?,
+        };
+        self.decoded.lock().unwrap_or_else(|e| e.into_inner()).put(g, batch.clone());
+        Ok(batch)
+    }
+
+    /// The record batches of group `g`: the rows `rows` selects (sorted, distinct), or all.
+    async fn read_batches(&self, g: usize, rows: Option<&[usize]>) -> Result<Vec<RecordBatch>> {
         let group = &self.groups[g];
         let file = &self.files[group.file];
         let reader = StoreFile {
@@ -195,38 +311,41 @@ impl Inner {
             size: file.size,
             meta: Some(file.meta.metadata().clone()),
         };
-        let shown = || self.store.describe(&file.path);
-        let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, file.meta.clone())
+        let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, file.meta.clone())
             .with_row_groups(vec![group.group])
-            .with_row_selection(selection(rows, group.rows))
             .with_projection(file.mask.clone())
-            .with_batch_size(rows.len().max(1))
-            .build()
-            .map_err(|e| not_parquet(&self.store, &file.path, e))?;
-        let batches: Vec<RecordBatch> =
-            stream.try_collect().await.map_err(|e| corrupt(&shown(), group.group, &e.to_string()))?;
+            .with_batch_size(rows.map_or(group.rows, <[usize]>::len).max(1));
+        if let Some(rows) = rows {
+            builder = builder.with_row_selection(selection(rows, group.rows));
+        }
+        let stream = builder.build().map_err(|e| not_parquet(&self.store, &file.path, e))?;
+        stream.try_collect().await.map_err(|e| corrupt(&self.store.describe(&file.path), group.group, &e.to_string()))
+    }
+
+    /// Rows `rows` (sorted, distinct) of group `g`, as samples in that order: from the group
+    /// decoded whole when it is kept, or when `batch` (a batch read, not one `get`) and
+    /// [`Inner::whole`] says so; else only the pages holding them.
+    async fn read_group(&self, g: usize, rows: &[usize], batch: bool) -> Result<Vec<Sample>> {
+        let group = &self.groups[g];
+        let file = &self.files[group.file];
+        let shown = || self.store.describe(&file.path);
+        let kept = self.decoded.lock().unwrap_or_else(|e| e.into_inner()).get(g);
+        let whole = match kept {
+            Some(b) => Some(b),
+            None if batch && self.whole(g, rows.len()) => Some(self.decoded(g).await?),
+            None => None,
+        };
+        if let Some(whole) = whole {
+            return rows.iter().map(|&row| self.sample_of(g, &whole, row, row)).collect();
+        }
+        let batches = self.read_batches(g, Some(rows)).await?;
         let mut out = Vec::with_capacity(rows.len());
         let mut at = 0usize;
         for batch in &batches {
             for r in 0..batch.num_rows() {
                 let Some(&row) = rows.get(at) else { break };
                 at += 1;
-                let row_in_file = group.first_row + row;
-                let key = match self.key_column.and_then(|k| batch.column_by_name(KEY_COLUMN).map(|c| (k, c))) {
-                    Some((_, c)) => values::key_of(c, r).unwrap_or_else(|| format!("{}/{row_in_file:06}", file.stem)),
-                    None => format!("{}/{row_in_file:06}", file.stem),
-                };
-                let mut fields = Vec::with_capacity(self.columns.len());
-                for col in &self.columns {
-                    let Some(array) = batch.column_by_name(&col.name) else { continue };
-                    col.push_fields(array, r, &mut fields).map_err(|why| Error::CorruptData {
-                        shard: shown(),
-                        key: key.clone(),
-                        field: col.name.clone(),
-                        reason: why,
-                    })?;
-                }
-                out.push(Sample { key, fields });
+                out.push(self.sample_of(g, batch, r, row)?);
             }
         }
         if out.len() != rows.len() {
@@ -313,7 +432,7 @@ impl SampleSource for ParquetSource {
 
     async fn get(&self, index: usize) -> Result<Sample> {
         let (g, row) = self.inner.locate(index)?;
-        let mut got = self.inner.read_group(g, &[row]).await?;
+        let mut got = self.inner.read_group(g, &[row], false).await?;
         got.pop().ok_or_else(|| Error::internal("parquet: a row read came back empty"))
     }
 
@@ -328,7 +447,7 @@ impl SampleSource for ParquetSource {
             wanted.sort_unstable();
             let mut rows: Vec<usize> = wanted.iter().map(|&(r, _)| r).collect();
             rows.dedup();
-            let got = self.inner.read_group(g, &rows).await?;
+            let got = self.inner.read_group(g, &rows, true).await?;
             Ok::<_, Error>((rows, got, wanted))
         });
         let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
