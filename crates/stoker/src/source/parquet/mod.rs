@@ -91,7 +91,17 @@ pub(crate) async fn open(
             if rows == 0 {
                 continue;
             }
-            groups.push(Group { file, group: g, first_row: row, rows });
+            let pages = meta.metadata().page_index_for_row_group(g);
+            let coarse = rg
+                .columns()
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| {
+                    let root = c.column_path().parts().first().map(String::as_str);
+                    root.is_some_and(|r| columns.iter().any(|k| k.name == r))
+                })
+                .any(|(i, _)| pages.page_locations(i).is_none_or(|p| p.len() < 8));
+            groups.push(Group { file, group: g, first_row: row, rows, coarse });
             row += rows;
             starts.push(starts.last().copied().unwrap_or(0) + rows);
         }
@@ -124,6 +134,7 @@ pub(crate) async fn open(
         keep.sort_unstable();
         Arc::new(schema.project(&keep).map_err(|e| Error::internal(format!("parquet: projecting the schema: {e}")))?)
     };
+    let loading = groups.iter().map(|_| tokio::sync::Mutex::new(())).collect();
     Ok(Arc::new(ParquetSource {
         inner: Arc::new(Inner {
             store,
@@ -136,6 +147,7 @@ pub(crate) async fn open(
             concurrency,
             schema,
             fits,
+            loading,
             decoded: Mutex::new(Decoded::default()),
         }),
     }))
@@ -190,6 +202,8 @@ struct Inner {
     fits: bool,
     /// Row groups decoded whole, least recently used first.
     decoded: Mutex<Decoded>,
+    /// Per group: held while it is being decoded whole.
+    loading: Vec<tokio::sync::Mutex<()>>,
 }
 
 /// Decoded row groups kept at most (bytes of Arrow arrays).
@@ -240,6 +254,10 @@ struct Group {
     /// Its first row's number in the file.
     first_row: usize,
     rows: usize,
+    /// A projected column of it has fewer than 8 pages, or no page index says: reading a
+    /// few rows decodes much of the group anyway (pyarrow cuts pages every 1,024 values, so
+    /// a column of 64 KiB images is one page per 1,024 rows).
+    coarse: bool,
 }
 
 impl Inner {
@@ -278,14 +296,20 @@ impl Inner {
 
     /// Whether to decode group `g` whole (and keep it) for a read of `rows` of its rows:
     /// when the whole data set fits the decoded-group budget (every group will be wanted
-    /// again: a shuffled epoch touches each many times), or when the read wants an eighth of
-    /// the group anyway. Otherwise only the pages holding the rows are read.
+    /// again: a shuffled epoch touches each many times), when its pages are coarse (see
+    /// [`Group::coarse`]), or when the read wants an eighth of the group anyway. Otherwise only the pages
+    /// holding the rows are read.
     fn whole(&self, g: usize, rows: usize) -> bool {
-        self.fits || rows.saturating_mul(8) >= self.groups[g].rows
+        let group = &self.groups[g];
+        // Without an offset index (pyarrow writes none unless asked) any selection reads
+        // every page of the group's column chunks anyway: decode them once.
+        self.fits || group.coarse || rows.saturating_mul(8) >= group.rows
     }
 
-    /// Group `g` decoded whole (projected columns), from the kept ones or read now.
+    /// Group `g` decoded whole (projected columns), from the kept ones or read now (once:
+    /// batches fetched at once that want the same group wait for one decode).
     async fn decoded(&self, g: usize) -> Result<RecordBatch> {
+        let _one = self.loading[g].lock().await;
         if let Some(b) = self.decoded.lock().unwrap_or_else(|e| e.into_inner()).get(g) {
             return Ok(b);
         }
