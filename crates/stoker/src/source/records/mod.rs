@@ -158,9 +158,21 @@ enum Table {
     Offsets(Vec<u32>),
     /// Framed: offsets into the concatenated uncompressed items, and the frames.
     Frames { offsets: Vec<u32>, frames: Vec<Frame> },
-    /// LitData's Arrow-footer chunk: every item is a row of the Arrow IPC file at this
-    /// byte range (the items themselves are empty).
-    Arrow(Range<u64>),
+    /// LitData's Arrow-footer chunk: every item is a row of the Arrow IPC file after the
+    /// (empty) items.
+    Arrow(ArrowIndex),
+}
+
+/// Where the record batches of an Arrow-footer chunk lie, from its IPC footer and the
+/// batches' message headers (read once; a read then fetches only the batches it needs).
+#[derive(Debug)]
+struct ArrowIndex {
+    schema: arrow_schema::SchemaRef,
+    version: arrow_ipc::MetadataVersion,
+    /// Dictionary blocks (absolute byte ranges), read with every batch that needs them.
+    dictionaries: Vec<(arrow_ipc::Block, Range<u64>)>,
+    /// Per record batch: its block, its absolute byte range, and its first row.
+    batches: Vec<(arrow_ipc::Block, Range<u64>, usize)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -345,7 +357,8 @@ impl Inner {
                             // LitData keeps rows of flat dicts as an Arrow IPC file after the
                             // (then empty) items, named by a trailer.
                             (Decode::Litdata(_), Some(size)) if empty => {
-                                Table::Arrow(self.arrow_span(shard, size).await?)
+                                let span = self.arrow_span(shard, size).await?;
+                                Table::Arrow(self.arrow_index(shard, span).await?)
                             }
                             _ => Table::Offsets(offsets),
                         }
@@ -411,48 +424,108 @@ impl Inner {
         Ok(start..tail_at)
     }
 
-    /// Items `items` (sorted, distinct) of an Arrow-footer chunk, as samples: its IPC file is
-    /// read once (and kept), then only the record batches holding them are decoded.
-    async fn arrow_samples(&self, shard: usize, span: Range<u64>, items: &[usize]) -> Result<Vec<Sample>> {
-        let cached = self.kept.lock().unwrap_or_else(|e| e.into_inner()).get((shard, usize::MAX));
-        let ipc = match cached {
-            Some(b) => b,
-            None => {
-                let b = self.store.get_range(&self.shards[shard].path, span).await.map_err(|e| self.short(shard, e))?;
-                self.kept.lock().unwrap_or_else(|e| e.into_inner()).put((shard, usize::MAX), b.clone());
-                b
+    /// The record batches of the Arrow IPC file at `span` of `shard`: its footer, then each
+    /// batch's message header (for its row count), in one merged read.
+    async fn arrow_index(&self, shard: usize, span: Range<u64>) -> Result<ArrowIndex> {
+        let path = &self.shards[shard].path;
+        let bad = |why: String| self.corrupt(shard, String::new(), format!("its Arrow footer does not read: {why}"));
+        let trailer_at =
+            span.end.checked_sub(10).filter(|&t| t >= span.start).ok_or_else(|| bad("too short".into()))?;
+        let trailer = self.store.get_range(path, trailer_at..span.end).await.map_err(|e| self.short(shard, e))?;
+        let trailer: [u8; 10] = trailer[..].try_into().map_err(|_| bad("a short trailer".into()))?;
+        let footer_len = arrow_ipc::reader::read_footer_length(trailer).map_err(|e| bad(e.to_string()))? as u64;
+        let footer_at = trailer_at
+            .checked_sub(footer_len)
+            .filter(|&f| f >= span.start)
+            .ok_or_else(|| bad("its footer length".into()))?;
+        let footer_bytes = self.store.get_range(path, footer_at..trailer_at).await.map_err(|e| self.short(shard, e))?;
+        let footer = arrow_ipc::root_as_footer(&footer_bytes).map_err(|e| bad(e.to_string()))?;
+        let fb_schema = footer.schema().ok_or_else(|| bad("no schema".into()))?;
+        let schema = Arc::new(arrow_ipc::convert::try_fb_to_schema(fb_schema).map_err(|e| bad(e.to_string()))?);
+        let range = |b: &arrow_ipc::Block| -> Result<Range<u64>> {
+            let at = u64::try_from(b.offset()).ok().and_then(|o| span.start.checked_add(o));
+            let len =
+                u64::try_from(b.metaDataLength()).ok().zip(u64::try_from(b.bodyLength()).ok()).map(|(m, l)| m + l);
+            match (at, len) {
+                (Some(at), Some(len)) if at.checked_add(len).is_some_and(|e| e <= footer_at) => Ok(at..at + len),
+                _ => Err(bad("a block lies outside the file".into())),
             }
         };
+        let dictionaries =
+            footer.dictionaries().iter().flatten().map(|b| Ok((*b, range(b)?))).collect::<Result<Vec<_>>>()?;
+        let blocks: Vec<arrow_ipc::Block> = footer.recordBatches().iter().flatten().copied().collect();
+        let heads: Vec<Range<u64>> = blocks
+            .iter()
+            .map(|b| {
+                let r = range(b)?;
+                Ok(r.start..r.start + u64::try_from(b.metaDataLength()).unwrap_or(0))
+            })
+            .collect::<Result<_>>()?;
+        let merged = ranges::merge(&heads, &ranges::Policy::new(ranges::LOCAL_GAP, ranges::MAX_MERGED));
+        let got = self.store.get_ranges(path, &merged.reads).await.map_err(|e| self.short(shard, e))?;
+        let mut batches = Vec::with_capacity(blocks.len());
+        let mut first = 0usize;
+        for ((b, head), of) in blocks.iter().zip(&heads).zip(&merged.of) {
+            let k = of.ok_or_else(|| bad("an empty batch header".into()))?;
+            let at = (head.start - merged.reads[k].start) as usize;
+            let meta = &got[k][at..at + (head.end - head.start) as usize];
+            // An encapsulated message: continuation marker, length, then the flatbuffer.
+            let body =
+                if meta.len() >= 8 && meta[..4] == [0xff; 4] { &meta[8..] } else { meta.get(4..).unwrap_or(&[]) };
+            let message = arrow_ipc::root_as_message(body).map_err(|e| bad(e.to_string()))?;
+            let header = message.header_as_record_batch().ok_or_else(|| bad("a block is not a record batch".into()))?;
+            batches.push((*b, range(b)?, first));
+            first += usize::try_from(header.length()).map_err(|_| bad("a negative row count".into()))?;
+        }
+        if first != self.shards[shard].samples {
+            return Err(bad(format!("its batches hold {first} rows, its index says {}", self.shards[shard].samples)));
+        }
+        Ok(ArrowIndex { schema, version: footer.version(), dictionaries, batches })
+    }
+
+    /// Items `items` (sorted, distinct) of an Arrow-footer chunk, as samples: only the record
+    /// batches holding them are read (and kept) and decoded.
+    async fn arrow_samples(&self, shard: usize, index: &ArrowIndex, items: &[usize]) -> Result<Vec<Sample>> {
         let s = &self.shards[shard];
         let shown = self.store.describe(&s.path);
         let bad = |why: String| self.corrupt(shard, String::new(), format!("its Arrow footer does not read: {why}"));
-        let mut reader =
-            arrow_ipc::reader::FileReader::try_new(std::io::Cursor::new(ipc), None).map_err(|e| bad(e.to_string()))?;
-        let schema = reader.schema();
         let wanted: Option<Vec<&str>> = self.wanted.as_ref().map(|w| w.iter().map(String::as_str).collect());
-        let (columns, key_column) = crate::source::parquet::values::plan(&schema, wanted.as_deref(), &shown)?;
-        let key_name = key_column.map(|k| schema.field(k).name().clone());
+        let (columns, key_column) = crate::source::parquet::values::plan(&index.schema, wanted.as_deref(), &shown)?;
+        let key_name = key_column.map(|k| index.schema.field(k).name().clone());
+        let mut decoder = arrow_ipc::reader::FileDecoder::new(index.schema.clone(), index.version);
+        for (block, range) in &index.dictionaries {
+            let b = self.store.get_range(&s.path, range.clone()).await.map_err(|e| self.short(shard, e))?;
+            decoder.read_dictionary(block, &arrow_buffer::Buffer::from(b)).map_err(|e| bad(e.to_string()))?;
+        }
         let mut out = Vec::with_capacity(items.len());
-        // Record batches in order, items sorted: walk forward through both.
-        let (mut next_batch, mut first, mut batch) = (0usize, 0usize, None::<arrow_array::RecordBatch>);
+        let mut current: Option<(usize, arrow_array::RecordBatch)> = None;
         for &item in items {
-            while batch.as_ref().is_none_or(|b| item >= first + b.num_rows()) {
-                if let Some(b) = &batch {
-                    first += b.num_rows();
-                }
-                if next_batch >= reader.num_batches() {
-                    return Err(bad(format!("item {item} is past its rows")));
-                }
-                reader.set_index(next_batch).map_err(|e| bad(e.to_string()))?;
-                next_batch += 1;
-                let b = reader.next().ok_or_else(|| bad("a record batch is missing".into()))?;
-                batch = Some(b.map_err(|e| bad(e.to_string()))?);
+            let k = index.batches.partition_point(|(_, _, first)| *first <= item).saturating_sub(1);
+            if current.as_ref().is_none_or(|(c, _)| *c != k) {
+                let (block, range, _) = &index.batches[k];
+                let cached = self.kept.lock().unwrap_or_else(|e| e.into_inner()).get((shard, k));
+                let bytes = match cached {
+                    Some(b) => b,
+                    None => {
+                        let b = self.store.get_range(&s.path, range.clone()).await.map_err(|e| self.short(shard, e))?;
+                        self.kept.lock().unwrap_or_else(|e| e.into_inner()).put((shard, k), b.clone());
+                        b
+                    }
+                };
+                let batch = decoder
+                    .read_record_batch(block, &arrow_buffer::Buffer::from(bytes))
+                    .map_err(|e| bad(e.to_string()))?
+                    .ok_or_else(|| bad("an empty record batch".into()))?;
+                current = Some((k, batch));
             }
-            let Some(b) = batch.as_ref() else { return Err(bad("no record batch".into())) };
-            let r = item - first;
+            let Some((_, b)) = current.as_ref() else { return Err(bad("no record batch".into())) };
+            let r = item - index.batches[k].2;
+            if r >= b.num_rows() {
+                return Err(bad(format!("item {item} lies past its batch's rows")));
+            }
             let key = key_name
                 .as_ref()
-                .and_then(|k| b.column_by_name(k))
+                .and_then(|n| b.column_by_name(n))
                 .and_then(|c| crate::source::parquet::values::key_of(c, r))
                 .unwrap_or_else(|| format!("{}/{item:06}", s.stem));
             let mut fields = Vec::with_capacity(columns.len());
@@ -467,8 +540,9 @@ impl Inner {
 
     /// Items `items` (sorted, distinct) of `shard` as samples, in that order.
     async fn samples(&self, shard: usize, items: &[usize]) -> Result<Vec<Sample>> {
-        if let Table::Arrow(span) = &*self.table(shard).await? {
-            return self.arrow_samples(shard, span.clone(), items).await;
+        let table = self.table(shard).await?;
+        if let Table::Arrow(index) = &*table {
+            return self.arrow_samples(shard, index, items).await;
         }
         let got = self.items(shard, items).await?;
         items.iter().zip(&got).map(|(&item, data)| self.sample(shard, item, data)).collect()
