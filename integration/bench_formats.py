@@ -191,13 +191,20 @@ ROWS = [
     ("litdata", "LitData 0.2.76 `StreamingDataset(shuffle=True)`", "litdata", "litdata", True, {}),
     ("stoker-litdata", "Stoker `Loader(shuffle=True)` over the LitData chunks", "stoker", "litdata", False,
      {"shuffle": True}),
+    # LitData's shuffle=True permutes chunks and shuffles within them; Stoker's like of it is the
+    # shard shuffle (chunks, row groups are the shards), a different mixing than the global one.
+    ("stoker-litdata-shards", 'Stoker `Loader(shuffle="shards")` over the LitData chunks', "stoker", "litdata",
+     False, {"shuffle": "shards"}),
+    ("stoker-parquet-shards", 'Stoker `Loader(shuffle="shards")` over the Parquet files (row groups)', "stoker",
+     "parquet", False, {"shuffle": "shards"}),
     ("mosaicml-s3", "MosaicML Streaming 0.13 over S3 (shuffle=True)", "mosaicml", "mds-s3", True, {}),
     ("stoker-mds-s3", "Stoker `Loader(shuffle=True)` over the MDS shards on S3", "stoker", "mds-s3", False,
      {"shuffle": True}),
 ]
 # Each Stoker row against the peer row on the same data and order.
 PAIRS = {"stoker-parquet-seq": "pyarrow-seq", "stoker-parquet-shuffle": "datasets-shuffle", "stoker-mds": "mosaicml",
-         "stoker-litdata": "litdata", "stoker-mds-s3": "mosaicml-s3"}
+         "stoker-litdata": "litdata", "stoker-mds-s3": "mosaicml-s3", "stoker-litdata-shards": "litdata",
+         "stoker-parquet-shards": "datasets-shuffle"}
 
 
 def selected_rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
