@@ -19,6 +19,7 @@ mod read;
 pub use policy::{Eviction, Plan};
 pub use ranged::RemoteReader;
 pub use read::{is_gone, CachedObject, Gone};
+pub(crate) use disk::default_limit;
 
 use std::collections::HashMap;
 use std::future::Future;

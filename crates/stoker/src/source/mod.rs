@@ -24,6 +24,7 @@ pub(crate) mod parquet;
 pub mod read_ahead;
 pub(crate) mod records;
 pub(crate) mod resolve;
+pub(crate) mod spill;
 pub mod tar;
 pub(crate) mod tar_index;
 

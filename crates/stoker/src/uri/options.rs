@@ -104,6 +104,11 @@ pub struct SourceOptions {
     /// Parquet, MDS, LitData: read only these columns (comma-separated, `image,label`); the
     /// others are never fetched (default: every column).
     pub columns: Option<String>,
+    /// Parquet, MDS, LitData: memory for shards decoded whole (a row group whose pages are
+    /// coarse, a shard compressed as a whole, a LitData record batch), least recently used
+    /// first (default 512 MiB). Parquet row groups dropped with rows still unread are spilled
+    /// to a file of the process's own in the user cache dir, unless `disk_cache=false`.
+    pub decoded_bytes: Option<u64>,
     /// Requests a source keeps in flight for one `get_many` (default 64).
     pub concurrency: Option<usize>,
     /// Ranges closer than this many bytes are read as one request (default 16 KiB).
@@ -325,6 +330,17 @@ impl SourceOptions {
         }
     }
 
+    /// Memory for shards decoded whole ([`SourceOptions::decoded_bytes`]).
+    pub(crate) fn decoded_budget(&self) -> usize {
+        self.decoded_bytes.map_or(DEFAULT_DECODED_BYTES, |b| usize::try_from(b).unwrap_or(usize::MAX))
+    }
+
+    /// Where shards decoded whole are spilled (see `source::spill`), `None` when the disk
+    /// cache is off: `disk_cache=false` means no disk writes at all.
+    pub(crate) fn spill_dir(&self) -> Option<PathBuf> {
+        (self.disk_cache != Some(false)).then(|| user_cache_dir("spill"))
+    }
+
     /// The disk cache directory remote sources use, `None` when the disk cache is off.
     pub fn disk_cache_dir(&self) -> Option<PathBuf> {
         if self.disk_cache == Some(false) {
@@ -333,6 +349,9 @@ impl SourceOptions {
         Some(self.disk_cache_dir.clone().unwrap_or_else(|| user_cache_dir("blocks")))
     }
 }
+
+/// Default of [`SourceOptions::decoded_bytes`].
+const DEFAULT_DECODED_BYTES: usize = 512 << 20;
 
 /// `name` in the user's cache directory for Stoker: `$STOKER_CACHE_DIR/name`, else
 /// `$XDG_CACHE_HOME/stoker/name`, else `~/.cache/stoker/name`, else `stoker-name` in the

@@ -33,6 +33,7 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
 use self::values::Column;
+use super::spill::Spill;
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
@@ -127,7 +128,8 @@ pub(crate) async fn open(
             chunks.map(|c| u64::try_from(c.uncompressed_size()).unwrap_or(0)).sum::<u64>()
         })
         .sum();
-    let fits = projected <= DECODED_BYTES as u64 / 2;
+    let budget = opts.decoded_budget();
+    let fits = projected <= budget as u64 / 2;
     let schema = {
         let keep: Vec<usize> = columns.iter().map(|c| c.index).chain(key_column).collect();
         let mut keep = keep;
@@ -135,6 +137,7 @@ pub(crate) async fn open(
         Arc::new(schema.project(&keep).map_err(|e| Error::internal(format!("parquet: projecting the schema: {e}")))?)
     };
     let loading = groups.iter().map(|_| tokio::sync::Mutex::new(())).collect();
+    let spill = opts.spill_dir().map(|d| Arc::new(Spill::new(d, None)));
     Ok(Arc::new(ParquetSource {
         inner: Arc::new(Inner {
             store,
@@ -148,7 +151,8 @@ pub(crate) async fn open(
             schema,
             fits,
             loading,
-            decoded: Mutex::new(Decoded::default()),
+            decoded: Mutex::new(Decoded { budget, ..Decoded::default() }),
+            spill,
         }),
     }))
 }
@@ -198,44 +202,94 @@ struct Inner {
     concurrency: usize,
     /// The projected schema of the decoded groups.
     schema: arrow_schema::SchemaRef,
-    /// Whether every row group, decoded, fits [`DECODED_BYTES`].
+    /// Whether every row group, decoded, fits the decoded-group budget.
     fits: bool,
     /// Row groups decoded whole, least recently used first.
     decoded: Mutex<Decoded>,
     /// Per group: held while it is being decoded whole.
     loading: Vec<tokio::sync::Mutex<()>>,
+    /// Groups evicted from `decoded` before all their rows were read, written out as
+    /// samples so that their other rows cost one `pread`, not another decode (`None` with
+    /// `disk_cache=false`).
+    spill: Option<Arc<Spill>>,
 }
 
-/// Decoded row groups kept at most (bytes of Arrow arrays).
-const DECODED_BYTES: usize = 512 << 20;
-
-/// Row groups decoded whole, least recently used first, within [`DECODED_BYTES`].
+/// Row groups decoded whole, least recently used first, within `budget` bytes of Arrow
+/// arrays (`decoded_bytes`).
 #[derive(Default)]
 struct Decoded {
-    groups: Vec<(usize, RecordBatch, usize)>,
+    budget: usize,
+    groups: Vec<Kept>,
     bytes: usize,
+    /// Groups evicted with rows not yet read, while they are written to the spill.
+    spilling: Vec<(usize, RecordBatch)>,
+}
+
+/// A group decoded whole, and which of its rows were read since.
+struct Kept {
+    group: usize,
+    batch: RecordBatch,
+    size: usize,
+    read: Vec<bool>,
+    unread: usize,
+}
+
+impl Kept {
+    fn mark(&mut self, rows: &[usize]) {
+        for &r in rows {
+            if let Some(seen) = self.read.get_mut(r) {
+                if !*seen {
+                    *seen = true;
+                    self.unread -= 1;
+                }
+            }
+        }
+    }
 }
 
 impl Decoded {
-    fn get(&mut self, g: usize) -> Option<RecordBatch> {
-        let i = self.groups.iter().position(|(k, _, _)| *k == g)?;
-        let e = self.groups.remove(i);
-        let b = e.1.clone();
-        self.groups.push(e);
-        Some(b)
+    /// Group `g` if kept, marking `rows` read.
+    fn get(&mut self, g: usize, rows: &[usize]) -> Option<RecordBatch> {
+        if let Some(i) = self.groups.iter().position(|k| k.group == g) {
+            let mut e = self.groups.remove(i);
+            e.mark(rows);
+            let b = e.batch.clone();
+            self.groups.push(e);
+            return Some(b);
+        }
+        self.spilling.iter().find(|(k, _)| *k == g).map(|(_, b)| b.clone())
     }
 
-    fn put(&mut self, g: usize, b: RecordBatch) {
-        if self.groups.iter().any(|(k, _, _)| *k == g) {
-            return;
+    /// Keep group `g` with `rows` read; returns the groups evicted with rows still unread,
+    /// which `spilling` holds until [`Decoded::spilled`] (when `spill` is true; else they
+    /// are dropped).
+    fn put(&mut self, g: usize, b: RecordBatch, rows: &[usize], spill: bool) -> Vec<usize> {
+        if self.groups.iter().any(|k| k.group == g) {
+            return Vec::new();
         }
         let size = b.get_array_memory_size();
+        let n = b.num_rows();
+        let mut kept = Kept { group: g, batch: b, size, read: vec![false; n], unread: n };
+        kept.mark(rows);
         self.bytes += size;
-        self.groups.push((g, b, size));
-        while self.bytes > DECODED_BYTES && self.groups.len() > 1 {
-            let (_, _, old) = self.groups.remove(0);
-            self.bytes -= old;
+        self.groups.push(kept);
+        let mut evicted = Vec::new();
+        while self.bytes > self.budget && self.groups.len() > 1 {
+            let old = self.groups.remove(0);
+            self.bytes -= old.size;
+            // A group read to its last row (a sequential pass) is not wanted again soon.
+            if spill && old.unread > 0 {
+                evicted.push(old.group);
+                self.spilling.push((old.group, old.batch));
+            }
         }
+        evicted
+    }
+
+    /// Group `g` is in the spill (or could not go there): drop it from `spilling`.
+    fn spilled(&mut self, g: usize) -> Option<RecordBatch> {
+        let i = self.spilling.iter().position(|(k, _)| *k == g)?;
+        Some(self.spilling.swap_remove(i).1)
     }
 }
 
@@ -306,13 +360,53 @@ impl Inner {
         self.fits || group.coarse || rows.saturating_mul(8) >= group.rows
     }
 
-    /// Group `g` decoded whole (projected columns), from the kept ones or read now (once:
-    /// batches fetched at once that want the same group wait for one decode).
-    async fn decoded(&self, g: usize) -> Result<RecordBatch> {
+    /// Rows `rows` of group `g`, decoded whole (projected columns) and kept, or from the
+    /// kept ones, or from the spill. Once: batches fetched at once that want the same group
+    /// wait for one decode.
+    async fn decoded(&self, g: usize, rows: &[usize]) -> Result<Vec<Sample>> {
         let _one = self.loading[g].lock().await;
-        if let Some(b) = self.decoded.lock().unwrap_or_else(|e| e.into_inner()).get(g) {
-            return Ok(b);
+        if let Some(b) = self.kept(g, rows) {
+            return rows.iter().map(|&row| self.sample_of(g, &b, row, row)).collect();
         }
+        if let Some(got) = self.spilled(g, rows).await {
+            return got;
+        }
+        let batch = self.decode(g).await?;
+        let out = rows.iter().map(|&row| self.sample_of(g, &batch, row, row)).collect::<Result<Vec<_>>>();
+        let evicted =
+            self.decoded.lock().unwrap_or_else(|e| e.into_inner()).put(g, batch, rows, self.spill.is_some());
+        for e in evicted {
+            self.spill_group(e).await;
+        }
+        out
+    }
+
+    /// Group `g` kept decoded, marking `rows` read.
+    fn kept(&self, g: usize, rows: &[usize]) -> Option<RecordBatch> {
+        self.decoded.lock().unwrap_or_else(|e| e.into_inner()).get(g, rows)
+    }
+
+    /// Rows `rows` of group `g` from the spill, when it is there.
+    async fn spilled(&self, g: usize, rows: &[usize]) -> Option<Result<Vec<Sample>>> {
+        self.spill.as_ref()?.get(g, rows).await
+    }
+
+    /// Write evicted group `g` to the spill as samples (all of them, or none: a value that
+    /// does not convert is reported when its row is read, from a decode again).
+    async fn spill_group(&self, g: usize) {
+        let batch = self.decoded.lock().unwrap_or_else(|e| e.into_inner()).get(g, &[]);
+        if let (Some(spill), Some(batch)) = (&self.spill, batch) {
+            let all = (0..batch.num_rows()).map(|r| self.sample_of(g, &batch, r, r)).collect::<Result<Vec<_>>>();
+            drop(batch);
+            if let Ok(all) = all {
+                spill.put(g, all).await;
+            }
+        }
+        self.decoded.lock().unwrap_or_else(|e| e.into_inner()).spilled(g);
+    }
+
+    /// Group `g` decoded whole (projected columns).
+    async fn decode(&self, g: usize) -> Result<RecordBatch> {
         let group = &self.groups[g];
         let batch = self.read_batches(g, None).await?;
         let batch = match batch.len() {
@@ -321,7 +415,6 @@ impl Inner {
                 corrupt(&self.store.describe(&self.files[group.file].path), group.group, &e.to_string())
             })?,
         };
-        self.decoded.lock().unwrap_or_else(|e| e.into_inner()).put(g, batch.clone());
         Ok(batch)
     }
 
@@ -353,14 +446,14 @@ impl Inner {
         let group = &self.groups[g];
         let file = &self.files[group.file];
         let shown = || self.store.describe(&file.path);
-        let kept = self.decoded.lock().unwrap_or_else(|e| e.into_inner()).get(g);
-        let whole = match kept {
-            Some(b) => Some(b),
-            None if batch && self.whole(g, rows.len()) => Some(self.decoded(g).await?),
-            None => None,
-        };
-        if let Some(whole) = whole {
+        if let Some(whole) = self.kept(g, rows) {
             return rows.iter().map(|&row| self.sample_of(g, &whole, row, row)).collect();
+        }
+        if let Some(got) = self.spilled(g, rows).await {
+            return got;
+        }
+        if batch && self.whole(g, rows.len()) {
+            return self.decoded(g, rows).await;
         }
         let batches = self.read_batches(g, Some(rows)).await?;
         let mut out = Vec::with_capacity(rows.len());

@@ -28,6 +28,7 @@ use tokio::sync::OnceCell;
 
 use self::codec::Codec;
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
+use super::spill::Spill;
 use crate::error::{Error, Result};
 use crate::sample::Sample;
 use crate::store::{ranges, IoCounters, ObjectInfo, Store};
@@ -35,8 +36,6 @@ use crate::uri::{Layout, SourceOptions};
 
 /// The column (MDS) or leaf (LitData) whose strings are the keys.
 const KEY: &str = "__key__";
-/// Decompressed shards and frames kept at most (bytes).
-const KEPT_BYTES: usize = 256 << 20;
 
 /// How one shard's bytes are stored.
 #[derive(Debug)]
@@ -126,7 +125,8 @@ pub(crate) async fn open(
             shards,
             starts,
             tables,
-            kept: Mutex::new(Kept::default()),
+            kept: Mutex::new(Kept { budget: opts.decoded_budget(), ..Kept::default() }),
+            spill: opts.spill_dir().map(|d| Arc::new(Spill::new(d, None))),
             wanted,
             concurrency: opts.concurrency(),
         }),
@@ -147,6 +147,9 @@ struct Inner {
     /// Per shard, its item table once read.
     tables: Vec<OnceCell<Arc<Table>>>,
     kept: Mutex<Kept>,
+    /// LitData record batches dropped from `kept` with rows still unread, as samples (see
+    /// `source::spill`); `None` with `disk_cache=false`.
+    spill: Option<Arc<Spill>>,
     wanted: Option<Vec<String>>,
     concurrency: usize,
 }
@@ -184,32 +187,65 @@ struct Frame {
     raw_len: usize,
 }
 
-/// Decompressed shards (`(shard, usize::MAX)`) and frames, least recently used first.
+/// Decompressed shards (`(shard, usize::MAX)`), frames and LitData record batches
+/// (`(shard, batch)`), least recently used first, within `budget` bytes (`decoded_bytes`).
 #[derive(Default)]
 struct Kept {
-    entries: Vec<((usize, usize), Bytes)>,
+    budget: usize,
+    entries: Vec<KeptEntry>,
     bytes: usize,
+}
+
+struct KeptEntry {
+    key: (usize, usize),
+    bytes: Bytes,
+    /// Record batches: which rows were read since it was kept, and how many were not.
+    read: Vec<bool>,
+    unread: usize,
 }
 
 impl Kept {
     fn get(&mut self, key: (usize, usize)) -> Option<Bytes> {
-        let i = self.entries.iter().position(|(k, _)| *k == key)?;
-        let e = self.entries.remove(i);
-        let b = e.1.clone();
+        self.get_rows(key, &[])
+    }
+
+    /// Entry `key`, marking `rows` read.
+    fn get_rows(&mut self, key: (usize, usize), rows: &[usize]) -> Option<Bytes> {
+        let i = self.entries.iter().position(|e| e.key == key)?;
+        let mut e = self.entries.remove(i);
+        for &r in rows {
+            if let Some(seen) = e.read.get_mut(r).filter(|seen| !**seen) {
+                *seen = true;
+                e.unread -= 1;
+            }
+        }
+        let b = e.bytes.clone();
         self.entries.push(e);
         Some(b)
     }
 
     fn put(&mut self, key: (usize, usize), b: Bytes) {
-        if self.entries.iter().any(|(k, _)| *k == key) {
-            return;
+        self.put_rows(key, b, 0, &[]);
+    }
+
+    /// Keep `b` as `key`, an entry of `n` rows of which `rows` are read; returns the
+    /// entries dropped with rows unread (a shuffled pass will want them again).
+    fn put_rows(&mut self, key: (usize, usize), b: Bytes, n: usize, rows: &[usize]) -> Vec<((usize, usize), Bytes)> {
+        if self.entries.iter().any(|e| e.key == key) {
+            return Vec::new();
         }
         self.bytes += b.len();
-        self.entries.push((key, b));
-        while self.bytes > KEPT_BYTES && self.entries.len() > 1 {
-            let (_, old) = self.entries.remove(0);
-            self.bytes -= old.len();
+        self.entries.push(KeptEntry { key, bytes: b, read: vec![false; n], unread: n });
+        self.get_rows(key, rows);
+        let mut dropped = Vec::new();
+        while self.bytes > self.budget && self.entries.len() > 1 {
+            let old = self.entries.remove(0);
+            self.bytes -= old.bytes.len();
+            if old.unread > 0 {
+                dropped.push((old.key, old.bytes));
+            }
         }
+        dropped
     }
 }
 
@@ -486,6 +522,59 @@ impl Inner {
     /// Items `items` (sorted, distinct) of an Arrow-footer chunk, as samples: only the record
     /// batches holding them are read (and kept) and decoded.
     async fn arrow_samples(&self, shard: usize, index: &ArrowIndex, items: &[usize]) -> Result<Vec<Sample>> {
+        let mut out = Vec::with_capacity(items.len());
+        let mut i = 0;
+        while i < items.len() {
+            let k = index.batches.partition_point(|(_, _, first)| *first <= items[i]).saturating_sub(1);
+            let first = index.batches[k].2;
+            let end = index.batches.get(k + 1).map_or(self.shards[shard].samples, |b| b.2);
+            let mut j = i;
+            while j < items.len() && items[j] < end {
+                j += 1;
+            }
+            let rows: Vec<usize> = items[i..j].iter().map(|&item| item - first).collect();
+            if rows.is_empty() {
+                return Err(self.corrupt(shard, String::new(), format!("item {} lies past its batch's rows", items[i])));
+            }
+            out.extend(self.arrow_batch_rows(shard, index, k, &rows).await?);
+            i = j;
+        }
+        Ok(out)
+    }
+
+    /// Rows `rows` (sorted, distinct) of record batch `k` of an Arrow-footer chunk: from the
+    /// kept batch bytes, the spill, or read (and kept) now.
+    async fn arrow_batch_rows(&self, shard: usize, index: &ArrowIndex, k: usize, rows: &[usize]) -> Result<Vec<Sample>> {
+        let cached = self.kept.lock().unwrap_or_else(|e| e.into_inner()).get_rows((shard, k), rows);
+        let bytes = match cached {
+            Some(b) => b,
+            None => {
+                if let Some(got) = self.spilled(shard, k, rows).await {
+                    return got;
+                }
+                let s = &self.shards[shard];
+                let range = index.batches[k].1.clone();
+                let b = self.store.get_range(&s.path, range).await.map_err(|e| self.short(shard, e))?;
+                let n = index.batches.get(k + 1).map_or(s.samples, |b| b.2) - index.batches[k].2;
+                let dropped = self.kept.lock().unwrap_or_else(|e| e.into_inner()).put_rows((shard, k), b.clone(), n, rows);
+                for ((d_shard, d_k), d_bytes) in dropped {
+                    self.spill_batch(d_shard, d_k, d_bytes).await;
+                }
+                b
+            }
+        };
+        self.arrow_rows(shard, index, k, bytes, rows).await
+    }
+
+    /// Rows `rows` of record batch `k` (its bytes `bytes`) of an Arrow-footer chunk.
+    async fn arrow_rows(
+        &self,
+        shard: usize,
+        index: &ArrowIndex,
+        k: usize,
+        bytes: Bytes,
+        rows: &[usize],
+    ) -> Result<Vec<Sample>> {
         let s = &self.shards[shard];
         let shown = self.store.describe(&s.path);
         let bad = |why: String| self.corrupt(shard, String::new(), format!("its Arrow footer does not read: {why}"));
@@ -497,29 +586,14 @@ impl Inner {
             let b = self.store.get_range(&s.path, range.clone()).await.map_err(|e| self.short(shard, e))?;
             decoder.read_dictionary(block, &arrow_buffer::Buffer::from(b)).map_err(|e| bad(e.to_string()))?;
         }
-        let mut out = Vec::with_capacity(items.len());
-        let mut current: Option<(usize, arrow_array::RecordBatch)> = None;
-        for &item in items {
-            let k = index.batches.partition_point(|(_, _, first)| *first <= item).saturating_sub(1);
-            if current.as_ref().is_none_or(|(c, _)| *c != k) {
-                let (block, range, _) = &index.batches[k];
-                let cached = self.kept.lock().unwrap_or_else(|e| e.into_inner()).get((shard, k));
-                let bytes = match cached {
-                    Some(b) => b,
-                    None => {
-                        let b = self.store.get_range(&s.path, range.clone()).await.map_err(|e| self.short(shard, e))?;
-                        self.kept.lock().unwrap_or_else(|e| e.into_inner()).put((shard, k), b.clone());
-                        b
-                    }
-                };
-                let batch = decoder
-                    .read_record_batch(block, &arrow_buffer::Buffer::from(bytes))
-                    .map_err(|e| bad(e.to_string()))?
-                    .ok_or_else(|| bad("an empty record batch".into()))?;
-                current = Some((k, batch));
-            }
-            let Some((_, b)) = current.as_ref() else { return Err(bad("no record batch".into())) };
-            let r = item - index.batches[k].2;
+        let (block, _, first) = &index.batches[k];
+        let b = decoder
+            .read_record_batch(block, &arrow_buffer::Buffer::from(bytes))
+            .map_err(|e| bad(e.to_string()))?
+            .ok_or_else(|| bad("an empty record batch".into()))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for &r in rows {
+            let item = first + r;
             if r >= b.num_rows() {
                 return Err(bad(format!("item {item} lies past its batch's rows")));
             }
@@ -536,6 +610,29 @@ impl Inner {
             out.push(Sample { key, fields });
         }
         Ok(out)
+    }
+
+    /// The spill's name for record batch `k` of `shard`.
+    fn spill_unit(shard: usize, k: usize) -> usize {
+        (shard << 24) ^ k
+    }
+
+    /// Rows `rows` of record batch `k` of `shard` from the spill, when it is there.
+    async fn spilled(&self, shard: usize, k: usize, rows: &[usize]) -> Option<Result<Vec<Sample>>> {
+        self.spill.as_ref()?.get(Self::spill_unit(shard, k), rows).await
+    }
+
+    /// Write record batch `k` of `shard` (dropped from memory with rows unread) to the spill
+    /// as samples; a batch that does not decode is left to be reported when read.
+    async fn spill_batch(&self, shard: usize, k: usize, bytes: Bytes) {
+        let Some(spill) = &self.spill else { return };
+        let Ok(table) = self.table(shard).await else { return };
+        let Table::Arrow(index) = &*table else { return };
+        let n = index.batches.get(k + 1).map_or(self.shards[shard].samples, |b| b.2) - index.batches[k].2;
+        let all: Vec<usize> = (0..n).collect();
+        if let Ok(samples) = self.arrow_rows(shard, index, k, bytes, &all).await {
+            spill.put(Self::spill_unit(shard, k), samples).await;
+        }
     }
 
     /// Items `items` (sorted, distinct) of `shard` as samples, in that order.

@@ -1,0 +1,244 @@
+//! Samples of shards that must be decoded whole (a Parquet row group whose column is one
+//! page, ...), written once to an unnamed file of this process's own, so that a shuffled
+//! epoch over more data than the decoded-shard memory holds reads each sample back with
+//! one `pread` instead of decoding its whole shard again for every batch that wants a few
+//! of its rows.
+//!
+//! This is what Hugging Face `datasets` does with its Arrow cache, done lazily: only shards
+//! evicted from memory before all their rows were read are written. The files have no name
+//! (`O_TMPFILE`, or unlinked at once where that is not supported), so the kernel frees them
+//! when the process ends, however it ends: nothing is left behind and nothing is reused by
+//! another run (whose file could have changed). What they hold is bounded like the disk
+//! cache (a tenth of the free space, capped); past that, shards are decoded again.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+use crate::sample::{Field, Sample};
+use crate::store::ranges;
+
+/// Spilled shards of one source.
+pub(crate) struct Spill {
+    dir: PathBuf,
+    budget: u64,
+    used: AtomicU64,
+    units: Mutex<HashMap<usize, Arc<Unit>>>,
+    /// A write failed (full or read-only disk): no more writes, said once.
+    broken: AtomicBool,
+}
+
+/// One spilled shard: its file and, in memory, where each row's fields lie in it.
+struct Unit {
+    file: std::fs::File,
+    rows: Vec<Row>,
+}
+
+struct Row {
+    key: String,
+    /// Name, offset in the file, length; a row's fields lie back to back.
+    fields: Vec<(Arc<str>, u64, u32)>,
+}
+
+impl Row {
+    fn span(&self) -> Range<u64> {
+        match (self.fields.first(), self.fields.last()) {
+            (Some(f), Some(l)) => f.1..l.1 + u64::from(l.2),
+            _ => 0..0,
+        }
+    }
+}
+
+impl Spill {
+    /// A spill whose files go in `dir` (created if need be), bounded by `budget` bytes or
+    /// the disk cache's default size for that disk.
+    pub(crate) fn new(dir: PathBuf, budget: Option<u64>) -> Self {
+        let budget = budget.unwrap_or_else(|| {
+            let _ = std::fs::create_dir_all(&dir);
+            crate::cache::default_limit(&dir, 0)
+        });
+        Spill { dir, budget, used: AtomicU64::new(0), units: Mutex::new(HashMap::new()), broken: AtomicBool::new(false) }
+    }
+
+    /// Bytes written so far.
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Relaxed)
+    }
+
+    /// Whether shard `unit` is spilled.
+    pub(crate) fn has(&self, unit: usize) -> bool {
+        self.units.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&unit)
+    }
+
+    /// Write `samples`, the rows of shard `unit` in row order. Returns whether they were
+    /// spilled: not when the budget is spent or the disk refuses (then said once), which
+    /// costs only a later decode.
+    pub(crate) async fn put(self: &Arc<Self>, unit: usize, samples: Vec<Sample>) -> bool {
+        let bytes: u64 = samples.iter().flat_map(|s| s.fields.iter()).map(|f| f.data.len() as u64).sum();
+        if self.broken.load(Relaxed) || self.has(unit) {
+            return false;
+        }
+        if self.used.fetch_add(bytes, Relaxed) + bytes > self.budget {
+            self.used.fetch_sub(bytes, Relaxed);
+            return false;
+        }
+        let me = self.clone();
+        let written = tokio::task::spawn_blocking(move || me.write(samples)).await;
+        match written {
+            Ok(Ok(u)) => {
+                self.units.lock().unwrap_or_else(|e| e.into_inner()).insert(unit, Arc::new(u));
+                true
+            }
+            Ok(Err(e)) => {
+                self.used.fetch_sub(bytes, Relaxed);
+                if !self.broken.swap(true, Relaxed) {
+                    eprintln!(
+                        "stoker: warning: cannot write decoded shards to {} ({e}); shards will be decoded again when \
+                         read again. Free space there, point STOKER_CACHE_DIR elsewhere, or set disk_cache=false to \
+                         silence this",
+                        self.dir.display()
+                    );
+                }
+                false
+            }
+            Err(_) => {
+                self.used.fetch_sub(bytes, Relaxed);
+                false
+            }
+        }
+    }
+
+    fn write(&self, samples: Vec<Sample>) -> io::Result<Unit> {
+        std::fs::create_dir_all(&self.dir)?;
+        let file = unnamed_file(&self.dir)?;
+        let mut out = io::BufWriter::with_capacity(1 << 20, &file);
+        let mut at = 0u64;
+        let mut rows = Vec::with_capacity(samples.len());
+        for s in samples {
+            let mut fields = Vec::with_capacity(s.fields.len());
+            for f in s.fields {
+                out.write_all(&f.data)?;
+                let len = u32::try_from(f.data.len()).map_err(|_| io::Error::other("a field of 4 GiB or more"))?;
+                fields.push((f.name, at, len));
+                at += u64::from(len);
+            }
+            rows.push(Row { key: s.key, fields });
+        }
+        out.flush()?;
+        drop(out);
+        Ok(Unit { file, rows })
+    }
+
+    /// Rows `rows` of shard `unit` (any order, repeats allowed) as samples in that order,
+    /// or `None` when the shard is not spilled. Rows are read with merged `pread`s.
+    pub(crate) async fn get(&self, unit: usize, rows: &[usize]) -> Option<Result<Vec<Sample>>> {
+        let u = self.units.lock().unwrap_or_else(|e| e.into_inner()).get(&unit).cloned()?;
+        let rows = rows.to_vec();
+        let dir = self.dir.clone();
+        let read = tokio::task::spawn_blocking(move || read_rows(&u, &rows, &dir)).await;
+        Some(read.map_err(Error::task).and_then(|r| r))
+    }
+}
+
+fn read_rows(u: &Unit, rows: &[usize], dir: &Path) -> Result<Vec<Sample>> {
+    let shown = || format!("a decoded-shard file in {}", dir.display());
+    let spans: Vec<Range<u64>> = rows
+        .iter()
+        .map(|&r| u.rows.get(r).map(Row::span).ok_or_else(|| Error::internal(format!("spill: no row {r}"))))
+        .collect::<Result<_>>()?;
+    let mut sorted = spans.clone();
+    sorted.sort_by_key(|r| r.start);
+    sorted.dedup();
+    let merged = ranges::merge(&sorted, &ranges::Policy::new(ranges::LOCAL_GAP, ranges::MAX_MERGED));
+    let mut got = Vec::with_capacity(merged.reads.len());
+    for r in &merged.reads {
+        let want = (r.end - r.start) as usize;
+        let mut buf = crate::buffer::take(want);
+        u.file.read_exact_at(&mut buf[..want], r.start).map_err(|e| Error::io(shown(), e))?;
+        got.push(crate::buffer::freeze(buf, want));
+    }
+    rows.iter()
+        .zip(&spans)
+        .map(|(&r, span)| {
+            let row = &u.rows[r];
+            // The merged read that holds this row: the one starting at or before it.
+            let k = merged.reads.partition_point(|m| m.start <= span.start).saturating_sub(1);
+            let read = &merged.reads[k];
+            let fields = row
+                .fields
+                .iter()
+                .map(|(name, at, len)| {
+                    let from = (at - read.start) as usize;
+                    Field { name: name.clone(), data: got[k].slice(from..from + *len as usize) }
+                })
+                .collect();
+            Ok(Sample { key: row.key.clone(), fields })
+        })
+        .collect()
+}
+
+/// A file in `dir` with no name: `O_TMPFILE` where the file system has it, else a named
+/// file removed at once.
+fn unnamed_file(dir: &Path) -> io::Result<std::fs::File> {
+    use rustix::fs::{Mode, OFlags};
+    match rustix::fs::open(dir, OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, Mode::RUSR | Mode::WUSR) {
+        Ok(fd) => Ok(std::fs::File::from(fd)),
+        Err(_) => {
+            static N: AtomicU64 = AtomicU64::new(0);
+            let path = dir.join(format!(".spill-{}-{}", std::process::id(), N.fetch_add(1, Relaxed)));
+            let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+            std::fs::remove_file(&path)?;
+            Ok(f)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn sample(i: usize) -> Sample {
+        Sample {
+            key: format!("k{i}"),
+            fields: vec![
+                Field { name: "a".into(), data: Bytes::from(vec![i as u8; i * 7 + 1]) },
+                Field { name: "b".into(), data: Bytes::from(format!("{i}")) },
+            ],
+        }
+    }
+
+    #[tokio::test]
+    async fn spilled_rows_read_back_in_any_order_and_leave_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = Arc::new(Spill::new(dir.path().join("s"), Some(1 << 20)));
+        assert!(spill.get(3, &[0]).await.is_none());
+        assert!(spill.put(3, (0..50).map(sample).collect()).await);
+        assert!(!spill.put(3, (0..50).map(sample).collect()).await, "a shard is spilled once");
+        let rows = [49, 0, 7, 7, 20];
+        let got = spill.get(3, &rows).await.unwrap().unwrap();
+        for (&r, s) in rows.iter().zip(&got) {
+            let want = sample(r);
+            assert_eq!(s.key, want.key);
+            assert_eq!(s.fields, want.fields);
+        }
+        assert_eq!(std::fs::read_dir(dir.path().join("s")).unwrap().count(), 0, "the files have no name");
+    }
+
+    #[tokio::test]
+    async fn past_the_budget_nothing_is_spilled() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = Arc::new(Spill::new(dir.path().to_path_buf(), Some(1000)));
+        assert!(spill.put(0, (0..5).map(sample).collect()).await);
+        let used = spill.used();
+        assert!(!spill.put(1, (0..50).map(sample).collect()).await);
+        assert_eq!(spill.used(), used);
+        assert!(spill.get(1, &[0]).await.is_none());
+    }
+}
