@@ -123,3 +123,51 @@ async fn bad_parquet_is_a_clear_error() {
     let src = open(&format!("{}?columns=x", out.display())).await;
     assert_eq!(src.get(1).await.unwrap().field("x").map(|b| b.to_vec()), Some(b"2".to_vec()));
 }
+
+/// A shuffled pass reading `order` in batches of `batch` through `get_many`, checking every
+/// sample; the bytes the source read from its store.
+async fn shuffled_pass(src: &stoker::DynSampleSource, want: &[Sample], order: &[usize], batch: usize) -> u64 {
+    let before = src.io_counters().unwrap().bytes;
+    for chunk in order.chunks(batch) {
+        let got = src.get_many(chunk).await.unwrap();
+        for (&i, g) in chunk.iter().zip(&got) {
+            assert_eq!(g, &want[i], "sample {i}");
+        }
+    }
+    src.io_counters().unwrap().bytes - before
+}
+
+/// Shards decoded whole that memory cannot keep (Parquet row groups, LitData record batches)
+/// are spilled with their unread rows: a shuffled pass then decodes each shard about once,
+/// where without the spill (`disk_cache=false`, the control) it decodes them again and again.
+/// A sequential pass spills nothing and reads right either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_dropped_from_memory_with_rows_unread_are_spilled_not_decoded_again() {
+    let root = tempfile::tempdir().unwrap();
+    let (pq, ld) = (root.path().join("pq"), root.path().join("ld"));
+    let want_pq = fixture("pyarrow", &pq);
+    let want_ld = script_fixture(&writers_python(), "write_records.py", &["litdata-rows"], &ld);
+    let cache = root.path().join("cache");
+    for (dir, want, files) in [(&pq, &want_pq, "parquet"), (&ld, &want_ld, "bin")] {
+        let size: u64 = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == files))
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .sum();
+        // A stride walk: every batch takes rows of several shards, and each shard is
+        // touched again much later.
+        let n = want.len();
+        let order: Vec<usize> = (0..n).map(|i| (i * 7) % n).collect();
+        assert_eq!(order.iter().collect::<std::collections::HashSet<_>>().len(), n, "a permutation");
+        let base = format!("{}?decoded_bytes=1&disk_cache_dir={}", dir.display(), cache.display());
+        let spilled = shuffled_pass(&*open(&base).await, want, &order, 4).await;
+        let control = shuffled_pass(&*open(&format!("{base}&disk_cache=false")).await, want, &order, 4).await;
+        assert!(spilled <= size + size / 4, "{files}: with the spill {spilled} bytes read of {size}");
+        assert!(control >= 2 * spilled, "{files}: without it {control} bytes, with it {spilled}");
+        eprintln!("{files}: {size} bytes; a shuffled pass read {spilled} with the spill, {control} without");
+        let sequential: Vec<usize> = (0..n).collect();
+        shuffled_pass(&*open(&base).await, want, &sequential, 4).await;
+        run_all(open(&base).await, want, "decoded_bytes=1", &[]).await;
+    }
+}
