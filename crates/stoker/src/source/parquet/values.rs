@@ -136,6 +136,32 @@ fn text(a: &dyn Array, r: usize) -> Option<&[u8]> {
     })
 }
 
+/// `value`, a value of `a`, as bytes sharing `a`'s buffer when it is large (no copy: a
+/// sample of a decoded row group is a view of it, as a tar sample is of its read).
+fn shared(a: &dyn Array, value: &[u8]) -> bytes::Bytes {
+    /// An Arrow buffer as the owner of `Bytes`.
+    struct Owner(arrow_buffer::Buffer);
+    impl AsRef<[u8]> for Owner {
+        fn as_ref(&self) -> &[u8] {
+            self.0.as_slice()
+        }
+    }
+    if value.len() >= SHARE_FROM {
+        let data = a.to_data();
+        let (from, to) = (value.as_ptr() as usize, value.as_ptr() as usize + value.len());
+        for b in data.buffers() {
+            let start = b.as_ptr() as usize;
+            if start <= from && to <= start + b.len() {
+                return bytes::Bytes::from_owner(Owner(b.clone())).slice(from - start..to - start);
+            }
+        }
+    }
+    bytes::Bytes::copy_from_slice(value)
+}
+
+/// Values at least this large are shared with their Arrow buffer, smaller ones copied.
+const SHARE_FROM: usize = 4096;
+
 fn binary(a: &dyn Array, r: usize) -> Option<&[u8]> {
     Some(match a.data_type() {
         DataType::Binary => a.as_binary::<i32>().value(r),
@@ -211,7 +237,11 @@ impl Column {
         }
         let unexpected = || format!("its values are not of the column's declared type {}", a.data_type());
         let data: Vec<u8> = match self.kind {
-            Kind::Bytes => binary(a.as_ref(), r).ok_or_else(unexpected)?.to_vec(),
+            Kind::Bytes => {
+                let value = binary(a.as_ref(), r).ok_or_else(unexpected)?;
+                out.push(Field { name: self.field.clone(), data: shared(a.as_ref(), value) });
+                return Ok(());
+            }
             Kind::Text => text(a.as_ref(), r).ok_or_else(unexpected)?.to_vec(),
             Kind::Int => int_text(a.as_ref(), r).ok_or_else(unexpected)?.into_bytes(),
             Kind::Float => float_text(a.as_ref(), r).ok_or_else(unexpected)?.into_bytes(),
@@ -240,10 +270,10 @@ impl Column {
                     // An image given by path only: the path is all there is.
                     return Ok(());
                 }
-                let data = binary(bytes.as_ref(), r).ok_or_else(unexpected)?.to_vec();
+                let data = shared(bytes.as_ref(), binary(bytes.as_ref(), r).ok_or_else(unexpected)?);
                 // The bytes first, then the path: insert before the path pushed above.
                 let at = out.len() - usize::from(out.last().is_some_and(|f| f.name == self.path_field));
-                out.insert(at, Field { name: self.field.clone(), data: data.into() });
+                out.insert(at, Field { name: self.field.clone(), data });
                 return Ok(());
             }
         };
