@@ -410,10 +410,12 @@ fn writers_python() -> PathBuf {
 /// Formats read as they are convert to tar shards: a Hugging Face Parquet export and MDS
 /// shards, packed, read back sample for sample; `inspect` and `ls` name the layouts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pack_converts_parquet_and_mds_to_tar_shards() {
+async fn parquet_mds_and_litdata_work_with_every_command_and_pack_to_tar_shards() {
     let dir = tempfile::tempdir().unwrap();
     let script = |name: &str| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/py").join(name);
-    for (name, kind) in [("write_parquet.py", "hf"), ("write_records.py", "mds")] {
+    for (name, kind) in
+        [("write_parquet.py", "hf"), ("write_records.py", "mds"), ("write_records.py", "litdata-rows")]
+    {
         let src = dir.path().join(kind);
         let run = Command::new(writers_python()).arg(script(name)).arg(kind).arg(&src).output().expect("run writer");
         assert!(
@@ -422,9 +424,26 @@ async fn pack_converts_parquet_and_mds_to_tar_shards() {
             String::from_utf8_lossy(&run.stderr)
         );
         let inspect = ok(&stoker(&["inspect", s(&src), "--json"]));
-        assert_eq!(inspect["layout"], if kind == "hf" { "parquet" } else { "mds" }, "{inspect}");
+        let layout = match kind {
+            "hf" => "parquet",
+            "mds" => "mds",
+            _ => "litdata",
+        };
+        assert_eq!(inspect["layout"], layout, "{inspect}");
         let ls = stoker(&["ls", s(&src), "--limit", "3"]);
         assert!(ls.status.success() && String::from_utf8_lossy(&ls.stdout).lines().count() == 3);
+        // Every command works on the format: index writes a manifest the next open uses,
+        // bench reads every sample, diagnose names a bottleneck.
+        ok(&stoker(&["index", s(&src), "--json"]));
+        assert!(src.join(".stoker-manifest.json").is_file(), "{kind}: no manifest");
+        let again = ok(&stoker(&["inspect", s(&src), "--json"]));
+        assert_eq!((&again["layout"], &again["samples"]), (&inspect["layout"], &inspect["samples"]), "{kind}");
+        let bench = stoker(&["bench", s(&src), "--batch", "8"]);
+        let text = String::from_utf8_lossy(&bench.stdout);
+        assert!(bench.status.success() && text.contains(s(&src)), "{kind}: {text}");
+        let diagnose = stoker(&["diagnose", s(&src), "--batch", "8", "--samples", "64"]);
+        let text = String::from_utf8_lossy(&diagnose.stdout);
+        assert!(diagnose.status.success() && text.contains("bottleneck"), "{kind}: {text}");
 
         let dest = dir.path().join(format!("{kind}-tar"));
         ok(&stoker(&["pack", s(&src), s(&dest), "--json"]));

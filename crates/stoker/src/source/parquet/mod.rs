@@ -452,7 +452,9 @@ impl Inner {
         if let Some(got) = self.spilled(g, rows).await {
             return got;
         }
-        if batch && self.whole(g, rows.len()) {
+        // A coarse group's selected pages are most of it anyway: decode it once and keep it,
+        // also for single reads (`ls`, `inspect` and map-style datasets read row by row).
+        if (batch && self.whole(g, rows.len())) || group.coarse {
             return self.decoded(g, rows).await;
         }
         let batches = self.read_batches(g, Some(rows)).await?;
