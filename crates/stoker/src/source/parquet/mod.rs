@@ -130,12 +130,6 @@ pub(crate) async fn open(
         .sum();
     let budget = opts.decoded_budget();
     let fits = projected <= budget as u64 / 2;
-    let schema = {
-        let keep: Vec<usize> = columns.iter().map(|c| c.index).chain(key_column).collect();
-        let mut keep = keep;
-        keep.sort_unstable();
-        Arc::new(schema.project(&keep).map_err(|e| Error::internal(format!("parquet: projecting the schema: {e}")))?)
-    };
     let loading = groups.iter().map(|_| tokio::sync::Mutex::new(())).collect();
     let spill = opts.spill_dir().map(|d| Arc::new(Spill::new(d, None)));
     Ok(Arc::new(ParquetSource {
@@ -148,7 +142,6 @@ pub(crate) async fn open(
             columns,
             key_column,
             concurrency,
-            schema,
             fits,
             loading,
             decoded: Mutex::new(Decoded { budget, ..Decoded::default() }),
@@ -200,8 +193,6 @@ struct Inner {
     /// Root column index of `__key__`, when the files have one.
     key_column: Option<usize>,
     concurrency: usize,
-    /// The projected schema of the decoded groups.
-    schema: arrow_schema::SchemaRef,
     /// Whether every row group, decoded, fits the decoded-group budget.
     fits: bool,
     /// Row groups decoded whole, least recently used first.
@@ -222,13 +213,41 @@ struct Decoded {
     groups: Vec<Kept>,
     bytes: usize,
     /// Groups evicted with rows not yet read, while they are written to the spill.
-    spilling: Vec<(usize, RecordBatch)>,
+    spilling: Vec<(usize, Arc<Whole>)>,
+}
+
+/// A row group decoded whole, as record batches.
+struct Whole {
+    batches: Vec<RecordBatch>,
+    /// First row of each batch.
+    starts: Vec<usize>,
+}
+
+/// Record batches of a group decoded whole are about this large.
+const WHOLE_BATCH_BYTES: usize = 4 << 20;
+
+impl Whole {
+    fn num_rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    fn memory_size(&self) -> usize {
+        self.batches.iter().map(RecordBatch::get_array_memory_size).sum()
+    }
+
+    /// The batch holding row `row`, and its row there.
+    fn row(&self, row: usize) -> Option<(&RecordBatch, usize)> {
+        let k = self.starts.partition_point(|&s| s <= row).checked_sub(1)?;
+        let b = self.batches.get(k)?;
+        let r = row - self.starts[k];
+        (r < b.num_rows()).then_some((b, r))
+    }
 }
 
 /// A group decoded whole, and which of its rows were read since.
 struct Kept {
     group: usize,
-    batch: RecordBatch,
+    batch: Arc<Whole>,
     size: usize,
     read: Vec<bool>,
     unread: usize,
@@ -249,7 +268,7 @@ impl Kept {
 
 impl Decoded {
     /// Group `g` if kept, marking `rows` read.
-    fn get(&mut self, g: usize, rows: &[usize]) -> Option<RecordBatch> {
+    fn get(&mut self, g: usize, rows: &[usize]) -> Option<Arc<Whole>> {
         if let Some(i) = self.groups.iter().position(|k| k.group == g) {
             let mut e = self.groups.remove(i);
             e.mark(rows);
@@ -263,11 +282,11 @@ impl Decoded {
     /// Keep group `g` with `rows` read; returns the groups evicted with rows still unread,
     /// which `spilling` holds until [`Decoded::spilled`] (when `spill` is true; else they
     /// are dropped).
-    fn put(&mut self, g: usize, b: RecordBatch, rows: &[usize], spill: bool) -> Vec<usize> {
+    fn put(&mut self, g: usize, b: Arc<Whole>, rows: &[usize], spill: bool) -> Vec<usize> {
         if self.groups.iter().any(|k| k.group == g) {
             return Vec::new();
         }
-        let size = b.get_array_memory_size();
+        let size = b.memory_size();
         let n = b.num_rows();
         let mut kept = Kept { group: g, batch: b, size, read: vec![false; n], unread: n };
         kept.mark(rows);
@@ -287,7 +306,7 @@ impl Decoded {
     }
 
     /// Group `g` is in the spill (or could not go there): drop it from `spilling`.
-    fn spilled(&mut self, g: usize) -> Option<RecordBatch> {
+    fn spilled(&mut self, g: usize) -> Option<Arc<Whole>> {
         let i = self.spilling.iter().position(|(k, _)| *k == g)?;
         Some(self.spilling.swap_remove(i).1)
     }
@@ -366,13 +385,13 @@ impl Inner {
     async fn decoded(&self, g: usize, rows: &[usize]) -> Result<Vec<Sample>> {
         let _one = self.loading[g].lock().await;
         if let Some(b) = self.kept(g, rows) {
-            return rows.iter().map(|&row| self.sample_of(g, &b, row, row)).collect();
+            return rows.iter().map(|&row| self.whole_row(g, &b, row)).collect();
         }
         if let Some(got) = self.spilled(g, rows).await {
             return got;
         }
         let batch = self.decode(g).await?;
-        let out = rows.iter().map(|&row| self.sample_of(g, &batch, row, row)).collect::<Result<Vec<_>>>();
+        let out = rows.iter().map(|&row| self.whole_row(g, &batch, row)).collect::<Result<Vec<_>>>();
         let evicted =
             self.decoded.lock().unwrap_or_else(|e| e.into_inner()).put(g, batch, rows, self.spill.is_some());
         for e in evicted {
@@ -382,7 +401,7 @@ impl Inner {
     }
 
     /// Group `g` kept decoded, marking `rows` read.
-    fn kept(&self, g: usize, rows: &[usize]) -> Option<RecordBatch> {
+    fn kept(&self, g: usize, rows: &[usize]) -> Option<Arc<Whole>> {
         self.decoded.lock().unwrap_or_else(|e| e.into_inner()).get(g, rows)
     }
 
@@ -396,7 +415,7 @@ impl Inner {
     async fn spill_group(&self, g: usize) {
         let batch = self.decoded.lock().unwrap_or_else(|e| e.into_inner()).get(g, &[]);
         if let (Some(spill), Some(batch)) = (&self.spill, batch) {
-            let all = (0..batch.num_rows()).map(|r| self.sample_of(g, &batch, r, r)).collect::<Result<Vec<_>>>();
+            let all = (0..batch.num_rows()).map(|r| self.whole_row(g, &batch, r)).collect::<Result<Vec<_>>>();
             drop(batch);
             if let Ok(all) = all {
                 spill.put(g, all).await;
@@ -405,21 +424,39 @@ impl Inner {
         self.decoded.lock().unwrap_or_else(|e| e.into_inner()).spilled(g);
     }
 
-    /// Group `g` decoded whole (projected columns).
-    async fn decode(&self, g: usize) -> Result<RecordBatch> {
-        let group = &self.groups[g];
-        let batch = self.read_batches(g, None).await?;
-        let batch = match batch.len() {
-            1 => batch.into_iter().next().unwrap_or_else(|| RecordBatch::new_empty(self.schema.clone())),
-            _ => arrow_select::concat::concat_batches(&self.schema, &batch).map_err(|e| {
-                corrupt(&self.store.describe(&self.files[group.file].path), group.group, &e.to_string())
-            })?,
-        };
-        Ok(batch)
+    /// Row `row` of group `g` decoded whole, as a sample.
+    fn whole_row(&self, g: usize, whole: &Whole, row: usize) -> Result<Sample> {
+        let (batch, r) = whole.row(row).ok_or_else(|| Error::internal(format!("parquet: no row {row}")))?;
+        self.sample_of(g, batch, r, row)
     }
 
-    /// The record batches of group `g`: the rows `rows` selects (sorted, distinct), or all.
-    async fn read_batches(&self, g: usize, rows: Option<&[usize]>) -> Result<Vec<RecordBatch>> {
+    /// Group `g` decoded whole (projected columns), in record batches of about
+    /// [`WHOLE_BATCH_BYTES`]: buffers that size come from the heap again and again, where
+    /// one buffer the size of the group is fresh memory from the kernel each time (its page
+    /// faults cost more than the decoding).
+    async fn decode(&self, g: usize) -> Result<Arc<Whole>> {
+        let group = &self.groups[g];
+        let file = &self.files[group.file];
+        let bytes: i64 = file.meta.metadata().row_group(group.group).columns().iter().map(|c| c.uncompressed_size()).sum();
+        let per_row = usize::try_from(bytes).unwrap_or(0) / group.rows.max(1);
+        let batch_rows = (WHOLE_BATCH_BYTES / per_row.max(1)).clamp(1, group.rows.max(1));
+        let batches = self.read_batches(g, None, batch_rows).await?;
+        let mut starts = Vec::with_capacity(batches.len());
+        let mut at = 0usize;
+        for b in &batches {
+            starts.push(at);
+            at += b.num_rows();
+        }
+        if at != group.rows {
+            let why = format!("{} rows decoded where the footer says {}", at, group.rows);
+            return Err(corrupt(&self.store.describe(&file.path), group.group, &why));
+        }
+        Ok(Arc::new(Whole { batches, starts }))
+    }
+
+    /// The record batches of group `g`: the rows `rows` selects (sorted, distinct), or all
+    /// in batches of `batch_rows`.
+    async fn read_batches(&self, g: usize, rows: Option<&[usize]>, batch_rows: usize) -> Result<Vec<RecordBatch>> {
         let group = &self.groups[g];
         let file = &self.files[group.file];
         let reader = StoreFile {
@@ -431,7 +468,7 @@ impl Inner {
         let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, file.meta.clone())
             .with_row_groups(vec![group.group])
             .with_projection(file.mask.clone())
-            .with_batch_size(rows.map_or(group.rows, <[usize]>::len).max(1));
+            .with_batch_size(rows.map_or(batch_rows, <[usize]>::len).max(1));
         if let Some(rows) = rows {
             builder = builder.with_row_selection(selection(rows, group.rows));
         }
@@ -447,7 +484,7 @@ impl Inner {
         let file = &self.files[group.file];
         let shown = || self.store.describe(&file.path);
         if let Some(whole) = self.kept(g, rows) {
-            return rows.iter().map(|&row| self.sample_of(g, &whole, row, row)).collect();
+            return rows.iter().map(|&row| self.whole_row(g, &whole, row)).collect();
         }
         if let Some(got) = self.spilled(g, rows).await {
             return got;
@@ -457,7 +494,7 @@ impl Inner {
         if (batch && self.whole(g, rows.len())) || group.coarse {
             return self.decoded(g, rows).await;
         }
-        let batches = self.read_batches(g, Some(rows)).await?;
+        let batches = self.read_batches(g, Some(rows), rows.len()).await?;
         let mut out = Vec::with_capacity(rows.len());
         let mut at = 0usize;
         for batch in &batches {
