@@ -319,6 +319,14 @@ impl Store {
         self.checked(path, ranges, out)
     }
 
+    /// Byte ranges of `obj`, as listed: like [`Store::get_ranges_versioned`] with the
+    /// version [`version_key`] gives, so remote objects go through the block cache (memory
+    /// and disk) and a replaced object is an error, not other bytes.
+    pub async fn get_ranges_of(&self, obj: &ObjectInfo, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        let version = version_key(obj.e_tag.as_deref(), obj.modified_us, obj.size);
+        self.get_ranges_versioned(&obj.path, ranges, obj.size, &version, obj.e_tag.as_deref()).await
+    }
+
     /// Count what was read and check every range came back whole.
     fn checked(&self, path: &str, ranges: &[Range<u64>], out: Vec<Bytes>) -> Result<Vec<Bytes>> {
         self.count(ranges.len() as u64, out.iter().map(|b| b.len() as u64).sum());
@@ -394,6 +402,15 @@ impl Store {
 
 /// An object's listing entry, its path relative to the root (the first `strip` bytes of
 /// its location are the prefix and its `/`).
+/// What the block cache keys an object's bytes by: its entity tag when the store gives one,
+/// else its modification time, with its size.
+pub(crate) fn version_key(e_tag: Option<&str>, modified_us: i64, size: u64) -> String {
+    match e_tag {
+        Some(tag) => format!("{tag}/{size}"),
+        None => format!("{modified_us}/{size}"),
+    }
+}
+
 fn info(m: object_store::ObjectMeta, strip: usize) -> ObjectInfo {
     ObjectInfo {
         path: m.location.as_ref().get(strip..).unwrap_or_default().to_string(),

@@ -171,3 +171,34 @@ async fn shards_dropped_from_memory_with_rows_unread_are_spilled_not_decoded_aga
         run_all(open(&base).await, want, "decoded_bytes=1", &[]).await;
     }
 }
+
+/// Parquet files, MDS shards and LitData chunks on S3 are read through the block cache like
+/// tar shards: after one pass (and the cache's write-behind), a second pass, also by a new
+/// source as the next run would open, fetches nothing from the store and reads right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_formats_go_through_the_disk_cache_and_the_next_pass_fetches_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let mut sets = vec![("pq", fixture("pyarrow", &data.join("pq")))];
+    for kind in ["mds", "litdata-rows"] {
+        sets.push((kind, script_fixture(&writers_python(), "write_records.py", &[kind], &data.join(kind))));
+    }
+    let server = common::s3::serve(root.path()).await;
+    let cache = root.path().join("cache");
+    for (path, want) in &sets {
+        let u = uri(&server.endpoint(), path, &format!("&disk_cache_dir={}", cache.display()));
+        let order: Vec<usize> = (0..want.len()).rev().collect();
+        let first = open(&u).await;
+        let fetched = |s: &stoker::DynSampleSource| s.io_counters().unwrap().remote_bytes;
+        shuffled_pass(&*first, want, &order, 5).await;
+        first.flush().await;
+        assert!(fetched(&*first) > 0, "{path}: the first pass fetched");
+        let before = fetched(&*first);
+        shuffled_pass(&*first, want, &order, 3).await;
+        assert_eq!(fetched(&*first), before, "{path}: a second pass fetched bytes again");
+        let next = open(&u).await;
+        let at_open = fetched(&*next);
+        shuffled_pass(&*next, want, &order, 7).await;
+        assert_eq!(fetched(&*next), at_open, "{path}: the next run's pass fetched bytes again");
+    }
+}

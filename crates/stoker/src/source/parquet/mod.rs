@@ -55,7 +55,7 @@ pub(crate) async fn open(
     let loads = files.into_iter().map(|f| {
         let store = store.clone();
         async move {
-            let mut file = StoreFile { store: store.clone(), path: f.path.clone(), size: f.size, meta: None };
+            let mut file = StoreFile { store: store.clone(), obj: f.clone(), meta: None };
             let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
             let meta = ArrowReaderMetadata::load_async(&mut file, options)
                 .await
@@ -111,7 +111,7 @@ pub(crate) async fn open(
             meta.metadata().file_metadata().schema_descr(),
             columns.iter().map(|c| c.index).chain(key_column),
         );
-        files.push(File { path: f.path, size: f.size, stem, meta, mask });
+        files.push(File { path: f.path.clone(), obj: f, stem, meta, mask });
     }
     if starts.last() == Some(&0) {
         return Err(Error::Empty { uri: display, reason: "the Parquet files hold no rows".into() });
@@ -314,7 +314,8 @@ impl Decoded {
 
 struct File {
     path: String,
-    size: u64,
+    /// As listed: its size and version key the block cache.
+    obj: ObjectInfo,
     stem: String,
     meta: ArrowReaderMetadata,
     mask: ProjectionMask,
@@ -459,12 +460,8 @@ impl Inner {
     async fn read_batches(&self, g: usize, rows: Option<&[usize]>, batch_rows: usize) -> Result<Vec<RecordBatch>> {
         let group = &self.groups[g];
         let file = &self.files[group.file];
-        let reader = StoreFile {
-            store: self.store.clone(),
-            path: file.path.clone(),
-            size: file.size,
-            meta: Some(file.meta.metadata().clone()),
-        };
+        let reader =
+            StoreFile { store: self.store.clone(), obj: file.obj.clone(), meta: Some(file.meta.metadata().clone()) };
         let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, file.meta.clone())
             .with_row_groups(vec![group.group])
             .with_projection(file.mask.clone())
@@ -636,12 +633,11 @@ impl SampleSource for ParquetSource {
     }
 }
 
-/// One Parquet file read through a [`Store`]; its metadata, once known, is handed out
-/// without another read.
+/// One Parquet file read through a [`Store`] (remote files through the block cache, keyed
+/// by their version); its metadata, once known, is handed out without another read.
 struct StoreFile {
     store: Store,
-    path: String,
-    size: u64,
+    obj: ObjectInfo,
     meta: Option<Arc<ParquetMetaData>>,
 }
 
@@ -651,7 +647,11 @@ fn external(e: Error) -> ParquetError {
 
 impl AsyncFileReader for StoreFile {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        async move { self.store.get_range(&self.path, range).await.map_err(external) }.boxed()
+        async move {
+            let mut got = self.store.get_ranges_of(&self.obj, std::slice::from_ref(&range)).await.map_err(external)?;
+            Ok(got.pop().unwrap_or_default())
+        }
+        .boxed()
     }
 
     /// The pages a read needs, merged across small gaps (as the tar layout merges samples):
@@ -662,7 +662,7 @@ impl AsyncFileReader for StoreFile {
             use crate::store::ranges;
             let gap = if self.store.is_remote() { ranges::REMOTE_GAP } else { ranges::LOCAL_GAP };
             let merged = ranges::merge(&ranges, &ranges::Policy::new(gap, ranges::MAX_MERGED));
-            let got = self.store.get_ranges(&self.path, &merged.reads).await.map_err(external)?;
+            let got = self.store.get_ranges_of(&self.obj, &merged.reads).await.map_err(external)?;
             Ok(ranges
                 .iter()
                 .zip(&merged.of)
@@ -686,7 +686,7 @@ impl AsyncFileReader for StoreFile {
             if let Some(m) = &self.meta {
                 return Ok(m.clone());
             }
-            let size = self.size;
+            let size = self.obj.size;
             let policy = options.map_or(PageIndexPolicy::Optional, |_| PageIndexPolicy::Optional);
             let meta =
                 ParquetMetaDataReader::new().with_page_index_policy(policy).load_and_finish(&mut *self, size).await?;

@@ -16,7 +16,7 @@ mod codec;
 mod litdata;
 mod mds;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -116,6 +116,14 @@ pub(crate) async fn open(
         return Err(Error::Empty { uri: display, reason: format!("the {layout} index lists no samples") });
     }
     let tables = shards.iter().map(|_| OnceCell::new()).collect();
+    // Remote shards as listed (one listing), so their reads go through the block cache keyed
+    // by their versions: a later epoch or run reads them from the disk cache. Without a
+    // listing (not allowed), reads go around the cache.
+    let objects = if store.is_remote() {
+        store.list().await.map(|l| l.into_iter().map(|o| (o.path.clone(), o)).collect()).unwrap_or_default()
+    } else {
+        HashMap::new()
+    };
     let wanted = wanted.map(|w| w.into_iter().collect());
     Ok(Arc::new(RecordsSource {
         inner: Arc::new(Inner {
@@ -125,6 +133,7 @@ pub(crate) async fn open(
             shards,
             starts,
             tables,
+            objects,
             kept: Mutex::new(Kept { budget: opts.decoded_budget(), ..Kept::default() }),
             spill: opts.spill_dir().map(|d| Arc::new(Spill::new(d, None))),
             wanted,
@@ -146,6 +155,8 @@ struct Inner {
     starts: Vec<usize>,
     /// Per shard, its item table once read.
     tables: Vec<OnceCell<Arc<Table>>>,
+    /// Remote objects by path, as listed at open.
+    objects: HashMap<String, ObjectInfo>,
     kept: Mutex<Kept>,
     /// LitData record batches dropped from `kept` with rows still unread, as samples (see
     /// `source::spill`); `None` with `disk_cache=false`.
@@ -295,6 +306,18 @@ fn le_u32s(b: &[u8]) -> Vec<u32> {
 }
 
 impl Inner {
+    /// Byte ranges of `path`: through the block cache when it was listed (remote).
+    async fn read_ranges(&self, path: &str, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        match self.objects.get(path) {
+            Some(o) => self.store.get_ranges_of(o, ranges).await,
+            None => self.store.get_ranges(path, ranges).await,
+        }
+    }
+
+    async fn read_range(&self, path: &str, range: Range<u64>) -> Result<Bytes> {
+        Ok(self.read_ranges(path, std::slice::from_ref(&range)).await?.pop().unwrap_or_default())
+    }
+
     fn len(&self) -> usize {
         self.starts.last().copied().unwrap_or(0)
     }
@@ -384,7 +407,7 @@ impl Inner {
                 let header = 4 + 4 * (n as u64 + 1);
                 let table = match &s.storage {
                     Storage::Raw | Storage::RawItems(_) => {
-                        let b = self.store.get_range(&s.path, 0..header).await.map_err(|e| self.short(shard, e))?;
+                        let b = self.read_range(&s.path, 0..header).await.map_err(|e| self.short(shard, e))?;
                         self.count_matches(shard, &b)?;
                         let offsets = le_u32s(&b[4..]);
                         self.check_offsets(shard, &offsets, n, s.size)?;
@@ -445,7 +468,7 @@ impl Inner {
     async fn arrow_span(&self, shard: usize, size: u64) -> Result<Range<u64>> {
         let s = &self.shards[shard];
         let tail_at = size.checked_sub(12).ok_or_else(|| self.corrupt(shard, String::new(), "too short".into()))?;
-        let tail = self.store.get_range(&s.path, tail_at..size).await.map_err(|e| self.short(shard, e))?;
+        let tail = self.read_range(&s.path, tail_at..size).await.map_err(|e| self.short(shard, e))?;
         if &tail[4..] != b"LDARW01\0" {
             return Err(self.corrupt(
                 shard,
@@ -467,14 +490,14 @@ impl Inner {
         let bad = |why: String| self.corrupt(shard, String::new(), format!("its Arrow footer does not read: {why}"));
         let trailer_at =
             span.end.checked_sub(10).filter(|&t| t >= span.start).ok_or_else(|| bad("too short".into()))?;
-        let trailer = self.store.get_range(path, trailer_at..span.end).await.map_err(|e| self.short(shard, e))?;
+        let trailer = self.read_range(path, trailer_at..span.end).await.map_err(|e| self.short(shard, e))?;
         let trailer: [u8; 10] = trailer[..].try_into().map_err(|_| bad("a short trailer".into()))?;
         let footer_len = arrow_ipc::reader::read_footer_length(trailer).map_err(|e| bad(e.to_string()))? as u64;
         let footer_at = trailer_at
             .checked_sub(footer_len)
             .filter(|&f| f >= span.start)
             .ok_or_else(|| bad("its footer length".into()))?;
-        let footer_bytes = self.store.get_range(path, footer_at..trailer_at).await.map_err(|e| self.short(shard, e))?;
+        let footer_bytes = self.read_range(path, footer_at..trailer_at).await.map_err(|e| self.short(shard, e))?;
         let footer = arrow_ipc::root_as_footer(&footer_bytes).map_err(|e| bad(e.to_string()))?;
         let fb_schema = footer.schema().ok_or_else(|| bad("no schema".into()))?;
         let schema = Arc::new(arrow_ipc::convert::try_fb_to_schema(fb_schema).map_err(|e| bad(e.to_string()))?);
@@ -498,7 +521,7 @@ impl Inner {
             })
             .collect::<Result<_>>()?;
         let merged = ranges::merge(&heads, &ranges::Policy::new(ranges::LOCAL_GAP, ranges::MAX_MERGED));
-        let got = self.store.get_ranges(path, &merged.reads).await.map_err(|e| self.short(shard, e))?;
+        let got = self.read_ranges(path, &merged.reads).await.map_err(|e| self.short(shard, e))?;
         let mut batches = Vec::with_capacity(blocks.len());
         let mut first = 0usize;
         for ((b, head), of) in blocks.iter().zip(&heads).zip(&merged.of) {
@@ -554,7 +577,7 @@ impl Inner {
                 }
                 let s = &self.shards[shard];
                 let range = index.batches[k].1.clone();
-                let b = self.store.get_range(&s.path, range).await.map_err(|e| self.short(shard, e))?;
+                let b = self.read_range(&s.path, range).await.map_err(|e| self.short(shard, e))?;
                 let n = index.batches.get(k + 1).map_or(s.samples, |b| b.2) - index.batches[k].2;
                 let dropped = self.kept.lock().unwrap_or_else(|e| e.into_inner()).put_rows((shard, k), b.clone(), n, rows);
                 for ((d_shard, d_k), d_bytes) in dropped {
@@ -583,7 +606,7 @@ impl Inner {
         let key_name = key_column.map(|k| index.schema.field(k).name().clone());
         let mut decoder = arrow_ipc::reader::FileDecoder::new(index.schema.clone(), index.version);
         for (block, range) in &index.dictionaries {
-            let b = self.store.get_range(&s.path, range.clone()).await.map_err(|e| self.short(shard, e))?;
+            let b = self.read_range(&s.path, range.clone()).await.map_err(|e| self.short(shard, e))?;
             decoder.read_dictionary(block, &arrow_buffer::Buffer::from(b)).map_err(|e| bad(e.to_string()))?;
         }
         let (block, _, first) = &index.batches[k];
@@ -648,7 +671,7 @@ impl Inner {
     /// The frame table of a LitData framed-zstd chunk.
     async fn frames(&self, shard: usize) -> Result<Table> {
         let s = &self.shards[shard];
-        let prefix = self.store.get_range(&s.path, 0..24).await.map_err(|e| self.short(shard, e))?;
+        let prefix = self.read_range(&s.path, 0..24).await.map_err(|e| self.short(shard, e))?;
         if &prefix[..8] != b"LDFZ01\0\0" {
             return Err(self.corrupt(shard, String::new(), "no LDFZ01 magic at the start of a framed chunk".into()));
         }
@@ -662,7 +685,7 @@ impl Inner {
             ));
         }
         let len = 4 * (n as u64 + 1) + 24 * n_frames as u64;
-        let b = self.store.get_range(&s.path, 24..24 + len).await.map_err(|e| self.short(shard, e))?;
+        let b = self.read_range(&s.path, 24..24 + len).await.map_err(|e| self.short(shard, e))?;
         let offsets = le_u32s(&b[..4 * (n + 1)]);
         self.check_offsets(shard, &offsets, n, None)?;
         let frames = b[4 * (n + 1)..]
@@ -692,7 +715,7 @@ impl Inner {
         }
         let s = &self.shards[shard];
         let z =
-            self.store.get_range(&s.path, frame.at..frame.at + frame.len).await.map_err(|e| self.short(shard, e))?;
+            self.read_range(&s.path, frame.at..frame.at + frame.len).await.map_err(|e| self.short(shard, e))?;
         let raw =
             Codec::Zstd.decompress(&z, frame.raw_len).map_err(|why| self.corrupt(shard, format!("frame {f}"), why))?;
         let raw = Bytes::from(raw);
@@ -713,7 +736,7 @@ impl Inner {
                 let wanted: Vec<Range<u64>> = items.iter().map(|&i| u64::from(off[i])..u64::from(off[i + 1])).collect();
                 let gap = if self.store.is_remote() { ranges::REMOTE_GAP } else { ranges::LOCAL_GAP };
                 let merged = ranges::merge(&wanted, &ranges::Policy::new(gap, ranges::MAX_MERGED));
-                let got = self.store.get_ranges(&s.path, &merged.reads).await.map_err(|e| self.short(shard, e))?;
+                let got = self.read_ranges(&s.path, &merged.reads).await.map_err(|e| self.short(shard, e))?;
                 let mut out = Vec::with_capacity(items.len());
                 for (r, of) in wanted.iter().zip(&merged.of) {
                     let b = match of {

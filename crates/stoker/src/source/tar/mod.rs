@@ -126,13 +126,9 @@ impl TarSource {
     }
 }
 
-/// What the block cache keys a shard's bytes by: its entity tag when the store gives one,
-/// else its modification time, with its size.
+/// What the block cache keys a shard's bytes by.
 fn version_of(idx: &ShardIndex) -> String {
-    match &idx.e_tag {
-        Some(tag) => format!("{tag}/{}", idx.size),
-        None => format!("{}/{}", idx.modified_us, idx.size),
-    }
+    crate::store::version_key(idx.e_tag.as_deref(), idx.modified_us, idx.size)
 }
 
 impl Inner {
