@@ -32,9 +32,17 @@ impl Fetcher {
         };
         let first = f();
         tokio::pin!(first);
-        tokio::select! {
-            r = &mut first => return r,
-            _ = tokio::time::sleep(threshold) => {}
+        loop {
+            tokio::select! {
+                r = &mut first => return r,
+                _ = tokio::time::sleep(threshold) => {}
+            }
+            // A hedge is a spare request. With every in-flight slot taken it would only queue
+            // behind the others, and the wait that triggered it was the queue's, not the
+            // store's (a per-sample shuffle at the limit hedged 3 requests in 4 of them).
+            if self.limit.has_room() {
+                break;
+            }
         }
         self.counters.hedges.fetch_add(1, Relaxed);
         let second = f();

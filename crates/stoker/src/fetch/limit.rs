@@ -244,6 +244,11 @@ impl Limit {
         }
     }
 
+    /// Whether a request would get a slot now without waiting.
+    pub(crate) fn has_room(&self) -> bool {
+        self.sem.available_permits() > 0
+    }
+
     /// The limit now.
     pub(crate) fn current(&self) -> usize {
         self.current.load(Relaxed)
