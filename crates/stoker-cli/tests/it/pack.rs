@@ -413,8 +413,7 @@ fn writers_python() -> PathBuf {
 async fn parquet_mds_and_litdata_work_with_every_command_and_pack_to_tar_shards() {
     let dir = tempfile::tempdir().unwrap();
     let script = |name: &str| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/py").join(name);
-    for (name, kind) in
-        [("write_parquet.py", "hf"), ("write_records.py", "mds"), ("write_records.py", "litdata-rows")]
+    for (name, kind) in [("write_parquet.py", "hf"), ("write_records.py", "mds"), ("write_records.py", "litdata-rows")]
     {
         let src = dir.path().join(kind);
         let run = Command::new(writers_python()).arg(script(name)).arg(kind).arg(&src).output().expect("run writer");

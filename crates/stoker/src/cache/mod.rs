@@ -16,10 +16,10 @@ pub mod policy;
 mod ranged;
 mod read;
 
+pub(crate) use disk::default_limit;
 pub use policy::{Eviction, Plan};
 pub use ranged::RemoteReader;
 pub use read::{is_gone, CachedObject, Gone};
-pub(crate) use disk::default_limit;
 
 use std::collections::HashMap;
 use std::future::Future;

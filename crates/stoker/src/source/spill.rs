@@ -62,7 +62,13 @@ impl Spill {
             let _ = std::fs::create_dir_all(&dir);
             crate::cache::default_limit(&dir, 0)
         });
-        Spill { dir, budget, used: AtomicU64::new(0), units: Mutex::new(HashMap::new()), broken: AtomicBool::new(false) }
+        Spill {
+            dir,
+            budget,
+            used: AtomicU64::new(0),
+            units: Mutex::new(HashMap::new()),
+            broken: AtomicBool::new(false),
+        }
     }
 
     /// Bytes written so far.

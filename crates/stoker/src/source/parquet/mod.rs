@@ -393,8 +393,7 @@ impl Inner {
         }
         let batch = self.decode(g).await?;
         let out = rows.iter().map(|&row| self.whole_row(g, &batch, row)).collect::<Result<Vec<_>>>();
-        let evicted =
-            self.decoded.lock().unwrap_or_else(|e| e.into_inner()).put(g, batch, rows, self.spill.is_some());
+        let evicted = self.decoded.lock().unwrap_or_else(|e| e.into_inner()).put(g, batch, rows, self.spill.is_some());
         for e in evicted {
             self.spill_group(e).await;
         }
@@ -438,7 +437,8 @@ impl Inner {
     async fn decode(&self, g: usize) -> Result<Arc<Whole>> {
         let group = &self.groups[g];
         let file = &self.files[group.file];
-        let bytes: i64 = file.meta.metadata().row_group(group.group).columns().iter().map(|c| c.uncompressed_size()).sum();
+        let bytes: i64 =
+            file.meta.metadata().row_group(group.group).columns().iter().map(|c| c.uncompressed_size()).sum();
         let per_row = usize::try_from(bytes).unwrap_or(0) / group.rows.max(1);
         let batch_rows = (WHOLE_BATCH_BYTES / per_row.max(1)).clamp(1, group.rows.max(1));
         let batches = self.read_batches(g, None, batch_rows).await?;

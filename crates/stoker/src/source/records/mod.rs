@@ -27,8 +27,8 @@ use futures::{StreamExt, TryStreamExt};
 use tokio::sync::OnceCell;
 
 use self::codec::Codec;
-use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use super::spill::Spill;
+use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
 use crate::store::{ranges, IoCounters, ObjectInfo, Store};
@@ -557,7 +557,11 @@ impl Inner {
             }
             let rows: Vec<usize> = items[i..j].iter().map(|&item| item - first).collect();
             if rows.is_empty() {
-                return Err(self.corrupt(shard, String::new(), format!("item {} lies past its batch's rows", items[i])));
+                return Err(self.corrupt(
+                    shard,
+                    String::new(),
+                    format!("item {} lies past its batch's rows", items[i]),
+                ));
             }
             out.extend(self.arrow_batch_rows(shard, index, k, &rows).await?);
             i = j;
@@ -567,7 +571,13 @@ impl Inner {
 
     /// Rows `rows` (sorted, distinct) of record batch `k` of an Arrow-footer chunk: from the
     /// kept batch bytes, the spill, or read (and kept) now.
-    async fn arrow_batch_rows(&self, shard: usize, index: &ArrowIndex, k: usize, rows: &[usize]) -> Result<Vec<Sample>> {
+    async fn arrow_batch_rows(
+        &self,
+        shard: usize,
+        index: &ArrowIndex,
+        k: usize,
+        rows: &[usize],
+    ) -> Result<Vec<Sample>> {
         let cached = self.kept.lock().unwrap_or_else(|e| e.into_inner()).get_rows((shard, k), rows);
         let bytes = match cached {
             Some(b) => b,
@@ -579,7 +589,8 @@ impl Inner {
                 let range = index.batches[k].1.clone();
                 let b = self.read_range(&s.path, range).await.map_err(|e| self.short(shard, e))?;
                 let n = index.batches.get(k + 1).map_or(s.samples, |b| b.2) - index.batches[k].2;
-                let dropped = self.kept.lock().unwrap_or_else(|e| e.into_inner()).put_rows((shard, k), b.clone(), n, rows);
+                let dropped =
+                    self.kept.lock().unwrap_or_else(|e| e.into_inner()).put_rows((shard, k), b.clone(), n, rows);
                 for ((d_shard, d_k), d_bytes) in dropped {
                     self.spill_batch(d_shard, d_k, d_bytes).await;
                 }
@@ -714,8 +725,7 @@ impl Inner {
             return Ok(b);
         }
         let s = &self.shards[shard];
-        let z =
-            self.read_range(&s.path, frame.at..frame.at + frame.len).await.map_err(|e| self.short(shard, e))?;
+        let z = self.read_range(&s.path, frame.at..frame.at + frame.len).await.map_err(|e| self.short(shard, e))?;
         let raw =
             Codec::Zstd.decompress(&z, frame.raw_len).map_err(|why| self.corrupt(shard, format!("frame {f}"), why))?;
         let raw = Bytes::from(raw);
