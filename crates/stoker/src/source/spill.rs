@@ -189,6 +189,66 @@ fn read_rows(u: &Unit, rows: &[usize], dir: &Path) -> Result<Vec<Sample>> {
         .collect()
 }
 
+/// Shards decoded whole and kept in memory, least recently used first, within a budget of
+/// bytes, each with which of its rows were read since it was kept: what is dropped with rows
+/// unread is handed back to be spilled (a shuffled pass will want those rows again; a shard
+/// read to its last row, as a sequential pass does, is not wanted again soon).
+pub(crate) struct Kept<K, V> {
+    budget: usize,
+    entries: Vec<KeptEntry<K, V>>,
+    bytes: usize,
+}
+
+struct KeptEntry<K, V> {
+    key: K,
+    value: V,
+    size: usize,
+    read: Vec<bool>,
+    unread: usize,
+}
+
+impl<K: PartialEq + Copy, V: Clone> Kept<K, V> {
+    /// Nothing kept yet; at most `budget` bytes (and always the last entry put).
+    pub(crate) fn new(budget: usize) -> Self {
+        Kept { budget, entries: Vec::new(), bytes: 0 }
+    }
+
+    /// Entry `key`, marking `rows` (of its rows) read.
+    pub(crate) fn get(&mut self, key: K, rows: &[usize]) -> Option<V> {
+        let i = self.entries.iter().position(|e| e.key == key)?;
+        let mut e = self.entries.remove(i);
+        for &r in rows {
+            if let Some(seen) = e.read.get_mut(r).filter(|seen| !**seen) {
+                *seen = true;
+                e.unread -= 1;
+            }
+        }
+        let v = e.value.clone();
+        self.entries.push(e);
+        Some(v)
+    }
+
+    /// Keep `value` as `key`: `size` bytes, `n` rows (0 for what has no rows) of which `rows`
+    /// are read. Returns the entries dropped with rows unread.
+    pub(crate) fn put(&mut self, key: K, value: V, size: usize, n: usize, rows: &[usize]) -> Vec<(K, V)> {
+        if self.entries.iter().any(|e| e.key == key) {
+            return Vec::new();
+        }
+        self.bytes += size;
+        self.entries.push(KeptEntry { key, value, size, read: vec![false; n], unread: n });
+        self.get(key, rows);
+        let mut dropped = Vec::new();
+        while self.bytes > self.budget && self.entries.len() > 1 {
+            let old = self.entries.remove(0);
+            self.bytes -= old.size;
+            if old.unread > 0 {
+                dropped.push((old.key, old.value));
+            }
+        }
+        dropped
+    }
+}
+
 /// A file in `dir` with no name: `O_TMPFILE` where the file system has it, else a named
 /// file removed at once.
 fn unnamed_file(dir: &Path) -> io::Result<std::fs::File> {
@@ -235,6 +295,19 @@ mod tests {
             assert_eq!(s.fields, want.fields);
         }
         assert_eq!(std::fs::read_dir(dir.path().join("s")).unwrap().count(), 0, "the files have no name");
+    }
+
+    #[test]
+    fn kept_drops_least_recent_and_hands_back_what_has_rows_unread() {
+        let mut k: Kept<u32, &str> = Kept::new(10);
+        assert!(k.put(1, "a", 4, 3, &[0, 1, 2]).is_empty());
+        assert!(k.put(2, "b", 4, 3, &[0]).is_empty());
+        assert_eq!(k.get(1, &[]), Some("a"), "1 becomes the most recent");
+        // Over budget: 2 goes first (least recent) and has rows unread; 1 was read whole.
+        assert_eq!(k.put(3, "c", 4, 0, &[]), vec![(2, "b")]);
+        assert_eq!(k.put(4, "d", 4, 2, &[]), Vec::<(u32, &str)>::new(), "1 was read to its last row");
+        assert_eq!(k.get(1, &[]), None);
+        assert_eq!(k.get(4, &[0]), Some("d"));
     }
 
     #[tokio::test]

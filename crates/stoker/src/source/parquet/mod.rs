@@ -33,7 +33,7 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
 use self::values::Column;
-use super::spill::Spill;
+use super::spill::{Kept, Spill};
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
@@ -144,7 +144,7 @@ pub(crate) async fn open(
             concurrency,
             fits,
             loading,
-            decoded: Mutex::new(Decoded { budget, ..Decoded::default() }),
+            decoded: Mutex::new(Decoded { kept: Kept::new(budget), spilling: Vec::new() }),
             spill,
         }),
     }))
@@ -205,18 +205,14 @@ struct Inner {
     spill: Option<Arc<Spill>>,
 }
 
-/// Row groups decoded whole, least recently used first, within `budget` bytes of Arrow
-/// arrays (`decoded_bytes`).
-#[derive(Default)]
+/// Row groups decoded whole, least recently used first, within `decoded_bytes` of Arrow
+/// arrays, and those dropped with rows unread while they are written to the spill.
 struct Decoded {
-    budget: usize,
-    groups: Vec<Kept>,
-    bytes: usize,
-    /// Groups evicted with rows not yet read, while they are written to the spill.
+    kept: Kept<usize, Arc<Whole>>,
     spilling: Vec<(usize, Arc<Whole>)>,
 }
 
-/// A row group decoded whole, as record batches.
+/// A row group decoded whole, as record batches (of about [`WHOLE_BATCH_BYTES`]).
 struct Whole {
     batches: Vec<RecordBatch>,
     /// First row of each batch.
@@ -244,65 +240,24 @@ impl Whole {
     }
 }
 
-/// A group decoded whole, and which of its rows were read since.
-struct Kept {
-    group: usize,
-    batch: Arc<Whole>,
-    size: usize,
-    read: Vec<bool>,
-    unread: usize,
-}
-
-impl Kept {
-    fn mark(&mut self, rows: &[usize]) {
-        for &r in rows {
-            if let Some(seen) = self.read.get_mut(r) {
-                if !*seen {
-                    *seen = true;
-                    self.unread -= 1;
-                }
-            }
-        }
-    }
-}
-
 impl Decoded {
-    /// Group `g` if kept, marking `rows` read.
+    /// Group `g` if kept (marking `rows` read) or being spilled.
     fn get(&mut self, g: usize, rows: &[usize]) -> Option<Arc<Whole>> {
-        if let Some(i) = self.groups.iter().position(|k| k.group == g) {
-            let mut e = self.groups.remove(i);
-            e.mark(rows);
-            let b = e.batch.clone();
-            self.groups.push(e);
-            return Some(b);
-        }
-        self.spilling.iter().find(|(k, _)| *k == g).map(|(_, b)| b.clone())
+        self.kept.get(g, rows).or_else(|| self.spilling.iter().find(|(k, _)| *k == g).map(|(_, b)| b.clone()))
     }
 
-    /// Keep group `g` with `rows` read; returns the groups evicted with rows still unread,
+    /// Keep group `g` with `rows` read; returns the groups dropped with rows still unread,
     /// which `spilling` holds until [`Decoded::spilled`] (when `spill` is true; else they
-    /// are dropped).
+    /// are gone).
     fn put(&mut self, g: usize, b: Arc<Whole>, rows: &[usize], spill: bool) -> Vec<usize> {
-        if self.groups.iter().any(|k| k.group == g) {
+        let (size, n) = (b.memory_size(), b.num_rows());
+        let dropped = self.kept.put(g, b, size, n, rows);
+        if !spill {
             return Vec::new();
         }
-        let size = b.memory_size();
-        let n = b.num_rows();
-        let mut kept = Kept { group: g, batch: b, size, read: vec![false; n], unread: n };
-        kept.mark(rows);
-        self.bytes += size;
-        self.groups.push(kept);
-        let mut evicted = Vec::new();
-        while self.bytes > self.budget && self.groups.len() > 1 {
-            let old = self.groups.remove(0);
-            self.bytes -= old.size;
-            // A group read to its last row (a sequential pass) is not wanted again soon.
-            if spill && old.unread > 0 {
-                evicted.push(old.group);
-                self.spilling.push((old.group, old.batch));
-            }
-        }
-        evicted
+        let groups = dropped.iter().map(|(k, _)| *k).collect();
+        self.spilling.extend(dropped);
+        groups
     }
 
     /// Group `g` is in the spill (or could not go there): drop it from `spilling`.
@@ -431,9 +386,7 @@ impl Inner {
     }
 
     /// Group `g` decoded whole (projected columns), in record batches of about
-    /// [`WHOLE_BATCH_BYTES`]: buffers that size come from the heap again and again, where
-    /// one buffer the size of the group is fresh memory from the kernel each time (its page
-    /// faults cost more than the decoding).
+    /// [`WHOLE_BATCH_BYTES`], kept as they come (no copy into one batch the size of the group).
     async fn decode(&self, g: usize) -> Result<Arc<Whole>> {
         let group = &self.groups[g];
         let file = &self.files[group.file];

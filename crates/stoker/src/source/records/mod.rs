@@ -27,7 +27,7 @@ use futures::{StreamExt, TryStreamExt};
 use tokio::sync::OnceCell;
 
 use self::codec::Codec;
-use super::spill::Spill;
+use super::spill::{Kept, Spill};
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
@@ -134,7 +134,7 @@ pub(crate) async fn open(
             starts,
             tables,
             objects,
-            kept: Mutex::new(Kept { budget: opts.decoded_budget(), ..Kept::default() }),
+            kept: Mutex::new(Kept::new(opts.decoded_budget())),
             spill: opts.spill_dir().map(|d| Arc::new(Spill::new(d, None))),
             wanted,
             concurrency: opts.concurrency(),
@@ -157,7 +157,7 @@ struct Inner {
     tables: Vec<OnceCell<Arc<Table>>>,
     /// Remote objects by path, as listed at open.
     objects: HashMap<String, ObjectInfo>,
-    kept: Mutex<Kept>,
+    kept: Mutex<KeptBytes>,
     /// LitData record batches dropped from `kept` with rows still unread, as samples (see
     /// `source::spill`); `None` with `disk_cache=false`.
     spill: Option<Arc<Spill>>,
@@ -199,66 +199,8 @@ struct Frame {
 }
 
 /// Decompressed shards (`(shard, usize::MAX)`), frames and LitData record batches
-/// (`(shard, batch)`), least recently used first, within `budget` bytes (`decoded_bytes`).
-#[derive(Default)]
-struct Kept {
-    budget: usize,
-    entries: Vec<KeptEntry>,
-    bytes: usize,
-}
-
-struct KeptEntry {
-    key: (usize, usize),
-    bytes: Bytes,
-    /// Record batches: which rows were read since it was kept, and how many were not.
-    read: Vec<bool>,
-    unread: usize,
-}
-
-impl Kept {
-    fn get(&mut self, key: (usize, usize)) -> Option<Bytes> {
-        self.get_rows(key, &[])
-    }
-
-    /// Entry `key`, marking `rows` read.
-    fn get_rows(&mut self, key: (usize, usize), rows: &[usize]) -> Option<Bytes> {
-        let i = self.entries.iter().position(|e| e.key == key)?;
-        let mut e = self.entries.remove(i);
-        for &r in rows {
-            if let Some(seen) = e.read.get_mut(r).filter(|seen| !**seen) {
-                *seen = true;
-                e.unread -= 1;
-            }
-        }
-        let b = e.bytes.clone();
-        self.entries.push(e);
-        Some(b)
-    }
-
-    fn put(&mut self, key: (usize, usize), b: Bytes) {
-        self.put_rows(key, b, 0, &[]);
-    }
-
-    /// Keep `b` as `key`, an entry of `n` rows of which `rows` are read; returns the
-    /// entries dropped with rows unread (a shuffled pass will want them again).
-    fn put_rows(&mut self, key: (usize, usize), b: Bytes, n: usize, rows: &[usize]) -> Vec<((usize, usize), Bytes)> {
-        if self.entries.iter().any(|e| e.key == key) {
-            return Vec::new();
-        }
-        self.bytes += b.len();
-        self.entries.push(KeptEntry { key, bytes: b, read: vec![false; n], unread: n });
-        self.get_rows(key, rows);
-        let mut dropped = Vec::new();
-        while self.bytes > self.budget && self.entries.len() > 1 {
-            let old = self.entries.remove(0);
-            self.bytes -= old.bytes.len();
-            if old.unread > 0 {
-                dropped.push((old.key, old.bytes));
-            }
-        }
-        dropped
-    }
-}
+/// (`(shard, batch)`, with their rows), within `decoded_bytes`.
+type KeptBytes = Kept<(usize, usize), Bytes>;
 
 /// Little-endian integer of `descr`'s width (`<i8`, `|u1`, ...) as decimal text.
 fn int_text(descr: &str, v: &[u8]) -> Option<String> {
@@ -359,7 +301,7 @@ impl Inner {
 
     /// A whole compressed shard, decompressed (hashes checked), kept for its other samples.
     async fn whole(&self, shard: usize) -> Result<Bytes> {
-        if let Some(b) = self.kept.lock().unwrap_or_else(|e| e.into_inner()).get((shard, usize::MAX)) {
+        if let Some(b) = self.kept.lock().unwrap_or_else(|e| e.into_inner()).get((shard, usize::MAX), &[]) {
             return Ok(b);
         }
         let Storage::Whole { path, codec, hashes } = &self.shards[shard].storage else {
@@ -394,7 +336,7 @@ impl Inner {
         .await
         .map_err(Error::task)??;
         let raw = Bytes::from(raw);
-        self.kept.lock().unwrap_or_else(|e| e.into_inner()).put((shard, usize::MAX), raw.clone());
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).put((shard, usize::MAX), raw.clone(), raw.len(), 0, &[]);
         Ok(raw)
     }
 
@@ -578,7 +520,7 @@ impl Inner {
         k: usize,
         rows: &[usize],
     ) -> Result<Vec<Sample>> {
-        let cached = self.kept.lock().unwrap_or_else(|e| e.into_inner()).get_rows((shard, k), rows);
+        let cached = self.kept.lock().unwrap_or_else(|e| e.into_inner()).get((shard, k), rows);
         let bytes = match cached {
             Some(b) => b,
             None => {
@@ -590,7 +532,7 @@ impl Inner {
                 let b = self.read_range(&s.path, range).await.map_err(|e| self.short(shard, e))?;
                 let n = index.batches.get(k + 1).map_or(s.samples, |b| b.2) - index.batches[k].2;
                 let dropped =
-                    self.kept.lock().unwrap_or_else(|e| e.into_inner()).put_rows((shard, k), b.clone(), n, rows);
+                    self.kept.lock().unwrap_or_else(|e| e.into_inner()).put((shard, k), b.clone(), b.len(), n, rows);
                 for ((d_shard, d_k), d_bytes) in dropped {
                     self.spill_batch(d_shard, d_k, d_bytes).await;
                 }
@@ -721,7 +663,7 @@ impl Inner {
 
     /// Frame `f` of `shard`, decompressed and kept.
     async fn frame(&self, shard: usize, f: usize, frame: Frame) -> Result<Bytes> {
-        if let Some(b) = self.kept.lock().unwrap_or_else(|e| e.into_inner()).get((shard, f)) {
+        if let Some(b) = self.kept.lock().unwrap_or_else(|e| e.into_inner()).get((shard, f), &[]) {
             return Ok(b);
         }
         let s = &self.shards[shard];
@@ -729,7 +671,7 @@ impl Inner {
         let raw =
             Codec::Zstd.decompress(&z, frame.raw_len).map_err(|why| self.corrupt(shard, format!("frame {f}"), why))?;
         let raw = Bytes::from(raw);
-        self.kept.lock().unwrap_or_else(|e| e.into_inner()).put((shard, f), raw.clone());
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).put((shard, f), raw.clone(), raw.len(), 0, &[]);
         Ok(raw)
     }
 
