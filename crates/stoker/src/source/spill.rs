@@ -23,12 +23,17 @@ use crate::error::{Error, Result};
 use crate::sample::{Field, Sample};
 use crate::store::ranges;
 
+/// A spilled shard's name: (shard, part of it), e.g. (row group, 0) or (chunk, record batch).
+pub(crate) type UnitKey = (usize, usize);
+
 /// Spilled shards of one source.
 pub(crate) struct Spill {
     dir: PathBuf,
-    budget: u64,
+    /// Bytes the files may hold: sized from the disk on the first write (opening a source
+    /// that never spills touches no disk).
+    budget: std::sync::OnceLock<u64>,
     used: AtomicU64,
-    units: Mutex<HashMap<usize, Arc<Unit>>>,
+    units: Mutex<HashMap<UnitKey, Arc<Unit>>>,
     /// A write failed (full or read-only disk): no more writes, said once.
     broken: AtomicBool,
 }
@@ -55,20 +60,31 @@ impl Row {
 }
 
 impl Spill {
-    /// A spill whose files go in `dir` (created if need be), bounded by `budget` bytes or
-    /// the disk cache's default size for that disk.
-    pub(crate) fn new(dir: PathBuf, budget: Option<u64>) -> Self {
-        let budget = budget.unwrap_or_else(|| {
-            let _ = std::fs::create_dir_all(&dir);
-            crate::cache::default_limit(&dir, 0)
-        });
+    /// A spill whose files go in `dir` (created when first written), bounded by the disk
+    /// cache's default size for that disk.
+    pub(crate) fn new(dir: PathBuf) -> Self {
         Spill {
             dir,
-            budget,
+            budget: std::sync::OnceLock::new(),
             used: AtomicU64::new(0),
             units: Mutex::new(HashMap::new()),
             broken: AtomicBool::new(false),
         }
+    }
+
+    /// Like [`Spill::new`], bounded by `budget` bytes.
+    #[cfg(test)]
+    fn with_budget(dir: PathBuf, budget: u64) -> Self {
+        let s = Spill::new(dir);
+        let _ = s.budget.set(budget);
+        s
+    }
+
+    fn budget(&self) -> u64 {
+        *self.budget.get_or_init(|| {
+            let _ = std::fs::create_dir_all(&self.dir);
+            crate::cache::default_limit(&self.dir, 0)
+        })
     }
 
     /// Bytes written so far.
@@ -78,19 +94,19 @@ impl Spill {
     }
 
     /// Whether shard `unit` is spilled.
-    pub(crate) fn has(&self, unit: usize) -> bool {
+    pub(crate) fn has(&self, unit: UnitKey) -> bool {
         self.units.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&unit)
     }
 
     /// Write `samples`, the rows of shard `unit` in row order. Returns whether they were
     /// spilled: not when the budget is spent or the disk refuses (then said once), which
     /// costs only a later decode.
-    pub(crate) async fn put(self: &Arc<Self>, unit: usize, samples: Vec<Sample>) -> bool {
+    pub(crate) async fn put(self: &Arc<Self>, unit: UnitKey, samples: Vec<Sample>) -> bool {
         let bytes: u64 = samples.iter().flat_map(|s| s.fields.iter()).map(|f| f.data.len() as u64).sum();
         if self.broken.load(Relaxed) || self.has(unit) {
             return false;
         }
-        if self.used.fetch_add(bytes, Relaxed) + bytes > self.budget {
+        if self.used.fetch_add(bytes, Relaxed) + bytes > self.budget() {
             self.used.fetch_sub(bytes, Relaxed);
             return false;
         }
@@ -143,7 +159,7 @@ impl Spill {
 
     /// Rows `rows` of shard `unit` (any order, repeats allowed) as samples in that order,
     /// or `None` when the shard is not spilled. Rows are read with merged `pread`s.
-    pub(crate) async fn get(&self, unit: usize, rows: &[usize]) -> Option<Result<Vec<Sample>>> {
+    pub(crate) async fn get(&self, unit: UnitKey, rows: &[usize]) -> Option<Result<Vec<Sample>>> {
         let u = self.units.lock().unwrap_or_else(|e| e.into_inner()).get(&unit).cloned()?;
         let rows = rows.to_vec();
         let dir = self.dir.clone();
@@ -283,12 +299,12 @@ mod tests {
     #[tokio::test]
     async fn spilled_rows_read_back_in_any_order_and_leave_no_file() {
         let dir = tempfile::tempdir().unwrap();
-        let spill = Arc::new(Spill::new(dir.path().join("s"), Some(1 << 20)));
-        assert!(spill.get(3, &[0]).await.is_none());
-        assert!(spill.put(3, (0..50).map(sample).collect()).await);
-        assert!(!spill.put(3, (0..50).map(sample).collect()).await, "a shard is spilled once");
+        let spill = Arc::new(Spill::with_budget(dir.path().join("s"), 1 << 20));
+        assert!(spill.get((3, 0), &[0]).await.is_none());
+        assert!(spill.put((3, 0), (0..50).map(sample).collect()).await);
+        assert!(!spill.put((3, 0), (0..50).map(sample).collect()).await, "a shard is spilled once");
         let rows = [49, 0, 7, 7, 20];
-        let got = spill.get(3, &rows).await.unwrap().unwrap();
+        let got = spill.get((3, 0), &rows).await.unwrap().unwrap();
         for (&r, s) in rows.iter().zip(&got) {
             let want = sample(r);
             assert_eq!(s.key, want.key);
@@ -313,11 +329,11 @@ mod tests {
     #[tokio::test]
     async fn past_the_budget_nothing_is_spilled() {
         let dir = tempfile::tempdir().unwrap();
-        let spill = Arc::new(Spill::new(dir.path().to_path_buf(), Some(1000)));
-        assert!(spill.put(0, (0..5).map(sample).collect()).await);
+        let spill = Arc::new(Spill::with_budget(dir.path().to_path_buf(), 1000));
+        assert!(spill.put((0, 0), (0..5).map(sample).collect()).await);
         let used = spill.used();
-        assert!(!spill.put(1, (0..50).map(sample).collect()).await);
+        assert!(!spill.put((1, 0), (0..50).map(sample).collect()).await);
         assert_eq!(spill.used(), used);
-        assert!(spill.get(1, &[0]).await.is_none());
+        assert!(spill.get((1, 0), &[0]).await.is_none());
     }
 }

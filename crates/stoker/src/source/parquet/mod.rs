@@ -131,7 +131,7 @@ pub(crate) async fn open(
     let budget = opts.decoded_budget();
     let fits = projected <= budget as u64 / 2;
     let loading = groups.iter().map(|_| tokio::sync::Mutex::new(())).collect();
-    let spill = opts.spill_dir().map(|d| Arc::new(Spill::new(d, None)));
+    let spill = opts.spill_dir().map(|d| Arc::new(Spill::new(d)));
     Ok(Arc::new(ParquetSource {
         inner: Arc::new(Inner {
             store,
@@ -362,7 +362,7 @@ impl Inner {
 
     /// Rows `rows` of group `g` from the spill, when it is there.
     async fn spilled(&self, g: usize, rows: &[usize]) -> Option<Result<Vec<Sample>>> {
-        self.spill.as_ref()?.get(g, rows).await
+        self.spill.as_ref()?.get((g, 0), rows).await
     }
 
     /// Write evicted group `g` to the spill as samples (all of them, or none: a value that
@@ -373,7 +373,7 @@ impl Inner {
             let all = (0..batch.num_rows()).map(|r| self.whole_row(g, &batch, r)).collect::<Result<Vec<_>>>();
             drop(batch);
             if let Ok(all) = all {
-                spill.put(g, all).await;
+                spill.put((g, 0), all).await;
             }
         }
         self.decoded.lock().unwrap_or_else(|e| e.into_inner()).spilled(g);

@@ -135,7 +135,7 @@ pub(crate) async fn open(
             tables,
             objects,
             kept: Mutex::new(Kept::new(opts.decoded_budget())),
-            spill: opts.spill_dir().map(|d| Arc::new(Spill::new(d, None))),
+            spill: opts.spill_dir().map(|d| Arc::new(Spill::new(d))),
             wanted,
             concurrency: opts.concurrency(),
         }),
@@ -588,14 +588,9 @@ impl Inner {
         Ok(out)
     }
 
-    /// The spill's name for record batch `k` of `shard`.
-    fn spill_unit(shard: usize, k: usize) -> usize {
-        (shard << 24) ^ k
-    }
-
     /// Rows `rows` of record batch `k` of `shard` from the spill, when it is there.
     async fn spilled(&self, shard: usize, k: usize, rows: &[usize]) -> Option<Result<Vec<Sample>>> {
-        self.spill.as_ref()?.get(Self::spill_unit(shard, k), rows).await
+        self.spill.as_ref()?.get((shard, k), rows).await
     }
 
     /// Write record batch `k` of `shard` (dropped from memory with rows unread) to the spill
@@ -607,7 +602,7 @@ impl Inner {
         let n = index.batches.get(k + 1).map_or(self.shards[shard].samples, |b| b.2) - index.batches[k].2;
         let all: Vec<usize> = (0..n).collect();
         if let Ok(samples) = self.arrow_rows(shard, index, k, bytes, &all).await {
-            spill.put(Self::spill_unit(shard, k), samples).await;
+            spill.put((shard, k), samples).await;
         }
     }
 
