@@ -4,8 +4,10 @@
 //! one `pread` instead of decoding its whole shard again for every batch that wants a few
 //! of its rows.
 //!
-//! This is what Hugging Face `datasets` does with its Arrow cache, done lazily: only shards
-//! evicted from memory before all their rows were read are written. The files have no name
+//! This is what Hugging Face `datasets` does with its Arrow cache, done lazily: a Parquet row
+//! group is written once it has been decoded (in the background; the next epoch then decodes
+//! nothing), other shards (LitData's) only when evicted from memory before all their rows
+//! were read. The files have no name
 //! (`O_TMPFILE`, or unlinked at once where that is not supported), so the kernel frees them
 //! when the process ends, however it ends: nothing is left behind and nothing is reused by
 //! another run (whose file could have changed). What they hold is bounded like the disk
@@ -34,6 +36,8 @@ pub(crate) struct Spill {
     budget: std::sync::OnceLock<u64>,
     used: AtomicU64,
     units: Mutex<HashMap<UnitKey, Arc<Unit>>>,
+    /// Shards being written: a second writer of one gives way.
+    writing: Mutex<std::collections::HashSet<UnitKey>>,
     /// A write failed (full or read-only disk): no more writes, said once.
     broken: AtomicBool,
 }
@@ -68,6 +72,7 @@ impl Spill {
             budget: std::sync::OnceLock::new(),
             used: AtomicU64::new(0),
             units: Mutex::new(HashMap::new()),
+            writing: Mutex::new(std::collections::HashSet::new()),
             broken: AtomicBool::new(false),
         }
     }
@@ -106,13 +111,18 @@ impl Spill {
         if self.broken.load(Relaxed) || self.has(unit) {
             return false;
         }
+        if !self.writing.lock().unwrap_or_else(|e| e.into_inner()).insert(unit) {
+            return false;
+        }
         if self.used.fetch_add(bytes, Relaxed) + bytes > self.budget() {
             self.used.fetch_sub(bytes, Relaxed);
+            self.writing.lock().unwrap_or_else(|e| e.into_inner()).remove(&unit);
             return false;
         }
         let me = self.clone();
         let written = tokio::task::spawn_blocking(move || me.write(samples)).await;
-        match written {
+        // Done writing only once the unit is listed (or given up), so no second writer starts.
+        let done = match written {
             Ok(Ok(u)) => {
                 self.units.lock().unwrap_or_else(|e| e.into_inner()).insert(unit, Arc::new(u));
                 true
@@ -133,7 +143,9 @@ impl Spill {
                 self.used.fetch_sub(bytes, Relaxed);
                 false
             }
-        }
+        };
+        self.writing.lock().unwrap_or_else(|e| e.into_inner()).remove(&unit);
+        done
     }
 
     fn write(&self, samples: Vec<Sample>) -> io::Result<Unit> {

@@ -140,7 +140,7 @@ async fn shuffled_pass(src: &stoker::DynSampleSource, want: &[Sample], order: &[
 /// Shards decoded whole that memory cannot keep (Parquet row groups, LitData record batches)
 /// are spilled with their unread rows: a shuffled pass then decodes each shard about once,
 /// where without the spill (`disk_cache=false`, the control) it decodes them again and again.
-/// A sequential pass spills nothing and reads right either way.
+/// A sequential pass reads right either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shards_dropped_from_memory_with_rows_unread_are_spilled_not_decoded_again() {
     let root = tempfile::tempdir().unwrap();
@@ -169,6 +169,32 @@ async fn shards_dropped_from_memory_with_rows_unread_are_spilled_not_decoded_aga
         let sequential: Vec<usize> = (0..n).collect();
         shuffled_pass(&*open(&base).await, want, &sequential, 4).await;
         run_all(open(&base).await, want, "decoded_bytes=1", &[]).await;
+    }
+}
+
+/// Every row group decoded whole is also written to the spill, so the next pass, sequential
+/// too, reads the file no more (with the spill's writes done); without the spill
+/// (`disk_cache=false`, the control) every pass reads and decodes the file again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sequential_pass_over_parquet_reads_the_spill_not_the_file() {
+    let root = tempfile::tempdir().unwrap();
+    let pq = root.path().join("pq");
+    let want = fixture("pyarrow", &pq);
+    let cache = root.path().join("cache");
+    let sequential: Vec<usize> = (0..want.len()).collect();
+    // Nothing stays decoded in memory: what a later pass gets without a decode is the spill's.
+    let base = format!("{}?decoded_bytes=1&disk_cache_dir={}", pq.display(), cache.display());
+    for (options, spilled) in [("", true), ("&disk_cache=false", false)] {
+        let src = open(&format!("{base}{options}")).await;
+        let first = shuffled_pass(&*src, &want, &sequential, 4).await;
+        assert!(first > 0, "{options}: the first pass read the files");
+        src.flush().await;
+        let second = shuffled_pass(&*src, &want, &sequential, 4).await;
+        if spilled {
+            assert_eq!(second, 0, "the second pass read {second} bytes of the files");
+        } else {
+            assert!(second >= first / 2, "without the spill the second pass read {second} bytes, the first {first}");
+        }
     }
 }
 

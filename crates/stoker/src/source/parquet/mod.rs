@@ -19,6 +19,7 @@ pub(crate) mod values;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
@@ -131,6 +132,18 @@ pub(crate) async fn open(
     let budget = opts.decoded_budget();
     let fits = projected <= budget as u64 / 2;
     let loading = groups.iter().map(|_| tokio::sync::Mutex::new(())).collect();
+    let queued = groups.iter().map(|_| AtomicBool::new(false)).collect();
+    // Groups decoded ahead of a sequential pass: one per core (a group's column is decoded by
+    // one thread), while they and the two being read fit half the decoded budget.
+    let largest = files
+        .iter()
+        .flat_map(|f| f.meta.metadata().row_groups().iter())
+        .map(|rg| rg.columns().iter().map(|c| u64::try_from(c.uncompressed_size()).unwrap_or(0)).sum::<u64>())
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+    let ahead = (budget as u64 / 2 / largest).saturating_sub(2).min(cores) as usize;
     let spill = opts.spill_dir().map(|d| Arc::new(Spill::new(d)));
     Ok(Arc::new(ParquetSource {
         inner: Arc::new(Inner {
@@ -144,6 +157,10 @@ pub(crate) async fn open(
             concurrency,
             fits,
             loading,
+            queued,
+            ahead,
+            last_group: AtomicUsize::new(usize::MAX),
+            writes: Mutex::new(Vec::new()),
             decoded: Mutex::new(Decoded { kept: Kept::new(budget), spilling: Vec::new() }),
             spill,
         }),
@@ -199,8 +216,17 @@ struct Inner {
     decoded: Mutex<Decoded>,
     /// Per group: held while it is being decoded whole.
     loading: Vec<tokio::sync::Mutex<()>>,
-    /// Groups evicted from `decoded` before all their rows were read, written out as
-    /// samples so that their other rows cost one `pread`, not another decode (`None` with
+    /// Per group: a decode ahead of the reads is queued or running.
+    queued: Vec<AtomicBool>,
+    /// How many groups past the one being read a sequential pass decodes ahead.
+    ahead: usize,
+    /// The last group the latest batch read touched (`usize::MAX` before the first).
+    last_group: AtomicUsize,
+    /// Writes of decoded groups to the spill still running: `flush` waits for them.
+    writes: Mutex<Vec<tokio::task::JoinHandle<bool>>>,
+    /// Groups decoded whole, written out as samples once (in the background) so that any
+    /// later read of their rows, after they leave `decoded`, costs one `pread`, not another
+    /// decode: the other rows of a shuffled epoch, and every later epoch (`None` with
     /// `disk_cache=false`).
     spill: Option<Arc<Spill>>,
 }
@@ -348,11 +374,56 @@ impl Inner {
         }
         let batch = self.decode(g).await?;
         let out = rows.iter().map(|&row| self.whole_row(g, &batch, row)).collect::<Result<Vec<_>>>();
+        self.keep_on_disk(g, &batch);
         let evicted = self.decoded.lock().unwrap_or_else(|e| e.into_inner()).put(g, batch, rows, self.spill.is_some());
         for e in evicted {
             self.spill_group(e).await;
         }
         out
+    }
+
+    /// Start writing group `g`, just decoded, to the spill in the background, so that the
+    /// next pass over it (the next epoch, sequential or not) reads it back instead of
+    /// decoding it again; the write costs one copy, the decode several and a decompression.
+    /// A group read again while being written waits for nothing: it is still kept.
+    fn keep_on_disk(&self, g: usize, whole: &Arc<Whole>) {
+        let Some(spill) = self.spill.clone() else { return };
+        if spill.has((g, 0)) {
+            return;
+        }
+        let Ok(all) = (0..whole.num_rows()).map(|r| self.whole_row(g, whole, r)).collect::<Result<Vec<_>>>() else {
+            return; // a value that does not convert is reported when its row is read
+        };
+        let mut writes = self.writes.lock().unwrap_or_else(|e| e.into_inner());
+        writes.retain(|w| !w.is_finished());
+        writes.push(tokio::spawn(async move { spill.put((g, 0), all).await }));
+    }
+
+    /// After a batch read groups `first..=last`: when reads go through the groups in order
+    /// (this batch starts where the last one ended, or at the start), decode the next
+    /// [`Inner::ahead`] groups in the background, one per core, so that a sequential pass
+    /// keeps every core decoding instead of waiting for one group at a time.
+    fn decode_ahead(self: &Arc<Self>, first: usize, last: usize) {
+        let before = self.last_group.swap(last, Relaxed);
+        let in_order = if before == usize::MAX { first == 0 } else { first == before || first == before + 1 };
+        if !in_order || self.ahead == 0 {
+            return;
+        }
+        for g in last + 1..(last + 1 + self.ahead).min(self.groups.len()) {
+            let queued = &self.queued[g];
+            if !self.whole(g, self.groups[g].rows) || queued.swap(true, Relaxed) {
+                continue;
+            }
+            let me = self.clone();
+            tokio::spawn(async move {
+                let done = me.kept(g, &[]).is_some() || me.spill.as_ref().is_some_and(|s| s.has((g, 0)));
+                if !done {
+                    // An error is the batches' to report, when they read this group.
+                    let _ = me.decoded(g, &[]).await;
+                }
+                me.queued[g].store(false, Relaxed);
+            });
+        }
     }
 
     /// Group `g` kept decoded, marking `rows` read.
@@ -549,6 +620,7 @@ impl SampleSource for ParquetSource {
             let (g, row) = self.inner.locate(i)?;
             by_group.entry(g).or_default().push((row, pos));
         }
+        let groups: Vec<usize> = by_group.keys().copied().collect();
         let reads = by_group.into_iter().map(|(g, mut wanted)| async move {
             wanted.sort_unstable();
             let mut rows: Vec<usize> = wanted.iter().map(|&(r, _)| r).collect();
@@ -556,6 +628,9 @@ impl SampleSource for ParquetSource {
             let got = self.inner.read_group(g, &rows, true).await?;
             Ok::<_, Error>((rows, got, wanted))
         });
+        if let (Some(first), Some(last)) = (groups.first(), groups.last()) {
+            self.inner.decode_ahead(*first, *last);
+        }
         let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
         let mut done = futures::stream::iter(reads).buffer_unordered(self.inner.concurrency.min(16));
         while let Some((rows, got, wanted)) = done.try_next().await? {
@@ -581,7 +656,12 @@ impl SampleSource for ParquetSource {
         Some(self.inner.store.counters())
     }
 
+    /// Also waits for decoded groups being written to the spill.
     async fn flush(&self) {
+        let writes = std::mem::take(&mut *self.inner.writes.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in writes {
+            let _ = w.await;
+        }
         self.inner.store.flush().await
     }
 }
