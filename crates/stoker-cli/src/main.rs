@@ -20,6 +20,18 @@ mod units;
 use error::{CliError, Context, Result};
 use stoker::{DynSampleSource, SourceOptions};
 
+/// jemalloc, as in the Python extension: formats stored in big pages (Parquet) allocate and
+/// free buffers of tens of MiB per shard, which glibc maps afresh each time (every page
+/// faults and is zeroed again); jemalloc reuses them.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options (a C `const char *`, read when it starts; `_RJEM_MALLOC_CONF` overrides):
+/// no arena of its own for requests over 8 MiB, which would return their pages at once.
+#[used]
+#[export_name = "_rjem_malloc_conf"]
+static MALLOC_CONF: &[u8; 21] = b"oversize_threshold:0\0";
+
 const URI_HELP: &str = "Where the samples are: a directory of files, a directory of .tar shards, \
 a brace pattern like 'shards/train-{000..127}.tar', an LMDB directory (with data.mdb), or the \
 same as a file:// URI. Options go in the query: '?layout=tar&concurrency=64'. A mix of sources by \
