@@ -36,8 +36,9 @@ pub(crate) struct Spill {
     budget: std::sync::OnceLock<u64>,
     used: AtomicU64,
     units: Mutex<HashMap<UnitKey, Arc<Unit>>>,
-    /// Shards being written: a second writer of one gives way.
-    writing: Mutex<std::collections::HashSet<UnitKey>>,
+    /// Shards being written, each with what says when its write ended: a second writer of
+    /// one waits for the first instead of writing it again.
+    writing: Mutex<HashMap<UnitKey, tokio::sync::watch::Receiver<bool>>>,
     /// A write failed (full or read-only disk): no more writes, said once.
     broken: AtomicBool,
 }
@@ -72,7 +73,7 @@ impl Spill {
             budget: std::sync::OnceLock::new(),
             used: AtomicU64::new(0),
             units: Mutex::new(HashMap::new()),
-            writing: Mutex::new(std::collections::HashSet::new()),
+            writing: Mutex::new(HashMap::new()),
             broken: AtomicBool::new(false),
         }
     }
@@ -103,32 +104,50 @@ impl Spill {
         self.units.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&unit)
     }
 
-    /// Write `samples`, the rows of shard `unit` in row order. Returns whether they were
-    /// spilled: not when the budget is spent or the disk refuses (then said once), which
-    /// costs only a later decode.
+    /// Write `samples`, the rows of shard `unit` in row order, unless it is spilled already.
+    /// Returns whether this call spilled it: not when it was spilled before, nor when the
+    /// budget is spent or the disk refuses (then said once), which costs only a later decode.
+    /// While another call writes the same shard, this one waits for that write to end.
     pub(crate) async fn put(self: &Arc<Self>, unit: UnitKey, samples: Vec<Sample>) -> bool {
         let bytes: u64 = samples.iter().flat_map(|s| s.fields.iter()).map(|f| f.data.len() as u64).sum();
         if self.broken.load(Relaxed) || self.has(unit) {
             return false;
         }
-        if !self.writing.lock().unwrap_or_else(|e| e.into_inner()).insert(unit) {
+        let (ended, _) = tokio::sync::watch::channel(false);
+        let other = {
+            let mut writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+            match writing.get(&unit) {
+                Some(rx) => Some(rx.clone()),
+                None => {
+                    writing.insert(unit, ended.subscribe());
+                    None
+                }
+            }
+        };
+        if let Some(mut other) = other {
+            // Ended or dropped (a write cancelled with its task), either way it is over.
+            let _ = other.wait_for(|&done| done).await;
             return false;
+        }
+        // Listed as spilled (or given up) before this says the write is over, however it ends.
+        let mut writing = Writing { spill: self, unit, ended, counted: 0 };
+        if self.has(unit) {
+            return false; // another write ended between the first look and the listing
         }
         if self.used.fetch_add(bytes, Relaxed) + bytes > self.budget() {
             self.used.fetch_sub(bytes, Relaxed);
-            self.writing.lock().unwrap_or_else(|e| e.into_inner()).remove(&unit);
             return false;
         }
+        writing.counted = bytes;
         let me = self.clone();
         let written = tokio::task::spawn_blocking(move || me.write(samples)).await;
-        // Done writing only once the unit is listed (or given up), so no second writer starts.
-        let done = match written {
+        match written {
             Ok(Ok(u)) => {
                 self.units.lock().unwrap_or_else(|e| e.into_inner()).insert(unit, Arc::new(u));
+                writing.counted = 0;
                 true
             }
             Ok(Err(e)) => {
-                self.used.fetch_sub(bytes, Relaxed);
                 if !self.broken.swap(true, Relaxed) {
                     eprintln!(
                         "stoker: warning: cannot write decoded shards to {} ({e}); shards will be decoded again when \
@@ -139,13 +158,8 @@ impl Spill {
                 }
                 false
             }
-            Err(_) => {
-                self.used.fetch_sub(bytes, Relaxed);
-                false
-            }
-        };
-        self.writing.lock().unwrap_or_else(|e| e.into_inner()).remove(&unit);
-        done
+            Err(_) => false,
+        }
     }
 
     fn write(&self, samples: Vec<Sample>) -> io::Result<Unit> {
@@ -177,6 +191,24 @@ impl Spill {
         let dir = self.dir.clone();
         let read = tokio::task::spawn_blocking(move || read_rows(&u, &rows, &dir)).await;
         Some(read.map_err(Error::task).and_then(|r| r))
+    }
+}
+
+/// A write of one shard in progress: when it ends, however it ends (a cancelled task too),
+/// the shard is no longer being written, those waiting for it are told, and the bytes it
+/// counted against the budget are given back unless it was kept.
+struct Writing<'a> {
+    spill: &'a Spill,
+    unit: UnitKey,
+    ended: tokio::sync::watch::Sender<bool>,
+    counted: u64,
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.spill.used.fetch_sub(self.counted, Relaxed);
+        self.spill.writing.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.unit);
+        let _ = self.ended.send(true);
     }
 }
 
@@ -306,6 +338,29 @@ mod tests {
                 Field { name: "b".into(), data: Bytes::from(format!("{i}")) },
             ],
         }
+    }
+
+    /// Two writers of one shard at once: one writes, the other waits for it and finds it
+    /// spilled; a write cancelled before it ended (its task dropped) blocks no later writer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_write_per_shard_and_a_cancelled_write_blocks_nothing() {
+        use futures::FutureExt;
+        let dir = tempfile::tempdir().unwrap();
+        let spill = Arc::new(Spill::with_budget(dir.path().join("s"), 1 << 20));
+        let (a, b) = (spill.clone(), spill.clone());
+        let (x, y) = tokio::join!(
+            tokio::spawn(async move { a.put((1, 0), (0..50).map(sample).collect()).await }),
+            tokio::spawn(async move { b.put((1, 0), (0..50).map(sample).collect()).await })
+        );
+        assert_eq!(u8::from(x.unwrap()) + u8::from(y.unwrap()), 1, "exactly one of them wrote");
+        assert!(spill.has((1, 0)));
+        let one: u64 = (0..50).map(|i| (i * 7 + 1 + format!("{i}").len()) as u64).sum();
+        assert_eq!(spill.used(), one, "written once");
+        // Polled once (listed as being written, its write started) and dropped.
+        assert!(spill.put((2, 0), (0..5).map(sample).collect()).now_or_never().is_none());
+        assert_eq!(spill.used(), one, "the cancelled write gave its bytes back");
+        assert!(spill.put((2, 0), (0..5).map(sample).collect()).await, "the next writer writes");
+        assert_eq!(spill.get((2, 0), &[4]).await.unwrap().unwrap(), vec![sample(4)]);
     }
 
     #[tokio::test]
