@@ -106,8 +106,9 @@ pub struct SourceOptions {
     pub columns: Option<String>,
     /// Parquet, MDS, LitData: memory for shards decoded whole (a row group whose pages are
     /// coarse, a shard compressed as a whole, a LitData record batch), least recently used
-    /// first (default 512 MiB). Parquet row groups dropped with rows still unread are spilled
-    /// to a file of the process's own in the user cache dir, unless `disk_cache=false`.
+    /// first (default 512 MiB). Parquet row groups, once decoded, and LitData record batches
+    /// dropped with rows still unread are spilled to a file of the process's own in the user
+    /// cache dir (later reads of their rows decode nothing), unless `disk_cache=false`.
     pub decoded_bytes: Option<u64>,
     /// Requests a source keeps in flight for one `get_many` (default 64).
     pub concurrency: Option<usize>,
