@@ -161,6 +161,7 @@ pub(crate) async fn open(
             ahead,
             last_group: AtomicUsize::new(usize::MAX),
             writes: Mutex::new(Vec::new()),
+            max_writing: (budget / 2).max(64 << 20),
             decoded: Mutex::new(Decoded { kept: Kept::new(budget), spilling: Vec::new() }),
             spill,
         }),
@@ -222,8 +223,12 @@ struct Inner {
     ahead: usize,
     /// The last group the latest batch read touched (`usize::MAX` before the first).
     last_group: AtomicUsize,
-    /// Writes of decoded groups to the spill still running: `flush` waits for them.
-    writes: Mutex<Vec<tokio::task::JoinHandle<bool>>>,
+    /// Writes of decoded groups to the spill still running, with the bytes each holds in
+    /// memory: `flush` waits for them.
+    writes: Mutex<Vec<(tokio::task::JoinHandle<bool>, usize)>>,
+    /// Bytes of decoded groups held by writes to the spill at most (half the decoded budget,
+    /// at least 64 MiB): see [`Inner::keep_on_disk`].
+    max_writing: usize,
     /// Groups decoded whole, written out as samples once (in the background) so that any
     /// later read of their rows, after they leave `decoded`, costs one `pread`, not another
     /// decode: the other rows of a shuffled epoch, and every later epoch (`None` with
@@ -388,15 +393,19 @@ impl Inner {
     /// A group read again while being written waits for nothing: it is still kept.
     fn keep_on_disk(&self, g: usize, whole: &Arc<Whole>) {
         let Some(spill) = self.spill.clone() else { return };
-        if spill.has((g, 0)) {
+        let mut writes = self.writes.lock().unwrap_or_else(|e| e.into_inner());
+        writes.retain(|(w, _)| !w.is_finished());
+        // Each write holds its group in memory until it is on disk: where the disk is slower
+        // than decoding, groups are decoded again later rather than piling up in memory.
+        let size = whole.memory_size();
+        let pending: usize = writes.iter().map(|(_, n)| n).sum();
+        if spill.has((g, 0)) || (!writes.is_empty() && pending + size > self.max_writing) {
             return;
         }
         let Ok(all) = (0..whole.num_rows()).map(|r| self.whole_row(g, whole, r)).collect::<Result<Vec<_>>>() else {
             return; // a value that does not convert is reported when its row is read
         };
-        let mut writes = self.writes.lock().unwrap_or_else(|e| e.into_inner());
-        writes.retain(|w| !w.is_finished());
-        writes.push(tokio::spawn(async move { spill.put((g, 0), all).await }));
+        writes.push((tokio::spawn(async move { spill.put((g, 0), all).await }), size));
     }
 
     /// After a batch read groups `first..=last`: when reads go through the groups in order
@@ -659,7 +668,7 @@ impl SampleSource for ParquetSource {
     /// Also waits for decoded groups being written to the spill.
     async fn flush(&self) {
         let writes = std::mem::take(&mut *self.inner.writes.lock().unwrap_or_else(|e| e.into_inner()));
-        for w in writes {
+        for (w, _) in writes {
             let _ = w.await;
         }
         self.inner.store.flush().await
