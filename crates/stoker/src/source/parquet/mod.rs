@@ -94,16 +94,21 @@ pub(crate) async fn open(
                 continue;
             }
             let pages = meta.metadata().page_index_for_row_group(g);
+            let wanted = |r: &str| columns.iter().any(|k| k.name == r);
             let coarse = rg
                 .columns()
                 .iter()
                 .enumerate()
-                .filter(|(_, c)| {
-                    let root = c.column_path().parts().first().map(String::as_str);
-                    root.is_some_and(|r| columns.iter().any(|k| k.name == r))
-                })
+                .filter(|(_, c)| wanted(root(c)))
                 .any(|(i, _)| pages.page_locations(i).is_none_or(|p| p.len() < 8));
-            groups.push(Group { file, group: g, first_row: row, rows, coarse });
+            // What the projected columns (and the keys) take decoded, from the footer.
+            let bytes = rg
+                .columns()
+                .iter()
+                .filter(|c| wanted(root(c)) || root(c) == KEY_COLUMN)
+                .map(|c| u64::try_from(c.uncompressed_size()).unwrap_or(0))
+                .sum();
+            groups.push(Group { file, group: g, first_row: row, rows, coarse, bytes });
             row += rows;
             starts.push(starts.last().copied().unwrap_or(0) + rows);
         }
@@ -117,31 +122,14 @@ pub(crate) async fn open(
     if starts.last() == Some(&0) {
         return Err(Error::Empty { uri: display, reason: "the Parquet files hold no rows".into() });
     }
-    // What the projected columns take decoded, from the footers' uncompressed sizes.
-    let projected: u64 = files
-        .iter()
-        .flat_map(|f| f.meta.metadata().row_groups().iter())
-        .map(|rg| {
-            let chunks = rg.columns().iter().filter(|c| {
-                let root = c.column_path().parts().first().map(String::as_str);
-                root.is_some_and(|r| columns.iter().any(|k| k.name == r) || r == KEY_COLUMN)
-            });
-            chunks.map(|c| u64::try_from(c.uncompressed_size()).unwrap_or(0)).sum::<u64>()
-        })
-        .sum();
+    let projected: u64 = groups.iter().map(|g| g.bytes).sum();
     let budget = opts.decoded_budget();
     let fits = projected <= budget as u64 / 2;
     let loading = groups.iter().map(|_| tokio::sync::Mutex::new(())).collect();
     let queued = groups.iter().map(|_| AtomicBool::new(false)).collect();
     // Groups decoded ahead of a sequential pass: one per core (a group's column is decoded by
     // one thread), while they and the two being read fit half the decoded budget.
-    let largest = files
-        .iter()
-        .flat_map(|f| f.meta.metadata().row_groups().iter())
-        .map(|rg| rg.columns().iter().map(|c| u64::try_from(c.uncompressed_size()).unwrap_or(0)).sum::<u64>())
-        .max()
-        .unwrap_or(0)
-        .max(1);
+    let largest = groups.iter().map(|g| g.bytes).max().unwrap_or(0).max(1);
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
     let ahead = (budget as u64 / 2 / largest).saturating_sub(2).min(cores) as usize;
     let spill = opts.spill_dir().map(|d| Arc::new(Spill::new(d)));
@@ -187,6 +175,11 @@ fn bad_file(store: &Store, path: &str, why: &str) -> Error {
              leave it out of the source"
         ),
     }
+}
+
+/// The top-level column a column chunk belongs to.
+fn root(c: &parquet::file::metadata::ColumnChunkMetaData) -> &str {
+    c.column_path().parts().first().map_or("", String::as_str)
 }
 
 fn file_stem(path: &str) -> String {
@@ -318,6 +311,8 @@ struct Group {
     /// few rows decodes much of the group anyway (pyarrow cuts pages every 1,024 values, so
     /// a column of 64 KiB images is one page per 1,024 rows).
     coarse: bool,
+    /// Bytes of its projected columns (and keys) decoded, from the footer.
+    bytes: u64,
 }
 
 impl Inner {
@@ -419,8 +414,8 @@ impl Inner {
             return;
         }
         for g in last + 1..(last + 1 + self.ahead).min(self.groups.len()) {
-            let queued = &self.queued[g];
-            if !self.whole(g, self.groups[g].rows) || queued.swap(true, Relaxed) {
+            // A whole group is always decoded whole (`Inner::whole`): no check for that here.
+            if self.queued[g].swap(true, Relaxed) {
                 continue;
             }
             let me = self.clone();
@@ -470,9 +465,7 @@ impl Inner {
     async fn decode(&self, g: usize) -> Result<Arc<Whole>> {
         let group = &self.groups[g];
         let file = &self.files[group.file];
-        let bytes: i64 =
-            file.meta.metadata().row_group(group.group).columns().iter().map(|c| c.uncompressed_size()).sum();
-        let per_row = usize::try_from(bytes).unwrap_or(0) / group.rows.max(1);
+        let per_row = usize::try_from(group.bytes).unwrap_or(0) / group.rows.max(1);
         let batch_rows = (WHOLE_BATCH_BYTES / per_row.max(1)).clamp(1, group.rows.max(1));
         let batches = self.read_batches(g, None, batch_rows).await?;
         let mut starts = Vec::with_capacity(batches.len());
