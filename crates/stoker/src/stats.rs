@@ -251,6 +251,7 @@ impl Stats {
             }),
             retries: io.retries,
             hedges: io.hedges,
+            cache_corrupt: io.cache_corrupt,
             in_flight_limit: io.in_flight_limit,
             peak_in_flight: io.peak_in_flight,
             sources: Vec::new(),
@@ -319,6 +320,10 @@ pub struct StatsSnapshot {
     pub retries: u64,
     /// Hedged requests.
     pub hedges: u64,
+    /// Disk cache blocks that failed verification: dropped and fetched again from the store,
+    /// never delivered.
+    #[serde(default)]
+    pub cache_corrupt: u64,
     /// Remote requests allowed in flight now: sized from observed latency (Little's law)
     /// unless `max_in_flight` fixes it; 0 for local sources.
     #[serde(default)]

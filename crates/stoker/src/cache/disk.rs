@@ -4,9 +4,14 @@
 //! Crash safety: an entry is written to a temporary file named after its writer's pid and
 //! renamed into place, so a reader sees a whole block or none, whenever the writer dies. A
 //! SIGKILL loses nothing the kernel has accepted (the page cache survives the process), so
-//! there is no fsync: after a power loss an entry can only be missing or of the wrong length,
-//! and an entry of the wrong length is a miss. Temporary files of dead writers are removed
-//! when a cache is opened.
+//! there is no fsync. Temporary files of dead writers are removed when a cache is opened.
+//!
+//! Trust: every entry carries a trailer of digests ([`super::seal`]) and is verified before
+//! any of its bytes is served, whole ([`DiskCache::read`]) or chunk by chunk (the hit path,
+//! [`BlockFile`]). An entry that fails (flipped bits, a file cut short after a power loss,
+//! another block's file in its place, an older unsealed format) is removed, counted as
+//! corrupt when it was damage, and fetched again from the store: a damaged cache costs a
+//! request, never a wrong byte and never an error blamed on the remote object.
 //!
 //! What to drop is decided in memory ([`Ranks`]: by the reader's plan, else least recently
 //! used), from the entries this process wrote or read and those a scan of the directory
@@ -23,7 +28,8 @@
 //! one warning per process.
 
 use std::collections::HashSet;
-use std::io::Write;
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -32,6 +38,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 
 use super::policy::{Plan, Ranks};
+use super::seal::{self, Refused};
 
 /// The largest default size: beyond this a disk cache rarely pays for the space it takes.
 pub(crate) const DEFAULT_MAX: u64 = 50 << 30;
@@ -91,7 +98,7 @@ pub(crate) struct DiskCache {
     /// version), so a file open here reads right even after another process evicted it; it
     /// only keeps that file's space until it leaves this small set, and this process's own
     /// evictions close it at once.
-    files: Mutex<lru::LruCache<u128, Arc<std::fs::File>>>,
+    files: Mutex<lru::LruCache<u128, Arc<BlockFile>>>,
     born: std::time::Instant,
     /// Ms since `born` of the last scan of the directory, and bytes this process wrote since.
     last_scan: AtomicU64,
@@ -102,6 +109,9 @@ pub(crate) struct DiskCache {
     pub(crate) evictions: AtomicU64,
     /// Blocks not written because the plan would have made them the first to go.
     pub(crate) bypassed: AtomicU64,
+    /// Entries that failed verification (damaged, cut short, another block's): dropped and
+    /// fetched again.
+    pub(crate) corrupt: AtomicU64,
     /// Temporary files of dead writers removed when the cache was opened.
     pub(crate) stale_removed: u64,
 }
@@ -152,6 +162,7 @@ impl DiskCache {
             writes: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             bypassed: AtomicU64::new(0),
+            corrupt: AtomicU64::new(0),
             stale_removed,
         };
         // Earlier processes may have left it over the limit (each saw only its own writes).
@@ -196,47 +207,84 @@ impl DiskCache {
     }
 
     /// Block `key`'s file, holding `len` bytes, for the hit path (kept open for the next
-    /// read); `None` when it is not there whole.
-    pub(crate) fn open_block(&self, key: u128, len: u64) -> Option<Arc<std::fs::File>> {
+    /// read), its trailer verified; `None` when it is not there, or refused (and dropped).
+    pub(crate) fn open_block(&self, key: u128, len: u64) -> Option<Arc<BlockFile>> {
         if let Some(f) = self.files.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Some(f.clone());
         }
         let file = std::fs::File::open(self.path(key)).ok()?;
-        if file.metadata().map(|m| m.len()).ok() != Some(len) {
-            return None;
+        let on_disk = file.metadata().map(|m| m.len()).ok()?;
+        let checked = if on_disk == len {
+            Err(Refused::Unsealed)
+        } else if on_disk != seal::file_len(len) {
+            Err(Refused::Damaged)
+        } else {
+            let mut trailer = vec![0u8; seal::trailer_len(len) as usize];
+            match file.read_exact_at(&mut trailer, len) {
+                Ok(()) => seal::open_trailer(key, len, &trailer),
+                Err(_) => Err(Refused::Damaged),
+            }
+        };
+        match checked {
+            Ok(sums) => {
+                let file = Arc::new(BlockFile { file, sums, len });
+                self.files.lock().unwrap_or_else(|e| e.into_inner()).put(key, file.clone());
+                Some(file)
+            }
+            Err(why) => {
+                self.refuse(key, why);
+                None
+            }
         }
-        let file = Arc::new(file);
-        self.files.lock().unwrap_or_else(|e| e.into_inner()).put(key, file.clone());
-        Some(file)
     }
 
-    /// A whole block, or `None` (absent, or the wrong length: never a torn read), in a
-    /// recycled buffer.
+    /// A whole block, verified, or `None` (absent, or refused and dropped: never a torn or
+    /// damaged read), in a recycled buffer.
     pub(crate) fn read(&self, key: u128, len: usize) -> Option<Bytes> {
-        use std::os::unix::fs::FileExt;
         let path = self.path(key);
         let Ok(file) = std::fs::File::open(&path) else {
             // Another process evicted it.
             self.ranks().remove(key);
             return None;
         };
-        if file.metadata().map(|m| m.len()).ok() != Some(len as u64) {
-            self.ranks().remove(key);
-            if !self.read_only {
-                let _ = std::fs::remove_file(&path);
-            }
+        let on_disk = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let whole = seal::file_len(len as u64);
+        if on_disk != whole {
+            self.refuse(key, if on_disk == len as u64 { Refused::Unsealed } else { Refused::Damaged });
             return None;
         }
-        let mut buf = crate::buffer::take(len);
-        file.read_exact_at(&mut buf[..len], 0).ok()?;
+        let mut buf = crate::buffer::take(whole as usize);
+        let checked = match file.read_exact_at(&mut buf[..whole as usize], 0) {
+            Ok(()) => seal::check_file(key, len as u64, &buf[..whole as usize]),
+            Err(_) => Err(Refused::Damaged),
+        };
+        if let Err(why) = checked {
+            self.refuse(key, why);
+            return None;
+        }
         self.used(key, len as u64);
         Some(crate::buffer::freeze(buf, len))
+    }
+
+    /// Drop entry `key`, which failed verification: from memory, from the open files, and
+    /// from the directory (unless read-only), so the next read fetches it again; damage is
+    /// counted.
+    pub(crate) fn refuse(&self, key: u128, why: Refused) {
+        if why == Refused::Damaged {
+            self.corrupt.fetch_add(1, Relaxed);
+        }
+        self.ranks().remove(key);
+        self.files.lock().unwrap_or_else(|e| e.into_inner()).pop(&key);
+        if !self.read_only {
+            let _ = std::fs::remove_file(self.path(key));
+        }
     }
 
     /// Entry `key` of `len` bytes was read: recency and plan position in memory, and the
     /// file's modification time once per process, so the next process that opens the cache
     /// starts from a sensible order without a write per read.
     pub(crate) fn used(&self, key: u128, len: u64) {
+        let len = seal::file_len(len);
         {
             let mut r = self.ranks();
             if r.contains(key) {
@@ -257,6 +305,7 @@ impl DiskCache {
     /// would drop it first (Belady's bypass). An admitted block counts as held from now on;
     /// [`store`](Self::store) writes it.
     pub(crate) fn admit(&self, key: u128, len: u64) -> bool {
+        let len = seal::file_len(len);
         let now = self.born.elapsed().as_millis() as u64;
         if self.read_only || now < self.writes_paused_until.load(Relaxed) {
             return false;
@@ -294,11 +343,11 @@ impl DiskCache {
             // A rescan while the file was being written may have taken it for gone.
             let mut r = self.ranks();
             if !r.contains(key) {
-                r.insert(key, data.len() as u64, None);
+                r.insert(key, seal::file_len(data.len() as u64), None);
             }
         }
         self.stamped.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
-        self.written_since_scan.fetch_add(data.len() as u64, Relaxed);
+        self.written_since_scan.fetch_add(seal::file_len(data.len() as u64), Relaxed);
         self.rescan_now_and_then();
         self.evict(0);
     }
@@ -318,7 +367,11 @@ impl DiskCache {
         // A unique temporary name per writer, with its pid so a dead writer's leftovers are
         // recognised; the rename makes the entry appear whole.
         let tmp = parent.join(format!(".{key:032x}.{}.{:x}.tmp", std::process::id(), unique()));
-        let written = std::fs::File::create(&tmp).and_then(|mut f| f.write_all(data));
+        let trailer = seal::trailer(key, data);
+        let written = std::fs::File::create(&tmp).and_then(|mut f| {
+            f.write_all(data)?;
+            f.write_all(&trailer)
+        });
         if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &path)) {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
@@ -397,6 +450,72 @@ impl DiskCache {
             }
         }
         let _ = lock.unlock();
+    }
+}
+
+/// A block file open for the hit path, its trailer verified ([`DiskCache::open_block`]).
+pub(crate) struct BlockFile {
+    file: std::fs::File,
+    /// Digest of each [`seal::CHUNK`] of the block.
+    sums: Vec<u64>,
+    /// The block's length (the file is longer by its trailer).
+    len: u64,
+}
+
+thread_local! {
+    /// Where chunks cut by a read's edges are read and verified before their wanted part is
+    /// copied out (at most one chunk).
+    static EDGE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl BlockFile {
+    /// Fill `dst` with the block's bytes from offset `at`, verifying every chunk it touches:
+    /// whole chunks are read straight into `dst` and checked there, a chunk cut by either end
+    /// of the read is read whole aside. `Ok(false)`: a chunk did not verify (`dst` holds
+    /// unverified bytes, and must not be used).
+    pub(crate) fn read_verified(&self, dst: &mut [u8], at: u64) -> io::Result<bool> {
+        let end = at + dst.len() as u64;
+        if end > self.len {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of a cached block"));
+        }
+        // The end of the whole chunks inside the read: the block's end counts as a chunk end.
+        let whole_end = if end == self.len { end } else { end / seal::CHUNK * seal::CHUNK };
+        let mut pos = at;
+        while pos < end {
+            let c = pos / seal::CHUNK;
+            let chunk_start = c * seal::CHUNK;
+            let out = (pos - at) as usize;
+            if pos == chunk_start && whole_end > pos {
+                let d = &mut dst[out..(whole_end - at) as usize];
+                self.file.read_exact_at(d, pos)?;
+                if !seal::chunks_match(&self.sums, c as usize, d) {
+                    return Ok(false);
+                }
+                pos = whole_end;
+                continue;
+            }
+            let chunk_end = (chunk_start + seal::CHUNK).min(self.len);
+            let upto = chunk_end.min(end);
+            let ok = EDGE.with(|edge| -> io::Result<bool> {
+                let mut edge = edge.borrow_mut();
+                let n = (chunk_end - chunk_start) as usize;
+                if edge.len() < n {
+                    edge.resize(n, 0);
+                }
+                self.file.read_exact_at(&mut edge[..n], chunk_start)?;
+                if !seal::chunks_match(&self.sums, c as usize, &edge[..n]) {
+                    return Ok(false);
+                }
+                let from = (pos - chunk_start) as usize;
+                dst[out..out + (upto - pos) as usize].copy_from_slice(&edge[from..from + (upto - pos) as usize]);
+                Ok(true)
+            })?;
+            if !ok {
+                return Ok(false);
+            }
+            pos = upto;
+        }
+        Ok(true)
     }
 }
 
@@ -510,6 +629,40 @@ mod tests {
         assert!(limit >= DEFAULT_MIN.min(free / 2), "{limit} of {free}");
         // What the cache holds counts as room: the size does not shrink as it fills.
         assert!(default_limit(dir.path(), 1 << 30) >= limit);
+    }
+
+    #[test]
+    fn the_hit_path_reads_any_span_verified_and_refuses_a_damaged_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path(), Some(1 << 30)).unwrap();
+        let c = seal::CHUNK as usize;
+        let data: Vec<u8> = (0..5 * c + 123).map(|i| (i * 13 % 251) as u8).collect();
+        cache.write(3, &data);
+        let f = cache.open_block(3, data.len() as u64).unwrap();
+        let n = data.len();
+        // Inside one chunk, across chunk edges, whole chunks, up to the short last chunk.
+        for (at, len) in [(0, 1), (5, 10), (c - 1, 2), (c, c), (c / 2, 3 * c), (0, n), (n - 1, 1), (4 * c, n - 4 * c)] {
+            let mut dst = vec![0u8; len];
+            assert!(f.read_verified(&mut dst, at as u64).unwrap(), "{at}+{len}");
+            assert_eq!(dst, &data[at..at + len], "{at}+{len}");
+        }
+        let mut past = vec![0u8; 2];
+        assert!(f.read_verified(&mut past, n as u64 - 1).is_err());
+        // One flipped byte in chunk 2: reads that touch it are refused, others still verify.
+        let mut file = std::fs::read(cache.path(3)).unwrap();
+        file[2 * c + 7] ^= 0x80;
+        std::fs::write(cache.path(3), &file).unwrap();
+        let fresh = DiskCache::open(dir.path(), Some(1 << 30)).unwrap();
+        let f = fresh.open_block(3, data.len() as u64).unwrap();
+        let mut dst = vec![0u8; 10];
+        assert!(f.read_verified(&mut dst, 0).unwrap());
+        assert!(!f.read_verified(&mut dst, 2 * c as u64 + 100).unwrap(), "an edge chunk checked");
+        let mut dst = vec![0u8; 3 * c];
+        assert!(!f.read_verified(&mut dst, c as u64).unwrap(), "a whole chunk checked");
+        // The whole-block path refuses it too, counts it and drops the file.
+        assert!(fresh.read(3, data.len()).is_none());
+        assert_eq!(fresh.corrupt.load(Relaxed), 1);
+        assert!(!cache.path(3).exists());
     }
 
     #[cfg(unix)]

@@ -4,7 +4,8 @@
 //! remote sources, crash-safe, never failing a read when the directory is unusable).
 //!
 //! Disk entries are written to a temporary file and renamed into place, so a reader sees a
-//! whole block or none; an entry of the wrong length is treated as a miss. The disk cache
+//! whole block or none, and carry digests of their bytes checked before any byte is served
+//! ([`seal`]): a damaged entry is dropped, counted and fetched again. The disk cache
 //! drops what the reader's [`Plan`] says is needed furthest ahead (the Loader gives one for
 //! each epoch), least recently used without one ([`policy`]); one process at a time trims
 //! the directory to its byte limit (an advisory lock). Batches whose blocks are all on disk
@@ -15,6 +16,7 @@ mod disk;
 pub mod policy;
 mod ranged;
 mod read;
+mod seal;
 
 pub(crate) use disk::default_limit;
 pub use policy::{Eviction, Plan};
@@ -80,6 +82,8 @@ pub struct CacheCounters {
     pub(crate) disk_bypassed: AtomicU64,
     /// Misses that joined a fetch already in flight for the same block.
     pub(crate) joined: AtomicU64,
+    /// Disk cache entries that failed verification, dropped and fetched again.
+    pub(crate) disk_corrupt: AtomicU64,
 }
 
 /// A snapshot of a [`BlockCache`]'s counters ([`BlockCache::snapshot`]).
@@ -107,6 +111,9 @@ pub struct CacheSnapshot {
     pub disk_bypassed: u64,
     /// Misses that joined a fetch already in flight for the same block.
     pub joined: u64,
+    /// Disk cache entries that failed verification (damaged, cut short, another block's
+    /// file): dropped, fetched again, never served.
+    pub disk_corrupt: u64,
 }
 
 impl CacheCounters {
@@ -122,6 +129,7 @@ impl CacheCounters {
             disk_stale_removed: self.disk_stale_removed.load(Relaxed),
             disk_bypassed: self.disk_bypassed.load(Relaxed),
             joined: self.joined.load(Relaxed),
+            disk_corrupt: self.disk_corrupt.load(Relaxed),
         }
     }
 }
@@ -261,6 +269,7 @@ impl BlockCache {
             self.counters.disk_writes.store(d.writes.load(Relaxed), Relaxed);
             self.counters.disk_evictions.store(d.evictions.load(Relaxed), Relaxed);
             self.counters.disk_bypassed.store(d.bypassed.load(Relaxed), Relaxed);
+            self.counters.disk_corrupt.store(d.corrupt.load(Relaxed), Relaxed);
         }
         &self.counters
     }

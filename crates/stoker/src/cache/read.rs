@@ -4,16 +4,16 @@
 //! intermediate buffer, no task per block. The layouts use it when every block a batch needs
 //! is in the cache ([`BlockCache::on_disk`]); a block that went missing meanwhile (another
 //! process evicted it) makes the read fail as [`Gone`], and the caller reads the rest the
-//! usual way.
+//! usual way. So does a block that fails verification (every chunk a read touches is checked
+//! against the block's trailer, [`super::seal`]): it is dropped from the cache, counted, and
+//! the usual way fetches it again.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::disk::DiskCache;
+use super::disk::{BlockFile, DiskCache};
 use super::{block_key, BlockCache, CacheCounters};
 
 /// The error of a read whose block is not (or no longer) in the cache.
@@ -37,8 +37,8 @@ pub struct CachedObject {
     version: String,
     size: u64,
     block: u64,
-    /// Block files opened so far (checked to be whole).
-    open: HashMap<u64, Arc<File>>,
+    /// Block files opened so far (their trailers verified).
+    open: HashMap<u64, Arc<BlockFile>>,
 }
 
 impl std::fmt::Debug for CachedObject {
@@ -80,14 +80,20 @@ impl CachedObject {
             let b = pos / self.block;
             let within = pos - b * self.block;
             let n = (dst.len() - done).min((self.block - within) as usize);
-            self.file(b)?.read_exact_at(&mut dst[done..done + n], within).map_err(|_| gone())?;
+            let verified = self.file(b)?.read_verified(&mut dst[done..done + n], within).map_err(|_| gone())?;
+            if !verified {
+                let key = block_key(&self.object, &self.version, b);
+                self.disk.refuse(key, super::seal::Refused::Damaged);
+                self.open.remove(&b);
+                return Err(gone());
+            }
             done += n;
         }
         Ok(())
     }
 
-    /// Block `b`'s file, opened once and checked to hold the whole block.
-    fn file(&mut self, b: u64) -> io::Result<&File> {
+    /// Block `b`'s file, opened once, its trailer verified.
+    fn file(&mut self, b: u64) -> io::Result<&BlockFile> {
         if !self.open.contains_key(&b) {
             let want = self.block.min(self.size.saturating_sub(b * self.block));
             let key = block_key(&self.object, &self.version, b);

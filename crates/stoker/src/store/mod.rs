@@ -77,6 +77,8 @@ pub struct IoCounters {
     pub disk_hits: u64,
     /// Of those, blocks read straight from their files into batches (the hit path).
     pub disk_direct: u64,
+    /// Disk cache blocks that failed verification: dropped and fetched again, never served.
+    pub cache_corrupt: u64,
     /// Remote requests allowed in flight now (sized from latency unless fixed).
     pub in_flight_limit: u64,
     /// Most remote requests in flight at once so far.
@@ -181,6 +183,7 @@ impl Store {
             c.cache_misses = k.misses.load(Ordering::Relaxed);
             c.disk_hits = k.disk_hits.load(Ordering::Relaxed);
             c.disk_direct = k.disk_direct.load(Ordering::Relaxed);
+            c.cache_corrupt = k.disk_corrupt.load(Ordering::Relaxed);
         }
         c
     }

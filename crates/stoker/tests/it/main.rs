@@ -13,6 +13,7 @@
 mod common;
 
 mod bad_input;
+mod cache_damage;
 mod cache_eviction;
 mod conformance_local;
 mod corrupt;

@@ -1,0 +1,151 @@
+//! How a disk cache block proves it is the block it claims to be.
+//!
+//! A block file is the block's bytes followed by a trailer: one XXH3-64 digest per
+//! [`CHUNK`] of the bytes, then a fixed tail naming the block (its cache key and length)
+//! and a digest of the trailer itself. The bytes stay at offset 0, so the hit path reads a
+//! sample at the same offset as before and verifies only the chunks it touches.
+//!
+//! What this catches, before a byte is served: bytes flipped or zeroed on disk (a chunk's
+//! digest), a file cut short or grown (its length), a file of another block or another
+//! version of the object put in its place (the key in the tail), a trailer damaged itself
+//! (the tail's digest), and files written by an older Stoker without a trailer (no magic).
+//! It guards against damage, not against an adversary who can write the cache directory
+//! (who could as well write a matching trailer).
+
+use twox_hash::XxHash3_64;
+
+/// Bytes covered by one digest: a read verifies whole chunks, so this bounds the extra
+/// bytes a small read touches (at most two chunks) against the trailer's size (8 bytes per
+/// chunk: 1 KiB for a 1 MiB block).
+pub(crate) const CHUNK: u64 = 8 << 10;
+/// The fixed end of a trailer: magic, key, length, digest of the rest of the trailer.
+const TAIL: usize = 8 + 16 + 8 + 8;
+const MAGIC: &[u8; 8] = b"stkblk02";
+
+/// Bytes of the trailer of a block of `len` bytes.
+pub(crate) fn trailer_len(len: u64) -> u64 {
+    len.div_ceil(CHUNK) * 8 + TAIL as u64
+}
+
+/// Bytes of the file that holds a block of `len` bytes.
+pub(crate) fn file_len(len: u64) -> u64 {
+    len + trailer_len(len)
+}
+
+/// The trailer to write after block `key`'s bytes `data`.
+pub(crate) fn trailer(key: u128, data: &[u8]) -> Vec<u8> {
+    let mut t = Vec::with_capacity(trailer_len(data.len() as u64) as usize);
+    for chunk in data.chunks(CHUNK as usize) {
+        t.extend_from_slice(&XxHash3_64::oneshot(chunk).to_le_bytes());
+    }
+    t.extend_from_slice(MAGIC);
+    t.extend_from_slice(&key.to_le_bytes());
+    t.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    let own = XxHash3_64::oneshot(&t);
+    t.extend_from_slice(&own.to_le_bytes());
+    t
+}
+
+/// Why a block file was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Written without a trailer (an older Stoker): not damage, just a block to fetch again.
+    Unsealed,
+    /// Its trailer or bytes do not verify: damage, counted.
+    Damaged,
+}
+
+/// The chunk digests of block `key` of `len` bytes from its `trailer`, once the trailer
+/// verifies and names that block.
+pub(crate) fn open_trailer(key: u128, len: u64, trailer: &[u8]) -> Result<Vec<u64>, Refused> {
+    if trailer.len() as u64 != trailer_len(len) {
+        return Err(Refused::Damaged);
+    }
+    let (body, own) = trailer.split_at(trailer.len() - 8);
+    let tail = &body[body.len() - (TAIL - 8)..];
+    if &tail[..8] != MAGIC {
+        return Err(Refused::Damaged);
+    }
+    let own = u64::from_le_bytes(own.try_into().map_err(|_| Refused::Damaged)?);
+    let named_key = u128::from_le_bytes(tail[8..24].try_into().map_err(|_| Refused::Damaged)?);
+    let named_len = u64::from_le_bytes(tail[24..32].try_into().map_err(|_| Refused::Damaged)?);
+    if XxHash3_64::oneshot(body) != own || named_key != key || named_len != len {
+        return Err(Refused::Damaged);
+    }
+    let sums = &body[..body.len() - (TAIL - 8)];
+    Ok(sums.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect())
+}
+
+/// Whether `data`, the block's bytes from chunk `first` on (whole chunks, the last one
+/// possibly the block's short final chunk), matches `sums`.
+pub(crate) fn chunks_match(sums: &[u64], first: usize, data: &[u8]) -> bool {
+    data.chunks(CHUNK as usize)
+        .enumerate()
+        .all(|(i, c)| sums.get(first + i).is_some_and(|&want| XxHash3_64::oneshot(c) == want))
+}
+
+/// Check a whole block file (`file` holds the bytes then the trailer) of block `key` of
+/// `len` bytes.
+pub(crate) fn check_file(key: u128, len: u64, file: &[u8]) -> Result<(), Refused> {
+    if file.len() as u64 == len {
+        return Err(Refused::Unsealed);
+    }
+    if file.len() as u64 != file_len(len) {
+        return Err(Refused::Damaged);
+    }
+    let (data, trailer) = file.split_at(len as usize);
+    let sums = open_trailer(key, len, trailer)?;
+    if chunks_match(&sums, 0, data) {
+        Ok(())
+    } else {
+        Err(Refused::Damaged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sealed(key: u128, data: &[u8]) -> Vec<u8> {
+        let mut f = data.to_vec();
+        f.extend(trailer(key, data));
+        f
+    }
+
+    #[test]
+    fn a_sealed_block_verifies_and_every_kind_of_damage_is_refused() {
+        let data: Vec<u8> = (0..(3 * CHUNK + 100)).map(|i| (i * 31 % 251) as u8).collect();
+        let len = data.len() as u64;
+        let f = sealed(9, &data);
+        assert_eq!(f.len() as u64, file_len(len));
+        assert_eq!(check_file(9, len, &f), Ok(()));
+        // Any flipped bit, in the bytes or the trailer.
+        for at in [0, CHUNK as usize, len as usize - 1, len as usize, f.len() - 1, f.len() - 30] {
+            let mut bad = f.clone();
+            bad[at] ^= 0x04;
+            assert_eq!(check_file(9, len, &bad), Err(Refused::Damaged), "flip at {at}");
+        }
+        // Cut short, grown, another block's file, another length, no trailer.
+        assert_eq!(check_file(9, len, &f[..f.len() - 1]), Err(Refused::Damaged));
+        assert_eq!(check_file(9, len, &[&f[..], b"x"].concat()), Err(Refused::Damaged));
+        assert_eq!(check_file(10, len, &f), Err(Refused::Damaged));
+        assert_eq!(check_file(9, len, &sealed(9, &data[..data.len() - 8])), Err(Refused::Damaged));
+        assert_eq!(check_file(9, len, &data), Err(Refused::Unsealed));
+    }
+
+    #[test]
+    fn chunks_verify_one_by_one() {
+        let data: Vec<u8> = (0..(2 * CHUNK + 10)).map(|i| (i % 7) as u8).collect();
+        let t = trailer(1, &data);
+        let sums = open_trailer(1, data.len() as u64, &t).unwrap();
+        assert_eq!(sums.len(), 3);
+        let c = CHUNK as usize;
+        assert!(chunks_match(&sums, 1, &data[c..]));
+        assert!(chunks_match(&sums, 2, &data[2 * c..]));
+        assert!(!chunks_match(&sums, 0, &data[c..2 * c]), "a chunk checked against another's digest");
+        let mut bad = data[c..2 * c].to_vec();
+        bad[5] ^= 1;
+        assert!(!chunks_match(&sums, 1, &bad));
+        assert!(!chunks_match(&sums, 3, &data[..c]), "a chunk past the block has no digest");
+    }
+}
