@@ -8,6 +8,8 @@
 //! * [`proxy`]: an HTTP/1.1 reverse proxy that injects latency, latency
 //!   spikes, `503 SlowDown`, TCP resets and truncated bodies, driven by a
 //!   seeded RNG so a failing test replays the same fault sequence.
+//! * [`http`]: a static file server that behaves as common HTTP servers do
+//!   (weak or no entity tags, strict `If-Match`, no listing, injected `500`s).
 //!
 //! Both return a [`ServerHandle`] that knows the bound address (bind to port
 //! 0 to get a free one) and can shut the server down.
@@ -15,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod fixtures;
+pub mod http;
 pub mod proxy;
 pub mod rng;
 pub mod s3;

@@ -84,6 +84,19 @@ pub enum Error {
         transient: bool,
     },
 
+    /// An object is not the version a read is pinned to: it was replaced or modified after it
+    /// was first read (or listed, or indexed) in this run. Its new bytes are never delivered.
+    #[error(
+        "{object} changed while it was being read: {reason}; the run cannot go on with a mix of versions: reopen the \
+         source (and run `stoker index` again if the dataset has a manifest)"
+    )]
+    Changed {
+        /// The object, credentials redacted.
+        object: String,
+        /// What differs.
+        reason: String,
+    },
+
     /// A tar shard is malformed: truncated, bad checksum, not a tar at all.
     #[error("corrupt tar shard {shard} at byte {offset}: {reason}")]
     CorruptTar {
@@ -258,7 +271,8 @@ pub enum ErrorKind {
     /// A remote store failed (after retries when transient).
     Remote,
     /// The destination or the data conflict with what was asked: a pack destination holding
-    /// something else, a source that changed while packing.
+    /// something else, a source that changed while packing, an object replaced while a run
+    /// read it.
     Conflict,
     /// CUDA was asked for but cannot be used here.
     CudaUnavailable,
@@ -335,7 +349,7 @@ impl Error {
             Error::Decode { .. } => K::Decode,
             Error::Io { .. } => K::Io,
             Error::Store { .. } | Error::Fetch { .. } => K::Remote,
-            Error::Pack { .. } => K::Conflict,
+            Error::Pack { .. } | Error::Changed { .. } => K::Conflict,
             Error::Pinned(P::CudaUnavailable { .. }) => K::CudaUnavailable,
             Error::Pinned(P::Cuda { .. }) => K::Cuda,
             Error::Pinned(P::TooLarge { .. } | P::Config { .. }) => K::InvalidInput,
@@ -386,7 +400,7 @@ impl Error {
             Error::CorruptTar { .. } => C::DamagedHeader,
             Error::CorruptData { .. } => C::ChecksumMismatch,
             Error::Io { .. } | Error::NotFound { .. } | Error::BadIndex { .. } => C::UnreadableShard,
-            Error::Fetch { .. } | Error::Store { .. } => C::RemoteError,
+            Error::Fetch { .. } | Error::Store { .. } | Error::Changed { .. } => C::RemoteError,
             Error::Shared(e) => e.skip_cause(),
             _ => C::Other,
         }

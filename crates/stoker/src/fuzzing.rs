@@ -47,7 +47,8 @@ fn shown_for(text: &str) -> String {
 
 /// A tar shard's bytes through the header walk, then every indexed field's header check.
 pub fn tar_index(data: &[u8]) {
-    let info = ObjectInfo { path: "f.tar".into(), size: data.len() as u64, modified_us: 0, e_tag: None };
+    let info =
+        ObjectInfo { path: "f.tar".into(), size: data.len() as u64, modified_us: 0, e_tag: None, recorded: false };
     let Ok(idx) = tar_index::build_from(Cursor::new(data), &info, "f.tar") else { return };
     if let Err(e) = idx.check() {
         panic!("a built index must pass its own check: {e}");
@@ -163,7 +164,8 @@ pub fn resync(data: &[u8]) {
             };
         }
     }
-    let info = ObjectInfo { path: "f.tar".into(), size: bytes.len() as u64, modified_us: 0, e_tag: None };
+    let info =
+        ObjectInfo { path: "f.tar".into(), size: bytes.len() as u64, modified_us: 0, e_tag: None, recorded: false };
     let walk = tar_index::Walk { skip: true, checksums: true };
     let idx = match tar_index::build_with(Cursor::new(&bytes), &info, "f.tar", walk) {
         Ok(idx) => idx,

@@ -19,7 +19,7 @@ use tokio::sync::Semaphore;
 
 use super::BlockCache;
 use crate::error::{Error, Result};
-use crate::fetch::Fetcher;
+use crate::fetch::{Expect, Fetcher};
 use crate::store::ranges;
 
 /// One request for a run of adjacent cache blocks, awaited by each block that misses.
@@ -97,21 +97,21 @@ impl RemoteReader {
 
     /// Read `ranges` of `path` (`shown` names it in errors), in the order asked, around the
     /// cache: ranges closer than the coalescing gap are one request, and a request bigger
-    /// than a part is split into parts fetched in parallel. With `if_match`, only while the
-    /// object's entity tag is that: a replaced object is an error, not other bytes.
+    /// than a part is split into parts fetched in parallel. With `expect`, only of that
+    /// version of the object: a replaced object is an error, not other bytes.
     pub async fn get_ranges(
         &self,
         path: &ObjPath,
         shown: &str,
         ranges: &[Range<u64>],
-        if_match: Option<&str>,
+        expect: Option<&Expect>,
     ) -> Result<Vec<Bytes>> {
         let cfg = self.fetcher.config();
         let merged = ranges::merge(ranges, &ranges::Policy::uncapped(cfg.coalesce_gap));
         let part = cfg.part_size;
         let parts = merged.reads.iter().flat_map(|m| ranges::split(m.clone(), part));
         let fetched: Vec<Bytes> =
-            futures::future::try_join_all(parts.map(|p| self.fetcher.fetch_range(path, shown, p, if_match))).await?;
+            futures::future::try_join_all(parts.map(|p| self.fetcher.fetch_range(path, shown, p, expect))).await?;
         let mut fetched = fetched.into_iter();
         // A read fetched in several parts is joined once; most are one part, kept as is.
         let whole: Vec<Bytes> = merged
@@ -137,22 +137,22 @@ impl RemoteReader {
             .collect())
     }
 
-    /// Like [`get_ranges`](Self::get_ranges) for an object of known `size` and `version`,
-    /// through the block cache when there is one: whole aligned blocks are fetched, cached,
-    /// and the asked ranges cut from them, unless the reader's plan says a block is not worth
-    /// fetching whole (then the ranges needing it are fetched as asked). With `if_match` (the
-    /// entity tag the object had when it was indexed), a replaced object fails with a clear
-    /// error instead of yielding its new bytes at the old offsets.
+    /// Like [`get_ranges`](Self::get_ranges) for an object of a known version (`expect`,
+    /// keyed in the cache as `version`), through the block cache when there is one: whole
+    /// aligned blocks are fetched, cached, and the asked ranges cut from them, unless the
+    /// reader's plan says a block is not worth fetching whole (then the ranges needing it are
+    /// fetched as asked). A replaced object fails with a clear error instead of yielding its
+    /// new bytes at the old offsets.
     pub async fn get_ranges_cached(
         &self,
         path: &ObjPath,
         shown: &str,
         ranges: &[Range<u64>],
-        size: u64,
         version: &str,
-        if_match: Option<&str>,
+        expect: &Expect,
     ) -> Result<Vec<Bytes>> {
-        let Some(cache) = &self.cache else { return self.get_ranges(path, shown, ranges, if_match).await };
+        let size = expect.size;
+        let Some(cache) = &self.cache else { return self.get_ranges(path, shown, ranges, Some(expect)).await };
         let bs = cache.config().block.max(1);
         let key = |b: u64| crate::cache::block_key(path.as_ref(), version, b);
         // Bytes of each block the ranges need, for the missing blocks' worth.
@@ -173,7 +173,7 @@ impl RemoteReader {
             .map(|(&b, _)| b)
             .collect();
         if pieces.is_empty() {
-            return self.get_blocks(cache, path, shown, ranges, size, version, if_match).await;
+            return self.get_blocks(cache, path, shown, ranges, version, expect).await;
         }
         // A range goes around the cache when it needs a block not worth fetching whole and
         // its blocks would cost more than twice the range (a small piece of big blocks); a
@@ -190,8 +190,8 @@ impl RemoteReader {
         let direct_ranges: Vec<Range<u64>> = direct.iter().map(|&i| ranges[i].clone()).collect();
         let blocked_ranges: Vec<Range<u64>> = blocked.iter().map(|&i| ranges[i].clone()).collect();
         let (got_direct, got_blocked) = futures::future::try_join(
-            self.get_ranges(path, shown, &direct_ranges, if_match),
-            self.get_blocks(cache, path, shown, &blocked_ranges, size, version, if_match),
+            self.get_ranges(path, shown, &direct_ranges, Some(expect)),
+            self.get_blocks(cache, path, shown, &blocked_ranges, version, expect),
         )
         .await?;
         let mut out = vec![Bytes::new(); ranges.len()];
@@ -203,17 +203,16 @@ impl RemoteReader {
 
     /// `ranges` through the block cache: whole aligned blocks fetched, cached, and the
     /// ranges cut from them.
-    #[allow(clippy::too_many_arguments)] // get_ranges_cached's arguments and the cache it checked
     async fn get_blocks(
         &self,
         cache: &BlockCache,
         path: &ObjPath,
         shown: &str,
         ranges: &[Range<u64>],
-        size: u64,
         version: &str,
-        if_match: Option<&str>,
+        expect: &Expect,
     ) -> Result<Vec<Bytes>> {
+        let size = expect.size;
         let bs = cache.config().block.max(1);
         let mut blocks: Vec<u64> =
             ranges.iter().filter(|r| r.end > r.start).flat_map(|r| r.start / bs..=(r.end - 1) / bs).collect();
@@ -246,9 +245,9 @@ impl RemoteReader {
             .map(|run| {
                 let range = run.start * bs..(run.end * bs).min(size);
                 let (me, path, shown) = (self.fetcher.clone(), path.clone(), shown.clone());
-                let if_match = if_match.map(str::to_string);
+                let expect = expect.clone();
                 let fetch: RunFetch =
-                    async move { me.fetch_range(&path, &shown, range, if_match.as_deref()).await.map_err(Arc::new) }
+                    async move { me.fetch_range(&path, &shown, range, Some(&expect)).await.map_err(Arc::new) }
                         .boxed()
                         .shared();
                 (run.start, fetch)

@@ -21,10 +21,13 @@ use serde::{Deserialize, Serialize};
 use self::retry::classify;
 use crate::error::Result;
 
+mod expect;
 mod hedge;
 pub(crate) mod limit;
 mod request;
 mod retry;
+
+pub use expect::{is_weak, Expect};
 
 /// When to send a duplicate of a slow request.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -164,24 +167,34 @@ impl Fetcher {
         &self.cfg
     }
 
-    /// A whole object (one request, retried).
-    pub async fn get(&self, path: &ObjPath, shown: &str) -> Result<Bytes> {
+    /// A whole object (one request, retried); with `expect`, only that version of it (see
+    /// [`Expect`]): another is an [`Error::Changed`](crate::Error::Changed).
+    pub async fn get(&self, path: &ObjPath, shown: &str, expect: Option<&Expect>) -> Result<Bytes> {
         self.retrying(
             shown,
             || "whole object".to_string(),
             || async {
                 // Under the same in-flight limit as ranged reads: a layout of one object per
                 // sample makes as many requests as a shuffled tar source.
-                let slot = self.limit.acquire().await.ok_or_else(|| retry::Failure {
-                    transient: false,
-                    missing: false,
-                    message: "the fetcher's in-flight limit was closed".into(),
-                    hint: None,
-                })?;
+                let slot = self
+                    .limit
+                    .acquire()
+                    .await
+                    .ok_or_else(|| retry::Failure::fatal("the fetcher's in-flight limit was closed"))?;
                 self.counters.requests.fetch_add(1, Relaxed);
                 let started = std::time::Instant::now();
-                let r = match self.store.get(path).await {
-                    Ok(g) => g.bytes().await.map_err(classify),
+                let opts = object_store::GetOptions {
+                    if_match: expect.and_then(Expect::if_match).map(str::to_string),
+                    ..Default::default()
+                };
+                let r = match self.store.get_opts(path, opts).await {
+                    Ok(g) => {
+                        let changed = expect.and_then(|x| x.differs(&g.meta));
+                        match changed {
+                            Some(why) => Err(retry::Failure::changed(why)),
+                            None => g.bytes().await.map_err(classify),
+                        }
+                    }
                     Err(e) => Err(classify(e)),
                 };
                 match &r {
@@ -211,7 +224,9 @@ impl Fetcher {
         .await
     }
 
-    /// Every object under `prefix` (the whole listing is retried on a transient failure).
+    /// Every object under `prefix` (the whole listing is retried on a transient failure). A
+    /// server that answers that it cannot list (405, 501: a plain HTTP server has no listing)
+    /// is not asked again: the error says how to name the data instead.
     pub async fn list(&self, prefix: Option<&ObjPath>, shown: &str) -> Result<Vec<object_store::ObjectMeta>> {
         use futures::TryStreamExt;
         self.retrying(
@@ -219,22 +234,23 @@ impl Fetcher {
             || "listing".to_string(),
             || async {
                 self.counters.requests.fetch_add(1, Relaxed);
-                self.store.list(prefix).try_collect::<Vec<_>>().await.map_err(classify)
+                self.store.list(prefix).try_collect::<Vec<_>>().await.map_err(retry::classify_listing)
             },
         )
         .await
     }
 
-    /// One range of `path` (`shown` names it in errors), retried and hedged; with
-    /// `if_match`, only while the object still has that entity tag.
+    /// One range of `path` (`shown` names it in errors), retried and hedged; with `expect`,
+    /// only of that version of the object (see [`Expect`]): another is an
+    /// [`Error::Changed`](crate::Error::Changed), never its bytes.
     pub async fn fetch_range(
         &self,
         path: &ObjPath,
         shown: &str,
         range: Range<u64>,
-        if_match: Option<&str>,
+        expect: Option<&Expect>,
     ) -> Result<Bytes> {
         let what = || format!("bytes {}..{}", range.start, range.end);
-        self.retrying(shown, what, || self.hedged(|| self.attempt(path, range.clone(), if_match))).await
+        self.retrying(shown, what, || self.hedged(|| self.attempt(path, range.clone(), expect))).await
     }
 }

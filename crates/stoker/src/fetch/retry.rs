@@ -15,8 +15,28 @@ pub(super) struct Failure {
     /// The object is not there (404): reported as `Error::NotFound`, so callers that treat a
     /// missing object as "none" (manifests, pack plans) match a variant, not a message.
     pub(super) missing: bool,
+    /// The object is not the version the read expects (a failed precondition, or an answer
+    /// of another size, tag or time): reported as `Error::Changed`, never retried.
+    pub(super) changed: bool,
     pub(super) message: String,
     pub(super) hint: Option<String>,
+}
+
+impl Failure {
+    /// A failure trying again cannot help.
+    pub(super) fn fatal(message: impl Into<String>) -> Self {
+        Failure { transient: false, missing: false, changed: false, message: message.into(), hint: None }
+    }
+
+    /// A failure worth another attempt.
+    pub(super) fn transient(message: impl Into<String>) -> Self {
+        Failure { transient: true, ..Failure::fatal(message) }
+    }
+
+    /// The object is another version than the read expects; `why` says what differs.
+    pub(super) fn changed(why: String) -> Self {
+        Failure { changed: true, ..Failure::fatal(why) }
+    }
 }
 
 impl Fetcher {
@@ -37,6 +57,10 @@ impl Fetcher {
                     let jittered = backoff.mul_f64(jitter());
                     tokio::time::sleep(jittered).await;
                     backoff = (backoff * 2).min(self.cfg.max_backoff);
+                }
+                Err(fail) if fail.changed => {
+                    self.counters.failures.fetch_add(1, Relaxed);
+                    return Err(Error::Changed { object: shown.to_string(), reason: fail.message });
                 }
                 Err(fail) if fail.missing => {
                     self.counters.failures.fetch_add(1, Relaxed);
@@ -80,14 +104,13 @@ pub(super) fn classify(e: object_store::Error) -> Failure {
                     .into(),
             ),
         ),
-        E::Precondition { .. } | E::NotModified { .. } => (
-            false,
-            Some(
-                "the object was replaced after the source was opened or indexed (its entity tag changed); reopen \
-                 the source, and run `stoker index` again if the dataset has a manifest"
-                    .to_string(),
-            ),
-        ),
+        E::Precondition { .. } | E::NotModified { .. } => {
+            return Failure::changed(
+                "the server refused the entity tag it had when first read (412 Precondition \
+                                     Failed): the object was replaced"
+                    .into(),
+            )
+        }
         E::Generic { .. } | E::JoinError { .. } => {
             let status = http_status(&message);
             match status {
@@ -102,7 +125,24 @@ pub(super) fn classify(e: object_store::Error) -> Failure {
         _ => (false, None),
     };
     let missing = matches!(e, E::NotFound { .. }) || http_status(&message) == Some(404);
-    Failure { transient, missing, message, hint }
+    Failure { transient, missing, changed: false, message, hint }
+}
+
+/// [`classify`] for a listing: a server that says it cannot list (405 Method Not Allowed,
+/// 501 Not Implemented: what plain HTTP servers answer a WebDAV `PROPFIND`) fails at once
+/// with what to do instead; asking again would only add seconds to every open.
+pub(super) fn classify_listing(e: object_store::Error) -> Failure {
+    let mut f = classify(e);
+    if matches!(http_status(&f.message), Some(405 | 501)) {
+        f.transient = false;
+        f.hint = Some(
+            "this server cannot list objects: name the data instead, with a brace pattern \
+             (https://host/data/train-{0000..0099}.tar), ?list=FILE (a file of object names), or the URI of its \
+             index (index.json) or manifest"
+                .into(),
+        );
+    }
+    f
 }
 
 /// The HTTP status in an object_store error message, if it names one.
@@ -121,6 +161,20 @@ fn http_status(msg: &str) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_that_cannot_list_is_not_asked_again() {
+        let e = |status: &str| object_store::Error::Generic {
+            store: "HTTP",
+            source: format!("Server returned non-2xx status code: {status}").into(),
+        };
+        for s in ["501 Not Implemented", "405 Method Not Allowed"] {
+            let f = classify_listing(e(s));
+            assert!(!f.transient && f.hint.as_deref().is_some_and(|h| h.contains("brace pattern")), "{s}");
+        }
+        assert!(classify_listing(e("503 Service Unavailable")).transient);
+        assert!(classify(e("501 Not Implemented")).transient, "a read's 501 is still the server's trouble");
+    }
 
     #[test]
     fn statuses_are_found_in_messages() {

@@ -4,8 +4,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use futures::{StreamExt, TryStreamExt};
-
 use super::resolve::{self, Place, Request, Resolved};
 use super::{manifest, tar_index, DynSampleSource, TarSource};
 use crate::error::{Error, Result};
@@ -113,13 +111,16 @@ async fn index_shards(
     known_sums: &HashMap<String, Vec<u64>>,
 ) -> Result<Vec<tar_index::ShardIndex>> {
     let total = shards.len();
-    let loads: Vec<_> = shards.iter().map(|s| index_shard(store, s, opts, known_sums.get(&s.path))).collect();
     let done = AtomicUsize::new(0);
-    futures::stream::iter(loads)
-        .buffered(opts.concurrency().min(8))
-        .inspect_ok(|_| progress(done.fetch_add(1, Ordering::Relaxed) + 1, total))
-        .try_collect()
-        .await
+    tar_index::walk_all(total, opts.concurrency().min(8), |i, cancel| {
+        let (s, done) = (&shards[i], &done);
+        async move {
+            let idx = index_shard(store, s, opts, known_sums.get(&s.path), &cancel).await?;
+            progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+            Ok(idx)
+        }
+    })
+    .await
 }
 
 /// The index of one shard: with `sums` (the XXH3-64s `pack` computed as it wrote the shard)
@@ -129,17 +130,18 @@ async fn index_shard(
     info: &ObjectInfo,
     opts: &SourceOptions,
     sums: Option<&Vec<u64>>,
+    cancel: &crate::store::Cancel,
 ) -> Result<tar_index::ShardIndex> {
-    let Some(sums) = sums else { return tar_index::for_open(store, info, opts, None).await };
+    let Some(sums) = sums else { return tar_index::for_open(store, info, opts, None, cancel).await };
     let headers_only = SourceOptions { checksums: None, ..opts.clone() };
-    let mut idx = tar_index::for_open(store, info, &headers_only, None).await?;
+    let mut idx = tar_index::for_open(store, info, &headers_only, None, cancel).await?;
     if idx.sums.is_empty() && idx.damage.is_empty() && sums.len() == idx.fields.len() {
         idx.sums = sums.clone();
         idx.digest = tar_index::PayloadDigest::Xxh3;
         tar_index::save(store, &idx, opts).await;
     } else if idx.sums.is_empty() && opts.checksums == Some(true) {
         // Not the members `pack` wrote (a foreign file in the destination): read them.
-        return tar_index::for_open(store, info, opts, None).await;
+        return tar_index::for_open(store, info, opts, None, cancel).await;
     }
     Ok(idx)
 }

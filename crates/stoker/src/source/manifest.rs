@@ -60,6 +60,7 @@ impl Manifest {
                 size: o.size,
                 modified_us: o.modified_us,
                 e_tag: o.e_tag.clone(),
+                recorded: true,
             })
             .collect()
     }

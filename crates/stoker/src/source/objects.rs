@@ -24,10 +24,16 @@ pub struct ObjectsSource {
 }
 
 struct Entry {
-    path: String,
+    /// As listed or looked up: what every read of it is held to.
+    info: ObjectInfo,
     key_len: usize,
     field: Arc<str>,
-    size: u64,
+}
+
+impl Entry {
+    fn key(&self) -> &str {
+        &self.info.path[..self.key_len]
+    }
 }
 
 impl ObjectsSource {
@@ -50,7 +56,7 @@ impl ObjectsSource {
                     None => (o.path.len(), "data".to_string()),
                 };
                 let field = names.entry(ext.clone()).or_insert_with(|| Arc::from(ext)).clone();
-                Entry { path: o.path, key_len, field, size: o.size }
+                Entry { info: o, key_len, field }
             })
             .collect();
         Ok(ObjectsSource { store, display, objects, concurrency: opts.concurrency() })
@@ -92,8 +98,10 @@ impl SampleSource for ObjectsSource {
     async fn get(&self, index: usize) -> Result<Sample> {
         check_index(index, self.objects.len())?;
         let e = &self.objects[index];
-        let data = self.store.get(&e.path).await?;
-        Ok(Sample { key: e.path[..e.key_len].to_string(), fields: vec![Field { name: e.field.clone(), data }] })
+        // Pinned per read: an object is read once an epoch, and a million pins held for the
+        // whole run would cost more memory than the listing itself.
+        let data = self.store.read_all(&self.store.object(&e.info)).await?;
+        Ok(Sample { key: e.key().to_string(), fields: vec![Field { name: e.field.clone(), data }] })
     }
 
     async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
@@ -101,20 +109,23 @@ impl SampleSource for ObjectsSource {
     }
 
     async fn get_many_into(&self, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
-        if self.store.local_root().is_none() {
-            return copy_into(self, indices, out).await;
-        }
         let mut jobs = Vec::with_capacity(indices.len());
         for &i in indices {
             check_index(i, self.objects.len())?;
             let e = &self.objects[i];
-            jobs.push((i as u64, e.path.clone(), e.key_len, e.field.clone(), e.size));
+            let obj = self.store.object(&e.info);
+            // Objects are read whole around the caches: only local files are read straight in.
+            if !self.store.servable_directly(&obj, [&(0..e.info.size)]) {
+                return copy_into(self, indices, out).await;
+            }
+            jobs.push((i as u64, obj, e.key_len, e.field.clone()));
         }
         let Some(mut reader) = self.store.direct_reader() else { return copy_into(self, indices, out).await };
         fill_blocking(out, move |b| {
-            for (i, path, key_len, field, size) in jobs {
-                b.begin(i, &path[..key_len]);
-                if let Err(e) = reader.read_whole(&path, size, b.field(&field, size as usize)) {
+            for (i, obj, key_len, field) in jobs {
+                let size = obj.size();
+                b.begin(i, &obj.path()[..key_len]);
+                if let Err(e) = reader.read_whole(&obj, b.field(&field, size as usize)) {
                     b.abandon_row();
                     return Err(e);
                 }
@@ -127,7 +138,7 @@ impl SampleSource for ObjectsSource {
     async fn meta(&self, index: usize) -> Result<SampleMeta> {
         check_index(index, self.objects.len())?;
         let e = &self.objects[index];
-        Ok(SampleMeta { key: e.path[..e.key_len].to_string(), fields: vec![(e.field.clone(), e.size)] })
+        Ok(SampleMeta { key: e.key().to_string(), fields: vec![(e.field.clone(), e.info.size)] })
     }
 
     fn io_counters(&self) -> Option<IoCounters> {

@@ -124,15 +124,15 @@ impl Request {
             Location::Local(path) => {
                 if local_meta(path)?.is_file() {
                     let (parent, name) = split_file(path);
-                    (Store::local(&parent)?, Some(vec![name]))
+                    (Store::local_for(&parent, &opts)?, Some(vec![name]))
                 } else {
-                    (Store::local(path)?, None)
+                    (Store::local_for(path, &opts)?, None)
                 }
             }
             Location::LocalPattern(paths) => {
                 let root = common_dir(paths);
                 let rel = paths.iter().map(|p| p.strip_prefix(&root).unwrap_or(p).to_string_lossy().into_owned());
-                (Store::local(&root)?, Some(rel.collect()))
+                (Store::local_for(&root, &opts)?, Some(rel.collect()))
             }
             Location::Remote(loc) => {
                 let store = Store::remote(loc, &opts, &display)?;
@@ -358,7 +358,7 @@ async fn head_all(store: &Store, names: &[String], concurrency: usize, missing_o
         .map(|p| async move {
             match store.head(p).await {
                 Err(e) if missing_ok && e.kind() == crate::ErrorKind::NotFound => {
-                    Ok(ObjectInfo { path: p.clone(), size: 0, modified_us: 0, e_tag: None })
+                    Ok(ObjectInfo { path: p.clone(), size: 0, modified_us: 0, e_tag: None, recorded: false })
                 }
                 other => other,
             }
@@ -489,7 +489,8 @@ mod tests {
         let dir = dir_with(&["a.jpg"]);
         let store = Store::local(dir.path()).unwrap();
         // The manifest lists a file the directory does not hold: what resolves is what it says.
-        let listed = vec![ObjectInfo { path: "gone.jpg".into(), size: 7, modified_us: 0, e_tag: None }];
+        let listed =
+            vec![ObjectInfo { path: "gone.jpg".into(), size: 7, modified_us: 0, e_tag: None, recorded: false }];
         manifest::save(&store, &manifest::Manifest::new(Layout::Objects, &listed, Vec::new())).await.unwrap();
         let r = resolve(&path(&dir, "")).await.unwrap();
         assert_eq!((r.layout, names(&r)), (Layout::Objects, vec!["gone.jpg"]));

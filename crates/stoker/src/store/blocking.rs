@@ -1,34 +1,109 @@
 //! A blocking, block-buffered `Read + Seek` view of an object, for walks over tar headers
 //! (indexing) that seek past payloads.
+//!
+//! A walk parses what it reads and would take any read failure for damage, so the reader
+//! keeps the store's own error ([`BlockReader::failure`]): the walk's caller reports that
+//! (a remote failure after its retries, with its whole cause), never "not a tar file". And a
+//! walk whose caller gave up ([`Cancel`]) stops at its next read instead of going on with
+//! retries and their sleeps on a runtime that may be shutting down.
 
 use std::io::{self, Read, Seek, SeekFrom};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Backend, Store};
+use super::{Backend, Object, Store};
 use crate::error::{Error, Result};
 
+/// Tells blocking work that whoever waits for it is gone: set when the [`CancelOnDrop`]
+/// guard of the waiting future drops.
+#[derive(Clone, Default)]
+pub(crate) struct Cancel(Arc<CancelInner>);
+
+#[derive(Default)]
+struct CancelInner {
+    set: AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Cancel {
+    /// A guard that cancels when dropped: keep it in the future that awaits the work.
+    pub(crate) fn on_drop(&self) -> CancelOnDrop {
+        CancelOnDrop(self.clone())
+    }
+
+    /// Tell the work to stop at its next read.
+    pub(crate) fn cancel(&self) {
+        self.0.set.store(true, Ordering::Release);
+        self.0.notify.notify_waiters();
+    }
+
+    /// Whether the work was told to stop.
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.set.load(Ordering::Acquire)
+    }
+
+    async fn cancelled(&self) {
+        loop {
+            // Registered before the check, so a cancel between the two still wakes it.
+            let woken = self.0.notify.notified();
+            if self.is_set() {
+                return;
+            }
+            woken.await;
+        }
+    }
+}
+
+/// See [`Cancel::on_drop`].
+pub(crate) struct CancelOnDrop(Cancel);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// Local header walks read this much at a time: one page, so payloads between headers are
+/// skipped.
+const LOCAL_BLOCK: usize = 4096;
+/// Remote walks read bigger blocks: a request costs a round trip, bytes are cheap. So do
+/// walks that read every byte (payload digests).
+const BIG_BLOCK: usize = 1 << 20;
+
 impl Store {
-    /// A blocking `Read + Seek` view of an object for header walks (tar indexing).
+    /// A blocking `Read + Seek` view of `obj` for header walks (tar indexing), stopping at
+    /// its next read once `cancel` is set; `whole` when the walk reads every byte.
     ///
-    /// Reads go `block` bytes at a time and a seek within the current block is free, so
-    /// walking headers does not read the payloads between them. Call it from a blocking
-    /// thread, never from an async task.
-    pub fn blocking_reader(&self, path: &str, size: u64, block: usize) -> Result<BlockReader> {
+    /// Reads go a block at a time and a seek within the current block is free, so walking
+    /// headers does not read the payloads between them. Call it from a blocking thread,
+    /// never from an async task.
+    pub(crate) fn blocking_reader(&self, obj: &Object, whole: bool, cancel: Cancel) -> Result<BlockReader> {
+        let block = if self.is_remote() || whole { BIG_BLOCK } else { LOCAL_BLOCK };
         let fetch = match &self.0.backend {
             Backend::Local(l) => {
-                let full = l.file(&self.obj_path(path))?;
+                let full = l.file(&self.obj_path(obj.path()))?;
                 Fetch::Local(std::fs::File::open(&full).map_err(|e| Error::io(full.display(), e))?)
             }
-            Backend::Remote { .. } => Fetch::Remote(self.clone(), path.to_string(), tokio::runtime::Handle::current()),
+            Backend::Remote { .. } => Fetch::Remote(self.clone(), obj.clone(), tokio::runtime::Handle::current()),
         };
-        Ok(BlockReader { fetch, size, pos: 0, buf: Bytes::new(), buf_start: 0, block: block.max(512) })
+        Ok(BlockReader {
+            fetch,
+            size: obj.size(),
+            pos: 0,
+            buf: Bytes::new(),
+            buf_start: 0,
+            block,
+            cancel,
+            failure: None,
+        })
     }
 }
 
 enum Fetch {
     Local(std::fs::File),
-    Remote(Store, String, tokio::runtime::Handle),
+    Remote(Store, Object, tokio::runtime::Handle),
 }
 
 /// Blocking, block-buffered `Read + Seek` over one object. See [`Store::blocking_reader`].
@@ -39,9 +114,18 @@ pub struct BlockReader {
     buf: Bytes,
     buf_start: u64,
     block: usize,
+    cancel: Cancel,
+    /// The store's error behind the first read that failed.
+    failure: Option<Error>,
 }
 
 impl BlockReader {
+    /// The store's error behind the first read that failed, if one did: what a walk that
+    /// stopped early should report instead of what it made of the failed read.
+    pub(crate) fn failure(&mut self) -> Option<Error> {
+        self.failure.take()
+    }
+
     /// The current position.
     pub fn position(&self) -> u64 {
         self.pos
@@ -62,8 +146,27 @@ impl BlockReader {
                 v.truncate(done);
                 Bytes::from(v)
             }
-            Fetch::Remote(store, path, handle) => {
-                handle.block_on(store.get_range(path, range)).map_err(|e| io::Error::other(e.to_string()))?
+            Fetch::Remote(store, obj, handle) => {
+                if self.cancel.is_set() {
+                    return Err(io::Error::other("the walk was given up"));
+                }
+                let cancel = self.cancel.clone();
+                let read = handle.block_on(async {
+                    tokio::select! {
+                        biased;
+                        () = cancel.cancelled() => None,
+                        r = store.read_once(obj, range) => Some(r),
+                    }
+                });
+                match read {
+                    None => return Err(io::Error::other("the walk was given up")),
+                    Some(Ok(b)) => b,
+                    Some(Err(e)) => {
+                        let shown = io::Error::other(e.to_string());
+                        self.failure.get_or_insert(e);
+                        return Err(shown);
+                    }
+                }
             }
         };
         self.buf_start = self.pos;
@@ -110,10 +213,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn block_reader_seeks_within_and_past_blocks() {
         let dir = tempfile::tempdir().unwrap();
-        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let data: Vec<u8> = (0..9000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(dir.path().join("f"), &data).unwrap();
         let s = Store::local(dir.path()).unwrap();
-        let mut r = s.blocking_reader("f", data.len() as u64, 1024).unwrap();
+        let f = s.open_object("f").await.unwrap();
+        let mut r = s.blocking_reader(&f, false, Cancel::default()).unwrap();
         let mut b = [0u8; 10];
         r.seek(SeekFrom::Start(1020)).unwrap();
         r.read_exact(&mut b).unwrap();
@@ -121,8 +225,11 @@ mod tests {
         r.seek(SeekFrom::Current(3000)).unwrap();
         r.read_exact(&mut b).unwrap();
         assert_eq!(&b[..], &data[4030..4040]);
+        r.seek(SeekFrom::Start(4090)).unwrap();
+        r.read_exact(&mut b).unwrap();
+        assert_eq!(&b[..], &data[4090..4100], "across a block boundary");
         let mut rest = Vec::new();
         r.read_to_end(&mut rest).unwrap();
-        assert_eq!(rest, &data[4040..]);
+        assert_eq!(rest, &data[4100..]);
     }
 }

@@ -8,7 +8,7 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 
-use super::{ranges, Backend, Store};
+use super::{ranges, Backend, Object, Store};
 use crate::cache::CachedObject;
 use crate::error::{Error, Result};
 
@@ -25,7 +25,7 @@ enum Opened {
 
 /// Spans read whole by [`DirectReader::gather`], and where each wanted one lies in them.
 pub(crate) struct Gathered {
-    bufs: Vec<Vec<u8>>,
+    bufs: Vec<bytes::Bytes>,
     /// For each wanted span: (buffer, offset in it); `None` for an empty span.
     at: Vec<Option<(usize, usize)>>,
 }
@@ -38,12 +38,20 @@ impl Gathered {
             None => &[],
         }
     }
+
+    /// [`get`](Self::get) as a slice of the read's buffer, no copy.
+    pub(crate) fn bytes(&self, i: usize, len: usize) -> bytes::Bytes {
+        match self.at[i] {
+            Some((b, at)) => self.bufs[b].slice(at..at + len),
+            None => bytes::Bytes::new(),
+        }
+    }
 }
 
 impl Store {
     /// A reader straight into caller buffers, for a blocking thread. Remote stores read only
     /// from the disk cache, so they have one only with a disk cache, and the caller checks
-    /// that the blocks it needs are there ([`Store::on_disk`]) before using it.
+    /// that the spans it needs are there ([`Store::servable_directly`]) before using it.
     pub(crate) fn direct_reader(&self) -> Option<DirectReader> {
         match &self.0.backend {
             Backend::Local(_) => {}
@@ -56,14 +64,15 @@ impl Store {
 }
 
 impl DirectReader {
-    /// Open object `id` at `path` unless it is open; `version` and `size` name its blocks in
-    /// a remote store's disk cache. Without them there, the error is an I/O error for which
-    /// [`is_gone`] holds.
-    pub(crate) fn open(&mut self, id: usize, path: &str, version: &str, size: u64) -> Result<()> {
+    /// Open object `id`, `obj`, unless it is open: a local file, or its pinned version's
+    /// blocks in a remote store's disk cache. Without them there, the error is an I/O error
+    /// for which [`is_gone`] holds.
+    pub(crate) fn open(&mut self, id: usize, obj: &Object) -> Result<()> {
         if self.open.contains_key(&id) {
             return Ok(());
         }
         let store = &self.store;
+        let path = obj.path();
         let opened = match &store.0.backend {
             Backend::Local(l) => {
                 let full = l.file(&store.obj_path(path))?;
@@ -73,7 +82,7 @@ impl DirectReader {
                 let cache = reader.cache().ok_or_else(|| gone(store, path))?;
                 Opened::Cached(
                     cache
-                        .cached_object(store.obj_path(path).as_ref(), version, size)
+                        .cached_object(store.obj_path(path).as_ref(), &obj.version_key(), obj.size())
                         .ok_or_else(|| gone(store, path))?,
                 )
             }
@@ -94,14 +103,23 @@ impl DirectReader {
         Ok(())
     }
 
-    /// Read `spans` (open object, byte range) merged under `policy`, one read per merged
-    /// span: for many small pieces, fewer reads and one copy each out of a buffer that stays
-    /// in the CPU cache. A failed read names its object and offset.
+    /// Read `spans` (open object, byte range) merged into reads of at most `cap` bytes (and
+    /// the source's `max_read`), one read per merged span: for many small pieces, fewer
+    /// reads and one copy each out of a buffer that stays in the CPU cache. They merge across
+    /// the source's gap on a local store, and across a local disk's gap on the disk cache
+    /// (where a gap costs bytes read, not a round trip). A failed read names its object and
+    /// offset.
     pub(crate) fn gather(
         &mut self,
         spans: &[(usize, Range<u64>)],
-        policy: &ranges::Policy,
+        cap: u64,
     ) -> std::result::Result<Gathered, (usize, u64, io::Error)> {
+        let p = &self.store.0.policy;
+        let gap = match &self.store.0.backend {
+            Backend::Local(_) => p.gap,
+            Backend::Remote { .. } => p.gap.min(ranges::LOCAL_GAP),
+        };
+        let policy = ranges::Policy::new(gap, cap.min(p.max_merged));
         let mut by_object: std::collections::BTreeMap<usize, Vec<usize>> = std::collections::BTreeMap::new();
         for (i, (id, _)) in spans.iter().enumerate() {
             by_object.entry(*id).or_default().push(i);
@@ -109,13 +127,13 @@ impl DirectReader {
         let mut g = Gathered { bufs: Vec::new(), at: vec![None; spans.len()] };
         for (id, members) in by_object {
             let wanted: Vec<Range<u64>> = members.iter().map(|&i| spans[i].1.clone()).collect();
-            let merged = ranges::merge(&wanted, policy);
+            let merged = ranges::merge(&wanted, &policy);
             let first = g.bufs.len();
             for r in &merged.reads {
                 let want = (r.end - r.start) as usize;
                 let mut buf = crate::buffer::take(want);
                 self.read_exact_at(id, &mut buf[..want], r.start).map_err(|e| (id, r.start, e))?;
-                g.bufs.push(buf);
+                g.bufs.push(crate::buffer::freeze(buf, want));
             }
             for (j, &i) in members.iter().enumerate() {
                 g.at[i] = merged.locate(j, &wanted[j]).map(|(k, at)| (first + k, at));
@@ -124,9 +142,10 @@ impl DirectReader {
         Ok(g)
     }
 
-    /// Read a whole local object of `size` bytes into `dst`; one whose size changed since it
-    /// was listed is an error (its bytes would not be the sample that was listed).
-    pub(crate) fn read_whole(&mut self, path: &str, size: u64, dst: &mut [u8]) -> Result<()> {
+    /// Read the whole of local object `obj` into `dst`; one whose size changed since it was
+    /// listed is an error (its bytes would not be the sample that was listed).
+    pub(crate) fn read_whole(&mut self, obj: &Object, dst: &mut [u8]) -> Result<()> {
+        let (path, size) = (obj.path(), obj.size());
         let store = &self.store;
         let Backend::Local(l) = &store.0.backend else {
             return Err(Error::NotSupported {
@@ -139,12 +158,9 @@ impl DirectReader {
         let file = std::fs::File::open(&full).map_err(|e| Error::io(shown(), e))?;
         let now = file.metadata().map_err(|e| Error::io(shown(), e))?.len();
         if now != size {
-            return Err(Error::Io {
-                path: shown(),
-                source: io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("file is {now} bytes but was {size} when the source was opened; reopen the source"),
-                ),
+            return Err(Error::Changed {
+                object: shown(),
+                reason: format!("it is {now} bytes now, {size} when the source was opened"),
             });
         }
         file.read_exact_at(dst, 0).map_err(|e| Error::io(shown(), e))?;

@@ -66,16 +66,27 @@ impl Local {
 
     /// One blocking task opens the file once and reads each range (or the whole file) into
     /// recycled buffers. A range past the end comes back short and the caller's length check
-    /// reports it.
+    /// reports it. With `size`, a file of another size is [`Error::Changed`]: it was replaced
+    /// since it was looked up, and its bytes at the old offsets are not the samples indexed.
     pub(super) async fn read(
         &self,
         path: ObjPath,
         shown: String,
         ranges: Option<Vec<Range<u64>>>,
+        size: Option<u64>,
     ) -> Result<Vec<Bytes>> {
         let full = self.file(&path)?;
         tokio::task::spawn_blocking(move || {
             let file = std::fs::File::open(&full).map_err(|e| Error::io(&shown, e))?;
+            if let Some(want) = size {
+                let now = file.metadata().map_err(|e| Error::io(&shown, e))?.len();
+                if now != want {
+                    return Err(Error::Changed {
+                        object: shown,
+                        reason: format!("it is {now} bytes now, {want} when it was first read"),
+                    });
+                }
+            }
             let ranges = match ranges {
                 Some(r) => r,
                 None => std::iter::once(0..file.metadata().map_err(|e| Error::io(&shown, e))?.len()).collect(),

@@ -1,13 +1,15 @@
 //! Where bytes live, and the one owner of I/O.
 //!
-//! Layout code (objects, tar) and `pack` ask a [`Store`] for listings, whole objects, byte
-//! ranges and writes by path relative to the store root; they never open files or send
-//! requests themselves, so what a store counts ([`IoCounters`]) is everything read. A store
-//! is one of two backends: a local directory (positioned reads on blocking threads, into
-//! recycled buffers or straight into a batch) or a remote object store (every read through
-//! the read path and block cache, [`crate::cache::RemoteReader`], and every request through
-//! the fetch layer, [`crate::fetch`]). Which reads to merge and how to split them is decided
-//! once, in [`ranges`].
+//! Layout code and `pack` ask a [`Store`] for listings, metadata files and writes by path
+//! relative to the store root, and read data through one verb: [`Store::read`], the byte
+//! spans of an [`Object`] pinned to one version ([`object`] has the read plan and the
+//! version rule). They never open files, send requests, merge ranges or ask which backend
+//! they have, so what a store counts ([`IoCounters`]) is everything read. A store is one of
+//! two backends: a local directory (positioned reads on blocking threads, into recycled
+//! buffers or straight into a batch) or a remote object store (every read through the read
+//! path and block cache, [`crate::cache::RemoteReader`], and every request through the fetch
+//! layer, [`crate::fetch`]). Which reads to merge and how to split them is decided once, in
+//! [`ranges`].
 
 use std::fmt;
 use std::io;
@@ -27,13 +29,16 @@ use crate::error::{Error, Result};
 mod blocking;
 mod direct;
 mod local;
+mod object;
 pub mod ranges;
 mod remote;
 mod write;
 
 pub use blocking::BlockReader;
+pub(crate) use blocking::Cancel;
 pub(crate) use direct::{gone, is_gone, DirectReader};
 pub(crate) use local::{publish, temp_name, TEMP_SUFFIX};
+pub use object::Object;
 pub use write::ObjectWriter;
 
 /// An object in a store: its path relative to the store root and what identifies its version.
@@ -47,6 +52,9 @@ pub struct ObjectInfo {
     pub modified_us: i64,
     /// The store's version tag, if it has one (local: inode, mtime and size).
     pub e_tag: Option<String>,
+    /// Whether this comes from a manifest or index written earlier, not from this run's
+    /// listing or lookup: reads check it with the store once (see [`Store::object`]).
+    pub recorded: bool,
 }
 
 /// Requests and bytes a store has served, for benchmarks and for checking that ranged
@@ -95,6 +103,9 @@ struct Inner {
     backend: Backend,
     /// Display form of the root (a path or a redacted URI).
     root: String,
+    /// How [`Store::read`] merges the spans it is asked for (the source's `coalesce_gap`
+    /// and `max_read`).
+    policy: ranges::Policy,
     requests: AtomicU64,
     bytes: AtomicU64,
 }
@@ -120,15 +131,21 @@ impl fmt::Display for Store {
 }
 
 impl Store {
-    fn new(backend: Backend, root: String) -> Self {
-        Store(Arc::new(Inner { backend, root, requests: AtomicU64::new(0), bytes: AtomicU64::new(0) }))
+    fn new(backend: Backend, root: String, policy: ranges::Policy) -> Self {
+        Store(Arc::new(Inner { backend, root, policy, requests: AtomicU64::new(0), bytes: AtomicU64::new(0) }))
     }
 
-    /// A store over a local directory, which must exist.
+    /// A store over a local directory, which must exist, reading with the default plan.
     pub fn local(dir: &Path) -> Result<Self> {
+        Self::local_for(dir, &crate::uri::SourceOptions::default())
+    }
+
+    /// A store over a local directory, which must exist, reading as `opts` say
+    /// (`coalesce_gap`, `max_read`).
+    pub fn local_for(dir: &Path, opts: &crate::uri::SourceOptions) -> Result<Self> {
         let local = local::Local::new(dir)?;
         let root = local.dir().display().to_string();
-        Ok(Store::new(Backend::Local(local), root))
+        Ok(Store::new(Backend::Local(local), root, ranges::Policy::new(opts.coalesce_gap(false), opts.max_read())))
     }
 
     /// The local directory behind this store, if it is local.
@@ -251,6 +268,20 @@ impl Store {
         Ok(out)
     }
 
+    /// Versions of the objects under the root from one listing, by path, where one listing
+    /// costs less than a lookup per object (a remote store: one request lists a thousand);
+    /// empty where a lookup is as cheap (a local stat) or the store cannot list (an HTTP
+    /// server, a bucket without list permission): objects are then looked up
+    /// ([`Store::open_object`]) when first read.
+    pub async fn listed_versions(&self) -> std::collections::HashMap<String, ObjectInfo> {
+        match &self.0.backend {
+            Backend::Local(_) => Default::default(),
+            Backend::Remote { .. } => {
+                self.list().await.map(|l| l.into_iter().map(|o| (o.path.clone(), o)).collect()).unwrap_or_default()
+            }
+        }
+    }
+
     /// The names directly under the root (files, and the first component of anything
     /// deeper), sorted, hidden ones included: what a writer checks before filling it.
     pub async fn entries(&self) -> Result<Vec<String>> {
@@ -277,57 +308,19 @@ impl Store {
         Ok(ObjectInfo { path: path.to_string(), ..info(m, 0) })
     }
 
-    /// A whole object.
+    /// A whole small file read once (an index, a manifest, a list of names): no version to
+    /// hold it to. Data goes through [`Store::read`].
     pub async fn get(&self, path: &str) -> Result<Bytes> {
         let bytes = match &self.0.backend {
             Backend::Local(l) => {
-                l.read(self.obj_path(path), self.describe(path), None).await?.pop().unwrap_or_default()
+                l.read(self.obj_path(path), self.describe(path), None, None).await?.pop().unwrap_or_default()
             }
-            Backend::Remote { reader, .. } => reader.fetcher().get(&self.obj_path(path), &self.describe(path)).await?,
+            Backend::Remote { reader, .. } => {
+                reader.fetcher().get(&self.obj_path(path), &self.describe(path), None).await?
+            }
         };
         self.count(1, bytes.len() as u64);
         Ok(bytes)
-    }
-
-    /// One byte range of an object. A short read (the object shrank) is an error.
-    pub async fn get_range(&self, path: &str, range: Range<u64>) -> Result<Bytes> {
-        Ok(self.get_ranges(path, std::slice::from_ref(&range)).await?.pop().unwrap_or_default())
-    }
-
-    /// Several byte ranges of an object, in the order asked. A short read is an error.
-    pub async fn get_ranges(&self, path: &str, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        let out = match &self.0.backend {
-            Backend::Local(l) => l.read(self.obj_path(path), self.describe(path), Some(ranges.to_vec())).await?,
-            Backend::Remote { reader, .. } => {
-                reader.get_ranges(&self.obj_path(path), &self.describe(path), ranges, None).await?
-            }
-        };
-        self.checked(path, ranges, out)
-    }
-
-    /// Byte ranges of an object whose `size` and `version` are known (from an index): remote
-    /// stores serve them through the block cache when one is configured, and only while the
-    /// object still has entity tag `e_tag` (when known), so a replaced object is an error.
-    pub async fn get_ranges_versioned(
-        &self,
-        path: &str,
-        ranges: &[Range<u64>],
-        size: u64,
-        version: &str,
-        e_tag: Option<&str>,
-    ) -> Result<Vec<Bytes>> {
-        let Some(reader) = self.remote_reader() else { return self.get_ranges(path, ranges).await };
-        let (obj, shown) = (self.obj_path(path), self.describe(path));
-        let out = reader.get_ranges_cached(&obj, &shown, ranges, size, version, e_tag).await?;
-        self.checked(path, ranges, out)
-    }
-
-    /// Byte ranges of `obj`, as listed: like [`Store::get_ranges_versioned`] with the
-    /// version [`version_key`] gives, so remote objects go through the block cache (memory
-    /// and disk) and a replaced object is an error, not other bytes.
-    pub async fn get_ranges_of(&self, obj: &ObjectInfo, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        let version = version_key(obj.e_tag.as_deref(), obj.modified_us, obj.size);
-        self.get_ranges_versioned(&obj.path, ranges, obj.size, &version, obj.e_tag.as_deref()).await
     }
 
     /// Count what was read and check every range came back whole.
@@ -349,33 +342,25 @@ impl Store {
     }
 
     /// Tell the cache what a reader will read and when (see [`RemoteReader::plan_reads`]),
-    /// for `objects` given as (path relative to the root, version, size). Local stores have
-    /// no cache: false.
-    pub fn plan_reads(
-        &self,
-        objects: &[(&str, &str, u64)],
-        uses: crate::cache::policy::Uses<'_>,
-        clock: Arc<AtomicU64>,
-    ) -> bool {
+    /// for `objects` at their pinned versions. Local stores have no cache: false.
+    pub fn plan_reads(&self, objects: &[&Object], uses: crate::cache::policy::Uses<'_>, clock: Arc<AtomicU64>) -> bool {
         let Some(reader) = self.remote_reader() else { return false };
         let objects: Vec<(ObjPath, String, u64)> =
-            objects.iter().map(|&(p, v, size)| (self.obj_path(p), v.to_string(), size)).collect();
+            objects.iter().map(|o| (self.obj_path(o.path()), o.version_key(), o.size())).collect();
         reader.plan_reads(&objects, uses, clock)
     }
 
-    /// Whether every block of `ranges` of `path` (at `version`) is in the disk cache, as far
-    /// as this process knows (no file system call): what the hit path needs.
-    pub(crate) fn on_disk<'a>(
-        &self,
-        path: &str,
-        version: &str,
-        ranges: impl IntoIterator<Item = &'a Range<u64>>,
-    ) -> bool {
-        let Some(cache) = self.remote_reader().and_then(|r| r.cache()) else { return false };
+    /// Whether `spans` of `obj` can be read with no request: a local file, or every block of
+    /// them in the disk cache as far as this process knows (no file system call). What the
+    /// hit path ([`Store::direct_reader`]) needs.
+    pub(crate) fn servable_directly<'a>(&self, obj: &Object, spans: impl IntoIterator<Item = &'a Range<u64>>) -> bool {
+        let Some(reader) = self.remote_reader() else { return true };
+        let Some(cache) = reader.cache() else { return false };
         let bs = cache.config().block.max(1);
-        let obj = self.obj_path(path);
-        ranges.into_iter().filter(|r| r.end > r.start).all(|r| {
-            (r.start / bs..=(r.end - 1) / bs).all(|b| cache.on_disk(crate::cache::block_key(obj.as_ref(), version, b)))
+        let (path, version) = (self.obj_path(obj.path()), obj.version_key());
+        spans.into_iter().filter(|r| r.end > r.start).all(|r| {
+            (r.start / bs..=(r.end - 1) / bs)
+                .all(|b| cache.on_disk(crate::cache::block_key(path.as_ref(), &version, b)))
         })
     }
 
@@ -420,6 +405,7 @@ fn info(m: object_store::ObjectMeta, strip: usize) -> ObjectInfo {
         size: m.size,
         modified_us: m.last_modified.timestamp_micros(),
         e_tag: m.e_tag,
+        recorded: false,
     }
 }
 
@@ -437,11 +423,18 @@ mod tests {
         let l = s.list().await.unwrap();
         assert_eq!(l.iter().map(|o| o.path.as_str()).collect::<Vec<_>>(), ["a.bin", "sub/b.bin"]);
         assert_eq!(s.entries().await.unwrap(), ["a.bin", "sub"]);
-        assert_eq!(&s.get_range("sub/b.bin", 2..5).await.unwrap()[..], b"234");
-        let r = s.get_ranges("sub/b.bin", &[0..1, 8..10]).await.unwrap();
-        assert_eq!((&r[0][..], &r[1][..]), (&b"0"[..], &b"89"[..]));
-        assert_eq!(s.counters(), IoCounters { requests: 3, bytes: 6, ..Default::default() });
-        assert!(s.get_range("sub/b.bin", 5..20).await.is_err(), "a short read must be an error");
+        let b = s.open_object("sub/b.bin").await.unwrap();
+        assert_eq!(&s.read_span(&b, 2..5).await.unwrap()[..], b"234");
+        // Spans closer than the local gap are one read, cut back into the spans asked for.
+        let r = s.read(&b, &[8..10, 0..1, 4..4]).await.unwrap();
+        assert_eq!((&r[0][..], &r[1][..], &r[2][..]), (&b"89"[..], &b"0"[..], &b""[..]));
+        assert_eq!(s.counters(), IoCounters { requests: 2, bytes: 13, ..Default::default() });
+        assert!(s.read_span(&b, 5..20).await.is_err(), "a short read must be an error");
         assert!(matches!(s.get("nope").await, Err(Error::NotFound { .. })));
+        // A file read whole that changed size since it was looked up is refused, not read.
+        assert_eq!(&s.read_all(&b).await.unwrap()[..], b"0123456789");
+        std::fs::write(dir.path().join("sub/b.bin"), b"0123456789ab").unwrap();
+        let e = s.read_all(&b).await.unwrap_err();
+        assert!(matches!(e, Error::Changed { .. }), "{e}");
     }
 }

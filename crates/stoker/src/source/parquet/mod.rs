@@ -38,7 +38,7 @@ use super::spill::{Kept, Spill};
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
-use crate::store::{IoCounters, ObjectInfo, Store};
+use crate::store::{IoCounters, Object, ObjectInfo, Store};
 use crate::uri::{Layout, SourceOptions};
 
 /// The name of the column whose strings are the samples' keys.
@@ -56,21 +56,21 @@ pub(crate) async fn open(
     let loads = files.into_iter().map(|f| {
         let store = store.clone();
         async move {
-            let mut file = StoreFile { store: store.clone(), obj: f.clone(), meta: None };
+            let mut file = StoreFile { store: store.clone(), obj: store.object(&f), meta: None };
             let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
             let meta = ArrowReaderMetadata::load_async(&mut file, options)
                 .await
                 .map_err(|e| not_parquet(&store, &f.path, e))?;
-            Ok::<_, Error>((f, meta))
+            Ok::<_, Error>((file.obj, meta))
         }
     });
-    let loaded: Vec<(ObjectInfo, ArrowReaderMetadata)> =
+    let loaded: Vec<(Object, ArrowReaderMetadata)> =
         futures::stream::iter(loads).buffered(concurrency.min(16)).try_collect().await?;
     let Some((first, first_meta)) = loaded.first() else {
         return Err(Error::Empty { uri: display, reason: "no .parquet files found".into() });
     };
     let schema = first_meta.schema().clone();
-    let first_shown = store.describe(&first.path);
+    let first_shown = store.describe(first.path());
     let (columns, key_column) = values::plan(&schema, opts.column_list().as_deref(), &first_shown)?;
     let mut files = Vec::with_capacity(loaded.len());
     let mut groups = Vec::new();
@@ -78,7 +78,7 @@ pub(crate) async fn open(
     for (f, meta) in loaded {
         if meta.schema().fields() != schema.fields() {
             return Err(Error::BadIndex {
-                path: store.describe(&f.path),
+                path: store.describe(f.path()),
                 reason: format!(
                     "its columns differ from those of {}: one source reads files of one schema; name the files of \
                      each schema as their own source (or mix them with stoker.mix)",
@@ -112,12 +112,12 @@ pub(crate) async fn open(
             row += rows;
             starts.push(starts.last().copied().unwrap_or(0) + rows);
         }
-        let stem = file_stem(&f.path);
+        let stem = file_stem(f.path());
         let mask = ProjectionMask::roots(
             meta.metadata().file_metadata().schema_descr(),
             columns.iter().map(|c| c.index).chain(key_column),
         );
-        files.push(File { path: f.path.clone(), obj: f, stem, meta, mask });
+        files.push(File { path: f.path().to_string(), obj: f, stem, meta, mask });
     }
     if starts.last() == Some(&0) {
         return Err(Error::Empty { uri: display, reason: "the Parquet files hold no rows".into() });
@@ -293,8 +293,8 @@ impl Decoded {
 
 struct File {
     path: String,
-    /// As listed: its size and version key the block cache.
-    obj: ObjectInfo,
+    /// As the store reads it, pinned to the version it was listed at.
+    obj: Object,
     stem: String,
     meta: ArrowReaderMetadata,
     mask: ProjectionMask,
@@ -496,7 +496,14 @@ impl Inner {
             builder = builder.with_row_selection(selection(rows, group.rows));
         }
         let stream = builder.build().map_err(|e| not_parquet(&self.store, &file.path, e))?;
-        stream.try_collect().await.map_err(|e| corrupt(&self.store.describe(&file.path), group.group, &e.to_string()))
+        stream.try_collect().await.map_err(|e| match e {
+            // A read the store failed (remote, or the file changed) is that failure, not damage.
+            ParquetError::External(inner) => match inner.downcast::<Error>() {
+                Ok(e) => *e,
+                Err(other) => corrupt(&self.store.describe(&file.path), group.group, &other.to_string()),
+            },
+            e => corrupt(&self.store.describe(&file.path), group.group, &e.to_string()),
+        })
     }
 
     /// Rows `rows` (sorted, distinct) of group `g`, as samples in that order: from the group
@@ -672,7 +679,7 @@ impl SampleSource for ParquetSource {
 /// by their version); its metadata, once known, is handed out without another read.
 struct StoreFile {
     store: Store,
-    obj: ObjectInfo,
+    obj: Object,
     meta: Option<Arc<ParquetMetaData>>,
 }
 
@@ -682,35 +689,14 @@ fn external(e: Error) -> ParquetError {
 
 impl AsyncFileReader for StoreFile {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        async move {
-            let mut got = self.store.get_ranges_of(&self.obj, std::slice::from_ref(&range)).await.map_err(external)?;
-            Ok(got.pop().unwrap_or_default())
-        }
-        .boxed()
+        async move { self.store.read_span(&self.obj, range).await.map_err(external) }.boxed()
     }
 
-    /// The pages a read needs, merged across small gaps (as the tar layout merges samples):
-    /// a row group's column chunks and pages lie side by side, and one request for them
-    /// costs less than one per page.
+    /// The pages a read needs, in one read of the store (which merges them across small
+    /// gaps: a row group's column chunks and pages lie side by side, and one request for them
+    /// costs less than one per page).
     fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
-        async move {
-            use crate::store::ranges;
-            let gap = if self.store.is_remote() { ranges::REMOTE_GAP } else { ranges::LOCAL_GAP };
-            let merged = ranges::merge(&ranges, &ranges::Policy::new(gap, ranges::MAX_MERGED));
-            let got = self.store.get_ranges_of(&self.obj, &merged.reads).await.map_err(external)?;
-            Ok(ranges
-                .iter()
-                .zip(&merged.of)
-                .map(|(r, of)| match of {
-                    Some(k) => {
-                        let at = (r.start - merged.reads[*k].start) as usize;
-                        got[*k].slice(at..at + (r.end - r.start) as usize)
-                    }
-                    None => Bytes::new(),
-                })
-                .collect())
-        }
-        .boxed()
+        async move { self.store.read(&self.obj, &ranges).await.map_err(external) }.boxed()
     }
 
     fn get_metadata<'a>(
@@ -721,7 +707,7 @@ impl AsyncFileReader for StoreFile {
             if let Some(m) = &self.meta {
                 return Ok(m.clone());
             }
-            let size = self.obj.size;
+            let size = self.obj.size();
             let policy = options.map_or(PageIndexPolicy::Optional, |_| PageIndexPolicy::Optional);
             let meta =
                 ParquetMetaDataReader::new().with_page_index_policy(policy).load_and_finish(&mut *self, size).await?;

@@ -31,7 +31,7 @@ use super::spill::{Kept, Spill};
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
-use crate::store::{ranges, IoCounters, ObjectInfo, Store};
+use crate::store::{IoCounters, Object, ObjectInfo, Store};
 use crate::uri::{Layout, SourceOptions};
 
 /// The column (MDS) or leaf (LitData) whose strings are the keys.
@@ -116,14 +116,9 @@ pub(crate) async fn open(
         return Err(Error::Empty { uri: display, reason: format!("the {layout} index lists no samples") });
     }
     let tables = shards.iter().map(|_| OnceCell::new()).collect();
-    // Remote shards as listed (one listing), so their reads go through the block cache keyed
-    // by their versions: a later epoch or run reads them from the disk cache. Without a
-    // listing (not allowed), reads go around the cache.
-    let objects = if store.is_remote() {
-        store.list().await.map(|l| l.into_iter().map(|o| (o.path.clone(), o)).collect()).unwrap_or_default()
-    } else {
-        HashMap::new()
-    };
+    // The shards' versions from one listing where the store lists cheaply; the others are
+    // looked up when first read.
+    let listed = store.listed_versions().await;
     let wanted = wanted.map(|w| w.into_iter().collect());
     Ok(Arc::new(RecordsSource {
         inner: Arc::new(Inner {
@@ -133,7 +128,8 @@ pub(crate) async fn open(
             shards,
             starts,
             tables,
-            objects,
+            listed,
+            pinned: Mutex::new(HashMap::new()),
             kept: Mutex::new(Kept::new(opts.decoded_budget())),
             spill: opts.spill_dir().map(|d| Arc::new(Spill::new(d))),
             wanted,
@@ -155,8 +151,10 @@ struct Inner {
     starts: Vec<usize>,
     /// Per shard, its item table once read.
     tables: Vec<OnceCell<Arc<Table>>>,
-    /// Remote objects by path, as listed at open.
-    objects: HashMap<String, ObjectInfo>,
+    /// Objects by path, as listed at open (see [`Store::listed_versions`]).
+    listed: HashMap<String, ObjectInfo>,
+    /// The shard files read so far, each pinned to its version for the rest of the run.
+    pinned: Mutex<HashMap<String, Object>>,
     kept: Mutex<KeptBytes>,
     /// LitData record batches dropped from `kept` with rows still unread, as samples (see
     /// `source::spill`); `None` with `disk_cache=false`.
@@ -248,12 +246,22 @@ fn le_u32s(b: &[u8]) -> Vec<u32> {
 }
 
 impl Inner {
-    /// Byte ranges of `path`: through the block cache when it was listed (remote).
-    async fn read_ranges(&self, path: &str, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        match self.objects.get(path) {
-            Some(o) => self.store.get_ranges_of(o, ranges).await,
-            None => self.store.get_ranges(path, ranges).await,
+    /// The shard file `path`, pinned to its version: as listed at open, else looked up now.
+    async fn object(&self, path: &str) -> Result<Object> {
+        if let Some(o) = self.pinned.lock().unwrap_or_else(|e| e.into_inner()).get(path) {
+            return Ok(o.clone());
         }
+        let obj = match self.listed.get(path) {
+            Some(info) => self.store.object(info),
+            None => self.store.open_object(path).await?,
+        };
+        // Two first reads may both have looked it up: the first pin stays.
+        Ok(self.pinned.lock().unwrap_or_else(|e| e.into_inner()).entry(path.to_string()).or_insert(obj).clone())
+    }
+
+    /// Byte ranges of shard file `path`.
+    async fn read_ranges(&self, path: &str, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        self.store.read(&self.object(path).await?, ranges).await
     }
 
     async fn read_range(&self, path: &str, range: Range<u64>) -> Result<Bytes> {
@@ -307,7 +315,7 @@ impl Inner {
         let Storage::Whole { path, codec, hashes } = &self.shards[shard].storage else {
             return Err(Error::internal("records: a whole read of a shard stored otherwise"));
         };
-        let zipped = self.store.get(path).await?;
+        let zipped = self.store.read_all(&self.object(path).await?).await?;
         let (store, path, codec, hashes) = (self.store.clone(), path.clone(), *codec, hashes.clone());
         let hint = self.shards[shard].size.unwrap_or(0) as usize;
         let raw = tokio::task::spawn_blocking(move || {
@@ -462,14 +470,13 @@ impl Inner {
                 Ok(r.start..r.start + u64::try_from(b.metaDataLength()).unwrap_or(0))
             })
             .collect::<Result<_>>()?;
-        let merged = ranges::merge(&heads, &ranges::Policy::new(ranges::LOCAL_GAP, ranges::MAX_MERGED));
-        let got = self.read_ranges(path, &merged.reads).await.map_err(|e| self.short(shard, e))?;
+        let got = self.read_ranges(path, &heads).await.map_err(|e| self.short(shard, e))?;
         let mut batches = Vec::with_capacity(blocks.len());
         let mut first = 0usize;
-        for ((b, head), of) in blocks.iter().zip(&heads).zip(&merged.of) {
-            let k = of.ok_or_else(|| bad("an empty batch header".into()))?;
-            let at = (head.start - merged.reads[k].start) as usize;
-            let meta = &got[k][at..at + (head.end - head.start) as usize];
+        for ((b, head), meta) in blocks.iter().zip(&heads).zip(&got) {
+            if head.is_empty() {
+                return Err(bad("an empty batch header".into()));
+            }
             // An encapsulated message: continuation marker, length, then the flatbuffer.
             let body =
                 if meta.len() >= 8 && meta[..4] == [0xff; 4] { &meta[8..] } else { meta.get(4..).unwrap_or(&[]) };
@@ -681,18 +688,9 @@ impl Inner {
             }
             (Table::Offsets(off), _) => {
                 let wanted: Vec<Range<u64>> = items.iter().map(|&i| u64::from(off[i])..u64::from(off[i + 1])).collect();
-                let gap = if self.store.is_remote() { ranges::REMOTE_GAP } else { ranges::LOCAL_GAP };
-                let merged = ranges::merge(&wanted, &ranges::Policy::new(gap, ranges::MAX_MERGED));
-                let got = self.read_ranges(&s.path, &merged.reads).await.map_err(|e| self.short(shard, e))?;
+                let got = self.read_ranges(&s.path, &wanted).await.map_err(|e| self.short(shard, e))?;
                 let mut out = Vec::with_capacity(items.len());
-                for (r, of) in wanted.iter().zip(&merged.of) {
-                    let b = match of {
-                        Some(k) => {
-                            let at = (r.start - merged.reads[*k].start) as usize;
-                            got[*k].slice(at..at + (r.end - r.start) as usize)
-                        }
-                        None => Bytes::new(),
-                    };
+                for b in got {
                     out.push(match &s.storage {
                         Storage::RawItems(codec) => {
                             Bytes::from(codec.decompress(&b, 0).map_err(|why| self.corrupt(shard, String::new(), why))?)

@@ -12,7 +12,8 @@ use std::ops::Range;
 use super::{tar_index, Inner};
 use crate::batch::BatchBuilder;
 use crate::error::{Error, Result};
-use crate::store::{ranges, DirectReader};
+use crate::sample::Sample;
+use crate::store::DirectReader;
 
 /// Samples at least this big are read straight into the batch, one read per field.
 const DIRECT_MIN: u64 = 32 << 10;
@@ -21,55 +22,58 @@ const DIRECT_MIN: u64 = 32 << 10;
 const SMALL_SPAN: u64 = 256 << 10;
 
 impl Inner {
-    /// Whether the disk cache holds every block of samples `indices` and none of them is held
-    /// in memory (a window read ahead serves its batches faster from there).
-    pub(super) fn all_cached(&self, indices: &[usize]) -> bool {
+    /// Whether every sample of `indices` can be read with no request (a local shard, or
+    /// every block in the disk cache) and none of them is held in memory (a window read
+    /// ahead serves its batches faster from there).
+    pub(super) fn all_direct(&self, indices: &[usize]) -> bool {
         indices.iter().all(|&i| match self.locate(i) {
             Ok((shard, local)) => {
                 let s = &self.shards[shard];
                 let span = s.index.span(local);
-                self.held.get(shard, &span).is_none() && self.store.on_disk(&s.index.shard, &s.version, [&span])
+                self.held.get(shard, &span).is_none() && self.store.servable_directly(&s.obj, [&span])
             }
             Err(_) => false,
         })
     }
 
-    /// Whether the disk cache holds every block of these spans (shard, ranges).
-    pub(super) fn spans_cached<'a>(&self, spans: impl IntoIterator<Item = (usize, &'a [Range<u64>])>) -> bool {
-        spans.into_iter().all(|(shard, ranges)| {
-            let s = &self.shards[shard];
-            self.store.on_disk(&s.index.shard, &s.version, ranges)
-        })
+    /// Whether these spans (shard, ranges) can all be read with no request.
+    pub(super) fn spans_direct<'a>(&self, spans: impl IntoIterator<Item = (usize, &'a [Range<u64>])>) -> bool {
+        spans.into_iter().all(|(shard, ranges)| self.store.servable_directly(&self.shards[shard].obj, ranges))
     }
 
-    /// Read the spans `reads` (shard, range) whole into buffers (blocking), with `reader`:
-    /// the hit path for callers that want samples rather than a batch (the decoding loader,
-    /// a mix). A block gone meanwhile fails as in [`Inner::read_into`].
-    pub(super) fn read_spans(
-        &self,
-        mut reader: DirectReader,
-        reads: &[(usize, Range<u64>)],
-    ) -> Result<Vec<bytes::Bytes>> {
-        reads
+    /// The error of a direct read of `shard` that failed at byte `at`: a block gone from the
+    /// disk cache meanwhile (the caller reads the usual way), or a shard shorter than its
+    /// index.
+    fn direct_failure(&self, shard: usize, at: u64, e: io::Error) -> Error {
+        let path = self.shards[shard].obj.path();
+        if crate::cache::is_gone(&e) {
+            return crate::store::gone(&self.store, path);
+        }
+        Error::CorruptTar {
+            shard: self.store.describe(path),
+            offset: at,
+            reason: "the shard is shorter than its index says: it changed since it was indexed; reopen the source"
+                .into(),
+        }
+    }
+
+    /// Samples `indices` (all valid, located as `located`) read with `reader` (blocking),
+    /// their spans gathered: the hit path for callers that want samples rather than a batch
+    /// (the decoding loader, a mix). A block gone meanwhile fails as in [`Inner::read_into`].
+    pub(super) fn read_samples(&self, mut reader: DirectReader, located: &[(usize, usize)]) -> Result<Vec<Sample>> {
+        let mut spans = Vec::with_capacity(located.len());
+        for &(shard, local) in located {
+            reader.open(shard, &self.shards[shard].obj)?;
+            spans.push((shard, self.shards[shard].index.span(local)));
+        }
+        let gathered = reader.gather(&spans, u64::MAX).map_err(|(shard, at, e)| self.direct_failure(shard, at, e))?;
+        located
             .iter()
-            .map(|(shard, range)| {
-                let s = &self.shards[*shard];
-                reader.open(*shard, &s.index.shard, &s.version, s.index.size)?;
-                let mut buf = vec![0u8; (range.end - range.start) as usize];
-                reader.read_exact_at(*shard, &mut buf, range.start).map_err(|e| {
-                    if crate::cache::is_gone(&e) {
-                        return crate::store::gone(&self.store, &s.index.shard);
-                    }
-                    Error::CorruptTar {
-                        shard: self.store.describe(&s.index.shard),
-                        offset: range.start,
-                        reason:
-                            "the shard is shorter than its index says: it changed since it was indexed; reopen the \
-                                 source"
-                                .into(),
-                    }
-                })?;
-                Ok(bytes::Bytes::from(buf))
+            .zip(&spans)
+            .enumerate()
+            .map(|(i, (&(shard, local), (_, span)))| {
+                let buf = gathered.bytes(i, (span.end - span.start) as usize);
+                self.assemble(shard, local, &buf, span.start)
             })
             .collect()
     }
@@ -81,20 +85,9 @@ impl Inner {
         let located: Vec<(usize, usize)> = indices.iter().map(|&i| self.locate(i)).collect::<Result<_>>()?;
         // A batch touches few shards: each is opened once.
         for &(shard, _) in &located {
-            let s = &self.shards[shard];
-            reader.open(shard, &s.index.shard, &s.version, s.index.size)?;
+            reader.open(shard, &self.shards[shard].obj)?;
         }
-        let failed = |shard: usize, at: u64, e: io::Error| {
-            if crate::cache::is_gone(&e) {
-                return crate::store::gone(&self.store, &self.shards[shard].index.shard);
-            }
-            Error::CorruptTar {
-                shard: self.store.describe(&self.shards[shard].index.shard),
-                offset: at,
-                reason: "the shard is shorter than its index says: it changed since it was indexed; reopen the source"
-                    .into(),
-            }
-        };
+        let failed = |shard: usize, at: u64, e: io::Error| self.direct_failure(shard, at, e);
         // Small samples: their spans are read first, coalesced, then copied out of them.
         let mut small: Vec<(usize, Range<u64>)> = Vec::new();
         let mut small_of = vec![usize::MAX; indices.len()];
@@ -105,8 +98,7 @@ impl Inner {
                 small.push((shard, span));
             }
         }
-        let policy = ranges::Policy::new(self.policy.gap, SMALL_SPAN);
-        let gathered = reader.gather(&small, &policy).map_err(|(shard, at, e)| failed(shard, at, e))?;
+        let gathered = reader.gather(&small, SMALL_SPAN).map_err(|(shard, at, e)| failed(shard, at, e))?;
         for (pos, &(shard, local)) in located.iter().enumerate() {
             let s = &self.shards[shard];
             out.begin(indices[pos] as u64, &s.index.keys[local]);

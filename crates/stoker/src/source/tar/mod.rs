@@ -15,7 +15,7 @@ use super::{check_index, copy_into, fill_blocking, Capability, ReadAhead, Sample
 use crate::batch::BatchBuilder;
 use crate::error::{Error, Result};
 use crate::sample::{Field, Sample, SampleMeta};
-use crate::store::{ranges, IoCounters, ObjectInfo, Store};
+use crate::store::{IoCounters, Object, ObjectInfo, Store};
 use crate::uri::{Layout, SourceOptions};
 
 mod direct;
@@ -33,8 +33,6 @@ struct Inner {
     shards: Vec<Shard>,
     /// `starts[s]` is the global index of shard `s`'s first sample; one extra entry at the end.
     starts: Vec<usize>,
-    /// How a batch's sample spans merge into reads (the coalescing gap, `max_read`).
-    policy: ranges::Policy,
     concurrency: usize,
     /// Shard bytes read ahead ([`SampleSource::read_ahead`]), served before the store.
     held: Arc<HeldSpans>,
@@ -43,16 +41,8 @@ struct Inner {
 struct Shard {
     index: ShardIndex,
     names: Vec<Arc<str>>,
-    /// The cache's version key for this shard's bytes (fixed once indexed).
-    version: String,
-}
-
-/// One coalesced read: a byte range of a shard and the samples carved out of it.
-struct Read {
-    shard: usize,
-    range: Range<u64>,
-    /// `(position in the output, sample index within the shard)`.
-    members: Vec<(usize, usize)>,
+    /// The shard as the store reads it, pinned to the version it was listed (or recorded) at.
+    obj: Object,
 }
 
 impl TarSource {
@@ -76,25 +66,25 @@ impl TarSource {
         // the shard as listed; one that does not (rewritten since) is loaded or rebuilt.
         let known = known.filter(|k| k.len() == shards.len() && k.iter().zip(&shards).all(|(i, s)| i.shard == s.path));
         let mut known = known.map(|k| k.into_iter().map(Some).collect::<Vec<_>>()).unwrap_or_default();
-        let loads: Vec<_> = shards
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let idx = known.get_mut(i).and_then(Option::take);
-                tar_index::for_open(&store, s, opts, idx)
-            })
-            .collect();
-        let indexes: Vec<ShardIndex> =
-            futures::stream::iter(loads).buffered(opts.concurrency().min(8)).try_collect().await?;
+        let known: Vec<Option<ShardIndex>> =
+            (0..shards.len()).map(|i| known.get_mut(i).and_then(Option::take)).collect();
+        let known = std::sync::Mutex::new(known);
+        let indexes = tar_index::walk_all(shards.len(), opts.concurrency().min(8), |i, cancel| {
+            let idx = known.lock().unwrap_or_else(|e| e.into_inner())[i].take();
+            let (store, info) = (&store, &shards[i]);
+            async move { tar_index::for_open(store, info, opts, idx, &cancel).await }
+        })
+        .await?;
         let mut pool = HashMap::new();
         let mut starts = Vec::with_capacity(indexes.len() + 1);
         let mut total = 0usize;
         let shards: Vec<Shard> = indexes
             .into_iter()
-            .map(|index| {
+            .zip(&shards)
+            .map(|(index, info)| {
                 starts.push(total);
                 total += index.len();
-                Shard { names: tar_index::intern_names(&index, &mut pool), version: version_of(&index), index }
+                Shard { names: tar_index::intern_names(&index, &mut pool), obj: store.object(info), index }
             })
             .collect();
         starts.push(total);
@@ -111,14 +101,12 @@ impl TarSource {
                 reason: format!("{} shard(s) hold no samples{why}", shards.len()),
             });
         }
-        let gap = opts.coalesce_gap(store.is_remote());
         Ok(TarSource {
             inner: Arc::new(Inner {
                 store,
                 display,
                 shards,
                 starts,
-                policy: ranges::Policy::new(gap, opts.max_read()),
                 concurrency: opts.concurrency(),
                 held: Arc::default(),
             }),
@@ -126,25 +114,19 @@ impl TarSource {
     }
 }
 
-/// What the block cache keys a shard's bytes by.
-fn version_of(idx: &ShardIndex) -> String {
-    crate::store::version_key(idx.e_tag.as_deref(), idx.modified_us, idx.size)
-}
-
 impl Inner {
-    /// One byte range of a shard; remote shards go through the block cache when configured,
-    /// keyed by the shard's version so a rewritten shard is never served stale.
-    async fn read(&self, shard: usize, range: Range<u64>) -> Result<Bytes> {
-        if let Some(held) = self.held.get(shard, &range) {
-            return Ok(held);
+    /// Byte spans of a shard: those read ahead from memory, the rest through the store.
+    async fn read(&self, shard: usize, spans: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        let mut out: Vec<Option<Bytes>> = spans.iter().map(|r| self.held.get(shard, r)).collect();
+        let missing: Vec<usize> = (0..spans.len()).filter(|&i| out[i].is_none()).collect();
+        if !missing.is_empty() {
+            let wanted: Vec<Range<u64>> = missing.iter().map(|&i| spans[i].clone()).collect();
+            let got = self.store.read(&self.shards[shard].obj, &wanted).await?;
+            for (i, b) in missing.into_iter().zip(got) {
+                out[i] = Some(b);
+            }
         }
-        let idx = &self.shards[shard].index;
-        let version = &self.shards[shard].version;
-        // A weak tag names equivalent content, not these bytes: no precondition on it.
-        let e_tag = idx.e_tag.as_deref().filter(|t| !t.starts_with("W/"));
-        let mut got =
-            self.store.get_ranges_versioned(&idx.shard, std::slice::from_ref(&range), idx.size, version, e_tag).await?;
-        Ok(got.pop().unwrap_or_default())
+        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
     }
 
     fn len(&self) -> usize {
@@ -211,38 +193,21 @@ impl Inner {
         all.map(|d| crate::stats::Damage { shard: self.store.describe(&d.shard), ..d.clone() }).collect()
     }
 
-    /// Group the wanted samples by shard and merge nearby spans into capped reads.
-    fn plan(&self, indices: &[usize], policy: &ranges::Policy) -> Result<Vec<Read>> {
-        // Per shard, in shard order: the wanted spans and (position in the output, sample).
-        type Wanted = (Vec<Range<u64>>, Vec<(usize, usize)>);
-        let mut by_shard: std::collections::BTreeMap<usize, Wanted> = std::collections::BTreeMap::new();
+    /// Samples `indices` (with their positions in the output) grouped by shard, in shard
+    /// order.
+    fn by_shard(&self, indices: &[usize]) -> Result<std::collections::BTreeMap<usize, Vec<(usize, usize)>>> {
+        let mut by: std::collections::BTreeMap<usize, Vec<(usize, usize)>> = std::collections::BTreeMap::new();
         for (pos, &i) in indices.iter().enumerate() {
             let (shard, local) = self.locate(i)?;
-            let (spans, members) = by_shard.entry(shard).or_default();
-            spans.push(self.shards[shard].index.span(local));
-            members.push((pos, local));
+            by.entry(shard).or_default().push((pos, local));
         }
-        let mut reads: Vec<Read> = Vec::new();
-        for (shard, (spans, members)) in by_shard {
-            let merged = ranges::merge(&spans, policy);
-            let first = reads.len();
-            reads.extend(merged.reads.into_iter().map(|range| Read { shard, range, members: Vec::new() }));
-            for (j, member) in members.into_iter().enumerate() {
-                match merged.of[j] {
-                    Some(k) => reads[first + k].members.push(member),
-                    // An empty span (never from a valid index) is a read of nothing.
-                    None => reads.push(Read { shard, range: spans[j].clone(), members: vec![member] }),
-                }
-            }
-        }
-        Ok(reads)
+        Ok(by)
     }
 }
 
 impl Inner {
-    /// Read the spans of `indices` per shard, merged across gaps up to the coalescing gap
-    /// and not capped (the fetch layer splits large ranges into parallel parts), shards in
-    /// the order `indices` first reach them; hold them until the guard is dropped.
+    /// Read the spans of `indices` per shard, shards in the order `indices` first reach
+    /// them; hold them until the guard is dropped.
     async fn read_ahead(&self, indices: &[usize]) -> Result<ReadAhead> {
         let mut order: Vec<usize> = Vec::new();
         let mut spans: HashMap<usize, Vec<Range<u64>>> = HashMap::new();
@@ -254,24 +219,17 @@ impl Inner {
             });
             list.push(self.shards[shard].index.span(local));
         }
-        let planned: Vec<(usize, Vec<Range<u64>>)> = order
-            .into_iter()
-            .map(|shard| {
-                let wanted = spans.remove(&shard).unwrap_or_default();
-                let merged = ranges::merge(&wanted, &ranges::Policy::uncapped(self.policy.gap)).reads;
-                (shard, merged)
-            })
-            .collect();
-        // A window the disk cache holds whole needs no request: its batches read the block
-        // files directly (the hit path), which costs less than holding a copy in memory.
-        if self.spans_cached(planned.iter().map(|(shard, merged)| (*shard, &merged[..]))) {
+        let planned: Vec<(usize, Vec<Range<u64>>)> =
+            order.into_iter().map(|shard| (shard, spans.remove(&shard).unwrap_or_default())).collect();
+        // A window that can be read with no request (local shards, or blocks the disk cache
+        // holds) gains nothing: its batches read the files directly (the hit path), which
+        // costs less than holding a copy in memory.
+        if self.spans_direct(planned.iter().map(|(shard, wanted)| (*shard, &wanted[..]))) {
             return Ok(ReadAhead::none());
         }
-        let reads = planned.into_iter().map(|(shard, merged)| async move {
-            let s = &self.shards[shard];
-            let e_tag = s.index.e_tag.as_deref().filter(|t| !t.starts_with("W/"));
-            let got = self.store.get_ranges_versioned(&s.index.shard, &merged, s.index.size, &s.version, e_tag).await?;
-            Ok::<_, Error>(merged.into_iter().zip(got).map(move |(r, b)| (shard, r, b)).collect::<Vec<_>>())
+        let reads = planned.into_iter().map(|(shard, wanted)| async move {
+            let got = self.store.read(&self.shards[shard].obj, &wanted).await?;
+            Ok::<_, Error>(wanted.into_iter().zip(got).map(move |(r, b)| (shard, r, b)).collect::<Vec<_>>())
         });
         // Shards are requested in the order they are needed; the fetch layer bounds how many
         // requests are in flight.
@@ -325,49 +283,41 @@ impl SampleSource for TarSource {
     async fn get(&self, index: usize) -> Result<Sample> {
         let (shard, local) = self.inner.locate(index)?;
         let span = self.inner.shards[shard].index.span(local);
-        let buf = self.inner.read(shard, span.clone()).await?;
+        let buf = self.inner.read(shard, std::slice::from_ref(&span)).await?.pop().unwrap_or_default();
         self.inner.assemble(shard, local, &buf, span.start)
     }
 
     async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
-        // A remote batch the disk cache holds whole is read from the block files like a
-        // local one (the hit path of get_many_into, for callers that want samples: decoding
-        // loaders, mixes), not block by block through the cache's read path; merged across
-        // local-disk gaps only, since a gap there costs bytes read, not a round trip.
-        if self.inner.store.is_remote() && self.inner.all_cached(indices) {
+        // A batch that needs no request (local shards, or a remote batch the disk cache holds
+        // whole) is read from the files on a blocking thread (the hit path of get_many_into,
+        // for callers that want samples: decoding loaders, mixes), not through the read path.
+        if self.inner.all_direct(indices) {
             if let Some(reader) = self.inner.store.direct_reader() {
-                let local = ranges::Policy::new(ranges::LOCAL_GAP, self.inner.policy.max_merged);
-                let reads = self.inner.plan(indices, &local)?;
-                let spans: Vec<(usize, Range<u64>)> = reads.iter().map(|r| (r.shard, r.range.clone())).collect();
+                let located: Vec<(usize, usize)> =
+                    indices.iter().map(|&i| self.inner.locate(i)).collect::<Result<_>>()?;
                 let inner = self.inner.clone();
-                let got =
-                    tokio::task::spawn_blocking(move || inner.read_spans(reader, &spans)).await.map_err(Error::task)?;
+                let got = tokio::task::spawn_blocking(move || inner.read_samples(reader, &located))
+                    .await
+                    .map_err(Error::task)?;
                 match got {
-                    Ok(bufs) => {
-                        let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
-                        for (r, buf) in reads.iter().zip(bufs) {
-                            for &(pos, local) in &r.members {
-                                out[pos] = Some(self.inner.assemble(r.shard, local, &buf, r.range.start)?);
-                            }
-                        }
-                        return Ok(out.into_iter().map(|s| s.expect("every planned sample is assembled")).collect());
-                    }
                     // Another process evicted a block meanwhile: the usual way.
                     Err(e) if crate::store::is_gone(&e) => {}
-                    Err(e) => return Err(e),
+                    other => return other,
                 }
             }
         }
-        let reads = self.inner.plan(indices, &self.inner.policy)?;
+        let by_shard = self.inner.by_shard(indices)?;
         let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
-        let mut done = futures::stream::iter(reads.into_iter().map(|r| async move {
-            let buf = self.inner.read(r.shard, r.range.clone()).await?;
-            Ok::<_, Error>((r, buf))
+        let mut done = futures::stream::iter(by_shard.into_iter().map(|(shard, members)| async move {
+            let spans: Vec<Range<u64>> =
+                members.iter().map(|&(_, local)| self.inner.shards[shard].index.span(local)).collect();
+            let got = self.inner.read(shard, &spans).await?;
+            Ok::<_, Error>((shard, members, spans, got))
         }))
         .buffer_unordered(self.inner.concurrency);
-        while let Some((r, buf)) = done.try_next().await? {
-            for &(pos, local) in &r.members {
-                out[pos] = Some(self.inner.assemble(r.shard, local, &buf, r.range.start)?);
+        while let Some((shard, members, spans, got)) = done.try_next().await? {
+            for ((&(pos, local), span), buf) in members.iter().zip(&spans).zip(&got) {
+                out[pos] = Some(self.inner.assemble(shard, local, buf, span.start)?);
             }
         }
         Ok(out.into_iter().map(|s| s.expect("every planned sample is assembled")).collect())
@@ -379,7 +329,7 @@ impl SampleSource for TarSource {
         }
         // Local shards, or remote ones when the disk cache holds the whole batch (the hit
         // path), are read straight into the batch; anything else the usual way.
-        let direct = !self.inner.store.is_remote() || self.inner.all_cached(indices);
+        let direct = self.inner.all_direct(indices);
         let Some(reader) = self.inner.store.direct_reader().filter(|_| direct) else {
             return copy_into(self, indices, out).await;
         };
@@ -396,20 +346,12 @@ impl SampleSource for TarSource {
     }
 
     async fn read_ahead(&self, indices: &[usize]) -> Result<ReadAhead> {
-        // Local shards are read at page-cache speed with positioned reads: nothing to gain.
-        if self.inner.store.local_root().is_some() {
-            return Ok(ReadAhead::none());
-        }
         self.inner.read_ahead(indices).await
     }
 
     fn plan_reads(&self, uses: SampleUses<'_>, clock: Arc<std::sync::atomic::AtomicU64>) -> bool {
         let inner = &self.inner;
-        if inner.store.local_root().is_some() {
-            return false;
-        }
-        let objects: Vec<(&str, &str, u64)> =
-            inner.shards.iter().map(|s| (s.index.shard.as_str(), s.version.as_str(), s.index.size)).collect();
+        let objects: Vec<&Object> = inner.shards.iter().map(|s| &s.obj).collect();
         // A sample's reads are its span in its shard.
         let spans = |sink: &mut dyn FnMut(u64, usize, Range<u64>)| {
             uses(&mut |t, i| {

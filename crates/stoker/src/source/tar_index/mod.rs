@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::stats::Damage;
-use crate::store::{ObjectInfo, Store};
+use crate::store::{Cancel, ObjectInfo, Store};
 use crate::uri::SourceOptions;
 
 mod walk;
@@ -27,9 +27,6 @@ pub(crate) use walk::{build_with, Walk};
 pub(crate) const SIDECAR_SUFFIX: &str = ".stoker-idx.json";
 const FORMAT: &str = "stoker-tar-index";
 const VERSION: u32 = 1;
-/// Header walks read this much at a time: one page, so payloads between headers are skipped.
-const HEADER_BLOCK: usize = 4096;
-const REMOTE_HEADER_BLOCK: usize = 1 << 20;
 
 /// The index of one shard, as stored in its sidecar.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -162,11 +159,13 @@ impl ShardIndex {
     }
 
     /// The index of a shard that could not be read at all, skipped whole under
-    /// `on_damage=skip`: no samples, and one damage entry saying why (count unknown).
-    pub(crate) fn unreadable(info: &ObjectInfo, reason: String) -> Self {
+    /// `on_damage=skip`: no samples, and one damage entry saying why (`error`, whose cause
+    /// it counts under: a remote failure is not damage) and that the count is unknown.
+    pub(crate) fn unreadable(info: &ObjectInfo, error: &Error) -> Self {
+        let (cause, reason) = (error.skip_cause(), error.to_string());
         let damage = Damage {
             shard: info.path.clone(),
-            cause: crate::stats::DamageCause::UnreadableShard,
+            cause,
             start: 0,
             end: info.size,
             key_before: None,
@@ -366,6 +365,7 @@ pub(crate) async fn load_or_build(
     info: &ObjectInfo,
     opts: &SourceOptions,
     previous: Option<ShardIndex>,
+    cancel: &Cancel,
 ) -> Result<ShardIndex> {
     let cache_dir = opts.index_cache_dir();
     let want_crcs = opts.checksums == Some(true);
@@ -385,7 +385,8 @@ pub(crate) async fn load_or_build(
     }
     let (s, i) = (store.clone(), info.clone());
     let walk = Walk { skip: opts.skip_damage(), checksums: want_crcs };
-    let mut idx = tokio::task::spawn_blocking(move || build(&s, &i, walk)).await.map_err(Error::task)??;
+    let cancel = cancel.clone();
+    let mut idx = tokio::task::spawn_blocking(move || build(&s, &i, walk, cancel)).await.map_err(Error::task)??;
     // A damaged shard is walked again on every open: what looked like damage may have been a
     // passing read failure, which a saved index would make permanent.
     if !idx.damage.is_empty() {
@@ -421,10 +422,11 @@ pub(crate) async fn for_open(
     info: &ObjectInfo,
     opts: &SourceOptions,
     known: Option<ShardIndex>,
+    cancel: &Cancel,
 ) -> Result<ShardIndex> {
     let got = match known {
         Some(idx) if idx.matches(info) => Ok(idx),
-        stale => load_or_build(store, info, opts, stale).await,
+        stale => load_or_build(store, info, opts, stale, cancel).await,
     };
     match got {
         Ok(idx) if !opts.skip_damage() => match idx.damage_error(&store.describe(&idx.shard)) {
@@ -432,7 +434,7 @@ pub(crate) async fn for_open(
             None => Ok(idx),
         },
         Ok(idx) => Ok(idx),
-        Err(e) if opts.skip_damage() => Ok(ShardIndex::unreadable(info, e.to_string())),
+        Err(e) if opts.skip_damage() => Ok(ShardIndex::unreadable(info, &e)),
         Err(e) => Err(e),
     }
 }
@@ -448,13 +450,54 @@ async fn load_checked(store: &Store, path: &str, info: &ObjectInfo) -> Option<Sh
         .then_some(idx)
 }
 
-/// Walk the headers of one shard (blocking) and group members into samples as webdataset does.
-pub(crate) fn build(store: &Store, info: &ObjectInfo, walk: Walk) -> Result<ShardIndex> {
-    // Remote header walks read bigger blocks: a request costs a round trip, bytes are cheap.
-    // So do walks that read every payload for its checksum.
-    let block = if store.is_remote() || walk.checksums { REMOTE_HEADER_BLOCK } else { HEADER_BLOCK };
-    let reader = store.blocking_reader(&info.path, info.size, block)?;
-    build_with(reader, info, &store.describe(&info.path), walk)
+/// Walk the headers of one shard (blocking) and group members into samples as webdataset
+/// does. A read the store failed (a remote failure after its retries) is that failure, not
+/// damage: the walk would take it for a bad header.
+pub(crate) fn build(store: &Store, info: &ObjectInfo, walk: Walk, cancel: Cancel) -> Result<ShardIndex> {
+    let mut reader = store.blocking_reader(&store.object(info), walk.checksums, cancel.clone())?;
+    let walked = build_with(&mut reader, info, &store.describe(&info.path), walk);
+    match reader.failure() {
+        Some(e) => Err(e),
+        // What a walk told to stop made of its last read is not the shard's state.
+        None if cancel.is_set() => Err(Error::internal(format!("the walk of {} was given up", info.path))),
+        None => walked,
+    }
+}
+
+/// Run `walk(i, cancel)` for `i` in `0..count`, `limit` at once, and return their indexes in
+/// order. On the first error the others are told to stop at their next read, and every walk
+/// has ended before that error is returned: a walk left running on a blocking thread would
+/// go on retrying, and sleep on a runtime that may be shutting down. Dropping this future
+/// tells them to stop as well.
+pub(crate) async fn walk_all<F, Fut>(count: usize, limit: usize, walk: F) -> Result<Vec<ShardIndex>>
+where
+    F: Fn(usize, Cancel) -> Fut,
+    Fut: std::future::Future<Output = Result<ShardIndex>>,
+{
+    use futures::StreamExt;
+    let cancel = Cancel::default();
+    let _stop_when_dropped = cancel.on_drop();
+    let walks = (0..count).map(|i| {
+        let w = walk(i, cancel.clone());
+        async move { (i, w.await) }
+    });
+    let mut done = futures::stream::iter(walks).buffer_unordered(limit.max(1));
+    let mut out: Vec<Option<ShardIndex>> = (0..count).map(|_| None).collect();
+    let mut first_error = None;
+    while let Some((i, r)) = done.next().await {
+        match r {
+            Ok(idx) => out[i] = Some(idx),
+            Err(e) if first_error.is_none() => {
+                cancel.cancel();
+                first_error = Some(e);
+            }
+            Err(_) => {}
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(out.into_iter().flatten().collect()),
+    }
 }
 
 /// Resolve an index's name ids into shared names, interning across shards.
@@ -467,7 +510,7 @@ mod tests {
     use super::*;
 
     fn index_of(payloads: &[&[u8]], digest: PayloadDigest) -> ShardIndex {
-        let info = ObjectInfo { path: "a.tar".into(), size: 1 << 20, modified_us: 0, e_tag: None };
+        let info = ObjectInfo { path: "a.tar".into(), size: 1 << 20, modified_us: 0, e_tag: None, recorded: false };
         let mut idx = ShardIndex::empty(&info);
         idx.names = vec!["bin".into()];
         for (i, p) in payloads.iter().enumerate() {
