@@ -2,6 +2,10 @@
 
 use std::fmt;
 
+// Keys and field names come from data: messages show them escaped (no raw control characters,
+// distinct keys print distinctly).
+use crate::sample::{display_key, escape_controls};
+
 /// Result alias used across Stoker.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -98,7 +102,7 @@ pub enum Error {
     /// A payload's bytes do not match the checksum recorded for them (by `stoker pack`,
     /// `stoker index --checksums`, or the format itself): they were damaged after they were
     /// written, and are never delivered.
-    #[error("corrupt data in {shard}: sample `{key}` field `{field}`: {reason}")]
+    #[error("corrupt data in {shard}: sample `{}` field `{}`: {reason}", display_key(.key), display_key(.field))]
     CorruptData {
         /// The shard or object, credentials redacted.
         shard: String,
@@ -148,7 +152,7 @@ pub enum Error {
     },
 
     /// A sample lacks the field asked for.
-    #[error("sample {key} has no field `{field}`; it has: {available}")]
+    #[error("sample {} has no field `{}`; it has: {}", display_key(.key), display_key(.field), escape_controls(.available))]
     MissingField {
         /// The sample key.
         key: String,
@@ -160,7 +164,11 @@ pub enum Error {
 
     /// A sample's field could not be decoded (a corrupt, truncated, unsupported or oversized
     /// image; a label that is not an integer; an array of another shape than the run's).
-    #[error("cannot decode field `{field}` of sample `{key}` (index {index}) in {source_name}: {reason}")]
+    #[error(
+        "cannot decode field `{}` of sample `{}` (index {index}) in {source_name}: {reason}",
+        display_key(.field),
+        display_key(.key)
+    )]
     Decode {
         /// The source, credentials redacted.
         source_name: String,
