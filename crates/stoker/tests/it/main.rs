@@ -24,6 +24,7 @@ mod disk_cache;
 mod error_kind;
 mod faults;
 mod gpu;
+mod keys;
 mod loader;
 mod mix;
 mod mix_props;
