@@ -3,8 +3,10 @@
 use std::fmt;
 
 // Keys and field names come from data: messages show them escaped (no raw control characters,
-// distinct keys print distinctly).
+// distinct keys print distinctly). Messages from stores and HTTP clients may quote a URL with
+// its credentials (a redirect's, an endpoint's userinfo): they are redacted when shown.
 use crate::sample::{display_key, escape_controls};
+use crate::uri::redact_text;
 
 /// Result alias used across Stoker.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -62,7 +64,7 @@ pub enum Error {
     },
 
     /// A store (local file system or object store) request failed.
-    #[error("store error reading {path}: {source}")]
+    #[error("store error reading {path}: {}", redact_text(&.source.to_string()))]
     Store {
         /// The object, relative to the store root, with the store URI.
         path: String,
@@ -72,7 +74,11 @@ pub enum Error {
     },
 
     /// A remote read failed for good: not transient, or still failing after every attempt.
-    #[error("reading {object} ({what}) failed after {attempts} attempt(s): {message}{hint}", hint = Hint(.hint))]
+    #[error(
+        "reading {object} ({what}) failed after {attempts} attempt(s): {}{hint}",
+        redact_text(.message),
+        hint = Hint(.hint)
+    )]
     Fetch {
         /// The object, as a URI with credentials redacted.
         object: String,
