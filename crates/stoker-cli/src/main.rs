@@ -141,28 +141,9 @@ pub(crate) fn options(path: Option<&Path>) -> Result<SourceOptions> {
 fn load_config(path: &Path) -> Result<SourceOptions> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
     let is_json = path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
-    if is_json {
-        SourceOptions::from_json(&text).with_context(|| format!("config {}", path.display()))
-    } else {
-        toml::from_str(&text).map_err(|e| {
-            // TOML errors quote the offending line and value: a secret's too.
-            let message = stoker::uri::scrub(&e.to_string(), &toml_secret_values(&text));
-            CliError::from(stoker::Error::InvalidOption { message }).context(format!("config {}", path.display()))
-        })
-    }
-}
-
-/// The values of secret options in TOML text, read line by line so that text which does not
-/// parse is covered too.
-fn toml_secret_values(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .filter(|(k, _)| stoker::uri::is_secret_option(k.trim().trim_matches(['"', '\''])))
-        .flat_map(|(_, v)| {
-            let v = v.trim();
-            [v.to_string(), v.trim_matches(['"', '\'']).to_string()]
-        })
-        .collect()
+    // Both parsers keep credentials (and, for TOML, the lines holding them) out of errors.
+    let parsed = if is_json { SourceOptions::from_json(&text) } else { SourceOptions::from_toml(&text) };
+    parsed.with_context(|| format!("config {}", path.display()))
 }
 
 fn main() -> ExitCode {
