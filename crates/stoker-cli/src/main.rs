@@ -297,7 +297,7 @@ async fn inspect(args: &SourceArgs, json: bool) -> Result<()> {
         serde_json::json!({
             "source": escape_controls(&src.to_string()), "layout": &*info.layout, "samples": src.len(),
             "shards": info.shards, "fields": f, "total_bytes": total,
-            "open_seconds": open_time.as_secs_f64(), "capability": caps, "damage": src.damage(), "mix": mix,
+            "open_seconds": open_time.as_secs_f64(), "capability": caps, "damage": index::damage_json(&src.damage()), "mix": mix,
         })
         .to_string()
     } else {
