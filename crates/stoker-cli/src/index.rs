@@ -40,6 +40,33 @@ pub(crate) fn damage_lines(damage: &[stoker::Damage]) -> String {
     text
 }
 
+/// Damage as JSON, its keys and shard names escaped as `ls` prints keys: JSON escapes only
+/// some control characters, and a reader may print these fields as they are.
+pub(crate) fn damage_json(damage: &[stoker::Damage]) -> serde_json::Value {
+    use serde_json::Value;
+    use stoker::sample::{display_key, escape_controls};
+    let escape_key = |v: &mut Value| {
+        if let Value::String(s) = v {
+            *s = display_key(s).into_owned();
+        }
+    };
+    let mut all = serde_json::to_value(damage).unwrap_or_default();
+    for d in all.as_array_mut().into_iter().flatten() {
+        for k in ["key_before", "key_after"] {
+            if let Some(v) = d.get_mut(k) {
+                escape_key(v);
+            }
+        }
+        d.get_mut("dropped").and_then(Value::as_array_mut).into_iter().flatten().for_each(escape_key);
+        for k in ["shard", "reason"] {
+            if let Some(Value::String(s)) = d.get_mut(k) {
+                *s = escape_controls(s).into_owned();
+            }
+        }
+    }
+    all
+}
+
 pub(crate) async fn run(args: &SourceArgs, json: bool, quiet: bool, extra: Extra) -> Result<()> {
     let mut options = args.options()?;
     if extra.checksums {
@@ -65,7 +92,7 @@ pub(crate) async fn run(args: &SourceArgs, json: bool, quiet: bool, extra: Extra
         serde_json::json!({
             "manifest": r.manifest, "manifest_bytes": r.manifest_bytes, "layout": r.layout.as_str(),
             "objects": r.objects, "samples": r.samples, "seconds": took.as_secs_f64(),
-            "checksums": r.checksums, "damage": r.damage,
+            "checksums": r.checksums, "damage": damage_json(&r.damage),
         })
         .to_string()
     } else {

@@ -18,6 +18,7 @@ mod pack;
 mod shuffle;
 mod units;
 use error::{CliError, Context, Result};
+use stoker::sample::{display_key, escape_controls};
 use stoker::{DynSampleSource, SourceOptions};
 
 /// jemalloc, as in the Python extension: formats stored in big pages (Parquet) allocate and
@@ -53,7 +54,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// List samples: index, key, and each field with its size.
+    /// List samples: index, key, and each field with its size. Keys and field names are
+    /// printed escaped: a backslash as `\\`, control characters and bytes that are not UTF-8
+    /// as `\xNN` (also with --json).
     Ls {
         #[command(flatten)]
         source: SourceArgs,
@@ -138,28 +141,9 @@ pub(crate) fn options(path: Option<&Path>) -> Result<SourceOptions> {
 fn load_config(path: &Path) -> Result<SourceOptions> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
     let is_json = path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
-    if is_json {
-        SourceOptions::from_json(&text).with_context(|| format!("config {}", path.display()))
-    } else {
-        toml::from_str(&text).map_err(|e| {
-            // TOML errors quote the offending line and value: a secret's too.
-            let message = stoker::uri::scrub(&e.to_string(), &toml_secret_values(&text));
-            CliError::from(stoker::Error::InvalidOption { message }).context(format!("config {}", path.display()))
-        })
-    }
-}
-
-/// The values of secret options in TOML text, read line by line so that text which does not
-/// parse is covered too.
-fn toml_secret_values(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .filter(|(k, _)| stoker::uri::is_secret_option(k.trim().trim_matches(['"', '\''])))
-        .flat_map(|(_, v)| {
-            let v = v.trim();
-            [v.to_string(), v.trim_matches(['"', '\'']).to_string()]
-        })
-        .collect()
+    // Both parsers keep credentials (and, for TOML, the lines holding them) out of errors.
+    let parsed = if is_json { SourceOptions::from_json(&text) } else { SourceOptions::from_toml(&text) };
+    parsed.with_context(|| format!("config {}", path.display()))
 }
 
 fn main() -> ExitCode {
@@ -168,9 +152,12 @@ fn main() -> ExitCode {
     match try_main(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // Messages quote keys, names and paths from data: nothing in them reaches the
+            // terminal as a control character.
+            let e_text = escape_controls(&e.to_string()).into_owned();
             match e.advice() {
-                Some(advice) => eprintln!("error: {e} ({advice})"),
-                None => eprintln!("error: {e}"),
+                Some(advice) => eprintln!("error: {e_text} ({advice})"),
+                None => eprintln!("error: {e_text}"),
             }
             e.exit_code()
         }
@@ -208,11 +195,12 @@ async fn ls(args: &SourceArgs, json: bool, limit: Option<usize>) -> Result<()> {
         let meta = src.meta(i).await?;
         let line = if json {
             let fields: serde_json::Map<String, serde_json::Value> =
-                meta.fields.iter().map(|(name, size)| (name.to_string(), (*size).into())).collect();
-            serde_json::json!({"index": i, "key": meta.key, "fields": fields}).to_string()
+                meta.fields.iter().map(|(name, size)| (display_key(name).into_owned(), (*size).into())).collect();
+            serde_json::json!({"index": i, "key": display_key(&meta.key), "fields": fields}).to_string()
         } else {
-            let fields: Vec<String> = meta.fields.iter().map(|(name, size)| format!("{name}={size}")).collect();
-            format!("{i}\t{}\t{}", meta.key, fields.join(" "))
+            let fields: Vec<String> =
+                meta.fields.iter().map(|(name, size)| format!("{}={size}", display_key(name))).collect();
+            format!("{i}\t{}\t{}", display_key(&meta.key), fields.join(" "))
         };
         if let Err(e) = writeln!(out, "{line}") {
             return write_result(Err(e));
@@ -228,10 +216,10 @@ async fn cat(args: &SourceArgs, index: usize, field: Option<&str>) -> Result<()>
         Some(name) => sample.require(name)?,
         None if sample.fields.len() == 1 => &sample.fields[0].data,
         None => {
-            let names: Vec<&str> = sample.field_names().collect();
+            let names: Vec<_> = sample.field_names().map(display_key).collect();
             return Err(CliError::Message(format!(
                 "sample {index} ({}) has {} fields ({}); choose one with --field NAME",
-                sample.key,
+                display_key(&sample.key),
                 names.len(),
                 names.join(", ")
             )));
@@ -257,10 +245,10 @@ async fn inspect(args: &SourceArgs, json: bool) -> Result<()> {
     for i in 0..src.len() {
         let meta = src.meta(i).await?;
         for (name, size) in &meta.fields {
-            let slot = match fields.iter().position(|(n, _)| n == &**name) {
+            let slot = match fields.iter().position(|(n, _)| *n == display_key(name)) {
                 Some(p) => p,
                 None => {
-                    fields.push((name.to_string(), FieldTotal::default()));
+                    fields.push((display_key(name).into_owned(), FieldTotal::default()));
                     fields.len() - 1
                 }
             };
@@ -285,8 +273,12 @@ async fn inspect(args: &SourceArgs, json: bool) -> Result<()> {
     // A mix: what one epoch takes from each source.
     let mix = src.as_mix().map(|m| {
         let plan = m.plan();
-        let per: Vec<(&str, u64, u64)> =
-            m.names().zip(plan.sizes().iter().copied()).zip(plan.counts()).map(|((n, size), c)| (n, size, c)).collect();
+        let per: Vec<(_, u64, u64)> = m
+            .names()
+            .zip(plan.sizes().iter().copied())
+            .zip(plan.counts())
+            .map(|((n, size), c)| (display_key(n), size, c))
+            .collect();
         (plan.len(), plan.replacement(), per)
     });
     let mut out = io::stdout().lock();
@@ -303,16 +295,17 @@ async fn inspect(args: &SourceArgs, json: bool) -> Result<()> {
             .map(|(n, t)| serde_json::json!({"name": n, "samples": t.samples, "bytes": t.bytes}))
             .collect();
         serde_json::json!({
-            "source": src.to_string(), "layout": &*info.layout, "samples": src.len(),
+            "source": escape_controls(&src.to_string()), "layout": &*info.layout, "samples": src.len(),
             "shards": info.shards, "fields": f, "total_bytes": total,
-            "open_seconds": open_time.as_secs_f64(), "capability": caps, "damage": src.damage(), "mix": mix,
+            "open_seconds": open_time.as_secs_f64(), "capability": caps, "damage": index::damage_json(&src.damage()), "mix": mix,
         })
         .to_string()
     } else {
         let f: Vec<String> =
             fields.iter().map(|(n, t)| format!("{n} ({} samples, {})", t.samples, human_bytes(t.bytes))).collect();
         format!(
-            "source      {src}\nlayout      {}\nsamples     {}\nshards      {}\nfields      {}\ntotal bytes {} ({total} bytes)\nopen time   {}\ncapability  {}",
+            "source      {}\nlayout      {}\nsamples     {}\nshards      {}\nfields      {}\ntotal bytes {} ({total} bytes)\nopen time   {}\ncapability  {}",
+            escape_controls(&src.to_string()),
             info.layout,
             src.len(),
             info.shards,

@@ -31,6 +31,7 @@ mod errors;
 mod loader;
 mod order;
 mod runtime;
+mod secrets;
 mod source;
 
 use errors::{
@@ -42,6 +43,9 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<source::Source>()?;
     m.add_function(wrap_pyfunction!(diagnose::diagnose, m)?)?;
+    m.add_function(wrap_pyfunction!(secrets::redact, m)?)?;
+    m.add_function(wrap_pyfunction!(secrets::redact_text, m)?)?;
+    m.add_function(wrap_pyfunction!(secrets::is_secret_option, m)?)?;
     m.add_class::<loader::Loader>()?;
     m.add_class::<loader::Epoch>()?;
     m.add_class::<loader::Batch>()?;

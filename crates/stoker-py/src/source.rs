@@ -11,6 +11,10 @@ use crate::errors::{err, StokerError};
 use crate::runtime::block_on;
 
 /// An opened source, reopened in each process that uses it.
+///
+/// It holds the URI and options as given, credentials included, and shows neither: `repr`
+/// is the source's redacted form, and Python sees no attribute of it. Pickling
+/// (`__getnewargs__`) carries them, for the process that reopens it.
 #[pyclass(module = "stoker._stoker", frozen)]
 pub(crate) struct Source {
     uri: String,
@@ -60,6 +64,7 @@ impl Source {
         Ok(s)
     }
 
+    /// The URI and options, credentials included: what a process unpickling this opens.
     fn __getnewargs__(&self) -> (String, String) {
         (self.uri.clone(), self.options.clone())
     }

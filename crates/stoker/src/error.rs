@@ -2,6 +2,12 @@
 
 use std::fmt;
 
+// Keys and field names come from data: messages show them escaped (no raw control characters,
+// distinct keys print distinctly). Messages from stores and HTTP clients may quote a URL with
+// its credentials (a redirect's, an endpoint's userinfo): they are redacted when shown.
+use crate::sample::{display_key, escape_controls};
+use crate::uri::redact_text;
+
 /// Result alias used across Stoker.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -58,7 +64,7 @@ pub enum Error {
     },
 
     /// A store (local file system or object store) request failed.
-    #[error("store error reading {path}: {source}")]
+    #[error("store error reading {path}: {}", redact_text(&.source.to_string()))]
     Store {
         /// The object, relative to the store root, with the store URI.
         path: String,
@@ -68,7 +74,11 @@ pub enum Error {
     },
 
     /// A remote read failed for good: not transient, or still failing after every attempt.
-    #[error("reading {object} ({what}) failed after {attempts} attempt(s): {message}{hint}", hint = Hint(.hint))]
+    #[error(
+        "reading {object} ({what}) failed after {attempts} attempt(s): {}{hint}",
+        redact_text(.message),
+        hint = Hint(.hint)
+    )]
     Fetch {
         /// The object, as a URI with credentials redacted.
         object: String,
@@ -111,7 +121,7 @@ pub enum Error {
     /// A payload's bytes do not match the checksum recorded for them (by `stoker pack`,
     /// `stoker index --checksums`, or the format itself): they were damaged after they were
     /// written, and are never delivered.
-    #[error("corrupt data in {shard}: sample `{key}` field `{field}`: {reason}")]
+    #[error("corrupt data in {shard}: sample `{}` field `{}`: {reason}", display_key(.key), display_key(.field))]
     CorruptData {
         /// The shard or object, credentials redacted.
         shard: String,
@@ -161,7 +171,7 @@ pub enum Error {
     },
 
     /// A sample lacks the field asked for.
-    #[error("sample {key} has no field `{field}`; it has: {available}")]
+    #[error("sample {} has no field `{}`; it has: {}", display_key(.key), display_key(.field), escape_controls(.available))]
     MissingField {
         /// The sample key.
         key: String,
@@ -173,7 +183,11 @@ pub enum Error {
 
     /// A sample's field could not be decoded (a corrupt, truncated, unsupported or oversized
     /// image; a label that is not an integer; an array of another shape than the run's).
-    #[error("cannot decode field `{field}` of sample `{key}` (index {index}) in {source_name}: {reason}")]
+    #[error(
+        "cannot decode field `{}` of sample `{}` (index {index}) in {source_name}: {reason}",
+        display_key(.field),
+        display_key(.key)
+    )]
     Decode {
         /// The source, credentials redacted.
         source_name: String,

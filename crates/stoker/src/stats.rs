@@ -440,11 +440,13 @@ pub struct Damage {
 
 impl std::fmt::Display for Damage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let key = |k: &Option<String>| k.as_deref().map_or("-".to_string(), |k| format!("`{k}`"));
+        // Keys and shard names come from the data: shown escaped, never raw control characters.
+        use crate::sample::{display_key, escape_controls};
+        let key = |k: &Option<String>| k.as_deref().map_or("-".to_string(), |k| format!("`{}`", display_key(k)));
         write!(
             f,
             "{}: bytes {}..{} ({:?}) between {} and {}: ",
-            self.shard,
+            escape_controls(&self.shard),
             self.start,
             self.end,
             self.cause,
@@ -456,9 +458,10 @@ impl std::fmt::Display for Damage {
             None => write!(f, "an unknown number of samples lost")?,
         }
         if !self.dropped.is_empty() {
-            write!(f, " (incomplete, dropped: {})", self.dropped.join(", "))?;
+            let dropped: Vec<_> = self.dropped.iter().map(|k| display_key(k)).collect();
+            write!(f, " (incomplete, dropped: {})", dropped.join(", "))?;
         }
-        write!(f, "; {}", self.reason)
+        write!(f, "; {}", escape_controls(&self.reason))
     }
 }
 

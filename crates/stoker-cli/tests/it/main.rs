@@ -7,5 +7,6 @@ mod common;
 mod bench;
 mod cli;
 mod diagnose;
+mod keys;
 mod pack;
 mod secrets;

@@ -5,6 +5,11 @@
 faster path: batches prefetched by Rust threads, shuffled with a resumable sampler, split by
 rank, decoded and augmented in Rust (``decode={"jpg": stoker.Image(224), "cls": stoker.Int()}``),
 handed over zero-copy. ``stoker.mix({uri: weight, ...})`` mixes several sources by weight.
+
+Credentials (``secret_access_key=...``, a password in an ``endpoint``, secrets in the URI's
+query) never show: ``Dataset.uri``, ``Dataset.options``, ``repr``, ``vars`` and exception
+messages have them masked as ``***``. A pickled dataset does carry them, since a spawned
+DataLoader worker must open the source too: keep pickles as private as the credentials.
 """
 
 from __future__ import annotations
@@ -71,6 +76,57 @@ def _option(key: str, value: Any) -> Any:
 
 def _options_json(options: Dict[str, Any]) -> str:
     return json.dumps({k: _option(k, v) for k, v in options.items()})
+
+
+def _shown_value(key: str, value: Any) -> Any:
+    """An option's value as it may be shown: a credential's as ``***``, a URL's without its
+    userinfo or secret query values (an ``endpoint`` with ``user:password@``)."""
+    if _stoker.is_secret_option(key):
+        return "***"
+    if isinstance(value, Mapping):
+        return {k: _shown_value(str(k), v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_shown_value(key, v) for v in value)
+    if isinstance(value, str) and "://" in value:
+        return _stoker.redact(value)
+    return value
+
+
+def _shown(thing: Any) -> str:
+    """``repr`` of something a user passed (a URI, a tuple of them), credentials redacted."""
+    if isinstance(thing, (str, os.PathLike)):
+        return repr(_stoker.redact(os.fspath(thing)))
+    return _stoker.redact_text(repr(thing))
+
+
+class _OpenArgs:
+    """A source's URI and options as given, credentials included: what opening it takes, in
+    this process or in a DataLoader worker it is pickled to (pickles carry them). Shown only
+    as the redacted URI; kept in slots, so ``vars`` of the object holding it shows no secret."""
+
+    __slots__ = ("uri", "options")
+
+    def __init__(self, uri: str, options: Dict[str, Any]) -> None:
+        self.uri = uri
+        self.options = options
+
+    def json(self) -> str:
+        return _options_json(self.options)
+
+    def shown_uri(self) -> str:
+        return _stoker.redact(self.uri)
+
+    def shown_options(self) -> Dict[str, Any]:
+        return {k: _shown_value(k, v) for k, v in self.options.items()}
+
+    def __repr__(self) -> str:
+        return f"<stoker open arguments of {self.shown_uri()}: credentials not shown>"
+
+    def __getstate__(self) -> Tuple[str, Dict[str, Any]]:
+        return (self.uri, self.options)
+
+    def __setstate__(self, state: Tuple[str, Dict[str, Any]]) -> None:
+        self.uri, self.options = state
 
 
 def _to_python(key: str, fields: List[Tuple[str, bytes]]) -> Dict[str, Any]:
@@ -189,15 +245,19 @@ class Dataset(_Base):  # type: ignore[misc,valid-type]
     """A map-style dataset over any Stoker source: ``len(ds)``, ``ds[i]``, ``ds.get_many(idx)``.
 
     ``ds[i]`` is ``{"__key__": key, field: bytes, ...}`` for every source (files and LMDB give
-    one field, ``"data"``; tar shards one per member extension), as webdataset gives it.
-    Pickles as its URI and options: each DataLoader worker (fork or spawn) reopens it.
+    one field, ``"data"``; tar shards one per member extension), as webdataset gives it. An
+    LMDB key that is not UTF-8 is its bytes escaped (``\\xNN``, a backslash as ``\\\\``), so
+    keys stay distinct.
+
+    ``uri`` and ``options`` are shown with credentials masked (``***``); so are ``repr``
+    and ``vars``. Pickles as its URI and options, credentials included: each DataLoader
+    worker (fork or spawn) reopens it, and needs them to. Keep pickles private.
     """
 
     def __init__(self, uri: str, transform: Optional[Callable[[Sample], Any]] = None, **options: Any) -> None:
-        self.uri = os.fspath(uri)
-        self.options = options
+        self._args = _OpenArgs(os.fspath(uri), options)
         self.transform = transform
-        self._source = _stoker.Source(self.uri, _options_json(options))
+        self._source = _stoker.Source(self._args.uri, self._args.json())
         damage = self.damage()
         if damage:
             # Said once, where the dataset is opened (not again in each DataLoader worker).
@@ -210,6 +270,16 @@ class Dataset(_Base):  # type: ignore[misc,valid-type]
                 DamageWarning,
                 stacklevel=3,
             )
+
+    @property
+    def uri(self) -> str:
+        """The URI as given, credentials redacted."""
+        return self._args.shown_uri()
+
+    @property
+    def options(self) -> Dict[str, Any]:
+        """The options as given, credentials (and an endpoint's password) shown as ``***``."""
+        return self._args.shown_options()
 
     def damage(self) -> List[Dict[str, Any]]:
         """Damage stepped over while opening under ``on_damage=skip`` (``skip_errors=True`` in
@@ -239,11 +309,13 @@ class Dataset(_Base):  # type: ignore[misc,valid-type]
         return repr(self._source)
 
     def __getstate__(self) -> Dict[str, Any]:
-        return {"uri": self.uri, "options": self.options, "transform": self.transform}
+        # The URI and options as given, credentials included: the process this goes to must
+        # open the source itself.
+        return {"args": self._args, "transform": self.transform}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.uri, self.options, self.transform = state["uri"], state["options"], state["transform"]
-        self._source = _stoker.Source(self.uri, _options_json(self.options))
+        self._args, self.transform = state["args"], state["transform"]
+        self._source = _stoker.Source(self._args.uri, self._args.json())
 
 
 def open(uri: Union[str, "os.PathLike[str]"], transform: Optional[Callable[[Sample], Any]] = None, **options: Any) -> Dataset:  # noqa: A001
@@ -262,14 +334,14 @@ def _mix_entry(source: SourceLike, weight: Any, extra: Optional[Mapping[str, Any
         weight = extra.pop("weight", None)
     extra = dict(extra or {})
     if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-        raise InvalidInputError(f"the weight of mix source {source!r} must be a number, not {weight!r}")
+        raise InvalidInputError(f"the weight of mix source {_shown(source)} must be a number, not {_shown(weight)}")
     name = extra.pop("name", None)
     if isinstance(source, Dataset):
         if source.transform is not None:
             raise InvalidInputError(
                 f"{source.uri}: a dataset with a transform cannot join a mix; pass transform= to the Loader instead"
             )
-        uri, options = source.uri, {**source.options, **extra}
+        uri, options = source._args.uri, {**source._args.options, **extra}
     else:
         uri, options = os.fspath(source), extra
     entry: Dict[str, Any] = {"uri": uri, "weight": float(weight), "options": json.loads(_options_json(options))}
@@ -310,7 +382,7 @@ def mix(
         entries = []
         for item in sources:
             if not isinstance(item, tuple) or len(item) not in (2, 3):
-                raise InvalidInputError(f"mix sources are (uri_or_dataset, weight[, options]) tuples, not {item!r}")
+                raise InvalidInputError(f"mix sources are (uri_or_dataset, weight[, options]) tuples, not {_shown(item)}")
             entries.append(_mix_entry(item[0], item[1], item[2] if len(item) == 3 else None))
     spec: Dict[str, Any] = {"sources": entries, "replacement": bool(replacement)}
     if epoch_length is not None:

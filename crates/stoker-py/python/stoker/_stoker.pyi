@@ -11,8 +11,11 @@ __all__ = [
     "InvalidInputError",
     "Loader",
     "diagnose",
+    "is_secret_option",
     "NotFoundError",
     "RemoteError",
+    "redact",
+    "redact_text",
     "Source",
     "StokerError",
 ]
@@ -96,3 +99,8 @@ def diagnose(
     decode: Optional[str] = None,
     shuffle_window: Optional[int] = None,
 ) -> Tuple[str, str]: ...
+
+
+def redact(uri: str) -> str: ...
+def redact_text(text: str) -> str: ...
+def is_secret_option(key: str) -> bool: ...

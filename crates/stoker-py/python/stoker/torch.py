@@ -4,18 +4,22 @@ samples by DataLoader worker and by rank, so no sample repeats."""
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Dict, Iterator, Optional, Union
 
 import torch.utils.data
 
-from . import Dataset, _options_json, _stoker, _to_python
+from . import Dataset, _OpenArgs, _stoker, _to_python
 
 
 class IterableDataset(torch.utils.data.IterableDataset):
     """Samples of ``uri`` in Stoker's order (shuffled per epoch with ``shuffle=True``, or by
     shard windows with ``shuffle="shards"`` as ``stoker.Loader`` does), each DataLoader worker
     reading its share through a Rust loader with prefetching. Call ``set_epoch(e)`` before
-    each epoch when shuffling."""
+    each epoch when shuffling.
+
+    ``uri`` and ``options`` are shown with credentials masked (``***``), as for
+    ``stoker.Dataset``; the pickle each DataLoader worker gets carries them, since the worker
+    opens the source. Keep pickles private."""
 
     def __init__(
         self,
@@ -30,10 +34,20 @@ class IterableDataset(torch.utils.data.IterableDataset):
         **options: Any,
     ) -> None:
         super().__init__()
-        self.uri, self.options = os.fspath(uri), options
+        self._args = _OpenArgs(os.fspath(uri), options)
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
         self.shuffle_window = shuffle_window
         self.prefetch, self.read_batch, self.epoch = prefetch, read_batch, 0
+
+    @property
+    def uri(self) -> str:
+        """The URI as given, credentials redacted."""
+        return self._args.shown_uri()
+
+    @property
+    def options(self) -> Dict[str, Any]:
+        """The options as given, credentials shown as ``***``."""
+        return self._args.shown_options()
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -41,7 +55,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        source = _stoker.Source(self.uri, _options_json(self.options))
+        source = _stoker.Source(self._args.uri, self._args.json())
         loader = _stoker.Loader(
             source,
             self.read_batch,

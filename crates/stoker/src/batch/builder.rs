@@ -33,12 +33,10 @@ impl BatchBuilder {
         self.open = true;
     }
 
-    /// Like [`begin`](Self::begin) with a byte key (LMDB), decoded lossily.
+    /// Like [`begin`](Self::begin) with a byte key (LMDB), as the lossless text
+    /// [`escape_key`](crate::sample::escape_key) gives: the same key [`Sample::key`] holds.
     pub fn begin_bytes(&mut self, index: u64, key: &[u8]) {
-        match std::str::from_utf8(key) {
-            Ok(k) => self.begin(index, k),
-            Err(_) => self.begin(index, &String::from_utf8_lossy(key)),
-        }
+        self.begin(index, &crate::sample::escape_key(key));
     }
 
     /// Space for the current sample's field `name`, `len` bytes, to be filled by the caller.

@@ -72,7 +72,9 @@ impl Fetcher {
                         object: shown.to_string(),
                         what: what(),
                         attempts: attempt,
-                        message: fail.message,
+                        // object_store quotes the request URL, userinfo included: redacted
+                        // here so that Debug, not only Display, is clean.
+                        message: crate::uri::redact_text(&fail.message).into_owned(),
                         hint: fail.hint,
                         transient: fail.transient,
                     });

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::plan::Plan;
 use super::{chunks, fetch, PackProgress, Written};
 use crate::error::{Error, Result};
+use crate::sample::{display_key, escape_key, unescape_key};
 use crate::source::DynSampleSource;
 use crate::store::{publish, temp_name, Store};
 
@@ -58,7 +59,8 @@ pub(crate) async fn write(
     } else {
         remove_work(dir).map_err(|e| Error::io(dir.join(WORK_DIR).display(), e))?;
     }
-    let keys: Vec<String> = plan.outs.iter().map(|o| o.key.clone()).collect();
+    // The bytes each key stands for: an LMDB source's keys go back exactly as they were.
+    let keys: Vec<Vec<u8>> = plan.outs.iter().map(|o| unescape_key(&o.key).into_owned()).collect();
     let map_size = map_size(plan);
     let (start_tx, start_rx) = oneshot::channel();
     let (tx, rx) = mpsc::channel::<Vec<Bytes>>(1);
@@ -143,7 +145,7 @@ fn writer(
     work: &Path,
     to: &Path,
     map_size: usize,
-    keys: &[String],
+    keys: &[Vec<u8>],
     start_tx: oneshot::Sender<usize>,
     mut rx: mpsc::Receiver<Vec<Bytes>>,
     ack: mpsc::UnboundedSender<()>,
@@ -164,7 +166,7 @@ fn writer(
         let n = db.len(&rtxn).map_err(|e| e.to_string())? as usize;
         let last = db.last(&rtxn).map_err(|e| e.to_string())?.map(|(k, _)| k.to_vec());
         // Resume only from a prefix of this plan; anything else starts over.
-        let matches = n <= keys.len() && (n == 0 || last.as_deref() == Some(keys[n - 1].as_bytes()));
+        let matches = n <= keys.len() && (n == 0 || last.as_deref() == Some(keys[n - 1].as_slice()));
         drop(rtxn);
         if matches {
             n
@@ -182,8 +184,8 @@ fn writer(
         let mut w = env.write_txn().map_err(|e| e.to_string())?;
         for v in values {
             let key = keys.get(next).ok_or("more records than the plan holds")?;
-            db.put_with_flags(&mut w, PutFlags::APPEND, key.as_bytes(), &v)
-                .map_err(|e| format!("writing key `{key}`: {e}"))?;
+            db.put_with_flags(&mut w, PutFlags::APPEND, key, &v)
+                .map_err(|e| format!("writing key `{}`: {e}", display_key(&escape_key(key))))?;
             next += 1;
         }
         w.commit().map_err(|e| e.to_string())?;

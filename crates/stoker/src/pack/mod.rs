@@ -9,8 +9,9 @@
 //!   shard's sidecar index and the dataset manifest (as [`crate::index`] writes them). Remote
 //!   destinations (`s3://…`) work: each shard is built in memory and sent as one PUT (an
 //!   object appears whole or not at all), with at most 1 GiB of shards in flight.
-//! - **lmdb**: `data.mdb` in the destination directory, one record per sample: key = sample
-//!   key (UTF-8), value = the raw bytes of its one field. Records are in key byte order, which
+//! - **lmdb**: `data.mdb` in the destination directory, one record per sample: key = the
+//!   sample key's bytes ([`unescape_key`](crate::sample::unescape_key): an LMDB source's keys,
+//!   UTF-8 or not, are written back exactly), value = the raw bytes of its one field. Records are in key byte order, which
 //!   is the order Stoker's `lmdb` layout reads them. LMDB has no field names; Stoker names the
 //!   field `data` (or `?field=NAME`), and the plan file records the source's field name.
 //!   Samples with several fields are refused with a message asking for `field` (keep one) or
@@ -26,10 +27,12 @@
 //! `group`, samples sharing a key anywhere in the source become one sample, at the place the
 //! key first appears, with the fields of each in source order (a field name twice is an error).
 //!
-//! Keys are never rewritten: a key whose member name could escape the shard's directory
-//! (absolute, `..`, `.`, empty components, backslashes), holds control characters, or would
-//! split back into a different key and field (a dot in its last component) is an error naming
-//! it. Field names are written lower-case, as readers see them.
+//! Keys are never rewritten but for one case: a key whose member name could escape the shard's
+//! directory (absolute, `..`, `.`, empty components, backslashes), holds control characters, or
+//! would split back into a different key and field (a dot in its last component) is an error
+//! naming it. The case: a byte that is not UTF-8 (an LMDB key's, `\xNN` in the sample key) is
+//! named `%NN` in a tar, and two keys that would share a name are an error. Field names are
+//! written lower-case, as readers see them.
 //!
 //! ## Interruption and reruns
 //!
@@ -387,7 +390,7 @@ pub(crate) async fn fetch(
                 reason: format!(
                     "sample `{}` of {src} changed while packing (its fields or sizes differ from when it was planned); \
                      rerun when the source is stable",
-                    o.key
+                    crate::sample::display_key(&o.key)
                 ),
             });
         }

@@ -3,9 +3,47 @@
 //! A member is `KEY.FIELD`. Readers extract members to disk (`tar -x`) and split names into
 //! key and field with webdataset's regular expression, so a key is refused (never silently
 //! rewritten) when its member name would be absolute, climb out with `..`, carry control
-//! characters, or split differently than it was joined.
+//! characters, or split differently than it was joined. The one rewrite: a byte that is not
+//! UTF-8, which a key from bytes (LMDB) holds as `\xNN`, is named `%NN` ([`tar_key`]).
 
-use crate::sample::{is_webdataset_meta, split_key};
+use std::borrow::Cow;
+
+use crate::sample::{display_key, is_webdataset_meta, split_key};
+
+/// The key as a tar member names it: each `\xNN` escape of [`crate::sample::escape_key`] (a
+/// byte that is not UTF-8) becomes `%NN`, so the name is UTF-8 that every extractor and
+/// reader handles (a raw byte breaks macOS file systems and Python readers; a backslash is a
+/// Windows path separator). An escaped backslash (`\\`) is kept, for [`member`] to refuse.
+/// The plan checks that no two keys end up with one name.
+pub(crate) fn tar_key(key: &str) -> Cow<'_, str> {
+    if !key.contains("\\x") {
+        return Cow::Borrowed(key);
+    }
+    let mut out = String::with_capacity(key.len());
+    let mut rest = key;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let esc = &rest[at..];
+        let hex = esc.get(2..4).filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+        match (esc.as_bytes().get(1), hex) {
+            (Some(b'\\'), _) => {
+                out.push_str("\\\\");
+                rest = &esc[2..];
+            }
+            (Some(b'x'), Some(h)) => {
+                out.push('%');
+                out.push_str(h);
+                rest = &esc[4..];
+            }
+            _ => {
+                out.push('\\');
+                rest = &esc[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
 
 /// The member name for field `field` of sample `key`, or why there cannot be one.
 ///
@@ -13,6 +51,7 @@ use crate::sample::{is_webdataset_meta, split_key};
 /// extensions when reading, so this is the name a reader will see either way.
 pub(crate) fn member(key: &str, field: &str) -> Result<String, String> {
     let field = field.to_ascii_lowercase();
+    let shown = display_key(key);
     if key.is_empty() {
         return Err("the sample key is empty".into());
     }
@@ -25,7 +64,9 @@ pub(crate) fn member(key: &str, field: &str) -> Result<String, String> {
         ));
     }
     if key.starts_with('/') {
-        return Err(format!("key `{key}` is an absolute path; extracting the shard would write outside its directory"));
+        return Err(format!(
+            "key `{shown}` is an absolute path; extracting the shard would write outside its directory"
+        ));
     }
     if let Some(bad) = key.split('/').find(|c| c.is_empty() || *c == "." || *c == "..") {
         let what = if bad.is_empty() {
@@ -33,25 +74,28 @@ pub(crate) fn member(key: &str, field: &str) -> Result<String, String> {
         } else {
             format!("a `{bad}` component")
         };
-        return Err(format!("key `{key}` has {what}; member names must stay inside the shard's directory"));
+        return Err(format!("key `{shown}` has {what}; member names must stay inside the shard's directory"));
     }
     if key.contains('\\') {
-        return Err(format!("key `{key}` holds a backslash, a path separator on Windows extractors"));
+        return Err(format!("key `{shown}` holds a backslash, a path separator on Windows extractors"));
     }
     if field.is_empty() || field.contains('/') {
-        return Err(format!("field name `{field}` of key `{key}` must be non-empty and hold no `/`"));
+        return Err(format!("field name `{}` of key `{shown}` must be non-empty and hold no `/`", display_key(&field)));
     }
     if is_webdataset_meta(key) {
-        return Err(format!("key `{key}` starts with a `__name__` component, which webdataset skips as metadata"));
+        return Err(format!("key `{shown}` starts with a `__name__` component, which webdataset skips as metadata"));
     }
     let name = format!("{key}.{field}");
     match split_key(&name) {
         Some((k, f)) if k == key && f == field => Ok(name),
         Some((k, f)) => Err(format!(
-            "member `{name}` would read back as key `{k}`, field `{f}`: the last part of a key must hold no dot \
-             (webdataset splits at the first dot of the file name)"
+            "member `{}` would read back as key `{}`, field `{}`: the last part of a key must hold no dot \
+             (webdataset splits at the first dot of the file name)",
+            display_key(&name),
+            display_key(k),
+            display_key(f)
         )),
-        None => Err(format!("member `{name}` would be skipped by webdataset readers")),
+        None => Err(format!("member `{}` would be skipped by webdataset readers", display_key(&name))),
     }
 }
 
@@ -97,6 +141,18 @@ mod tests {
             let e = member(key, field).expect_err(key);
             assert!(e.contains(why), "{key:?}.{field:?}: {e}");
         }
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_get_percent_names() {
+        use crate::sample::escape_key;
+        assert!(matches!(tar_key("plain/key"), Cow::Borrowed(_)));
+        assert_eq!(tar_key(&escape_key(b"a\xff\xfe")), "a%ff%fe");
+        assert_eq!(member(&tar_key(&escape_key(b"k\x80")), "jpg").unwrap(), "k%80.jpg");
+        // A real backslash stays one, and is refused as before.
+        assert_eq!(tar_key(&escape_key(b"a\\xff")), "a\\\\xff");
+        assert!(member(&tar_key(&escape_key(b"a\\b\xff")), "jpg").unwrap_err().contains("backslash"));
+        assert_eq!(tar_key("odd\\x4"), "odd\\x4");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{names, PackOptions};
 use crate::error::{Error, Result};
-use crate::sample::SampleMeta;
+use crate::sample::{display_key, unescape_key, SampleMeta};
 use crate::source::DynSampleSource;
 use crate::uri::Layout;
 
@@ -94,8 +94,9 @@ pub(crate) fn make(metas: Vec<SampleMeta>, opts: &PackOptions, source: &str, des
             o.fields.retain(|f| &*f.0 == keep.as_str());
             if o.fields.is_empty() {
                 return Err(fail(format!(
-                    "sample `{}` has no `{keep}` field; --field keeps one field and every sample needs it",
-                    o.key
+                    "sample `{}` has no `{}` field; --field keeps one field and every sample needs it",
+                    display_key(&o.key),
+                    display_key(keep)
                 )));
             }
         }
@@ -159,28 +160,33 @@ fn group(metas: Vec<SampleMeta>, group: bool) -> Vec<Out> {
 }
 
 fn check_tar(outs: &mut [Out], grouped: bool) -> std::result::Result<(), String> {
+    check_tar_renames(outs)?;
     for i in 0..outs.len() {
         let o = &outs[i];
         if o.fields.is_empty() {
-            return Err(format!("sample `{}` has no fields; a tar shard cannot hold an empty sample", o.key));
+            return Err(format!(
+                "sample `{}` has no fields; a tar shard cannot hold an empty sample",
+                display_key(&o.key)
+            ));
         }
         if !grouped && i > 0 && outs[i - 1].key == o.key {
             return Err(format!(
                 "samples {} and {i} share the key `{}`; in one tar they would read back as one sample. Pass --group \
                  to merge samples sharing a key into one (fields side by side), or give them distinct keys",
                 i - 1,
-                o.key
+                display_key(&o.key)
             ));
         }
+        let key = names::tar_key(&o.key).into_owned();
         let mut bytes = 0;
         let mut written: Vec<String> = Vec::with_capacity(o.fields.len());
         for (name, size) in &o.fields {
-            let member = names::member(&o.key, name)?;
+            let member = names::member(&key, name)?;
             if written.contains(&member) {
                 return Err(format!(
                     "sample `{}` has two `{}` fields (field names are compared lower-case, as readers do)",
-                    o.key,
-                    name.to_ascii_lowercase()
+                    display_key(&o.key),
+                    display_key(&name.to_ascii_lowercase())
                 ));
             }
             bytes += names::member_bytes(&member, *size);
@@ -188,37 +194,72 @@ fn check_tar(outs: &mut [Out], grouped: bool) -> std::result::Result<(), String>
         }
         outs[i].fields.iter_mut().for_each(|f| f.0 = Arc::from(f.0.to_ascii_lowercase()));
         outs[i].tar_bytes = bytes;
+        outs[i].key = key;
     }
     Ok(())
 }
 
-/// LMDB holds one value per key, in key byte order: one field per sample, unique keys.
+/// Keys that tar names differently ([`names::tar_key`]: a byte that is not UTF-8) must not
+/// take the name of another key: a reader would see two samples as one, or one under
+/// another's key.
+fn check_tar_renames(outs: &[Out]) -> std::result::Result<(), String> {
+    let clash = |a: &str, b: &str, name: &str| {
+        format!(
+            "keys `{}` and `{}` would both be written as `{}` (a byte that is not UTF-8 is written as %NN); give \
+             them distinct keys",
+            display_key(a),
+            display_key(b),
+            display_key(name)
+        )
+    };
+    let mut renamed: HashMap<String, &str> = HashMap::new();
+    for o in outs {
+        if let std::borrow::Cow::Owned(name) = names::tar_key(&o.key) {
+            match renamed.get(&name) {
+                Some(other) if *other != o.key => return Err(clash(other, &o.key, &name)),
+                _ => renamed.insert(name, &o.key),
+            };
+        }
+    }
+    if renamed.is_empty() {
+        return Ok(());
+    }
+    match outs.iter().find_map(|o| renamed.get(&o.key).map(|orig| (orig, &o.key))) {
+        Some((orig, key)) => Err(clash(orig, key, key)),
+        None => Ok(()),
+    }
+}
+
+/// LMDB holds one value per key, in key byte order: one field per sample, unique keys. A
+/// key's bytes are what [`unescape_key`] gives (an LMDB source's keys come back exactly).
 fn check_lmdb(outs: &mut [Out]) -> std::result::Result<(), String> {
     for o in outs.iter() {
         if o.fields.len() != 1 {
-            let names: Vec<&str> = o.fields.iter().map(|f| &*f.0).collect();
+            let names: Vec<String> = o.fields.iter().map(|f| display_key(&f.0).into_owned()).collect();
             return Err(format!(
                 "sample `{}` has {} fields ({}); an LMDB record holds one value: keep one with --field NAME \
                  (one LMDB per field if you need them all), or pack as tar, which keeps every field",
-                o.key,
+                display_key(&o.key),
                 names.len(),
                 names.join(", ")
             ));
         }
-        if o.key.is_empty() || o.key.len() > 511 {
+        let len = unescape_key(&o.key).len();
+        if len == 0 || len > 511 {
             return Err(format!(
-                "key `{}` is {} bytes; LMDB keys must be 1 to 511 bytes",
-                o.key.chars().take(80).collect::<String>(),
-                o.key.len()
+                "key `{}` is {len} bytes; LMDB keys must be 1 to 511 bytes",
+                display_key(&o.key.chars().take(80).collect::<String>()),
             ));
         }
     }
-    outs.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
-    if let Some(w) = outs.windows(2).find(|w| w[0].key == w[1].key) {
+    outs.sort_by(|a, b| unescape_key(&a.key).cmp(&unescape_key(&b.key)));
+    if let Some(w) = outs.windows(2).find(|w| unescape_key(&w[0].key) == unescape_key(&w[1].key)) {
         return Err(format!(
             "two samples share the key `{}` (source samples {:?} and {:?}); an LMDB key holds one value. \
              Give them distinct keys, or pack as tar with --group",
-            w[0].key, w[0].parts, w[1].parts
+            display_key(&w[0].key),
+            w[0].parts,
+            w[1].parts
         ));
     }
     Ok(())

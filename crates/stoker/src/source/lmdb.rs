@@ -1,6 +1,9 @@
 //! The `lmdb` layout: a read-only LMDB environment (heed), sample `i` = the `i`-th key in
 //! byte order, one field (`data` unless configured).
 //!
+//! Keys are bytes; a sample's key is their lossless text ([`escape_key`]), so keys that are
+//! not UTF-8 stay distinct and `pack` writes the same bytes back.
+//!
 //! Opened read-only with `NO_LOCK`, so no `lock.mdb` is ever written and read-only
 //! directories work. Reads run on blocking threads and copy values into `Bytes` before their
 //! transaction ends.
@@ -18,7 +21,7 @@ use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
 use super::{check_index, fill_blocking, Capability, SampleSource, SourceInfo};
 use crate::batch::BatchBuilder;
 use crate::error::{Error, Result};
-use crate::sample::{Field, Sample, SampleMeta};
+use crate::sample::{display_key, escape_key, Field, Sample, SampleMeta};
 use crate::uri::{Layout, SourceOptions};
 
 /// The file that makes a directory an LMDB environment.
@@ -163,7 +166,7 @@ impl Inner {
     }
 
     fn key_string(&self, i: usize) -> String {
-        String::from_utf8_lossy(self.key(i)).into_owned()
+        escape_key(self.key(i)).into_owned()
     }
 
     fn value_len(&self, i: usize) -> Result<u64> {
@@ -178,7 +181,7 @@ impl Inner {
             Path::new(&self.display),
             format!(
                 "key `{}` (sample {i}) vanished: the environment was modified after opening; reopen it",
-                self.key_string(i)
+                display_key(&self.key_string(i))
             ),
         )
     }

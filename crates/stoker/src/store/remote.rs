@@ -53,7 +53,7 @@ fn no_retries() -> RetryConfig {
 
 /// An endpoint must be an absolute http(s) URL with a host.
 fn check_endpoint(e: &str) -> Result<()> {
-    let shown = crate::uri::redact(e);
+    let shown = crate::uri::redact_endpoint(e);
     let bad = |why: &str| {
         Error::invalid_option(format!(
             "endpoint `{shown}` {why}; give the server's base URL, e.g. endpoint=http://127.0.0.1:9000"
@@ -71,7 +71,7 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
     let bad = |reason: String| Error::InvalidUri { uri: shown.to_string(), reason };
     // object_store errors can quote configuration; never pass them through unredacted.
     let build_err = |what: &str, e: object_store::Error| {
-        let msg = crate::uri::redact(&e.to_string());
+        let msg = crate::uri::redact_text(&e.to_string()).into_owned();
         Error::InvalidOption { message: format!("cannot configure the {what} store for {shown}: {msg}") }
     };
     let endpoint = opts.endpoint.clone();

@@ -13,4 +13,5 @@ pub use grammar::{parse, Location, RemoteLocation, SourceUri, SCHEMES};
 pub use options::{option_keys, DamagePolicy, Layout, SourceOptions, INDEX_FILE};
 #[cfg(feature = "fuzzing")]
 pub(crate) use redact::is_secret_key;
-pub use redact::{is_secret_option, redact, scrub};
+pub use redact::{is_secret_option, redact, redact_text, scrub};
+pub(crate) use redact::{redact_endpoint, secret_values, toml_error};

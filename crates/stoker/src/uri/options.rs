@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::redact::{is_secret_option, scrub, SECRET_OPTIONS};
+use super::redact::{is_secret_option, redact, redact_endpoint, scrub, secret_values, toml_error, SECRET_OPTIONS};
 use crate::error::{Error, Result};
 
 /// How samples are laid out in storage.
@@ -229,6 +229,16 @@ impl std::fmt::Debug for SourceOptions {
                     *x = serde_json::Value::String("***".into());
                 }
             }
+            // An endpoint may carry `user:password@`; any other URL is redacted as URIs are.
+            for (k, v) in map.iter_mut() {
+                if let serde_json::Value::String(s) = v {
+                    if k == "endpoint" {
+                        *s = redact_endpoint(s);
+                    } else if s.contains("://") {
+                        *s = redact(s);
+                    }
+                }
+            }
         }
         write!(f, "SourceOptions {v}")
     }
@@ -240,18 +250,25 @@ impl SourceOptions {
         serde_urlencoded::from_str(query).map_err(|e| option_error(e.to_string()))
     }
 
-    /// Parse a JSON object.
+    /// Parse a JSON object. Errors never quote credential values.
     pub fn from_json(text: &str) -> Result<Self> {
         serde_json::from_str(text).map_err(|e| {
             // serde quotes a value of the wrong type (`invalid type: integer `123``), secrets too.
-            let secrets = match serde_json::from_str::<serde_json::Value>(text) {
+            let mut secrets: Vec<String> = match serde_json::from_str::<serde_json::Value>(text) {
                 Ok(serde_json::Value::Object(map)) => {
                     map.into_iter().filter(|(k, _)| is_secret_option(k)).flat_map(|(_, v)| json_leaves(v)).collect()
                 }
                 _ => Vec::new(),
             };
-            option_error(scrub(&e.to_string(), &secrets))
+            secrets.extend(secret_values(text).unwrap_or_default());
+            option_error(crate::uri::redact_text(&scrub(&e.to_string(), &secrets)).into_owned())
         })
+    }
+
+    /// Parse a TOML document (an options file). Errors are one line (where and why) and
+    /// never quote credential values, nor the line of a file that holds any.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        toml::from_str(text).map_err(|e| Error::invalid_option(toml_error(&e, text)))
     }
 
     /// Options set in `other` override those set in `self`.

@@ -25,6 +25,7 @@ mod error_kind;
 mod faults;
 mod gpu;
 mod http_store;
+mod keys;
 mod loader;
 mod mix;
 mod mix_props;

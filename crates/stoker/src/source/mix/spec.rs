@@ -68,9 +68,10 @@ impl MixSpec {
         serde_json::from_str(text).map_err(|e| spec_error("JSON", &e.to_string(), text))
     }
 
-    /// Parse a mix from TOML text. Errors never quote credential values.
+    /// Parse a mix from TOML text. Errors never quote credential values, nor the line of a
+    /// file that holds any (toml quotes the offending line).
     pub fn from_toml(text: &str) -> Result<Self> {
-        toml::from_str(text).map_err(|e| spec_error("TOML", &e.to_string(), text))
+        toml::from_str(text).map_err(|e| spec_error("TOML", &uri::toml_error(&e, text), text))
     }
 
     /// Read a mix file (`.json` or `.toml`; otherwise JSON if it starts with `{`). Relative
@@ -115,14 +116,9 @@ fn spec_error(format: &str, message: &str, text: &str) -> Error {
     if let Ok(v) = toml::from_str::<serde_json::Value>(text) {
         collect_secrets(&v, &mut secrets);
     }
-    // Lines with a secret key, for TOML text that does not parse at all.
-    for (k, v) in text.lines().filter_map(|l| l.split_once('=')) {
-        if uri::is_secret_option(k.trim().trim_matches(['"', '\''])) {
-            let v = v.trim().trim_end_matches([',', '}']).trim();
-            secrets.extend([v.to_string(), v.trim_matches(['"', '\'']).to_string()]);
-        }
-    }
-    Error::invalid_option(format!("bad mix {format}: {}", uri::scrub(message, &secrets)))
+    // Secret keys and their values as written, also in text that does not parse at all.
+    secrets.extend(uri::secret_values(text).unwrap_or_default());
+    Error::invalid_option(format!("bad mix {format}: {}", uri::redact_text(&uri::scrub(message, &secrets))))
 }
 
 fn collect_secrets(v: &serde_json::Value, out: &mut Vec<String>) {
