@@ -21,18 +21,21 @@ LIB = ROOT / "crates" / "stoker" / "src"
 MAX_LINES = 600
 
 # The layer picture, lowest floor first: a module may use its own floor and those below.
-# Leaves at the bottom, I/O (fetch < cache < store) under the layouts (source), which the
-# sampler, decoding and the loader build on; the tools (pack, diagnose) sit on top.
+# Text and range leaves at the bottom, then the one error type, then I/O (fetch < cache <
+# store) under the layouts (source), which decoding and the loader build on; the tools
+# (pack, diagnose) and the test entry points (conformance, fuzzing) sit on top.
 FLOORS = [
-    {"error", "buffer", "sample", "fuzzing"},
-    {"uri", "stats"},
+    {"redact", "escape", "ranges", "buffer"},
+    {"error"},
+    {"sample", "uri", "stats"},
     {"fetch"},
     {"cache"},
     {"store"},
     {"batch", "pinned", "sampler"},
-    {"source", "decode"},
+    {"source"},
+    {"decode"},
     {"loader"},
-    {"pack", "diagnose", "conformance"},
+    {"pack", "diagnose", "conformance", "fuzzing"},
 ]
 
 USE = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")

@@ -10,6 +10,7 @@ pub mod conformance;
 pub mod decode;
 pub mod diagnose;
 pub mod error;
+mod escape;
 pub mod fetch;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -17,6 +18,8 @@ pub mod fuzzing;
 pub mod loader;
 pub mod pack;
 pub mod pinned;
+pub mod ranges;
+mod redact;
 pub mod sample;
 pub mod sampler;
 pub mod source;

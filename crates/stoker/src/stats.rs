@@ -10,7 +10,44 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::store::IoCounters;
+
+/// Requests and bytes a store has served, for benchmarks and for checking that ranged
+/// layouts really coalesce.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IoCounters {
+    /// Read requests issued (each range of a multi-range read counts once).
+    pub requests: u64,
+    /// Payload bytes returned.
+    pub bytes: u64,
+    /// HTTP requests the fetch layer sent (remote stores; retries and hedges included).
+    pub remote_requests: u64,
+    /// Bytes the fetch layer received (remote stores; retries and hedges included): what
+    /// caches save shows here, where `bytes` counts what readers asked for.
+    pub remote_bytes: u64,
+    /// Remote requests retried after a transient failure.
+    pub retries: u64,
+    /// Remote requests hedged (a duplicate sent because the first was slow).
+    pub hedges: u64,
+    /// Hedges that answered first.
+    pub hedge_wins: u64,
+    /// Block cache hits (memory).
+    pub cache_hits: u64,
+    /// Block cache misses (memory).
+    pub cache_misses: u64,
+    /// Misses served by the disk cache.
+    pub disk_hits: u64,
+    /// Of those, blocks read straight from their files into batches (the hit path).
+    pub disk_direct: u64,
+    /// Disk cache blocks that failed verification: dropped and fetched again, never served.
+    pub cache_corrupt: u64,
+    /// Remote requests allowed in flight now (sized from latency unless fixed).
+    pub in_flight_limit: u64,
+    /// Most remote requests in flight at once so far.
+    pub peak_in_flight: u64,
+    /// Remote requests that queued for a slot under the in-flight limit.
+    pub in_flight_waits: u64,
+}
 
 /// Sub-buckets per power of two: 16 keeps a bucket within about 6% of its values, so p50
 /// and p99 of a narrow distribution stay apart instead of sharing one coarse bucket.
@@ -375,25 +412,7 @@ pub struct SourceStats {
     pub retries: u64,
 }
 
-/// Why samples were lost: a read that failed (counted in [`SkippedByCause`]) or damage found
-/// when a shard was opened (a [`Damage`] entry).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum DamageCause {
-    /// A tar header that does not verify, or one other than the index recorded.
-    DamagedHeader = 0,
-    /// Payload bytes that do not match their recorded checksum.
-    ChecksumMismatch = 1,
-    /// A shard or object that is missing, unreadable, or not a tar at all.
-    UnreadableShard = 2,
-    /// A remote read that still failed after every retry.
-    RemoteError = 3,
-    /// The shard ends early (cut inside a member, or without its end-of-archive marker).
-    Truncated = 4,
-    /// Anything else (a sample that fails to decode, ...).
-    Other = 5,
-}
+pub use crate::error::DamageCause;
 
 /// Skipped samples by cause; the fields add up to [`StatsSnapshot::skipped`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -441,7 +460,7 @@ pub struct Damage {
 impl std::fmt::Display for Damage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Keys and shard names come from the data: shown escaped, never raw control characters.
-        use crate::sample::{display_key, escape_controls};
+        use crate::escape::{display_key, escape_controls};
         let key = |k: &Option<String>| k.as_deref().map_or("-".to_string(), |k| format!("`{}`", display_key(k)));
         write!(
             f,

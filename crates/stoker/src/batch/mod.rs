@@ -7,16 +7,17 @@
 
 use std::sync::Arc;
 
-use crate::decode::Dtype;
 use crate::pinned::{DeviceBatch, GpuCopier, HostBuffer, PinnedError};
 
 mod builder;
+mod dtype;
 mod pool;
 mod storage;
 #[cfg(test)]
 mod tests;
 
 pub use builder::BatchBuilder;
+pub use dtype::Dtype;
 pub use pool::BatchPool;
 
 use storage::{Column, Shell, Storage};

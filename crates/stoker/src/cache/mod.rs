@@ -35,6 +35,9 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use self::disk::DiskCache;
 use crate::error::{Error, Result};
 
+/// The block size unless the options say (`cache_block`): 1 MiB.
+pub const DEFAULT_BLOCK: u64 = 1 << 20;
+
 /// Cache settings.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CacheConfig {
@@ -52,6 +55,17 @@ pub struct CacheConfig {
 }
 
 impl CacheConfig {
+    /// The caches a source's options ask for (memory off, the disk cache on, by default).
+    pub fn from_options(opts: &crate::uri::SourceOptions) -> Self {
+        CacheConfig {
+            memory_bytes: opts.cache_bytes.unwrap_or(0),
+            block: opts.cache_block.unwrap_or(DEFAULT_BLOCK).max(4096),
+            disk_dir: opts.disk_cache_dir(),
+            disk_bytes: opts.disk_cache_bytes,
+            eviction: opts.cache_eviction.unwrap_or_default(),
+        }
+    }
+
     /// Whether any cache is on.
     pub fn enabled(&self) -> bool {
         self.memory_bytes > 0 || self.disk_dir.is_some()
@@ -395,7 +409,21 @@ impl BlockCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::uri::SourceOptions;
     use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn the_options_say_which_caches() {
+        for off in ["disk_cache=false", "disk_cache=false&disk_cache_dir=/tmp/x"] {
+            let o = SourceOptions::from_query(off).unwrap();
+            assert_eq!(CacheConfig::from_options(&o).disk_dir, None, "{off}");
+        }
+        let sized = CacheConfig::from_options(&SourceOptions::from_query("disk_cache_bytes=1000").unwrap());
+        assert_eq!(sized.disk_bytes, Some(1000));
+        let default = CacheConfig::from_options(&SourceOptions::default());
+        assert_eq!(default.disk_bytes, None, "sized from the free space");
+        assert_eq!((default.memory_bytes, default.block), (0, DEFAULT_BLOCK));
+    }
 
     fn block(n: usize, fill: u8) -> Bytes {
         Bytes::from(vec![fill; n])

@@ -15,23 +15,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
-/// How the disk cache picks what to drop ([`SourceOptions::cache_eviction`]).
-///
-/// [`SourceOptions::cache_eviction`]: crate::uri::SourceOptions::cache_eviction
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum Eviction {
-    /// By the reader's known future order when it gives one (the Loader does): the block
-    /// needed furthest ahead goes first, and one that would go first is not stored. Least
-    /// recently used without one.
-    #[default]
-    Future,
-    /// Least recently used, whatever the reader knows.
-    Lru,
-}
+pub use crate::uri::Eviction;
 
 /// Most (block, use) pairs a plan keeps (4 bytes each); later uses are left out, and the
 /// blocks they are for count as having no known use.

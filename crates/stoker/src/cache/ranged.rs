@@ -20,7 +20,7 @@ use tokio::sync::Semaphore;
 use super::BlockCache;
 use crate::error::{Error, Result};
 use crate::fetch::{Expect, Fetcher};
-use crate::store::ranges;
+use crate::ranges;
 
 /// One request for a run of adjacent cache blocks, awaited by each block that misses.
 type RunFetch = futures::future::Shared<futures::future::BoxFuture<'static, std::result::Result<Bytes, Arc<Error>>>>;
@@ -42,17 +42,18 @@ impl std::fmt::Debug for RemoteReader {
 }
 
 impl RemoteReader {
-    /// A reader over `fetcher`, with the block cache its settings ask for; fails only if the
-    /// disk cache directory cannot be made.
-    pub fn new(fetcher: Arc<Fetcher>) -> Result<Self> {
+    /// A reader over `fetcher`, with the block cache `cache` asks for; fails only if the disk
+    /// cache directory cannot be made.
+    pub fn new(fetcher: Arc<Fetcher>, cache: super::CacheConfig) -> Result<Self> {
         let cfg = fetcher.config();
-        let cache = if cfg.cache.enabled() { Some(BlockCache::new(cfg.cache.clone())?) } else { None };
+        let cache_cfg = cache;
+        let cache = if cache_cfg.enabled() { Some(BlockCache::new(cache_cfg.clone())?) } else { None };
         // Blocks in use by reads come on top of the cache's own bytes (a block being fetched,
         // or evicted while a read still cuts from it): half the memory cache's worth, or 64 MiB
         // (reads through the disk cache alone hold blocks in memory only while in flight), at
         // least 8 and at most one per request in flight, keeps that bounded and still parallel.
-        let block = cfg.cache.block.max(1);
-        let held_bytes = (cfg.cache.memory_bytes / 2).max(64 << 20);
+        let block = cache_cfg.block.max(1);
+        let held_bytes = (cache_cfg.memory_bytes / 2).max(64 << 20);
         let held_blocks_max = ((held_bytes / block) as usize).clamp(8, cfg.max_in_flight.max(8));
         Ok(RemoteReader { cache, held_blocks: Semaphore::new(held_blocks_max), held_blocks_max, fetcher })
     }

@@ -124,7 +124,7 @@ pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) ->
         batch_size: cfg.loader.batch_size,
         prefetch: cfg.loader.prefetch.max(1),
         concurrency: configured.concurrency(),
-        max_in_flight: configured.fetch_config().max_in_flight,
+        max_in_flight: crate::fetch::FetchConfig::from_options(&configured).max_in_flight,
         transform: cfg.loader.transform.is_some() || cfg.loader.decode.is_some(),
         decode: cfg.loader.decode.is_some(),
         transform_threads: cfg.loader.transform_threads.max(1),

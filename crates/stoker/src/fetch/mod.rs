@@ -75,8 +75,6 @@ pub struct FetchConfig {
     pub hedge: Hedge,
     /// One attempt's time limit.
     pub timeout: Duration,
-    /// Memory and disk caches for ranged reads of versioned objects (off by default).
-    pub cache: crate::cache::CacheConfig,
 }
 
 impl Default for FetchConfig {
@@ -85,14 +83,37 @@ impl Default for FetchConfig {
             max_in_flight: 512,
             adaptive_in_flight: true,
             max_bytes_in_flight: 256 << 20,
-            coalesce_gap: crate::store::ranges::REMOTE_GAP,
-            part_size: crate::store::ranges::PART,
+            coalesce_gap: crate::ranges::REMOTE_GAP,
+            part_size: crate::ranges::PART,
             attempts: 6,
             backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(5),
             hedge: Hedge::Auto { quantile: 0.95, factor: 2.0, min: Duration::from_millis(20) },
             timeout: Duration::from_secs(60),
-            cache: crate::cache::CacheConfig { block: 1 << 20, ..Default::default() },
+        }
+    }
+}
+
+impl FetchConfig {
+    /// The fetch layer's settings from a source's options.
+    pub fn from_options(opts: &crate::uri::SourceOptions) -> Self {
+        let d = FetchConfig::default();
+        FetchConfig {
+            max_in_flight: opts.max_in_flight.unwrap_or(d.max_in_flight).max(1),
+            // A number the user chose is kept as it is.
+            adaptive_in_flight: opts.max_in_flight.is_none() && d.adaptive_in_flight,
+            max_bytes_in_flight: d.max_bytes_in_flight,
+            coalesce_gap: opts.coalesce_gap(true),
+            part_size: opts.part_size.unwrap_or(d.part_size).max(1),
+            attempts: opts.attempts.unwrap_or(d.attempts).max(1),
+            backoff: opts.backoff_ms.map_or(d.backoff, Duration::from_millis),
+            max_backoff: d.max_backoff,
+            hedge: match opts.hedge_ms {
+                None => d.hedge,
+                Some(0) => Hedge::Off,
+                Some(ms) => Hedge::After(Duration::from_millis(ms)),
+            },
+            timeout: opts.timeout_ms.map_or(d.timeout, Duration::from_millis),
         }
     }
 }
@@ -132,7 +153,7 @@ impl std::fmt::Debug for Fetcher {
 }
 
 impl Fetcher {
-    /// A fetcher over `store` with the settings `cfg` (its `cache` part is the read path's).
+    /// A fetcher over `store` with the settings `cfg`.
     pub fn new(store: Arc<dyn ObjectStore>, cfg: FetchConfig) -> Self {
         Fetcher {
             limit: if cfg.adaptive_in_flight {

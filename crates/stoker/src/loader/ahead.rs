@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{watch, Notify};
 
-use super::producer::AbortOnDrop;
+use super::AbortOnDrop;
 use crate::sampler::Sampler;
 use crate::source::{DynSampleSource, ReadAhead};
 

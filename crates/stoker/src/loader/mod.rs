@@ -6,6 +6,7 @@
 //! batch into recycled storage and queues it. Batches arrive in sampler order. A byte budget
 //! bounds data fetched but not yet delivered.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, Semaphore};
@@ -293,4 +294,22 @@ fn shard_layout(src: &DynSampleSource) -> Result<ShardLayout> {
         *sizes.last_mut().expect("pushed above") += 1;
     }
     Ok(ShardLayout::from_sizes(&sizes)?)
+}
+
+/// A spawned fetch that is cancelled when the epoch is dropped (the consumer went away), so
+/// abandoned prefetches neither keep running nor hold budget.
+pub(super) struct AbortOnDrop<T>(pub(super) tokio::task::JoinHandle<T>);
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = std::result::Result<T, tokio::task::JoinError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -1,7 +1,6 @@
 //! The producer task of one epoch: walks the sampler batch by batch, keeps `prefetch` batch
 //! fetches in flight under the byte budget, transforms and decodes, assembles, queues in order.
 
-use std::future::Future;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,7 +8,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use super::{batches_for, kib, ErrorPolicy, LoaderConfig};
+use super::{batches_for, kib, AbortOnDrop, ErrorPolicy, LoaderConfig};
 use crate::batch::{Batch, BatchPool};
 use crate::decode::Decoder;
 use crate::error::{Error, Result};
@@ -79,24 +78,6 @@ pub(crate) fn split_even(mut samples: Vec<Sample>, parts: usize) -> Vec<Vec<Samp
         out.push(std::mem::replace(&mut samples, rest));
     }
     out
-}
-
-/// A spawned fetch that is cancelled when the epoch is dropped (the consumer went away), so
-/// abandoned prefetches neither keep running nor hold budget.
-pub(super) struct AbortOnDrop<T>(pub(super) tokio::task::JoinHandle<T>);
-
-impl<T> Future for AbortOnDrop<T> {
-    type Output = std::result::Result<T, tokio::task::JoinError>;
-
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0).poll(cx)
-    }
-}
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 impl Producer {

@@ -26,13 +26,13 @@ use std::ops::Range;
 use std::sync::Arc;
 
 mod config;
-mod error;
+
 mod mix;
 mod permutation;
 mod shards;
 
+pub use crate::error::{SamplerError, SamplerResult};
 pub use config::{Order, Partition, SamplerConfig, SamplerState, ShardLayout, Tail, DEFAULT_SHARD_WINDOW};
-pub use error::{SamplerError, SamplerResult};
 pub use mix::{EpochLength, MixPlan};
 pub use permutation::Permutation;
 

@@ -22,25 +22,3 @@ pub(crate) fn npy(descr: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
     out.extend_from_slice(data);
     out
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn headers_are_numpys_and_parse_back() {
-        // numpy.save(b, np.arange(3, dtype='<f4')) starts exactly so.
-        let b = npy("<f4", &[3], &[0u8; 12]);
-        let want = b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }";
-        assert_eq!(&b[..want.len()], want);
-        assert_eq!((b.len() - 12) % 64, 0);
-        assert_eq!(b[b.len() - 13], b'\n');
-        for (shape, n) in [(vec![2usize, 3], 6usize), (vec![], 1), (vec![0], 0)] {
-            let b = npy("<i8", &shape, &vec![1u8; n * 8]);
-            let h = crate::decode::parse_npy(&b).unwrap();
-            assert_eq!(h.shape, shape);
-            assert_eq!(h.data_offset % 64, 0);
-            assert_eq!(b.len() - h.data_offset, n * 8);
-        }
-    }
-}

@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::ranges;
 use crate::sample::{Field, Sample};
-use crate::store::ranges;
 
 /// A spilled shard's name: (shard, part of it), e.g. (row group, 0) or (chunk, record batch).
 pub(crate) type UnitKey = (usize, usize);

@@ -8,9 +8,10 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 
-use super::{ranges, Backend, Object, Store};
+use super::{Backend, Object, Store};
 use crate::cache::CachedObject;
 use crate::error::{Error, Result};
+use crate::ranges;
 
 /// See the module docs. Made by [`Store::direct_reader`]; objects are numbered by the caller.
 pub(crate) struct DirectReader {

@@ -30,10 +30,11 @@ mod blocking;
 mod direct;
 mod local;
 mod object;
-pub mod ranges;
 mod remote;
 mod write;
 
+/// Range merging and splitting (at the crate root: the fetch layer and the caches use it too).
+pub use crate::ranges;
 pub use blocking::BlockReader;
 pub(crate) use blocking::Cancel;
 pub(crate) use direct::{gone, is_gone, DirectReader};
@@ -57,43 +58,7 @@ pub struct ObjectInfo {
     pub recorded: bool,
 }
 
-/// Requests and bytes a store has served, for benchmarks and for checking that ranged
-/// layouts really coalesce.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct IoCounters {
-    /// Read requests issued (each range of a multi-range read counts once).
-    pub requests: u64,
-    /// Payload bytes returned.
-    pub bytes: u64,
-    /// HTTP requests the fetch layer sent (remote stores; retries and hedges included).
-    pub remote_requests: u64,
-    /// Bytes the fetch layer received (remote stores; retries and hedges included): what
-    /// caches save shows here, where `bytes` counts what readers asked for.
-    pub remote_bytes: u64,
-    /// Remote requests retried after a transient failure.
-    pub retries: u64,
-    /// Remote requests hedged (a duplicate sent because the first was slow).
-    pub hedges: u64,
-    /// Hedges that answered first.
-    pub hedge_wins: u64,
-    /// Block cache hits (memory).
-    pub cache_hits: u64,
-    /// Block cache misses (memory).
-    pub cache_misses: u64,
-    /// Misses served by the disk cache.
-    pub disk_hits: u64,
-    /// Of those, blocks read straight from their files into batches (the hit path).
-    pub disk_direct: u64,
-    /// Disk cache blocks that failed verification: dropped and fetched again, never served.
-    pub cache_corrupt: u64,
-    /// Remote requests allowed in flight now (sized from latency unless fixed).
-    pub in_flight_limit: u64,
-    /// Most remote requests in flight at once so far.
-    pub peak_in_flight: u64,
-    /// Remote requests that queued for a slot under the in-flight limit.
-    pub in_flight_waits: u64,
-}
+pub use crate::stats::IoCounters;
 
 /// A cheaply cloneable handle on a store rooted at a directory or prefix.
 #[derive(Clone)]

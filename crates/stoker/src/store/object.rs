@@ -26,9 +26,10 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::{ranges, version_key, Backend, ObjectInfo, Store};
+use super::{version_key, Backend, ObjectInfo, Store};
 use crate::error::{Error, Result};
 use crate::fetch::Expect;
+use crate::ranges;
 
 /// An object as a layout reads it: its path, size and the version every read is pinned to
 /// (see the module docs). Cheap to clone; clones share the pin.

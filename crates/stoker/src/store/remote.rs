@@ -34,7 +34,8 @@ impl Store {
             ),
             None => shown.split('?').next().unwrap_or(shown).trim_end_matches('/').to_string(),
         };
-        let reader = Arc::new(crate::cache::RemoteReader::new(Arc::new(Fetcher::new(objects, opts.fetch_config())))?);
+        let fetcher = Arc::new(Fetcher::new(objects, crate::fetch::FetchConfig::from_options(opts)));
+        let reader = Arc::new(crate::cache::RemoteReader::new(fetcher, crate::cache::CacheConfig::from_options(opts))?);
         let policy = super::ranges::Policy::new(opts.coalesce_gap(true), opts.max_read());
         Ok(Store::new(Backend::Remote { reader, prefix: loc.prefix.clone() }, root, policy))
     }

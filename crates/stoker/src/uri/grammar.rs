@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use super::braces::expand_braces;
 use super::options::{Layout, SourceOptions};
-use super::redact::redact;
 use crate::error::{Error, Result};
+use crate::redact::redact;
 
 /// Where a source's bytes live, after parsing the URI.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,12 +6,12 @@
 mod braces;
 mod grammar;
 mod options;
-mod redact;
 
 pub use braces::expand_braces;
 pub use grammar::{parse, Location, RemoteLocation, SourceUri, SCHEMES};
-pub use options::{option_keys, DamagePolicy, Layout, SourceOptions, INDEX_FILE};
+pub use options::{option_keys, DamagePolicy, Eviction, Layout, SourceOptions, INDEX_FILE};
+// Redaction sits at the crate root, below the error type that uses it too.
 #[cfg(feature = "fuzzing")]
-pub(crate) use redact::is_secret_key;
-pub use redact::{is_secret_option, redact, redact_text, scrub};
-pub(crate) use redact::{redact_endpoint, secret_values, toml_error};
+pub(crate) use crate::redact::is_secret_key;
+pub use crate::redact::{is_secret_option, redact, redact_text, scrub};
+pub(crate) use crate::redact::{redact_endpoint, secret_values, toml_error};

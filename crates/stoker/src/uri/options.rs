@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::redact::{is_secret_option, redact, redact_endpoint, scrub, secret_values, toml_error, SECRET_OPTIONS};
 use crate::error::{Error, Result};
+use crate::redact::{is_secret_option, redact, redact_endpoint, scrub, secret_values, toml_error, SECRET_OPTIONS};
 
 /// How samples are laid out in storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -184,7 +184,7 @@ pub struct SourceOptions {
     /// How the disk cache picks what to drop (default `future`: by the order the Loader will
     /// read, which it knows for this epoch and the next; least recently used for other
     /// readers), or `lru`.
-    pub cache_eviction: Option<crate::cache::Eviction>,
+    pub cache_eviction: Option<Eviction>,
     /// Use the dataset's manifest (`stoker index`) when it has one (default true).
     pub manifest: Option<bool>,
     /// What opening does with a damaged tar shard (default `raise`): `skip` keeps the samples
@@ -194,6 +194,20 @@ pub struct SourceOptions {
     /// `index`: record a digest (XXH3-64) of every tar member's payload in the indexes (reads every
     /// payload once); reads then verify them (default false; `pack` always records them).
     pub checksums: Option<bool>,
+}
+
+/// How the disk cache picks what to drop ([`SourceOptions::cache_eviction`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Eviction {
+    /// By the reader's known future order when it gives one (the Loader does): the block
+    /// needed furthest ahead goes first, and one that would go first is not stored. Least
+    /// recently used without one.
+    #[default]
+    Future,
+    /// Least recently used, whatever the reader knows.
+    Lru,
 }
 
 /// What opening a source does when a shard is damaged (see [`SourceOptions::on_damage`]).
@@ -291,45 +305,16 @@ impl SourceOptions {
     /// Default gap: 16 KiB on local disks (a read through a gap costs bandwidth), 1 MiB on
     /// remote stores (a request costs a round trip).
     pub(crate) fn coalesce_gap(&self, remote: bool) -> u64 {
-        use crate::store::ranges::{LOCAL_GAP, REMOTE_GAP};
+        use crate::ranges::{LOCAL_GAP, REMOTE_GAP};
         self.coalesce_gap.unwrap_or(if remote { REMOTE_GAP } else { LOCAL_GAP })
     }
 
-    /// The fetch layer's settings from these options.
-    pub fn fetch_config(&self) -> crate::fetch::FetchConfig {
-        use std::time::Duration;
-        let d = crate::fetch::FetchConfig::default();
-        crate::fetch::FetchConfig {
-            max_in_flight: self.max_in_flight.unwrap_or(d.max_in_flight).max(1),
-            // A number the user chose is kept as it is.
-            adaptive_in_flight: self.max_in_flight.is_none() && d.adaptive_in_flight,
-            max_bytes_in_flight: d.max_bytes_in_flight,
-            coalesce_gap: self.coalesce_gap(true),
-            part_size: self.part_size.unwrap_or(d.part_size).max(1),
-            attempts: self.attempts.unwrap_or(d.attempts).max(1),
-            backoff: self.backoff_ms.map_or(d.backoff, Duration::from_millis),
-            max_backoff: d.max_backoff,
-            hedge: match self.hedge_ms {
-                None => d.hedge,
-                Some(0) => crate::fetch::Hedge::Off,
-                Some(ms) => crate::fetch::Hedge::After(Duration::from_millis(ms)),
-            },
-            timeout: self.timeout_ms.map_or(d.timeout, Duration::from_millis),
-            cache: crate::cache::CacheConfig {
-                memory_bytes: self.cache_bytes.unwrap_or(0),
-                block: self.cache_block.unwrap_or(d.cache.block).max(4096),
-                disk_dir: self.disk_cache_dir(),
-                disk_bytes: self.disk_cache_bytes,
-                eviction: self.cache_eviction.unwrap_or_default(),
-            },
-        }
-    }
     /// Whether damaged shards are skipped around rather than failing the open.
     pub(crate) fn skip_damage(&self) -> bool {
         self.on_damage == Some(DamagePolicy::Skip)
     }
     pub(crate) fn max_read(&self) -> u64 {
-        self.max_read.unwrap_or(crate::store::ranges::MAX_MERGED).max(1)
+        self.max_read.unwrap_or(crate::ranges::MAX_MERGED).max(1)
     }
     /// The columns `columns=` keeps, `None` for all; empty names are ignored.
     pub(crate) fn column_list(&self) -> Option<Vec<&str>> {
@@ -429,11 +414,7 @@ mod tests {
         for off in ["disk_cache=false", "disk_cache=false&disk_cache_dir=/tmp/x"] {
             let o = SourceOptions::from_query(off).unwrap();
             assert_eq!(o.disk_cache_dir(), None, "{off}");
-            assert_eq!(o.fetch_config().cache.disk_dir, None, "{off}");
         }
-        let sized = SourceOptions::from_query("disk_cache_bytes=1000").unwrap().fetch_config().cache;
-        assert_eq!(sized.disk_bytes, Some(1000));
-        assert_eq!(SourceOptions::default().fetch_config().cache.disk_bytes, None, "sized from the free space");
     }
 
     #[test]

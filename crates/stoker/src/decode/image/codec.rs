@@ -4,13 +4,11 @@
 use std::io::Cursor;
 
 use zune_jpeg::zune_core::bytestream::ZCursor;
-use zune_jpeg::zune_core::colorspace::ColorSpace;
-use zune_jpeg::zune_core::options::DecoderOptions;
 use zune_jpeg::JpegDecoder;
 
 use super::jpeg::{self, JpegScratch};
 use super::window::Rect;
-use super::ImageError;
+use super::{grow, ImageError};
 
 /// The codecs we decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,16 +111,6 @@ fn webp_error(e: image_webp::DecodingError) -> ImageError {
     }
 }
 
-/// The decoder options: strict, so a truncated or corrupt stream is an error rather than an
-/// image padded with gray (zune-jpeg's lenient default, meant for browsers).
-pub(super) fn jpeg_options() -> DecoderOptions {
-    DecoderOptions::default()
-        .set_strict_mode(true)
-        .set_max_width(usize::from(u16::MAX))
-        .set_max_height(usize::from(u16::MAX))
-        .jpeg_set_out_colorspace(ColorSpace::RGB)
-}
-
 /// Refuse empty images and images over `max_pixels` (before any pixel buffer exists).
 pub(super) fn check_size(w: u32, h: u32, max_pixels: u64) -> Result<(), ImageError> {
     let (width, height) = (u64::from(w), u64::from(h));
@@ -193,14 +181,6 @@ pub(super) fn open<'a>(
             Ok((Opened::Webp(d), w, h))
         }
     }
-}
-
-/// Grow-only: `buf[..n]`, allocating only when a bigger image than any before comes along.
-pub(super) fn grow(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
-    if buf.len() < n {
-        buf.resize(n, 0);
-    }
-    &mut buf[..n]
 }
 
 /// Decode at least `need` of the image into `pixels` (RGB8, grown as needed), using `raw` for

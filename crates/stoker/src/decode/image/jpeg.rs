@@ -11,9 +11,10 @@
 
 use zune_jpeg::zune_core::bytestream::ZCursor;
 use zune_jpeg::zune_core::colorspace::ColorSpace;
+use zune_jpeg::zune_core::options::DecoderOptions;
 use zune_jpeg::{DecoderBuffers, JpegDecoder, RawImcuRowStatus};
 
-use super::codec::{grow, jpeg_options};
+use super::grow;
 use super::window::Rect;
 use super::ImageError;
 
@@ -278,6 +279,16 @@ fn convert_rows(
             px[2] = (l + ((CB_B * cb + ONE_HALF) >> 16)).clamp(0, 255) as u8;
         }
     }
+}
+
+/// The decoder options: strict, so a truncated or corrupt stream is an error rather than an
+/// image padded with gray (zune-jpeg's lenient default, meant for browsers).
+pub(super) fn jpeg_options() -> DecoderOptions {
+    DecoderOptions::default()
+        .set_strict_mode(true)
+        .set_max_width(usize::from(u16::MAX))
+        .set_max_height(usize::from(u16::MAX))
+        .jpeg_set_out_colorspace(ColorSpace::RGB)
 }
 
 #[cfg(test)]

@@ -133,7 +133,15 @@ pub fn decode_image(
     let got_size = ((got.x1 - got.x0) as u32, (got.y1 - got.y0) as u32);
     let [oh, ow] = spec.size;
     let n = codec::rgb_len(ow, oh)?;
-    let resized = codec::grow(&mut scratch.resized, n);
+    let resized = grow(&mut scratch.resized, n);
     output::resize(&mut scratch.resampler, &scratch.pixels, got_size, &win, resized, (ow, oh))?;
     output::write(spec, resized, ow as usize, oh as usize, plan.flip, out)
+}
+
+/// Grow-only: `buf[..n]`, allocating only when a bigger image than any before comes along.
+pub(crate) fn grow(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
+    if buf.len() < n {
+        buf.resize(n, 0);
+    }
+    &mut buf[..n]
 }

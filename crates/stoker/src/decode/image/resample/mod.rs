@@ -25,7 +25,7 @@
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use super::ImageError;
+use super::{grow, ImageError};
 
 /// Fractional bits of the fixed-point weights (Pillow's `PRECISION_BITS`, 32 - 8 - 2).
 const PRECISION_BITS: u32 = 22;
@@ -383,14 +383,6 @@ impl Resampler {
             }
         }
     }
-}
-
-/// The first `n` bytes of `buf`, grown if it is shorter (never shrunk: the capacity stays).
-fn grow(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
-    if buf.len() < n {
-        buf.resize(n, 0);
-    }
-    &mut buf[..n]
 }
 
 /// The horizontal pass: every row of `src` filtered by `axis` into the packed rows of `dst`.

@@ -2,11 +2,19 @@
 
 use std::fmt;
 
+mod cause;
+mod pinned;
+mod sampler;
+
+pub use cause::DamageCause;
+pub use pinned::PinnedError;
+pub use sampler::{SamplerError, SamplerResult};
+
 // Keys and field names come from data: messages show them escaped (no raw control characters,
 // distinct keys print distinctly). Messages from stores and HTTP clients may quote a URL with
 // its credentials (a redirect's, an endpoint's userinfo): they are redacted when shown.
-use crate::sample::{display_key, escape_controls};
-use crate::uri::redact_text;
+use crate::escape::{display_key, escape_controls};
+use crate::redact::redact_text;
 
 /// Result alias used across Stoker.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -222,11 +230,11 @@ pub enum Error {
 
     /// A sampler configuration or resume state is invalid (rank, world size, window...).
     #[error("sampler: {0}")]
-    Sampler(#[from] crate::sampler::SamplerError),
+    Sampler(#[from] SamplerError),
 
     /// Pinned memory or the GPU copy path failed, or CUDA is not available here.
     #[error(transparent)]
-    Pinned(#[from] crate::pinned::PinnedError),
+    Pinned(#[from] PinnedError),
 
     /// An error shared by several waiters of one fetch (single-flight caches). Whether a
     /// caller sees it wrapped depends on timing: match on [`Error::kind`], which looks through.
@@ -343,8 +351,8 @@ impl Error {
     /// What kind of failure this is, the same whether or not it reached the caller through
     /// a single-flight cache ([`Error::Shared`]).
     pub fn kind(&self) -> ErrorKind {
-        use crate::pinned::PinnedError as P;
         use ErrorKind as K;
+        use PinnedError as P;
         match self {
             Error::InvalidUri { .. }
             | Error::InvalidOption { .. }
@@ -408,8 +416,8 @@ impl Error {
     }
 
     /// Why a sample failed to read, for counting skips by cause.
-    pub fn skip_cause(&self) -> crate::stats::DamageCause {
-        use crate::stats::DamageCause as C;
+    pub fn skip_cause(&self) -> DamageCause {
+        use DamageCause as C;
         match self {
             Error::CorruptTar { .. } => C::DamagedHeader,
             Error::CorruptData { .. } => C::ChecksumMismatch,
