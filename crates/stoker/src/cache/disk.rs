@@ -28,7 +28,7 @@
 //! one warning per process.
 
 use std::collections::HashSet;
-use std::io::{self, Write};
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -37,16 +37,14 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
+use super::files::{remove_stale_tmp, scan, unique};
 use super::policy::{Plan, Ranks};
-use super::seal::{self, Refused};
+use super::seal::{self, BlockFile, Refused};
 
 /// The largest default size: beyond this a disk cache rarely pays for the space it takes.
 pub(crate) const DEFAULT_MAX: u64 = 50 << 30;
 /// The smallest default size (unless the disk is nearly full).
 pub(crate) const DEFAULT_MIN: u64 = 256 << 20;
-/// Temporary files older than this are removed at open even if a process of that pid lives
-/// (pids are reused, and a writer in another pid namespace is not visible in `/proc`).
-const STALE_TMP: Duration = Duration::from_secs(600);
 /// After a failed write, writes pause this long (a full disk must not cost a failed write of
 /// every block).
 const WRITE_PAUSE: Duration = Duration::from_secs(30);
@@ -453,155 +451,13 @@ impl DiskCache {
     }
 }
 
-/// A block file open for the hit path, its trailer verified ([`DiskCache::open_block`]).
-pub(crate) struct BlockFile {
-    file: std::fs::File,
-    /// Digest of each [`seal::CHUNK`] of the block.
-    sums: Vec<u64>,
-    /// The block's length (the file is longer by its trailer).
-    len: u64,
-}
-
-thread_local! {
-    /// Where chunks cut by a read's edges are read and verified before their wanted part is
-    /// copied out (at most one chunk).
-    static EDGE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-impl BlockFile {
-    /// Fill `dst` with the block's bytes from offset `at`, verifying every chunk it touches:
-    /// whole chunks are read straight into `dst` and checked there, a chunk cut by either end
-    /// of the read is read whole aside. `Ok(false)`: a chunk did not verify (`dst` holds
-    /// unverified bytes, and must not be used).
-    pub(crate) fn read_verified(&self, dst: &mut [u8], at: u64) -> io::Result<bool> {
-        let end = at + dst.len() as u64;
-        if end > self.len {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of a cached block"));
-        }
-        // The end of the whole chunks inside the read: the block's end counts as a chunk end.
-        let whole_end = if end == self.len { end } else { end / seal::CHUNK * seal::CHUNK };
-        let mut pos = at;
-        while pos < end {
-            let c = pos / seal::CHUNK;
-            let chunk_start = c * seal::CHUNK;
-            let out = (pos - at) as usize;
-            if pos == chunk_start && whole_end > pos {
-                let d = &mut dst[out..(whole_end - at) as usize];
-                self.file.read_exact_at(d, pos)?;
-                if !seal::chunks_match(&self.sums, c as usize, d) {
-                    return Ok(false);
-                }
-                pos = whole_end;
-                continue;
-            }
-            let chunk_end = (chunk_start + seal::CHUNK).min(self.len);
-            let upto = chunk_end.min(end);
-            let ok = EDGE.with(|edge| -> io::Result<bool> {
-                let mut edge = edge.borrow_mut();
-                let n = (chunk_end - chunk_start) as usize;
-                if edge.len() < n {
-                    edge.resize(n, 0);
-                }
-                self.file.read_exact_at(&mut edge[..n], chunk_start)?;
-                if !seal::chunks_match(&self.sums, c as usize, &edge[..n]) {
-                    return Ok(false);
-                }
-                let from = (pos - chunk_start) as usize;
-                dst[out..out + (upto - pos) as usize].copy_from_slice(&edge[from..from + (upto - pos) as usize]);
-                Ok(true)
-            })?;
-            if !ok {
-                return Ok(false);
-            }
-            pos = upto;
-        }
-        Ok(true)
-    }
-}
-
 fn lock_path(dir: &Path) -> PathBuf {
     dir.join(".evict.lock")
-}
-
-fn unique() -> u64 {
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Relaxed)
-        ^ (SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64))
-}
-
-/// Remove temporary files whose writer is gone: its pid is not running (when `/proc` says),
-/// or the file is older than [`STALE_TMP`]. Returns how many were removed.
-fn remove_stale_tmp(dir: &Path) -> u64 {
-    let proc_visible = Path::new("/proc/self").exists();
-    let mut removed = 0;
-    for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if !sub.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        for f in std::fs::read_dir(sub.path()).into_iter().flatten().flatten() {
-            let name = f.file_name();
-            let Some(pid) = tmp_writer(&name.to_string_lossy()) else { continue };
-            let old = f
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > STALE_TMP);
-            let dead = proc_visible && !Path::new("/proc").join(pid.to_string()).exists();
-            if (old || dead) && std::fs::remove_file(f.path()).is_ok() {
-                removed += 1;
-            }
-        }
-    }
-    removed
-}
-
-/// The writer's pid in a temporary entry's name (`.<32 hex>.<pid>.<hex>.tmp`).
-fn tmp_writer(name: &str) -> Option<u32> {
-    let mut parts = name.strip_prefix('.')?.strip_suffix(".tmp")?.split('.');
-    let (key, pid, _unique) = (parts.next()?, parts.next()?, parts.next()?);
-    (key.len() == 32 && parts.next().is_none()).then_some(())?;
-    pid.parse().ok()
-}
-
-/// An entry found on disk.
-pub(crate) struct Found {
-    pub(crate) key: u128,
-    pub(crate) len: u64,
-    pub(crate) modified: SystemTime,
-}
-
-/// Every entry in the directory (files named `<32 hex>.blk` in its subdirectories).
-pub(crate) fn scan(dir: &Path) -> Vec<Found> {
-    let mut out = Vec::new();
-    for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if !sub.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        for f in std::fs::read_dir(sub.path()).into_iter().flatten().flatten() {
-            let name = f.file_name();
-            let Some(hex) = name.to_str().and_then(|n| n.strip_suffix(".blk")).filter(|h| h.len() == 32) else {
-                continue;
-            };
-            let (Ok(key), Ok(m)) = (u128::from_str_radix(hex, 16), f.metadata()) else { continue };
-            out.push(Found { key, len: m.len(), modified: m.modified().unwrap_or(std::time::UNIX_EPOCH) });
-        }
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn temporary_names_carry_their_writer() {
-        let key = format!("{:032x}", 7u128);
-        assert_eq!(tmp_writer(&format!(".{key}.4242.1f.tmp")), Some(4242));
-        assert_eq!(tmp_writer(&format!("{key}.blk")), None);
-        assert_eq!(tmp_writer(".short.1.2.tmp"), None);
-        assert_eq!(tmp_writer(&format!(".{key}.notapid.2.tmp")), None);
-    }
 
     #[test]
     fn dead_writers_leftovers_go_at_open_and_live_ones_stay() {

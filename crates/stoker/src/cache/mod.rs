@@ -13,6 +13,7 @@
 //! shard.
 
 mod disk;
+mod files;
 pub mod policy;
 mod ranged;
 mod read;
@@ -512,7 +513,7 @@ mod tests {
             c.get_or_fetch(k, 4096, move || async move { Ok(block(4096, k as u8)) }).await.unwrap();
             c.flush().await;
         }
-        let total: u64 = disk::scan(dir.path()).iter().map(|e| e.len).sum();
+        let total: u64 = files::scan(dir.path()).iter().map(|e| e.len).sum();
         assert!(total <= 40_000 + 2 * 4096, "disk cache holds {total} bytes");
         assert!(a.counters().disk_evictions.load(Relaxed) + b.counters().disk_evictions.load(Relaxed) > 0);
     }

@@ -13,7 +13,8 @@ use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::disk::{BlockFile, DiskCache};
+use super::disk::DiskCache;
+use super::seal::BlockFile;
 use super::{block_key, BlockCache, CacheCounters};
 
 /// The error of a read whose block is not (or no longer) in the cache.

@@ -12,6 +12,9 @@
 //! It guards against damage, not against an adversary who can write the cache directory
 //! (who could as well write a matching trailer).
 
+use std::io;
+use std::os::unix::fs::FileExt;
+
 use twox_hash::XxHash3_64;
 
 /// Bytes covered by one digest: a read verifies whole chunks, so this bounds the extra
@@ -99,6 +102,72 @@ pub(crate) fn check_file(key: u128, len: u64, file: &[u8]) -> Result<(), Refused
         Ok(())
     } else {
         Err(Refused::Damaged)
+    }
+}
+
+/// A block file open for the hit path, its trailer verified ([`super::disk::DiskCache::open_block`]).
+pub(crate) struct BlockFile {
+    pub(super) file: std::fs::File,
+    /// Digest of each [`CHUNK`] of the block.
+    pub(super) sums: Vec<u64>,
+    /// The block's length (the file is longer by its trailer).
+    pub(super) len: u64,
+}
+
+thread_local! {
+    /// Where chunks cut by a read's edges are read and verified before their wanted part is
+    /// copied out (at most one chunk).
+    static EDGE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl BlockFile {
+    /// Fill `dst` with the block's bytes from offset `at`, verifying every chunk it touches:
+    /// whole chunks are read straight into `dst` and checked there, a chunk cut by either end
+    /// of the read is read whole aside. `Ok(false)`: a chunk did not verify (`dst` holds
+    /// unverified bytes, and must not be used).
+    pub(crate) fn read_verified(&self, dst: &mut [u8], at: u64) -> io::Result<bool> {
+        let end = at + dst.len() as u64;
+        if end > self.len {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of a cached block"));
+        }
+        // The end of the whole chunks inside the read: the block's end counts as a chunk end.
+        let whole_end = if end == self.len { end } else { end / CHUNK * CHUNK };
+        let mut pos = at;
+        while pos < end {
+            let c = pos / CHUNK;
+            let chunk_start = c * CHUNK;
+            let out = (pos - at) as usize;
+            if pos == chunk_start && whole_end > pos {
+                let d = &mut dst[out..(whole_end - at) as usize];
+                self.file.read_exact_at(d, pos)?;
+                if !chunks_match(&self.sums, c as usize, d) {
+                    return Ok(false);
+                }
+                pos = whole_end;
+                continue;
+            }
+            let chunk_end = (chunk_start + CHUNK).min(self.len);
+            let upto = chunk_end.min(end);
+            let ok = EDGE.with(|edge| -> io::Result<bool> {
+                let mut edge = edge.borrow_mut();
+                let n = (chunk_end - chunk_start) as usize;
+                if edge.len() < n {
+                    edge.resize(n, 0);
+                }
+                self.file.read_exact_at(&mut edge[..n], chunk_start)?;
+                if !chunks_match(&self.sums, c as usize, &edge[..n]) {
+                    return Ok(false);
+                }
+                let from = (pos - chunk_start) as usize;
+                dst[out..out + (upto - pos) as usize].copy_from_slice(&edge[from..from + (upto - pos) as usize]);
+                Ok(true)
+            })?;
+            if !ok {
+                return Ok(false);
+            }
+            pos = upto;
+        }
+        Ok(true)
     }
 }
 

@@ -14,25 +14,27 @@
 //! set, in `<col>.path`). A null omits the field. The key is a `__key__` string column when
 //! there is one, else `<file stem>/<row in file, 6 digits>`.
 
+mod decoded;
+mod reader;
 pub(crate) mod values;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{StreamExt, TryStreamExt};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector};
-use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
 use parquet::errors::ParquetError;
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
 
+use self::decoded::Decoded;
+use self::reader::{not_parquet, StoreFile};
 use self::values::Column;
 use super::spill::{Kept, Spill};
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
@@ -156,27 +158,6 @@ pub(crate) async fn open(
     }))
 }
 
-/// Why a file could not be opened as Parquet, naming it and what to do.
-fn not_parquet(store: &Store, path: &str, e: ParquetError) -> Error {
-    match e {
-        ParquetError::External(inner) => match inner.downcast::<Error>() {
-            Ok(e) => *e,
-            Err(other) => bad_file(store, path, &other.to_string()),
-        },
-        other => bad_file(store, path, &other.to_string()),
-    }
-}
-
-fn bad_file(store: &Store, path: &str, why: &str) -> Error {
-    Error::BadIndex {
-        path: store.describe(path),
-        reason: format!(
-            "not a complete Parquet file ({why}): it is truncated or not Parquet; download or write it again, or \
-             leave it out of the source"
-        ),
-    }
-}
-
 /// The top-level column a column chunk belongs to.
 fn root(c: &parquet::file::metadata::ColumnChunkMetaData) -> &str {
     c.column_path().parts().first().map_or("", String::as_str)
@@ -227,68 +208,6 @@ struct Inner {
     /// decode: the other rows of a shuffled epoch, and every later epoch (`None` with
     /// `disk_cache=false`).
     spill: Option<Arc<Spill>>,
-}
-
-/// Row groups decoded whole, least recently used first, within `decoded_bytes` of Arrow
-/// arrays, and those dropped with rows unread while they are written to the spill.
-struct Decoded {
-    kept: Kept<usize, Arc<Whole>>,
-    spilling: Vec<(usize, Arc<Whole>)>,
-}
-
-/// A row group decoded whole, as record batches (of about [`WHOLE_BATCH_BYTES`]).
-struct Whole {
-    batches: Vec<RecordBatch>,
-    /// First row of each batch.
-    starts: Vec<usize>,
-}
-
-/// Record batches of a group decoded whole are about this large.
-const WHOLE_BATCH_BYTES: usize = 4 << 20;
-
-impl Whole {
-    fn num_rows(&self) -> usize {
-        self.batches.iter().map(RecordBatch::num_rows).sum()
-    }
-
-    fn memory_size(&self) -> usize {
-        self.batches.iter().map(RecordBatch::get_array_memory_size).sum()
-    }
-
-    /// The batch holding row `row`, and its row there.
-    fn row(&self, row: usize) -> Option<(&RecordBatch, usize)> {
-        let k = self.starts.partition_point(|&s| s <= row).checked_sub(1)?;
-        let b = self.batches.get(k)?;
-        let r = row - self.starts[k];
-        (r < b.num_rows()).then_some((b, r))
-    }
-}
-
-impl Decoded {
-    /// Group `g` if kept (marking `rows` read) or being spilled.
-    fn get(&mut self, g: usize, rows: &[usize]) -> Option<Arc<Whole>> {
-        self.kept.get(g, rows).or_else(|| self.spilling.iter().find(|(k, _)| *k == g).map(|(_, b)| b.clone()))
-    }
-
-    /// Keep group `g` with `rows` read; returns the groups dropped with rows still unread,
-    /// which `spilling` holds until [`Decoded::spilled`] (when `spill` is true; else they
-    /// are gone).
-    fn put(&mut self, g: usize, b: Arc<Whole>, rows: &[usize], spill: bool) -> Vec<usize> {
-        let (size, n) = (b.memory_size(), b.num_rows());
-        let dropped = self.kept.put(g, b, size, n, rows);
-        if !spill {
-            return Vec::new();
-        }
-        let groups = dropped.iter().map(|(k, _)| *k).collect();
-        self.spilling.extend(dropped);
-        groups
-    }
-
-    /// Group `g` is in the spill (or could not go there): drop it from `spilling`.
-    fn spilled(&mut self, g: usize) -> Option<Arc<Whole>> {
-        let i = self.spilling.iter().position(|(k, _)| *k == g)?;
-        Some(self.spilling.swap_remove(i).1)
-    }
 }
 
 struct File {
@@ -359,126 +278,6 @@ impl Inner {
         // Without an offset index (pyarrow writes none unless asked) any selection reads
         // every page of the group's column chunks anyway: decode them once.
         self.fits || group.coarse || rows.saturating_mul(8) >= group.rows
-    }
-
-    /// Rows `rows` of group `g`, decoded whole (projected columns) and kept, or from the
-    /// kept ones, or from the spill. Once: batches fetched at once that want the same group
-    /// wait for one decode.
-    async fn decoded(&self, g: usize, rows: &[usize]) -> Result<Vec<Sample>> {
-        let _one = self.loading[g].lock().await;
-        if let Some(b) = self.kept(g, rows) {
-            return rows.iter().map(|&row| self.whole_row(g, &b, row)).collect();
-        }
-        if let Some(got) = self.spilled(g, rows).await {
-            return got;
-        }
-        let batch = self.decode(g).await?;
-        let out = rows.iter().map(|&row| self.whole_row(g, &batch, row)).collect::<Result<Vec<_>>>();
-        self.keep_on_disk(g, &batch);
-        let evicted = self.decoded.lock().unwrap_or_else(|e| e.into_inner()).put(g, batch, rows, self.spill.is_some());
-        for e in evicted {
-            self.spill_group(e).await;
-        }
-        out
-    }
-
-    /// Start writing group `g`, just decoded, to the spill in the background, so that the
-    /// next pass over it (the next epoch, sequential or not) reads it back instead of
-    /// decoding it again; the write costs one copy, the decode several and a decompression.
-    /// A group read again while being written waits for nothing: it is still kept.
-    fn keep_on_disk(&self, g: usize, whole: &Arc<Whole>) {
-        let Some(spill) = self.spill.clone() else { return };
-        let mut writes = self.writes.lock().unwrap_or_else(|e| e.into_inner());
-        writes.retain(|(w, _)| !w.is_finished());
-        // Each write holds its group in memory until it is on disk: where the disk is slower
-        // than decoding, groups are decoded again later rather than piling up in memory.
-        let size = whole.memory_size();
-        let pending: usize = writes.iter().map(|(_, n)| n).sum();
-        if spill.has((g, 0)) || (!writes.is_empty() && pending + size > self.max_writing) {
-            return;
-        }
-        let Ok(all) = (0..whole.num_rows()).map(|r| self.whole_row(g, whole, r)).collect::<Result<Vec<_>>>() else {
-            return; // a value that does not convert is reported when its row is read
-        };
-        writes.push((tokio::spawn(async move { spill.put((g, 0), all).await }), size));
-    }
-
-    /// After a batch read groups `first..=last`: when reads go through the groups in order
-    /// (this batch starts where the last one ended, or at the start), decode the next
-    /// [`Inner::ahead`] groups in the background, one per core, so that a sequential pass
-    /// keeps every core decoding instead of waiting for one group at a time.
-    fn decode_ahead(self: &Arc<Self>, first: usize, last: usize) {
-        let before = self.last_group.swap(last, Relaxed);
-        let in_order = if before == usize::MAX { first == 0 } else { first == before || first == before + 1 };
-        if !in_order || self.ahead == 0 {
-            return;
-        }
-        for g in last + 1..(last + 1 + self.ahead).min(self.groups.len()) {
-            // A whole group is always decoded whole (`Inner::whole`): no check for that here.
-            if self.queued[g].swap(true, Relaxed) {
-                continue;
-            }
-            let me = self.clone();
-            tokio::spawn(async move {
-                let done = me.kept(g, &[]).is_some() || me.spill.as_ref().is_some_and(|s| s.has((g, 0)));
-                if !done {
-                    // An error is the batches' to report, when they read this group.
-                    let _ = me.decoded(g, &[]).await;
-                }
-                me.queued[g].store(false, Relaxed);
-            });
-        }
-    }
-
-    /// Group `g` kept decoded, marking `rows` read.
-    fn kept(&self, g: usize, rows: &[usize]) -> Option<Arc<Whole>> {
-        self.decoded.lock().unwrap_or_else(|e| e.into_inner()).get(g, rows)
-    }
-
-    /// Rows `rows` of group `g` from the spill, when it is there.
-    async fn spilled(&self, g: usize, rows: &[usize]) -> Option<Result<Vec<Sample>>> {
-        self.spill.as_ref()?.get((g, 0), rows).await
-    }
-
-    /// Write evicted group `g` to the spill as samples (all of them, or none: a value that
-    /// does not convert is reported when its row is read, from a decode again).
-    async fn spill_group(&self, g: usize) {
-        let batch = self.decoded.lock().unwrap_or_else(|e| e.into_inner()).get(g, &[]);
-        if let (Some(spill), Some(batch)) = (&self.spill, batch) {
-            let all = (0..batch.num_rows()).map(|r| self.whole_row(g, &batch, r)).collect::<Result<Vec<_>>>();
-            drop(batch);
-            if let Ok(all) = all {
-                spill.put((g, 0), all).await;
-            }
-        }
-        self.decoded.lock().unwrap_or_else(|e| e.into_inner()).spilled(g);
-    }
-
-    /// Row `row` of group `g` decoded whole, as a sample.
-    fn whole_row(&self, g: usize, whole: &Whole, row: usize) -> Result<Sample> {
-        let (batch, r) = whole.row(row).ok_or_else(|| Error::internal(format!("parquet: no row {row}")))?;
-        self.sample_of(g, batch, r, row)
-    }
-
-    /// Group `g` decoded whole (projected columns), in record batches of about
-    /// [`WHOLE_BATCH_BYTES`], kept as they come (no copy into one batch the size of the group).
-    async fn decode(&self, g: usize) -> Result<Arc<Whole>> {
-        let group = &self.groups[g];
-        let file = &self.files[group.file];
-        let per_row = usize::try_from(group.bytes).unwrap_or(0) / group.rows.max(1);
-        let batch_rows = (WHOLE_BATCH_BYTES / per_row.max(1)).clamp(1, group.rows.max(1));
-        let batches = self.read_batches(g, None, batch_rows).await?;
-        let mut starts = Vec::with_capacity(batches.len());
-        let mut at = 0usize;
-        for b in &batches {
-            starts.push(at);
-            at += b.num_rows();
-        }
-        if at != group.rows {
-            let why = format!("{} rows decoded where the footer says {}", at, group.rows);
-            return Err(corrupt(&self.store.describe(&file.path), group.group, &why));
-        }
-        Ok(Arc::new(Whole { batches, starts }))
     }
 
     /// The record batches of group `g`: the rows `rows` selects (sorted, distinct), or all
@@ -672,50 +471,6 @@ impl SampleSource for ParquetSource {
             let _ = w.await;
         }
         self.inner.store.flush().await
-    }
-}
-
-/// One Parquet file read through a [`Store`] (remote files through the block cache, keyed
-/// by their version); its metadata, once known, is handed out without another read.
-struct StoreFile {
-    store: Store,
-    obj: Object,
-    meta: Option<Arc<ParquetMetaData>>,
-}
-
-fn external(e: Error) -> ParquetError {
-    ParquetError::External(Box::new(e))
-}
-
-impl AsyncFileReader for StoreFile {
-    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        async move { self.store.read_span(&self.obj, range).await.map_err(external) }.boxed()
-    }
-
-    /// The pages a read needs, in one read of the store (which merges them across small
-    /// gaps: a row group's column chunks and pages lie side by side, and one request for them
-    /// costs less than one per page).
-    fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
-        async move { self.store.read(&self.obj, &ranges).await.map_err(external) }.boxed()
-    }
-
-    fn get_metadata<'a>(
-        &'a mut self,
-        options: Option<&'a ArrowReaderOptions>,
-    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
-        async move {
-            if let Some(m) = &self.meta {
-                return Ok(m.clone());
-            }
-            let size = self.obj.size();
-            let policy = options.map_or(PageIndexPolicy::Optional, |_| PageIndexPolicy::Optional);
-            let meta =
-                ParquetMetaDataReader::new().with_page_index_policy(policy).load_and_finish(&mut *self, size).await?;
-            let meta = Arc::new(meta);
-            self.meta = Some(meta.clone());
-            Ok(meta)
-        }
-        .boxed()
     }
 }
 

@@ -1,0 +1,91 @@
+//! The disk cache directory's files: entries named `<32 hex>.blk` in two-hex subdirectories,
+//! temporary files named after their writer's pid, and what a scan of them finds.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, SystemTime};
+
+/// Temporary files older than this are removed at open even if a process of that pid lives
+/// (pids are reused, and a writer in another pid namespace is not visible in `/proc`).
+const STALE_TMP: Duration = Duration::from_secs(600);
+
+pub(super) fn unique() -> u64 {
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Relaxed)
+        ^ (SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64))
+}
+
+/// Remove temporary files whose writer is gone: its pid is not running (when `/proc` says),
+/// or the file is older than [`STALE_TMP`]. Returns how many were removed.
+pub(super) fn remove_stale_tmp(dir: &Path) -> u64 {
+    let proc_visible = Path::new("/proc/self").exists();
+    let mut removed = 0;
+    for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if !sub.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        for f in std::fs::read_dir(sub.path()).into_iter().flatten().flatten() {
+            let name = f.file_name();
+            let Some(pid) = tmp_writer(&name.to_string_lossy()) else { continue };
+            let old = f
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > STALE_TMP);
+            let dead = proc_visible && !Path::new("/proc").join(pid.to_string()).exists();
+            if (old || dead) && std::fs::remove_file(f.path()).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
+/// The writer's pid in a temporary entry's name (`.<32 hex>.<pid>.<hex>.tmp`).
+pub(super) fn tmp_writer(name: &str) -> Option<u32> {
+    let mut parts = name.strip_prefix('.')?.strip_suffix(".tmp")?.split('.');
+    let (key, pid, _unique) = (parts.next()?, parts.next()?, parts.next()?);
+    (key.len() == 32 && parts.next().is_none()).then_some(())?;
+    pid.parse().ok()
+}
+
+/// An entry found on disk.
+pub(crate) struct Found {
+    pub(crate) key: u128,
+    pub(crate) len: u64,
+    pub(crate) modified: SystemTime,
+}
+
+/// Every entry in the directory (files named `<32 hex>.blk` in its subdirectories).
+pub(crate) fn scan(dir: &Path) -> Vec<Found> {
+    let mut out = Vec::new();
+    for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if !sub.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        for f in std::fs::read_dir(sub.path()).into_iter().flatten().flatten() {
+            let name = f.file_name();
+            let Some(hex) = name.to_str().and_then(|n| n.strip_suffix(".blk")).filter(|h| h.len() == 32) else {
+                continue;
+            };
+            let (Ok(key), Ok(m)) = (u128::from_str_radix(hex, 16), f.metadata()) else { continue };
+            out.push(Found { key, len: m.len(), modified: m.modified().unwrap_or(std::time::UNIX_EPOCH) });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_names_carry_their_writer() {
+        let key = format!("{:032x}", 7u128);
+        assert_eq!(tmp_writer(&format!(".{key}.4242.1f.tmp")), Some(4242));
+        assert_eq!(tmp_writer(&format!("{key}.blk")), None);
+        assert_eq!(tmp_writer(".short.1.2.tmp"), None);
+        assert_eq!(tmp_writer(&format!(".{key}.notapid.2.tmp")), None);
+    }
+}
