@@ -12,10 +12,14 @@
 //! the machine moves both of its epochs and cancels out of its ratio. The bar is a cost
 //! of at most 5%.
 
+#[path = "common/measure.rs"]
+mod measure;
+
 use std::path::Path;
 use std::time::Instant;
 
 use futures::StreamExt;
+use measure::{cpu_seconds, median};
 use stoker::loader::{Loader, LoaderConfig};
 
 #[tokio::main]
@@ -110,20 +114,4 @@ async fn epoch(dir: &Path) -> Result<f64, Box<dyn std::error::Error>> {
         n += b?.len();
     }
     Ok(n as f64 / started.elapsed().as_secs_f64())
-}
-
-/// User + system CPU time of this process so far (Linux `/proc/self/stat`, in clock ticks of
-/// 10 ms), 0 where that is not readable.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after its closing paren.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the paren.
-    f.get(10).zip(f.get(11)).map_or(0.0, |(u, s)| (u + s) / 100.0)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }

@@ -23,6 +23,7 @@ pub(crate) use disk::default_limit;
 pub use policy::{Eviction, Plan};
 pub use ranged::RemoteReader;
 pub use read::{is_gone, CachedObject, Gone};
+pub use seal::UNVERIFIED_ENV;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -25,13 +25,12 @@ use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector};
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
 use parquet::errors::ParquetError;
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
+use parquet::file::metadata::PageIndexPolicy;
 
 use self::decoded::Decoded;
 use self::reader::{not_parquet, StoreFile};
@@ -478,7 +477,8 @@ impl SampleSource for ParquetSource {
 /// schema through the column planner.
 #[cfg(feature = "fuzzing")]
 pub(crate) fn fuzz(data: &[u8]) {
-    let bytes = Bytes::copy_from_slice(data);
+    use parquet::file::metadata::ParquetMetaDataReader;
+    let bytes = bytes::Bytes::copy_from_slice(data);
     let Ok(meta) =
         ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional).parse_and_finish(&bytes)
     else {

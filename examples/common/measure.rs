@@ -1,0 +1,18 @@
+//! What the benchmarks measure with besides throughput.
+
+/// User + system CPU time of this process so far (Linux `/proc/self/stat`, in clock ticks of
+/// 10 ms), 0 where that is not readable.
+pub fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after its closing paren.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the paren.
+    f.get(10).zip(f.get(11)).map_or(0.0, |(u, s)| (u + s) / 100.0)
+}
+
+/// The median of `v` (sorted in place).
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
