@@ -50,6 +50,28 @@ pub(crate) fn take(len: usize) -> Vec<u8> {
     vec![0u8; len]
 }
 
+/// [`take`], failing with `OutOfMemory` instead of aborting when `len` bytes cannot be had:
+/// for sizes that come from data (a span an index names), where a lie must cost an error.
+pub(crate) fn try_take(len: usize) -> std::io::Result<Vec<u8>> {
+    if len < MIN_POOLED {
+        return Ok(vec![0u8; len]);
+    }
+    {
+        let p = pool().lock().unwrap_or_else(|e| e.into_inner());
+        if p.free.iter().any(|b| b.len() >= len && b.len() / 4 <= len) {
+            drop(p);
+            return Ok(take(len));
+        }
+    }
+    let want = len.div_ceil(GRANULE) * GRANULE;
+    let mut v = Vec::new();
+    v.try_reserve_exact(want).map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::OutOfMemory, format!("cannot allocate {want} bytes for a read"))
+    })?;
+    v.resize(want, 0);
+    Ok(v)
+}
+
 /// Freeze the first `len` bytes of `buf` into `Bytes`; a pooled-size buffer goes back to the
 /// pool when the last slice of it drops.
 pub(crate) fn freeze(mut buf: Vec<u8>, len: usize) -> Bytes {

@@ -94,8 +94,8 @@ impl Local {
             ranges
                 .into_iter()
                 .map(|r| {
-                    let want = r.end.saturating_sub(r.start) as usize;
-                    let mut buf = crate::buffer::take(want);
+                    let want = usize::try_from(r.end.saturating_sub(r.start)).unwrap_or(usize::MAX);
+                    let mut buf = crate::buffer::try_take(want).map_err(|e| Error::io(&shown, e))?;
                     let done = read_at_most(&file, &mut buf[..want], r.start).map_err(|e| Error::io(&shown, e))?;
                     Ok(crate::buffer::freeze(buf, done))
                 })

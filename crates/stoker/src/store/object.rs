@@ -126,6 +126,7 @@ impl Store {
     /// the store has (local file, or remote through the caches), under the version rule, and
     /// cut back into spans without a copy. A short read is an error.
     pub async fn read(&self, obj: &Object, spans: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        self.within(obj, spans)?;
         let plan = ranges::merge(spans, &self.0.policy);
         let got = self.read_planned(obj, &plan.reads).await?;
         Ok(spans
@@ -165,6 +166,7 @@ impl Store {
     /// would only fill with blocks nobody asked to keep, under the version rule.
     pub(crate) async fn read_once(&self, obj: &Object, span: Range<u64>) -> Result<Bytes> {
         let spans = std::slice::from_ref(&span);
+        self.within(obj, spans)?;
         let out = match &self.0.backend {
             Backend::Local(_) => return self.read_span(obj, span).await,
             Backend::Remote { reader, .. } => {
@@ -174,6 +176,27 @@ impl Store {
             }
         };
         Ok(self.checked(obj.path(), spans, out)?.pop().unwrap_or_default())
+    }
+
+    /// Refuse spans that do not lie inside `obj` before anything is allocated for them: they
+    /// come from an index, a footer or an offset table, and one that claims more than the
+    /// object holds is damage (or a lie), never a reason to allocate it.
+    fn within(&self, obj: &Object, spans: &[Range<u64>]) -> Result<()> {
+        match spans.iter().find(|s| s.start > s.end || s.end > obj.size()) {
+            None => Ok(()),
+            Some(s) => Err(Error::CorruptData {
+                shard: self.describe(obj.path()),
+                key: String::new(),
+                field: String::new(),
+                reason: format!(
+                    "bytes {}..{} were asked for, past the end of its {} bytes: the file is shorter than its \
+                     index, footer or offset table says (truncated, or they lie); write it again, or leave it out",
+                    s.start,
+                    s.end,
+                    obj.size()
+                ),
+            }),
+        }
     }
 
     /// `reads` (sorted, disjoint: a plan's) of `obj`, one buffer each.

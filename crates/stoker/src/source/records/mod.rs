@@ -111,11 +111,26 @@ pub(crate) async fn open(
                 bad(why)
             }
         })?;
+        // Every item takes four bytes of its shard's offset table at least: a count the
+        // shard's size cannot hold is a lie, refused before anything is sized by it (a
+        // sampler's order, an offset table).
+        if let Some(s) = found.iter().find(|s| s.size.is_some_and(|b| (s.samples as u128 + 2) * 4 > u128::from(b))) {
+            return Err(bad(format!(
+                "shard {} claims {} samples, more than its {} bytes can hold",
+                s.path,
+                s.samples,
+                s.size.unwrap_or(0)
+            )));
+        }
         shards.extend(found);
     }
     let mut starts = vec![0usize];
     for s in &shards {
-        starts.push(starts.last().copied().unwrap_or(0) + s.samples);
+        let next = starts.last().copied().unwrap_or(0).checked_add(s.samples);
+        starts.push(next.ok_or_else(|| Error::BadIndex {
+            path: display.clone(),
+            reason: "its shards claim more samples than can be counted; write the dataset again".into(),
+        })?);
     }
     if starts.last() == Some(&0) {
         return Err(Error::Empty { uri: display, reason: format!("the {layout} index lists no samples") });
@@ -136,6 +151,7 @@ pub(crate) async fn open(
             listed,
             pinned: Mutex::new(HashMap::new()),
             kept: Mutex::new(Kept::new(opts.decoded_budget())),
+            decoded_budget: opts.decoded_budget(),
             spill: opts.spill_dir().map(|d| Arc::new(Spill::new(d))),
             wanted,
             concurrency: opts.concurrency(),
@@ -161,6 +177,8 @@ struct Inner {
     /// The shard files read so far, each pinned to its version for the rest of the run.
     pinned: Mutex<HashMap<String, Object>>,
     kept: Mutex<KeptBytes>,
+    /// Most bytes one decompression may produce (`decoded_bytes`): what `kept` holds at most.
+    decoded_budget: usize,
     /// LitData record batches dropped from `kept` with rows still unread, as samples (see
     /// `source::spill`); `None` with `disk_cache=false`.
     spill: Option<Arc<Spill>>,

@@ -68,7 +68,8 @@ impl Inner {
         };
         let zipped = self.store.read_all(&self.object(path).await?).await?;
         let (store, path, codec, hashes) = (self.store.clone(), path.clone(), *codec, hashes.clone());
-        let hint = self.shards[shard].size.unwrap_or(0) as usize;
+        let claimed = self.shards[shard].size.map(|s| usize::try_from(s).unwrap_or(usize::MAX));
+        let limit = self.decoded_budget;
         let raw = tokio::task::spawn_blocking(move || {
             for (algo, want) in &hashes {
                 if let Some(got) = codec::hex_digest(algo, &zipped) {
@@ -85,12 +86,7 @@ impl Inner {
                     }
                 }
             }
-            codec.decompress(&zipped, hint).map_err(|why| Error::CorruptData {
-                shard: store.describe(&path),
-                key: String::new(),
-                field: String::new(),
-                reason: format!("{why}: the file is truncated or damaged; restore it from a good copy"),
-            })
+            codec.decompress(&zipped, claimed, limit).map_err(|why| why.error(store.describe(&path), String::new()))
         })
         .await
         .map_err(Error::task)??;
@@ -105,7 +101,8 @@ impl Inner {
             .get_or_try_init(|| async {
                 let s = &self.shards[shard];
                 let n = s.samples;
-                let header = 4 + 4 * (n as u64 + 1);
+                // Saturating: a lying count makes a span past the shard, which the store refuses.
+                let header = (n as u64).saturating_add(1).saturating_mul(4).saturating_add(4);
                 let table = match &s.storage {
                     Storage::Raw | Storage::RawItems(_) => {
                         let b = self.read_range(&s.path, 0..header).await.map_err(|e| self.short(shard, e))?;
@@ -212,8 +209,9 @@ impl Inner {
         }
         let s = &self.shards[shard];
         let z = self.read_range(&s.path, frame.at..frame.at + frame.len).await.map_err(|e| self.short(shard, e))?;
-        let raw =
-            Codec::Zstd.decompress(&z, frame.raw_len).map_err(|why| self.corrupt(shard, format!("frame {f}"), why))?;
+        let raw = Codec::Zstd
+            .decompress(&z, Some(frame.raw_len), self.decoded_budget)
+            .map_err(|why| why.error(self.store.describe(&s.path), format!("frame {f}")))?;
         let raw = Bytes::from(raw);
         self.kept.lock().unwrap_or_else(|e| e.into_inner()).put((shard, f), raw.clone(), raw.len(), 0, &[]);
         Ok(raw)
@@ -234,9 +232,11 @@ impl Inner {
                 let mut out = Vec::with_capacity(items.len());
                 for b in got {
                     out.push(match &s.storage {
-                        Storage::RawItems(codec) => {
-                            Bytes::from(codec.decompress(&b, 0).map_err(|why| self.corrupt(shard, String::new(), why))?)
-                        }
+                        Storage::RawItems(codec) => Bytes::from(
+                            codec
+                                .decompress(&b, None, self.decoded_budget)
+                                .map_err(|why| why.error(self.store.describe(&s.path), String::new()))?,
+                        ),
                         _ => b,
                     });
                 }

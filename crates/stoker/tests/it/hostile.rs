@@ -1,0 +1,127 @@
+//! Hostile files cost an error, never the process: the corpus `integration/py/hostile.py`
+//! writes (sizes and counts no file can hold, decompression bombs with and without a claim,
+//! a tar size bomb), each opened and read in a child process of its own, locally and over the
+//! embedded S3 server: the error is of the kind expected, within 5 s, and the child's peak
+//! memory stays within 256 MiB of what it held before the read.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The harness's name for this module's test `name` (see `disk_cache`).
+fn test_name(name: &str) -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// The corpus, written into `dir`: (name, path under `dir`, expected kind, options).
+fn corpus(dir: &Path) -> Vec<(String, String, String, String)> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/py/hostile.py");
+    let out = Command::new(python()).arg(&script).arg(dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cases: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    cases
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap().to_string();
+            (s("name"), s("path"), s("kind"), s("options"))
+        })
+        .collect()
+}
+
+/// This process's peak resident memory so far, in KiB (`VmHWM`).
+fn peak_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The child: open `STOKER_TEST_HOSTILE_URI` and read every sample (at most 10), print the
+/// error's kind, its text and the peak memory before and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by hostile_files_cost_an_error_never_the_process"]
+async fn child_reads_one_hostile_source() {
+    let Ok(uri) = std::env::var("STOKER_TEST_HOSTILE_URI") else { return };
+    let before = peak_kib();
+    let started = Instant::now();
+    let result = async {
+        let src = stoker::open(&uri, Default::default()).await?;
+        for i in 0..src.len().min(10) {
+            src.get(i).await?;
+        }
+        Ok::<_, stoker::Error>(())
+    }
+    .await;
+    let (after, took) = (peak_kib(), started.elapsed());
+    match result {
+        Ok(()) => println!("HOSTILE-OUTCOME ok"),
+        Err(e) => println!("HOSTILE-OUTCOME {} {}", e.kind(), e.to_string().replace('\n', " ")),
+    }
+    println!("HOSTILE-MEMORY {before} {after}");
+    println!("HOSTILE-MS {}", took.as_millis());
+}
+
+fn run_child(uri: &str) -> (String, u64, Duration) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", &test_name("child_reads_one_hostile_source"), "--ignored", "--nocapture", "--test-threads=1"])
+        .env("STOKER_TEST_HOSTILE_URI", uri)
+        .env("STOKER_CACHE_DIR", std::env::temp_dir().join("stoker-hostile-cache"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{uri}: the child died: {text}{}", String::from_utf8_lossy(&out.stderr));
+    let line = |tag: &str| {
+        text.split(&format!("{tag} ")).nth(1).and_then(|r| r.lines().next()).unwrap_or_else(|| panic!("{text}"))
+    };
+    let outcome = line("HOSTILE-OUTCOME").to_string();
+    let mem: Vec<u64> = line("HOSTILE-MEMORY").split(' ').map(|x| x.parse().unwrap()).collect();
+    let took = Duration::from_millis(line("HOSTILE-MS").parse().unwrap());
+    (outcome, mem[1].saturating_sub(mem[0]), took)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_files_cost_an_error_never_the_process() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let cases = tokio::task::spawn_blocking({
+        let data = data.clone();
+        move || corpus(&data)
+    })
+    .await
+    .unwrap();
+    assert!(cases.len() >= 6, "{cases:?}");
+    let server = common::s3::serve(root.path()).await;
+    for (name, path, kind, options) in &cases {
+        let local = format!(
+            "{}/{path}{}",
+            data.display(),
+            if options.is_empty() { String::new() } else { format!("?{options}") }
+        );
+        let remote = common::s3::uri(
+            &server.endpoint(),
+            path,
+            &if options.is_empty() { String::new() } else { format!("&{options}") },
+        );
+        for uri in [local, remote] {
+            let u = uri.clone();
+            let (outcome, grew_kib, took) = tokio::task::spawn_blocking(move || run_child(&u)).await.unwrap();
+            assert!(outcome.starts_with(&format!("{kind} ")), "{name} ({uri}): {outcome}");
+            assert!(!outcome.contains(common::s3::SK), "{name}: the secret shows: {outcome}");
+            assert!(took < Duration::from_secs(5), "{name} ({uri}): {took:?}");
+            assert!(grew_kib < 256 << 10, "{name} ({uri}): peak memory grew by {} MiB", grew_kib >> 10);
+            eprintln!("{name}: {:.2} s, +{} MiB: {outcome}", took.as_secs_f64(), grew_kib >> 10);
+        }
+    }
+    server.shutdown().await;
+}

@@ -1,0 +1,140 @@
+"""A corpus of small hostile files: each must cost an error, within seconds and a few hundred
+MiB, never the process. Written with the standard library only, so every test suite (Rust,
+CLI, Python) can make it.
+
+    python hostile.py OUTDIR    # prints a JSON list: {"name", "path", "kind", "options"}
+
+`path` is relative to OUTDIR; `kind` is the ErrorKind expected (`corrupt`, `invalid_input`);
+`options` a query string to open it with.
+"""
+
+import gzip
+import io
+import json
+import struct
+import sys
+import tarfile
+from pathlib import Path
+
+
+def mds_shard(items):
+    """An uncompressed MDS shard of `items` (bytes) in one `bytes` column."""
+    payload = [struct.pack("<I", len(i)) + i for i in items]
+    header = 4 + 4 * (len(items) + 1)
+    offsets = [header]
+    for p in payload:
+        offsets.append(offsets[-1] + len(p))
+    return struct.pack("<I", len(items)) + b"".join(struct.pack("<I", o) for o in offsets) + b"".join(payload)
+
+
+def mds_index(samples, raw_bytes, compression=None, zip_name=None, zip_bytes=None):
+    shard = {
+        "column_encodings": ["bytes"],
+        "column_names": ["x"],
+        "column_sizes": [None],
+        "compression": compression,
+        "format": "mds",
+        "hashes": [],
+        "raw_data": {"basename": "shard.00000.mds", "hashes": {}},
+        "samples": samples,
+        "size_limit": 1 << 26,
+        "version": 2,
+        "zip_data": None,
+    }
+    if raw_bytes is not None:
+        shard["raw_data"]["bytes"] = raw_bytes
+    if zip_name:
+        shard["zip_data"] = {"basename": zip_name, "bytes": zip_bytes, "hashes": {}}
+    return {"version": 2, "shards": [shard]}
+
+
+def gzip_bomb(prefix, zeros):
+    """`prefix` then `zeros` zero bytes, gzip-compressed (about 1 KB per MiB)."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=9, mtime=0) as g:
+        g.write(prefix)
+        chunk = b"\0" * (1 << 24)
+        for _ in range(zeros >> 24):
+            g.write(chunk)
+    return buf.getvalue()
+
+
+def write(out):
+    cases = []
+
+    def case(name, kind, options=""):
+        cases.append({"name": name, "path": name, "kind": kind, "options": options})
+        d = out / name
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    items = [b"aaa", b"bbbb", b"cc"]
+    raw = mds_shard(items)
+
+    # 10^15 samples in a shard of a few bytes: refused before anything is sized by the count.
+    d = case("mds_count", "corrupt")
+    (d / "shard.00000.mds").write_bytes(raw)
+    (d / "index.json").write_text(json.dumps(mds_index(10**15, len(raw))))
+
+    # The same count with no size in the index: the offset table it implies is past the end.
+    d = case("mds_count_unsized", "corrupt")
+    (d / "shard.00000.mds").write_bytes(raw)
+    (d / "index.json").write_text(json.dumps(mds_index(10**15, None)))
+
+    # A gzip bomb (768 MiB of zeros after the shard) whose index claims 1000 bytes.
+    bomb = gzip_bomb(raw, 768 << 20)
+    d = case("mds_gz_bomb_claimed", "corrupt")
+    (d / "shard.00000.mds.gz").write_bytes(bomb)
+    (d / "index.json").write_text(json.dumps(mds_index(3, 1000, "gz", "shard.00000.mds.gz", len(bomb))))
+
+    # The same bomb with no claim, read with decoded_bytes=64MiB: stopped at the budget.
+    d = case("mds_gz_bomb_unclaimed", "invalid_input", "decoded_bytes=67108864")
+    (d / "shard.00000.mds.gz").write_bytes(bomb)
+    (d / "index.json").write_text(json.dumps(mds_index(3, None, "gz", "shard.00000.mds.gz", len(bomb))))
+
+    # LitData: a chunk of a few bytes whose index claims 10^15 items.
+    d = case("litdata_count", "corrupt")
+    chunk = mds_shard(items)
+    (d / "chunk-0-0.bin").write_bytes(chunk)
+    index = {
+        "chunks": [{"chunk_bytes": len(chunk), "chunk_size": 10**15, "dim": None, "filename": "chunk-0-0.bin"}],
+        "config": {
+            "chunk_bytes": 1 << 26,
+            "chunk_size": None,
+            "compression": None,
+            "data_format": ["bytes"],
+            "data_spec": json.dumps([1, {"type": None, "context": None, "children_spec": []}]),
+            "encryption": None,
+            "item_loader": "PyTreeLoader",
+        },
+        "updated_at": "0",
+    }
+    (d / "index.json").write_text(json.dumps(index))
+
+    # A tar member whose size field claims 10^15 bytes.
+    d = case("tar_size_bomb", "corrupt")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as t:
+        for i in range(3):
+            data = b"x" * 100
+            info = tarfile.TarInfo(f"k{i}.bin")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    b = bytearray(buf.getvalue())
+    # Member 1's header is at 1024 (a 512-byte header and one block of payload before it):
+    # its size field (12 octal bytes at 124) claims 8 GiB, the most octal can say.
+    b[1024 + 124 : 1024 + 136] = b"%011o\0" % (8**11 - 1)
+    b[1024 + 148 : 1024 + 156] = b" " * 8
+    b[1024 + 148 : 1024 + 156] = b"%06o\0 " % sum(b[1024 : 1024 + 512])
+    (d / "s.tar").write_bytes(bytes(b))
+    return cases
+
+
+def main():
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    json.dump(write(out), sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
