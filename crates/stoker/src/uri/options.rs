@@ -108,7 +108,10 @@ pub struct SourceOptions {
     /// coarse, a shard compressed as a whole, a LitData record batch), least recently used
     /// first (default 512 MiB). Parquet row groups, once decoded, and LitData record batches
     /// dropped with rows still unread are spilled to a file of the process's own in the user
-    /// cache dir (later reads of their rows decode nothing), unless `disk_cache=false`.
+    /// cache dir (later reads of their rows decode nothing), unless `disk_cache=false`. It
+    /// also caps what one decode may produce (a shard or frame decompressed, a Parquet page or
+    /// row group decoded; at least 16 MiB): a decompression bomb stops there, and a file that
+    /// needs more is an error naming this option.
     pub decoded_bytes: Option<u64>,
     /// Requests a source keeps in flight for one `get_many` (default 64).
     pub concurrency: Option<usize>,
@@ -338,6 +341,13 @@ impl SourceOptions {
         self.decoded_bytes.map_or(DEFAULT_DECODED_BYTES, |b| usize::try_from(b).unwrap_or(usize::MAX))
     }
 
+    /// Most bytes one decode may produce (a decompressed shard or frame, a Parquet page or
+    /// row group): [`SourceOptions::decoded_bytes`], but never under 16 MiB, so a small
+    /// memory for what is kept still reads ordinary shards and pages.
+    pub(crate) fn decode_cap(&self) -> usize {
+        self.decoded_budget().max(MIN_DECODE_CAP)
+    }
+
     /// Where shards decoded whole are spilled (see `source::spill`), `None` when the disk
     /// cache is off: `disk_cache=false` means no disk writes at all.
     pub(crate) fn spill_dir(&self) -> Option<PathBuf> {
@@ -352,6 +362,9 @@ impl SourceOptions {
         Some(self.disk_cache_dir.clone().unwrap_or_else(|| user_cache_dir("blocks")))
     }
 }
+
+/// The least [`SourceOptions::decode_cap`] is.
+const MIN_DECODE_CAP: usize = 16 << 20;
 
 /// Default of [`SourceOptions::decoded_bytes`].
 const DEFAULT_DECODED_BYTES: usize = 512 << 20;

@@ -125,3 +125,37 @@ async fn hostile_files_cost_an_error_never_the_process() {
     }
     server.shutdown().await;
 }
+
+/// A Parquet page that decompresses to 64 MiB from a few KB: read within `decoded_bytes`
+/// (the default), refused before the reader allocates for it under a smaller one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parquet_page_bigger_than_decoded_bytes_is_refused_before_it_is_allocated() {
+    use arrow_array::{ArrayRef, BinaryArray, RecordBatch};
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::{Compression, ZstdLevel};
+    use parquet::file::properties::WriterProperties;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bomb.parquet");
+    let value = vec![0u8; 16 << 20];
+    let column: ArrayRef = std::sync::Arc::new(BinaryArray::from(vec![&value[..]; 4]));
+    let batch = RecordBatch::try_from_iter([("label", column)]).unwrap();
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(19).unwrap()))
+        .set_dictionary_enabled(false)
+        .set_data_page_size_limit(1 << 30)
+        .set_write_batch_size(1 << 20)
+        .build();
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(size < 64 << 10, "the bomb is {size} bytes");
+    let uri = path.to_str().unwrap();
+    let src = open(uri).await;
+    assert_eq!(src.get(3).await.unwrap().field("label").map(|b| b.len()), Some(16 << 20), "read within the default");
+    let small = open(&format!("{uri}?decoded_bytes=8388608")).await;
+    let e = small.get(3).await.unwrap_err();
+    assert_eq!(e.kind(), stoker::ErrorKind::InvalidInput, "{e}");
+    // Refused at the page header, before the reader allocated 64 MiB for it.
+    assert!(e.to_string().contains("decoded_bytes") && e.to_string().contains("a page of bytes"), "{e}");
+}

@@ -15,6 +15,7 @@
 //! there is one, else `<file stem>/<row in file, 6 digits>`.
 
 mod decoded;
+mod pages;
 mod reader;
 pub(crate) mod values;
 
@@ -57,7 +58,8 @@ pub(crate) async fn open(
     let loads = files.into_iter().map(|f| {
         let store = store.clone();
         async move {
-            let mut file = StoreFile { store: store.clone(), obj: store.object(&f), meta: None };
+            let page_limit = opts.decode_cap() as u64;
+            let mut file = StoreFile { store: store.clone(), obj: store.object(&f), meta: None, page_limit };
             let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
             let meta = ArrowReaderMetadata::load_async(&mut file, options)
                 .await
@@ -151,6 +153,7 @@ pub(crate) async fn open(
             last_group: AtomicUsize::new(usize::MAX),
             writes: Mutex::new(Vec::new()),
             max_writing: (budget / 2).max(64 << 20),
+            decode_cap: opts.decode_cap(),
             decoded: Mutex::new(Decoded { kept: Kept::new(budget), spilling: Vec::new() }),
             spill,
         }),
@@ -202,6 +205,9 @@ struct Inner {
     /// Bytes of decoded groups held by writes to the spill at most (half the decoded budget,
     /// at least 64 MiB): see [`Inner::keep_on_disk`].
     max_writing: usize,
+    /// Most bytes one page may decompress to, and one decode may produce (`decoded_bytes`,
+    /// at least 16 MiB).
+    decode_cap: usize,
     /// Groups decoded whole, written out as samples once (in the background) so that any
     /// later read of their rows, after they leave `decoded`, costs one `pread`, not another
     /// decode: the other rows of a shuffled epoch, and every later epoch (`None` with
@@ -284,8 +290,12 @@ impl Inner {
     async fn read_batches(&self, g: usize, rows: Option<&[usize]>, batch_rows: usize) -> Result<Vec<RecordBatch>> {
         let group = &self.groups[g];
         let file = &self.files[group.file];
-        let reader =
-            StoreFile { store: self.store.clone(), obj: file.obj.clone(), meta: Some(file.meta.metadata().clone()) };
+        let reader = StoreFile {
+            store: self.store.clone(),
+            obj: file.obj.clone(),
+            meta: Some(file.meta.metadata().clone()),
+            page_limit: self.decode_cap as u64,
+        };
         let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, file.meta.clone())
             .with_row_groups(vec![group.group])
             .with_projection(file.mask.clone())
@@ -293,15 +303,36 @@ impl Inner {
         if let Some(rows) = rows {
             builder = builder.with_row_selection(selection(rows, group.rows));
         }
-        let stream = builder.build().map_err(|e| not_parquet(&self.store, &file.path, e))?;
-        stream.try_collect().await.map_err(|e| match e {
+        let mut stream = builder.build().map_err(|e| not_parquet(&self.store, &file.path, e))?;
+        let failed = |e: ParquetError| match e {
             // A read the store failed (remote, or the file changed) is that failure, not damage.
             ParquetError::External(inner) => match inner.downcast::<Error>() {
                 Ok(e) => *e,
                 Err(other) => corrupt(&self.store.describe(&file.path), group.group, &other.to_string()),
             },
             e => corrupt(&self.store.describe(&file.path), group.group, &e.to_string()),
-        })
+        };
+        // What the batches take decoded is only known as they come (a dictionary of one big
+        // value repeated for every row decodes to rows x value): a decode past the budget
+        // stops at the batch that crosses it.
+        let mut out = Vec::new();
+        let mut held = 0usize;
+        while let Some(batch) = stream.try_next().await.map_err(failed)? {
+            held = held.saturating_add(batch.get_array_memory_size());
+            if held > self.decode_cap {
+                return Err(Error::InvalidOption {
+                    message: format!(
+                        "{} row group {}: its rows decode to more than the {} bytes decoded_bytes allows; raise \
+                         decoded_bytes= to read it",
+                        self.store.describe(&file.path),
+                        group.group,
+                        self.decode_cap
+                    ),
+                });
+            }
+            out.push(batch);
+        }
+        Ok(out)
     }
 
     /// Rows `rows` (sorted, distinct) of group `g`, as samples in that order: from the group

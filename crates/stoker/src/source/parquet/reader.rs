@@ -41,6 +41,67 @@ pub(super) struct StoreFile {
     pub(super) store: Store,
     pub(super) obj: Object,
     pub(super) meta: Option<Arc<ParquetMetaData>>,
+    /// Most bytes one page may decompress to (`decoded_bytes`), checked before the reader
+    /// allocates for it ([`super::pages`]).
+    pub(super) page_limit: u64,
+}
+
+impl StoreFile {
+    /// Check the page headers of ranges that are whole pages of a column chunk (the chunk
+    /// whole, or pages the offset index names), once the metadata says where chunks lie.
+    fn check_pages(&self, ranges: &[Range<u64>], got: &[Bytes]) -> Result<(), Error> {
+        let Some(meta) = &self.meta else { return Ok(()) };
+        for (r, b) in ranges.iter().zip(got) {
+            let Some(total) = whole_pages(meta, r) else { continue };
+            if let Err(bad) = super::pages::check(b, total, self.page_limit) {
+                let shown = self.store.describe(self.obj.path());
+                return Err(match bad {
+                    super::pages::BadPage::Lie(why) => Error::CorruptData {
+                        shard: shown,
+                        key: format!("bytes {}..{}", r.start, r.end),
+                        field: String::new(),
+                        reason: format!("{why}: the file is damaged or lies; download or write it again"),
+                    },
+                    super::pages::BadPage::OverBudget { claimed, limit } => Error::InvalidOption {
+                        message: format!(
+                            "{shown}: a page of bytes {}..{} decompresses to {claimed} bytes, more than the {limit} \
+                             decoded_bytes allows; raise decoded_bytes= to read it",
+                            r.start, r.end
+                        ),
+                    },
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The total uncompressed size of the column chunk `r` is whole pages of: the chunk's whole
+/// range, or a run of pages the offset index locates; `None` for any other range (the
+/// footer, the page index), which is not walked.
+fn whole_pages(meta: &ParquetMetaData, r: &Range<u64>) -> Option<u64> {
+    for (g, group) in meta.row_groups().iter().enumerate() {
+        for (c, col) in group.columns().iter().enumerate() {
+            let (start, len) = col.byte_range();
+            if r.start < start || r.end > start.saturating_add(len) {
+                continue;
+            }
+            let total = u64::try_from(col.uncompressed_size()).unwrap_or(0);
+            if r.start == start && r.end == start.saturating_add(len) {
+                return Some(total);
+            }
+            let index = meta.page_index_for_row_group(g);
+            let (starts, ends) = index.page_locations(c).map_or((false, false), |p| {
+                let at = |x: i64| u64::try_from(x).ok();
+                (
+                    p.iter().any(|l| at(l.offset) == Some(r.start)),
+                    p.iter().any(|l| at(l.offset + i64::from(l.compressed_page_size)) == Some(r.end)),
+                )
+            });
+            return (starts && ends).then_some(total);
+        }
+    }
+    None
 }
 
 pub(super) fn external(e: Error) -> ParquetError {
@@ -49,14 +110,24 @@ pub(super) fn external(e: Error) -> ParquetError {
 
 impl AsyncFileReader for StoreFile {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        async move { self.store.read_span(&self.obj, range).await.map_err(external) }.boxed()
+        async move {
+            let got = self.store.read_span(&self.obj, range.clone()).await.map_err(external)?;
+            self.check_pages(std::slice::from_ref(&range), std::slice::from_ref(&got)).map_err(external)?;
+            Ok(got)
+        }
+        .boxed()
     }
 
     /// The pages a read needs, in one read of the store (which merges them across small
     /// gaps: a row group's column chunks and pages lie side by side, and one request for them
     /// costs less than one per page).
     fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
-        async move { self.store.read(&self.obj, &ranges).await.map_err(external) }.boxed()
+        async move {
+            let got = self.store.read(&self.obj, &ranges).await.map_err(external)?;
+            self.check_pages(&ranges, &got).map_err(external)?;
+            Ok(got)
+        }
+        .boxed()
     }
 
     fn get_metadata<'a>(

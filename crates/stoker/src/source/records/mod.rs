@@ -151,7 +151,7 @@ pub(crate) async fn open(
             listed,
             pinned: Mutex::new(HashMap::new()),
             kept: Mutex::new(Kept::new(opts.decoded_budget())),
-            decoded_budget: opts.decoded_budget(),
+            decoded_budget: opts.decode_cap(),
             spill: opts.spill_dir().map(|d| Arc::new(Spill::new(d))),
             wanted,
             concurrency: opts.concurrency(),
@@ -177,7 +177,7 @@ struct Inner {
     /// The shard files read so far, each pinned to its version for the rest of the run.
     pinned: Mutex<HashMap<String, Object>>,
     kept: Mutex<KeptBytes>,
-    /// Most bytes one decompression may produce (`decoded_bytes`): what `kept` holds at most.
+    /// Most bytes one decompression may produce (`decoded_bytes`, at least 16 MiB).
     decoded_budget: usize,
     /// LitData record batches dropped from `kept` with rows still unread, as samples (see
     /// `source::spill`); `None` with `disk_cache=false`.
