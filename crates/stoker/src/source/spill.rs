@@ -356,10 +356,16 @@ mod tests {
         assert!(spill.has((1, 0)));
         let one: u64 = (0..50).map(|i| (i * 7 + 1 + format!("{i}").len()) as u64).sum();
         assert_eq!(spill.used(), one, "written once");
-        // Polled once (listed as being written, its write started) and dropped.
-        assert!(spill.put((2, 0), (0..5).map(sample).collect()).now_or_never().is_none());
-        assert_eq!(spill.used(), one, "the cancelled write gave its bytes back");
-        assert!(spill.put((2, 0), (0..5).map(sample).collect()).await, "the next writer writes");
+        // Polled once (listed as being written, its write started) and dropped. Its blocking
+        // write may, on a busy machine, have ended before that one poll: then it is simply
+        // written (what matters is that either way nothing is left half-counted).
+        match spill.put((2, 0), (0..5).map(sample).collect()).now_or_never() {
+            None => {
+                assert_eq!(spill.used(), one, "the cancelled write gave its bytes back");
+                assert!(spill.put((2, 0), (0..5).map(sample).collect()).await, "the next writer writes");
+            }
+            Some(wrote) => assert!(wrote && spill.has((2, 0)), "a write that ended in its first poll is listed"),
+        }
         assert_eq!(spill.get((2, 0), &[4]).await.unwrap().unwrap(), vec![sample(4)]);
     }
 
