@@ -236,3 +236,17 @@ pub fn parquet_footer(data: &[u8]) {
 pub fn records_index(data: &[u8]) {
     crate::source::records::fuzz(data);
 }
+
+/// Parquet page headers as the store hands a column chunk to the reader: the first 8 bytes
+/// are the chunk's claimed total and the budget, the rest the pages. A walk that says yes
+/// must have checked that every page's claims fit both.
+pub fn parquet_pages(data: &[u8]) {
+    crate::source::parquet::fuzz_pages(data);
+}
+
+/// A compressed shard or frame with the size its index claims: the first byte picks the
+/// codec, the next 4 the claim (0: none), the rest is the data; decompression is bounded by
+/// a 1 MiB limit, and whatever comes out holds to the claim and the limit.
+pub fn records_codec(data: &[u8]) {
+    crate::source::records::fuzz_codec(data);
+}

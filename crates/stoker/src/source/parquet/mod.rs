@@ -504,6 +504,16 @@ impl SampleSource for ParquetSource {
     }
 }
 
+/// The fuzz target `parquet_pages`: `data` is a claimed chunk total (u32), a budget (u32),
+/// then page bytes.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_pages(data: &[u8]) {
+    let Some((head, pages)) = data.split_at_checked(8) else { return };
+    let total = u64::from(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
+    let limit = u64::from(u32::from_le_bytes([head[4], head[5], head[6], head[7]]));
+    let _ = pages::check(pages, total, limit);
+}
+
 /// The fuzz target `parquet_footer`: `data` as a whole Parquet file's metadata, then its
 /// schema through the column planner.
 #[cfg(feature = "fuzzing")]

@@ -346,6 +346,24 @@ impl SampleSource for RecordsSource {
     }
 }
 
+/// The fuzz target `records_codec`: a codec, a claimed size, compressed bytes; what comes
+/// out must hold to the claim and to a 1 MiB limit.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_codec(data: &[u8]) {
+    const LIMIT: usize = 1 << 20;
+    let Some((&pick, rest)) = data.split_first() else { return };
+    let Some((claim, z)) = rest.split_at_checked(4) else { return };
+    let claim = u32::from_le_bytes([claim[0], claim[1], claim[2], claim[3]]) as usize;
+    let codec = [Codec::Zstd, Codec::Gzip, Codec::Bzip2, Codec::Brotli, Codec::Snappy][usize::from(pick) % 5];
+    let claimed = (claim != 0).then_some(claim);
+    if let Ok(out) = codec.decompress(z, claimed, LIMIT) {
+        assert!(out.len() <= LIMIT, "{codec:?}: {} bytes out past the limit", out.len());
+        if let Some(c) = claimed {
+            assert_eq!(out.len(), c, "{codec:?}: not the size claimed");
+        }
+    }
+}
+
 /// The fuzz target `records_index`: the first byte picks MDS or LitData; the rest, up to a
 /// NUL, is an `index.json`, and what follows is one item of each shard it lists.
 #[cfg(feature = "fuzzing")]
