@@ -7,6 +7,7 @@ mod common;
 mod bench;
 mod cli;
 mod diagnose;
+mod hostile;
 mod keys;
 mod pack;
 mod secrets;
