@@ -39,7 +39,7 @@ use bytes::Bytes;
 
 use super::files::{remove_stale_tmp, scan, unique};
 use super::policy::{Plan, Ranks};
-use super::seal::{self, BlockFile, Refused};
+use super::seal::{self, BlockFile, FileId, Refused, Verified};
 
 /// The largest default size: beyond this a disk cache rarely pays for the space it takes.
 pub(crate) const DEFAULT_MAX: u64 = 50 << 30;
@@ -100,6 +100,9 @@ pub(crate) struct DiskCache {
     /// only keeps that file's space until it leaves this small set, and this process's own
     /// evictions close it at once.
     files: Mutex<lru::LruCache<u128, Arc<BlockFile>>>,
+    /// Per entry, the chunks this process has verified (see [`Verified`]): dropped with the
+    /// entry.
+    verified: Mutex<std::collections::HashMap<u128, Arc<Verified>>>,
     born: std::time::Instant,
     /// Ms since `born` of the last scan of the directory, and bytes this process wrote since.
     last_scan: AtomicU64,
@@ -165,6 +168,7 @@ impl DiskCache {
             ranks: Mutex::new(ranks),
             stamped: Mutex::new(HashSet::new()),
             files: Mutex::new(lru::LruCache::new(OPEN_FILES)),
+            verified: Mutex::new(std::collections::HashMap::new()),
             born: std::time::Instant::now(),
             last_scan: AtomicU64::new(0),
             written_since_scan: AtomicU64::new(0),
@@ -223,7 +227,8 @@ impl DiskCache {
             return Some(f.clone());
         }
         let file = std::fs::File::open(self.path(key)).ok()?;
-        let on_disk = file.metadata().map(|m| m.len()).ok()?;
+        let meta = file.metadata().ok()?;
+        let on_disk = meta.len();
         let checked = if on_disk == len {
             Err(Refused::Unsealed)
         } else if on_disk != seal::file_len(len) {
@@ -237,7 +242,8 @@ impl DiskCache {
         };
         match checked {
             Ok(sums) => {
-                let file = Arc::new(BlockFile { file, sums, len, verify: self.verify });
+                let verified = self.verified_of(key, FileId::of(&meta), len);
+                let file = Arc::new(BlockFile { file, sums, len, verify: self.verify, verified });
                 self.files.lock().unwrap_or_else(|e| e.into_inner()).put(key, file.clone());
                 Some(file)
             }
@@ -257,15 +263,18 @@ impl DiskCache {
             self.ranks().remove(key);
             return None;
         };
-        let on_disk = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let Ok(meta) = file.metadata() else { return None };
+        let on_disk = meta.len();
         let whole = seal::file_len(len as u64);
         if on_disk != whole {
             self.refuse(key, if on_disk == len as u64 { Refused::Unsealed } else { Refused::Damaged });
             return None;
         }
         let mut buf = crate::buffer::take(whole as usize);
+        let verified = self.verified_of(key, FileId::of(&meta), len as u64);
+        let chunks = 0..(len as u64).div_ceil(seal::CHUNK);
         let checked = match file.read_exact_at(&mut buf[..whole as usize], 0) {
-            Ok(()) if !self.verify => Ok(()),
+            Ok(()) if !self.verify || verified.all(chunks.clone()) => Ok(()),
             Ok(()) => seal::check_file(key, len as u64, &buf[..whole as usize]),
             Err(_) => Err(Refused::Damaged),
         };
@@ -273,6 +282,7 @@ impl DiskCache {
             self.refuse(key, why);
             return None;
         }
+        verified.mark(chunks);
         self.used(key, len as u64);
         Some(crate::buffer::freeze(buf, len))
     }
@@ -285,9 +295,24 @@ impl DiskCache {
             self.corrupt.fetch_add(1, Relaxed);
         }
         self.ranks().remove(key);
+        self.verified.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
         self.files.lock().unwrap_or_else(|e| e.into_inner()).pop(&key);
         if !self.read_only {
             let _ = std::fs::remove_file(self.path(key));
+        }
+    }
+
+    /// What this process verified of entry `key` as file `id` (a fresh record when the file is
+    /// not the one verified before).
+    fn verified_of(&self, key: u128, id: FileId, len: u64) -> Arc<Verified> {
+        let mut map = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get(&key) {
+            Some(v) if v.is_of(id) => v.clone(),
+            _ => {
+                let v = Arc::new(Verified::new(id, len));
+                map.insert(key, v.clone());
+                v
+            }
         }
     }
 
@@ -445,8 +470,10 @@ impl DiskCache {
         {
             // An open file would keep an evicted entry's space.
             let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            let mut verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
             for key in &victims {
                 files.pop(key);
+                verified.remove(key);
             }
         }
         for key in victims {

@@ -14,6 +14,8 @@
 
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use twox_hash::XxHash3_64;
 
@@ -114,6 +116,69 @@ pub(crate) struct BlockFile {
     pub(super) len: u64,
     /// Whether reads check the digests (off only under [`UNVERIFIED_ENV`]).
     pub(super) verify: bool,
+    /// The chunks of this file this process has verified already.
+    pub(super) verified: Arc<Verified>,
+}
+
+/// What tells one block file on disk from another: a file replaced, or rewritten in place,
+/// has another identity (inode, size or modification time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileId {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    modified_ns: i128,
+}
+
+impl FileId {
+    pub(crate) fn of(m: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            modified_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        }
+    }
+}
+
+/// The chunks of one block file (one [`FileId`]) that this process has read and verified.
+/// A chunk is hashed when it is first read from the file; later reads of it (the next
+/// epoch's) serve it as the verified bytes it is, so a warm epoch pays for the check once
+/// per process, not once per read. Another process, the next run, or the same file changed
+/// on disk (another identity) verify again.
+pub(crate) struct Verified {
+    id: FileId,
+    bits: Box<[AtomicU64]>,
+}
+
+impl Verified {
+    pub(crate) fn new(id: FileId, len: u64) -> Self {
+        let chunks = len.div_ceil(CHUNK) as usize;
+        Verified { id, bits: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    /// Whether this records file `id`.
+    pub(crate) fn is_of(&self, id: FileId) -> bool {
+        self.id == id
+    }
+
+    /// Whether every chunk in `chunks` was verified.
+    pub(crate) fn all(&self, chunks: std::ops::Range<u64>) -> bool {
+        chunks.into_iter().all(|c| {
+            let (w, b) = ((c / 64) as usize, c % 64);
+            self.bits.get(w).is_some_and(|x| x.load(Ordering::Relaxed) & (1 << b) != 0)
+        })
+    }
+
+    /// Record `chunks` as verified.
+    pub(crate) fn mark(&self, chunks: std::ops::Range<u64>) {
+        for c in chunks {
+            if let Some(x) = self.bits.get((c / 64) as usize) {
+                x.fetch_or(1 << (c % 64), Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// Set to `1`, disk caches opened after it serve their blocks without checking their digests.
@@ -143,7 +208,8 @@ impl BlockFile {
         if end > self.len {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of a cached block"));
         }
-        if !self.verify {
+        let chunks = at / CHUNK..end.div_ceil(CHUNK);
+        if !self.verify || self.verified.all(chunks.clone()) {
             self.file.read_exact_at(dst, at)?;
             return Ok(true);
         }
@@ -184,6 +250,7 @@ impl BlockFile {
             }
             pos = upto;
         }
+        self.verified.mark(chunks);
         Ok(true)
     }
 }
