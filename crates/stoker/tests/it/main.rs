@@ -24,6 +24,7 @@ mod disk_cache;
 mod error_kind;
 mod faults;
 mod gpu;
+mod hostile_servers;
 mod http_store;
 mod keys;
 mod loader;
