@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 
 mod body;
+pub(crate) mod client;
 mod expect;
 mod hedge;
 pub(crate) mod limit;

@@ -130,6 +130,11 @@ fn jitter() -> f64 {
 /// Sort an object_store error into transient (retry) or not, with a hint for the latter.
 pub(super) fn classify(e: object_store::Error) -> Failure {
     use object_store::Error as E;
+    if let Some(refused) = super::client::RedirectRefused::within(&e) {
+        let hint = "point `endpoint` (or `region`) at the host that serves the data: a store's redirects are \
+                    followed only within its endpoint's host";
+        return Failure { hint: Some(hint.into()), ..Failure::fatal(refused.to_string()) };
+    }
     let message = e.to_string();
     let (transient, hint) = match &e {
         E::NotFound { .. } => (false, Some("the object does not exist: check the bucket, prefix and name".to_string())),

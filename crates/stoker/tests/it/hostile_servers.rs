@@ -1,6 +1,7 @@
-//! Servers that stall or lie cost an error (or a retry) within bounds, never a hang, never
-//! bytes past what was asked (issue 24): the test kit's HTTP server stalls mid-body and sends
-//! more than the range.
+//! Servers that stall, lie or send the client elsewhere cost an error (or a retry) within
+//! bounds, never a hang, never bytes past what was asked, never the store's requests sent to
+//! another host (issue 24): the test kit's HTTP server stalls mid-body, sends more than the
+//! range, and redirects, in front of itself or of the embedded S3 server.
 //!
 //! Time bounds here are hang guards several times the configured stall and deadline; what
 //! the tests assert is counted: attempts the server saw, retries, stalls.
@@ -11,9 +12,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::s3::{uri as s3_uri, with_proxy, SK};
 use common::*;
-use stoker::DynSampleSource;
+use stoker::{DynSampleSource, Error};
 use stoker_testkit::http::{self, HttpConfig, HttpHandle};
+use stoker_testkit::proxy::FaultPatch;
 
 /// Five objects of 40 KiB under `root/obj`.
 fn objects(root: &Path) -> Vec<Vec<u8>> {
@@ -131,4 +134,50 @@ async fn a_body_longer_than_the_range_is_cut_off_and_retried() {
     assert!(sent < 64 << 20, "{} MiB left the server for two samples' bytes", sent >> 20);
     server.control.send_extra(0);
     assert_eq!(src.get(5).await.unwrap(), want[5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_http_source_follows_a_redirect_to_another_host() {
+    let root = tempfile::tempdir().unwrap();
+    let want = objects(root.path());
+    let mirror = serve(root.path()).await;
+    let empty = tempfile::tempdir().unwrap();
+    let front = serve(empty.path()).await;
+    // `localhost` rather than the address the front has: another host by name and port.
+    let port = mirror.server.addr().port();
+    front.control.redirect_to(Some(&format!("http://localhost:{port}")));
+    let src = source(&front, "").await;
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(data(&src.get(i).await.unwrap()), &w[..]);
+    }
+    assert!(front.control.redirected() >= 5 && mirror.control.gets() >= 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_s3_endpoint_that_redirects_to_another_host_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("data/obj");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.bin"), payload(1, 1000)).unwrap();
+    let s3 = common::s3::serve(root.path()).await;
+    // The other host: the real server, behind a proxy that counts what reaches it.
+    let other = with_proxy(&s3, FaultPatch::default()).await;
+    let empty = tempfile::tempdir().unwrap();
+    let front = serve(empty.path()).await;
+    let target = other.endpoint().replace("http://", "http://user:hunter2@");
+    front.control.redirect_to(Some(&target));
+    for path in ["obj/a.bin", "obj/"] {
+        let before = front.control.redirected();
+        let e: Error = stoker::open(&s3_uri(&front.endpoint(), path, ""), Default::default())
+            .await
+            .expect_err("a redirect to another host is refused");
+        let msg = e.to_string();
+        let shown = format!("{}/data", other.endpoint());
+        assert!(msg.contains("redirected") && msg.contains(&shown) && msg.contains("endpoint"), "{path}: {msg}");
+        assert!(!msg.contains("hunter2") && !msg.contains(SK), "{path}: credentials shown: {msg}");
+        assert!(!format!("{e:?}").contains("hunter2"), "{path}");
+        assert!(!e.is_retryable(), "{path}: asking again cannot help: {e:?}");
+        assert_eq!(front.control.redirected() - before, 1, "{path}: refused at once, not retried");
+    }
+    assert_eq!(other.control.stats().requests, 0, "nothing reached the other host");
 }
