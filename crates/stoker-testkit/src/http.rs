@@ -9,21 +9,28 @@
 //! * `Range: bytes=a-b` answered `206` with `Content-Range`, `Last-Modified` in HTTP date form;
 //! * no listing: WebDAV's `PROPFIND` answered `501 Not Implemented` (Python's `http.server`) or
 //!   `405 Method Not Allowed` (nginx);
-//! * injected `500 Internal Server Error`s: the next N GETs, or every GET of matching paths.
+//! * injected `500 Internal Server Error`s: the next N GETs, or every GET of matching paths;
+//! * bodies that stall halfway for a while ([`HttpControl::stall_next`]), ranged answers
+//!   longer than the range asked for, their `Content-Length` saying so while `Content-Range`
+//!   names the range ([`HttpControl::send_extra`]), and `302` redirects of every request to
+//!   another server ([`HttpControl::redirect_to`]): what a broken or hostile server does.
 //!
 //! [`HttpControl`] changes the faults while it runs and counts requests by method.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Component, Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
+use std::task::{Context, Poll};
+use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -102,6 +109,13 @@ pub struct HttpControl {
     failed: AtomicU64,
     precondition_failed: AtomicU64,
     if_match_sent: AtomicU64,
+    stall_next: AtomicU64,
+    stall_ms: AtomicU64,
+    stalled: AtomicU64,
+    extra: AtomicU64,
+    sent: AtomicU64,
+    redirect: std::sync::Mutex<Option<String>>,
+    redirected: AtomicU64,
 }
 
 impl HttpControl {
@@ -114,6 +128,40 @@ impl HttpControl {
     /// `None`: stop).
     pub fn fail_always(&self, part: Option<&str>) {
         *self.fail_matching.lock().unwrap_or_else(|e| e.into_inner()) = part.map(str::to_string);
+    }
+
+    /// The next `n` GETs with a body (`u64::MAX`: every one) send half of it, then nothing
+    /// for `pause`, then the rest: a server that stalls mid-body.
+    pub fn stall_next(&self, n: u64, pause: Duration) {
+        self.stall_ms.store(u64::try_from(pause.as_millis()).unwrap_or(u64::MAX), Relaxed);
+        self.stall_next.store(n, Relaxed);
+    }
+
+    /// Answer every ranged GET with `n` zeros more than asked, announced by `Content-Length`
+    /// while `Content-Range` names the range asked for (0: stop).
+    pub fn send_extra(&self, n: u64) {
+        self.extra.store(n, Relaxed);
+    }
+
+    /// Answer every request with `302 Found` to the same path and query under `base`
+    /// (`http://host:port`; `None`: stop).
+    pub fn redirect_to(&self, base: Option<&str>) {
+        *self.redirect.lock().unwrap_or_else(|e| e.into_inner()) = base.map(str::to_string);
+    }
+
+    /// Body bytes handed to connections (to the socket's buffers, not necessarily read).
+    pub fn sent(&self) -> u64 {
+        self.sent.load(Relaxed)
+    }
+
+    /// Answers that stalled mid-body.
+    pub fn stalled(&self) -> u64 {
+        self.stalled.load(Relaxed)
+    }
+
+    /// Requests answered with a redirect.
+    pub fn redirected(&self) -> u64 {
+        self.redirected.load(Relaxed)
     }
 
     /// GET requests received.
@@ -192,13 +240,23 @@ pub async fn serve(config: HttpConfig) -> io::Result<HttpHandle> {
     Ok(HttpHandle { server, control })
 }
 
-fn status(code: StatusCode) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::new()));
+fn status(code: StatusCode) -> Response<Paced> {
+    let mut r = Response::new(Paced::whole(Bytes::new()));
     *r.status_mut() = code;
     r
 }
 
-fn answer(config: &HttpConfig, control: &HttpControl, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn answer(config: &HttpConfig, control: &Arc<HttpControl>, req: &Request<Incoming>) -> Response<Paced> {
+    let redirect = control.redirect.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(base) = redirect {
+        control.redirected.fetch_add(1, Relaxed);
+        let target = format!("{base}{}", req.uri().path_and_query().map_or("/", |pq| pq.as_str()));
+        let mut r = status(StatusCode::FOUND);
+        if let Ok(v) = target.parse() {
+            r.headers_mut().insert(header::LOCATION, v);
+        }
+        return r;
+    }
     let head = match *req.method() {
         Method::GET => false,
         Method::HEAD => true,
@@ -242,8 +300,10 @@ fn answer(config: &HttpConfig, control: &HttpControl, req: &Request<Incoming>) -
         }
     }
     let range = req.headers().get(header::RANGE).and_then(|v| v.to_str().ok()).and_then(|r| parse_range(r, size));
+    let mut extra = 0;
     let (code, body, content_range) = match range {
         Some(Ok((a, b))) => {
+            extra = control.extra.load(Relaxed);
             (StatusCode::PARTIAL_CONTENT, data[a as usize..=b as usize].to_vec(), Some(format!("bytes {a}-{b}/{size}")))
         }
         Some(Err(())) => {
@@ -255,8 +315,18 @@ fn answer(config: &HttpConfig, control: &HttpControl, req: &Request<Incoming>) -
         }
         None => (StatusCode::OK, data, None),
     };
-    let len = body.len();
-    let mut r = Response::new(Full::new(if head { Bytes::new() } else { Bytes::from(body) }));
+    let len = body.len() as u64 + extra;
+    let stall = !head && len > 1 && control.stall_next.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1)).is_ok();
+    let body = match (head, stall) {
+        (true, _) => Paced::whole(Bytes::new()),
+        (false, false) => Paced::whole(Bytes::from(body)),
+        (false, true) => {
+            control.stalled.fetch_add(1, Relaxed);
+            Paced::stalling(Bytes::from(body), Duration::from_millis(control.stall_ms.load(Relaxed)))
+        }
+    };
+    let body = if head { body } else { body.counted(extra, control.clone()) };
+    let mut r = Response::new(body);
     *r.status_mut() = code;
     let h = r.headers_mut();
     let mut set = |k: header::HeaderName, v: String| {
@@ -274,6 +344,93 @@ fn answer(config: &HttpConfig, control: &HttpControl, req: &Request<Incoming>) -
         set(header::CONTENT_RANGE, c);
     }
     r
+}
+
+/// A body sent whole, or in two halves with a pause between them (a stall mid-body), then
+/// any zeros added past what was asked, made as they are sent; what it hands to the
+/// connection is counted.
+struct Paced {
+    first: Option<Bytes>,
+    pause: Duration,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    rest: Option<Bytes>,
+    zeros: u64,
+    len: u64,
+    sent: Option<Arc<HttpControl>>,
+}
+
+/// What the added zeros are cut from.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
+impl Paced {
+    fn whole(b: Bytes) -> Self {
+        Paced {
+            len: b.len() as u64,
+            first: Some(b),
+            pause: Duration::ZERO,
+            sleep: None,
+            rest: None,
+            zeros: 0,
+            sent: None,
+        }
+    }
+
+    fn stalling(mut b: Bytes, pause: Duration) -> Self {
+        let len = b.len() as u64;
+        let rest = b.split_off(b.len() / 2);
+        Paced { rest: Some(rest), pause, len, ..Paced::whole(b) }
+    }
+
+    /// With `n` zeros after the body, and what is sent counted in `control`.
+    fn counted(mut self, n: u64, control: Arc<HttpControl>) -> Self {
+        self.zeros = n;
+        self.len += n;
+        self.sent = Some(control);
+        self
+    }
+
+    fn frame(&self, b: Bytes) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if let Some(c) = &self.sent {
+            c.sent.fetch_add(b.len() as u64, Relaxed);
+        }
+        Poll::Ready(Some(Ok(Frame::data(b))))
+    }
+}
+
+impl http_body::Body for Paced {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = &mut *self;
+        if let Some(b) = this.first.take() {
+            return this.frame(b);
+        }
+        if this.rest.is_some() {
+            let pause = this.pause;
+            let sleep = this.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(pause)));
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if let Some(b) = this.rest.take() {
+                return this.frame(b);
+            }
+        }
+        if this.zeros > 0 {
+            let n = this.zeros.min(ZEROS.len() as u64);
+            this.zeros -= n;
+            return this.frame(Bytes::from_static(&ZEROS[..n as usize]));
+        }
+        Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.rest.is_none() && self.zeros == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.len)
+    }
 }
 
 /// The file under `root` for a request path, never outside it.

@@ -23,12 +23,15 @@
 //! memory, and an entry's modification time (the order a new process starts from) is
 //! refreshed at most once per process.
 //!
+//! Room: whatever its limit, the cache leaves its disk a floor of free space
+//! ([`super::room`]): before each write it evicts what must go for the block to fit above
+//! the floor, and skips the block when even that is not enough (a disk others filled).
+//!
 //! A directory that cannot be used never fails a read: one that cannot be created disables
 //! the disk cache, one that cannot be written (read-only, full) is only read from, each with
 //! one warning per process.
 
 use std::collections::HashSet;
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -37,14 +40,11 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
-use super::files::{remove_stale_tmp, scan, unique};
+use super::files::{remove_stale_tmp, scan, write_entry};
 use super::policy::{Plan, Ranks};
+use super::room::{default_limit, disk_of, SpaceQuery};
 use super::seal::{self, BlockFile, FileId, Refused, Verified};
 
-/// The largest default size: beyond this a disk cache rarely pays for the space it takes.
-pub(crate) const DEFAULT_MAX: u64 = 50 << 30;
-/// The smallest default size (unless the disk is nearly full).
-pub(crate) const DEFAULT_MIN: u64 = 256 << 20;
 /// After a failed write, writes pause this long (a full disk must not cost a failed write of
 /// every block).
 const WRITE_PAUSE: Duration = Duration::from_secs(30);
@@ -69,22 +69,14 @@ pub(crate) fn warn_once(flag: &AtomicBool, message: impl FnOnce() -> String) {
 
 static WARNED_OPEN: AtomicBool = AtomicBool::new(false);
 static WARNED_WRITE: AtomicBool = AtomicBool::new(false);
-
-/// The default size of a disk cache in `dir` that holds `used` bytes: 10% of the space the
-/// cache could have (the disk's free space plus what it holds already, so the size is the
-/// same run after run), between [`DEFAULT_MIN`] (at most half that space) and [`DEFAULT_MAX`].
-pub(crate) fn default_limit(dir: &Path, used: u64) -> u64 {
-    let free = match rustix::fs::statvfs(dir) {
-        Ok(s) => s.f_bavail.saturating_mul(s.f_frsize),
-        Err(_) => return DEFAULT_MIN,
-    };
-    let room = free.saturating_add(used);
-    (room / 10).clamp(DEFAULT_MIN.min(room / 2), DEFAULT_MAX).max(1)
-}
+static WARNED_ROOM: AtomicBool = AtomicBool::new(false);
 
 pub(crate) struct DiskCache {
     dir: PathBuf,
     limit: u64,
+    /// The numbers of the disk it lives on, asked before every write: whatever the limit,
+    /// the cache leaves the floor of free space [`super::room`] keeps.
+    space: SpaceQuery,
     /// Entries are served but not written (a read-only or unwritable directory).
     read_only: bool,
     /// Whether entries are verified before they are served (always, but for measuring the
@@ -116,6 +108,8 @@ pub(crate) struct DiskCache {
     /// Entries that failed verification (damaged, cut short, another block's): dropped and
     /// fetched again.
     pub(crate) corrupt: AtomicU64,
+    /// Blocks not written because the disk had no room above its floor, even after eviction.
+    pub(crate) no_room: AtomicU64,
     /// Temporary files of dead writers removed when the cache was opened.
     pub(crate) stale_removed: u64,
 }
@@ -124,6 +118,11 @@ impl DiskCache {
     /// The cache in `dir` with `limit` bytes (`None`: [`default_limit`]); `None` when the
     /// directory cannot be made (after a warning).
     pub(crate) fn open(dir: &Path, limit: Option<u64>) -> Option<Self> {
+        Self::open_on(dir, limit, disk_of(dir.to_path_buf()))
+    }
+
+    /// [`open`](Self::open), on a disk whose numbers `space` gives (a test's stand-in).
+    pub(crate) fn open_on(dir: &Path, limit: Option<u64>, space: SpaceQuery) -> Option<Self> {
         if let Err(e) = std::fs::create_dir_all(dir) {
             warn_once(&WARNED_OPEN, || {
                 format!(
@@ -163,6 +162,7 @@ impl DiskCache {
         let cache = DiskCache {
             dir: dir.to_path_buf(),
             limit: limit.unwrap_or_else(|| default_limit(dir, ranks.bytes())).max(1),
+            space,
             read_only: writable.is_err(),
             verify: seal::verifying(),
             ranks: Mutex::new(ranks),
@@ -177,11 +177,14 @@ impl DiskCache {
             evictions: AtomicU64::new(0),
             bypassed: AtomicU64::new(0),
             corrupt: AtomicU64::new(0),
+            no_room: AtomicU64::new(0),
             stale_removed,
         };
-        // Earlier processes may have left it over the limit (each saw only its own writes).
+        // Earlier processes may have left it over the limit (each saw only its own writes),
+        // and the disk may have filled since: what it holds below the floor is given back.
         if !cache.read_only {
             cache.evict(0);
+            cache.make_room(0);
         }
         Some(cache)
     }
@@ -362,7 +365,20 @@ impl DiskCache {
     /// read-only) drops it, is warned about once, pauses writes for a while and is otherwise
     /// ignored.
     pub(crate) fn store(&self, key: u128, data: &[u8]) {
-        if let Err(e) = self.try_write(key, data) {
+        if !self.make_room(seal::file_len(data.len() as u64)) {
+            self.ranks().remove(key);
+            self.no_room.fetch_add(1, Relaxed);
+            warn_once(&WARNED_ROOM, || {
+                format!(
+                    "the disk holding the disk cache in {} is nearly full (the cache leaves 5% of it free, at most \
+                     1 GiB, whatever disk_cache_bytes says): blocks that do not fit are not stored, reads go on \
+                     without them; free space there, or set disk_cache_dir= to a roomier disk",
+                    self.dir.display()
+                )
+            });
+            return;
+        }
+        if let Err(e) = write_entry(&self.path(key), &self.dir, key, data) {
             self.ranks().remove(key);
             let now = self.born.elapsed().as_millis() as u64;
             self.writes_paused_until.store(now + WRITE_PAUSE.as_millis() as u64, Relaxed);
@@ -396,25 +412,6 @@ impl DiskCache {
         }
     }
 
-    fn try_write(&self, key: u128, data: &[u8]) -> std::io::Result<()> {
-        let path = self.path(key);
-        let parent = path.parent().unwrap_or(&self.dir);
-        std::fs::create_dir_all(parent)?;
-        // A unique temporary name per writer, with its pid so a dead writer's leftovers are
-        // recognised; the rename makes the entry appear whole.
-        let tmp = parent.join(format!(".{key:032x}.{}.{:x}.tmp", std::process::id(), unique()));
-        let trailer = seal::trailer(key, data);
-        let written = std::fs::File::create(&tmp).and_then(|mut f| {
-            f.write_all(data)?;
-            f.write_all(&trailer)
-        });
-        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &path)) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        Ok(())
-    }
-
     /// What the other processes sharing the directory wrote and removed since the last look:
     /// once a [`RESCAN`] period, or sooner when this process wrote a good share of the limit
     /// (the others may have written as much, and the limit is for all of them).
@@ -444,23 +441,47 @@ impl DiskCache {
         }
     }
 
-    /// Drop entries, next victim first, until `incoming` more bytes fit under the limit. One
-    /// process at a time; the others skip (and try again at their next write).
+    /// Drop entries, next victim first, until `incoming` more bytes fit under the limit.
     fn evict(&self, incoming: u64) {
         if self.ranks().bytes() + incoming <= self.limit {
             return;
         }
+        self.evict_to(self.limit.saturating_sub(incoming));
+    }
+
+    /// Whether `incoming` more bytes fit on the disk above its floor ([`super::room`]), after
+    /// evicting what must go to make them fit (all of it, at worst). The disk is asked again
+    /// after each round: other writers, and readers holding evicted files open, move its
+    /// numbers too. A disk whose numbers cannot be had is taken to have room.
+    fn make_room(&self, incoming: u64) -> bool {
+        loop {
+            let Some(space) = (self.space)() else { return true };
+            let short = space.shortfall(incoming);
+            if short == 0 {
+                return true;
+            }
+            let held = self.ranks().bytes();
+            if held == 0 || self.evict_to(held.saturating_sub(short)) == 0 {
+                return false;
+            }
+        }
+    }
+
+    /// Drop entries, next victim first, until the cache holds at most `cap` bytes; returns
+    /// how many went. One process at a time; the others skip (and try again at their next
+    /// write).
+    fn evict_to(&self, cap: u64) -> usize {
         let Ok(lock) = std::fs::File::options().create(true).truncate(false).write(true).open(lock_path(&self.dir))
         else {
-            return;
+            return 0;
         };
         if lock.try_lock().is_err() {
-            return;
+            return 0;
         }
         let victims: Vec<u128> = {
             let mut r = self.ranks();
             let mut out = Vec::new();
-            while r.bytes() + incoming > self.limit {
+            while r.bytes() > cap {
                 let Some((key, _)) = r.victim() else { break };
                 r.remove(key);
                 out.push(key);
@@ -476,6 +497,7 @@ impl DiskCache {
                 verified.remove(key);
             }
         }
+        let gone = victims.len();
         for key in victims {
             // Readers that already opened the file keep reading it; new ones see a miss. One
             // that another process removed first is gone all the same.
@@ -488,6 +510,7 @@ impl DiskCache {
             }
         }
         let _ = lock.unlock();
+        gone
     }
 }
 
@@ -513,18 +536,6 @@ mod tests {
         let cache = DiskCache::open(dir.path(), Some(1 << 20)).unwrap();
         assert_eq!(cache.stale_removed, 1);
         assert!(!dead.exists() && alive.exists());
-    }
-
-    #[test]
-    fn the_default_size_is_a_tenth_of_the_room_within_bounds() {
-        let dir = tempfile::tempdir().unwrap();
-        let limit = default_limit(dir.path(), 0);
-        let s = rustix::fs::statvfs(dir.path()).unwrap();
-        let free = s.f_bavail * s.f_frsize;
-        assert!(limit <= DEFAULT_MAX && limit <= free.max(1), "{limit} of {free}");
-        assert!(limit >= DEFAULT_MIN.min(free / 2), "{limit} of {free}");
-        // What the cache holds counts as room: the size does not shrink as it fills.
-        assert!(default_limit(dir.path(), 1 << 30) >= limit);
     }
 
     #[test]

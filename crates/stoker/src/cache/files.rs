@@ -76,6 +76,26 @@ pub(crate) fn scan(dir: &Path) -> Vec<Found> {
     out
 }
 
+/// Write entry `key` (its bytes, then their trailer) at `path` in cache directory `dir`: to a
+/// temporary file named after this writer's pid (so a dead writer's leftovers are
+/// recognised), then renamed into place, so readers see the whole entry or none.
+pub(super) fn write_entry(path: &Path, dir: &Path, key: u128, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let parent = path.parent().unwrap_or(dir);
+    std::fs::create_dir_all(parent)?;
+    let tmp = parent.join(format!(".{key:032x}.{}.{:x}.tmp", std::process::id(), unique()));
+    let trailer = super::seal::trailer(key, data);
+    let written = std::fs::File::create(&tmp).and_then(|mut f| {
+        f.write_all(data)?;
+        f.write_all(&trailer)
+    });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,21 +8,25 @@
 //! ([`seal`]): a damaged entry is dropped, counted and fetched again. The disk cache
 //! drops what the reader's [`Plan`] says is needed furthest ahead (the Loader gives one for
 //! each epoch), least recently used without one ([`policy`]); one process at a time trims
-//! the directory to its byte limit (an advisory lock). Batches whose blocks are all on disk
+//! the directory to its byte limit (an advisory lock), and never leaves its disk with less
+//! free space than a floor, whatever the limit ([`room`]). Batches whose blocks are all on disk
 //! are read straight from the block files into the batch ([`CachedObject`]), like a local
 //! shard.
 
 mod disk;
+#[cfg(test)]
+mod disk_room;
 mod files;
 pub mod policy;
 mod ranged;
 mod read;
+pub(crate) mod room;
 mod seal;
 
-pub(crate) use disk::default_limit;
 pub use policy::{Eviction, Plan};
 pub use ranged::RemoteReader;
 pub use read::{is_gone, CachedObject, Gone};
+pub(crate) use room::default_limit;
 pub use seal::UNVERIFIED_ENV;
 
 use std::collections::HashMap;

@@ -5,7 +5,9 @@
 //! given.
 //!
 //! object_store's own retries are turned off for stores built by Stoker, so every retry
-//! happens here, counted, with the same policy on every store.
+//! happens here, counted, with the same policy on every store. So are its timeouts: a read
+//! here is bounded by a stall timeout on every piece of an answer ([`body`]), a time limit
+//! per attempt, and a deadline over all its attempts.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -18,9 +20,10 @@ use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 
-use self::retry::classify;
 use crate::error::Result;
 
+mod body;
+pub(crate) mod client;
 mod expect;
 mod hedge;
 pub(crate) mod limit;
@@ -75,6 +78,13 @@ pub struct FetchConfig {
     pub hedge: Hedge,
     /// One attempt's time limit.
     pub timeout: Duration,
+    /// An attempt that receives nothing for this long (no answer, or no byte of its body
+    /// since the last) is abandoned and retried (`Duration::MAX`: never).
+    pub stall: Duration,
+    /// A read fails once this long has passed since its first attempt began, whatever
+    /// attempts are left: the most one read can cost (listings, which may page through
+    /// millions of names, have none; `Duration::MAX`: none at all).
+    pub deadline: Duration,
 }
 
 impl Default for FetchConfig {
@@ -90,6 +100,10 @@ impl Default for FetchConfig {
             max_backoff: Duration::from_secs(5),
             hedge: Hedge::Auto { quantile: 0.95, factor: 2.0, min: Duration::from_millis(20) },
             timeout: Duration::from_secs(60),
+            // A healthy store answers within a second or two even under load; a server that
+            // stops sending mid-body was found to cost 6 attempts x 60 s before this.
+            stall: Duration::from_secs(20),
+            deadline: Duration::from_secs(120),
         }
     }
 }
@@ -114,6 +128,15 @@ impl FetchConfig {
                 Some(ms) => Hedge::After(Duration::from_millis(ms)),
             },
             timeout: opts.timeout_ms.map_or(d.timeout, Duration::from_millis),
+            // 0 turns either off (a wait past any run's length).
+            stall: opts.stall_ms.map_or(d.stall, |ms| if ms == 0 { Duration::MAX } else { Duration::from_millis(ms) }),
+            deadline: opts.deadline_ms.map_or(d.deadline, |ms| {
+                if ms == 0 {
+                    Duration::MAX
+                } else {
+                    Duration::from_millis(ms)
+                }
+            }),
         }
     }
 }
@@ -188,12 +211,13 @@ impl Fetcher {
         &self.cfg
     }
 
-    /// A whole object (one request, retried); with `expect`, only that version of it (see
-    /// [`Expect`]): another is an [`Error::Changed`](crate::Error::Changed).
+    /// A whole object (one request, retried, within the read's deadline); with `expect`, only
+    /// that version of it (see [`Expect`]): another is an [`Error::Changed`](crate::Error::Changed).
     pub async fn get(&self, path: &ObjPath, shown: &str, expect: Option<&Expect>) -> Result<Bytes> {
         self.retrying(
             shown,
             || "whole object".to_string(),
+            Some(self.cfg.deadline),
             || async {
                 // Under the same in-flight limit as ranged reads: a layout of one object per
                 // sample makes as many requests as a shuffled tar source.
@@ -208,16 +232,27 @@ impl Fetcher {
                     if_match: expect.and_then(Expect::if_match).map(str::to_string),
                     ..Default::default()
                 };
-                let r = match self.store.get_opts(path, opts).await {
-                    Ok(g) => {
-                        let changed = expect.and_then(|x| x.differs(&g.meta));
-                        match changed {
-                            Some(why) => Err(retry::Failure::changed(why)),
-                            None => g.bytes().await.map_err(classify),
-                        }
+                let read = async {
+                    let g = self.answer(self.store.get_opts(path, opts)).await?;
+                    if let Some(why) = expect.and_then(|x| x.differs(&g.meta)) {
+                        return Err(retry::Failure::changed(why));
                     }
-                    Err(e) => Err(classify(e)),
+                    // No range was asked for: the answer's own size bounds the body, and
+                    // memory follows the bytes that arrive, not the size claimed.
+                    let size = g.meta.size;
+                    let reserve = usize::try_from(size).unwrap_or(usize::MAX).min(body::RESERVE_UNASKED);
+                    let b = body::read(g.into_stream(), body::Bound { most: size, reserve }, self.cfg.stall).await?;
+                    if (b.len() as u64) < size {
+                        return Err(retry::Failure::transient(format!(
+                            "the body had {} bytes, {size} were promised",
+                            b.len()
+                        )));
+                    }
+                    Ok(b)
                 };
+                // No time limit per attempt, unlike a range's: a whole object may be large. The
+                // stall timeout and the read's deadline bound it.
+                let r = read.await;
                 match &r {
                     Ok(b) => {
                         self.counters.bytes.fetch_add(b.len() as u64, Relaxed);
@@ -237,9 +272,10 @@ impl Fetcher {
         self.retrying(
             shown,
             || "metadata".to_string(),
+            Some(self.cfg.deadline),
             || async {
                 self.counters.requests.fetch_add(1, Relaxed);
-                self.store.head(path).await.map_err(classify)
+                self.answer(self.store.head(path)).await
             },
         )
         .await
@@ -249,13 +285,31 @@ impl Fetcher {
     /// server that answers that it cannot list (405, 501: a plain HTTP server has no listing)
     /// is not asked again: the error says how to name the data instead.
     pub async fn list(&self, prefix: Option<&ObjPath>, shown: &str) -> Result<Vec<object_store::ObjectMeta>> {
-        use futures::TryStreamExt;
+        use futures::StreamExt;
         self.retrying(
             shown,
             || "listing".to_string(),
+            // A listing may page through millions of names: no deadline over all of it, but
+            // each page must come within the stall timeout.
+            None,
             || async {
                 self.counters.requests.fetch_add(1, Relaxed);
-                self.store.list(prefix).try_collect::<Vec<_>>().await.map_err(retry::classify_listing)
+                let mut pages = self.store.list(prefix);
+                let mut all = Vec::new();
+                loop {
+                    match tokio::time::timeout(self.cfg.stall, pages.next()).await {
+                        Err(_) => {
+                            return Err(retry::Failure::transient(format!(
+                                "the listing stalled: nothing for {:?} after {} names (stall_ms); abandoned",
+                                self.cfg.stall,
+                                all.len()
+                            )))
+                        }
+                        Ok(None) => return Ok(all),
+                        Ok(Some(Err(e))) => return Err(retry::classify_listing(e)),
+                        Ok(Some(Ok(meta))) => all.push(meta),
+                    }
+                }
             },
         )
         .await
@@ -272,6 +326,26 @@ impl Fetcher {
         expect: Option<&Expect>,
     ) -> Result<Bytes> {
         let what = || format!("bytes {}..{}", range.start, range.end);
-        self.retrying(shown, what, || self.hedged(|| self.attempt(path, range.clone(), expect))).await
+        self.retrying(shown, what, Some(self.cfg.deadline), || {
+            self.hedged(|| self.attempt(path, range.clone(), expect))
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_turns_the_stall_timeout_and_the_deadline_off() {
+        let d = FetchConfig::from_options(&crate::uri::SourceOptions::default());
+        assert_eq!((d.stall, d.deadline), (Duration::from_secs(20), Duration::from_secs(120)));
+        let o = crate::uri::SourceOptions::from_query("stall_ms=0&deadline_ms=0").unwrap();
+        let off = FetchConfig::from_options(&o);
+        assert_eq!((off.stall, off.deadline), (Duration::MAX, Duration::MAX));
+        let o = crate::uri::SourceOptions::from_query("stall_ms=300&deadline_ms=1500").unwrap();
+        let set = FetchConfig::from_options(&o);
+        assert_eq!((set.stall, set.deadline), (Duration::from_millis(300), Duration::from_millis(1500)));
     }
 }

@@ -1,6 +1,7 @@
 //! One attempt at one ranged request: a slot under the in-flight limit (one semaphore over
 //! everything a fetcher reads, so parallel batches, read-ahead and hedges cannot flood the
-//! store), a time limit, and a length check (a short body is a transient failure).
+//! store), a time limit, a stall timeout on the answer and on every piece of its body, and a
+//! length check (a short body, or a longer one cut off at the range, is a transient failure).
 
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
@@ -9,6 +10,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use object_store::path::Path as ObjPath;
 
+use super::body::{self, Bound};
 use super::retry::{classify, Failure};
 use super::{Expect, Fetcher};
 
@@ -30,30 +32,30 @@ impl Fetcher {
                 range: Some(range.clone().into()),
                 ..Default::default()
             };
-            let got = self.store.get_opts(path, opts).await?;
+            let got = self.answer(self.store.get_opts(path, opts)).await?;
             // The answer's own version, checked before its body is read: a weak or missing
             // tag sends no precondition, so this is what keeps other bytes out.
             if let Some(why) = expect.and_then(|x| x.differs(&got.meta)) {
-                return Ok(Err(why));
+                return Err(Failure::changed(why));
             }
-            got.bytes().await.map(Ok)
+            // The range asked for bounds the body, not the length the server announces.
+            let bound = Bound { most: want, reserve: usize::try_from(want).unwrap_or(usize::MAX) };
+            body::read(got.into_stream(), bound, self.cfg.stall).await
         };
-        let result = tokio::time::timeout(self.cfg.timeout, request).await;
-        let bytes = match result {
+        let bytes = match tokio::time::timeout(self.cfg.timeout, request).await {
             Err(_) => {
                 self.limit.throttled();
-                return Err(Failure::transient(format!("timed out after {:?}", self.cfg.timeout)));
+                return Err(Failure::transient(format!("timed out after {:?} (timeout_ms)", self.cfg.timeout)));
             }
-            Ok(Ok(Err(changed))) => return Err(Failure::changed(changed)),
-            Ok(Err(e)) => {
-                let failure = classify(e);
+            Ok(Err(failure)) => {
                 if failure.transient {
-                    // A throttled or failing store is saturated, whatever its latency says.
+                    // A throttled, failing or stalling store is saturated, whatever its
+                    // latency says.
                     self.limit.throttled();
                 }
                 return Err(failure);
             }
-            Ok(Ok(Ok(b))) => b,
+            Ok(Ok(b)) => b,
         };
         self.record(started.elapsed());
         self.limit.done(&slot, started.elapsed().as_nanos() as u64, bytes.len() as u64);
@@ -62,5 +64,17 @@ impl Fetcher {
             return Err(Failure::transient(format!("the body had {} bytes, {want} were promised", bytes.len())));
         }
         Ok(bytes)
+    }
+
+    /// The answer to a request (its status and headers), or a transient failure when none
+    /// comes within the stall timeout.
+    pub(super) async fn answer<T>(
+        &self,
+        request: impl std::future::Future<Output = object_store::Result<T>>,
+    ) -> std::result::Result<T, Failure> {
+        match tokio::time::timeout(self.cfg.stall, request).await {
+            Err(_) => Err(Failure::transient(format!("no answer within {:?} (stall_ms); abandoned", self.cfg.stall))),
+            Ok(r) => r.map_err(classify),
+        }
     }
 }

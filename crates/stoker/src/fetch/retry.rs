@@ -1,10 +1,11 @@
-//! Retries: a transient failure (5xx, 408, 429, a transport error, a short body, a timeout)
-//! is tried again after an exponential backoff with jitter, up to the configured attempts;
-//! anything else fails at once with a hint. Every store gets the same policy, counted here,
-//! because object_store's own retries are off for the stores Stoker builds.
+//! Retries: a transient failure (5xx, 408, 429, a transport error, a short or overlong body,
+//! a stall, a timeout) is tried again after an exponential backoff with jitter, up to the
+//! configured attempts and within the read's deadline; anything else fails at once with a
+//! hint. Every store gets the same policy, counted here, because object_store's own retries
+//! are off for the stores Stoker builds.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::Fetcher;
 use crate::error::{Error, Result};
@@ -40,45 +41,78 @@ impl Failure {
 }
 
 impl Fetcher {
-    /// Retry transient failures with exponential backoff and full jitter.
-    /// `what` names the bytes in the final error; it is only formatted if there is one.
-    pub(super) async fn retrying<T, F, Fut>(&self, shown: &str, what: impl Fn() -> String, mut f: F) -> Result<T>
+    /// Retry transient failures with exponential backoff and full jitter, all of it within
+    /// `deadline` when there is one: past it the attempt under way is abandoned and the read
+    /// fails, however many attempts were left. `what` names the bytes in the final error; it
+    /// is only formatted if there is one.
+    pub(super) async fn retrying<T, F, Fut>(
+        &self,
+        shown: &str,
+        what: impl Fn() -> String,
+        deadline: Option<Duration>,
+        mut f: F,
+    ) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
     {
         let attempts = self.cfg.attempts.max(1);
         let mut backoff = self.cfg.backoff;
+        let started = tokio::time::Instant::now();
+        // A deadline too far to be an instant is none.
+        let give_up_at = deadline.and_then(|d| started.checked_add(d));
+        let fail = |attempt: u32, fail: Failure| {
+            self.counters.failures.fetch_add(1, Relaxed);
+            if fail.changed {
+                return Error::Changed { object: shown.to_string(), reason: fail.message };
+            }
+            if fail.missing {
+                return Error::NotFound { what: format!("{shown} ({})", what()), hint: fail.hint };
+            }
+            Error::Fetch {
+                object: shown.to_string(),
+                what: what(),
+                attempts: attempt,
+                // object_store quotes the request URL, userinfo included: redacted here so
+                // that Debug, not only Display, is clean.
+                message: crate::uri::redact_text(&fail.message).into_owned(),
+                hint: fail.hint,
+                transient: fail.transient,
+            }
+        };
+        let past_deadline = |last: Option<&str>| {
+            let d = deadline.unwrap_or_default();
+            let mut message = format!("the read did not finish within its deadline of {d:?}");
+            if let Some(last) = last {
+                message.push_str(&format!(" (the last attempt: {last})"));
+            }
+            let hint = Some(format!(
+                "the store is failing or stalling; raise deadline_ms (now {}) to wait longer",
+                d.as_millis()
+            ));
+            Failure { hint, ..Failure::transient(message) }
+        };
         for attempt in 1..=attempts {
-            match f().await {
+            let tried = match give_up_at {
+                Some(at) => match tokio::time::timeout_at(at, f()).await {
+                    Ok(r) => r,
+                    Err(_) => return Err(fail(attempt, past_deadline(None))),
+                },
+                None => f().await,
+            };
+            match tried {
                 Ok(b) => return Ok(b),
-                Err(fail) if fail.transient && attempt < attempts => {
-                    self.counters.retries.fetch_add(1, Relaxed);
+                Err(failure) if failure.transient && attempt < attempts => {
                     let jittered = backoff.mul_f64(jitter());
+                    // A backoff that ends past the deadline leaves the next attempt no time.
+                    if give_up_at.is_some_and(|at| tokio::time::Instant::now() + jittered >= at) {
+                        return Err(fail(attempt, past_deadline(Some(&failure.message))));
+                    }
+                    self.counters.retries.fetch_add(1, Relaxed);
                     tokio::time::sleep(jittered).await;
                     backoff = (backoff * 2).min(self.cfg.max_backoff);
                 }
-                Err(fail) if fail.changed => {
-                    self.counters.failures.fetch_add(1, Relaxed);
-                    return Err(Error::Changed { object: shown.to_string(), reason: fail.message });
-                }
-                Err(fail) if fail.missing => {
-                    self.counters.failures.fetch_add(1, Relaxed);
-                    return Err(Error::NotFound { what: format!("{shown} ({})", what()), hint: fail.hint });
-                }
-                Err(fail) => {
-                    self.counters.failures.fetch_add(1, Relaxed);
-                    return Err(Error::Fetch {
-                        object: shown.to_string(),
-                        what: what(),
-                        attempts: attempt,
-                        // object_store quotes the request URL, userinfo included: redacted
-                        // here so that Debug, not only Display, is clean.
-                        message: crate::uri::redact_text(&fail.message).into_owned(),
-                        hint: fail.hint,
-                        transient: fail.transient,
-                    });
-                }
+                Err(failure) => return Err(fail(attempt, failure)),
             }
         }
         unreachable!("the last attempt returns")
@@ -96,6 +130,11 @@ fn jitter() -> f64 {
 /// Sort an object_store error into transient (retry) or not, with a hint for the latter.
 pub(super) fn classify(e: object_store::Error) -> Failure {
     use object_store::Error as E;
+    if let Some(refused) = super::client::RedirectRefused::within(&e) {
+        let hint = "point `endpoint` (or `region`) at the host that serves the data: a store's redirects are \
+                    followed only within its endpoint's host";
+        return Failure { hint: Some(hint.into()), ..Failure::fatal(refused.to_string()) };
+    }
     let message = e.to_string();
     let (transient, hint) = match &e {
         E::NotFound { .. } => (false, Some("the object does not exist: check the bucket, prefix and name".to_string())),

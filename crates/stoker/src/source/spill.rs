@@ -11,7 +11,9 @@
 //! (`O_TMPFILE`, or unlinked at once where that is not supported), so the kernel frees them
 //! when the process ends, however it ends: nothing is left behind and nothing is reused by
 //! another run (whose file could have changed). What they hold is bounded like the disk
-//! cache (a tenth of the free space, capped); past that, shards are decoded again.
+//! cache (a tenth of the free space, capped); past that, shards are decoded again. Nor do
+//! they ever take the disk's last free space: a shard that would leave less than the floor
+//! the disk cache keeps (`cache::room`: 5% of the disk, at most 1 GiB) is not spilled.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -21,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
+use crate::cache::room::{disk_of, SpaceQuery};
 use crate::error::{Error, Result};
 use crate::ranges;
 use crate::sample::{Field, Sample};
@@ -41,7 +44,12 @@ pub(crate) struct Spill {
     writing: Mutex<HashMap<UnitKey, tokio::sync::watch::Receiver<bool>>>,
     /// A write failed (full or read-only disk): no more writes, said once.
     broken: AtomicBool,
+    /// The numbers of the disk the files go to, asked before every write.
+    space: SpaceQuery,
 }
+
+/// Whether a shard was left unspilled for want of room above the disk's floor (said once).
+static WARNED_ROOM: AtomicBool = AtomicBool::new(false);
 
 /// One spilled shard: its file and, in memory, where each row's fields lie in it.
 struct Unit {
@@ -69,6 +77,7 @@ impl Spill {
     /// cache's default size for that disk.
     pub(crate) fn new(dir: PathBuf) -> Self {
         Spill {
+            space: disk_of(dir.clone()),
             dir,
             budget: std::sync::OnceLock::new(),
             used: AtomicU64::new(0),
@@ -84,6 +93,12 @@ impl Spill {
         let s = Spill::new(dir);
         let _ = s.budget.set(budget);
         s
+    }
+
+    /// Like [`Spill::with_budget`], on a disk whose numbers `space` gives.
+    #[cfg(test)]
+    fn on_disk(dir: PathBuf, budget: u64, space: SpaceQuery) -> Self {
+        Spill { space, ..Spill::with_budget(dir, budget) }
     }
 
     fn budget(&self) -> u64 {
@@ -136,6 +151,19 @@ impl Spill {
         }
         if self.used.fetch_add(bytes, Relaxed) + bytes > self.budget() {
             self.used.fetch_sub(bytes, Relaxed);
+            return false;
+        }
+        // Whatever the budget, the disk keeps its floor: others may have filled it since.
+        if (self.space)().is_some_and(|s| s.shortfall(bytes) > 0) {
+            self.used.fetch_sub(bytes, Relaxed);
+            if !WARNED_ROOM.swap(true, Relaxed) {
+                eprintln!(
+                    "stoker: warning: the disk holding {} is nearly full (spilled shards leave 5% of it free, at most \
+                     1 GiB): shards that do not fit are decoded again when read again. Free space there, or point \
+                     STOKER_CACHE_DIR elsewhere",
+                    self.dir.display()
+                );
+            }
             return false;
         }
         writing.counted = bytes;
@@ -397,6 +425,27 @@ mod tests {
         assert_eq!(k.put(4, "d", 4, 2, &[]), Vec::<(u32, &str)>::new(), "1 was read to its last row");
         assert_eq!(k.get(1, &[]), None);
         assert_eq!(k.get(4, &[0]), Some("d"));
+    }
+
+    /// A budget larger than the room on the disk: what would go below the floor is not
+    /// written, what fits above it is.
+    #[tokio::test]
+    async fn the_disk_keeps_its_floor_whatever_the_budget() {
+        use crate::cache::room::Space;
+        let dir = tempfile::tempdir().unwrap();
+        const MIB: u64 = 1 << 20;
+        // 100 MiB with 6 free: the floor is 5, one MiB may be written.
+        let space: SpaceQuery = Arc::new(|| Some(Space { free: 6 * MIB, total: 100 * MIB }));
+        let spill = Arc::new(Spill::on_disk(dir.path().join("s"), 1 << 40, space));
+        let big = |i: usize, len: u64| Sample {
+            key: format!("k{i}"),
+            fields: vec![Field { name: "a".into(), data: Bytes::from(vec![1u8; len as usize]) }],
+        };
+        assert!(!spill.put((0, 0), vec![big(0, 2 * MIB)]).await, "2 MiB would leave 4 of a 5 MiB floor");
+        assert_eq!(spill.used(), 0);
+        assert!(spill.get((0, 0), &[0]).await.is_none());
+        assert!(spill.put((1, 0), vec![big(1, MIB / 2)]).await, "half a MiB fits above the floor");
+        assert_eq!(spill.used(), MIB / 2);
     }
 
     #[tokio::test]

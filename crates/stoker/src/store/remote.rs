@@ -1,6 +1,8 @@
 //! Building object stores from a remote location and options: S3 (and S3-compatible
 //! servers), GCS, Azure, HTTP. Credentials come from options or the usual environment
-//! variables and never reach `Display`, `Debug` or errors.
+//! variables and never reach `Display`, `Debug` or errors. Every store talks through
+//! Stoker's HTTP client ([`crate::fetch::client`]): a store's endpoint may redirect only
+//! to itself, a plain HTTP source anywhere (it carries no credentials).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +15,7 @@ use object_store::{ClientOptions, ObjectStore, RetryConfig};
 
 use super::{Backend, Store};
 use crate::error::{Error, Result};
+use crate::fetch::client::{Connector, Redirects};
 use crate::fetch::Fetcher;
 use crate::uri::{RemoteLocation, SourceOptions};
 
@@ -90,6 +93,7 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
             let mut b = AmazonS3Builder::from_env()
                 .with_client_options(client_options(opts, endpoint.as_deref().or(env("AWS_ENDPOINT_URL").as_deref())))
                 .with_bucket_name(&loc.bucket)
+                .with_http_connector(Connector { redirects: Redirects::SameOrigin })
                 .with_retry(no_retries());
             if let Some(e) = &endpoint {
                 b = b.with_endpoint(e);
@@ -137,6 +141,7 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
             let mut b = GoogleCloudStorageBuilder::from_env()
                 .with_client_options(client_options(opts, None))
                 .with_bucket_name(&loc.bucket)
+                .with_http_connector(Connector { redirects: Redirects::SameOrigin })
                 .with_retry(no_retries());
             match &opts.service_account {
                 Some(sa) if sa.trim_start().starts_with('{') => b = b.with_service_account_key(sa),
@@ -171,6 +176,7 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
             let mut b = MicrosoftAzureBuilder::from_env()
                 .with_client_options(client_options(opts, endpoint.as_deref()))
                 .with_container_name(&loc.bucket)
+                .with_http_connector(Connector { redirects: Redirects::SameOrigin })
                 .with_retry(no_retries());
             if let Some(a) = &opts.account {
                 b = b.with_account(a);
@@ -205,6 +211,7 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
             let b = HttpBuilder::new()
                 .with_client_options(client_options(opts, Some(&loc.bucket)))
                 .with_url(&loc.bucket)
+                .with_http_connector(Connector { redirects: Redirects::Anywhere })
                 .with_retry(no_retries());
             Ok(Arc::new(b.build().map_err(|e| build_err("HTTP", e))?))
         }

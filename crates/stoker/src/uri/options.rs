@@ -169,6 +169,15 @@ pub struct SourceOptions {
     pub hedge_ms: Option<u64>,
     /// Time limit of one request attempt in ms (default 60000).
     pub timeout_ms: Option<u64>,
+    /// A remote request that receives nothing for this many ms (no answer yet, or no byte of
+    /// its body since the last one) is abandoned and retried (default 20000; 0: never). The
+    /// timer restarts with every piece of the body, so a slow but moving read is never cut.
+    pub stall_ms: Option<u64>,
+    /// A remote read (a range, or an object read whole) fails once this many ms have passed
+    /// since its first attempt, whatever attempts are left (default 120000; 0: no deadline):
+    /// the most a stalling or failing store costs one read. Listings have no deadline (each
+    /// page has the stall timeout).
+    pub deadline_ms: Option<u64>,
     /// Memory cache for remote shard bytes, in bytes (default 0: off).
     pub cache_bytes: Option<u64>,
     /// Cache block size in bytes (default 1 MiB).

@@ -208,6 +208,82 @@ async fn a_shard_cut_mid_member_keeps_what_precedes_the_cut() {
     }
 }
 
+/// Points the size field of the member header at `header` past the end of the shard (8 GiB)
+/// and makes its checksum valid again: a header that verifies, and lies.
+fn lie_about_size(path: &Path, header: u64) {
+    let mut data = std::fs::read(path).unwrap();
+    let h = &mut data[header as usize..header as usize + 512];
+    assert_eq!(&h[257..262], b"ustar", "a member header at {header}");
+    h[124..136].copy_from_slice(format!("{:011o}\0", 0o77_777_777_777u64).as_bytes());
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    std::fs::write(path, data).unwrap();
+}
+
+/// The 3rd member's size field points past the end of an otherwise whole shard: the walk
+/// does not trust it, resumes at the very next header, and counts exactly what was lost.
+/// Before, everything after the member was lost and one sample counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_size_field_past_the_end_costs_only_its_member() {
+    for kind in ["webdataset", "tarfile"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.tar");
+        let shard = write_with_python(kind, &path, 10);
+        let mut members: Vec<(&String, &(u64, u64))> = shard.members.iter().collect();
+        members.sort_by_key(|(_, (at, _))| *at);
+        let (third, (_, data)) = members[2];
+        // The member's own header is the block before its payload (after any pax header).
+        let header = data - 512;
+        lie_about_size(&path, header);
+        let key = third.split('.').next().unwrap().to_string();
+        let uri = path.to_str().unwrap();
+
+        let e = open_err(uri).await;
+        assert!(matches!(e, Error::CorruptTar { offset, .. } if offset == header), "{kind}: {e:?}");
+        assert!(e.to_string().contains("past the end"), "{kind}: {e}");
+
+        let src = stoker::open(uri, skip()).await.unwrap();
+        assert_eq!(read_all(&src).await, except(&shard.samples, &[&key]), "{kind}: every other sample, whole");
+        let damage = src.damage();
+        assert_eq!(damage.len(), 1, "{kind}: {damage:?}");
+        let d = &damage[0];
+        assert_eq!((d.cause, d.start, d.end), (DamageCause::DamagedHeader, header, members[3].1 .0), "{kind}: {d:?}");
+        assert_eq!((d.dropped.clone(), d.samples_lost), (vec![key.clone()], Some(1)), "{kind}: counted exactly");
+        assert!(d.reason.contains("size field is wrong"), "{kind}: {}", d.reason);
+        let stats = epoch(src, ErrorPolicy::Raise).await;
+        assert_eq!((stats.0, stats.1.samples_lost_at_open), (9, 1), "{kind}");
+    }
+}
+
+/// The same with one member per sample (written by the tar crate): every member but the
+/// lying one is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_member_samples_lose_only_the_member_whose_size_lies() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.tar");
+    let samples: Vec<_> = (0..8).map(|i| sample(&format!("k{i}"), &[("bin", payload(i, 600 + i * 300))])).collect();
+    write_tar(&path, &samples);
+    // Each member is a header and its payload padded to 512-byte blocks.
+    let at = |i: usize| -> u64 { (0..i).map(|j| 512 + (600 + j as u64 * 300).div_ceil(512) * 512).sum() };
+    lie_about_size(&path, at(2));
+    let src = stoker::open(path.to_str().unwrap(), skip()).await.unwrap();
+    let mut got = Vec::new();
+    for i in 0..src.len() {
+        got.push(src.get(i).await.unwrap());
+    }
+    let want: Vec<_> = samples.iter().enumerate().filter(|(i, _)| *i != 2).map(|(_, s)| s.clone()).collect();
+    let keys = |v: &[stoker::Sample]| v.iter().map(|s| s.key.clone()).collect::<Vec<_>>();
+    assert_eq!(keys(&got), keys(&want));
+    assert!(got == want, "every other member's bytes");
+    let d = &src.damage()[0];
+    assert_eq!((d.start, d.end, d.samples_lost), (at(2), at(3), Some(1)), "{d:?}");
+    assert_eq!(
+        (d.key_before.as_deref(), d.key_after.as_deref(), d.dropped.clone()),
+        (Some("k1"), Some("k3"), vec!["k2".to_string()])
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_garbage_file_among_good_shards_is_skipped_whole() {
     let dir = tempfile::tempdir().unwrap();

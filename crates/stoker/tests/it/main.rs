@@ -25,6 +25,7 @@ mod error_kind;
 mod faults;
 mod gpu;
 mod hostile;
+mod hostile_servers;
 mod http_store;
 mod keys;
 mod loader;

@@ -39,15 +39,26 @@ struct Found {
     at: u64,
     cause: DamageCause,
     reason: String,
-    /// Nothing after it can be read: a member cut off by the end of the shard.
+    /// Nothing after it can be read.
     to_end: bool,
-    /// The key of the member cut off, when its header was still readable.
+    /// A readable header whose member runs past the end of the shard: the shard is cut
+    /// short, or the header's size field lies. Its size is not trusted: the walk resumes at
+    /// the next valid header after it, if any, and else counts the rest of the shard lost.
+    past_end: bool,
+    /// The key of the member lost, when its header was still readable.
     lost_key: Option<String>,
 }
 
 impl Found {
     fn header(at: u64, reason: String) -> Stop {
-        Stop::Damaged(Found { at, cause: DamageCause::DamagedHeader, reason, to_end: false, lost_key: None })
+        Stop::Damaged(Found {
+            at,
+            cause: DamageCause::DamagedHeader,
+            reason,
+            to_end: false,
+            past_end: false,
+            lost_key: None,
+        })
     }
 }
 
@@ -83,6 +94,7 @@ pub(crate) fn build_with<R: Read + Seek>(
                     cause: DamageCause::Truncated,
                     reason: reason.into(),
                     to_end: true,
+                    past_end: false,
                     lost_key: None,
                 };
                 (found, None)
@@ -96,15 +108,30 @@ pub(crate) fn build_with<R: Read + Seek>(
                         "a zero block at byte {next} ends the archive, yet a member header follows at byte {r}: a \
                          header was zeroed, or archives were joined with `cat` (use `tar --concatenate`)"
                     );
-                    (
-                        Found { at: next, cause: DamageCause::DamagedHeader, reason, to_end: false, lost_key: None },
-                        Some(r),
-                    )
+                    let found = Found {
+                        at: next,
+                        cause: DamageCause::DamagedHeader,
+                        reason,
+                        to_end: false,
+                        past_end: false,
+                        lost_key: None,
+                    };
+                    (found, Some(r))
                 }
             },
-            Stop::Damaged(found) => {
+            Stop::Damaged(mut found) => {
                 let resume =
                     if found.to_end || !walk.skip { None } else { resync(&mut reader, found.at + HEADER, info.size) };
+                if let (Some(r), true) = (resume, found.past_end) {
+                    // A valid header after a member said to run past the end: the shard is
+                    // whole and the member's size field lies. Only that member is lost.
+                    found.cause = DamageCause::DamagedHeader;
+                    found.reason = format!(
+                        "{}; a valid member header follows at byte {r}, so the shard is whole and this member's size \
+                         field is wrong",
+                        found.reason
+                    );
+                }
                 (found, resume)
             }
         };
@@ -199,7 +226,7 @@ impl<'a> Builder<'a> {
             if end > self.info.size {
                 let reason = format!(
                     "member `{name}` claims {size} bytes at offset {data_pos}, past the end of the shard ({} bytes): \
-                     the shard is truncated; re-copy or re-pack it",
+                     the shard is truncated (or the member's header is wrong); re-copy or re-pack it",
                     self.info.size
                 );
                 let lost_key = split_key(&name).map(|(k, _)| k.to_string());
@@ -207,7 +234,8 @@ impl<'a> Builder<'a> {
                     at: header_at,
                     cause: DamageCause::Truncated,
                     reason,
-                    to_end: true,
+                    to_end: false,
+                    past_end: true,
                     lost_key,
                 });
             }
