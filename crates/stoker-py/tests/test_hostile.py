@@ -30,7 +30,7 @@ def test_every_hostile_file_is_a_stoker_error(corpus) -> None:
             for i in range(min(len(ds), 10)):
                 ds[i]
         assert case["path"] in str(e.value), (case["name"], str(e.value))
-        expected = {"corrupt": stoker.CorruptDataError, "invalid_input": stoker.InvalidInputError}[case["kind"]]
+        expected = {"corrupt": stoker.CorruptDataError, "invalid_input": stoker.InvalidInputError, "not_found": stoker.NotFoundError}[case["kind"]]
         assert isinstance(e.value, expected), (case["name"], repr(e.value))
 
 

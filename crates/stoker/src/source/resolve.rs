@@ -199,12 +199,23 @@ async fn sniff_indexes<'a>(store: &Store, indexes: impl Iterator<Item = &'a str>
 
 /// Which indexed layout an `index.json`'s bytes belong to, if any (see [`sniff_indexes`]).
 pub(crate) fn index_signature(bytes: &[u8]) -> Option<Layout> {
-    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-    let is_mds = v
-        .get("shards")
-        .and_then(|s| s.as_array())
-        .is_some_and(|shards| shards.iter().any(|s| s.get("format").and_then(|f| f.as_str()) == Some("mds")));
-    let is_litdata = v.get("chunks").is_some_and(|c| c.is_array()) && v.get("config").is_some_and(|c| c.is_object());
+    use serde::de::IgnoredAny;
+    /// Only what tells the layouts apart: a shard entry's `format`; whether `chunks` is a
+    /// list and `config` an object. Everything else is skipped unparsed, so a huge index
+    /// costs no tree of it.
+    #[derive(serde::Deserialize)]
+    struct Sniff {
+        shards: Option<Vec<Format>>,
+        chunks: Option<Vec<IgnoredAny>>,
+        config: Option<std::collections::HashMap<String, IgnoredAny>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Format {
+        format: Option<serde_json::Value>,
+    }
+    let v: Sniff = serde_json::from_slice(bytes).ok()?;
+    let is_mds = v.shards.is_some_and(|s| s.iter().any(|f| f.format.as_ref().and_then(|f| f.as_str()) == Some("mds")));
+    let is_litdata = v.chunks.is_some() && v.config.is_some();
     match (is_mds, is_litdata) {
         (true, false) => Some(Layout::Mds),
         (false, true) => Some(Layout::Litdata),

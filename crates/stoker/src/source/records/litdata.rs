@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::codec::Codec;
+use super::index::IndexError;
 use super::{Decode, ShardSpec, Storage};
 use crate::sample::Field;
 
@@ -106,8 +107,32 @@ fn leaf_names(spec: &Value, prefix: &str, out: &mut Vec<String>) -> Result<(), S
 
 /// The chunks of LitData index `index` in directory `dir` (`""` or ending in `/`), keeping
 /// the leaves in `wanted` (all when `None`).
-pub(super) fn shards(index: &Value, dir: &str, wanted: Option<&[&str]>) -> Result<Vec<ShardSpec>, String> {
-    let config = index["config"].as_object().ok_or("it has no `config` object")?;
+pub(super) fn shards(bytes: &[u8], dir: &str, wanted: Option<&[&str]>) -> Result<Vec<ShardSpec>, IndexError> {
+    // LitData writes its chunks before its config: a first walk skips them for the config.
+    let (top, _) = super::index::stream(bytes, "chunks", None)?;
+    let (decoder, codec, level) = layout(&top, wanted).map_err(IndexError::Layout)?;
+    let mut out = Vec::new();
+    let (_, seen) = super::index::stream(
+        bytes,
+        "chunks",
+        Some(&mut |n, c| {
+            out.push(chunk(n, &c, dir, &decoder, codec, &level)?);
+            Ok(())
+        }),
+    )?;
+    if !seen {
+        return Err(IndexError::Layout("it has no `chunks` list".into()));
+    }
+    Ok(out)
+}
+
+/// How the items of every chunk are laid out, from the index's `config`: their decoder, the
+/// compression and its level.
+fn layout(
+    index: &serde_json::Map<String, Value>,
+    wanted: Option<&[&str]>,
+) -> Result<(Arc<Litdata>, Option<Codec>, String), String> {
+    let config = index.get("config").and_then(Value::as_object).ok_or("it has no `config` object")?;
     if !config.get("encryption").is_none_or(Value::is_null) {
         return Err("the chunks are encrypted, which this reader does not do: decrypt them with LitData first".into());
     }
@@ -154,9 +179,19 @@ pub(super) fn shards(index: &Value, dir: &str, wanted: Option<&[&str]>) -> Resul
         Some(c) => Some(Codec::parse(c).ok_or_else(|| format!("compression `{c}` is not one this reader knows"))?),
     };
     let level = config.get("compression_level").and_then(Value::as_str).unwrap_or("chunk");
-    let chunks = index["chunks"].as_array().ok_or("it has no `chunks` list")?;
-    let mut out = Vec::with_capacity(chunks.len());
-    for (n, c) in chunks.iter().enumerate() {
+    Ok((decoder, codec, level.to_string()))
+}
+
+/// Chunk entry `n` of a LitData index.
+fn chunk(
+    n: usize,
+    c: &Value,
+    dir: &str,
+    decoder: &Arc<Litdata>,
+    codec: Option<Codec>,
+    level: &str,
+) -> Result<ShardSpec, String> {
+    {
         let name = c["filename"].as_str().ok_or_else(|| format!("chunk {n} has no filename"))?;
         let samples = c["chunk_size"].as_u64().ok_or_else(|| format!("chunk {n} has no chunk_size"))? as usize;
         let path = format!("{dir}{name}");
@@ -167,16 +202,15 @@ pub(super) fn shards(index: &Value, dir: &str, wanted: Option<&[&str]>) -> Resul
             (Some(codec), _) => Storage::Whole { path: path.clone(), codec, hashes: Vec::new() },
         };
         let stem = name.strip_suffix(".bin").unwrap_or(name);
-        out.push(ShardSpec {
+        Ok(ShardSpec {
             stem: format!("{dir}{}", stem.strip_suffix(".zstd").unwrap_or(stem)),
             path,
             samples,
             size: if codec.is_none() { c["chunk_bytes"].as_u64() } else { None },
             storage,
             decode: Decode::Litdata(decoder.clone()),
-        });
+        })
     }
-    Ok(out)
 }
 
 fn u32_at(v: &[u8], at: usize, big: bool) -> Option<u32> {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::codec::Codec;
+use super::index::IndexError;
 use super::{Decode, ShardSpec, Storage};
 use crate::sample::Field;
 
@@ -113,13 +114,34 @@ fn encoding(text: &str) -> Result<Enc, String> {
     })
 }
 
-/// The shards of MDS index `index` (JSON already parsed) in directory `dir` (`""` or ending
-/// in `/`), keeping the columns in `wanted` (all when `None`).
-pub(super) fn shards(index: &Value, dir: &str, wanted: Option<&[&str]>) -> Result<Vec<ShardSpec>, String> {
-    let list = index["shards"].as_array().ok_or("it has no `shards` list")?;
-    let mut out = Vec::with_capacity(list.len());
+/// The shards of the MDS index `bytes` (an `index.json`, read one shard entry at a time) in
+/// directory `dir` (`""` or ending in `/`), keeping the columns in `wanted` (all when `None`).
+pub(super) fn shards(bytes: &[u8], dir: &str, wanted: Option<&[&str]>) -> Result<Vec<ShardSpec>, IndexError> {
+    let mut out = Vec::new();
     let mut decoder: Option<Arc<Mds>> = None;
-    for (n, s) in list.iter().enumerate() {
+    let (_, seen) = super::index::stream(
+        bytes,
+        "shards",
+        Some(&mut |n, s| {
+            out.push(shard(n, &s, dir, wanted, &mut decoder)?);
+            Ok(())
+        }),
+    )?;
+    if !seen {
+        return Err(IndexError::Layout("it has no `shards` list".into()));
+    }
+    Ok(out)
+}
+
+/// Shard entry `n` of an MDS index; the columns' decoder is made from the first and shared.
+fn shard(
+    n: usize,
+    s: &Value,
+    dir: &str,
+    wanted: Option<&[&str]>,
+    decoder: &mut Option<Arc<Mds>>,
+) -> Result<ShardSpec, String> {
+    {
         let at = |what: &str| format!("shard {n}: {what}");
         if s["format"].as_str() != Some("mds") {
             return Err(at(&format!("format {} is not mds (only MDS shards are read)", s["format"])));
@@ -130,7 +152,7 @@ pub(super) fn shards(index: &Value, dir: &str, wanted: Option<&[&str]>) -> Resul
         if names.len() != encs.len() || names.len() != sizes.len() {
             return Err(at("column_names, column_encodings and column_sizes differ in length"));
         }
-        let d = match &decoder {
+        let d = match &*decoder {
             Some(d) => d.clone(),
             None => {
                 let mut columns = Vec::with_capacity(names.len());
@@ -164,7 +186,7 @@ pub(super) fn shards(index: &Value, dir: &str, wanted: Option<&[&str]>) -> Resul
                     }
                 }
                 let d = Arc::new(Mds { columns, key });
-                decoder = Some(d.clone());
+                *decoder = Some(d.clone());
                 d
             }
         };
@@ -181,16 +203,15 @@ pub(super) fn shards(index: &Value, dir: &str, wanted: Option<&[&str]>) -> Resul
             }
             _ => Storage::Raw,
         };
-        out.push(ShardSpec {
+        Ok(ShardSpec {
             path: format!("{dir}{raw_name}"),
             stem: format!("{dir}{}", raw_name.strip_suffix(".mds").unwrap_or(raw_name)),
             samples,
             size: raw["bytes"].as_u64(),
             storage,
             decode: Decode::Mds(d),
-        });
+        })
     }
-    Ok(out)
 }
 
 fn hashes(v: Option<&Value>) -> Vec<(String, String)> {

@@ -14,6 +14,7 @@
 
 mod arrow;
 mod codec;
+mod index;
 mod litdata;
 mod mds;
 mod numbers;
@@ -30,6 +31,7 @@ use futures::{StreamExt, TryStreamExt};
 use tokio::sync::OnceCell;
 
 use self::codec::Codec;
+use self::index::IndexError;
 use self::numbers::{float_text, int_text};
 use self::table::Table;
 use super::spill::{Kept, Spill};
@@ -94,15 +96,17 @@ pub(crate) async fn open(
             path: store.describe(&index.path),
             reason: format!("{reason}; write the dataset again with its writer, or point at the right directory"),
         };
-        let json: serde_json::Value =
-            serde_json::from_slice(&bytes).map_err(|e| bad(format!("not a valid {layout} index.json ({e})")))?;
         let dir = index.path.rsplit_once('/').map_or(String::new(), |(d, _)| format!("{d}/"));
         let w: Option<Vec<&str>> = wanted.as_ref().map(|w| w.iter().map(String::as_str).collect());
         let found = match layout {
-            Layout::Mds => mds::shards(&json, &dir, w.as_deref()),
-            _ => litdata::shards(&json, &dir, w.as_deref()),
+            Layout::Mds => mds::shards(&bytes, &dir, w.as_deref()),
+            _ => litdata::shards(&bytes, &dir, w.as_deref()),
         };
-        let found = found.map_err(|why| {
+        let found = found.map_err(|e| {
+            let why = match e {
+                IndexError::Json(e) => return bad(format!("not a valid {layout} index.json ({e})")),
+                IndexError::Layout(why) => why,
+            };
             if why.starts_with("columns:") {
                 Error::InvalidOption { message: format!("{}: {why}", store.describe(&index.path)) }
             } else if why.contains("pickle") || why.contains("encrypted") || why.contains("item loader") {
@@ -370,9 +374,8 @@ pub(crate) fn fuzz_codec(data: &[u8]) {
 pub(crate) fn fuzz(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else { return };
     let (json, item) = rest.split_at(rest.iter().position(|&b| b == 0).unwrap_or(rest.len()));
-    let Ok(index) = serde_json::from_slice::<serde_json::Value>(json) else { return };
     let wanted: Option<&[&str]> = if pick & 2 == 2 { Some(&["a", "b"]) } else { None };
-    let shards = if pick & 1 == 0 { mds::shards(&index, "d/", wanted) } else { litdata::shards(&index, "d/", wanted) };
+    let shards = if pick & 1 == 0 { mds::shards(json, "d/", wanted) } else { litdata::shards(json, "d/", wanted) };
     let Ok(shards) = shards else { return };
     for s in shards.iter().take(4) {
         let decoded = match &s.decode {
