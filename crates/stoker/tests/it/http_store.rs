@@ -273,3 +273,27 @@ async fn a_pack_copied_by_another_tool_reads_after_one_check_per_object() {
     assert_eq!(after_first - opened - per_pass, 2 * 3, "one check per object");
     server.shutdown().await;
 }
+
+/// The conformance suite over the HTTP server that behaves like nginx (weak tags, strict
+/// `If-Match`, no listing), through the one read path, disk cache on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_over_an_nginx_like_server() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("tar")).unwrap();
+    let tar = tar_dir(&root.path().join("tar"), 3, 6);
+    let objects = objects_dir(&root.path().join("objects"));
+    let names = ["a/0001.jpg", "a/0002.JPG", "b/c/x.tar.gz", "noext", "z.txt"];
+    std::fs::write(root.path().join("objects/files.txt"), names.join("\n")).unwrap();
+    let server = http::serve(HttpConfig::new(root.path()).with_tags(Tags::Weak).with_listing(NoListing::NotAllowed))
+        .await
+        .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let opts = format!("disk_cache_dir={}&index_dir={}", cache.path().join("b").display(), cache.path().display());
+    let ep = server.endpoint();
+    let src = open(&format!("{ep}/tar/shard-{{0000..0002}}.tar?{opts}")).await;
+    stoker::conformance::run_all(src, &tar, "shard-{0000..0002}.tar", &[]).await;
+    let src = open(&format!("{ep}/objects?list=files.txt&{opts}")).await;
+    stoker::conformance::run_all(src, &objects, "/objects", &[]).await;
+    assert_eq!(server.control.precondition_failed(), 0);
+    server.server.shutdown().await;
+}
