@@ -24,9 +24,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::StreamExt;
-use measure::{cpu_seconds, median};
-use stoker::loader::{Loader, LoaderConfig};
+use measure::{cpu_seconds, loader_epoch, median};
 use stoker::DynSampleSource;
 use stoker_testkit::s3::{self, S3ServerConfig};
 
@@ -133,12 +131,5 @@ fn write_shards(dir: &Path, count: usize, size: usize, shard_bytes: usize) -> st
 
 /// Samples per second of one Loader epoch of `src`.
 async fn epoch(src: &Arc<DynSampleSource>) -> Result<f64, Box<dyn std::error::Error>> {
-    let loader = Loader::new(src.clone(), LoaderConfig::new(64))?;
-    let started = Instant::now();
-    let mut stream = loader.epoch(0)?;
-    let mut n = 0usize;
-    while let Some(b) = stream.next().await {
-        n += b?.len();
-    }
-    Ok(n as f64 / started.elapsed().as_secs_f64())
+    loader_epoch(src.clone()).await
 }

@@ -18,9 +18,7 @@ mod measure;
 use std::path::Path;
 use std::time::Instant;
 
-use futures::StreamExt;
-use measure::{cpu_seconds, median};
-use stoker::loader::{Loader, LoaderConfig};
+use measure::{cpu_seconds, loader_epoch, median};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -105,13 +103,5 @@ fn write_source(dir: &Path, count: usize, size: usize) -> std::io::Result<()> {
 
 /// Samples per second of one Loader epoch over `dir`, every byte checked as delivered.
 async fn epoch(dir: &Path) -> Result<f64, Box<dyn std::error::Error>> {
-    let src = stoker::open(dir.to_str().ok_or("path")?, Default::default()).await?;
-    let loader = Loader::new(src, LoaderConfig::new(64))?;
-    let started = Instant::now();
-    let mut stream = loader.epoch(0)?;
-    let mut n = 0usize;
-    while let Some(b) = stream.next().await {
-        n += b?.len();
-    }
-    Ok(n as f64 / started.elapsed().as_secs_f64())
+    loader_epoch(stoker::open(dir.to_str().ok_or("path")?, Default::default()).await?).await
 }

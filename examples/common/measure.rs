@@ -16,3 +16,16 @@ pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
+
+/// Samples per second of one Loader epoch (epoch 0) of `src`, batches of 64.
+pub async fn loader_epoch(src: std::sync::Arc<stoker::DynSampleSource>) -> Result<f64, Box<dyn std::error::Error>> {
+    use futures::StreamExt;
+    let loader = stoker::loader::Loader::new(src, stoker::loader::LoaderConfig::new(64))?;
+    let started = std::time::Instant::now();
+    let mut stream = loader.epoch(0)?;
+    let mut n = 0usize;
+    while let Some(b) = stream.next().await {
+        n += b?.len();
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}

@@ -64,6 +64,19 @@ impl Merged {
         let r = self.of[i]?;
         Some((r, (wanted.start - self.reads[r].start) as usize))
     }
+
+    /// The bytes of each of `wanted` (the ranges this plan was made for, in order) cut out
+    /// of `got`, the bytes of each read: slices, no copy (an empty range is empty).
+    pub fn cut(&self, wanted: &[Range<u64>], got: &[bytes::Bytes]) -> Vec<bytes::Bytes> {
+        wanted
+            .iter()
+            .enumerate()
+            .map(|(i, w)| match self.locate(i, w) {
+                Some((k, at)) => got[k].slice(at..at + (w.end - w.start) as usize),
+                None => bytes::Bytes::new(),
+            })
+            .collect()
+    }
 }
 
 /// Merge `ranges` (in any order, possibly overlapping or repeated) into reads under `policy`.

@@ -6,17 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn python() -> std::path::PathBuf {
-    if let Some(p) = std::env::var_os("STOKER_PYTHON") {
-        return p.into();
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        "python3".into()
-    }
-}
+use crate::common::python;
 
 #[test]
 fn hostile_files_are_an_error_exit_never_an_abort() {

@@ -8,6 +8,8 @@ use std::process::{Command, Output, Stdio};
 use bytes::Bytes;
 use stoker::{Field, Sample, SourceOptions};
 
+use crate::common::python;
+
 fn stoker(args: &[&str]) -> Output {
     stoker_env(args, None)
 }
@@ -60,18 +62,6 @@ fn image_dir(dir: &Path, n: usize) -> Vec<Sample> {
             sample(&key, &[("cls", cls), ("jpg", jpg)])
         })
         .collect()
-}
-
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("STOKER_PYTHON") {
-        return p.into();
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        "python3".into()
-    }
 }
 
 /// Run `integration/py/pack_check.py CMD DIR` and parse the samples it prints.

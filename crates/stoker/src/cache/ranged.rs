@@ -128,14 +128,7 @@ impl RemoteReader {
                 b.freeze()
             })
             .collect();
-        Ok(ranges
-            .iter()
-            .enumerate()
-            .map(|(i, r)| match merged.locate(i, r) {
-                Some((k, at)) => whole[k].slice(at..at + (r.end - r.start) as usize),
-                None => Bytes::new(),
-            })
-            .collect())
+        Ok(merged.cut(ranges, &whole))
     }
 
     /// Like [`get_ranges`](Self::get_ranges) for an object of a known version (`expect`,

@@ -129,14 +129,7 @@ impl Store {
         self.within(obj, spans)?;
         let plan = ranges::merge(spans, &self.0.policy);
         let got = self.read_planned(obj, &plan.reads).await?;
-        Ok(spans
-            .iter()
-            .enumerate()
-            .map(|(i, s)| match plan.locate(i, s) {
-                Some((k, at)) => got[k].slice(at..at + (s.end - s.start) as usize),
-                None => Bytes::new(),
-            })
-            .collect())
+        Ok(plan.cut(spans, &got))
     }
 
     /// One span of `obj` (see [`read`](Self::read)).

@@ -29,3 +29,17 @@ pub fn shards(dir: &Path) {
         b.into_inner().unwrap();
     }
 }
+
+/// The Python the tests write fixtures with: `$STOKER_PYTHON`, else the project's `.venv`,
+/// else `python3`.
+pub fn python() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("STOKER_PYTHON") {
+        return p.into();
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        "python3".into()
+    }
+}
