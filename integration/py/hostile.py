@@ -92,13 +92,13 @@ def write(out):
     (d / "shard.00000.mds.gz").write_bytes(bomb)
     (d / "index.json").write_text(json.dumps(mds_index(3, None, "gz", "shard.00000.mds.gz", len(bomb))))
 
-    # An index of 60,000 shard entries (17 MB) whose shards are not there: parsing it must
+    # An index of 30,000 shard entries (8 MB) whose shards are not there: parsing it must
     # cost about twice its size, not a JSON tree of it (8x).
     d = case("mds_huge_index", "not_found")
     entry = json.dumps(mds_index(1000, 1 << 26)["shards"][0])
     with open(d / "index.json", "w") as f:
         f.write('{"version": 2, "shards": [')
-        f.write(",".join(entry.replace("shard.00000.mds", f"shard.{i:07d}.mds") for i in range(60_000)))
+        f.write(",".join(entry.replace("shard.00000.mds", f"shard.{i:07d}.mds") for i in range(30_000)))
         f.write("]}")
 
     # LitData: a chunk of a few bytes whose index claims 10^15 items.
