@@ -20,12 +20,14 @@ use crate::sample::Sample;
 use crate::source::DynSampleSource;
 
 mod array;
+mod budget;
 pub mod image;
 mod rng;
 mod spec;
 mod workers;
 
 pub use array::{parse_int, parse_npy, NpyHeader};
+pub use budget::{DecodeMemory, OverBudget, Reservation};
 pub use image::{decode_image, ImageError, ImageScratch};
 pub use rng::SampleRng;
 pub use spec::{Crop, DecodeSpec, Dtype, FieldDecode, FixedSpec, ImageLayout, ImageSpec, Normalize, NpySpec};
