@@ -446,7 +446,13 @@ fn headers_are_checked_before_pixels_exist() {
     let spec = ImageSpec::default();
     let t = std::time::Instant::now();
     match decode(&spec, &png_header(60000, 60000), (0, 0, 0)) {
-        Err(ImageError::TooLarge { width: 60000, height: 60000, pixels: 3_600_000_000, max: 100_000_000 }) => {}
+        Err(ImageError::TooLarge {
+            width: 60000,
+            height: 60000,
+            pixels: 3_600_000_000,
+            decoded_bytes: 10_800_000_000,
+            max: 100_000_000,
+        }) => {}
         other => panic!("{other:?}"),
     }
     assert!(t.elapsed().as_secs() < 2, "the refusal must not touch gigabytes");

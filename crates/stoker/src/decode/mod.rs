@@ -28,7 +28,7 @@ mod workers;
 
 pub use array::{parse_int, parse_npy, NpyHeader};
 pub use budget::{DecodeMemory, OverBudget, Reservation};
-pub use image::{decode_image, ImageError, ImageScratch};
+pub use image::{decode_image, decode_image_within, ImageError, ImageScratch};
 pub use rng::SampleRng;
 pub use spec::{Crop, DecodeSpec, Dtype, FieldDecode, FixedSpec, ImageLayout, ImageSpec, Normalize, NpySpec};
 
