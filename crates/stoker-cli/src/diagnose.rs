@@ -15,7 +15,7 @@ use stoker::diagnose::{diagnose, Consumer, DiagnoseConfig};
 use stoker::loader::{HostBuffers, LoaderConfig, Transform};
 
 use crate::error::{CliError, Context, Result};
-use crate::units::parse_duration;
+use crate::units::{parse_duration, parse_size};
 use crate::{write_result, SourceArgs};
 
 /// Arguments of `stoker diagnose`.
@@ -51,6 +51,10 @@ pub(crate) struct DiagnoseArgs {
     /// `jpg=image:224:flip`, `cls=int` (repeatable; as `stoker bench --decode`).
     #[arg(long, value_name = "FIELD=SPEC")]
     decode: Vec<String>,
+    /// Bytes the decode threads' images may hold at once, all together (e.g. 2GiB; default:
+    /// the loader's bytes in flight, 1 GiB).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    decode_memory: Option<u64>,
     /// The GPU to copy batches to from pinned buffers: a device number, `cpu` for none, or
     /// `auto` (device 0 when a CUDA driver is there and this build has the `cuda` feature).
     #[arg(long, default_value = "auto")]
@@ -82,6 +86,7 @@ pub(crate) async fn run(args: DiagnoseArgs) -> Result<()> {
     if !args.decode.is_empty() {
         loader.decode = Some(stoker::decode::DecodeSpec::from_args(&args.decode)?);
     }
+    loader.decode_memory_bytes = args.decode_memory;
     if let Some(device) = device(&args.device)? {
         let src = args.source.open().await?;
         // Pinned buffers sized for the largest of the first samples, with room to spare.

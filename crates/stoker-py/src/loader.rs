@@ -68,7 +68,7 @@ impl Loader {
     #[pyo3(signature = (source, batch_size, shuffle=None, seed=0, drop_last=false, prefetch=4,
                         rank=None, world_size=None, worker=0, num_workers=1, wrap=true,
                         max_bytes_in_flight=1u64<<30, skip_errors=false, decode=None, threads=None,
-                        shuffle_window=None))]
+                        shuffle_window=None, decode_memory_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -88,6 +88,7 @@ impl Loader {
         decode: Option<&str>,
         threads: Option<usize>,
         shuffle_window: Option<usize>,
+        decode_memory_bytes: Option<u64>,
     ) -> PyResult<Self> {
         let mut cfg = LoaderConfig::new(batch_size);
         cfg.order = crate::order::order(shuffle, shuffle_window, seed)?;
@@ -101,6 +102,7 @@ impl Loader {
             }
             cfg.transform_threads = t;
         }
+        cfg.decode_memory_bytes = decode_memory_bytes;
         cfg.drop_last = drop_last;
         cfg.prefetch = prefetch;
         cfg.max_bytes_in_flight = max_bytes_in_flight;

@@ -12,7 +12,9 @@ use std::process::Command;
 use stoker::decode::image::resample::{Kernel, Resampler, View};
 use stoker::decode::image::window::center;
 use stoker::decode::image::{plan, ImageError, ImageScratch};
-use stoker::decode::{decode_image, Crop, Dtype, ImageLayout, ImageSpec, Normalize, SampleRng};
+use stoker::decode::{
+    decode_image, decode_image_within, Crop, DecodeMemory, Dtype, ImageLayout, ImageSpec, Normalize, SampleRng,
+};
 
 /// Counts this thread's allocations, so a test can see what one warm decode allocates
 /// (tests run on parallel threads; a per-thread count keeps them apart).
@@ -446,7 +448,13 @@ fn headers_are_checked_before_pixels_exist() {
     let spec = ImageSpec::default();
     let t = std::time::Instant::now();
     match decode(&spec, &png_header(60000, 60000), (0, 0, 0)) {
-        Err(ImageError::TooLarge { width: 60000, height: 60000, pixels: 3_600_000_000, max: 100_000_000 }) => {}
+        Err(ImageError::TooLarge {
+            width: 60000,
+            height: 60000,
+            pixels: 3_600_000_000,
+            decoded_bytes: 10_800_000_000,
+            max: 100_000_000,
+        }) => {}
         other => panic!("{other:?}"),
     }
     assert!(t.elapsed().as_secs() < 2, "the refusal must not touch gigabytes");
@@ -531,6 +539,34 @@ fn warm_decodes_allocate_no_pixel_buffers() {
         if v.name.ends_with(".jpg") {
             assert!(bytes / n < decoded / 2, "{}: {} bytes per decode", v.name, bytes / n);
         }
+    }
+}
+
+/// What a decode reserves from a memory budget (from the image's header) covers every byte
+/// the decode allocates, for every codec and kind PIL writes (lossy WebP among them).
+#[test]
+fn the_reservation_covers_every_allocation_on_real_images() {
+    let Some(fx) = fixtures() else { return };
+    let spec = ImageSpec { crop: Crop::Squash, ..Default::default() };
+    let mut out = vec![0u8; spec.out_bytes()];
+    for v in &fx.variants {
+        let data = std::fs::read(&v.path).unwrap();
+        let needed = match decode_image_within(
+            &DecodeMemory::new(1, 1),
+            &spec,
+            &data,
+            &mut SampleRng::new(0, 0, 0),
+            &mut ImageScratch::default(),
+            &mut out,
+        ) {
+            Err(ImageError::OverBudget { needed, .. }) => needed,
+            other => panic!("{}: {other:?}", v.name),
+        };
+        let before = allocs().1;
+        decode_image(&spec, &data, &mut SampleRng::new(0, 0, 0), &mut ImageScratch::default(), &mut out).unwrap();
+        let allocated = allocs().1 - before;
+        eprintln!("{}: reserves {needed}, allocates {allocated} bytes", v.name);
+        assert!(allocated <= needed, "{}: allocated {allocated} bytes, reserved {needed}", v.name);
     }
 }
 

@@ -61,6 +61,10 @@ pub(crate) struct BenchArgs {
     /// `x=npy` (repeatable; see `stoker::decode::DecodeSpec::from_args`).
     #[arg(long, value_name = "FIELD=SPEC")]
     decode: Vec<String>,
+    /// Bytes the decode threads' images may hold at once, all together (e.g. 2GiB; default:
+    /// the loader's bytes in flight, 1 GiB).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    decode_memory: Option<u64>,
     /// Print JSON lines (one for the run: machine, parameters, dataset; one per backend).
     #[arg(long)]
     json: bool,
@@ -105,6 +109,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
         step: args.step,
         config: args.config.clone(),
         decode: args.decode.clone(),
+        decode_memory: args.decode_memory,
     };
     if !args.decode.is_empty() {
         stoker::decode::DecodeSpec::from_args(&args.decode)?;

@@ -60,6 +60,8 @@ pub(crate) struct LoaderParams {
     pub config: Option<PathBuf>,
     /// `--decode` items, `FIELD=KIND[:OPTION...]`.
     pub decode: Vec<String>,
+    /// `--decode-memory`, bytes.
+    pub decode_memory: Option<u64>,
 }
 
 impl LoaderParams {
@@ -82,6 +84,10 @@ impl LoaderParams {
         for d in &self.decode {
             a.push("--decode".into());
             a.push(d.clone());
+        }
+        if let Some(m) = self.decode_memory {
+            a.push("--decode-memory".into());
+            a.push(m.to_string());
         }
         a
     }
@@ -182,6 +188,7 @@ pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<()> {
     if !p.decode.is_empty() {
         cfg.decode = Some(stoker::decode::DecodeSpec::from_args(&p.decode)?);
     }
+    cfg.decode_memory_bytes = p.decode_memory;
     let loader = Loader::new(src.clone(), cfg)?;
     // Per epoch the loader delivers its sampler's positions (a mix's epoch length, not the
     // size of its sources added up).

@@ -412,6 +412,10 @@ class Loader:
     ``stoker.Int`` -> int64 ``[B]``, ``stoker.Npy`` -> ``[B, *shape]``); every other field is
     ``(data, offsets)``: uint8 values back to back and int64 offsets of length ``B + 1``. A
     field's type and shape never change during a run. ``output="numpy"`` gives numpy arrays.
+    The decode threads' working memory (an image's pixels are decoded whole before the crop and
+    resize) shares one budget, ``decode_memory_bytes`` (default: ``max_bytes_in_flight``): a
+    huge image waits for room instead of every thread holding one, and an image that alone
+    needs more than a decode may take raises ``stoker.DecodeError`` naming the option.
 
     ``transform=fn`` is the escape hatch for arbitrary Python: ``fn(sample_dict)`` runs on
     ``transform_threads`` Python threads ahead of the consumer (useful with code that releases
@@ -449,6 +453,7 @@ class Loader:
         skip_errors: bool = False,
         decode: Optional[Dict[str, Any]] = None,
         decode_threads: Optional[int] = None,
+        decode_memory_bytes: Optional[int] = None,
         transform: Optional[Callable[[Dict[str, Any]], Any]] = None,
         transform_threads: int = 2,
         collate_fn: Optional[Callable[[List[Any]], Any]] = None,
@@ -489,6 +494,7 @@ class Loader:
             decode=_decode_json(decode),
             threads=decode_threads,
             shuffle_window=shuffle_window,
+            decode_memory_bytes=decode_memory_bytes,
         )
         self._started = False
 

@@ -5,7 +5,8 @@
 //! stacked `.npy` array, or raw bytes. A [`Decoder`] runs the spec over a batch of read
 //! samples on a pool of `threads` threads, each sample writing its output into its own slot
 //! of a fixed-width column (pooled; page-locked with a device), with per-thread scratch
-//! buffers reused across images.
+//! buffers reused across images. The threads' working memory is charged to one
+//! [`DecodeMemory`] budget: a huge image waits for room instead of every thread holding one.
 //!
 //! Augmentation is a pure function of `(seed, epoch, sample index)` ([`SampleRng`]): which
 //! thread decodes a sample, how many ranks or workers there are, and where a run resumed
@@ -20,13 +21,15 @@ use crate::sample::Sample;
 use crate::source::DynSampleSource;
 
 mod array;
+mod budget;
 pub mod image;
 mod rng;
 mod spec;
 mod workers;
 
 pub use array::{parse_int, parse_npy, NpyHeader};
-pub use image::{decode_image, ImageError, ImageScratch};
+pub use budget::{DecodeMemory, OverBudget, Reservation};
+pub use image::{decode_image, decode_image_within, ImageError, ImageScratch};
 pub use rng::SampleRng;
 pub use spec::{Crop, DecodeSpec, Dtype, FieldDecode, FixedSpec, ImageLayout, ImageSpec, Normalize, NpySpec};
 
@@ -50,7 +53,13 @@ pub struct Decoder {
     /// decoded concurrently take turns on it, so `threads = 1` means one thread decoding at a
     /// time, as `threads = N` means N, whatever the number of batches in flight.
     inline: Mutex<ImageScratch>,
+    /// What the decode threads' images may hold at once, all together.
+    memory: DecodeMemory,
 }
+
+/// The decode memory budget of a [`Decoder`] made without one: the Loader's default
+/// `max_bytes_in_flight`, which is what it uses when `decode_memory_bytes` is not set.
+pub const DEFAULT_DECODE_MEMORY_BYTES: u64 = 1 << 30;
 
 impl std::fmt::Debug for Decoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -58,6 +67,7 @@ impl std::fmt::Debug for Decoder {
             .field("fields", &self.plans.iter().map(|p| (&*p.name, &p.decode)).collect::<Vec<_>>())
             .field("seed", &self.seed)
             .field("threads", &self.threads())
+            .field("memory", &self.memory.limit())
             .finish()
     }
 }
@@ -88,7 +98,8 @@ type RowError = (usize, Arc<str>, String);
 
 impl Decoder {
     /// A decoder for `spec` whose augmentation draws from `seed`, on `threads` threads (1
-    /// decodes on the calling thread).
+    /// decodes on the calling thread), within [`DEFAULT_DECODE_MEMORY_BYTES`] (see
+    /// [`with_memory_budget`](Self::with_memory_budget)).
     pub fn new(spec: &DecodeSpec, seed: u64, threads: usize) -> Result<Self> {
         spec.validate()?;
         let plans = spec
@@ -102,7 +113,30 @@ impl Decoder {
         } else {
             None
         };
-        Ok(Decoder { plans, seed, workers, inline: Mutex::new(ImageScratch::default()) })
+        let scratches = Self::scratches(workers.as_ref());
+        let memory = DecodeMemory::new(DEFAULT_DECODE_MEMORY_BYTES, scratches);
+        Ok(Decoder { plans, seed, workers, inline: Mutex::new(ImageScratch::default()), memory })
+    }
+
+    /// The decoder with a budget of `bytes` for the working memory of all its decode threads
+    /// together (decoded pixels, codec buffers, resize scratch; see [`DecodeMemory`]).
+    pub fn with_memory_budget(mut self, bytes: u64) -> Result<Self> {
+        if bytes == 0 {
+            return Err(Error::invalid_option("decode_memory_bytes must be at least 1 (a budget in bytes)"));
+        }
+        self.memory = DecodeMemory::new(bytes, Self::scratches(self.workers.as_ref()));
+        Ok(self)
+    }
+
+    /// The budget the decode threads share.
+    pub fn memory(&self) -> &DecodeMemory {
+        &self.memory
+    }
+
+    /// Scratches kept between images: one per decode thread, and the inline one (with
+    /// threads, batches of one image and the rows of a skipped batch decode inline).
+    fn scratches(workers: Option<&workers::Workers>) -> usize {
+        workers.map_or(1, |w| w.threads() + 1)
     }
 
     /// Threads decoding at once.
@@ -272,7 +306,9 @@ impl Decoder {
         scratch: &mut ImageScratch,
     ) -> std::result::Result<(), String> {
         match &plan.decode {
-            FieldDecode::Image(spec) => decode_image(spec, data, &mut rng, scratch, out).map_err(|e| e.to_string()),
+            FieldDecode::Image(spec) => {
+                decode_image_within(&self.memory, spec, data, &mut rng, scratch, out).map_err(|e| e.to_string())
+            }
             FieldDecode::Int => {
                 out.copy_from_slice(&parse_int(data)?.to_ne_bytes());
                 Ok(())

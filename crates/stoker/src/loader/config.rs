@@ -58,6 +58,12 @@ pub struct LoaderConfig {
     /// Fields to decode (images, labels, arrays) into fixed-width columns, on
     /// `transform_threads` threads, after the transform if there is one.
     pub decode: Option<DecodeSpec>,
+    /// Bytes the decode threads' images may hold at once, all together: decoded pixels, codec
+    /// buffers and resize scratch, known from each image's header before its pixels exist. A
+    /// huge image waits for room rather than every thread holding one, and an image that alone
+    /// needs more than a decode may take (at least three quarters of this) is a decode error.
+    /// `None`: as much as `max_bytes_in_flight`.
+    pub decode_memory_bytes: Option<u64>,
     /// Seed of the decoding's augmentation (random crops, flips): a sample's draw depends
     /// only on this, the epoch and the sample's index.
     pub augment_seed: u64,
@@ -108,6 +114,7 @@ impl std::fmt::Debug for LoaderConfig {
             .field("transform", &self.transform.is_some())
             .field("transform_threads", &self.transform_threads)
             .field("decode", &self.decode)
+            .field("decode_memory_bytes", &self.decode_memory_bytes)
             .field("augment_seed", &self.augment_seed)
             .field("host_buffers", &self.host_buffers)
             .finish()
@@ -131,9 +138,16 @@ impl LoaderConfig {
             transform: None,
             transform_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             decode: None,
+            decode_memory_bytes: None,
             augment_seed: 0,
             host_buffers: None,
         }
+    }
+
+    /// The decode memory budget in force: `decode_memory_bytes`, else `max_bytes_in_flight`
+    /// (the decode threads may hold as much as the reads in flight do).
+    pub fn decode_memory(&self) -> u64 {
+        self.decode_memory_bytes.unwrap_or(self.max_bytes_in_flight)
     }
 }
 

@@ -108,7 +108,10 @@ impl Loader {
         };
         let (pool, copier) = pool_and_copier(&cfg)?;
         let decoder = match &cfg.decode {
-            Some(spec) => Some(Arc::new(Decoder::new(spec, cfg.augment_seed, cfg.transform_threads.max(1))?)),
+            Some(spec) => Some(Arc::new(
+                Decoder::new(spec, cfg.augment_seed, cfg.transform_threads.max(1))?
+                    .with_memory_budget(cfg.decode_memory())?,
+            )),
             None => None,
         };
         Ok(Loader {

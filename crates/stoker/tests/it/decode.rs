@@ -266,3 +266,33 @@ fn bad_specs_are_refused_up_front() {
         assert!(matches!(err, Error::InvalidOption { .. }) && err.to_string().contains(want), "{json}: {err}");
     }
 }
+
+/// The decode memory budget defaults to `max_bytes_in_flight`: a 1500x1500 PNG (working memory
+/// about 14 MB) is a decode error naming the option under a 16 MiB budget (a decode may take
+/// three quarters of it), and decodes once `decode_memory_bytes` is raised.
+#[test]
+fn the_decode_memory_budget_follows_max_bytes_in_flight_and_can_be_raised() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut samples = image_shards(dir.path(), 4);
+    samples[2].fields[0].data = png(2, 1500, 1500).into();
+    write_tar(&dir.path().join("train-000.tar"), &samples);
+    let src = rt.block_on(open(dir.path().to_str().unwrap()));
+    let mut cfg = LoaderConfig::new(4);
+    cfg.decode = Some(spec());
+    cfg.max_bytes_in_flight = 16 << 20;
+    assert_eq!(cfg.decode_memory(), 16 << 20);
+    let err = Loader::new(src.clone(), cfg.clone()).unwrap().epoch_blocking(0).unwrap().next().unwrap().unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Decode { index: 2, .. }), "{err:?}");
+    assert!(msg.contains("img00002") && msg.contains("1500x1500") && msg.contains("decode_memory_bytes"), "{msg}");
+    cfg.decode_memory_bytes = Some(64 << 20);
+    let b = Loader::new(src.clone(), cfg.clone()).unwrap().epoch_blocking(0).unwrap().next().unwrap().unwrap();
+    assert_eq!(b.len(), 4);
+    cfg.decode_memory_bytes = Some(0);
+    match Loader::new(src, cfg) {
+        Err(err @ Error::InvalidOption { .. }) => assert!(err.to_string().contains("decode_memory_bytes"), "{err}"),
+        Err(other) => panic!("{other:?}"),
+        Ok(_) => panic!("a zero budget was taken"),
+    }
+}

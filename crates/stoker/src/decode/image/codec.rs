@@ -6,6 +6,7 @@ use std::io::Cursor;
 use zune_jpeg::zune_core::bytestream::ZCursor;
 use zune_jpeg::JpegDecoder;
 
+use super::footprint::{self, Header};
 use super::jpeg::{self, JpegScratch};
 use super::window::Rect;
 use super::{grow, ImageError};
@@ -98,6 +99,10 @@ fn png_error(e: png::DecodingError) -> ImageError {
         png::DecodingError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
             ImageError::Truncated(format!("PNG: {e}"))
         }
+        png::DecodingError::LimitsExceeded => ImageError::Corrupt(format!(
+            "PNG: its metadata (ICC profile, text) takes more than {} MiB; refused as a decompression bomb",
+            PNG_METADATA_BYTES >> 20
+        )),
         _ => corrupt("PNG", e),
     }
 }
@@ -111,38 +116,31 @@ fn webp_error(e: image_webp::DecodingError) -> ImageError {
     }
 }
 
-/// Refuse empty images and images over `max_pixels` (before any pixel buffer exists).
-pub(super) fn check_size(w: u32, h: u32, max_pixels: u64) -> Result<(), ImageError> {
-    let (width, height) = (u64::from(w), u64::from(h));
-    if w == 0 || h == 0 {
-        return Err(ImageError::Empty { width, height });
-    }
-    let pixels = width * height;
-    if pixels > max_pixels {
-        return Err(ImageError::TooLarge { width, height, pixels, max: max_pixels });
-    }
-    Ok(())
-}
+/// What PNG metadata (ICC profile, text chunks) may take, besides the image: PIL's
+/// `MAX_TEXT_MEMORY` is 64 MB; an ICC profile is rarely more than a few hundred KB. It bounds
+/// the decompression of compressed metadata, which happens before the image's budget is known.
+const PNG_METADATA_BYTES: u64 = 16 << 20;
 
-/// Parse headers only, check the size against `max_pixels`, and return the decoder with
-/// `(width, height)`. No pixel-sized buffer exists before the check passes. A JPEG decoder
-/// draws on `js`'s recycled buffers, and gives them back there when it fails here.
+/// Parse headers only, refuse empty images and those over `max_pixels` (counted by the bytes
+/// of the codec's output, see [`Header::check`]), and return the decoder with what the headers
+/// say. No pixel-sized buffer exists before the check passes. A JPEG decoder draws on `js`'s
+/// recycled buffers, and gives them back there when it fails here.
 pub(super) fn open<'a>(
     format: Format,
     data: &'a [u8],
     max_pixels: u64,
     js: &mut JpegScratch,
-) -> Result<(Opened<'a>, u32, u32), ImageError> {
+) -> Result<(Opened<'a>, Header), ImageError> {
     match format {
         Format::Jpeg => {
             let mut d = jpeg::decoder(data, js);
-            let size = d.decode_headers().map_err(jpeg_error).and_then(|()| {
-                let (w, h) = d.dimensions().ok_or_else(|| ImageError::Corrupt("JPEG: no frame header".into()))?;
-                let (w, h) = (w as u32, h as u32); // at most 65535 each (JPEG stores u16)
-                check_size(w, h, max_pixels).map(|()| (w, h))
-            });
-            match size {
-                Ok((w, h)) => Ok((Opened::Jpeg(d), w, h)),
+            let header = d
+                .decode_headers()
+                .map_err(jpeg_error)
+                .and_then(|()| jpeg_header(&mut d, data))
+                .and_then(|h| h.check(max_pixels).map(|()| h));
+            match header {
+                Ok(h) => Ok((Opened::Jpeg(d), h)),
                 Err(e) => {
                     jpeg::recycle(d, js);
                     Err(e)
@@ -150,36 +148,93 @@ pub(super) fn open<'a>(
             }
         }
         Format::Png => {
-            // IHDR is the first chunk (signature, length, "IHDR", width, height): read the size
-            // ourselves so 0x0 is `Empty` and a bomb is `TooLarge` before png sets anything up.
+            // IHDR is the first chunk (signature, length, "IHDR", width, height, bit depth,
+            // colour type): read it ourselves so 0x0 is `Empty` and a bomb is `TooLarge` before
+            // png sets anything up. A palette's transparency (tRNS) can add alpha; that is
+            // known after png has read the chunks before the image, and checked again then.
             let be = |r: std::ops::Range<usize>| data.get(r).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes);
-            match (data.get(12..16), be(16..20), be(20..24)) {
-                (Some(b"IHDR"), Some(w), Some(h)) => check_size(w, h, max_pixels)?,
+            let ihdr = match (data.get(12..16), be(16..20), be(20..24)) {
+                (Some(b"IHDR"), Some(w), Some(h)) => {
+                    let channels: u64 = match data.get(25) {
+                        Some(2 | 3) => 3,
+                        Some(4) => 2,
+                        Some(6) => 4,
+                        _ => 1,
+                    };
+                    let sample = if data.get(24) == Some(&16) { 2 } else { 1 };
+                    let decoded = (u64::from(w) * u64::from(h)).saturating_mul(channels * sample);
+                    Header { width: w, height: h, decoded, raw: decoded, codec: 0 }
+                }
                 (Some(_), Some(_), Some(_)) => return Err(corrupt("PNG", "the first chunk is not IHDR")),
                 _ => return Err(ImageError::Truncated("PNG: ends inside the header".into())),
-            }
-            let mut d = png::Decoder::new(Cursor::new(data));
-            // Our max_pixels check above is the bound; png's default 64 MiB budget would
-            // refuse large images the spec allows.
-            d.set_limits(png::Limits { bytes: usize::MAX });
-            let (w, h, gray16) = {
-                let info = d.read_header_info().map_err(png_error)?;
-                let gray16 = info.color_type == png::ColorType::Grayscale && info.bit_depth == png::BitDepth::Sixteen;
-                (info.width, info.height, gray16)
             };
-            check_size(w, h, max_pixels)?;
+            ihdr.check(max_pixels)?;
+            let mut d = png::Decoder::new(Cursor::new(data));
+            // png's limit bounds what it keeps besides the image (metadata, and an output line
+            // it reserves for itself); the image is bounded by the checks here.
+            let line = u64::from(ihdr.width) * 8;
+            d.set_limits(png::Limits { bytes: (PNG_METADATA_BYTES + 2 * line) as usize });
+            let gray16 = {
+                let info = d.read_header_info().map_err(png_error)?;
+                info.color_type == png::ColorType::Grayscale && info.bit_depth == png::BitDepth::Sixteen
+            };
             // EXPAND: palettes to RGB(A), 1/2/4-bit gray to 8-bit scaled as PIL does, tRNS to
             // an alpha channel we then drop. 16-bit stays 16-bit: we pick the byte PIL picks.
             d.set_transformations(png::Transformations::EXPAND);
             let r = d.read_info().map_err(png_error)?;
-            Ok((Opened::Png(r, gray16), w, h))
+            let too_large = || ImageError::TooLarge {
+                width: ihdr.width.into(),
+                height: ihdr.height.into(),
+                pixels: ihdr.pixels(),
+                decoded_bytes: u64::MAX,
+                max: max_pixels,
+            };
+            let decoded = r.output_buffer_size().ok_or_else(too_large)? as u64;
+            let line = r.output_line_size(ihdr.width).ok_or_else(too_large)? as u64;
+            let metadata = r.info().icc_profile.as_ref().map_or(0, |p| p.len() as u64);
+            let header = Header { decoded, raw: decoded, codec: footprint::png_codec(line, metadata), ..ihdr };
+            header.check(max_pixels)?;
+            Ok((Opened::Png(r, gray16), header))
         }
         Format::Webp => {
-            let d = image_webp::WebPDecoder::new(Cursor::new(data)).map_err(webp_error)?;
-            let (w, h) = d.dimensions();
-            check_size(w, h, max_pixels)?;
-            Ok((Opened::Webp(d), w, h))
+            let mut d = image_webp::WebPDecoder::new(Cursor::new(data)).map_err(webp_error)?;
+            let (width, height) = d.dimensions();
+            let alpha = d.has_alpha();
+            let decoded = (u64::from(width) * u64::from(height)).saturating_mul(if alpha { 4 } else { 3 });
+            let codec = footprint::webp_codec(width, height, d.is_lossy(), alpha, d.is_animated());
+            let header = Header { width, height, decoded, raw: if alpha { decoded } else { 0 }, codec };
+            header.check(max_pixels)?;
+            Ok((Opened::Webp(d), header))
         }
+    }
+}
+
+/// What a JPEG's headers say: its size, its output (a byte per component and pixel) and its
+/// codec buffers (planes, and coefficients when the scans are buffered).
+fn jpeg_header(d: &mut JpegDecoder<ZCursor<&[u8]>>, data: &[u8]) -> Result<Header, ImageError> {
+    let (w, h) = d.dimensions().ok_or_else(|| ImageError::Corrupt("JPEG: no frame header".into()))?;
+    let (width, height) = (w as u32, h as u32); // at most 65535 each (JPEG stores u16)
+    let progressive = d.info().is_some_and(|i| i.sof.is_progressive());
+    let raw = d.raw_output();
+    let components = raw.num_components().unwrap_or(0);
+    // An array, not a Vec: a warm JPEG decode allocates nothing.
+    let mut planes = [(0, 0); 4];
+    if let Some(layout) = raw.layout() {
+        for (p, l) in planes.iter_mut().zip(layout.iter().take(components)) {
+            *p = (l.stride, l.allocated_height);
+        }
+    }
+    drop(raw);
+    // Components coded in separate scans are buffered whole, as progressive ones are.
+    let buffered = progressive || jpeg::first_scan_components(data) != Some(components);
+    let decoded = u64::from(width) * u64::from(height) * components.max(1) as u64;
+    Ok(Header { width, height, decoded, raw: 0, codec: footprint::jpeg_codec(&planes[..components.min(4)], buffered) })
+}
+
+/// Give back what an opened image holds: a JPEG decoder's buffers serve the thread's next JPEG.
+pub(super) fn close(opened: Opened<'_>, js: &mut JpegScratch) {
+    if let Opened::Jpeg(d) = opened {
+        jpeg::recycle(d, js);
     }
 }
 
@@ -189,12 +244,13 @@ pub(super) fn open<'a>(
 pub(super) fn decode_rgb(
     opened: Opened<'_>,
     data: &[u8],
-    (w, h): (u32, u32),
+    header: &Header,
     need: Rect,
     pixels: &mut Vec<u8>,
     raw: &mut Vec<u8>,
     js: &mut JpegScratch,
 ) -> Result<Rect, ImageError> {
+    let (w, h) = (header.width, header.height);
     let n = rgb_len(w, h)?;
     let whole = Rect::whole(w, h);
     match opened {
@@ -209,13 +265,8 @@ pub(super) fn decode_rgb(
             got
         }
         Opened::Png(mut r, gray16_clips) => {
-            let size = r.output_buffer_size().ok_or_else(|| ImageError::TooLarge {
-                width: w.into(),
-                height: h.into(),
-                pixels: u64::from(w) * u64::from(h),
-                max: u64::MAX,
-            })?;
-            let buf = grow(raw, size);
+            // What `open` found png's output to be, and checked.
+            let buf = grow(raw, header.raw as usize);
             let info = r.next_frame(buf).map_err(png_error)?;
             let (ct, depth) = (info.color_type, info.bit_depth);
             let channels = match ct {
@@ -259,6 +310,7 @@ pub(super) fn rgb_len(w: u32, h: u32) -> Result<usize, ImageError> {
         width: w.into(),
         height: h.into(),
         pixels: u64::from(w) * u64::from(h),
+        decoded_bytes: u64::MAX,
         max: usize::MAX as u64 / 3,
     })
 }

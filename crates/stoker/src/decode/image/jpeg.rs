@@ -33,6 +33,40 @@ pub(super) struct JpegScratch {
     wide: Vec<u8>,
 }
 
+impl JpegScratch {
+    /// Bytes the buffers hold, the decoder's own included.
+    pub(super) fn held_bytes(&self) -> u64 {
+        let bytes = self.decoder.capacity_bytes()
+            + self.planes.iter().map(Vec::capacity).sum::<usize>()
+            + self.cb_row.capacity()
+            + self.cr_row.capacity()
+            + self.sums.iter().map(|s| s.capacity() * 4).sum::<usize>()
+            + self.wide.capacity();
+        bytes as u64
+    }
+}
+
+/// How many components the first scan of a JPEG codes (its first SOS header), walking the
+/// marker segments before it; `None` if there is no well-formed one. Fewer than the frame's
+/// components means the scans are buffered whole before any row comes out.
+pub(super) fn first_scan_components(data: &[u8]) -> Option<usize> {
+    let mut i = 2; // after SOI
+    loop {
+        if *data.get(i)? != 0xFF {
+            return None;
+        }
+        // Fill bytes may precede a marker.
+        while *data.get(i + 1)? == 0xFF {
+            i += 1;
+        }
+        match *data.get(i + 1)? {
+            0xDA => return data.get(i + 4).map(|&n| usize::from(n)),
+            0x01 | 0xD0..=0xD8 => i += 2,
+            _ => i += 2 + usize::from(u16::from_be_bytes([*data.get(i + 2)?, *data.get(i + 3)?])),
+        }
+    }
+}
+
 /// A decoder for `data` on the buffers the thread's last JPEG decoder left; hand them back
 /// with [`recycle`] when done, failed or not.
 pub(super) fn decoder<'a>(data: &'a [u8], js: &mut JpegScratch) -> JpegDecoder<ZCursor<&'a [u8]>> {
@@ -293,7 +327,20 @@ pub(super) fn jpeg_options() -> DecoderOptions {
 
 #[cfg(test)]
 mod tests {
-    use super::ends_complete;
+    use super::{ends_complete, first_scan_components};
+
+    #[test]
+    fn the_first_scan_is_found_past_every_segment() {
+        let sos = |n: u8| vec![0xFF, 0xDA, 0, 6 + 2 * n, n];
+        let app = [0xFF, 0xE1, 0, 4, 0xAA, 0xBB];
+        let sof = [0xFF, 0xC0, 0, 3, 8];
+        let join = |parts: &[&[u8]]| parts.concat();
+        assert_eq!(first_scan_components(&join(&[&[0xFF, 0xD8], &app, &sof, &sos(3)])), Some(3));
+        assert_eq!(first_scan_components(&join(&[&[0xFF, 0xD8], &sof, &[0xFF, 0xFF], &sos(1)])), Some(1));
+        assert_eq!(first_scan_components(&join(&[&[0xFF, 0xD8], &app])), None);
+        assert_eq!(first_scan_components(&join(&[&[0xFF, 0xD8], &[0x12, 0x34]])), None);
+        assert_eq!(first_scan_components(&[0xFF, 0xD8, 0xFF, 0xC0, 0xFF]), None);
+    }
 
     #[test]
     fn complete_means_an_end_marker_after_the_last_scan() {

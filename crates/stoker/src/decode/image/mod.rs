@@ -41,6 +41,7 @@
 //! A resize is a tenth or less of a decode, so whole-decode rates move within their noise.
 
 mod codec;
+mod footprint;
 mod jpeg;
 mod output;
 #[doc(hidden)]
@@ -50,6 +51,7 @@ pub mod window;
 pub use codec::{sniff, Format};
 pub use window::{plan, Plan, Window};
 
+use super::budget::{DecodeMemory, OverBudget};
 use super::rng::SampleRng;
 use super::spec::ImageSpec;
 
@@ -74,22 +76,59 @@ pub enum ImageError {
         /// Height in pixels.
         height: u64,
     },
-    /// More pixels than `max_pixels` (a decompression bomb, or a spec that needs raising).
-    #[error("image of {width}x{height} = {pixels} pixels exceeds max_pixels={max}")]
+    /// More than `max_pixels`, counting the codec's output by its bytes: a pixel of 16-bit
+    /// samples or with alpha counts as more than one of 8-bit RGB (a decompression bomb, or a
+    /// spec that needs raising).
+    #[error("{}", too_large(*width, *height, *pixels, *decoded_bytes, *max))]
     TooLarge {
         /// Width in pixels.
         width: u64,
         /// Height in pixels.
         height: u64,
-        /// width * height.
+        /// What counts against `max_pixels`: width × height, or the codec's output in bytes
+        /// over 3 where that is more.
         pixels: u64,
+        /// The codec's output: width × height × channels × bytes a sample.
+        decoded_bytes: u64,
         /// The limit in force.
         max: u64,
     },
+    /// Decoding needs more working memory than one decode may take from the decoder's budget.
+    #[error(
+        "decoding this {width}x{height} image needs about {needed} bytes of working memory, more than the \
+         {available} bytes one image may take of the decode memory budget ({limit} bytes, the rest kept by the \
+         decode threads): raise decode_memory_bytes (the Loader's option; --decode-memory on the command line), \
+         or lower the spec's max_pixels to refuse such images from their header"
+    )]
+    OverBudget {
+        /// Width in pixels.
+        width: u64,
+        /// Height in pixels.
+        height: u64,
+        /// Working memory the decode needs, bytes.
+        needed: u64,
+        /// The most one decode may reserve, bytes.
+        available: u64,
+        /// The whole budget, bytes.
+        limit: u64,
+    },
+}
+
+fn too_large(width: u64, height: u64, pixels: u64, decoded_bytes: u64, max: u64) -> String {
+    let what = if pixels == width * height {
+        format!("image of {width}x{height} = {pixels} pixels")
+    } else {
+        format!(
+            "image of {width}x{height} decodes to {decoded_bytes} bytes (16-bit samples or alpha), as much as \
+             {pixels} pixels of 8-bit RGB, and"
+        )
+    };
+    format!("{what} exceeds max_pixels={max}; raise the spec's max_pixels to decode it")
 }
 
 /// Buffers one thread reuses from image to image, so a warm thread allocates no pixel
-/// buffers: all grow to the largest image seen and stay.
+/// buffers: all grow to the largest image seen and stay, up to what the thread may keep
+/// ([`DecodeMemory::keep`]); after a bigger image they are freed.
 #[derive(Default)]
 pub struct ImageScratch {
     /// The decoded image (or the part of it the window needs), RGB8.
@@ -110,12 +149,27 @@ impl std::fmt::Debug for ImageScratch {
             .field("pixels", &self.pixels.len())
             .field("raw", &self.raw.len())
             .field("resized", &self.resized.len())
+            .field("held_bytes", &self.held_bytes())
             .finish_non_exhaustive()
     }
 }
 
+impl ImageScratch {
+    /// Bytes the buffers hold between images.
+    pub fn held_bytes(&self) -> u64 {
+        let ours = self.pixels.capacity() + self.raw.capacity() + self.resized.capacity();
+        ours as u64 + self.jpeg.held_bytes() + self.resampler.held_bytes()
+    }
+
+    /// Free every buffer.
+    pub fn release(&mut self) {
+        *self = ImageScratch::default();
+    }
+}
+
 /// Decode `data` per `spec` into `out` (exactly `spec.out_bytes()` bytes, native-endian
-/// elements), drawing the window and flip from `rng` (see [`plan`] for the draws).
+/// elements), drawing the window and flip from `rng` (see [`plan`] for the draws). Without a
+/// memory budget: `scratch` keeps what it grew to.
 pub fn decode_image(
     spec: &ImageSpec,
     data: &[u8],
@@ -123,11 +177,60 @@ pub fn decode_image(
     scratch: &mut ImageScratch,
     out: &mut [u8],
 ) -> Result<(), ImageError> {
+    static UNLIMITED: DecodeMemory = DecodeMemory::unlimited();
+    decode_image_within(&UNLIMITED, spec, data, rng, scratch, out)
+}
+
+/// [`decode_image`] within `memory`, shared with other threads: an image whose working memory
+/// (from its header) is more than a thread keeps reserves it first, waiting for room, and
+/// frees `scratch` before the reservation ends; one needing more than any reservation may hold
+/// is [`ImageError::OverBudget`], before its pixels exist.
+pub fn decode_image_within(
+    memory: &DecodeMemory,
+    spec: &ImageSpec,
+    data: &[u8],
+    rng: &mut SampleRng,
+    scratch: &mut ImageScratch,
+    out: &mut [u8],
+) -> Result<(), ImageError> {
     let format = sniff(data)?;
-    let (opened, w, h) = codec::open(format, data, spec.max_pixels, &mut scratch.jpeg)?;
+    let (opened, header) = codec::open(format, data, spec.max_pixels, &mut scratch.jpeg)?;
+    let needed = header.working(spec.size);
+    let big = needed > memory.keep();
+    let reservation = if big {
+        match memory.reserve(needed) {
+            Ok(r) => Some(r),
+            Err(OverBudget { needed, available, limit }) => {
+                codec::close(opened, &mut scratch.jpeg);
+                let (width, height) = (header.width.into(), header.height.into());
+                return Err(ImageError::OverBudget { width, height, needed, available, limit });
+            }
+        }
+    } else {
+        None
+    };
+    let result = decode_opened(spec, data, opened, &header, rng, scratch, out);
+    // Before the reservation ends: what this image grew stays counted until it is gone.
+    if big || scratch.held_bytes() > memory.keep() {
+        scratch.release();
+    }
+    drop(reservation);
+    result
+}
+
+fn decode_opened(
+    spec: &ImageSpec,
+    data: &[u8],
+    opened: codec::Opened<'_>,
+    header: &footprint::Header,
+    rng: &mut SampleRng,
+    scratch: &mut ImageScratch,
+    out: &mut [u8],
+) -> Result<(), ImageError> {
+    let (w, h) = (header.width, header.height);
     let plan = plan(spec, w, h, rng);
     let need = window::needed(&plan.window, w, h, spec.size);
-    let got = codec::decode_rgb(opened, data, (w, h), need, &mut scratch.pixels, &mut scratch.raw, &mut scratch.jpeg)?;
+    let got = codec::decode_rgb(opened, data, header, need, &mut scratch.pixels, &mut scratch.raw, &mut scratch.jpeg)?;
     // The window relative to what was decoded (all of the image, or just what it needs).
     let win = Window { left: plan.window.left - got.x0 as f64, top: plan.window.top - got.y0 as f64, ..plan.window };
     let got_size = ((got.x1 - got.x0) as u32, (got.y1 - got.y0) as u32);

@@ -303,6 +303,13 @@ impl Resampler {
         self.kernel
     }
 
+    /// Bytes its scratch holds (what a decode thread keeps between images).
+    pub fn held_bytes(&self) -> u64 {
+        let axis =
+            |a: &Axis| a.bounds.capacity() * 16 + a.k.capacity() * 4 + a.w.capacity() * 8 + a.pairs.capacity() * 32;
+        (self.tmp.capacity() + self.pad.capacity() + axis(&self.horiz) + axis(&self.vert)) as u64
+    }
+
     /// `img.resize((dw, dh), Image.BILINEAR, box=bx)` where `img` is `src`, into `dst`
     /// (packed RGB8, `dw * dh * 3` bytes). `bx` is `(left, top, right, bottom)` in source
     /// pixels, as the `f32`s Pillow parses it into; it must lie inside the image.
