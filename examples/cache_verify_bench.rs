@@ -24,7 +24,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use measure::{cpu_seconds, loader_epoch, median};
+use measure::{cpu_seconds, loader_epoch, median, write_tar};
 use stoker::DynSampleSource;
 use stoker_testkit::s3::{self, S3ServerConfig};
 
@@ -115,16 +115,7 @@ fn write_shards(dir: &Path, count: usize, size: usize, shard_bytes: usize) -> st
     std::fs::create_dir_all(dir)?;
     let per = (shard_bytes / size).max(1);
     for (s, first) in (0..count).step_by(per).enumerate() {
-        let file = std::fs::File::create(dir.join(format!("shard-{s:05}.tar")))?;
-        let mut b = tar::Builder::new(std::io::BufWriter::new(file));
-        for i in first..(first + per).min(count) {
-            let data: Vec<u8> = (0..size).map(|j| (i * 131 + j * 7) as u8).collect();
-            let mut h = tar::Header::new_gnu();
-            h.set_size(size as u64);
-            h.set_mode(0o644);
-            b.append_data(&mut h, format!("{i:08}.bin"), &data[..])?;
-        }
-        b.into_inner()?;
+        write_tar(&dir.join(format!("shard-{s:05}.tar")), first..(first + per).min(count), size)?;
     }
     Ok(())
 }

@@ -18,7 +18,7 @@ mod measure;
 use std::path::Path;
 use std::time::Instant;
 
-use measure::{cpu_seconds, loader_epoch, median};
+use measure::{cpu_seconds, loader_epoch, median, write_tar};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -89,16 +89,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 fn write_source(dir: &Path, count: usize, size: usize) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let mut b = tar::Builder::new(std::io::BufWriter::new(std::fs::File::create(dir.join("in.tar"))?));
-    for i in 0..count {
-        let data: Vec<u8> = (0..size).map(|j| (i * 131 + j * 7) as u8).collect();
-        let mut h = tar::Header::new_gnu();
-        h.set_size(size as u64);
-        h.set_mode(0o644);
-        b.append_data(&mut h, format!("{i:08}.bin"), &data[..])?;
-    }
-    b.into_inner()?;
-    Ok(())
+    write_tar(&dir.join("in.tar"), 0..count, size)
 }
 
 /// Samples per second of one Loader epoch over `dir`, every byte checked as delivered.

@@ -29,3 +29,18 @@ pub async fn loader_epoch(src: std::sync::Arc<stoker::DynSampleSource>) -> Resul
     }
     Ok(n as f64 / started.elapsed().as_secs_f64())
 }
+
+/// Write samples `items` (keys `{i:08}`, field `bin`, `size` patterned bytes each) as one tar
+/// at `path`.
+pub fn write_tar(path: &std::path::Path, items: std::ops::Range<usize>, size: usize) -> std::io::Result<()> {
+    let mut b = tar::Builder::new(std::io::BufWriter::new(std::fs::File::create(path)?));
+    for i in items {
+        let data: Vec<u8> = (0..size).map(|j| (i * 131 + j * 7) as u8).collect();
+        let mut h = tar::Header::new_gnu();
+        h.set_size(size as u64);
+        h.set_mode(0o644);
+        b.append_data(&mut h, format!("{i:08}.bin"), &data[..])?;
+    }
+    b.into_inner()?;
+    Ok(())
+}
