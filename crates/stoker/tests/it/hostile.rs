@@ -94,13 +94,14 @@ fn run_child(uri: &str) -> (String, u64, Duration) {
 async fn hostile_files_cost_an_error_never_the_process() {
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
-    let cases = tokio::task::spawn_blocking({
+    let mut cases = tokio::task::spawn_blocking({
         let data = data.clone();
         move || corpus(&data)
     })
     .await
     .unwrap();
     assert!(cases.len() >= 6, "{cases:?}");
+    cases.push(parquet_dictionary_bomb(&data));
     let server = common::s3::serve(root.path()).await;
     for (name, path, kind, options) in &cases {
         let local = format!(
@@ -132,6 +133,64 @@ async fn hostile_files_cost_an_error_never_the_process() {
         }
     }
     server.shutdown().await;
+}
+
+/// A Parquet dictionary bomb, written by the Rust writer (the corpus script has only the
+/// standard library) into `dir/name/bomb.parquet`: one 512 KiB entry that 10,000 rows refer
+/// to, a file of a few KB that decodes to 5 GB. With `arrow_schema` the file's Arrow schema
+/// says the column is a dictionary (as pandas categoricals are written); without, it is a
+/// plain binary column whose pages happen to be dictionary-encoded.
+fn write_dictionary_bomb(dir: &Path, name: &str, arrow_schema: bool) -> std::path::PathBuf {
+    use arrow_array::types::Int32Type;
+    use arrow_array::{ArrayRef, BinaryArray, DictionaryArray, Int32Array, RecordBatch};
+    use parquet::arrow::arrow_writer::{ArrowWriter, ArrowWriterOptions};
+    use parquet::basic::{Compression, ZstdLevel};
+    use parquet::file::properties::WriterProperties;
+    std::fs::create_dir_all(dir.join(name)).unwrap();
+    let path = dir.join(name).join("bomb.parquet");
+    let value = vec![0u8; 512 << 10];
+    let keys = Int32Array::from(vec![0; 10_000]);
+    let column: ArrayRef = std::sync::Arc::new(
+        DictionaryArray::<Int32Type>::try_new(keys, std::sync::Arc::new(BinaryArray::from(vec![&value[..]]))).unwrap(),
+    );
+    let batch = RecordBatch::try_from_iter([("label", column)]).unwrap();
+    let props = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::try_new(19).unwrap())).build();
+    let options = ArrowWriterOptions::new().with_properties(props).with_skip_arrow_metadata(!arrow_schema);
+    let file = std::fs::File::create(&path).unwrap();
+    let mut w = ArrowWriter::try_new_with_options(file, batch.schema(), options).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(size < 16 << 10, "the bomb is {size} bytes");
+    path
+}
+
+/// The dictionary bomb as a corpus case: read as binary, under `decoded_bytes` of 64 MiB, it
+/// is refused at the budget.
+fn parquet_dictionary_bomb(data: &Path) -> (String, String, String, String) {
+    let name = "parquet_dictionary_bomb";
+    write_dictionary_bomb(data, name, false);
+    (name.into(), format!("{name}/bomb.parquet"), "invalid_input".into(), "decoded_bytes=67108864".into())
+}
+
+/// A column the file's Arrow schema keeps as a dictionary reads as its entries, shared: every
+/// row of the 5 GB the bomb decodes to is there, within a budget of 64 MiB. The same pages
+/// read as plain binary are cut into batches the budget holds, and refused where it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dictionary_columns_read_their_entries_and_never_expand_past_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let kept = write_dictionary_bomb(dir.path(), "kept", true);
+    let src = open(&format!("{}?decoded_bytes=67108864", kept.display())).await;
+    assert_eq!(src.len(), 10_000);
+    let all: Vec<usize> = (0..src.len()).step_by(97).collect();
+    for s in src.get_many(&all).await.unwrap() {
+        let label = s.field("label").unwrap();
+        assert!(label.len() == 512 << 10 && label.iter().all(|&b| b == 0), "{}", s.key);
+    }
+    let plain = write_dictionary_bomb(dir.path(), "plain", false);
+    let e = open(&format!("{}?decoded_bytes=67108864", plain.display())).await.get(1).await.unwrap_err();
+    assert_eq!(e.kind(), stoker::ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains("decoded_bytes"), "{e}");
 }
 
 /// A Parquet page that decompresses to 64 MiB from a few KB: read within `decoded_bytes`

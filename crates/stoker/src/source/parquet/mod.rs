@@ -15,6 +15,7 @@
 //! there is one, else `<file stem>/<row in file, 6 digits>`.
 
 mod decoded;
+mod dict;
 mod pages;
 mod reader;
 pub(crate) mod values;
@@ -130,6 +131,7 @@ pub(crate) async fn open(
     let fits = projected <= budget as u64 / 2;
     let loading = groups.iter().map(|_| tokio::sync::Mutex::new(())).collect();
     let queued = groups.iter().map(|_| AtomicBool::new(false)).collect();
+    let dictionary_rows = groups.iter().map(|_| tokio::sync::OnceCell::new()).collect();
     // Groups decoded ahead of a sequential pass: one per core (a group's column is decoded by
     // one thread), while they and the two being read fit half the decoded budget.
     let largest = groups.iter().map(|g| g.bytes).max().unwrap_or(0).max(1);
@@ -149,6 +151,7 @@ pub(crate) async fn open(
             fits,
             loading,
             queued,
+            dictionary_rows,
             ahead,
             last_group: AtomicUsize::new(usize::MAX),
             writes: Mutex::new(Vec::new()),
@@ -195,6 +198,9 @@ struct Inner {
     loading: Vec<tokio::sync::Mutex<()>>,
     /// Per group: a decode ahead of the reads is queued or running.
     queued: Vec<AtomicBool>,
+    /// Per group, once measured: at most how many bytes a row decodes to from dictionaries
+    /// ([`dict`]), which cuts the reader's batches.
+    dictionary_rows: Vec<tokio::sync::OnceCell<u64>>,
     /// How many groups past the one being read a sequential pass decodes ahead.
     ahead: usize,
     /// The last group the latest batch read touched (`usize::MAX` before the first).
@@ -296,10 +302,18 @@ impl Inner {
             meta: Some(file.meta.metadata().clone()),
             page_limit: self.decode_cap as u64,
         };
+        // A batch of rows that each take their dictionaries' longest entries stays within the
+        // budget: the check below then stops a decode that passes it one batch late at most.
+        let per_row = self.dictionary_row_bytes(g).await?;
+        let wanted = rows.map_or(batch_rows, <[usize]>::len).max(1);
+        let batch = match per_row {
+            0 => wanted,
+            b => wanted.min(usize::try_from(self.decode_cap as u64 / b).unwrap_or(usize::MAX)).max(1),
+        };
         let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, file.meta.clone())
             .with_row_groups(vec![group.group])
             .with_projection(file.mask.clone())
-            .with_batch_size(rows.map_or(batch_rows, <[usize]>::len).max(1));
+            .with_batch_size(batch);
         if let Some(rows) = rows {
             builder = builder.with_row_selection(selection(rows, group.rows));
         }

@@ -25,7 +25,7 @@ pub(super) fn check(data: &[u8], chunk_total: u64, limit: u64) -> Result<(), Bad
     // The pages of a chunk add up to its total (headers aside): so do any run of them.
     let mut sum = 0u64;
     while at < data.len() {
-        let (header, uncompressed, compressed) = page_header(&data[at..]).map_err(BadPage::Lie)?;
+        let (header, _, uncompressed, compressed) = page_header(&data[at..]).map_err(BadPage::Lie)?;
         let (uncompressed, compressed) = match (u64::try_from(uncompressed), u64::try_from(compressed)) {
             (Ok(u), Ok(c)) => (u, c),
             _ => return Err(BadPage::Lie(format!("a page header at byte {at} of a range claims a negative size"))),
@@ -48,11 +48,30 @@ pub(super) fn check(data: &[u8], chunk_total: u64, limit: u64) -> Result<(), Bad
     Ok(())
 }
 
-/// The length of the page header at the start of `b`, and the uncompressed and compressed
-/// sizes it claims (PageHeader fields 2 and 3).
-fn page_header(b: &[u8]) -> Result<(usize, i64, i64), String> {
+/// The page header at the start of a column chunk's bytes: its length, the page's type and
+/// the sizes it claims, checked as [`check`] checks them.
+pub(super) struct First {
+    pub(super) header: usize,
+    pub(super) dictionary: bool,
+    pub(super) uncompressed: u64,
+    pub(super) compressed: u64,
+}
+
+/// The page header at the start of `b` (a column chunk's first bytes, enough to hold it).
+pub(super) fn first(b: &[u8]) -> Result<First, String> {
+    let (header, ty, uncompressed, compressed) = page_header(b)?;
+    match (u64::try_from(uncompressed), u64::try_from(compressed)) {
+        // PageType DICTIONARY_PAGE is 2.
+        (Ok(uncompressed), Ok(compressed)) => Ok(First { header, dictionary: ty == 2, uncompressed, compressed }),
+        _ => Err("the first page header of a column chunk claims a negative size".into()),
+    }
+}
+
+/// The length of the page header at the start of `b`, the page type and the uncompressed
+/// and compressed sizes it claims (PageHeader fields 1, 2 and 3).
+fn page_header(b: &[u8]) -> Result<(usize, i64, i64, i64), String> {
     let mut r = Reader { b, at: 0 };
-    let (mut uncompressed, mut compressed) = (None, None);
+    let (mut page_type, mut uncompressed, mut compressed) = (-1, None, None);
     let mut last = 0i64;
     loop {
         let byte = r.byte()?;
@@ -63,13 +82,14 @@ fn page_header(b: &[u8]) -> Result<(usize, i64, i64), String> {
         let id = if delta == 0 { zigzag(r.varint()?) } else { last + i64::from(delta) };
         last = id;
         match (id, ty) {
+            (1, 5) => page_type = zigzag(r.varint()?),
             (2, 5) => uncompressed = Some(zigzag(r.varint()?)),
             (3, 5) => compressed = Some(zigzag(r.varint()?)),
             _ => r.skip(ty, 0)?,
         }
     }
     match (uncompressed, compressed) {
-        (Some(u), Some(c)) => Ok((r.at, u, c)),
+        (Some(u), Some(c)) => Ok((r.at, page_type, u, c)),
         _ => Err("a page header without its sizes (not a Parquet page)".into()),
     }
 }

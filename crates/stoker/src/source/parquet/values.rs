@@ -70,6 +70,9 @@ fn kind_of(t: &DataType) -> Option<Kind> {
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
             Kind::Array(descr(f.data_type())?)
         }
+        // A dictionary column (pandas categoricals, Arrow dictionaries kept in the file's
+        // schema) reads as its values do, each row its entry, shared and not copied.
+        DataType::Dictionary(_, values) => kind_of(values)?,
         DataType::Struct(fields) => {
             let bytes = fields.iter().find(|f| f.name() == "bytes")?;
             matches!(bytes.data_type(), DataType::Binary | DataType::LargeBinary | DataType::BinaryView)
@@ -85,7 +88,7 @@ pub(crate) fn plan(schema: &Schema, wanted: Option<&[&str]>, shown: &str) -> Res
     let fields = schema.fields();
     let key_column = fields.iter().position(|f| {
         f.name() == super::KEY_COLUMN
-            && matches!(f.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+            && matches!(text_type(f.data_type()), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
     });
     let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
     if let Some(wanted) = wanted {
@@ -119,12 +122,45 @@ pub(crate) fn plan(schema: &Schema, wanted: Option<&[&str]>, shown: &str) -> Res
     Ok((out, key_column))
 }
 
+/// For a dictionary array, its values and the entry row `r` refers to (checked: a key out
+/// of range is damage); `None` for any other array.
+fn entry(a: &dyn Array, r: usize) -> std::result::Result<Option<(&ArrayRef, usize)>, String> {
+    let Some(d) = a.as_any_dictionary_opt() else { return Ok(None) };
+    let keys = d.keys();
+    let key = match keys.data_type() {
+        DataType::Int8 => i64::from(keys.as_primitive::<Int8Type>().value(r)),
+        DataType::Int16 => i64::from(keys.as_primitive::<Int16Type>().value(r)),
+        DataType::Int32 => i64::from(keys.as_primitive::<Int32Type>().value(r)),
+        DataType::Int64 => keys.as_primitive::<Int64Type>().value(r),
+        DataType::UInt8 => i64::from(keys.as_primitive::<UInt8Type>().value(r)),
+        DataType::UInt16 => i64::from(keys.as_primitive::<UInt16Type>().value(r)),
+        DataType::UInt32 => i64::from(keys.as_primitive::<UInt32Type>().value(r)),
+        DataType::UInt64 => i64::try_from(keys.as_primitive::<UInt64Type>().value(r)).unwrap_or(-1),
+        other => return Err(format!("a dictionary with keys of type {other}")),
+    };
+    match usize::try_from(key) {
+        Ok(k) if k < d.values().len() => Ok(Some((d.values(), k))),
+        _ => Err(format!("a dictionary key {key} outside its {} entries", d.values().len())),
+    }
+}
+
 /// The key in row `r` of a `__key__` column, unless null.
 pub(crate) fn key_of(a: &ArrayRef, r: usize) -> Option<String> {
     if a.is_null(r) {
         return None;
     }
+    if let Ok(Some((values, entry))) = entry(a.as_ref(), r) {
+        return key_of(values, entry);
+    }
     text(a.as_ref(), r).map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+/// A column's type, or its values' for a dictionary.
+fn text_type(t: &DataType) -> &DataType {
+    match t {
+        DataType::Dictionary(_, v) => v,
+        t => t,
+    }
 }
 
 fn text(a: &dyn Array, r: usize) -> Option<&[u8]> {
@@ -234,6 +270,9 @@ impl Column {
     pub(crate) fn push_fields(&self, a: &ArrayRef, r: usize, out: &mut Vec<Field>) -> std::result::Result<(), String> {
         if a.is_null(r) {
             return Ok(());
+        }
+        if let Some((values, entry)) = entry(a.as_ref(), r)? {
+            return self.push_fields(values, entry, out);
         }
         let unexpected = || format!("its values are not of the column's declared type {}", a.data_type());
         let data: Vec<u8> = match self.kind {
