@@ -10,6 +10,7 @@
 //!   seeded RNG so a failing test replays the same fault sequence.
 //! * [`http`]: a static file server that behaves as common HTTP servers do
 //!   (weak or no entity tags, strict `If-Match`, no listing, injected `500`s).
+//! * [`lmdb`]: LMDB environments written with heed.
 //!
 //! Both return a [`ServerHandle`] that knows the bound address (bind to port
 //! 0 to get a free one) and can shut the server down.
@@ -18,6 +19,7 @@
 
 pub mod fixtures;
 pub mod http;
+pub mod lmdb;
 pub mod proxy;
 pub mod rng;
 pub mod s3;

@@ -16,24 +16,7 @@ const KEYS: [&[u8]; 6] = [b"k\xff", b"k\xfe", b"esc\x1b[31mred", b"nl\n9\tforged
 const SHOWN: [&str; 6] =
     ["back\\\\slash", "esc\\x1b[31mred", "k\\xfe", "k\\xff", "nl\\x0a9\\x09forged\\x09data=1", "plain"];
 
-fn write_lmdb(dir: &Path, records: &[(&[u8], &[u8])]) {
-    std::fs::create_dir_all(dir).unwrap();
-    // SAFETY: a fresh environment in a directory of this test's own.
-    let env = unsafe { heed::EnvOpenOptions::new().map_size(16 << 20).open(dir).unwrap() };
-    let w = env.write_txn().unwrap();
-    let db: heed::Database<B, B> = env
-        .create_databases_and_commit(w, |wdo, wtxn| {
-            wdo.create_database::<B, B>(wtxn, None).map(heed::CommitOrAbort::<_, ()>::Commit)
-        })
-        .unwrap()
-        .unwrap_commit();
-    let mut w = env.write_txn().unwrap();
-    for (k, v) in records {
-        db.put(&mut w, k, v).unwrap();
-    }
-    w.commit().unwrap();
-    env.prepare_for_closing().wait();
-}
+use stoker_testkit::lmdb::write_lmdb;
 
 fn read_lmdb(dir: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
     // SAFETY: read-only, and nothing writes the environment any more.

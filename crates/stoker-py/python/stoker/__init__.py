@@ -129,6 +129,22 @@ class _OpenArgs:
         self.uri, self.options = state
 
 
+class _ShownArgs:
+    """``uri`` and ``options`` of what is opened from ``self._args``, credentials masked."""
+
+    _args: _OpenArgs
+
+    @property
+    def uri(self) -> str:
+        """The URI as given, credentials redacted."""
+        return self._args.shown_uri()
+
+    @property
+    def options(self) -> Dict[str, Any]:
+        """The options as given, credentials (and an endpoint's password) shown as ``***``."""
+        return self._args.shown_options()
+
+
 def _to_python(key: str, fields: List[Tuple[str, bytes]]) -> Dict[str, Any]:
     # Always a webdataset-style dict, whatever the source: one shape to write code against.
     out: Dict[str, Any] = {"__key__": key}
@@ -241,7 +257,7 @@ def _decode_json(decode: Optional[Dict[str, Any]]) -> Optional[str]:
     return json.dumps(out)
 
 
-class Dataset(_Base):  # type: ignore[misc,valid-type]
+class Dataset(_ShownArgs, _Base):  # type: ignore[misc,valid-type]
     """A map-style dataset over any Stoker source: ``len(ds)``, ``ds[i]``, ``ds.get_many(idx)``.
 
     ``ds[i]`` is ``{"__key__": key, field: bytes, ...}`` for every source (files and LMDB give
@@ -270,16 +286,6 @@ class Dataset(_Base):  # type: ignore[misc,valid-type]
                 DamageWarning,
                 stacklevel=3,
             )
-
-    @property
-    def uri(self) -> str:
-        """The URI as given, credentials redacted."""
-        return self._args.shown_uri()
-
-    @property
-    def options(self) -> Dict[str, Any]:
-        """The options as given, credentials (and an endpoint's password) shown as ``***``."""
-        return self._args.shown_options()
 
     def damage(self) -> List[Dict[str, Any]]:
         """Damage stepped over while opening under ``on_damage=skip`` (``skip_errors=True`` in

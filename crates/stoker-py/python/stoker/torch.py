@@ -4,14 +4,14 @@ samples by DataLoader worker and by rank, so no sample repeats."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterator, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 import torch.utils.data
 
-from . import Dataset, _OpenArgs, _stoker, _to_python
+from . import Dataset, _OpenArgs, _ShownArgs, _stoker, _to_python
 
 
-class IterableDataset(torch.utils.data.IterableDataset):
+class IterableDataset(_ShownArgs, torch.utils.data.IterableDataset):
     """Samples of ``uri`` in Stoker's order (shuffled per epoch with ``shuffle=True``, or by
     shard windows with ``shuffle="shards"`` as ``stoker.Loader`` does), each DataLoader worker
     reading its share through a Rust loader with prefetching. Call ``set_epoch(e)`` before
@@ -38,16 +38,6 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
         self.shuffle_window = shuffle_window
         self.prefetch, self.read_batch, self.epoch = prefetch, read_batch, 0
-
-    @property
-    def uri(self) -> str:
-        """The URI as given, credentials redacted."""
-        return self._args.shown_uri()
-
-    @property
-    def options(self) -> Dict[str, Any]:
-        """The options as given, credentials shown as ``***``."""
-        return self._args.shown_options()
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

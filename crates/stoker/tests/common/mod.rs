@@ -88,21 +88,8 @@ pub fn tar_dir(dir: &Path, n: usize, per: usize) -> Vec<Sample> {
 
 /// Write samples to an LMDB environment with heed (keys in byte order are the sample order).
 pub fn write_lmdb(dir: &Path, samples: &[(Vec<u8>, Vec<u8>)]) {
-    use heed::types::Bytes as B;
-    std::fs::create_dir_all(dir).unwrap();
-    let env = unsafe { heed::EnvOpenOptions::new().map_size(256 << 20).open(dir).unwrap() };
-    let w = env.write_txn().unwrap();
-    let db: heed::Database<B, B> = env
-        .create_databases_and_commit(w, |wdo, wtxn| {
-            wdo.create_database::<B, B>(wtxn, None).map(heed::CommitOrAbort::<_, ()>::Commit)
-        })
-        .unwrap()
-        .unwrap_commit();
-    let mut w = env.write_txn().unwrap();
-    for (k, v) in samples {
-        db.put(&mut w, k, v).unwrap();
-    }
-    w.commit().unwrap();
+    let records: Vec<(&[u8], &[u8])> = samples.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+    stoker_testkit::lmdb::write_lmdb(dir, &records);
 }
 
 /// The Python the tests use for fixtures written by Python tools: `$STOKER_PYTHON`, else the
