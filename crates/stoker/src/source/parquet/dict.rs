@@ -4,13 +4,15 @@
 //! of 512 KiB referenced by 10,000 rows is a page of a few hundred bytes that decodes to
 //! 5 GB (a 462-byte file took 2 GiB and 12 s, then failed on an offset overflow). The
 //! page checks ([`super::pages`]) bound what a page decompresses to, not what its values
-//! expand to. So before a row group is decoded, the dictionary page of each projected byte
-//! column is read and its longest entry found; the reader's batches are then cut small
-//! enough that a batch of rows, each taking the longest entry of every such column, stays
-//! within `decoded_bytes` (and the decode stops at the batch that crosses it, as for any
-//! other column). A repeated column (a list) has no rows-to-values bound: it is refused when
-//! its values could all take the longest entry and pass the budget.
+//! expand to. So as the reader's bytes arrive, before it decodes them, the dictionary page
+//! a column chunk begins with is decoded and its longest entry found ([`Watch`]); when a
+//! batch of rows, each taking the longest entry of every such column, could pass
+//! `decoded_bytes`, the read is built again with batches small enough (and the decode stops
+//! at the batch that crosses it, as for any other column). A repeated column (a list) has no
+//! rows-to-values bound: it is refused when its values could all take the longest entry and
+//! pass the budget. Columns without a dictionary cost nothing: no read of their own.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
@@ -20,130 +22,98 @@ use parquet::file::metadata::ColumnChunkMetaData;
 use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::serialized_reader::SerializedPageReader;
 
-use crate::error::{Error, Result};
+/// What the dictionaries of one read's column chunks may expand a batch to: filled as the
+/// reader's bytes arrive (in [`super::reader::StoreFile`], before the reader decodes them, and
+/// without a read of its own), checked against the batch size the read was built with.
+#[derive(Debug)]
+pub(super) struct Watch {
+    batch_rows: u64,
+    cap: u64,
+    /// Sum over the chunks seen of their longest dictionary entry: what one row may take.
+    per_row: AtomicU64,
+}
 
-/// The first bytes of a column chunk read to find its first page header: enough for any
-/// header a writer makes (statistics included), and a read the store serves in one piece.
-const HEADER_READ: u64 = 16 << 10;
-
-impl super::Inner {
-    /// At most how many bytes one row of group `g` decodes to from the dictionaries of its
-    /// projected byte columns (0 when they have none); read once per group and process.
-    pub(super) async fn dictionary_row_bytes(&self, g: usize) -> Result<u64> {
-        self.dictionary_rows[g].get_or_try_init(|| self.measure_dictionaries(g)).await.copied()
+impl Watch {
+    pub(super) fn new(batch_rows: usize, cap: usize) -> Arc<Self> {
+        Arc::new(Watch { batch_rows: batch_rows as u64, cap: cap as u64, per_row: AtomicU64::new(0) })
     }
 
-    async fn measure_dictionaries(&self, g: usize) -> Result<u64> {
-        let group = &self.groups[g];
-        let file = &self.files[group.file];
-        let meta = file.meta.metadata().row_group(group.group);
-        let shown = || self.store.describe(&file.path);
-        let mut per_row = 0u64;
-        for col in meta.columns() {
-            let root = super::root(col);
-            if !(self.columns.iter().any(|c| c.name == root) || root == super::KEY_COLUMN) {
-                continue;
-            }
-            // A column the file's Arrow schema keeps as a dictionary decodes to one: its rows
-            // share their entries and expand to nothing.
-            if let Ok(f) = file.meta.schema().field_with_name(root) {
-                if matches!(f.data_type(), arrow_schema::DataType::Dictionary(..)) {
-                    continue;
-                }
-            }
-            let longest = match col.column_type() {
-                Physical::BYTE_ARRAY => self.longest_entry(file, col).await?,
-                // A fixed-length entry is as long as the type says, dictionary or not.
-                Physical::FIXED_LEN_BYTE_ARRAY => u64::try_from(col.column_descr().type_length()).unwrap_or(0),
-                // Numbers: at most 12 bytes a value, no larger than the pages they come from.
-                _ => 0,
-            };
-            if longest == 0 {
-                continue;
-            }
-            let cap = self.decode_cap as u64;
-            let values = u64::try_from(col.num_values()).unwrap_or(0);
-            let over = |what: String| Error::InvalidOption {
-                message: format!(
-                    "{} row group {} column `{}`: {what}, more than the {cap} bytes decoded_bytes allows; raise \
-                     decoded_bytes= to read it",
-                    shown(),
-                    group.group,
-                    col.column_path()
-                ),
-            };
-            if longest > cap {
-                return Err(over(format!("one value decodes to {longest} bytes")));
-            }
-            if col.column_descr().max_rep_level() > 0 && longest.saturating_mul(values) > cap {
-                return Err(over(format!(
-                    "its {values} list values may each decode to its longest dictionary entry ({longest} bytes)"
-                )));
-            }
-            per_row = per_row.saturating_add(longest);
-        }
-        Ok(per_row)
+    /// Bytes one row may decode to from the dictionaries seen so far.
+    pub(super) fn per_row(&self) -> u64 {
+        self.per_row.load(Relaxed)
     }
 
-    /// The longest entry of column chunk `col`'s dictionary page (0 when it has none).
-    async fn longest_entry(&self, file: &super::File, col: &ColumnChunkMetaData) -> Result<u64> {
-        let (start, len) = col.byte_range();
-        let shown = || self.store.describe(&file.path);
-        let bad = |why: String| Error::CorruptData {
-            shard: shown(),
-            key: format!("bytes {start}..{}", start.saturating_add(len)),
-            field: col.column_path().to_string(),
-            reason: format!("{why}: the file is damaged or lies; download or write it again"),
+    /// Whether the read must be built again with smaller batches: a batch of rows that each
+    /// take their dictionaries' longest entries could pass the budget.
+    pub(super) fn must_rebatch(&self) -> bool {
+        self.batch_rows > 1 && self.batch_rows.saturating_mul(self.per_row()) > self.cap
+    }
+
+    /// The rows of a batch of the read.
+    pub(super) fn batch_rows(&self) -> usize {
+        usize::try_from(self.batch_rows).unwrap_or(usize::MAX)
+    }
+
+    /// Column chunk `col`'s bytes from its start (`start`): when they begin with a dictionary
+    /// page, find its longest entry and count it. `Err` with the reason when the dictionary
+    /// is damaged, or past the budget whatever the batch (`Over`).
+    pub(super) fn see(&self, col: &ColumnChunkMetaData, start: u64, bytes: &Bytes) -> std::result::Result<(), Bad> {
+        let longest = match col.column_type() {
+            Physical::BYTE_ARRAY => longest_entry(col, start, bytes).map_err(Bad::Damaged)?,
+            // A fixed-length entry is as long as the type says, dictionary or not.
+            Physical::FIXED_LEN_BYTE_ARRAY => u64::try_from(col.column_descr().type_length()).unwrap_or(0),
+            // Numbers: at most 12 bytes a value, no larger than the pages they come from.
+            _ => 0,
         };
-        let end = start
-            .checked_add(len)
-            .filter(|&e| e <= file.obj.size())
-            .ok_or_else(|| bad(format!("its column chunk of {len} bytes at {start} lies past the end of the file")))?;
-        if len == 0 {
-            return Ok(0);
+        if longest > self.cap {
+            return Err(Bad::Over(format!("one value decodes to {longest} bytes")));
         }
-        let head = self.store.read_span(&file.obj, start..end.min(start + HEADER_READ)).await?;
-        let first = super::pages::first(&head).map_err(bad)?;
-        if !first.dictionary {
-            return Ok(0);
-        }
-        let total = u64::try_from(col.uncompressed_size()).unwrap_or(0);
-        if first.uncompressed > total {
-            return Err(bad(format!(
-                "its dictionary page claims {} bytes uncompressed, more than its whole column chunk's {total}",
-                first.uncompressed
+        let values = u64::try_from(col.num_values()).unwrap_or(0);
+        if col.column_descr().max_rep_level() > 0 && longest.saturating_mul(values) > self.cap {
+            return Err(Bad::Over(format!(
+                "its {values} list values may each decode to its longest dictionary entry ({longest} bytes)"
             )));
         }
-        if first.uncompressed > self.decode_cap as u64 {
-            return Err(Error::InvalidOption {
-                message: format!(
-                    "{}: the dictionary page at byte {start} decompresses to {} bytes, more than the {} \
-                     decoded_bytes allows; raise decoded_bytes= to read it",
-                    shown(),
-                    first.uncompressed,
-                    self.decode_cap
-                ),
-            });
-        }
-        let page_end = (first.header as u64)
-            .checked_add(first.compressed)
-            .and_then(|n| start.checked_add(n))
-            .filter(|&e| e <= end)
-            .ok_or_else(|| bad(format!("its dictionary page of {} bytes runs past the chunk", first.compressed)))?;
-        let page = if page_end - start <= head.len() as u64 {
-            head.slice(..(page_end - start) as usize)
-        } else {
-            self.store.read_span(&file.obj, start..page_end).await?
-        };
-        let reader = At { start, bytes: page };
-        let rows = usize::try_from(col.num_values()).unwrap_or(0);
-        let mut pages = SerializedPageReader::new(Arc::new(reader), col, rows, None)
-            .map_err(|e| bad(format!("its dictionary page cannot be read ({e})")))?;
-        match pages.get_next_page() {
-            Ok(Some(Page::DictionaryPage { buf, num_values, .. })) => longest_plain(&buf, num_values).map_err(bad),
-            Ok(_) => Ok(0),
-            Err(e) => Err(bad(format!("its dictionary page cannot be decoded ({e})"))),
-        }
+        self.per_row.fetch_add(longest, Relaxed);
+        Ok(())
+    }
+}
+
+/// The rows a batch of `wanted` may hold when a row may decode to `per_row` bytes from
+/// dictionaries, within `cap` (at least one).
+pub(super) fn batch_within(wanted: usize, per_row: u64, cap: usize) -> usize {
+    match per_row {
+        0 => wanted,
+        b => wanted.min(usize::try_from(cap as u64 / b).unwrap_or(usize::MAX)).max(1),
+    }
+}
+
+/// Why a dictionary was refused.
+pub(super) enum Bad {
+    Damaged(String),
+    Over(String),
+}
+
+/// The longest entry of the dictionary page `bytes` begin with (the first bytes of column
+/// chunk `col`, at file offset `start`), 0 when the chunk begins with a data page.
+fn longest_entry(col: &ColumnChunkMetaData, start: u64, bytes: &Bytes) -> std::result::Result<u64, String> {
+    let first = super::pages::first(bytes)?;
+    if !first.dictionary {
+        return Ok(0);
+    }
+    let end = (first.header as u64)
+        .checked_add(first.compressed)
+        .filter(|&e| e <= bytes.len() as u64)
+        .ok_or_else(|| format!("its dictionary page of {} bytes runs past the bytes read", first.compressed))?;
+    // The page's claimed size was checked by the page walk before this (at most the budget).
+    let reader = At { start, bytes: bytes.slice(..end as usize) };
+    let rows = usize::try_from(col.num_values()).unwrap_or(0);
+    let mut pages = SerializedPageReader::new(Arc::new(reader), col, rows, None)
+        .map_err(|e| format!("its dictionary page cannot be read ({e})"))?;
+    match pages.get_next_page() {
+        Ok(Some(Page::DictionaryPage { buf, num_values, .. })) => longest_plain(&buf, num_values),
+        Ok(_) => Ok(0),
+        Err(e) => Err(format!("its dictionary page cannot be decoded ({e})")),
     }
 }
 

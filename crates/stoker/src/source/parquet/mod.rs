@@ -22,7 +22,7 @@ pub(crate) mod values;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
@@ -60,7 +60,8 @@ pub(crate) async fn open(
         let store = store.clone();
         async move {
             let page_limit = opts.decode_cap() as u64;
-            let mut file = StoreFile { store: store.clone(), obj: store.object(&f), meta: None, page_limit };
+            let mut file =
+                StoreFile { store: store.clone(), obj: store.object(&f), meta: None, page_limit, watch: None };
             let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
             let meta = ArrowReaderMetadata::load_async(&mut file, options)
                 .await
@@ -131,7 +132,7 @@ pub(crate) async fn open(
     let fits = projected <= budget as u64 / 2;
     let loading = groups.iter().map(|_| tokio::sync::Mutex::new(())).collect();
     let queued = groups.iter().map(|_| AtomicBool::new(false)).collect();
-    let dictionary_rows = groups.iter().map(|_| tokio::sync::OnceCell::new()).collect();
+    let dictionary_rows = groups.iter().map(|_| AtomicU64::new(0)).collect();
     // Groups decoded ahead of a sequential pass: one per core (a group's column is decoded by
     // one thread), while they and the two being read fit half the decoded budget.
     let largest = groups.iter().map(|g| g.bytes).max().unwrap_or(0).max(1);
@@ -198,9 +199,9 @@ struct Inner {
     loading: Vec<tokio::sync::Mutex<()>>,
     /// Per group: a decode ahead of the reads is queued or running.
     queued: Vec<AtomicBool>,
-    /// Per group, once measured: at most how many bytes a row decodes to from dictionaries
-    /// ([`dict`]), which cuts the reader's batches.
-    dictionary_rows: Vec<tokio::sync::OnceCell<u64>>,
+    /// Per group, once a read has seen them: at most how many bytes a row decodes to from
+    /// dictionaries ([`dict`]), which cuts the reader's batches (0: none seen).
+    dictionary_rows: Vec<AtomicU64>,
     /// How many groups past the one being read a sequential pass decodes ahead.
     ahead: usize,
     /// The last group the latest batch read touched (`usize::MAX` before the first).
@@ -292,23 +293,38 @@ impl Inner {
     }
 
     /// The record batches of group `g`: the rows `rows` selects (sorted, distinct), or all
-    /// in batches of `batch_rows`.
+    /// in batches of `batch_rows`, fewer when the group's dictionaries ask for it: a read
+    /// that finds them (before it decodes) is built again with batches the budget holds.
     async fn read_batches(&self, g: usize, rows: Option<&[usize]>, batch_rows: usize) -> Result<Vec<RecordBatch>> {
+        let wanted = rows.map_or(batch_rows, <[usize]>::len).max(1);
+        // Each try sees at least one more dictionary than the one before, or ends.
+        loop {
+            let known = self.dictionary_rows[g].load(Relaxed);
+            let watch = dict::Watch::new(dict::batch_within(wanted, known, self.decode_cap), self.decode_cap);
+            match self.read_batches_of(g, rows, watch.clone()).await {
+                Err(e) if reader::is_rebatch(&e) && watch.per_row() > known => {
+                    self.dictionary_rows[g].fetch_max(watch.per_row(), Relaxed);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn read_batches_of(
+        &self,
+        g: usize,
+        rows: Option<&[usize]>,
+        watch: Arc<dict::Watch>,
+    ) -> Result<Vec<RecordBatch>> {
         let group = &self.groups[g];
         let file = &self.files[group.file];
+        let batch = watch.batch_rows();
         let reader = StoreFile {
             store: self.store.clone(),
             obj: file.obj.clone(),
             meta: Some(file.meta.metadata().clone()),
             page_limit: self.decode_cap as u64,
-        };
-        // A batch of rows that each take their dictionaries' longest entries stays within the
-        // budget: the check below then stops a decode that passes it one batch late at most.
-        let per_row = self.dictionary_row_bytes(g).await?;
-        let wanted = rows.map_or(batch_rows, <[usize]>::len).max(1);
-        let batch = match per_row {
-            0 => wanted,
-            b => wanted.min(usize::try_from(self.decode_cap as u64 / b).unwrap_or(usize::MAX)).max(1),
+            watch: Some(watch),
         };
         let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, file.meta.clone())
             .with_row_groups(vec![group.group])

@@ -48,12 +48,11 @@ pub(super) fn check(data: &[u8], chunk_total: u64, limit: u64) -> Result<(), Bad
     Ok(())
 }
 
-/// The page header at the start of a column chunk's bytes: its length, the page's type and
-/// the sizes it claims, checked as [`check`] checks them.
+/// The page header at the start of a column chunk's bytes: its length, whether the page is
+/// a dictionary page, and the compressed size it claims (the uncompressed one is [`check`]'s).
 pub(super) struct First {
     pub(super) header: usize,
     pub(super) dictionary: bool,
-    pub(super) uncompressed: u64,
     pub(super) compressed: u64,
 }
 
@@ -62,7 +61,7 @@ pub(super) fn first(b: &[u8]) -> Result<First, String> {
     let (header, ty, uncompressed, compressed) = page_header(b)?;
     match (u64::try_from(uncompressed), u64::try_from(compressed)) {
         // PageType DICTIONARY_PAGE is 2.
-        (Ok(uncompressed), Ok(compressed)) => Ok(First { header, dictionary: ty == 2, uncompressed, compressed }),
+        (Ok(_), Ok(compressed)) => Ok(First { header, dictionary: ty == 2, compressed }),
         _ => Err("the first page header of a column chunk claims a negative size".into()),
     }
 }

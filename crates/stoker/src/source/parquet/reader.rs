@@ -9,7 +9,7 @@ use futures::future::{BoxFuture, FutureExt};
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::ParquetError;
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::metadata::{ColumnChunkMetaData, PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
 use crate::error::Error;
 use crate::store::{Object, Store};
@@ -44,6 +44,9 @@ pub(super) struct StoreFile {
     /// Most bytes one page may decompress to (`decoded_bytes`), checked before the reader
     /// allocates for it ([`super::pages`]).
     pub(super) page_limit: u64,
+    /// For a read of rows (not of the metadata): the dictionaries its chunks begin with,
+    /// checked against its batch size ([`super::dict`]).
+    pub(super) watch: Option<Arc<super::dict::Watch>>,
 }
 
 impl StoreFile {
@@ -51,10 +54,11 @@ impl StoreFile {
     /// whole, or pages the offset index names), once the metadata says where chunks lie.
     fn check_pages(&self, ranges: &[Range<u64>], got: &[Bytes]) -> Result<(), Error> {
         let Some(meta) = &self.meta else { return Ok(()) };
+        let shown = || self.store.describe(self.obj.path());
         for (r, b) in ranges.iter().zip(got) {
-            let Some(total) = whole_pages(meta, r) else { continue };
+            let Some((total, col)) = whole_pages(meta, r) else { continue };
             if let Err(bad) = super::pages::check(b, total, self.page_limit) {
-                let shown = self.store.describe(self.obj.path());
+                let shown = shown();
                 return Err(match bad {
                     super::pages::BadPage::Lie(why) => Error::CorruptData {
                         shard: shown,
@@ -71,15 +75,49 @@ impl StoreFile {
                     },
                 });
             }
+            let (Some(watch), true) = (&self.watch, r.start == col.byte_range().0) else { continue };
+            if let Err(bad) = watch.see(col, r.start, b) {
+                return Err(match bad {
+                    super::dict::Bad::Damaged(why) => Error::CorruptData {
+                        shard: shown(),
+                        key: format!("bytes {}..{}", r.start, r.end),
+                        field: col.column_path().to_string(),
+                        reason: format!("{why}: the file is damaged or lies; download or write it again"),
+                    },
+                    super::dict::Bad::Over(what) => Error::InvalidOption {
+                        message: format!(
+                            "{} column `{}`: {what}, more than the {} bytes decoded_bytes allows; raise \
+                             decoded_bytes= to read it",
+                            shown(),
+                            col.column_path(),
+                            self.page_limit
+                        ),
+                    },
+                });
+            }
         }
-        Ok(())
+        match &self.watch {
+            // Stopped before the reader decodes: the read is built again with smaller batches.
+            Some(w) if w.must_rebatch() => Err(Error::InvalidOption { message: REBATCH.into() }),
+            _ => Ok(()),
+        }
     }
 }
 
-/// The total uncompressed size of the column chunk `r` is whole pages of: the chunk's whole
-/// range, or a run of pages the offset index locates; `None` for any other range (the
-/// footer, the page index), which is not walked.
-fn whole_pages(meta: &ParquetMetaData, r: &Range<u64>) -> Option<u64> {
+/// The message of the error that asks [`super::Inner::read_batches`] to read again in smaller
+/// batches; never shown (it is caught there).
+const REBATCH: &str = "stoker: internal: a dictionary asks for smaller batches";
+
+/// Whether `e` is the request to read again in smaller batches.
+pub(super) fn is_rebatch(e: &Error) -> bool {
+    matches!(e, Error::InvalidOption { message } if message == REBATCH)
+}
+
+/// The total uncompressed size of the column chunk `r` is whole pages of, and the chunk: the
+/// chunk's whole range, or a run of pages the offset index locates (the dictionary page the
+/// chunk begins with is one: it ends where the first located page starts); `None` for any
+/// other range (the footer, the page index), which is not walked.
+fn whole_pages<'m>(meta: &'m ParquetMetaData, r: &Range<u64>) -> Option<(u64, &'m ColumnChunkMetaData)> {
     for (g, group) in meta.row_groups().iter().enumerate() {
         for (c, col) in group.columns().iter().enumerate() {
             let (start, len) = col.byte_range();
@@ -88,17 +126,19 @@ fn whole_pages(meta: &ParquetMetaData, r: &Range<u64>) -> Option<u64> {
             }
             let total = u64::try_from(col.uncompressed_size()).unwrap_or(0);
             if r.start == start && r.end == start.saturating_add(len) {
-                return Some(total);
+                return Some((total, col));
             }
             let index = meta.page_index_for_row_group(g);
             let (starts, ends) = index.page_locations(c).map_or((false, false), |p| {
                 let at = |x: i64| u64::try_from(x).ok();
                 (
-                    p.iter().any(|l| at(l.offset) == Some(r.start)),
-                    p.iter().any(|l| at(l.offset + i64::from(l.compressed_page_size)) == Some(r.end)),
+                    r.start == start || p.iter().any(|l| at(l.offset) == Some(r.start)),
+                    p.iter().any(|l| {
+                        at(l.offset + i64::from(l.compressed_page_size)) == Some(r.end) || at(l.offset) == Some(r.end)
+                    }),
                 )
             });
-            return (starts && ends).then_some(total);
+            return (starts && ends).then_some((total, col));
         }
     }
     None
