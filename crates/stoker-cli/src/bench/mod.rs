@@ -82,7 +82,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     latency: Option<Duration>,
     /// Demo: which rows to run, comma-separated (default all): raw, files, tar, lmdb,
-    /// s3-objects, s3-tar.
+    /// s3-bound, s3-objects, s3-tar.
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     backends: Vec<String>,
     /// Internal: measure one backend in this process and report to the parent.
@@ -94,9 +94,10 @@ pub(crate) struct BenchArgs {
 enum WorkerKind {
     Loader,
     Raw,
+    Bound,
 }
 
-const DEMO_BACKENDS: [&str; 6] = ["raw", "files", "tar", "lmdb", "s3-objects", "s3-tar"];
+const DEMO_BACKENDS: [&str; 7] = ["raw", "files", "tar", "lmdb", "s3-bound", "s3-objects", "s3-tar"];
 const DEFAULT_SAMPLE_BYTES: u64 = 64 << 10;
 const DEFAULT_DEMO_BYTES: u64 = 1 << 30;
 
@@ -130,6 +131,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
                     .await
                     .context("the raw read stopped")?
             }
+            WorkerKind::Bound => worker::bound_child(target, args.samples.unwrap_or(0), params.epochs).await,
         };
     }
     let ui = Ui::new();
@@ -249,6 +251,7 @@ async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: rep
                 "files" => (Job::Loader(data.files().display().to_string()), false),
                 "tar" => (Job::Loader(data.tar().display().to_string()), false),
                 "lmdb" => (Job::Loader(data.lmdb().display().to_string()), false),
+                "s3-bound" => (Job::Bound { uri: servers.uri("tar"), samples }, true),
                 "s3-objects" => (Job::Loader(servers.uri("objects")), true),
                 _ => (Job::Loader(servers.uri("tar")), true),
             };

@@ -134,7 +134,29 @@ fn run_json(run: &Run) -> Value {
     })
 }
 
-fn row_json(r: &Row, raw_sps: Option<f64>) -> Value {
+/// The samples/s a row is compared with: the raw read of the local bytes, and for remote
+/// rows the bound (the same shards read whole through the store, no cache).
+#[derive(Clone, Copy)]
+struct Refs {
+    raw: Option<f64>,
+    bound: Option<f64>,
+}
+
+impl Refs {
+    fn of(rows: &[Row]) -> Self {
+        let sps =
+            |layout: &str| rows.iter().find(|r| r.m.layout == layout).map(|r| r.samples_per_s()).filter(|v| *v > 0.0);
+        Refs { raw: sps("raw"), bound: sps("bound") }
+    }
+
+    /// `r`'s share of the bound, for a remote row.
+    fn to_bound(self, r: &Row) -> Option<f64> {
+        self.bound.filter(|_| r.proxy_requests.is_some()).map(|b| r.samples_per_s() / b)
+    }
+}
+
+fn row_json(r: &Row, refs: Refs) -> Value {
+    let raw_sps = refs.raw;
     json!({
         "type": "row",
         "backend": r.backend,
@@ -147,6 +169,7 @@ fn row_json(r: &Row, raw_sps: Option<f64>) -> Value {
         "samples_per_s": r.samples_per_s(),
         "mib_per_s": r.mib_per_s(),
         "ratio_to_raw": raw_sps.map(|raw| r.samples_per_s() / raw),
+        "ratio_to_bound": refs.to_bound(r),
         "fetch_p50_ms": r.m.fetch_p50_ms,
         "fetch_p99_ms": r.m.fetch_p99_ms,
         "consumer_wait_fraction": r.wait_fraction(),
@@ -204,21 +227,23 @@ fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map_or_else(|| "-".to_string(), f)
 }
 
-fn table(run: &Run, rows: &[Row], raw_sps: Option<f64>) -> Vec<String> {
+fn table(run: &Run, rows: &[Row], refs: Refs) -> Vec<String> {
+    let raw_sps = refs.raw;
     let mut out = header(run);
     out.push(String::new());
     let width = rows.iter().map(|r| r.backend.chars().count()).max().unwrap_or(7).clamp(7, 60);
     out.push(format!(
-        "{:<width$} {:>11} {:>9} {:>7} {:>10} {:>10} {:>7} {:>10}",
-        "backend", "samples/s", "MiB/s", "x raw", "fetch p50", "fetch p99", "wait %", "peak RSS"
+        "{:<width$} {:>11} {:>9} {:>7} {:>7} {:>10} {:>10} {:>7} {:>10}",
+        "backend", "samples/s", "MiB/s", "x raw", "x bound", "fetch p50", "fetch p99", "wait %", "peak RSS"
     ));
     for r in rows {
         out.push(format!(
-            "{:<width$} {:>11.0} {:>9.1} {:>7} {:>10} {:>10} {:>7} {:>10}",
+            "{:<width$} {:>11.0} {:>9.1} {:>7} {:>7} {:>10} {:>10} {:>7} {:>10}",
             r.backend,
             r.samples_per_s(),
             r.mib_per_s(),
             opt(raw_sps, |raw| format!("{:.2}", r.samples_per_s() / raw)),
+            opt(refs.to_bound(r), |b| format!("{b:.2}")),
             opt(r.m.fetch_p50_ms, |v| format!("{v:.1} ms")),
             opt(r.m.fetch_p99_ms, |v| format!("{v:.1} ms")),
             opt(r.wait_fraction(), |v| format!("{:.1}", v * 100.0)),
@@ -236,6 +261,15 @@ fn table(run: &Run, rows: &[Row], raw_sps: Option<f64>) -> Vec<String> {
         out.push("x raw: no raw row in this run (add raw to --backends).".into());
     } else {
         out.push("x raw: no raw reference for given sources (the embedded default, without sources, has one).".into());
+    }
+    if refs.bound.is_some() {
+        out.push(
+            "x bound: a remote row's samples/s over the s3-bound row's: the same tar shards read whole through the \
+             store's fetch layer (parallel ranged reads, no cache, no index, no batches), through the same proxy."
+                .into(),
+        );
+    } else if run.demo.is_some() {
+        out.push("x bound: no s3-bound row in this run (add s3-bound to --backends).".into());
     }
     out.push("fetch p50/p99: time to read one batch from the source.".into());
     out.push(if run.params.step.is_zero() {
@@ -273,13 +307,11 @@ fn table(run: &Run, rows: &[Row], raw_sps: Option<f64>) -> Vec<String> {
 
 /// Print the result on stdout.
 pub(crate) fn print(run: &Run, rows: &[Row], as_json: bool) -> crate::error::Result<()> {
-    let raw_sps = rows.iter().find(|r| r.m.layout == "raw").map(|r| r.samples_per_s()).filter(|v| *v > 0.0);
+    let refs = Refs::of(rows);
     let lines: Vec<String> = if as_json {
-        std::iter::once(run_json(run).to_string())
-            .chain(rows.iter().map(|r| row_json(r, raw_sps).to_string()))
-            .collect()
+        std::iter::once(run_json(run).to_string()).chain(rows.iter().map(|r| row_json(r, refs).to_string())).collect()
     } else {
-        table(run, rows, raw_sps)
+        table(run, rows, refs)
     };
     let mut out = std::io::stdout().lock();
     for l in lines {

@@ -99,6 +99,9 @@ pub(crate) enum Job {
     Loader(String),
     /// Read every file under the directory sequentially, `samples` samples' worth.
     Raw { dir: PathBuf, samples: u64 },
+    /// Read every `.tar` object under the remote `uri` whole, `samples` samples' worth: the
+    /// bound a remote row is held to.
+    Bound { uri: String, samples: u64 },
 }
 
 /// Run `job` in a child process, showing its progress on `bar`.
@@ -116,6 +119,7 @@ pub(crate) async fn run_child(
         Job::Raw { dir, samples } => {
             cmd.args(["--worker", "raw", &dir.display().to_string(), "--samples", &samples.to_string()])
         }
+        Job::Bound { uri, samples } => cmd.args(["--worker", "bound", uri, "--samples", &samples.to_string()]),
     };
     cmd.args(params.to_args());
     for k in extra_env_remove {
@@ -302,6 +306,76 @@ pub(crate) fn raw_child(dir: &Path, samples: u64, epochs: u64) -> Result<()> {
         store_requests: 0,
         retries: 0,
         hedges: 0,
+        peak_rss_mib: status_mib("VmHWM:"),
+        peak_anon_mib: status_mib("RssAnon:"),
+        rss_file_mib: status_mib("RssFile:"),
+    };
+    emit(&format!("result {}", serde_json::to_string(&m).context("writing the result")?))
+}
+
+/// Child side of [`Job::Bound`]: what the link and the store layer allow, the reference a
+/// remote row is compared with. The same shards a tar row reads, each read whole through the
+/// store (its fetch layer: ranged parts in parallel, the concurrency limit, retries) with no
+/// cache, no sampler, no index and no batches, several shards at once, into memory and
+/// dropped.
+pub(crate) async fn bound_child(uri: &str, samples: u64, epochs: u64) -> Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let parsed = stoker::uri::parse(uri)?;
+    let stoker::uri::Location::Remote(loc) = &parsed.location else {
+        return Err("the bound row reads a remote source".into());
+    };
+    let mut opts = parsed.options.clone();
+    opts.cache_bytes = Some(0);
+    opts.disk_cache = Some(false);
+    let opened = Instant::now();
+    let store = stoker::store::Store::remote(loc, &opts, &parsed.display)?;
+    let shards: Vec<_> = store.list().await?.into_iter().filter(|o| o.path.ends_with(".tar")).collect();
+    if shards.is_empty() {
+        return Err(CliError::Message(format!("no .tar objects under {}", parsed.display)));
+    }
+    let open_s = opened.elapsed().as_secs_f64();
+    let total: u64 = shards.iter().map(|o| o.size).sum::<u64>() * epochs.max(1);
+    emit(&format!("total {}", samples * epochs.max(1)))?;
+    // Shards at once: enough that the fetch layer's limit on requests in flight, not this
+    // loop, decides how much is asked of the server.
+    let at_once = (2 * std::thread::available_parallelism().map_or(2, |n| n.get())).max(4);
+    let read = AtomicU64::new(0);
+    let started = Instant::now();
+    let mut last = 0;
+    for _ in 0..epochs.max(1) {
+        let reads = futures::stream::iter(&shards).map(|o| {
+            let (store, read) = (&store, &read);
+            async move {
+                let got = store.read_span(&store.object(o), 0..o.size).await?;
+                read.fetch_add(got.len() as u64, Relaxed);
+                Ok::<_, stoker::Error>(())
+            }
+        });
+        let mut reads = reads.buffer_unordered(at_once);
+        while reads.try_next().await?.is_some() {
+            let done =
+                (read.load(Relaxed) as u128 * samples as u128 * epochs.max(1) as u128 / total.max(1) as u128) as u64;
+            if done > last {
+                emit(&format!("progress {done}"))?;
+                last = done;
+            }
+        }
+    }
+    let io = store.counters();
+    let m = Measured {
+        source: parsed.display.clone(),
+        layout: "bound".into(),
+        samples: samples * epochs.max(1),
+        bytes: read.load(Relaxed),
+        seconds: started.elapsed().as_secs_f64(),
+        open_s,
+        fetch_p50_ms: None,
+        fetch_p99_ms: None,
+        consumer_wait_s: None,
+        store_requests: io.remote_requests,
+        retries: io.retries,
+        hedges: io.hedges,
         peak_rss_mib: status_mib("VmHWM:"),
         peak_anon_mib: status_mib("RssAnon:"),
         rss_file_mib: status_mib("RssFile:"),
