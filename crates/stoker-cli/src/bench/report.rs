@@ -149,9 +149,9 @@ impl Refs {
         Refs { raw: sps("raw"), bound: sps("bound") }
     }
 
-    /// `r`'s share of the bound, for a remote row.
+    /// `r`'s share of the bound, for a remote row (one whose source is a URL).
     fn to_bound(self, r: &Row) -> Option<f64> {
-        self.bound.filter(|_| r.proxy_requests.is_some()).map(|b| r.samples_per_s() / b)
+        self.bound.filter(|_| r.m.source.contains("://")).map(|b| r.samples_per_s() / b)
     }
 }
 

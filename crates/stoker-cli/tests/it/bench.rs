@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::common;
 use common::{shards, stoker, text};
 
-const ALL: [&str; 6] = ["raw", "files", "tar", "lmdb", "s3-objects", "s3-tar"];
+const ALL: [&str; 7] = ["raw", "files", "tar", "lmdb", "s3-bound", "s3-objects", "s3-tar"];
 
 /// The run object and the rows of a `--json` run that must have succeeded.
 fn json_run(args: &[&str]) -> (Value, Vec<Value>) {
@@ -39,7 +39,7 @@ fn check_row(r: &Value, samples: u64) {
     assert!(close(f(r, "samples_per_s"), samples as f64 / secs), "{r}");
     assert!(close(f(r, "mib_per_s"), f(r, "bytes") / secs / (1 << 20) as f64), "{r}");
     assert!(f(r, "peak_rss_mib") > 0.0, "{name}: peak RSS of its own process: {r}");
-    if r["layout"] != "raw" {
+    if r["layout"] != "raw" && r["layout"] != "bound" {
         let (p50, p99) = (f(r, "fetch_p50_ms"), f(r, "fetch_p99_ms"));
         assert!(p50 > 0.0 && p50 <= p99, "{r}");
         let wait = f(r, "consumer_wait_fraction");
@@ -73,18 +73,25 @@ fn embedded_default_measures_every_backend_against_a_raw_read() {
         assert!(close(f(r, "ratio_to_raw"), f(r, "samples_per_s") / raw_sps), "{r}");
         assert!(r["proxy_requests"].is_null(), "no proxy without --latency: {r}");
     }
-    for r in &rows[1..] {
+    for r in rows[1..].iter().filter(|r| r["layout"] != "bound") {
         assert_eq!(r["bytes"], samples * size, "{}: payload bytes", r["backend"]);
     }
     let layouts: Vec<&str> = rows.iter().map(|r| r["layout"].as_str().unwrap()).collect();
-    assert_eq!(layouts, ["raw", "objects", "tar", "lmdb", "objects", "tar"]);
+    assert_eq!(layouts, ["raw", "objects", "tar", "lmdb", "bound", "objects", "tar"]);
+    // The bound reads the tar shards whole, headers included, in few requests (ranged parts).
+    let bound = &rows[4];
+    assert!(bound["bytes"].as_u64().unwrap() > samples * size, "{bound}");
+    assert!(bound["store_requests"].as_u64().unwrap() < samples / 4, "{bound}");
+    let bound_sps = f(bound, "samples_per_s");
     for r in &rows[4..] {
         assert!(r["source"].as_str().unwrap().contains("s3://bench/"), "{r}");
         assert!(!r["source"].as_str().unwrap().contains("loopback-only"), "the secret key is redacted: {r}");
         assert!(r["store_requests"].as_u64().unwrap() > 0, "{r}");
+        assert!(close(f(r, "ratio_to_bound"), f(r, "samples_per_s") / bound_sps), "{r}");
     }
+    assert!(rows[..4].iter().all(|r| r["ratio_to_bound"].is_null()), "local rows have no bound: {rows:?}");
     // One GET per sample at least when every sample is its own object.
-    assert!(rows[4]["store_requests"].as_u64().unwrap() >= samples, "{}", rows[4]);
+    assert!(rows[5]["store_requests"].as_u64().unwrap() >= samples, "{}", rows[5]);
 }
 
 #[test]
@@ -95,7 +102,7 @@ fn the_table_says_what_ran_and_where() {
     assert!(t.contains("20 samples x 1.0 KiB"), "{t}");
     assert!(t.contains("cores") && t.contains("removed at the end"), "{t}");
     let header = t.lines().find(|l| l.starts_with("backend")).expect("a table header");
-    for col in ["samples/s", "MiB/s", "x raw", "fetch p50", "fetch p99", "wait %", "peak RSS"] {
+    for col in ["samples/s", "MiB/s", "x raw", "x bound", "fetch p50", "fetch p99", "wait %", "peak RSS"] {
         assert!(header.contains(col), "{header}");
     }
     let rows: Vec<&str> = t.lines().filter(|l| l.starts_with("raw ") || l.starts_with("tar ")).collect();
