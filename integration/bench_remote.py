@@ -4,6 +4,7 @@ embedded S3 server with latency added to every request, and the mixing each shuf
 
     bash integration/peers_setup.sh
     .venv-peers/bin/python integration/bench_remote.py [--samples 20000 --size 65536 --latency-ms 25] [--quick] [--json out.json]
+    .venv-peers/bin/python integration/bench_remote.py --epochs 3 --cache-fraction 0.25   # data 4x every cache
 
 The same samples (random bytes, the id in the first 8 bytes, a label) are written by each reader's
 own writer: MosaicML's ``MDSWriter``, ``litdata.optimize``, and ``webdataset.TarWriter`` shards
@@ -15,6 +16,13 @@ shuffled epochs; the peers through a torch DataLoader with one worker per core, 
 label. Requests and bytes are counted at the proxy for every row; peak memory is sampled from
 outside over the row's process tree: RSS summed, and anonymous RSS summed (without file-backed
 pages, so the libraries that forked workers map are not counted once per worker).
+
+The bound: the first row reads the same tar shards whole, each epoch, through Stoker's store layer
+with no cache, sampler, index or batches (``stoker bench``'s bound worker: parallel ranged reads
+under the fetch layer's in-flight limit), into memory and dropped; every other row's epochs are
+also given as ``x bound``. ``--cache-fraction F`` limits every reader's cache to that share of
+the data (Stoker ``disk_cache_bytes``, MosaicML ``cache_limit``, LitData ``max_cache_size``), so
+that every epoch reads from the store.
 
 Mixing: from each reader's epoch-1 delivery order, |pos(i+1) - pos(i)| in storage order, plus
 ``webdataset``'s own ``WebDataset(...).shuffle(1000)`` over the same tar shards (read locally:
@@ -52,7 +60,7 @@ def child(spec: Dict[str, Any]) -> None:
     result: Dict[str, Any] = {"epochs": []}
     try:
         {"stoker": child_stoker, "mosaicml": child_mosaicml, "litdata": child_litdata,
-         "webdataset": child_webdataset}[spec["reader"]](spec, result)
+         "webdataset": child_webdataset, "bound": child_bound}[spec["reader"]](spec, result)
     except BaseException as e:  # reported in the table, never dropped
         import traceback
 
@@ -98,6 +106,35 @@ def child_stoker(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
     result["stats_keys"] = sorted(loader.stats().keys())
 
 
+def child_bound(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
+    """The bound: the same tar shards read whole, each epoch, by ``stoker bench``'s bound worker
+    (the store's fetch layer: parallel ranged reads, its concurrency limit and retries; no
+    cache, sampler, index or batches), into memory and dropped. Every byte is counted; there
+    are no samples to check, so an epoch is "every shard's bytes"."""
+    import subprocess
+
+    meter = pc.ProxyMeter(spec["proxy_addr"], spec["proxy_pid"]) if spec.get("proxy_addr") else None
+    result["open_s"] = 0.0
+    for _ in range(spec["epochs"]):
+        before = meter.snapshot() if meter else None
+        t_start = time.time()
+        run = subprocess.run([str(pc._binary("stoker")), "bench", "--worker", "bound", spec["uri"], "--samples",
+                              str(spec["samples"]), "--epochs", "1"], capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"the bound worker failed: {run.stderr.strip()[-500:]}")
+        line = next(ln for ln in run.stdout.splitlines() if ln.startswith("result "))
+        m = json.loads(line[len("result "):])
+        io = pc.delta(before, meter.snapshot()) if meter and before else None
+        n = spec["samples"]
+        rec = {"seconds": m["seconds"], "first_batch_s": 0.0, "samples": n, "unique": n, "expected": n, "bad": 0,
+               "samples_per_s": n / m["seconds"] if m["seconds"] > 0 else 0.0, "t_start": t_start,
+               "t_end": time.time(), "bound_bytes": m["bytes"]}
+        if io is not None:
+            rec.update(io)
+        result["epochs"].append(rec)
+        result["open_s"] = max(result["open_s"], m["open_s"])
+
+
 def child_mosaicml(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
     from streaming import StreamingDataset
     from streaming.base.util import clean_stale_shared_memory
@@ -105,8 +142,9 @@ def child_mosaicml(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
 
     clean_stale_shared_memory()
     t0 = time.perf_counter()
+    limit = {"cache_limit": spec["cache_limit"]} if spec.get("cache_limit") else {}
     ds = StreamingDataset(remote=spec["uri"], local=str(Path(spec["work"]) / "mds-local"), shuffle=True,
-                          shuffle_seed=1, batch_size=spec["batch"])
+                          shuffle_seed=1, batch_size=spec["batch"], **limit)
     if not spec.get("as_is"):
         # The boto3 client that fetched index.json here stays in the dataset, and forked DataLoader
         # workers inherit it: both then talk over the same keep-alive socket, so one waits out
@@ -125,7 +163,9 @@ def child_litdata(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
     from litdata import StreamingDataLoader, StreamingDataset
 
     t0 = time.perf_counter()
-    ds = StreamingDataset(spec["uri"], shuffle=True, seed=1, cache_dir=str(Path(spec["work"]) / "litdata-cache"))
+    limit = {"max_cache_size": spec["cache_limit"]} if spec.get("cache_limit") else {}
+    ds = StreamingDataset(spec["uri"], shuffle=True, seed=1, cache_dir=str(Path(spec["work"]) / "litdata-cache"),
+                          **limit)
     dl = StreamingDataLoader(ds, batch_size=spec["batch"], num_workers=spec["workers"], collate_fn=pc.collate_samples)
     result["open_s"] = time.perf_counter() - t0
     _epochs(spec, result, lambda: iter(dl), pc.unpack_peer)
@@ -150,6 +190,9 @@ def child_webdataset(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
 
 def rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
     out = [
+        # What the link and the store layer allow: every other remote row is held to it (x bound).
+        {"name": "bound", "label": "bound: the tar shards read whole (store fetch layer, no cache)", "reader": "bound",
+         "format": "wds"},
         {"name": "stoker-shards", "label": 'Stoker `Loader(shuffle="shards")`, defaults', "reader": "stoker",
          "shuffle": "shards", "format": "wds"},
         {"name": "stoker-shards-disk", "label": 'Stoker `shuffle="shards"` + `disk_cache_dir`', "reader": "stoker",
@@ -231,23 +274,28 @@ def run_one(args: argparse.Namespace, row: Dict[str, Any], work: Path, servers: 
     cache = pc.fresh_dir(rdir, "stoker-cache")
     spec: Dict[str, Any] = {
         "reader": row["reader"], "samples": args.samples, "size": args.size, "batch": args.batch,
-        "workers": args.workers, "epochs": 2, "proxy_addr": servers.proxy_addr,
+        "workers": args.workers, "epochs": args.epochs, "proxy_addr": servers.proxy_addr,
         "proxy_pid": servers.proxy.pid if servers.proxy else 0,
     }
-    if row["reader"] == "stoker":
+    # With --cache-fraction, every reader's cache holds that share of the data (peers too).
+    limit = int(args.cache_fraction * args.samples * args.size) if args.cache_fraction else None
+    if row["reader"] == "bound":
+        spec["uri"] = f"s3://{pc.BUCKET}/wds"
+    elif row["reader"] == "stoker":
         spec["uri"] = f"s3://{pc.BUCKET}/wds"
         spec["shuffle"] = row["shuffle"]
         # Sized to hold the whole data set, so epoch 2 is the warm-cache epoch whatever the default
         # size is (a share of the disk's free space once the disk cache is on by default).
-        cache_bytes = 2 * args.samples * args.size + (256 << 20)
+        cache_bytes = limit or 2 * args.samples * args.size + (256 << 20)
         spec["options"] = ({"disk_cache_dir": str(rdir / "disk-cache"), "disk_cache_bytes": cache_bytes}
                            if row.get("disk_cache") else {"disk_cache": False} if row.get("disk_cache") is False
-                           else {})
+                           else {"disk_cache_bytes": limit} if limit else {})
         spec["options"].update(row.get("options", {}))
     else:
         spec["uri"] = f"s3://{pc.BUCKET}/{row['format']}"
         spec["boto3"] = row.get("boto3", False)
         spec["as_is"] = row.get("as_is", False)
+        spec["cache_limit"] = limit
     row_env = {**env, "STOKER_CACHE_DIR": str(cache), "LITDATA_CACHE_DIR": str(rdir / "litdata-cache"),
                "XDG_CACHE_HOME": str(rdir / "xdg-cache")}
     print(f"row {row['name']}" + (f" (round {rnd + 1})" if args.rounds > 1 else "") + " ...", flush=True)
@@ -330,22 +378,33 @@ def render(report: Dict[str, Any]) -> str:
     out = [f"Remote epochs: {a['samples']:,} samples x {a['size']:,} B, {a['shard_mib']} MiB shards "
            f"({prep.get('per_shard', '?')} samples per tar shard), embedded S3 server (s3s-fs) + proxy adding "
            f"{a['latency_ms']} ms to every request, batch {a['batch']}, peers through a DataLoader with "
-           f"{a['workers']} workers; two shuffled epochs per row, each row a fresh process with cold caches"
+           f"{a['workers']} workers; {a.get('epochs', 2)} shuffled epochs per row, each row a fresh process with cold "
+           "caches" + (f", every reader's cache limited to {a['cache_fraction']:.0%} of the data"
+                       if a.get("cache_fraction") else "")
            + (f"; medians of {a['rounds']} rounds (range)." if a["rounds"] > 1 else ".")
            + " `load 1m`: the machine's 1-minute load average when the row started.", ""]
-    header = ["reader", "epoch 1 samples/s", "epoch 2 samples/s", "e1 first batch s", "e1 requests", "e1 MiB",
-              "e2 requests", "e2 MiB", "peak RSS MiB", "peak anon RSS MiB", "load 1m", "exactly once, right bytes"]
+    epochs = a.get("epochs", 2)
+    bound = _bound(report)
+    header = ["reader"] + [f"epoch {k} samples/s (x bound)" for k in range(1, epochs + 1)] + [
+        "e1 first batch s", "e1 requests", "e1 MiB", "later requests", "later MiB", "peak RSS MiB",
+        "peak anon RSS MiB", "load 1m", "exactly once, right bytes"]
     body = []
     for r in report["rows"]:
         if r.get("error"):
-            body.append([r["label"], "failed", "failed", "", "", "", "", "", "", "", f"{r.get('load_1m', 0):.1f}",
-                         pc.row_notes(r) or r["error"]])
+            body.append([r["label"]] + ["failed"] * epochs + ["", "", "", "", "", "", "",
+                                                               f"{r.get('load_1m', 0):.1f}", pc.row_notes(r) or r["error"]])
             continue
-        e1, e2 = (r["epochs"] + [{}, {}])[:2]
-        body.append([
-            r["label"], pc.rate_cell(e1), pc.rate_cell(e2) if e2 else "",
+        eps = (r["epochs"] + [{}] * epochs)[:epochs]
+        cells = []
+        for k, e in enumerate(eps):
+            b = bound[k] if bound and k < len(bound) else None
+            cells.append(f"{pc.rate_cell(e)} ({e['samples_per_s'] / b:.2f}x)" if e and b else pc.rate_cell(e) if e
+                         else "")
+        e1, later = eps[0], [e for e in eps[1:] if e]
+        body.append([r["label"]] + cells + [
             f"{e1.get('first_batch_s', 0):.2f}", pc.fmt_int(e1.get("requests")), pc.fmt_mib(e1.get("bytes")),
-            pc.fmt_int(e2.get("requests")), pc.fmt_mib(e2.get("bytes")), fmt(r.get("peak_rss")),
+            pc.fmt_int(sum(e.get("requests", 0) for e in later) if later else None),
+            pc.fmt_mib(sum(e.get("bytes", 0) for e in later) if later else None), fmt(r.get("peak_rss")),
             fmt(r.get("peak_anon")), f"{r.get('load_1m', 0):.1f}", pc.row_notes(r) or "yes",
         ])
     out.append(pc.table(header, body))
@@ -380,13 +439,30 @@ def fmt(b: Optional[int]) -> str:
     return "" if not b else f"{b / pc.MiB:,.0f}"
 
 
+def _bound(report: Dict[str, Any]) -> Optional[List[float]]:
+    """The bound row's samples/s per epoch, when it ran."""
+    b = next((r for r in report["rows"] if r["name"] == "bound" and not r.get("error")), None)
+    return [e["samples_per_s"] for e in b["epochs"]] if b else None
+
+
 def ratios(report: Dict[str, Any]) -> List[str]:
-    ok = {r["name"]: r for r in report["rows"] if not r.get("error") and len(r["epochs"]) == 2}
+    epochs = report["args"].get("epochs", 2)
+    small = bool(report["args"].get("cache_fraction"))
+    ok = {r["name"]: r for r in report["rows"] if not r.get("error") and len(r["epochs"]) == epochs}
     peers = [r for r in ok.values() if r.get("peer")]
+    bound = _bound(report)
     lines = []
-    if not peers:
-        return ["ratios: no peer row finished"]
-    for e, goal in ((0, 1.5), (1, 1.2)):
+    for e in range(epochs):
+        if bound:
+            goal = 0.7 if small else 0.8
+            for name in ("stoker-shards", "stoker-shards-disk", "stoker-global"):
+                if name in ok:
+                    s = ok[name]["epochs"][e]["samples_per_s"]
+                    lines.append(f"- {ok[name]['label']} epoch {e + 1} / bound epoch {e + 1} ({bound[e]:,.0f}/s): "
+                                 f"**{s / bound[e]:.2f}x**" + (f" (goal >= {goal}x)" if e == 0 or small else ""))
+        if not peers:
+            continue
+        goal = 1.5 if e == 0 or small else 1.2
         best = max(peers, key=lambda r: r["epochs"][e]["samples_per_s"])
         bv = best["epochs"][e]["samples_per_s"]
         for name in ("stoker-shards", "stoker-shards-disk"):
@@ -394,15 +470,17 @@ def ratios(report: Dict[str, Any]) -> List[str]:
                 s = ok[name]["epochs"][e]["samples_per_s"]
                 lines.append(f"- {ok[name]['label']} epoch {e + 1} / best peer epoch {e + 1} ({best['label']}, "
                              f"{bv:,.0f}/s): **{s / bv:.2f}x** (goal >= {goal}x)")
+    if not peers:
+        lines.append("ratios: no peer row finished")
     g = ok.get("stoker-global")
     if g:
         lat = report["args"]["latency_ms"] / 1000
         e1 = g["epochs"][0]
         req_s = e1["requests"] / e1["seconds"] if e1.get("requests") else 0
-        bound = 64 / lat
+        inflight = 64 / lat
         lines.append(f"- Stoker `shuffle=True` epoch 1: {e1['samples_per_s']:,.0f} samples/s, {req_s:,.0f} requests/s "
-                     f"against the in-flight bound max_in_flight / latency = 64 / {lat * 1000:.0f} ms = {bound:,.0f}/s "
-                     f"(**{e1['samples_per_s'] / bound:.2f}x** in samples; goal >= 0.8x)")
+                     f"against the in-flight bound max_in_flight / latency = 64 / {lat * 1000:.0f} ms = "
+                     f"{inflight:,.0f}/s (**{e1['samples_per_s'] / inflight:.2f}x** in samples)")
     return lines
 
 
@@ -417,6 +495,10 @@ def main() -> None:
     ap.add_argument("--shard-mib", type=int, default=64,
                     help="shard size for every format (MDS size_limit, LitData chunk_bytes, tar shard)")
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=2, help="shuffled epochs per row (default 2)")
+    ap.add_argument("--cache-fraction", type=float, default=0.0,
+                    help="every reader's cache holds this share of the data (Stoker disk_cache_bytes, MosaicML "
+                         "cache_limit, LitData max_cache_size); 0: Stoker's holds it all, the peers' defaults")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="DataLoader workers for the peers")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 512 samples in 4 MiB shards")
     ap.add_argument("--rows", help="comma-separated rows to run (names as in --json; `mosaicml-as-is` only when named)")
@@ -431,6 +513,8 @@ def main() -> None:
         args.samples, args.shard_mib = 512, 4
     if args.size < 16:
         ap.error("--size must be at least 16 bytes (the id is in the first 8)")
+    if args.epochs < 1 or not 0.0 <= args.cache_fraction <= 4.0:
+        ap.error("--epochs must be at least 1 and --cache-fraction within 0..4")
     report = run(args)
     text = render(report)
     print()

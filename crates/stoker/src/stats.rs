@@ -41,6 +41,8 @@ pub struct IoCounters {
     pub disk_direct: u64,
     /// Disk cache blocks that failed verification: dropped and fetched again, never served.
     pub cache_corrupt: u64,
+    /// Blocks written to the disk cache (the plan admits only those it will read again).
+    pub disk_writes: u64,
     /// Remote requests allowed in flight now (sized from latency unless fixed).
     pub in_flight_limit: u64,
     /// Most remote requests in flight at once so far.
@@ -289,6 +291,7 @@ impl Stats {
             retries: io.retries,
             hedges: io.hedges,
             cache_corrupt: io.cache_corrupt,
+            disk_writes: io.disk_writes,
             in_flight_limit: io.in_flight_limit,
             peak_in_flight: io.peak_in_flight,
             sources: Vec::new(),
@@ -361,6 +364,10 @@ pub struct StatsSnapshot {
     /// never delivered.
     #[serde(default)]
     pub cache_corrupt: u64,
+    /// Blocks written to the disk cache: with a plan, only those it reads again before they
+    /// would be dropped.
+    #[serde(default)]
+    pub disk_writes: u64,
     /// Remote requests allowed in flight now: sized from observed latency (Little's law)
     /// unless `max_in_flight` fixes it; 0 for local sources.
     #[serde(default)]

@@ -198,9 +198,11 @@ impl DiskCache {
         self.ranks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Evict by `plan` from now on (`None`: least recently used).
+    /// Evict by `plan` from now on (`None`: least recently used), and write only blocks it
+    /// reads again before they would go ([`super::admission`]).
     pub(crate) fn set_plan(&self, plan: Option<Arc<Plan>>) {
-        self.ranks().set_plan(plan);
+        let admission = plan.clone().map(|p| super::admission::admit(p, self.limit, seal::file_len));
+        self.ranks().set_plan(plan, admission);
     }
 
     /// Whether a missing block is worth fetching whole (see [`Ranks::worth_fetching_whole`]).
@@ -353,7 +355,7 @@ impl DiskCache {
         if r.contains(key) {
             return false;
         }
-        if r.bytes() + len > self.limit && !r.worth_storing(key) {
+        if !r.admitted(key) || (r.bytes() + len > self.limit && !r.worth_storing(key)) {
             self.bypassed.fetch_add(1, Relaxed);
             return false;
         }

@@ -13,6 +13,7 @@
 //! are read straight from the block files into the batch ([`CachedObject`]), like a local
 //! shard.
 
+mod admission;
 mod disk;
 #[cfg(test)]
 mod disk_room;

@@ -33,6 +33,10 @@ pub struct Plan {
     starts: Vec<u32>,
     times: Vec<u32>,
     clock: Arc<AtomicU64>,
+    /// The block size, and per object its first block number and size: what a block holds.
+    block: u64,
+    base: Vec<u64>,
+    sizes: Vec<u64>,
 }
 
 impl std::fmt::Debug for Plan {
@@ -148,7 +152,8 @@ impl Plan {
         }
         keyed.sort_unstable_by_key(|&(k, _)| k);
         let (keys, ids) = keyed.into_iter().unzip();
-        Some(Plan { keys, ids, starts, times, clock })
+        let sizes = objects.iter().map(|(_, size)| *size).collect();
+        Some(Plan { keys, ids, starts, times, clock, block, base, sizes })
     }
 
     /// The reader's current time.
@@ -183,6 +188,57 @@ impl Plan {
     pub fn blocks(&self) -> usize {
         self.keys.len()
     }
+
+    /// The planned use block `key` is read for now (the first at or after the clock; with
+    /// `serving`, the one after), as an index into all the plan's uses.
+    pub(crate) fn use_index(&self, key: u128, serving: bool) -> Option<usize> {
+        let i = self.keys.binary_search(&key).ok()?;
+        let b = self.ids[i] as usize;
+        let (from, to) = (self.starts[b] as usize, self.starts[b + 1] as usize);
+        let now = self.now();
+        let at = from + self.times[from..to].partition_point(|&t| u64::from(t) < now) + usize::from(serving);
+        (at < to).then_some(at)
+    }
+
+    /// All planned uses, over every block.
+    pub(crate) fn use_count(&self) -> usize {
+        self.times.len()
+    }
+
+    /// Blocks numbered by the plan (some with no use).
+    pub(crate) fn block_count(&self) -> usize {
+        self.starts.len().saturating_sub(1)
+    }
+
+    /// The bytes block `b` (by the plan's numbering) holds: a whole block, or the end of its
+    /// object.
+    pub(crate) fn block_len(&self, b: usize) -> u64 {
+        let o = self.base.partition_point(|&first| first <= b as u64).saturating_sub(1);
+        let (first, size) = (self.base.get(o).copied().unwrap_or(0), self.sizes.get(o).copied().unwrap_or(0));
+        size.saturating_sub((b as u64 - first) * self.block).min(self.block)
+    }
+
+    /// The time of use `u`.
+    pub(crate) fn use_time(&self, u: usize) -> u32 {
+        self.times[u]
+    }
+
+    /// The block (by the plan's numbering) use `u` is of.
+    pub(crate) fn block_of_use(&self, u: usize) -> usize {
+        self.starts.partition_point(|&s| s as usize <= u) - 1
+    }
+
+    /// The time of the same block's next use after use `u`, if planned.
+    pub(crate) fn use_after(&self, u: usize) -> Option<u32> {
+        let b = self.block_of_use(u);
+        (u + 1 < self.starts[b + 1] as usize).then(|| self.times[u + 1])
+    }
+
+    /// Move the reader's clock (tests stand in for a reader).
+    #[cfg(test)]
+    pub(crate) fn set_now(&self, t: u64) {
+        self.clock.store(t, Relaxed);
+    }
 }
 
 /// Ranks at or above this are "no known future use": least recently used first among them.
@@ -200,7 +256,13 @@ pub(crate) struct Ranks {
     bytes: u64,
     tick: u64,
     plan: Option<Arc<Plan>>,
+    /// Whether a block read now may be written (the plan's admission, see
+    /// [`super::admission`]); all may without one.
+    admission: Option<Admit>,
 }
+
+/// Whether a block, read now, may be written to the cache.
+pub(crate) type Admit = Arc<dyn Fn(u128) -> bool + Send + Sync>;
 
 #[derive(Clone, Copy)]
 struct Entry {
@@ -236,9 +298,11 @@ impl Ranks {
         }
     }
 
-    /// Follow a new plan (or none: least recently used).
-    pub(crate) fn set_plan(&mut self, plan: Option<Arc<Plan>>) {
+    /// Follow a new plan (or none: least recently used), writing blocks only at the uses
+    /// `admission` allows (all without one).
+    pub(crate) fn set_plan(&mut self, plan: Option<Arc<Plan>>, admission: Option<Admit>) {
         self.plan = plan;
+        self.admission = admission;
         let keys: Vec<(u128, u64)> = self.entries.iter().map(|(&k, e)| (k, e.last)).collect();
         self.order.clear();
         for (k, last) in keys {
@@ -317,6 +381,10 @@ impl Ranks {
     /// without a plan (least recently used caches whole blocks).
     pub(crate) fn worth_fetching_whole(&mut self, key: u128, len: u64, piece: u64, limit: u64) -> bool {
         let Some(plan) = self.plan.clone() else { return true };
+        if !self.admitted(key) {
+            // It will not be written: fetch what the read needs.
+            return piece >= len;
+        }
         // While there is room, or the next victim is an entry nobody will read, keeping the
         // block costs nothing (and later epochs, beyond the plan, read it again).
         if piece >= len || self.bytes + len <= limit {
@@ -329,6 +397,12 @@ impl Ranks {
         };
         let reads = plan.uses_before(key, true, horizon) + 1;
         reads.saturating_mul(piece) >= len
+    }
+
+    /// Whether the plan's admission lets block `key`, read now, be written: false when the
+    /// cache's run over the plan drops it unread or bypasses it; true without an admission.
+    pub(crate) fn admitted(&self, key: u128) -> bool {
+        self.admission.as_ref().is_none_or(|admit| admit(key))
     }
 
     /// Whether `key`, if stored now, would rank before the next victim (Belady's bypass: a
@@ -398,7 +472,7 @@ mod tests {
         // Blocks 0..3 of object 0, found on disk: used at 5, 1, never, 9 (and block 1 at 6).
         let p = plan(&[40], &[(1, 0, 10..11), (5, 0, 0..1), (6, 0, 10..11), (9, 0, 30..31)], &clock);
         let mut r = Ranks::default();
-        r.set_plan(Some(Arc::new(p)));
+        r.set_plan(Some(Arc::new(p)), None);
         for k in [0u128, 1, 2, 3] {
             r.insert(k, 10, Some(0));
         }
@@ -422,7 +496,7 @@ mod tests {
         let reads = [(1, 0, 0..1), (2, 0, 10..11), (8, 0, 20..21), (10, 0, 0..1), (11, 0, 10..11), (20, 0, 20..21)];
         let p = plan(&[30], &reads, &clock);
         let mut r = Ranks::default();
-        r.set_plan(Some(Arc::new(p)));
+        r.set_plan(Some(Arc::new(p)), None);
         r.insert(0, 10, Some(0));
         r.insert(1, 10, Some(0));
         clock.store(8, Relaxed);
@@ -441,7 +515,7 @@ mod tests {
         let p = plan(&[30], &reads, &clock);
         let mut r = Ranks::default();
         assert!(r.worth_fetching_whole(0, 10, 1, 10), "no plan: whole blocks");
-        r.set_plan(Some(Arc::new(p)));
+        r.set_plan(Some(Arc::new(p)), None);
         assert!(r.worth_fetching_whole(0, 10, 1, 100), "room to spare: whole");
         r.insert(2, 10, Some(0));
         // Full: block 0 is read 4 times before block 2's next read (5): 4 pieces of 3 pay for it.
@@ -464,7 +538,7 @@ mod tests {
                 (0..2 * blocks).map(|t| (t, 0, (t % blocks) * 10..(t % blocks) * 10 + 1)).collect();
             let mut r = Ranks::default();
             if planned {
-                r.set_plan(Some(Arc::new(plan(&[blocks * 10], &reads, &clock))));
+                r.set_plan(Some(Arc::new(plan(&[blocks * 10], &reads, &clock))), None);
             }
             let mut fetched_second = 0;
             for (t, _, range) in &reads {

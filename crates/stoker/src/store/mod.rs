@@ -166,6 +166,7 @@ impl Store {
             c.disk_hits = k.disk_hits.load(Ordering::Relaxed);
             c.disk_direct = k.disk_direct.load(Ordering::Relaxed);
             c.cache_corrupt = k.disk_corrupt.load(Ordering::Relaxed);
+            c.disk_writes = k.disk_writes.load(Ordering::Relaxed);
         }
         c
     }

@@ -36,7 +36,7 @@ fn shards(dir: &std::path::Path) -> (Vec<stoker::Sample>, u64) {
 }
 
 /// Bytes fetched from the server in each of two epochs through a fresh disk cache of `limit`
-/// bytes, every row checked.
+/// bytes, every row checked, and the blocks written to the disk cache in each.
 async fn two_epochs(
     endpoint: &str,
     samples: &[stoker::Sample],
@@ -44,7 +44,7 @@ async fn two_epochs(
     block: u64,
     limit: u64,
     eviction: &str,
-) -> [u64; 2] {
+) -> ([u64; 2], [u64; 2]) {
     let cache = tempfile::tempdir().unwrap();
     let extra = format!(
         "&hedge_ms=0&cache_block={block}&disk_cache_dir={}&disk_cache_bytes={limit}&cache_eviction={eviction}",
@@ -54,9 +54,9 @@ async fn two_epochs(
     let mut cfg = LoaderConfig::new(8);
     cfg.order = order;
     let loader = Loader::new(src.clone(), cfg).unwrap();
-    let mut fetched = [0; 2];
-    for (e, out) in fetched.iter_mut().enumerate() {
-        let before = src.io_counters().unwrap().remote_bytes;
+    let (mut fetched, mut writes) = ([0; 2], [0; 2]);
+    for e in 0..2 {
+        let before = src.io_counters().unwrap();
         let mut stream = loader.epoch(e as u64).unwrap();
         let mut seen = 0;
         while let Some(b) = stream.next_batch().await {
@@ -68,9 +68,11 @@ async fn two_epochs(
             seen += b.len();
         }
         assert_eq!(seen, samples.len());
-        *out = src.io_counters().unwrap().remote_bytes - before;
+        let after = src.io_counters().unwrap();
+        fetched[e] = after.remote_bytes - before.remote_bytes;
+        writes[e] = after.disk_writes - before.disk_writes;
     }
-    fetched
+    (fetched, writes)
 }
 
 /// Bytes fetched in each of two epochs, as shares of the data, with the plan and with LRU.
@@ -80,8 +82,8 @@ async fn compare(order: Order, block: u64) -> ([f64; 2], [f64; 2]) {
     let server = serve(root.path()).await;
     let ep = server.endpoint();
     let half = data / 2;
-    let planned = two_epochs(&ep, &samples, order.clone(), block, half, "future").await;
-    let lru = two_epochs(&ep, &samples, order.clone(), block, half, "lru").await;
+    let (planned, _) = two_epochs(&ep, &samples, order.clone(), block, half, "future").await;
+    let (lru, _) = two_epochs(&ep, &samples, order.clone(), block, half, "lru").await;
     server.shutdown().await;
     for f in [planned, lru] {
         // All of it, but for the padding of the shards' last blocks that no sample needs.
@@ -118,4 +120,35 @@ async fn with_several_samples_a_block_the_plan_fetches_whole_only_what_it_keeps(
     let (planned, lru) = compare(Order::Shuffle { seed: 3 }, 64 << 10).await;
     assert!(planned[0] <= 1.5 && planned[1] <= 1.0, "with the plan: {planned:.3?} of the data");
     assert!(lru[0] >= 2.0 && lru[1] >= 2.0, "LRU is the control: {lru:.3?}");
+}
+
+/// Data four times the cache, shard-shuffled: every epoch reads from the store. The plan's
+/// admission writes only blocks it will read again before they would go (about a
+/// cache-full), where Belady's bypass alone writes blocks that later arrivals push out unread
+/// and LRU writes every block; the second epoch still reads about a quarter from the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_quarter_of_the_data_cached_only_blocks_read_again_are_written() {
+    let root = tempfile::tempdir().unwrap();
+    let (samples, data) = shards(&root.path().join("data/tar"));
+    let server = serve(root.path()).await;
+    let (ep, block) = (server.endpoint(), 16u64 << 10);
+    let order = Order::ShardShuffle { seed: 3, window: 4 };
+    let quarter = data / 4;
+    let (planned, planned_writes) = two_epochs(&ep, &samples, order.clone(), block, quarter, "future").await;
+    let (lru, lru_writes) = two_epochs(&ep, &samples, order, block, quarter, "lru").await;
+    server.shutdown().await;
+    let blocks = data.div_ceil(block);
+    let held = quarter / block;
+    eprintln!(
+        "a quarter cached: {blocks} blocks, {held} fit; writes per epoch with the plan {planned_writes:?}, with LRU \
+         {lru_writes:?}; fetched {planned:?} and {lru:?} of {data}"
+    );
+    assert!(lru_writes[0] as f64 >= 0.9 * blocks as f64, "LRU writes every block it fetches: {lru_writes:?}");
+    // About a cache-full (shards' short last blocks let a few more fit than whole blocks
+    // would): each written block is read in the next epoch.
+    assert!(planned_writes[0] <= held + held / 4, "with the plan: {planned_writes:?} writes, {held} blocks fit");
+    assert!(planned_writes[0] >= held / 2, "the plan still fills the cache: {planned_writes:?}");
+    // The second epoch reads what was kept from the disk: fetched less than LRU's.
+    assert!(planned[1] as f64 <= 0.85 * data as f64, "epoch 2 fetched {} of {data}", planned[1]);
+    assert!(planned[1] < lru[1], "the plan {planned:?}, LRU {lru:?}");
 }
