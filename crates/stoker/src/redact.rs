@@ -125,9 +125,13 @@ pub fn redact_text(text: &str) -> Cow<'_, str> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(sep) = rest.find("://") {
+        // The scheme starts after the last character that cannot be in one (which may be
+        // several bytes long: the next one starts after all of them).
         let start = rest[..sep]
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
-            .map_or(0, |i| i + 1);
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+            .map_or(0, |(i, c)| i + c.len_utf8());
         let len =
             rest[sep..].find(|c: char| c.is_whitespace() || "\"'`<>()[]{},".contains(c)).unwrap_or(rest.len() - sep);
         let end = sep + len;
@@ -372,6 +376,16 @@ pub(crate) fn toml_error(e: &toml::de::Error, text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_with_a_url_after_a_multibyte_character_is_redacted_not_cut_inside_it() {
+        // Found by the `uri` fuzz target: a scheme right after a 3-byte character.
+        let text = "unknown field `concurrency=layo\u{fffd}s3://user:hunter2@t`, expected one of";
+        let r = redact_text(text);
+        assert!(r.contains("layo\u{fffd}s3://***@t"), "{r}");
+        assert!(!r.contains("hunter2"), "{r}");
+        assert_eq!(redact_text("é://x é"), "é://x é");
+    }
 
     #[test]
     fn redaction_hides_secrets() {
