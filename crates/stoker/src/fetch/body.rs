@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 
@@ -35,7 +35,11 @@ pub(super) async fn read(
     stall: Duration,
 ) -> Result<Bytes, Failure> {
     let mut first: Option<Bytes> = None;
-    let mut joined = BytesMut::new();
+    // A body in pieces is joined into a recycled buffer: a fresh multi-MiB one per response
+    // cost page faults and zeroing (13% of a cold epoch's CPU in a profile), more than the
+    // copy itself.
+    let mut joined: Option<Vec<u8>> = None;
+    let mut filled = 0usize;
     let mut got = 0u64;
     loop {
         let piece = match tokio::time::timeout(stall, stream.next()).await {
@@ -57,22 +61,25 @@ pub(super) async fn read(
             )));
         }
         // One piece is the common answer: kept as it is, no copy.
-        match first.take() {
-            None if joined.is_empty() => first = Some(piece),
-            held => {
-                if joined.is_empty() {
-                    joined.reserve(bound.reserve);
-                }
-                if let Some(h) = held {
-                    joined.extend_from_slice(&h);
-                }
-                joined.extend_from_slice(&piece);
+        if first.is_none() && joined.is_none() {
+            first = Some(piece);
+            continue;
+        }
+        let buf = joined.get_or_insert_with(|| crate::buffer::take(bound.reserve));
+        for p in first.take().iter().chain(std::iter::once(&piece)) {
+            let end = filled + p.len();
+            if end > buf.len() {
+                // More than reserved (a whole object longer than the reservation): grow.
+                buf.resize(end, 0);
             }
+            buf[filled..end].copy_from_slice(p);
+            filled = end;
         }
     }
-    Ok(match first {
-        Some(only) => only,
-        None => joined.freeze(),
+    Ok(match (first, joined) {
+        (_, Some(buf)) => crate::buffer::freeze(buf, filled),
+        (Some(only), None) => only,
+        (None, None) => Bytes::new(),
     })
 }
 
