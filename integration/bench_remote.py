@@ -296,6 +296,9 @@ def run_one(args: argparse.Namespace, row: Dict[str, Any], work: Path, servers: 
         spec["boto3"] = row.get("boto3", False)
         spec["as_is"] = row.get("as_is", False)
         spec["cache_limit"] = limit
+        if limit and row["reader"] == "mosaicml":
+            # MosaicML refuses a cache_limit under four times its largest shard (raw and zip).
+            spec["cache_limit"] = max(limit, 4 * (args.shard_mib + 1) * pc.MiB)
     row_env = {**env, "STOKER_CACHE_DIR": str(cache), "LITDATA_CACHE_DIR": str(rdir / "litdata-cache"),
                "XDG_CACHE_HOME": str(rdir / "xdg-cache")}
     print(f"row {row['name']}" + (f" (round {rnd + 1})" if args.rounds > 1 else "") + " ...", flush=True)
