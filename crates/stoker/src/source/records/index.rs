@@ -36,6 +36,28 @@ pub(super) fn stream(
     }
 }
 
+/// Each element of the `list` array of the JSON object `bytes`, made into a `T` by
+/// `make(n, element)` as it is parsed; a missing `list` is an error.
+pub(super) fn collect<T>(
+    bytes: &[u8],
+    list: &str,
+    mut make: impl FnMut(usize, Value) -> Result<T, String>,
+) -> Result<Vec<T>, IndexError> {
+    let mut out = Vec::new();
+    let (_, seen) = stream(
+        bytes,
+        list,
+        Some(&mut |n, v| {
+            out.push(make(n, v)?);
+            Ok(())
+        }),
+    )?;
+    if !seen {
+        return Err(IndexError::Layout(format!("it has no `{list}` list")));
+    }
+    Ok(out)
+}
+
 struct Top<'a, 'f> {
     list: &'a str,
     each: Option<&'a mut (dyn FnMut(usize, Value) -> Result<(), String> + 'f)>,

@@ -111,19 +111,7 @@ pub(super) fn shards(bytes: &[u8], dir: &str, wanted: Option<&[&str]>) -> Result
     // LitData writes its chunks before its config: a first walk skips them for the config.
     let (top, _) = super::index::stream(bytes, "chunks", None)?;
     let (decoder, codec, level) = layout(&top, wanted).map_err(IndexError::Layout)?;
-    let mut out = Vec::new();
-    let (_, seen) = super::index::stream(
-        bytes,
-        "chunks",
-        Some(&mut |n, c| {
-            out.push(chunk(n, &c, dir, &decoder, codec, &level)?);
-            Ok(())
-        }),
-    )?;
-    if !seen {
-        return Err(IndexError::Layout("it has no `chunks` list".into()));
-    }
-    Ok(out)
+    super::index::collect(bytes, "chunks", |n, c| chunk(n, &c, dir, &decoder, codec, &level))
 }
 
 /// How the items of every chunk are laid out, from the index's `config`: their decoder, the

@@ -117,20 +117,8 @@ fn encoding(text: &str) -> Result<Enc, String> {
 /// The shards of the MDS index `bytes` (an `index.json`, read one shard entry at a time) in
 /// directory `dir` (`""` or ending in `/`), keeping the columns in `wanted` (all when `None`).
 pub(super) fn shards(bytes: &[u8], dir: &str, wanted: Option<&[&str]>) -> Result<Vec<ShardSpec>, IndexError> {
-    let mut out = Vec::new();
     let mut decoder: Option<Arc<Mds>> = None;
-    let (_, seen) = super::index::stream(
-        bytes,
-        "shards",
-        Some(&mut |n, s| {
-            out.push(shard(n, &s, dir, wanted, &mut decoder)?);
-            Ok(())
-        }),
-    )?;
-    if !seen {
-        return Err(IndexError::Layout("it has no `shards` list".into()));
-    }
-    Ok(out)
+    super::index::collect(bytes, "shards", |n, s| shard(n, &s, dir, wanted, &mut decoder))
 }
 
 /// Shard entry `n` of an MDS index; the columns' decoder is made from the first and shared.
