@@ -51,25 +51,29 @@ impl Admission {
                 bits[u / 64] &= !(1 << (u % 64));
             }
         };
-        // Every use in time order (by time, then by use number, so a block's uses stay in
-        // order), and the block each belongs to.
+        // The block each use is of, and every use in time order (by time, then by use number,
+        // so a block's uses stay in order).
+        let blocks = plan.block_count();
+        let mut block_of = vec![0u32; n];
+        for b in 0..blocks {
+            block_of[plan.uses_of(b)].fill(b as u32);
+        }
         let mut order: Vec<u32> = (0..n as u32).collect();
         order.sort_unstable_by_key(|&u| (plan.use_time(u as usize), u));
-        // Per block: the rank it is held under (its next use), the use it was stored at, and
-        // whether it was read since.
+        // Per block held: the rank it is held under (its next use), the use it was stored at,
+        // whether it was read since, and what it takes on disk.
         const NONE: u64 = u64::MAX;
-        let blocks = plan.block_count();
-        let mut held: Vec<Option<(u64, u32, bool)>> = vec![None; blocks];
+        let mut held: Vec<Option<(u64, u32, bool, u64)>> = vec![None; blocks];
         let mut by_next: BTreeSet<(u64, u32)> = BTreeSet::new();
         let mut bytes = 0u64;
         for &u in &order {
             let u = u as usize;
-            let b = plan.block_of_use(u);
-            let next = plan.use_after(u).map_or(NONE, u64::from);
-            if let Some((rank, stored, _)) = held[b] {
+            let b = block_of[u] as usize;
+            let next = if u + 1 < plan.uses_of(b).end { u64::from(plan.use_time(u + 1)) } else { NONE };
+            if let Some((rank, stored, _, len)) = held[b] {
                 // Read from the cache: the store paid off; it stays for its next use.
                 by_next.remove(&(rank, b as u32));
-                held[b] = Some((next, stored, true));
+                held[b] = Some((next, stored, true, len));
                 by_next.insert((next, b as u32));
                 set(&mut bits, u, true);
                 continue;
@@ -89,10 +93,12 @@ impl Admission {
                     }
                     Some((worst, victim)) => {
                         by_next.remove(&(worst, victim));
-                        bytes -= file_len(plan.block_len(victim as usize));
-                        if let Some((_, stored, false)) = held[victim as usize].take() {
-                            // Dropped before it was read again: not worth its write.
-                            set(&mut bits, stored as usize, false);
+                        if let Some((_, stored, read, len)) = held[victim as usize].take() {
+                            bytes -= len;
+                            if !read {
+                                // Dropped before it was read again: not worth its write.
+                                set(&mut bits, stored as usize, false);
+                            }
                         }
                     }
                     None => {
@@ -104,7 +110,7 @@ impl Admission {
             if !room {
                 continue;
             }
-            held[b] = Some((next, u as u32, false));
+            held[b] = Some((next, u as u32, false, len));
             by_next.insert((next, b as u32));
             bytes += len;
             set(&mut bits, u, true);

@@ -164,12 +164,7 @@ impl Plan {
     /// The first use of block `key` at or after the clock, if the plan knows one; with
     /// `serving`, the one after that (the block is being read for that first use now).
     pub fn next_use(&self, key: u128, serving: bool) -> Option<u64> {
-        let i = self.keys.binary_search(&key).ok()?;
-        let b = self.ids[i] as usize;
-        let times = &self.times[self.starts[b] as usize..self.starts[b + 1] as usize];
-        let now = self.now();
-        let at = times.partition_point(|&t| u64::from(t) < now) + usize::from(serving);
-        times.get(at).map(|&t| u64::from(t))
+        self.use_index(key, serving).map(|u| u64::from(self.times[u]))
     }
 
     /// How many uses of block `key` fall at or after the clock and before `horizon`; with
@@ -223,15 +218,10 @@ impl Plan {
         self.times[u]
     }
 
-    /// The block (by the plan's numbering) use `u` is of.
-    pub(crate) fn block_of_use(&self, u: usize) -> usize {
-        self.starts.partition_point(|&s| s as usize <= u) - 1
-    }
-
-    /// The time of the same block's next use after use `u`, if planned.
-    pub(crate) fn use_after(&self, u: usize) -> Option<u32> {
-        let b = self.block_of_use(u);
-        (u + 1 < self.starts[b + 1] as usize).then(|| self.times[u + 1])
+    /// Block `b`'s uses (by the plan's numbering), as indices into all the plan's uses, in
+    /// time order.
+    pub(crate) fn uses_of(&self, b: usize) -> std::ops::Range<usize> {
+        self.starts[b] as usize..self.starts[b + 1] as usize
     }
 
     /// Move the reader's clock (tests stand in for a reader).
