@@ -247,7 +247,6 @@ impl BlockCache {
         match &self.disk {
             Some(d) if self.cfg.eviction == Eviction::Future => {
                 let on = plan.is_some();
-
                 d.set_plan(plan);
                 on
             }

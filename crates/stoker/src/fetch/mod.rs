@@ -128,16 +128,18 @@ impl FetchConfig {
                 Some(ms) => Hedge::After(Duration::from_millis(ms)),
             },
             timeout: opts.timeout_ms.map_or(d.timeout, Duration::from_millis),
-            // 0 turns either off (a wait past any run's length).
-            stall: opts.stall_ms.map_or(d.stall, |ms| if ms == 0 { Duration::MAX } else { Duration::from_millis(ms) }),
-            deadline: opts.deadline_ms.map_or(d.deadline, |ms| {
-                if ms == 0 {
-                    Duration::MAX
-                } else {
-                    Duration::from_millis(ms)
-                }
-            }),
+            stall: opts.stall_ms.map_or(d.stall, off_at_zero),
+            deadline: opts.deadline_ms.map_or(d.deadline, off_at_zero),
         }
+    }
+}
+
+/// A limit of `ms` milliseconds, where 0 turns it off (a wait past any run's length).
+fn off_at_zero(ms: u64) -> Duration {
+    if ms == 0 {
+        Duration::MAX
+    } else {
+        Duration::from_millis(ms)
     }
 }
 
