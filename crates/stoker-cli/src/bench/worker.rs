@@ -282,8 +282,7 @@ pub(crate) fn raw_child(dir: &Path, samples: u64, epochs: u64) -> Result<()> {
         // Progress in samples: the share of bytes read, since samples are not visible here.
         let mut last = 0;
         while !workers.iter().all(|w| w.is_finished()) {
-            let done =
-                (read.load(Relaxed) as u128 * samples as u128 * epochs.max(1) as u128 / total.max(1) as u128) as u64;
+            let done = samples_read(read.load(Relaxed), total, samples * epochs.max(1));
             if done > last {
                 emit(&format!("progress {done}"))?;
                 last = done;
@@ -354,8 +353,7 @@ pub(crate) async fn bound_child(uri: &str, samples: u64, epochs: u64) -> Result<
         });
         let mut reads = reads.buffer_unordered(at_once);
         while reads.try_next().await?.is_some() {
-            let done =
-                (read.load(Relaxed) as u128 * samples as u128 * epochs.max(1) as u128 / total.max(1) as u128) as u64;
+            let done = samples_read(read.load(Relaxed), total, samples * epochs.max(1));
             if done > last {
                 emit(&format!("progress {done}"))?;
                 last = done;
@@ -381,6 +379,12 @@ pub(crate) async fn bound_child(uri: &str, samples: u64, epochs: u64) -> Result<
         rss_file_mib: status_mib("RssFile:"),
     };
     emit(&format!("result {}", serde_json::to_string(&m).context("writing the result")?))
+}
+
+/// Progress in samples of a read that sees only bytes: the share `read` of `total` bytes,
+/// of `samples`.
+fn samples_read(read: u64, total: u64, samples: u64) -> u64 {
+    (u128::from(read) * u128::from(samples) / u128::from(total.max(1))) as u64
 }
 
 /// The files holding a dataset's bytes, sorted, without Stoker's indexes and hidden files.
