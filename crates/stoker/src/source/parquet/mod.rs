@@ -302,7 +302,7 @@ impl Inner {
             let known = self.dictionary_rows[g].load(Relaxed);
             let watch = dict::Watch::new(dict::batch_within(wanted, known, self.decode_cap), self.decode_cap);
             match self.read_batches_of(g, rows, watch.clone()).await {
-                Err(e) if reader::is_rebatch(&e) && watch.per_row() > known => {
+                Err(_) if watch.must_rebatch() && watch.per_row() > known => {
                     self.dictionary_rows[g].fetch_max(watch.per_row(), Relaxed);
                 }
                 other => return other,

@@ -104,14 +104,9 @@ impl StoreFile {
     }
 }
 
-/// The message of the error that asks [`super::Inner::read_batches`] to read again in smaller
-/// batches; never shown (it is caught there).
+/// The message of the error that stops a read whose watch asks for smaller batches; never
+/// shown ([`super::Inner::read_batches`] reads the watch and reads again).
 const REBATCH: &str = "stoker: internal: a dictionary asks for smaller batches";
-
-/// Whether `e` is the request to read again in smaller batches.
-pub(super) fn is_rebatch(e: &Error) -> bool {
-    matches!(e, Error::InvalidOption { message } if message == REBATCH)
-}
 
 /// The total uncompressed size of the column chunk `r` is whole pages of, and the chunk: the
 /// chunk's whole range, or a run of pages the offset index locates (the dictionary page the
