@@ -24,6 +24,7 @@ mod read;
 pub(crate) mod room;
 mod seal;
 
+pub(crate) use disk::warn_once;
 pub use policy::{Eviction, Plan};
 pub use ranged::RemoteReader;
 pub use read::{is_gone, CachedObject, Gone};

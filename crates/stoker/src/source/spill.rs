@@ -156,14 +156,14 @@ impl Spill {
         // Whatever the budget, the disk keeps its floor: others may have filled it since.
         if (self.space)().is_some_and(|s| s.shortfall(bytes) > 0) {
             self.used.fetch_sub(bytes, Relaxed);
-            if !WARNED_ROOM.swap(true, Relaxed) {
-                eprintln!(
-                    "stoker: warning: the disk holding {} is nearly full (spilled shards leave 5% of it free, at most \
-                     1 GiB): shards that do not fit are decoded again when read again. Free space there, or point \
-                     STOKER_CACHE_DIR elsewhere",
+            crate::cache::warn_once(&WARNED_ROOM, || {
+                format!(
+                    "the disk holding {} is nearly full (spilled shards leave 5% of it free, at most 1 GiB): shards \
+                     that do not fit are decoded again when read again. Free space there, or point STOKER_CACHE_DIR \
+                     elsewhere",
                     self.dir.display()
-                );
-            }
+                )
+            });
             return false;
         }
         writing.counted = bytes;
