@@ -43,6 +43,9 @@ pub struct IoCounters {
     pub cache_corrupt: u64,
     /// Blocks written to the disk cache (the plan admits only those it will read again).
     pub disk_writes: u64,
+    /// Misses read from the disk cache after waiting for another process on the node to
+    /// fetch the block (its lease), instead of fetched again.
+    pub lease_waits: u64,
     /// Remote requests allowed in flight now (sized from latency unless fixed).
     pub in_flight_limit: u64,
     /// Most remote requests in flight at once so far.
@@ -292,6 +295,7 @@ impl Stats {
             hedges: io.hedges,
             cache_corrupt: io.cache_corrupt,
             disk_writes: io.disk_writes,
+            lease_waits: io.lease_waits,
             in_flight_limit: io.in_flight_limit,
             peak_in_flight: io.peak_in_flight,
             sources: Vec::new(),
@@ -368,6 +372,10 @@ pub struct StatsSnapshot {
     /// would be dropped.
     #[serde(default)]
     pub disk_writes: u64,
+    /// Blocks read from the disk cache after waiting for another process on the node (a rank
+    /// sharing the cache) to fetch them, instead of fetched again.
+    #[serde(default)]
+    pub lease_waits: u64,
     /// Remote requests allowed in flight now: sized from observed latency (Little's law)
     /// unless `max_in_flight` fixes it; 0 for local sources.
     #[serde(default)]

@@ -72,13 +72,13 @@ static WARNED_WRITE: AtomicBool = AtomicBool::new(false);
 static WARNED_ROOM: AtomicBool = AtomicBool::new(false);
 
 pub(crate) struct DiskCache {
-    dir: PathBuf,
+    pub(super) dir: PathBuf,
     limit: u64,
     /// The numbers of the disk it lives on, asked before every write: whatever the limit,
     /// the cache leaves the floor of free space [`super::room`] keeps.
     space: SpaceQuery,
     /// Entries are served but not written (a read-only or unwritable directory).
-    read_only: bool,
+    pub(super) read_only: bool,
     /// Whether entries are verified before they are served (always, but for measuring the
     /// check: [`seal::UNVERIFIED_ENV`]).
     verify: bool,

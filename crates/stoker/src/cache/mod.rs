@@ -18,6 +18,7 @@ mod disk;
 #[cfg(test)]
 mod disk_room;
 mod files;
+mod lease;
 pub mod policy;
 mod ranged;
 mod read;
@@ -41,6 +42,8 @@ use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
 
 use self::disk::DiskCache;
+use self::lease::Took;
+pub(crate) use self::lease::{Claim, Lease};
 use crate::error::{Error, Result};
 
 /// The block size unless the options say (`cache_block`): 1 MiB.
@@ -106,6 +109,9 @@ pub struct CacheCounters {
     pub(crate) joined: AtomicU64,
     /// Disk cache entries that failed verification, dropped and fetched again.
     pub(crate) disk_corrupt: AtomicU64,
+    /// Misses read from the disk cache after waiting for another process's fetch of the
+    /// block (its lease, [`lease`]) instead of fetched again.
+    pub(crate) lease_waits: AtomicU64,
 }
 
 /// A snapshot of a [`BlockCache`]'s counters ([`BlockCache::snapshot`]).
@@ -136,6 +142,9 @@ pub struct CacheSnapshot {
     /// Disk cache entries that failed verification (damaged, cut short, another block's
     /// file): dropped, fetched again, never served.
     pub disk_corrupt: u64,
+    /// Misses read from the disk cache after waiting for another process on the node to
+    /// fetch the block, instead of fetched again.
+    pub lease_waits: u64,
 }
 
 impl CacheCounters {
@@ -152,6 +161,7 @@ impl CacheCounters {
             disk_bypassed: self.disk_bypassed.load(Relaxed),
             joined: self.joined.load(Relaxed),
             disk_corrupt: self.disk_corrupt.load(Relaxed),
+            lease_waits: self.lease_waits.load(Relaxed),
         }
     }
 }
@@ -313,6 +323,22 @@ impl BlockCache {
     where
         Fut: Future<Output = Result<Bytes>> + Send + 'static,
     {
+        self.get_or_fetch_claimed(key, len, None, fetch).await
+    }
+
+    /// [`get_or_fetch`](Self::get_or_fetch) by a fetch that may hold the block's lease already
+    /// ([`claim`](Self::claim)); without it, a miss takes the lease (waiting for another
+    /// process's fetch of the block, and reading what it stored) before fetching.
+    pub(crate) async fn get_or_fetch_claimed<Fut>(
+        &self,
+        key: u128,
+        len: usize,
+        held: Option<Lease>,
+        fetch: impl FnOnce() -> Fut,
+    ) -> Result<Bytes>
+    where
+        Fut: Future<Output = Result<Bytes>> + Send + 'static,
+    {
         if let Some(b) = self.mem.lock().unwrap_or_else(|e| e.into_inner()).0.get(&key) {
             self.counters.hits.fetch_add(1, Relaxed);
             return Ok(b.clone());
@@ -326,23 +352,45 @@ impl BlockCache {
             let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
             match flights.get(&key) {
                 Some(f) => {
+                    // The flight may be waiting for this very lease: let it go.
+                    drop(held);
                     self.counters.joined.fetch_add(1, Relaxed);
                     (f.clone(), false)
                 }
                 None => {
                     let disk = self.disk.clone();
                     let (pending, budget) = (self.pending.clone(), self.write_budget.clone());
+                    let counters = self.counters.clone();
                     let fut = fetch();
                     let f = async move {
+                        let from_disk = |d: &Arc<DiskCache>| {
+                            let d = d.clone();
+                            tokio::task::spawn_blocking(move || d.read(key, len))
+                        };
+                        let mut lease = held;
                         if let Some(d) = &disk {
-                            let d2 = d.clone();
-                            if let Ok(Some(b)) = tokio::task::spawn_blocking(move || d2.read(key, len)).await {
+                            if let Ok(Some(b)) = from_disk(d).await {
                                 return Ok((b, true));
+                            }
+                            // Another process on the node may be fetching it: wait for it and
+                            // read what it stored, rather than fetch it again.
+                            if !d.read_only && lease.is_none() {
+                                match lease::take(&d.dir, key).await {
+                                    Took::Free(l) => lease = Some(l),
+                                    Took::AfterWait(l) => {
+                                        if let Ok(Some(b)) = from_disk(d).await {
+                                            counters.lease_waits.fetch_add(1, Relaxed);
+                                            return Ok((b, true));
+                                        }
+                                        lease = Some(l);
+                                    }
+                                    Took::Without => {}
+                                }
                             }
                         }
                         let b = fut.await.map_err(Arc::new)?;
                         // Whether to keep it is decided now, by the plan as it stands; the
-                        // write goes behind the read.
+                        // write goes behind the read, and the lease is held until it lands.
                         if let Some(d) = disk.filter(|d| d.admit(key, b.len() as u64)) {
                             let want = (b.len().div_ceil(1024) as u32).clamp(1, WRITE_BEHIND_KIB);
                             if let Ok(permit) = budget.acquire_many_owned(want).await {
@@ -351,6 +399,7 @@ impl BlockCache {
                                 // Best effort: a full disk must not fail the read.
                                 drop(tokio::task::spawn_blocking(move || {
                                     d.store(key, &b2);
+                                    drop(lease);
                                     pending.blocks.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
                                     pending.landed.notify_all();
                                     drop(permit);

@@ -17,7 +17,7 @@ use futures::FutureExt;
 use object_store::path::Path as ObjPath;
 use tokio::sync::Semaphore;
 
-use super::BlockCache;
+use super::{BlockCache, Claim, Lease};
 use crate::error::{Error, Result};
 use crate::fetch::{Expect, Fetcher};
 use crate::ranges;
@@ -222,7 +222,29 @@ impl RemoteReader {
         // cached (as far as this process knows) are left out of those runs, so a partly cached
         // range fetches only what is missing; one that turns out gone is fetched alone. A run
         // is fetched only if one of its blocks is a miss, and at most once.
-        let cached: Vec<bool> = blocks.iter().map(|&b| cache.contains(key(b))).collect();
+        //
+        // Across processes: a missing block another process on the node is fetching (it holds
+        // the block's lease) is left out of the runs too, and waited for alone; this read
+        // holds the leases of the blocks its runs fetch until they are stored.
+        let mut leases: Vec<Option<Lease>> = Vec::with_capacity(blocks.len());
+        let cached: Vec<bool> = blocks
+            .iter()
+            .map(|&b| {
+                if cache.contains(key(b)) {
+                    leases.push(None);
+                    return true;
+                }
+                match cache.claim(key(b)) {
+                    Claim::Mine(l) => leases.push(Some(l)),
+                    Claim::Theirs => {
+                        leases.push(None);
+                        return true;
+                    }
+                    Claim::Unleased => leases.push(None),
+                }
+                false
+            })
+            .collect();
         let max_run = (self.fetcher.config().part_size / bs).max(1);
         // Planned in block numbers: missing blocks merge with adjacent missing ones (gap 0)
         // up to a part's worth; a cached block is a run of its own.
@@ -250,14 +272,14 @@ impl RemoteReader {
         // In memory, each cached block is its own allocation (a copy), so the cache's byte
         // count is what it holds; on disk only, a block is a slice of its run until written.
         let own = cache.config().memory_bytes > 0;
-        let fetched = futures::future::try_join_all(blocks.iter().zip(&run_of).map(|(&b, &r)| {
+        let fetched = futures::future::try_join_all(blocks.iter().zip(&run_of).zip(leases).map(|((&b, &r), lease)| {
             let range = b * bs..((b + 1) * bs).min(size);
             let key = key(b);
             let len = (range.end - range.start) as usize;
             let (first, run) = runs[r].clone();
             let at = ((b - first) * bs) as usize;
             let shown = shown.clone();
-            cache.get_or_fetch(key, len, move || async move {
+            cache.get_or_fetch_claimed(key, len, lease, move || async move {
                 let data = run.await.map_err(Error::Shared)?;
                 let block = if own {
                     data.get(at..at + len).map(Bytes::copy_from_slice)

@@ -3,9 +3,11 @@
 //! drops the blocks needed furthest ahead and keeps, at the end of an epoch, those the next
 //! one starts with. LRU would drop every block just before the next epoch reads it again.
 //!
-//! The plan is the rank's, not this worker's: the DataLoader workers of a rank share one disk
-//! cache and each has its own Loader, so they must agree on what is needed when. Time is the
-//! rank's item number in the run (the rest of this epoch, then the next epoch after it); with
+//! The plan is the node's, not this worker's: the DataLoader workers of a rank, and the ranks
+//! of a node when the launcher says which they are ([`Partition::node_ranks`]), share one disk
+//! cache and each has its own Loader, so they must agree on what is needed when, and the
+//! cache's room is for all of their reads. Time is a rank's item number in the run (the rest
+//! of this epoch, then the next epoch after it; the ranks go at one pace); with
 //! [`Order::ShardShuffle`](crate::sampler::Order) a window's samples are all read when the
 //! window is read ahead, so they all count at the window's first item. The clock is the first
 //! item of the batch the consumer gets next: the batches being fetched and the windows read
@@ -17,7 +19,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::sampler::{Sampler, SamplerConfig};
+use crate::sampler::{Partition, Sampler, SamplerConfig};
 use crate::source::DynSampleSource;
 
 /// The cache plan of one epoch run: the clock the producer advances.
@@ -38,19 +40,23 @@ impl CachePlan {
             return None;
         }
         let cfg = sampler.config();
-        // The whole rank's run: the same start, every worker's items.
-        let rank_cfg = SamplerConfig { worker: 0, num_workers: 1, ..cfg.clone() };
-        let now = Sampler::resume(rank_cfg, &sampler.state_after(0)).ok()?;
-        let next = now.with_epoch(cfg.epoch + 1).ok();
+        // The whole runs of the node's ranks: the same start, every worker's items.
+        let state = sampler.state_after(0);
+        let mut now = Vec::new();
+        for rank in cfg.partition.node_ranks() {
+            let partition = Partition { rank, ..cfg.partition };
+            let rank_cfg = SamplerConfig { worker: 0, num_workers: 1, partition, ..cfg.clone() };
+            now.push(Sampler::resume(rank_cfg, &state).ok()?);
+        }
+        let next: Vec<Sampler> = now.iter().filter_map(|s| s.with_epoch(cfg.epoch + 1).ok()).collect();
+        let len = now.iter().map(Sampler::len).max().unwrap_or(0);
         let clock = Arc::new(AtomicU64::new(0));
         let gone = Arc::new(AtomicBool::new(false));
         let (src, c, g) = (source.clone(), clock.clone(), gone.clone());
         tokio::task::spawn_blocking(move || {
             let uses = |sink: &mut dyn FnMut(u64, usize)| {
-                emit(&now, 0, sink);
-                if let Some(n) = &next {
-                    emit(n, now.len(), sink);
-                }
+                merged(&now, 0, sink);
+                merged(&next, len, sink);
             };
             if !g.load(Relaxed) {
                 src.plan_reads(&uses, c);
@@ -72,28 +78,34 @@ impl Drop for CachePlan {
     }
 }
 
-/// `sink(offset + time, index)` for every item of `s`: its item number, or for the shard
-/// shuffle the first item of its window (Tail::Wrap padding, outside every window, is left
-/// out: it repeats the epoch's head).
-fn emit(s: &Sampler, offset: u64, sink: &mut dyn FnMut(u64, usize)) {
+/// `sink(offset + time, index)` for every item of the samplers (the ranks of a node), in time
+/// order: merged, as each sampler's items come in time order.
+fn merged(samplers: &[Sampler], offset: u64, sink: &mut dyn FnMut(u64, usize)) {
+    let mut each: Vec<_> = samplers.iter().map(|s| timed(s).peekable()).collect();
+    loop {
+        let next = each.iter_mut().enumerate().filter_map(|(i, it)| Some((it.peek()?.0, i))).min();
+        let Some((_, i)) = next else { return };
+        if let Some((t, index)) = each[i].next() {
+            sink(offset + t, index);
+        }
+    }
+}
+
+/// `(time, index)` for every item of `s`: its item number, or for the shard shuffle the first
+/// item of its window (Tail::Wrap padding, outside every window, is left out: it repeats the
+/// epoch's head).
+fn timed(s: &Sampler) -> Box<dyn Iterator<Item = (u64, usize)> + '_> {
     match s.shard_windows() {
         Some(windows) => {
             let mut w = 0;
-            for (k, index) in s.iter().enumerate() {
+            Box::new(s.iter().enumerate().filter_map(move |(k, index)| {
                 let k = k as u64;
                 while w < windows.len() && windows[w].items.end <= k {
                     w += 1;
                 }
-                match windows.get(w) {
-                    Some(win) if win.items.contains(&k) => sink(offset + win.items.start, index as usize),
-                    _ => {}
-                }
-            }
+                windows.get(w).filter(|win| win.items.contains(&k)).map(|win| (win.items.start, index as usize))
+            }))
         }
-        None => {
-            for (k, index) in s.iter().enumerate() {
-                sink(offset + k as u64, index as usize);
-            }
-        }
+        None => Box::new(s.iter().enumerate().map(|(k, index)| (k as u64, index as usize))),
     }
 }

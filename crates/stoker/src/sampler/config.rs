@@ -104,8 +104,13 @@ pub struct Partition {
     pub rank: u64,
     /// Number of ranks sharing the data.
     pub world_size: u64,
-    /// Rank within the node, as reported by the launcher; informational only.
+    /// Rank within the node, as reported by the launcher (`LOCAL_RANK`).
     pub local_rank: Option<u64>,
+    /// Ranks on this node, as reported by the launcher (`LOCAL_WORLD_SIZE`). With
+    /// `local_rank`, it tells which ranks share this node's disk cache: the ranks
+    /// `rank - local_rank ..` of the node (torchrun numbers a node's ranks contiguously), so
+    /// the cache plans for all of their reads, not only this rank's.
+    pub local_world_size: Option<u64>,
 }
 
 impl Partition {
@@ -114,14 +119,42 @@ impl Partition {
         if world_size == 0 || rank >= world_size {
             return Err(SamplerError::InvalidRank { rank, world_size });
         }
-        let local_rank = None;
-        Ok(Self { rank, world_size, local_rank })
+        let (local_rank, local_world_size) = (None, None);
+        Ok(Self { rank, world_size, local_rank, local_world_size })
+    }
+
+    /// This partition, as rank `local_rank` of the `local_world_size` ranks on its node
+    /// (numbered contiguously: ranks `rank - local_rank ..` share the node).
+    pub fn on_node(self, local_rank: u64, local_world_size: u64) -> SamplerResult<Self> {
+        let fits = local_rank < local_world_size && local_rank <= self.rank && local_world_size <= self.world_size;
+        if !fits {
+            return Err(SamplerError::Env {
+                var: "LOCAL_RANK",
+                message: format!(
+                    "local rank {local_rank} of {local_world_size} on the node does not fit rank {} of {}",
+                    self.rank, self.world_size
+                ),
+            });
+        }
+        Ok(Self { local_rank: Some(local_rank), local_world_size: Some(local_world_size), ..self })
+    }
+
+    /// The ranks sharing this node (and its disk cache): only this one unless the launcher
+    /// said ([`on_node`](Self::on_node), `LOCAL_RANK` with `LOCAL_WORLD_SIZE`).
+    pub fn node_ranks(&self) -> std::ops::Range<u64> {
+        match (self.local_rank, self.local_world_size) {
+            (Some(l), Some(n)) if l < n && l <= self.rank => {
+                let first = self.rank - l;
+                first..(first + n).min(self.world_size)
+            }
+            _ => self.rank..self.rank + 1,
+        }
     }
 
     /// Rank 0 of 1: a non-distributed run.
     pub fn single() -> Self {
-        let (rank, world_size, local_rank) = (0, 1, None);
-        Self { rank, world_size, local_rank }
+        let (rank, world_size, local_rank, local_world_size) = (0, 1, None, None);
+        Self { rank, world_size, local_rank, local_world_size }
     }
 
     /// Reads `RANK`, `WORLD_SIZE` and `LOCAL_RANK` as set by torchrun-style
@@ -153,8 +186,13 @@ impl Partition {
         };
         let mut p = Self::new(rank, world_size)?;
         p.local_rank = parse("LOCAL_RANK")?;
-        match p.local_rank {
-            Some(l) if l >= world_size => Err(err("LOCAL_RANK", format!("{l} is not below WORLD_SIZE {world_size}"))),
+        if let Some(l) = p.local_rank.filter(|&l| l >= world_size) {
+            return Err(err("LOCAL_RANK", format!("{l} is not below WORLD_SIZE {world_size}")));
+        }
+        match (p.local_rank, parse("LOCAL_WORLD_SIZE")?) {
+            // A launcher's node numbers that do not fit the ranks are ignored, not fatal: they
+            // only say which ranks share a cache.
+            (Some(l), Some(n)) => Ok(p.on_node(l, n).unwrap_or(p)),
             _ => Ok(p),
         }
     }

@@ -167,6 +167,7 @@ impl Store {
             c.disk_direct = k.disk_direct.load(Ordering::Relaxed);
             c.cache_corrupt = k.disk_corrupt.load(Ordering::Relaxed);
             c.disk_writes = k.disk_writes.load(Ordering::Relaxed);
+            c.lease_waits = k.lease_waits.load(Ordering::Relaxed);
         }
         c
     }

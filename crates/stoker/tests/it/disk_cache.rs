@@ -147,7 +147,9 @@ async fn sigkill_mid_write_never_leaves_a_torn_entry() {
         // serves is whole and right.
         let reader = cache(dir.path());
         stale += reader.snapshot().disk_stale_removed;
-        for sub in std::fs::read_dir(dir.path()).unwrap().flatten().filter(|e| e.path().is_dir()) {
+        // Entries live in the two-hex subdirectories (`.leases` holds the fetch leases' locks).
+        let entry_dirs = |e: &std::fs::DirEntry| e.path().is_dir() && !e.file_name().to_string_lossy().starts_with('.');
+        for sub in std::fs::read_dir(dir.path()).unwrap().flatten().filter(entry_dirs) {
             for f in std::fs::read_dir(sub.path()).unwrap().flatten() {
                 let name = f.file_name().to_string_lossy().into_owned();
                 assert!(!name.ends_with(".tmp"), "kill {kill}: {name} left behind");

@@ -31,6 +31,7 @@ mod keys;
 mod loader;
 mod mix;
 mod mix_props;
+mod node_ranks;
 mod parquet;
 mod pinned;
 mod pool_props;

@@ -424,6 +424,16 @@ fn partition_from_environment() {
     assert_eq!(Partition::from_lookup(env(&[])).unwrap(), Partition::single());
     let p = Partition::from_lookup(env(&[("RANK", "3"), ("WORLD_SIZE", " 4"), ("LOCAL_RANK", "1")])).unwrap();
     assert_eq!((p.rank, p.world_size, p.local_rank), (3, 4, Some(1)));
+    assert_eq!(p.node_ranks(), 3..4, "without LOCAL_WORLD_SIZE the node is this rank alone");
+    static NODE: [(&str, &str); 4] =
+        [("RANK", "3"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "1"), ("LOCAL_WORLD_SIZE", "4")];
+    let p = Partition::from_lookup(env(&NODE)).unwrap();
+    assert_eq!((p.local_world_size, p.node_ranks()), (Some(4), 2..6), "ranks 2-5 share rank 3's node");
+    // Node numbers that do not fit are dropped (they only say who shares a cache), never fatal.
+    static ODD: [(&str, &str); 4] =
+        [("RANK", "0"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "1"), ("LOCAL_WORLD_SIZE", "4")];
+    assert_eq!(Partition::from_lookup(env(&ODD)).unwrap().node_ranks(), 0..1);
+    assert!(Partition::new(0, 2).unwrap().on_node(0, 4).is_err(), "more ranks on the node than in the job");
     for bad in [
         &[("RANK", "x"), ("WORLD_SIZE", "4")][..],
         &[("RANK", "-1"), ("WORLD_SIZE", "4")],

@@ -1,0 +1,92 @@
+//! Several ranks on one node sharing one disk cache: the real Loader, four of them (each its
+//! own source and block cache, as four processes have), reading the same shard-shuffled epoch
+//! at once from tar shards on the embedded S3 server behind a proxy adding latency. In a
+//! shard shuffle the ranks take turns within the same window of shards, so they want the
+//! same blocks at about the same time: each block must be fetched once for the node, not
+//! once per rank.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use common::s3::{serve, uri, with_proxy};
+use common::*;
+use stoker::loader::{Loader, LoaderConfig};
+use stoker::sampler::{Order, Partition};
+use stoker::DynSampleSource;
+use stoker_testkit::proxy::FaultPatch;
+
+const SHARDS: usize = 16;
+const PER: usize = 24;
+const PAYLOAD: usize = 12 << 10;
+const RANKS: u64 = 4;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_ranks_sharing_a_disk_cache_fetch_each_byte_about_once() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("data/tar");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut all, mut data) = (Vec::new(), 0u64);
+    for s in 0..SHARDS {
+        let samples: Vec<_> =
+            (0..PER).map(|i| sample(&format!("s{s:03}-{i}"), &[("bin", payload(s * PER + i, PAYLOAD))])).collect();
+        let path = dir.join(format!("shard-{s:03}.tar"));
+        write_tar(&path, &samples);
+        data += std::fs::metadata(&path).unwrap().len();
+        all.extend(samples);
+    }
+    let all = Arc::new(all);
+    let server = serve(root.path()).await;
+    // Latency keeps the ranks' requests in flight together, as over a real link.
+    let proxy = with_proxy(&server, FaultPatch { latency_ms: Some(20), ..Default::default() }).await;
+    let cache = tempfile::tempdir().unwrap();
+    let extra = format!("&hedge_ms=0&cache_block={}&disk_cache_dir={}", 64 << 10, cache.path().display());
+    let u = uri(&proxy.endpoint(), "tar", &extra);
+    // All open first, then read together: the ranks of a job start their epochs at a barrier.
+    let mut sources = Vec::new();
+    for _ in 0..RANKS {
+        sources.push(open(&u).await);
+    }
+    let mut ranks = Vec::new();
+    for (r, src) in (0..RANKS).zip(sources) {
+        let src: Arc<DynSampleSource> = src;
+        let mut cfg = LoaderConfig::new(8);
+        cfg.order = Order::ShardShuffle { seed: 5, window: 4 };
+        cfg.partition = Partition::new(r, RANKS).unwrap().on_node(r, RANKS).unwrap();
+        let loader = Loader::new(src.clone(), cfg).unwrap();
+        let all = all.clone();
+        let before = src.io_counters().unwrap().remote_bytes;
+        ranks.push(tokio::spawn(async move {
+            let mut stream = loader.epoch(0).unwrap();
+            let mut seen = Vec::new();
+            while let Some(b) = stream.next_batch().await {
+                let b = b.unwrap();
+                let col = b.field("bin").unwrap();
+                for (row, &i) in b.indices().iter().enumerate() {
+                    assert_eq!(col.get(row).unwrap(), &all[i as usize].fields[0].data[..], "rank {r}, sample {i}");
+                    seen.push(i);
+                }
+            }
+            drop(stream);
+            let io = src.io_counters().unwrap();
+            (seen, io.remote_bytes - before, io.lease_waits)
+        }));
+    }
+    let (mut seen, mut fetched, mut waited) = (Vec::new(), Vec::new(), 0);
+    for r in ranks {
+        let (s, f, w) = r.await.unwrap();
+        seen.extend(s);
+        fetched.push(f);
+        waited += w;
+    }
+    proxy.shutdown().await;
+    server.shutdown().await;
+    seen.sort_unstable();
+    assert_eq!(seen, (0..all.len() as u64).collect::<Vec<_>>(), "the ranks together read every sample once");
+    let total: u64 = fetched.iter().sum();
+    let share = total as f64 / data as f64;
+    eprintln!("{RANKS} ranks fetched {fetched:?} bytes: {share:.3} of the data ({data} bytes); {waited} lease waits");
+    // Without the leases each rank fetches most blocks itself: 3.5 times the data here.
+    assert!(share <= 1.1, "the node fetched {share:.3} of the data ({fetched:?} by rank)");
+    assert!(waited > 0, "blocks were read from the cache after another rank's fetch");
+}
