@@ -288,6 +288,8 @@ impl Stats {
             peak_bytes_in_flight: self.peak_bytes_in_flight.load(Relaxed),
             store_requests: io.requests,
             store_bytes: io.bytes,
+            remote_requests: io.remote_requests,
+            remote_bytes: io.remote_bytes,
             cache_hit_rate: (io.cache_hits + io.cache_misses > 0).then(|| {
                 (io.cache_hits + io.disk_hits.min(io.cache_misses)) as f64 / (io.cache_hits + io.cache_misses) as f64
             }),
@@ -357,6 +359,13 @@ pub struct StatsSnapshot {
     pub store_requests: u64,
     /// Bytes the store served.
     pub store_bytes: u64,
+    /// HTTP requests sent to a remote store (retries and hedges included); 0 for local ones.
+    #[serde(default)]
+    pub remote_requests: u64,
+    /// Bytes received from a remote store (retries and hedges included): what the caches and
+    /// the ranks sharing them save shows here, where `store_bytes` counts what was read.
+    #[serde(default)]
+    pub remote_bytes: u64,
     /// Share of cache lookups served from memory or from the disk cache, when a cache is in
     /// the path.
     pub cache_hit_rate: Option<f64>,
