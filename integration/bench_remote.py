@@ -77,6 +77,8 @@ def _epochs(spec: Dict[str, Any], result: Dict[str, Any], make_iter: Any, unpack
 
     meter = pc.ProxyMeter(spec["proxy_addr"], spec["proxy_pid"]) if spec.get("proxy_addr") else None
     for e in range(spec["epochs"]):
+        if spec.get("barrier"):
+            _barrier(spec, e)
         before = meter.snapshot() if meter else None
         s0 = stats() if stats else None
         ep = pc.consume(make_iter(), unpack)
@@ -85,13 +87,26 @@ def _epochs(spec: Dict[str, Any], result: Dict[str, Any], make_iter: Any, unpack
         if stats:
             s1 = stats()
             extra["stoker"] = {k: s1.get(k) for k in ("store_requests", "store_bytes", "cache_hit_rate",
-                                                        "consumer_wait_fraction", "retries", "hedges")}
-            extra["stoker"]["store_requests"] -= s0.get("store_requests", 0)
-            extra["stoker"]["store_bytes"] -= s0.get("store_bytes", 0)
+                                                        "consumer_wait_fraction", "retries", "hedges",
+                                                        "remote_requests", "remote_bytes", "disk_writes",
+                                                        "lease_waits")}
+            for k in ("store_requests", "store_bytes", "remote_requests", "remote_bytes", "disk_writes",
+                      "lease_waits"):
+                extra["stoker"][k] = (extra["stoker"][k] or 0) - (s0.get(k) or 0)
         result["epochs"].append(pc.epoch_record(ep, spec["samples"], io, **extra))
         if e == 0:
             np.save(Path(spec["work"]) / "order.npy", ep.ids)
             result["order"] = str(Path(spec["work"]) / "order.npy")
+
+
+def _barrier(spec: Dict[str, Any], epoch: int) -> None:
+    """Wait until every rank of the node is ready for ``epoch`` (ranks of a job start each epoch
+    together: their steps all-reduce). A file per rank; polled, as this is a benchmark's
+    harness, not the thing measured."""
+    d = Path(spec["barrier"])
+    (d / f"e{epoch}.r{spec['rank']}").touch()
+    while len(list(d.glob(f"e{epoch}.r*"))) < spec["world"]:
+        time.sleep(0.002)
 
 
 def child_stoker(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
@@ -303,7 +318,10 @@ def run_one(args: argparse.Namespace, row: Dict[str, Any], work: Path, servers: 
                "XDG_CACHE_HOME": str(rdir / "xdg-cache")}
     print(f"row {row['name']}" + (f" (round {rnd + 1})" if args.rounds > 1 else "") + " ...", flush=True)
     load = os.getloadavg()[0]
-    res = pc.run_row(SCRIPT, spec, row_env, rdir, args.timeout)
+    if args.ranks > 1 and row["reader"] == "stoker":
+        res = run_ranks(args, spec, row_env, rdir)
+    else:
+        res = pc.run_row(SCRIPT, spec, row_env, rdir, args.timeout)
     res["load_1m"] = load
     if res.get("order"):
         import numpy as np
@@ -313,6 +331,56 @@ def run_one(args: argparse.Namespace, row: Dict[str, Any], work: Path, servers: 
     if not args.keep:
         shutil.rmtree(rdir, ignore_errors=True)
     return res
+
+
+def run_ranks(args: argparse.Namespace, spec: Dict[str, Any], env: Dict[str, str], rdir: Path) -> Dict[str, Any]:
+    """A Stoker row as ``args.ranks`` processes on this node, as torchrun starts them (RANK,
+    WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), sharing one disk cache directory and starting
+    each epoch together; merged into one row: the node's samples/s (all ranks' samples over
+    the span from the first start to the last end), its remote requests and bytes (summed over
+    the ranks, from Stoker's counters), exactly once checked over the union of the ranks."""
+    import threading
+
+    import numpy as np
+
+    n = args.ranks
+    barrier = pc.fresh_dir(rdir, "barrier")
+    results: List[Dict[str, Any]] = [{} for _ in range(n)]
+
+    def one(r: int) -> None:
+        rank_env = {**env, "RANK": str(r), "WORLD_SIZE": str(n), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(n)}
+        rank_spec = {**spec, "barrier": str(barrier), "rank": r, "world": n}
+        results[r] = pc.run_row(SCRIPT, rank_spec, rank_env, pc.fresh_dir(rdir, f"rank-{r}"), args.timeout)
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    failed = [r for r in results if r.get("error")]
+    if failed:
+        return failed[0]
+    epochs = []
+    for e in range(spec["epochs"]):
+        per = [r["epochs"][e] for r in results]
+        seconds = max(p["t_end"] for p in per) - min(p["t_start"] for p in per)
+        samples = sum(p["samples"] for p in per)
+        st = [p.get("stoker", {}) for p in per]
+        epochs.append({
+            "seconds": seconds, "first_batch_s": max(p["first_batch_s"] for p in per), "samples": samples,
+            "unique": sum(p["unique"] for p in per), "expected": spec["samples"], "bad": sum(p["bad"] for p in per),
+            "samples_per_s": samples / seconds if seconds > 0 else 0.0, "t_start": min(p["t_start"] for p in per),
+            "t_end": max(p["t_end"] for p in per),
+            "requests": sum(s.get("remote_requests", 0) for s in st), "bytes": sum(s.get("remote_bytes", 0) for s in st),
+            "stoker": {k: sum(s.get(k, 0) or 0 for s in st) for k in ("remote_bytes", "disk_writes", "lease_waits")},
+            "peak_rss": sum(p.get("peak_rss") or 0 for p in per), "peak_anon": sum(p.get("peak_anon") or 0 for p in per),
+        })
+    # Exactly once over the node: the union of the ranks' first epochs.
+    ids = np.concatenate([np.load(r["order"]) for r in results])
+    epochs[0]["unique"] = int(np.unique(ids).size)
+    return {"epochs": epochs, "ranks": n, "open_s": max(r.get("open_s", 0) for r in results),
+            "peak_rss": sum(r.get("peak_rss") or 0 for r in results),
+            "peak_anon": sum(r.get("peak_anon") or 0 for r in results)}
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -384,6 +452,8 @@ def render(report: Dict[str, Any]) -> str:
            f"{a['workers']} workers; {a.get('epochs', 2)} shuffled epochs per row, each row a fresh process with cold "
            "caches" + (f", every reader's cache limited to {a['cache_fraction']:.0%} of the data"
                        if a.get("cache_fraction") else "")
+           + (f"; each Stoker row is {a['ranks']} rank processes sharing one disk cache, epochs started "
+              "together, samples/s for the node" if a.get("ranks", 1) > 1 else "")
            + (f"; medians of {a['rounds']} rounds (range)." if a["rounds"] > 1 else ".")
            + " `load 1m`: the machine's 1-minute load average when the row started.", ""]
     epochs = a.get("epochs", 2)
@@ -473,6 +543,14 @@ def ratios(report: Dict[str, Any]) -> List[str]:
                 s = ok[name]["epochs"][e]["samples_per_s"]
                 lines.append(f"- {ok[name]['label']} epoch {e + 1} / best peer epoch {e + 1} ({best['label']}, "
                              f"{bv:,.0f}/s): **{s / bv:.2f}x** (goal >= {goal}x)")
+    ranks = report["args"].get("ranks", 1)
+    if ranks > 1:
+        data = report["args"]["samples"] * report["args"]["size"]
+        for name, r in ok.items():
+            if name.startswith("stoker") and r.get("ranks"):
+                shares = ", ".join(f"epoch {k + 1} {e.get('bytes', 0) / data:.2f}x" for k, e in enumerate(r["epochs"]))
+                lines.append(f"- {r['label']}, {ranks} ranks sharing the node's disk cache: remote bytes over the "
+                             f"data's size: {shares} (goal <= 1.1x with the cache on)")
     if not peers:
         lines.append("ratios: no peer row finished")
     g = ok.get("stoker-global")
@@ -502,6 +580,9 @@ def main() -> None:
     ap.add_argument("--cache-fraction", type=float, default=0.0,
                     help="every reader's cache holds this share of the data (Stoker disk_cache_bytes, MosaicML "
                          "cache_limit, LitData max_cache_size); 0: Stoker's holds it all, the peers' defaults")
+    ap.add_argument("--ranks", type=int, default=1,
+                    help="run each Stoker row as this many rank processes on this node sharing one disk cache "
+                         "(RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE set as torchrun does)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="DataLoader workers for the peers")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 512 samples in 4 MiB shards")
     ap.add_argument("--rows", help="comma-separated rows to run (names as in --json; `mosaicml-as-is` only when named)")

@@ -293,6 +293,11 @@ impl Store {
     /// Count what was read and check every range came back whole.
     fn checked(&self, path: &str, ranges: &[Range<u64>], out: Vec<Bytes>) -> Result<Vec<Bytes>> {
         self.count(ranges.len() as u64, out.iter().map(|b| b.len() as u64).sum());
+        self.lengths_checked(path, ranges, out)
+    }
+
+    /// `out` if each read is as long as its range; a short one is an error.
+    fn lengths_checked(&self, path: &str, ranges: &[Range<u64>], out: Vec<Bytes>) -> Result<Vec<Bytes>> {
         for (r, b) in ranges.iter().zip(&out) {
             let want = r.end.saturating_sub(r.start);
             if b.len() as u64 != want {

@@ -128,7 +128,18 @@ impl Store {
     pub async fn read(&self, obj: &Object, spans: &[Range<u64>]) -> Result<Vec<Bytes>> {
         self.within(obj, spans)?;
         let plan = ranges::merge(spans, &self.0.policy);
+        if let Backend::Remote { .. } = &self.0.backend {
+            // The remote path merges requests itself (runs of missing cache blocks, ranges
+            // closer than the gap) and cuts each span from what it fetched: merging here too
+            // would copy every gap's bytes into the merged read, and a rank of several on a
+            // node would copy the bytes of every rank's samples, not its own. The reads are
+            // counted as merged, as they are requested.
+            let got = self.read_planned(obj, spans).await?;
+            self.count(plan.reads.len() as u64, got.iter().map(|b| b.len() as u64).sum());
+            return self.lengths_checked(obj.path(), spans, got);
+        }
         let got = self.read_planned(obj, &plan.reads).await?;
+        let got = self.checked(obj.path(), &plan.reads, got)?;
         Ok(plan.cut(spans, &got))
     }
 
@@ -192,7 +203,8 @@ impl Store {
         }
     }
 
-    /// `reads` (sorted, disjoint: a plan's) of `obj`, one buffer each.
+    /// `reads` of `obj` by the store's path, one buffer each, not yet counted nor checked:
+    /// a plan's (sorted, disjoint) for a local file; any spans for a remote store.
     async fn read_planned(&self, obj: &Object, reads: &[Range<u64>]) -> Result<Vec<Bytes>> {
         let out = match &self.0.backend {
             Backend::Local(l) => {
@@ -207,7 +219,7 @@ impl Store {
                 .await?
             }
         };
-        self.checked(obj.path(), reads, out)
+        Ok(out)
     }
 
     /// Run `read` under `obj`'s pinned version. When the store says the object is not that
