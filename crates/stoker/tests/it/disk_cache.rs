@@ -147,7 +147,7 @@ async fn sigkill_mid_write_never_leaves_a_torn_entry() {
         // serves is whole and right.
         let reader = cache(dir.path());
         stale += reader.snapshot().disk_stale_removed;
-        // Entries live in the two-hex subdirectories (`.leases` holds the fetch leases' locks).
+        // Entries live in the two-hex subdirectories.
         let entry_dirs = |e: &std::fs::DirEntry| e.path().is_dir() && !e.file_name().to_string_lossy().starts_with('.');
         for sub in std::fs::read_dir(dir.path()).unwrap().flatten().filter(entry_dirs) {
             for f in std::fs::read_dir(sub.path()).unwrap().flatten() {

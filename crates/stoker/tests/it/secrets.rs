@@ -189,8 +189,7 @@ async fn disk_cache_entries_stay_in_the_cache_directory_whatever_the_object_name
         let s = p.to_string_lossy();
         let ok = s == "cache"
             || s == "cache/.evict.lock"
-            || s == "cache/.leases"
-            || (s.starts_with("cache/.leases/") && s.ends_with(".lease") && p.components().count() == 3)
+            || s == "cache/.leases.lock"
             || (s.starts_with("cache/")
                 && p.components().count() <= 3
                 && (outer.path().join(p).is_dir() || s.ends_with(".blk")));
