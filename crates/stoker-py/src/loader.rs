@@ -107,7 +107,18 @@ impl Loader {
         cfg.prefetch = prefetch;
         cfg.max_bytes_in_flight = max_bytes_in_flight;
         cfg.partition = match (rank, world_size) {
-            (Some(r), Some(w)) => Partition::new(r, w).map_err(|e| err(e.into()))?,
+            (Some(r), Some(w)) => {
+                let p = Partition::new(r, w).map_err(|e| err(e.into()))?;
+                // The launcher's node numbers still say which ranks share this node's disk
+                // cache, when they are for this rank.
+                match Partition::from_env() {
+                    Ok(env) if (env.rank, env.world_size) == (r, w) => match (env.local_rank, env.local_world_size) {
+                        (Some(l), Some(n)) => p.on_node(l, n).unwrap_or(p),
+                        _ => p,
+                    },
+                    _ => p,
+                }
+            }
             (None, None) => Partition::from_env().map_err(|e| err(e.into()))?,
             _ => {
                 return Err(InvalidInputError::new_err(
