@@ -545,12 +545,14 @@ def ratios(report: Dict[str, Any]) -> List[str]:
                              f"{bv:,.0f}/s): **{s / bv:.2f}x** (goal >= {goal}x)")
     ranks = report["args"].get("ranks", 1)
     if ranks > 1:
-        data = report["args"]["samples"] * report["args"]["size"]
+        # The bytes stored: the tar shards as uploaded (samples, headers, padding).
+        data = report.get("prepare", {}).get("uploaded", {}).get("wds", [0, 0])[1] or (
+            report["args"]["samples"] * report["args"]["size"])
         for name, r in ok.items():
             if name.startswith("stoker") and r.get("ranks"):
                 shares = ", ".join(f"epoch {k + 1} {e.get('bytes', 0) / data:.2f}x" for k, e in enumerate(r["epochs"]))
                 lines.append(f"- {r['label']}, {ranks} ranks sharing the node's disk cache: remote bytes over the "
-                             f"data's size: {shares} (goal <= 1.1x with the cache on)")
+                             f"tar shards' size: {shares} (goal <= 1.1x with the cache on)")
     if not peers:
         lines.append("ratios: no peer row finished")
     g = ok.get("stoker-global")
