@@ -108,6 +108,10 @@ impl Version {
     }
 }
 
+/// Spans at most this far apart are neighbours, merged into one read of a remote store: what
+/// separates a layout's consecutive samples (tar headers and padding, page headers).
+const NEIGHBOURS: u64 = 16 << 10;
+
 impl Store {
     /// `info`'s object, pinned to its version: one listed or looked up in this run is held
     /// to it; one [`recorded`](ObjectInfo::recorded) by a manifest or index is checked with
@@ -130,13 +134,18 @@ impl Store {
         let plan = ranges::merge(spans, &self.0.policy);
         if let Backend::Remote { .. } = &self.0.backend {
             // The remote path merges requests itself (runs of missing cache blocks, ranges
-            // closer than the gap) and cuts each span from what it fetched: merging here too
-            // would copy every gap's bytes into the merged read, and a rank of several on a
-            // node would copy the bytes of every rank's samples, not its own. The reads are
+            // closer than the gap) and cuts each span from what it fetched: merging across
+            // the whole gap here too would copy every gap's bytes into the merged read, and a
+            // rank of several on a node would copy the bytes of every rank's samples, not its
+            // own. Only neighbours (a tar header apart) are merged, so a window of one rank's
+            // samples is still one buffer per shard, not a buffer per sample. The reads are
             // counted as merged, as they are requested.
-            let got = self.read_planned(obj, spans).await?;
+            let near =
+                ranges::merge(spans, &ranges::Policy::new(self.0.policy.gap.min(NEIGHBOURS), self.0.policy.max_merged));
+            let got = self.read_planned(obj, &near.reads).await?;
             self.count(plan.reads.len() as u64, got.iter().map(|b| b.len() as u64).sum());
-            return self.lengths_checked(obj.path(), spans, got);
+            let got = self.lengths_checked(obj.path(), &near.reads, got)?;
+            return Ok(near.cut(spans, &got));
         }
         let got = self.read_planned(obj, &plan.reads).await?;
         let got = self.checked(obj.path(), &plan.reads, got)?;
