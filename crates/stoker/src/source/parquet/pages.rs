@@ -78,7 +78,8 @@ fn page_header(b: &[u8]) -> Result<(usize, i64, i64, i64), String> {
             break;
         }
         let (delta, ty) = (byte >> 4, byte & 0x0f);
-        let id = if delta == 0 { zigzag(r.varint()?) } else { last + i64::from(delta) };
+        // Saturating: a lying id (a huge one, then deltas) only fails to match a field.
+        let id = if delta == 0 { zigzag(r.varint()?) } else { last.saturating_add(i64::from(delta)) };
         last = id;
         match (id, ty) {
             (1, 5) => page_type = zigzag(r.varint()?),
@@ -174,7 +175,7 @@ impl Reader<'_> {
                         return Ok(());
                     }
                     let (delta, t) = (byte >> 4, byte & 0x0f);
-                    last = if delta == 0 { zigzag(self.varint()?) } else { last + i64::from(delta) };
+                    last = if delta == 0 { zigzag(self.varint()?) } else { last.saturating_add(i64::from(delta)) };
                     self.skip(t, depth + 1)?;
                 }
             }
@@ -272,5 +273,11 @@ mod tests {
         // The 2 GiB a few bytes can claim.
         assert!(matches!(check(&page(i64::from(i32::MAX), 4), u64::MAX, 1 << 30), Err(BadPage::OverBudget { .. })));
         assert!(check(b"\x19\xff\xff\xff\xff\x0f", 10, 10).is_err(), "a huge list count");
+        // A field id near i64::MAX (a long zigzag varint) then a delta: an error, not an
+        // overflow (found by the `parquet_pages` fuzz target).
+        let mut huge = vec![0x05];
+        varint(u64::MAX - 1, &mut huge); // zigzag: i64::MAX
+        huge.extend([0x00, 0x15, 0x02, 0x00]); // its value, then field +1: past i64::MAX
+        assert!(check(&huge, 10, 10).is_err());
     }
 }
