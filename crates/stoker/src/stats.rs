@@ -46,6 +46,9 @@ pub struct IoCounters {
     /// Misses read from the disk cache after waiting for another process on the node to
     /// fetch the block (its lease), instead of fetched again.
     pub lease_waits: u64,
+    /// Blocks left out of the disk cache because its writes were behind the reads
+    /// (`disk_cache_behind=skip`).
+    pub disk_behind: u64,
     /// Remote requests allowed in flight now (sized from latency unless fixed).
     pub in_flight_limit: u64,
     /// Most remote requests in flight at once so far.
@@ -298,6 +301,7 @@ impl Stats {
             cache_corrupt: io.cache_corrupt,
             disk_writes: io.disk_writes,
             lease_waits: io.lease_waits,
+            disk_behind: io.disk_behind,
             in_flight_limit: io.in_flight_limit,
             peak_in_flight: io.peak_in_flight,
             sources: Vec::new(),
@@ -385,6 +389,10 @@ pub struct StatsSnapshot {
     /// sharing the cache) to fetch them, instead of fetched again.
     #[serde(default)]
     pub lease_waits: u64,
+    /// Blocks left out of the disk cache because its writes were behind the reads
+    /// (`disk_cache_behind=skip`): a later epoch fetches and stores them.
+    #[serde(default)]
+    pub disk_behind: u64,
     /// Remote requests allowed in flight now: sized from observed latency (Little's law)
     /// unless `max_in_flight` fixes it; 0 for local sources.
     #[serde(default)]

@@ -194,7 +194,7 @@ impl DiskCache {
         self.limit
     }
 
-    fn ranks(&self) -> std::sync::MutexGuard<'_, Ranks> {
+    pub(super) fn ranks(&self) -> std::sync::MutexGuard<'_, Ranks> {
         self.ranks.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -14,6 +14,8 @@
 //! shard.
 
 mod admission;
+#[cfg(test)]
+mod behind;
 mod disk;
 #[cfg(test)]
 mod disk_room;
@@ -63,6 +65,8 @@ pub struct CacheConfig {
     pub disk_bytes: Option<u64>,
     /// How the disk cache picks what to drop.
     pub eviction: Eviction,
+    /// What a read does when the disk cache's writes fall behind.
+    pub behind: crate::uri::Behind,
 }
 
 impl CacheConfig {
@@ -74,6 +78,7 @@ impl CacheConfig {
             disk_dir: opts.disk_cache_dir(),
             disk_bytes: opts.disk_cache_bytes,
             eviction: opts.cache_eviction.unwrap_or_default(),
+            behind: opts.disk_cache_behind.unwrap_or_default(),
         }
     }
 
@@ -109,6 +114,9 @@ pub struct CacheCounters {
     pub(crate) joined: AtomicU64,
     /// Disk cache entries that failed verification, dropped and fetched again.
     pub(crate) disk_corrupt: AtomicU64,
+    /// Blocks left out of the disk cache because its writes were behind
+    /// (`disk_cache_behind=skip`).
+    pub(crate) disk_behind: AtomicU64,
     /// Misses read from the disk cache after waiting for another process's fetch of the
     /// block (its lease, [`lease`]) instead of fetched again.
     pub(crate) lease_waits: AtomicU64,
@@ -142,6 +150,9 @@ pub struct CacheSnapshot {
     /// Disk cache entries that failed verification (damaged, cut short, another block's
     /// file): dropped, fetched again, never served.
     pub disk_corrupt: u64,
+    /// Blocks left out of the disk cache because its writes were behind
+    /// (`disk_cache_behind=skip`).
+    pub disk_behind: u64,
     /// Misses read from the disk cache after waiting for another process on the node to
     /// fetch the block, instead of fetched again.
     pub lease_waits: u64,
@@ -161,6 +172,7 @@ impl CacheCounters {
             disk_bypassed: self.disk_bypassed.load(Relaxed),
             joined: self.joined.load(Relaxed),
             disk_corrupt: self.disk_corrupt.load(Relaxed),
+            disk_behind: self.disk_behind.load(Relaxed),
             lease_waits: self.lease_waits.load(Relaxed),
         }
     }
@@ -361,6 +373,7 @@ impl BlockCache {
                     let disk = self.disk.clone();
                     let (pending, budget) = (self.pending.clone(), self.write_budget.clone());
                     let counters = self.counters.clone();
+                    let skip_when_behind = self.cfg.behind == crate::uri::Behind::Skip;
                     let fut = fetch();
                     let f = async move {
                         let from_disk = |d: &Arc<DiskCache>| {
@@ -393,7 +406,17 @@ impl BlockCache {
                         // write goes behind the read, and the lease is held until it lands.
                         if let Some(d) = disk.filter(|d| d.admit(key, b.len() as u64)) {
                             let want = (b.len().div_ceil(1024) as u32).clamp(1, WRITE_BEHIND_KIB);
-                            if let Ok(permit) = budget.acquire_many_owned(want).await {
+                            let permit = if skip_when_behind {
+                                budget.try_acquire_many_owned(want).ok()
+                            } else {
+                                budget.acquire_many_owned(want).await.ok()
+                            };
+                            if permit.is_none() {
+                                // Not stored after all: the disk's books must not count it.
+                                d.ranks().remove(key);
+                                counters.disk_behind.fetch_add(1, Relaxed);
+                            }
+                            if let Some(permit) = permit {
                                 pending.blocks.lock().unwrap_or_else(|e| e.into_inner()).insert(key, b.clone());
                                 let b2 = b.clone();
                                 // Best effort: a full disk must not fail the read.

@@ -168,6 +168,7 @@ impl Store {
             c.cache_corrupt = k.disk_corrupt.load(Ordering::Relaxed);
             c.disk_writes = k.disk_writes.load(Ordering::Relaxed);
             c.lease_waits = k.lease_waits.load(Ordering::Relaxed);
+            c.disk_behind = k.disk_behind.load(Ordering::Relaxed);
         }
         c
     }

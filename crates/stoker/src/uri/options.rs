@@ -197,6 +197,12 @@ pub struct SourceOptions {
     /// read, which it knows for this epoch and the next; least recently used for other
     /// readers), or `lru`.
     pub cache_eviction: Option<Eviction>,
+    /// What a read does when the disk cache's writes fall behind it (64 MiB of fetched blocks
+    /// waiting for the disk): `wait` (default) holds reads to the disk's speed, so every block
+    /// the plan admits is stored; `skip` leaves that block out of the cache and reads on, so a
+    /// first epoch over a disk slower than the link runs at the link's rate and caches what
+    /// the disk absorbs (later epochs fetch the rest and store it then).
+    pub disk_cache_behind: Option<Behind>,
     /// Use the dataset's manifest (`stoker index`) when it has one (default true).
     pub manifest: Option<bool>,
     /// What opening does with a damaged tar shard (default `raise`): `skip` keeps the samples
@@ -220,6 +226,19 @@ pub enum Eviction {
     Future,
     /// Least recently used, whatever the reader knows.
     Lru,
+}
+
+/// What a read does when the disk cache's writes fall behind
+/// ([`SourceOptions::disk_cache_behind`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Behind {
+    /// Wait for the disk: every admitted block is stored.
+    #[default]
+    Wait,
+    /// Leave the block out of the cache and read on.
+    Skip,
 }
 
 /// What opening a source does when a shard is damaged (see [`SourceOptions::on_damage`]).

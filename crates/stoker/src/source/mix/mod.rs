@@ -376,6 +376,7 @@ impl SampleSource for MixSource {
                 cache_corrupt: a.cache_corrupt + c.cache_corrupt,
                 disk_writes: a.disk_writes + c.disk_writes,
                 lease_waits: a.lease_waits + c.lease_waits,
+                disk_behind: a.disk_behind + c.disk_behind,
                 // Each remote part has its own fetcher and limit.
                 in_flight_limit: a.in_flight_limit + c.in_flight_limit,
                 peak_in_flight: a.peak_in_flight + c.peak_in_flight,
