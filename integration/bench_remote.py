@@ -89,9 +89,9 @@ def _epochs(spec: Dict[str, Any], result: Dict[str, Any], make_iter: Any, unpack
             extra["stoker"] = {k: s1.get(k) for k in ("store_requests", "store_bytes", "cache_hit_rate",
                                                         "consumer_wait_fraction", "retries", "hedges",
                                                         "remote_requests", "remote_bytes", "disk_writes",
-                                                        "lease_waits")}
+                                                        "lease_waits", "disk_behind")}
             for k in ("store_requests", "store_bytes", "remote_requests", "remote_bytes", "disk_writes",
-                      "lease_waits"):
+                      "lease_waits", "disk_behind"):
                 extra["stoker"][k] = (extra["stoker"][k] or 0) - (s0.get(k) or 0)
         result["epochs"].append(pc.epoch_record(ep, spec["samples"], io, **extra))
         if e == 0:
@@ -212,6 +212,10 @@ def rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
          "shuffle": "shards", "format": "wds"},
         {"name": "stoker-shards-disk", "label": 'Stoker `shuffle="shards"` + `disk_cache_dir`', "reader": "stoker",
          "shuffle": "shards", "format": "wds", "disk_cache": True},
+        # A disk slower than the link: leave blocks out of the cache rather than wait for it.
+        {"name": "stoker-shards-skip", "label": 'Stoker `shuffle="shards"`, `disk_cache_behind="skip"`',
+         "reader": "stoker", "shuffle": "shards", "format": "wds", "options": {"disk_cache_behind": "skip"},
+         "default": False},
         {"name": "stoker-global", "label": "Stoker `Loader(shuffle=True)`, defaults", "reader": "stoker",
          "shuffle": True, "format": "wds"},
         {"name": "stoker-global-disk", "label": "Stoker `shuffle=True` + `disk_cache_dir`", "reader": "stoker",
