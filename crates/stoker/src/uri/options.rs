@@ -199,9 +199,8 @@ pub struct SourceOptions {
     pub cache_eviction: Option<Eviction>,
     /// What a read does when the disk cache's writes fall behind it (64 MiB of fetched blocks
     /// waiting for the disk): `wait` (default) holds reads to the disk's speed, so every block
-    /// the plan admits is stored; `skip` leaves that block out of the cache and reads on, so a
-    /// first epoch over a disk slower than the link runs at the link's rate and caches what
-    /// the disk absorbs (later epochs fetch the rest and store it then).
+    /// the plan admits is stored; `skip` leaves that block out of the cache and reads on, for a
+    /// disk that cannot keep up with the link (later epochs fetch the rest and store it then).
     pub disk_cache_behind: Option<Behind>,
     /// Use the dataset's manifest (`stoker index`) when it has one (default true).
     pub manifest: Option<bool>,
