@@ -22,6 +22,8 @@
 //! fetches.
 
 use std::fs::File;
+
+use super::disk::DiskCache;
 use std::path::Path;
 use std::time::Duration;
 
@@ -62,14 +64,18 @@ impl super::BlockCache {
     /// waited for, alone, than fetched along with other blocks), `Unleased` (no disk cache
     /// to share, or no lease to be had). Never waits.
     pub(crate) fn claim(&self, key: u128) -> Claim {
-        match &self.disk {
-            Some(d) if !d.read_only => match try_take(&d.dir, key) {
-                Ok(Some(l)) => Claim::Mine(l),
-                Ok(None) => Claim::Theirs,
-                Err(()) => Claim::Unleased,
-            },
-            _ => Claim::Unleased,
+        match self.disk.as_deref().and_then(DiskCache::lease_dir) {
+            Some(dir) => try_take(dir, key),
+            None => Claim::Unleased,
         }
+    }
+}
+
+impl DiskCache {
+    /// Where this cache's leases are taken: its directory, unless it is only read (a process
+    /// that stores nothing has nothing to share).
+    pub(super) fn lease_dir(&self) -> Option<&Path> {
+        (!self.read_only).then_some(self.dir.as_path())
     }
 }
 
@@ -111,14 +117,13 @@ fn lock(_: &File, _: u128, _: bool) -> std::io::Result<bool> {
     Err(std::io::ErrorKind::Unsupported.into())
 }
 
-/// Block `key`'s lease in cache directory `dir` if nobody holds it: `Ok(Some)` taken,
-/// `Ok(None)` held by another fetch (of this process or another), `Err` no lease to be had.
-pub(crate) fn try_take(dir: &Path, key: u128) -> Result<Option<Lease>, ()> {
-    let file = open(dir).ok_or(())?;
+/// Block `key`'s lease in cache directory `dir` if nobody holds it, without waiting.
+fn try_take(dir: &Path, key: u128) -> Claim {
+    let Some(file) = open(dir) else { return Claim::Unleased };
     match lock(&file, key, false) {
-        Ok(true) => Ok(Some(Lease { _file: file })),
-        Ok(false) => Ok(None),
-        Err(_) => Err(()),
+        Ok(true) => Claim::Mine(Lease { _file: file }),
+        Ok(false) => Claim::Theirs,
+        Err(_) => Claim::Unleased,
     }
 }
 
@@ -126,9 +131,9 @@ pub(crate) fn try_take(dir: &Path, key: u128) -> Result<Option<Lease>, ()> {
 /// another process, or another fetch of this one, holds it.
 pub(crate) async fn take(dir: &Path, key: u128) -> Took {
     match try_take(dir, key) {
-        Ok(Some(lease)) => return Took::Free(lease),
-        Ok(None) => {}
-        Err(()) => return Took::Without,
+        Claim::Mine(lease) => return Took::Free(lease),
+        Claim::Theirs => {}
+        Claim::Unleased => return Took::Without,
     }
     let Some(file) = open(dir) else { return Took::Without };
     // The waiting thread outlives a wait that ran out: it takes the lock when it comes free,

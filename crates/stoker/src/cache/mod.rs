@@ -387,8 +387,8 @@ impl BlockCache {
                             }
                             // Another process on the node may be fetching it: wait for it and
                             // read what it stored, rather than fetch it again.
-                            if !d.read_only && lease.is_none() {
-                                match lease::take(&d.dir, key).await {
+                            if let (Some(dir), None) = (d.lease_dir(), &lease) {
+                                match lease::take(dir, key).await {
                                     Took::Free(l) => lease = Some(l),
                                     Took::AfterWait(l) => {
                                         if let Ok(Some(b)) = from_disk(d).await {
@@ -411,22 +411,24 @@ impl BlockCache {
                             } else {
                                 budget.acquire_many_owned(want).await.ok()
                             };
-                            if permit.is_none() {
-                                // Not stored after all: the disk's books must not count it.
-                                d.ranks().remove(key);
-                                counters.disk_behind.fetch_add(1, Relaxed);
-                            }
-                            if let Some(permit) = permit {
-                                pending.blocks.lock().unwrap_or_else(|e| e.into_inner()).insert(key, b.clone());
-                                let b2 = b.clone();
-                                // Best effort: a full disk must not fail the read.
-                                drop(tokio::task::spawn_blocking(move || {
-                                    d.store(key, &b2);
-                                    drop(lease);
-                                    pending.blocks.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
-                                    pending.landed.notify_all();
-                                    drop(permit);
-                                }));
+                            match permit {
+                                Some(permit) => {
+                                    pending.blocks.lock().unwrap_or_else(|e| e.into_inner()).insert(key, b.clone());
+                                    let b2 = b.clone();
+                                    // Best effort: a full disk must not fail the read.
+                                    drop(tokio::task::spawn_blocking(move || {
+                                        d.store(key, &b2);
+                                        drop(lease);
+                                        pending.blocks.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                                        pending.landed.notify_all();
+                                        drop(permit);
+                                    }));
+                                }
+                                None => {
+                                    // Not stored after all: the disk's books must not count it.
+                                    d.ranks().remove(key);
+                                    counters.disk_behind.fetch_add(1, Relaxed);
+                                }
                             }
                         }
                         Ok((b, false))

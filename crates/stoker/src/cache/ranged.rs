@@ -226,25 +226,19 @@ impl RemoteReader {
         // Across processes: a missing block another process on the node is fetching (it holds
         // the block's lease) is left out of the runs too, and waited for alone; this read
         // holds the leases of the blocks its runs fetch until they are stored.
-        let mut leases: Vec<Option<Lease>> = Vec::with_capacity(blocks.len());
-        let cached: Vec<bool> = blocks
+        let (cached, leases): (Vec<bool>, Vec<Option<Lease>>) = blocks
             .iter()
             .map(|&b| {
                 if cache.contains(key(b)) {
-                    leases.push(None);
-                    return true;
+                    return (true, None);
                 }
                 match cache.claim(key(b)) {
-                    Claim::Mine(l) => leases.push(Some(l)),
-                    Claim::Theirs => {
-                        leases.push(None);
-                        return true;
-                    }
-                    Claim::Unleased => leases.push(None),
+                    Claim::Mine(l) => (false, Some(l)),
+                    Claim::Theirs => (true, None),
+                    Claim::Unleased => (false, None),
                 }
-                false
             })
-            .collect();
+            .unzip();
         let max_run = (self.fetcher.config().part_size / bs).max(1);
         // Planned in block numbers: missing blocks merge with adjacent missing ones (gap 0)
         // up to a part's worth; a cached block is a run of its own.
