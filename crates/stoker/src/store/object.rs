@@ -132,24 +132,20 @@ impl Store {
     pub async fn read(&self, obj: &Object, spans: &[Range<u64>]) -> Result<Vec<Bytes>> {
         self.within(obj, spans)?;
         let plan = ranges::merge(spans, &self.0.policy);
-        if let Backend::Remote { .. } = &self.0.backend {
-            // The remote path merges requests itself (runs of missing cache blocks, ranges
-            // closer than the gap) and cuts each span from what it fetched: merging across
-            // the whole gap here too would copy every gap's bytes into the merged read, and a
-            // rank of several on a node would copy the bytes of every rank's samples, not its
-            // own. Only neighbours (a tar header apart) are merged, so a window of one rank's
-            // samples is still one buffer per shard, not a buffer per sample. The reads are
-            // counted as merged, as they are requested.
-            let near =
-                ranges::merge(spans, &ranges::Policy::new(self.0.policy.gap.min(NEIGHBOURS), self.0.policy.max_merged));
-            let got = self.read_planned(obj, &near.reads).await?;
-            self.count(plan.reads.len() as u64, got.iter().map(|b| b.len() as u64).sum());
-            let got = self.lengths_checked(obj.path(), &near.reads, got)?;
-            return Ok(near.cut(spans, &got));
-        }
-        let got = self.read_planned(obj, &plan.reads).await?;
-        let got = self.checked(obj.path(), &plan.reads, got)?;
-        Ok(plan.cut(spans, &got))
+        // The remote path merges requests itself (runs of missing cache blocks, ranges closer
+        // than the gap) and cuts each span from what it fetched: merging across the whole gap
+        // here too would copy every gap's bytes into the merged read, and a rank of several on
+        // a node would copy the bytes of every rank's samples, not its own. Only neighbours (a
+        // tar header apart) are merged, so a window of one rank's samples is still one buffer
+        // per shard, not a buffer per sample. Reads are counted as planned, as requested.
+        let near = matches!(self.0.backend, Backend::Remote { .. }).then(|| {
+            ranges::merge(spans, &ranges::Policy::new(self.0.policy.gap.min(NEIGHBOURS), self.0.policy.max_merged))
+        });
+        let read = near.as_ref().unwrap_or(&plan);
+        let got = self.read_planned(obj, &read.reads).await?;
+        self.count(plan.reads.len() as u64, got.iter().map(|b| b.len() as u64).sum());
+        let got = self.lengths_checked(obj.path(), &read.reads, got)?;
+        Ok(read.cut(spans, &got))
     }
 
     /// One span of `obj` (see [`read`](Self::read)).
@@ -212,8 +208,8 @@ impl Store {
         }
     }
 
-    /// `reads` of `obj` by the store's path, one buffer each, not yet counted nor checked:
-    /// a plan's (sorted, disjoint) for a local file; any spans for a remote store.
+    /// `reads` (sorted, disjoint: a plan's) of `obj` by the store's path, one buffer each,
+    /// not yet counted nor checked.
     async fn read_planned(&self, obj: &Object, reads: &[Range<u64>]) -> Result<Vec<Bytes>> {
         let out = match &self.0.backend {
             Backend::Local(l) => {
