@@ -86,6 +86,22 @@ pub fn tar_dir(dir: &Path, n: usize, per: usize) -> Vec<Sample> {
     all
 }
 
+/// `shards` tar shards of `per` samples under `dir` (made if missing), each sample one `bin`
+/// field of `len` bytes; returns the samples in order and the shards' total bytes.
+pub fn bin_shards(dir: &Path, shards: usize, per: usize, len: usize) -> (Vec<Sample>, u64) {
+    std::fs::create_dir_all(dir).unwrap();
+    let (mut all, mut bytes) = (Vec::new(), 0);
+    for s in 0..shards {
+        let samples: Vec<_> =
+            (0..per).map(|i| sample(&format!("s{s:03}-{i}"), &[("bin", payload(s * per + i, len))])).collect();
+        let path = dir.join(format!("shard-{s:03}.tar"));
+        write_tar(&path, &samples);
+        bytes += std::fs::metadata(&path).unwrap().len();
+        all.extend(samples);
+    }
+    (all, bytes)
+}
+
 /// Write samples to an LMDB environment with heed (keys in byte order are the sample order).
 pub fn write_lmdb(dir: &Path, samples: &[(Vec<u8>, Vec<u8>)]) {
     let records: Vec<(&[u8], &[u8])> = samples.iter().map(|(k, v)| (&k[..], &v[..])).collect();

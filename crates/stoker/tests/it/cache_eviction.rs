@@ -21,18 +21,7 @@ const PAYLOAD: usize = 12 << 10;
 /// `SHARDS` shards of `PER` samples of `PAYLOAD` bytes; returns the samples and the bytes of
 /// all shards.
 fn shards(dir: &std::path::Path) -> (Vec<stoker::Sample>, u64) {
-    std::fs::create_dir_all(dir).unwrap();
-    let mut all = Vec::new();
-    let mut bytes = 0;
-    for s in 0..SHARDS {
-        let samples: Vec<_> =
-            (0..PER).map(|i| sample(&format!("s{s:03}-{i}"), &[("bin", payload(s * PER + i, PAYLOAD))])).collect();
-        let path = dir.join(format!("shard-{s:03}.tar"));
-        write_tar(&path, &samples);
-        bytes += std::fs::metadata(&path).unwrap().len();
-        all.extend(samples);
-    }
-    (all, bytes)
+    bin_shards(dir, SHARDS, PER, PAYLOAD)
 }
 
 /// Bytes fetched from the server in each of two epochs through a fresh disk cache of `limit`

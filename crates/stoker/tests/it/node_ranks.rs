@@ -24,17 +24,7 @@ const RANKS: u64 = 4;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn four_ranks_sharing_a_disk_cache_fetch_each_byte_about_once() {
     let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("data/tar");
-    std::fs::create_dir_all(&dir).unwrap();
-    let (mut all, mut data) = (Vec::new(), 0u64);
-    for s in 0..SHARDS {
-        let samples: Vec<_> =
-            (0..PER).map(|i| sample(&format!("s{s:03}-{i}"), &[("bin", payload(s * PER + i, PAYLOAD))])).collect();
-        let path = dir.join(format!("shard-{s:03}.tar"));
-        write_tar(&path, &samples);
-        data += std::fs::metadata(&path).unwrap().len();
-        all.extend(samples);
-    }
+    let (all, data) = bin_shards(&root.path().join("data/tar"), SHARDS, PER, PAYLOAD);
     let all = Arc::new(all);
     let server = serve(root.path()).await;
     // Latency keeps the ranks' requests in flight together, as over a real link.
