@@ -25,6 +25,7 @@ pub mod sampler;
 pub mod source;
 pub mod stats;
 pub mod store;
+pub mod tokens;
 pub mod uri;
 
 pub use batch::Batch;

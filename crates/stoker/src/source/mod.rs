@@ -27,6 +27,7 @@ pub(crate) mod resolve;
 pub(crate) mod spill;
 pub mod tar;
 pub(crate) mod tar_index;
+pub(crate) mod tokens;
 
 pub(crate) use self::index::index_with;
 pub use self::index::{index, index_with_progress, IndexReport};
@@ -36,6 +37,7 @@ pub use self::mix::{MixSource, MixSpec};
 pub use self::objects::ObjectsSource;
 pub use self::read_ahead::ReadAhead;
 pub use self::tar::TarSource;
+pub use self::tokens::TokenDocs;
 
 /// What a source can do, so callers and the conformance suite adapt to it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -178,6 +180,12 @@ pub trait SampleSource: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// The mix this source is, if it is one: the Loader then follows its plan instead of a
     /// plain order over the indices.
     fn as_mix(&self) -> Option<&MixSource> {
+        None
+    }
+
+    /// The token documents this source is, if it holds tokens (a Megatron `.bin`/`.idx`
+    /// dataset): what [`crate::tokens`] packs into training sequences.
+    fn as_tokens(&self) -> Option<&dyn TokenDocs> {
         None
     }
 }

@@ -15,7 +15,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::lmdb::DATA_FILE;
 use super::tar_index::{self, ShardIndex};
-use super::{manifest, mix, parquet, records, DynSampleSource, LmdbSource, ObjectsSource, TarSource};
+use super::{manifest, mix, parquet, records, tokens, DynSampleSource, LmdbSource, ObjectsSource, TarSource};
 use crate::error::{Error, Result};
 use crate::store::{ObjectInfo, Store};
 use crate::uri::{self, Layout, Location, RemoteLocation, SourceOptions, INDEX_FILE};
@@ -172,6 +172,7 @@ pub(crate) async fn construct(r: Resolved) -> Result<Arc<DynSampleSource>> {
         (Layout::Mds | Layout::Litdata, Place::Store { store, listing, .. }) => {
             records::open(layout, store, listing, &opts, display).await?
         }
+        (Layout::Tokens, Place::Store { store, listing, .. }) => tokens::open(store, listing, &opts, display).await?,
         (Layout::Lmdb | Layout::Mix, Place::Store { .. }) => {
             return Err(Error::internal(format!("{display}: resolved to {layout} over a store, which cannot be")))
         }

@@ -28,12 +28,23 @@ pub enum Layout {
     Mds,
     /// LitData's optimized chunks: `index.json` naming `chunk-*.bin` files.
     Litdata,
+    /// Tokenized documents: Megatron-style indexed datasets, `NAME.bin` tokens beside their
+    /// `NAME.idx` index (Megatron-LM, NeMo, GPT-NeoX).
+    Tokens,
 }
 
 impl Layout {
     /// Every layout, in declaration order.
-    pub const ALL: &'static [Layout] =
-        &[Layout::Objects, Layout::Tar, Layout::Lmdb, Layout::Mix, Layout::Parquet, Layout::Mds, Layout::Litdata];
+    pub const ALL: &'static [Layout] = &[
+        Layout::Objects,
+        Layout::Tar,
+        Layout::Lmdb,
+        Layout::Mix,
+        Layout::Parquet,
+        Layout::Mds,
+        Layout::Litdata,
+        Layout::Tokens,
+    ];
 
     /// The name used in URIs and output.
     pub fn as_str(self) -> &'static str {
@@ -45,6 +56,7 @@ impl Layout {
             Layout::Parquet => "parquet",
             Layout::Mds => "mds",
             Layout::Litdata => "litdata",
+            Layout::Tokens => "tokens",
         }
     }
 }
@@ -53,7 +65,8 @@ impl Layout {
 /// inference tries them. A sharded layout (Parquet, MDS, ...) joins inference with a row here.
 /// MDS and LitData datasets are recognised by their `index.json` (see [`INDEX_FILE`]), whose
 /// content says which of the two it is.
-const SHARD_SUFFIXES: &[(Layout, &str)] = &[(Layout::Tar, ".tar"), (Layout::Parquet, ".parquet")];
+const SHARD_SUFFIXES: &[(Layout, &str)] =
+    &[(Layout::Tar, ".tar"), (Layout::Parquet, ".parquet"), (Layout::Tokens, ".idx")];
 
 /// The file an MDS or LitData dataset is opened from: it names the shards (chunks).
 pub const INDEX_FILE: &str = "index.json";

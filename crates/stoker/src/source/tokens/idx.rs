@@ -1,0 +1,238 @@
+//! Megatron's indexed dataset index (`.idx`, header `MMIDIDX`), as Megatron-LM, NeMo and
+//! GPT-NeoX write it beside the token file (`.bin`).
+//!
+//! Layout, all little-endian: the 9-byte header `MMIDIDX\0\0`, a `u64` version (1), a `u8`
+//! dtype code, a `u64` sequence count `S`, a `u64` document-index count `D`, then `i32`
+//! sizes (tokens per sequence, `S` of them), `i64` pointers (byte offset of each sequence in
+//! the `.bin`, `S`), `i64` document indices (`D`: the sequence where each document starts,
+//! then `S`), and for multimodal datasets one `i8` mode per sequence. Every count is checked
+//! against the file's length before anything is read at it, and every sequence against the
+//! `.bin`'s length, so a lying index is an error at open, never a read out of bounds.
+
+use bytes::Bytes;
+
+/// The header every index starts with.
+pub(crate) const MAGIC: &[u8; 9] = b"MMIDIDX\x00\x00";
+const FIXED: usize = 9 + 8 + 1 + 8 + 8;
+
+/// Integer token types the format can hold (its float codes are not tokens).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TokenType {
+    U8,
+    I8,
+    I16,
+    I32,
+    I64,
+    U16,
+}
+
+impl TokenType {
+    /// The type of Megatron dtype `code`.
+    pub(crate) fn from_code(code: u8) -> Result<Self, String> {
+        Ok(match code {
+            1 => TokenType::U8,
+            2 => TokenType::I8,
+            3 => TokenType::I16,
+            4 => TokenType::I32,
+            5 => TokenType::I64,
+            8 => TokenType::U16,
+            6 | 7 => return Err(format!("dtype code {code} is a float type (float64/float32), not token ids")),
+            _ => return Err(format!("unknown dtype code {code} (Megatron's are 1 to 8)")),
+        })
+    }
+
+    /// Bytes per token.
+    pub(crate) fn size(self) -> usize {
+        match self {
+            TokenType::U8 | TokenType::I8 => 1,
+            TokenType::I16 | TokenType::U16 => 2,
+            TokenType::I32 => 4,
+            TokenType::I64 => 8,
+        }
+    }
+
+    /// Token `i` of little-endian `bytes` (which hold at least `i + 1` tokens).
+    #[inline]
+    pub(crate) fn get(self, bytes: &[u8], i: usize) -> i64 {
+        let at = i * self.size();
+        match self {
+            TokenType::U8 => i64::from(bytes[at]),
+            TokenType::I8 => i64::from(bytes[at] as i8),
+            TokenType::I16 => i64::from(i16::from_le_bytes([bytes[at], bytes[at + 1]])),
+            TokenType::U16 => i64::from(u16::from_le_bytes([bytes[at], bytes[at + 1]])),
+            TokenType::I32 => i64::from(i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default())),
+            TokenType::I64 => i64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default()),
+        }
+    }
+}
+
+/// A parsed index: its bytes are kept and read in place, so a corpus of a hundred million
+/// documents costs the index file's size once, not a second copy in vectors.
+#[derive(Clone, Debug)]
+pub(crate) struct Index {
+    bytes: Bytes,
+    pub(crate) ty: TokenType,
+    sequences: usize,
+}
+
+impl Index {
+    /// Parse and check `bytes` (a whole `.idx`) against `bin_len`, the length of its `.bin`.
+    /// Errors say what is wrong, for the caller to name the file.
+    pub(crate) fn parse(bytes: Bytes, bin_len: u64) -> Result<Self, String> {
+        if bytes.len() < FIXED {
+            return Err(format!("{} bytes, shorter than the {FIXED}-byte header", bytes.len()));
+        }
+        if &bytes[..9] != MAGIC {
+            return Err("it does not start with MMIDIDX (not a Megatron indexed dataset index)".into());
+        }
+        let version = u64_at(&bytes, 9);
+        if version != 1 {
+            return Err(format!("version {version}; only version 1 is known"));
+        }
+        let ty = TokenType::from_code(bytes[17])?;
+        let (s, d) = (u64_at(&bytes, 18), u64_at(&bytes, 26));
+        // Checked in u128: a lying count cannot overflow into a small total.
+        let need = FIXED as u128 + u128::from(s) * 12 + u128::from(d) * 8;
+        let len = bytes.len() as u128;
+        if need != len && need + u128::from(s) != len {
+            return Err(format!(
+                "its counts ({s} sequences, {d} document indices) need {need} bytes (or {} with sequence modes) but \
+                 the file has {len}",
+                need + u128::from(s)
+            ));
+        }
+        let sequences = s as usize;
+        let index = Index { bytes, ty, sequences };
+        index.check(d as usize, bin_len)?;
+        Ok(index)
+    }
+
+    /// Every sequence inside the `.bin`, with a non-negative size; document indices rising
+    /// from 0 to the sequence count.
+    fn check(&self, d: usize, bin_len: u64) -> Result<(), String> {
+        let item = self.ty.size() as u128;
+        for i in 0..self.sequences {
+            let size = i32_at(&self.bytes, FIXED + 4 * i);
+            let ptr = i64_at(&self.bytes, FIXED + 4 * self.sequences + 8 * i);
+            if size < 0 || ptr < 0 {
+                return Err(format!("sequence {i} has size {size} at byte {ptr}"));
+            }
+            let end = ptr as u128 + size as u128 * item;
+            if end > u128::from(bin_len) {
+                return Err(format!(
+                    "sequence {i} ({size} tokens at byte {ptr}) ends at byte {end}, past the end of the .bin \
+                     ({bin_len} bytes): the .idx and .bin disagree"
+                ));
+            }
+        }
+        let docs_at = FIXED + 12 * self.sequences;
+        let mut last = -1i64;
+        for j in 0..d {
+            let v = i64_at(&self.bytes, docs_at + 8 * j);
+            if v < last || v > self.sequences as i64 || (j == 0 && v != 0) {
+                return Err(format!("document index {j} is {v}, out of order or past {} sequences", self.sequences));
+            }
+            last = v;
+        }
+        Ok(())
+    }
+
+    /// Number of sequences (Megatron's GPT datasets read each as one document).
+    pub(crate) fn len(&self) -> usize {
+        self.sequences
+    }
+
+    /// Tokens in sequence `i` (`i < len()`).
+    pub(crate) fn size(&self, i: usize) -> u64 {
+        i32_at(&self.bytes, FIXED + 4 * i) as u64
+    }
+
+    /// Byte offset of sequence `i` in the `.bin` (`i < len()`).
+    pub(crate) fn pointer(&self, i: usize) -> u64 {
+        i64_at(&self.bytes, FIXED + 4 * self.sequences + 8 * i) as u64
+    }
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default())
+}
+
+fn i64_at(b: &[u8], at: usize) -> i64 {
+    i64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default())
+}
+
+fn i32_at(b: &[u8], at: usize) -> i32 {
+    i32::from_le_bytes(b[at..at + 4].try_into().unwrap_or_default())
+}
+
+#[cfg(test)]
+/// An index for `sizes` (tokens per sequence) of type code `code`, sequences back to back, one
+/// document per sequence: what Megatron's `IndexedDatasetBuilder` writes.
+pub(crate) fn write(code: u8, sizes: &[u64], item: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FIXED + sizes.len() * 20 + 8);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&1u64.to_le_bytes());
+    out.push(code);
+    out.extend_from_slice(&(sizes.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(sizes.len() as u64 + 1).to_le_bytes());
+    for &s in sizes {
+        out.extend_from_slice(&(s as i32).to_le_bytes());
+    }
+    let mut at = 0u64;
+    for &s in sizes {
+        out.extend_from_slice(&(at as i64).to_le_bytes());
+        at += s * item as u64;
+    }
+    for d in 0..=sizes.len() {
+        out.extend_from_slice(&(d as i64).to_le_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_index_reads_back() {
+        let idx = Index::parse(Bytes::from(write(8, &[3, 0, 5], 2)), 16).unwrap();
+        assert_eq!((idx.len(), idx.ty), (3, TokenType::U16));
+        assert_eq!((idx.size(0), idx.size(1), idx.size(2)), (3, 0, 5));
+        assert_eq!((idx.pointer(0), idx.pointer(1), idx.pointer(2)), (0, 6, 6));
+    }
+
+    #[test]
+    fn lying_indexes_are_refused() {
+        let good = write(8, &[3, 5], 2);
+        // The .bin is shorter than the sequences claim.
+        assert!(Index::parse(Bytes::from(good.clone()), 15).unwrap_err().contains("past the end of the .bin"));
+        // A huge sequence count: refused by length, nothing allocated.
+        let mut huge = good.clone();
+        huge[18..26].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(Index::parse(Bytes::from(huge), 16).unwrap_err().contains("need"));
+        // A negative size.
+        let mut neg = good.clone();
+        neg[FIXED..FIXED + 4].copy_from_slice(&(-1i32).to_le_bytes());
+        assert!(Index::parse(Bytes::from(neg), 16).unwrap_err().contains("size -1"));
+        // Float tokens, another magic, truncation.
+        let mut float = good.clone();
+        float[17] = 7;
+        assert!(Index::parse(Bytes::from(float), 16).unwrap_err().contains("float"));
+        assert!(Index::parse(Bytes::from(&b"NOTANIDX-and-more-bytes-than-the-header"[..]), 16).is_err());
+        assert!(Index::parse(Bytes::from(good[..good.len() - 3].to_vec()), 16).is_err());
+        // Document indices out of order.
+        let mut docs = good;
+        let at = FIXED + 12 * 2 + 8;
+        docs[at..at + 8].copy_from_slice(&5i64.to_le_bytes());
+        assert!(Index::parse(Bytes::from(docs), 16).unwrap_err().contains("document index"));
+    }
+
+    #[test]
+    fn token_types_read_little_endian() {
+        let b = [0xff, 0xff, 0x01, 0x00];
+        assert_eq!(TokenType::U16.get(&b, 0), 65535);
+        assert_eq!(TokenType::I16.get(&b, 0), -1);
+        assert_eq!(TokenType::U16.get(&b, 1), 1);
+        assert_eq!(TokenType::I32.get(&b, 0), 0x0001ffff);
+    }
+}

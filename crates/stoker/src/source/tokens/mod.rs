@@ -1,0 +1,273 @@
+//! Already-tokenized corpora: Megatron-style indexed datasets, a `.bin` of tokens beside its
+//! `.idx` (see [`idx`]), as Megatron-LM, NeMo and GPT-NeoX preprocessing writes them.
+//!
+//! A sequence of the index is a document (Megatron's GPT datasets read them so) and a sample:
+//! its one field `tokens` holds the document's tokens as stored (little-endian, the index's
+//! dtype). Packing into training sequences ([`crate::tokens`]) reads the same corpus through
+//! [`TokenDocs`]: any span of any document, so a sequence that takes 2,048 tokens of a long
+//! document reads those, not the document. Every byte comes through the [`Store`].
+
+mod idx;
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+#[cfg(test)]
+pub(crate) use self::idx::write as write_idx;
+use self::idx::Index;
+use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
+use crate::error::{Error, Result};
+use crate::sample::Sample;
+use crate::store::{IoCounters, Object, ObjectInfo, Store};
+use crate::uri::{Layout, SourceOptions};
+
+/// The suffix of the index files this layout is opened from; the tokens are in the file of
+/// the same name ending `.bin`.
+pub(crate) const IDX_SUFFIX: &str = ".idx";
+
+/// Documents of tokens, as packing reads them: lengths known up front, any span readable.
+#[async_trait]
+pub trait TokenDocs: fmt::Debug + fmt::Display + Send + Sync {
+    /// Number of documents.
+    fn documents(&self) -> u64;
+
+    /// Tokens in document `doc` (`doc < documents()`).
+    fn tokens_in(&self, doc: u64) -> u64;
+
+    /// Documents per shard (file), in order: shard shuffles keep a shard's documents together.
+    fn shard_sizes(&self) -> Vec<u64>;
+
+    /// Append the tokens of each `(document, token span)` in turn to `out`, widened to `i64`.
+    /// Spans past a document's end are an error.
+    async fn read_into(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()>;
+
+    /// Requests and bytes the store under it has served.
+    fn io_counters(&self) -> Option<IoCounters> {
+        None
+    }
+}
+
+/// One `.bin`/`.idx` pair.
+#[derive(Debug)]
+struct TokenFile {
+    /// The common prefix, as keys show it (`path/name` without `.idx`).
+    name: String,
+    bin: Object,
+    index: Index,
+}
+
+/// A Megatron indexed dataset of one or more `.bin`/`.idx` pairs, read through a [`Store`].
+pub(crate) struct TokensSource {
+    store: Store,
+    files: Vec<TokenFile>,
+    /// Where each file's documents start in the whole, then the total.
+    starts: Vec<u64>,
+    display: String,
+}
+
+impl fmt::Debug for TokensSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokensSource").field("source", &self.display).field("files", &self.files.len()).finish()
+    }
+}
+
+impl fmt::Display for TokensSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.display)
+    }
+}
+
+/// Open the indexed datasets whose `.idx` files are `indexes` (sorted by path: their
+/// documents come in that order).
+pub(crate) async fn open(
+    store: Store,
+    mut indexes: Vec<ObjectInfo>,
+    _opts: &SourceOptions,
+    display: String,
+) -> Result<Arc<DynSampleSource>> {
+    indexes.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut files = Vec::with_capacity(indexes.len());
+    let mut starts = vec![0u64];
+    for info in &indexes {
+        let name = info.path.strip_suffix(IDX_SUFFIX).unwrap_or(&info.path).to_string();
+        let bin_path = format!("{name}.bin");
+        let bin_info = store.head(&bin_path).await.map_err(|e| match e {
+            Error::NotFound { .. } => Error::BadIndex {
+                path: store.describe(&info.path),
+                reason: format!(
+                    "its tokens file {} is missing: an indexed dataset is a .bin beside its .idx",
+                    store.describe(&bin_path)
+                ),
+            },
+            other => other,
+        })?;
+        let idx_obj = store.object(info);
+        let bytes = store.read_all(&idx_obj).await?;
+        let index = Index::parse(bytes, bin_info.size).map_err(|reason| Error::BadIndex {
+            path: store.describe(&info.path),
+            reason: format!("{reason}; write the dataset again (Megatron's preprocess_data.py, or `stoker pack`)"),
+        })?;
+        starts.push(starts.last().copied().unwrap_or(0) + index.len() as u64);
+        files.push(TokenFile { name, bin: store.object(&bin_info), index });
+    }
+    Ok(Arc::new(TokensSource { store, files, starts, display }))
+}
+
+impl TokensSource {
+    /// The file holding document `doc` and its number there.
+    fn locate(&self, doc: u64) -> Option<(usize, usize)> {
+        if doc >= *self.starts.last()? {
+            return None;
+        }
+        let f = self.starts.partition_point(|&s| s <= doc) - 1;
+        Some((f, (doc - self.starts[f]) as usize))
+    }
+
+    /// Byte spans in file `f` of `(sequence, token span)` pieces.
+    fn spans(&self, f: usize, pieces: impl Iterator<Item = (usize, Range<u64>)>) -> Vec<Range<u64>> {
+        let file = &self.files[f];
+        let item = file.index.ty.size() as u64;
+        pieces
+            .map(|(s, t)| {
+                let at = file.index.pointer(s);
+                at + t.start * item..at + t.end * item
+            })
+            .collect()
+    }
+
+    fn damaged(&self, f: usize, what: String) -> Error {
+        Error::CorruptData {
+            shard: self.store.describe(self.files[f].bin.path()),
+            key: self.files[f].name.clone(),
+            field: "tokens".into(),
+            reason: what,
+        }
+    }
+}
+
+#[async_trait]
+impl TokenDocs for TokensSource {
+    fn documents(&self) -> u64 {
+        self.starts.last().copied().unwrap_or(0)
+    }
+
+    fn tokens_in(&self, doc: u64) -> u64 {
+        self.locate(doc).map_or(0, |(f, s)| self.files[f].index.size(s))
+    }
+
+    fn shard_sizes(&self) -> Vec<u64> {
+        self.files.iter().map(|f| f.index.len() as u64).collect()
+    }
+
+    async fn read_into(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()> {
+        // Pieces of one file are read in one call, so the store merges neighbours; the
+        // tokens go out in the order asked.
+        let mut located = Vec::with_capacity(pieces.len());
+        for (doc, span) in pieces {
+            let (f, s) = self.locate(*doc).ok_or_else(|| Error::internal(format!("document {doc} out of range")))?;
+            if span.start > span.end || span.end > self.files[f].index.size(s) {
+                return Err(Error::internal(format!("tokens {span:?} of document {doc} are past its end")));
+            }
+            located.push((f, s, span.clone()));
+        }
+        let mut read: Vec<Option<Bytes>> = vec![None; pieces.len()];
+        let mut by_file: Vec<usize> = (0..located.len()).collect();
+        by_file.sort_by_key(|&i| located[i].0);
+        for group in by_file.chunk_by(|&a, &b| located[a].0 == located[b].0) {
+            let f = located[group[0]].0;
+            let spans = self.spans(f, group.iter().map(|&i| (located[i].1, located[i].2.clone())));
+            let got = self.store.read(&self.files[f].bin, &spans).await?;
+            for (&i, bytes) in group.iter().zip(got) {
+                read[i] = Some(bytes);
+            }
+        }
+        for ((f, _, span), bytes) in located.iter().zip(read) {
+            let ty = self.files[*f].index.ty;
+            let bytes = bytes.unwrap_or_default();
+            let n = (span.end - span.start) as usize;
+            if bytes.len() != n * ty.size() {
+                return Err(self.damaged(*f, format!("read {} bytes for {n} tokens", bytes.len())));
+            }
+            out.extend((0..n).map(|i| ty.get(&bytes, i)));
+        }
+        Ok(())
+    }
+
+    fn io_counters(&self) -> Option<IoCounters> {
+        Some(self.store.counters())
+    }
+}
+
+#[async_trait]
+impl SampleSource for TokensSource {
+    fn len(&self) -> usize {
+        self.documents() as usize
+    }
+
+    fn capability(&self) -> Capability {
+        Capability {
+            random_access: true,
+            coalesced_reads: true,
+            locality: true,
+            cheap_meta: true,
+            local: !self.store.is_remote(),
+        }
+    }
+
+    fn info(&self) -> SourceInfo {
+        SourceInfo::of(Layout::Tokens, self.files.len())
+    }
+
+    async fn get(&self, index: usize) -> Result<Sample> {
+        Ok(self.get_many(&[index]).await?.pop().unwrap_or_else(|| Sample::single("", "tokens", Bytes::new())))
+    }
+
+    async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
+        let mut located = Vec::with_capacity(indices.len());
+        for &i in indices {
+            check_index(i, self.len())?;
+            located.push(self.locate(i as u64).ok_or_else(|| Error::internal("a checked index not found"))?);
+        }
+        let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
+        let mut by_file: Vec<usize> = (0..located.len()).collect();
+        by_file.sort_by_key(|&i| located[i]);
+        for group in by_file.chunk_by(|&a, &b| located[a].0 == located[b].0) {
+            let f = located[group[0]].0;
+            let file = &self.files[f];
+            let spans = self.spans(f, group.iter().map(|&i| (located[i].1, 0..file.index.size(located[i].1))));
+            let got = self.store.read(&file.bin, &spans).await?;
+            for (&i, bytes) in group.iter().zip(got) {
+                out[i] = Some(Sample::single(format!("{}/{:09}", file.name, located[i].1), "tokens", bytes));
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    fn locality(&self, index: usize) -> Option<usize> {
+        self.locate(index as u64).map(|(f, _)| f)
+    }
+
+    fn location(&self, index: usize) -> Option<String> {
+        self.locate(index as u64).map(|(f, _)| format!("file {}", self.store.describe(self.files[f].bin.path())))
+    }
+
+    async fn meta(&self, index: usize) -> Result<crate::sample::SampleMeta> {
+        check_index(index, self.len())?;
+        let (f, s) = self.locate(index as u64).ok_or_else(|| Error::internal("a checked index not found"))?;
+        let file = &self.files[f];
+        let bytes = file.index.size(s) * file.index.ty.size() as u64;
+        Ok(crate::sample::SampleMeta { key: format!("{}/{s:09}", file.name), fields: vec![("tokens".into(), bytes)] })
+    }
+
+    fn io_counters(&self) -> Option<IoCounters> {
+        Some(self.store.counters())
+    }
+
+    fn as_tokens(&self) -> Option<&dyn TokenDocs> {
+        Some(self)
+    }
+}

@@ -1,0 +1,148 @@
+//! Language-model input: token documents packed into fixed-length training sequences, the
+//! same global batches at any world size, resumable exactly.
+//!
+//! An epoch is the documents in the sampler's order (sequential, shuffled, or by shards),
+//! each followed by the configured EOS (and preceded by BOS), joined into one token stream.
+//! Sequence `s` is the stream's tokens `[s * seq_len, s * seq_len + window)` where the window
+//! is `seq_len`, or `seq_len + 1` with `labels` (consecutive sequences then share one token,
+//! as Megatron's GPT samples do, so every token is an input once and a label once). Global
+//! batch `k` is sequences `[k * G, (k + 1) * G)` for a global batch of `G` sequences; rank `r`
+//! of `w` takes rows `[r * G / w, (r + 1) * G / w)` of it. None of this depends on the world
+//! size, and the plan ([`plan`]) needs document lengths only, so every rank cuts the same
+//! sequences without reading another rank's tokens, and a resume at another world size goes
+//! on with the next global batch.
+//!
+//! A batch has, per row: `input_ids` (`[window]`, int32 or int64), `position_ids`
+//! (`[window]` int32, restarting at 0 where a document starts and at the row's start),
+//! `loss_mask` (`[window]` uint8: 0 on padding and, with `mask_boundaries`, on the first
+//! token of every document after the row's first, which no token of its own document
+//! predicts), and `cu_seqlens` (raw int32: where each segment of the row starts, counted in
+//! the flattened `[rows * window]` batch; append `rows * window` to get the offsets
+//! flash-attention's varlen functions take). Padding happens only at the epoch's end
+//! (`pad_tail`; else the last partial sequence and global batch are dropped), or in
+//! one-document-per-sequence mode ([`Packing::PerDocument`]).
+
+mod build;
+mod loader;
+pub(crate) mod plan;
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::sampler::{Order, Partition};
+
+pub use loader::{TokenEpoch, TokenLoader, TokenState};
+
+/// How documents become sequences.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Packing {
+    /// Documents joined into one stream, cut every `seq_len` tokens: no padding but at the
+    /// epoch's end (pretraining).
+    #[default]
+    Concat,
+    /// One document per sequence, truncated to the window or padded to it (fine-tuning).
+    PerDocument,
+}
+
+/// Integer type of `input_ids`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdType {
+    /// 32-bit ids (every vocabulary in use fits).
+    #[default]
+    Int32,
+    /// 64-bit ids (what `torch.nn.Embedding` indexes with by default).
+    Int64,
+}
+
+/// What a [`TokenLoader`] makes of a token source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackConfig {
+    /// Tokens per sequence.
+    pub seq_len: usize,
+    /// Whether rows hold `seq_len + 1` tokens (inputs and shifted labels in one row).
+    pub labels: bool,
+    /// Sequences per global batch, over all ranks; a multiple of the world size.
+    pub global_batch: usize,
+    /// This process's rank and the world size (rows of each global batch are split evenly).
+    pub partition: Partition,
+    /// Document order of each epoch.
+    pub order: Order,
+    /// Token put before every document, if any.
+    pub bos: Option<i64>,
+    /// Token put after every document, if any (Megatron's preprocessing usually stored it
+    /// already: then leave this unset).
+    pub eos: Option<i64>,
+    /// Token that fills padding.
+    pub pad_id: i64,
+    /// Whether the epoch's last partial sequence and global batch are padded (true) or
+    /// dropped (false).
+    pub pad_tail: bool,
+    /// How documents become sequences.
+    pub packing: Packing,
+    /// Integer type of `input_ids`.
+    pub ids: IdType,
+    /// Whether `loss_mask` is 0 on a document's first token after another document in the
+    /// same row.
+    pub mask_boundaries: bool,
+    /// Global batches being read at once, ahead of the consumer.
+    pub prefetch: usize,
+}
+
+impl PackConfig {
+    /// Sequences of `seq_len` tokens, `global_batch` of them per global batch, one rank,
+    /// documents in order, no BOS/EOS added, no padding, int32 ids.
+    pub fn new(seq_len: usize, global_batch: usize) -> Self {
+        PackConfig {
+            seq_len,
+            labels: false,
+            global_batch,
+            partition: Partition::single(),
+            order: Order::Sequential,
+            bos: None,
+            eos: None,
+            pad_id: 0,
+            pad_tail: false,
+            packing: Packing::Concat,
+            ids: IdType::Int32,
+            mask_boundaries: false,
+            prefetch: 4,
+        }
+    }
+
+    /// Tokens per row.
+    pub fn window(&self) -> usize {
+        self.seq_len + usize::from(self.labels)
+    }
+
+    /// Rows of each global batch this rank takes.
+    pub fn rows(&self) -> usize {
+        self.global_batch / self.partition.world_size.max(1) as usize
+    }
+
+    fn check(&self) -> Result<()> {
+        let extra = usize::from(self.bos.is_some()) + usize::from(self.eos.is_some());
+        if self.seq_len == 0 || self.window() <= extra {
+            return Err(Error::invalid_option(format!(
+                "seq_len {} leaves no room for a document's tokens beside its BOS/EOS",
+                self.seq_len
+            )));
+        }
+        let w = self.partition.world_size;
+        if self.global_batch == 0 || !(self.global_batch as u64).is_multiple_of(w) {
+            return Err(Error::invalid_option(format!(
+                "global_batch {} is not a positive multiple of the world size {w}: every rank takes the same \
+                 number of rows of each global batch (choose a global batch that {w} divides)",
+                self.global_batch
+            )));
+        }
+        let ids = [self.bos, self.eos, Some(self.pad_id)];
+        if self.ids == IdType::Int32 && ids.iter().flatten().any(|&t| i32::try_from(t).is_err()) {
+            return Err(Error::invalid_option("a BOS, EOS or pad id does not fit int32: ask for int64 ids"));
+        }
+        Ok(())
+    }
+}

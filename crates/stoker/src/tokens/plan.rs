@@ -1,0 +1,172 @@
+//! Where every training sequence of an epoch comes from, worked out from document lengths
+//! alone: no rank reads a token to know where its sequences begin, so every rank, at any
+//! world size, cuts the same sequences (see [`super`]).
+
+use std::ops::Range;
+
+use crate::sampler::{Order, Partition, Sampler, SamplerConfig, ShardLayout, Tail};
+use crate::source::TokenDocs;
+
+use super::{PackConfig, Packing};
+use crate::error::{Error, Result};
+
+/// Documents between two recorded offsets: the plan keeps one `u64` per this many documents
+/// (8 MiB for 256 million documents) and walks at most this many to find a token.
+const STRIDE: u64 = 256;
+
+/// One run of a sequence's tokens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Piece {
+    /// The configured beginning-of-document token, of the document at this epoch position.
+    Bos,
+    /// Tokens `span` of document `doc`.
+    Tokens { doc: u64, span: Range<u64> },
+    /// The configured end-of-document token.
+    Eos,
+    /// `n` padding tokens (the epoch's end, or a short document in one-per-sequence mode).
+    Pad(u64),
+}
+
+/// A piece and the document (epoch position) it belongs to, `None` for padding.
+pub(crate) type Placed = (Option<u64>, Piece);
+
+/// One epoch's documents in order, with every `STRIDE`th document's first token offset in
+/// the epoch's token stream.
+pub(crate) struct EpochPlan {
+    sampler: Sampler,
+    /// Tokens each document takes in the stream: its own, plus BOS and EOS when configured.
+    extra: u64,
+    checkpoints: Vec<u64>,
+    total: u64,
+    pub(crate) sequences: u64,
+    cfg: PackConfig,
+}
+
+impl EpochPlan {
+    /// The plan of `epoch` over `docs` (a pass over every document's length).
+    pub(crate) fn new(docs: &dyn TokenDocs, cfg: &PackConfig, epoch: u64) -> Result<Self> {
+        let n = docs.documents();
+        let mut sc = SamplerConfig::new(n, cfg.order.clone());
+        sc.epoch = epoch;
+        sc.partition = Partition::single();
+        sc.tail = Tail::Drop;
+        if matches!(cfg.order, Order::ShardShuffle { .. }) {
+            sc.shards = Some(std::sync::Arc::new(ShardLayout::from_sizes(&docs.shard_sizes())?));
+        }
+        let sampler = Sampler::new(sc)?;
+        let extra = u64::from(cfg.bos.is_some()) + u64::from(cfg.eos.is_some());
+        let mut checkpoints = Vec::with_capacity((n / STRIDE + 1) as usize);
+        let mut total = 0u64;
+        for (k, doc) in sampler.iter().enumerate() {
+            if (k as u64).is_multiple_of(STRIDE) {
+                checkpoints.push(total);
+            }
+            total = total
+                .checked_add(docs.tokens_in(doc) + extra)
+                .ok_or_else(|| Error::invalid_option(format!("{docs}: more than 2^64 tokens")))?;
+        }
+        let window = cfg.window() as u64;
+        let sequences = match cfg.packing {
+            Packing::PerDocument => n,
+            Packing::Concat if cfg.pad_tail => total.div_ceil(cfg.seq_len as u64),
+            Packing::Concat if total >= window => (total - window) / cfg.seq_len as u64 + 1,
+            Packing::Concat => 0,
+        };
+        Ok(EpochPlan { sampler, extra, checkpoints, total, sequences, cfg: cfg.clone() })
+    }
+
+    /// Tokens in the epoch's stream (documents with their BOS and EOS).
+    pub(crate) fn total_tokens(&self) -> u64 {
+        self.total
+    }
+
+    /// The document at epoch position `k`.
+    fn doc_at(&self, k: u64) -> u64 {
+        self.sampler.get(k).unwrap_or(0)
+    }
+
+    /// The epoch position whose stream range holds token `t` (`t < total`), and where it starts.
+    fn position_of(&self, docs: &dyn TokenDocs, t: u64) -> (u64, u64) {
+        let c = self.checkpoints.partition_point(|&o| o <= t).saturating_sub(1);
+        let (mut k, mut at) = (c as u64 * STRIDE, self.checkpoints[c]);
+        loop {
+            let len = docs.tokens_in(self.doc_at(k)) + self.extra;
+            if t < at + len {
+                return (k, at);
+            }
+            at += len;
+            k += 1;
+        }
+    }
+
+    /// The pieces of sequence `s` (`s < sequences`), in order, filling exactly
+    /// [`PackConfig::window`] tokens.
+    pub(crate) fn pieces(&self, docs: &dyn TokenDocs, s: u64) -> Vec<Placed> {
+        let window = self.cfg.window() as u64;
+        let mut out = Vec::new();
+        match self.cfg.packing {
+            Packing::PerDocument => {
+                let doc = self.doc_at(s);
+                // Truncated to the window, keeping BOS and EOS (as tokenizers truncate).
+                let keep = docs.tokens_in(doc).min(window.saturating_sub(self.extra));
+                if self.cfg.bos.is_some() {
+                    out.push((Some(s), Piece::Bos));
+                }
+                if keep > 0 {
+                    out.push((Some(s), Piece::Tokens { doc, span: 0..keep }));
+                }
+                if self.cfg.eos.is_some() && window > u64::from(self.cfg.bos.is_some()) {
+                    out.push((Some(s), Piece::Eos));
+                }
+            }
+            Packing::Concat => {
+                let mut t = s * self.cfg.seq_len as u64;
+                let end = (t + window).min(self.total);
+                if t < end {
+                    let (mut k, mut at) = self.position_of(docs, t);
+                    while t < end {
+                        let doc = self.doc_at(k);
+                        let len = docs.tokens_in(doc);
+                        let stream = len + self.extra;
+                        let span = t - at..(end - at).min(stream);
+                        t = at + span.end;
+                        self.document(&mut out, k, doc, len, span);
+                        at += stream;
+                        k += 1;
+                    }
+                }
+            }
+        }
+        let filled: u64 = out.iter().map(|(_, p)| piece_len(p)).sum();
+        if filled < window {
+            out.push((None, Piece::Pad(window - filled)));
+        }
+        out
+    }
+
+    /// The pieces of stream positions `span` of a document of `len` tokens (its stream: BOS,
+    /// tokens, EOS) at epoch position `k`.
+    fn document(&self, out: &mut Vec<Placed>, k: u64, doc: u64, len: u64, span: Range<u64>) {
+        let bos = u64::from(self.cfg.bos.is_some());
+        if bos == 1 && span.start == 0 && span.end > 0 {
+            out.push((Some(k), Piece::Bos));
+        }
+        let tokens = span.start.saturating_sub(bos).min(len)..span.end.saturating_sub(bos).min(len);
+        if !tokens.is_empty() {
+            out.push((Some(k), Piece::Tokens { doc, span: tokens }));
+        }
+        let eos_at = bos + len;
+        if self.cfg.eos.is_some() && span.start <= eos_at && eos_at < span.end {
+            out.push((Some(k), Piece::Eos));
+        }
+    }
+}
+
+/// Tokens a piece fills.
+pub(crate) fn piece_len(p: &Piece) -> u64 {
+    match p {
+        Piece::Bos | Piece::Eos => 1,
+        Piece::Tokens { span, .. } => span.end - span.start,
+        Piece::Pad(n) => *n,
+    }
+}

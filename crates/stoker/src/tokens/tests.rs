@@ -1,0 +1,203 @@
+//! Packing checked against a direct model of the stream: every document's tokens appear once
+//! per epoch, in order, with exact boundaries, and global batches do not depend on the world
+//! size.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::batch::Batch;
+use crate::sampler::Order;
+use crate::source::tokens::write_idx;
+use crate::DynSampleSource;
+
+/// A corpus of documents (document `d` has `lens[d]` tokens `d * 1000 + i`; keep `d` below 65
+/// and lengths below 1000 so they fit uint16 and tell their document), as one
+/// uint16 `.bin`/`.idx` pair in a temporary directory.
+pub(crate) fn corpus(dir: &std::path::Path, lens: &[u64]) {
+    let mut bin = Vec::new();
+    for (d, &n) in lens.iter().enumerate() {
+        for i in 0..n {
+            bin.extend_from_slice(&(((d as u64 * 1000 + i) % 65536) as u16).to_le_bytes());
+        }
+    }
+    std::fs::write(dir.join("c.bin"), bin).unwrap();
+    std::fs::write(dir.join("c.idx"), write_idx(8, lens, 2)).unwrap();
+}
+
+async fn open(dir: &std::path::Path) -> Arc<DynSampleSource> {
+    crate::source::open(dir.to_str().unwrap(), Default::default()).await.unwrap()
+}
+
+fn column<T: Copy>(b: &Batch, name: &str, f: fn(&[u8]) -> T, width: usize) -> Vec<Vec<T>> {
+    let c = b.field(name).unwrap();
+    (0..c.len()).map(|i| c.get(i).unwrap().chunks_exact(width).map(f).collect()).collect()
+}
+
+fn ids(b: &Batch) -> Vec<Vec<i64>> {
+    column(b, "input_ids", |c| i64::from(i32::from_ne_bytes(c.try_into().unwrap())), 4)
+}
+
+async fn run(src: &Arc<DynSampleSource>, cfg: PackConfig, epoch: u64) -> Vec<Batch> {
+    let loader = TokenLoader::new(src.clone(), cfg).unwrap();
+    loader.epoch(epoch).unwrap().collect().await.unwrap()
+}
+
+/// The stream the packer must cut: documents in `order`, each with its EOS.
+fn stream(lens: &[u64], order: &[u64], eos: i64) -> Vec<(i64, u64)> {
+    let mut out = Vec::new();
+    for &d in order {
+        out.extend((0..lens[d as usize]).map(|i| (((d * 1000 + i) % 65536) as i64, d)));
+        out.push((eos, d));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concat_packing_cuts_the_stream_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let lens = [5u64, 0, 17, 3, 40, 1, 9];
+    corpus(dir.path(), &lens);
+    let src = open(dir.path()).await;
+    let mut cfg = PackConfig::new(8, 2);
+    cfg.eos = Some(9999);
+    cfg.labels = true;
+    cfg.mask_boundaries = true;
+    let batches = run(&src, cfg, 0).await;
+    let want = stream(&lens, &(0..lens.len() as u64).collect::<Vec<_>>(), 9999);
+    // 82 stream tokens; windows of 9 every 8: 10 sequences, 5 global batches of 2.
+    assert_eq!(want.len(), 82);
+    assert_eq!(batches.len(), 5);
+    let rows: Vec<Vec<i64>> = batches.iter().flat_map(ids).collect();
+    for (s, row) in rows.iter().enumerate() {
+        let expect: Vec<i64> = want[s * 8..s * 8 + 9].iter().map(|t| t.0).collect();
+        assert_eq!(row, &expect, "sequence {s}");
+    }
+    // Positions restart where a document starts; cu_seqlens mark the same places.
+    let b = &batches[0];
+    let pos = column(b, "position_ids", |c| i32::from_ne_bytes(c.try_into().unwrap()), 4);
+    let mask = column(b, "loss_mask", |c| c[0], 1);
+    // Row 0: doc 0 (5 tokens + EOS), doc 1 (EOS only), doc 2 starts.
+    assert_eq!(pos[0], vec![0, 1, 2, 3, 4, 5, 0, 0, 1]);
+    assert_eq!(mask[0], vec![1, 1, 1, 1, 1, 1, 0, 0, 1]);
+    let cu = column(b, "cu_seqlens", |c| i32::from_ne_bytes(c.try_into().unwrap()), 4);
+    assert_eq!(cu[0], vec![0, 6, 7]);
+    // Row 1 continues doc 2 (a new segment at the row's start), offset by one row of 9.
+    assert_eq!(cu[1], vec![9]);
+    assert_eq!(pos[1], (0..9).collect::<Vec<i32>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_batches_do_not_depend_on_the_world_size_and_resume_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let lens: Vec<u64> = (0..65).map(|d| (d * 37 % 61) + 1).collect();
+    corpus(dir.path(), &lens);
+    let src = open(dir.path()).await;
+    let base = |world: u64, rank: u64| {
+        let mut c = PackConfig::new(8, 12);
+        c.order = Order::Shuffle { seed: 7 };
+        c.eos = Some(0);
+        c.partition = crate::sampler::Partition::new(rank, world).unwrap();
+        c
+    };
+    let one: Vec<Vec<Vec<i64>>> = run(&src, base(1, 0), 3).await.iter().map(ids).collect();
+    assert!(one.len() > 10);
+    for world in [2u64, 3, 4] {
+        let per_rank: Vec<Vec<Vec<Vec<i64>>>> = {
+            let mut v = Vec::new();
+            for r in 0..world {
+                v.push(run(&src, base(world, r), 3).await.iter().map(ids).collect());
+            }
+            v
+        };
+        for (k, global) in one.iter().enumerate() {
+            let joined: Vec<Vec<i64>> = per_rank.iter().flat_map(|r| r[k].clone()).collect();
+            assert_eq!(&joined, global, "world {world}, global batch {k}");
+        }
+    }
+    // Stop after 4 global batches at world 2, go on at world 3: the same global batches.
+    let first = TokenLoader::new(src.clone(), base(2, 1)).unwrap();
+    let mut e = first.epoch(3).unwrap();
+    for _ in 0..4 {
+        e.next_batch().await.unwrap().unwrap();
+    }
+    let state = first.state();
+    assert_eq!((state.epoch, state.batch), (3, 4));
+    drop(e);
+    for r in 0..3 {
+        let l = TokenLoader::new(src.clone(), base(3, r)).unwrap();
+        l.load_state(state.clone()).unwrap();
+        let rest: Vec<Vec<Vec<i64>>> = l.epoch(3).unwrap().collect().await.unwrap().iter().map(ids).collect();
+        assert_eq!(rest.len(), one.len() - 4);
+        for (k, rows) in rest.iter().enumerate() {
+            assert_eq!(rows[..], one[4 + k][r as usize * 4..(r as usize + 1) * 4], "rank {r} batch {}", 4 + k);
+        }
+    }
+    // A state for other data or other global batches is refused.
+    let other = TokenLoader::new(src.clone(), PackConfig::new(32, 12)).unwrap();
+    assert!(other.load_state(state).unwrap_err().to_string().contains("seq_len"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_token_once_per_epoch_in_document_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let lens: Vec<u64> = (0..65).map(|d| (d * 53 % 97) + 1).collect();
+    corpus(dir.path(), &lens);
+    let src = open(dir.path()).await;
+    let mut cfg = PackConfig::new(32, 4);
+    cfg.order = Order::Shuffle { seed: 1 };
+    cfg.pad_tail = true;
+    cfg.pad_id = -1;
+    cfg.bos = Some(65535);
+    let batches = run(&src, cfg, 1).await;
+    let mut seen: Vec<Vec<i64>> = vec![Vec::new(); lens.len()];
+    for b in &batches {
+        let pos = column(b, "position_ids", |c| i32::from_ne_bytes(c.try_into().unwrap()), 4);
+        for (row, p) in ids(b).iter().zip(pos) {
+            for (&t, _) in row.iter().zip(p) {
+                if t >= 0 && t != 65535 {
+                    seen[(t / 1000) as usize].push(t % 1000);
+                }
+            }
+        }
+    }
+    for (d, got) in seen.iter().enumerate() {
+        assert_eq!(got, &(0..lens[d] as i64).collect::<Vec<_>>(), "document {d}");
+    }
+    let bos = batches.iter().flat_map(ids).flatten().filter(|&t| t == 65535).count();
+    assert_eq!(bos, lens.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_document_per_sequence_truncates_and_pads() {
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path(), &[3, 10]);
+    let src = open(dir.path()).await;
+    let mut cfg = PackConfig::new(6, 2);
+    cfg.packing = Packing::PerDocument;
+    cfg.eos = Some(7);
+    cfg.pad_id = -1;
+    let b = &run(&src, cfg, 0).await[0];
+    assert_eq!(ids(b), vec![vec![0, 1, 2, 7, -1, -1], vec![1000, 1001, 1002, 1003, 1004, 7]]);
+    let mask = column(b, "loss_mask", |c| c[0], 1);
+    assert_eq!(mask[0], vec![1, 1, 1, 1, 0, 0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_configurations_and_sources_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path(), &[3, 10]);
+    let src = open(dir.path()).await;
+    let mut c = PackConfig::new(8, 3);
+    c.partition = crate::sampler::Partition::new(0, 2).unwrap();
+    let e = TokenLoader::new(src.clone(), c).err().unwrap().to_string();
+    assert!(e.contains("multiple of the world size 2"), "{e}");
+    let files = tempfile::tempdir().unwrap();
+    std::fs::write(files.path().join("a.txt"), "x").unwrap();
+    let e = TokenLoader::new(open(files.path()).await, PackConfig::new(8, 1)).err().unwrap().to_string();
+    assert!(e.contains("holds no token documents"), "{e}");
+    // A .bin shorter than its .idx claims.
+    let f = std::fs::OpenOptions::new().write(true).open(dir.path().join("c.bin")).unwrap();
+    f.set_len(20).unwrap();
+    let e = crate::source::open(dir.path().to_str().unwrap(), Default::default()).await.err().unwrap().to_string();
+    assert!(e.contains("c.idx") && e.contains("past the end of the .bin"), "{e}");
+}
