@@ -34,7 +34,7 @@ FLOORS = [
     {"batch", "pinned", "sampler"},
     {"source"},
     {"decode"},
-    {"loader"},
+    {"loader", "tokens"},
     {"pack", "diagnose", "conformance", "fuzzing"},
 ]
 
