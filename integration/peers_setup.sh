@@ -88,6 +88,15 @@ if ! have "${need[@]}"; then
   pip install --quiet --no-cache-dir "${need[@]}"
 fi
 
+# Megatron-LM's own indexed-dataset writer and reader (the tests' second implementation of the
+# .bin/.idx format). Without its dependencies: the datasets module needs only torch and numpy,
+# and the rest (transformer engine, apex) is for training. 0.16 is the newest for Python 3.11.
+nodeps=(megatron-core==0.16.1)
+if ! have "${nodeps[@]}"; then
+  echo "peers_setup: installing ${nodeps[*]} into .venv-peers (no dependencies)"
+  pip install --quiet --no-cache-dir --no-deps "${nodeps[@]}"
+fi
+
 if $packages_only; then
   echo "peers_setup: packages ok in .venv-peers"
   exit 0

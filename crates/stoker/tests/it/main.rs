@@ -43,3 +43,4 @@ mod sampler_props;
 mod secrets;
 mod shard_stream;
 mod tar_index;
+mod tokens;

@@ -1,0 +1,61 @@
+"""Write Megatron indexed datasets (.bin + .idx) with Megatron-LM's own writer
+(megatron.core.datasets.indexed_dataset.IndexedDatasetBuilder), and print what they hold, read
+back by Megatron's own reader (IndexedDataset).
+
+    python write_tokens.py megatron OUTDIR     # two uint16 datasets, documents of 0 to 700 tokens
+    python write_tokens.py megatron-i32 OUTDIR # one int32 dataset (ids past 65535)
+
+Prints the expected samples as JSON: [{"key": ..., "fields": [["tokens", hex]]}, ...] in
+Stoker's order (files by path, then sequences in order); keys are `NAME/NNNNNNNNN` (the file
+name without .idx, the sequence number), tokens as stored (little-endian, the dataset's dtype).
+"""
+import json
+import os
+import sys
+import warnings
+
+import numpy as np
+
+warnings.filterwarnings("ignore")  # Megatron warns that Transformer Engine and Apex are absent
+import torch  # noqa: E402
+from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder  # noqa: E402
+
+
+def lengths(n, seed):
+    rng = np.random.default_rng(seed)
+    out = rng.integers(1, 700, size=n)
+    out[3] = 0  # an empty document
+    return out
+
+
+def write(prefix, dtype, n, seed, vocab):
+    rng = np.random.default_rng(seed + 1)
+    b = IndexedDatasetBuilder(prefix + ".bin", dtype=dtype)
+    for size in lengths(n, seed):
+        b.add_item(torch.from_numpy(rng.integers(0, vocab, size=int(size)).astype(np.int64)))
+        b.end_document()
+    b.finalize(prefix + ".idx")
+
+
+def main():
+    kind, out = sys.argv[1], sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    if kind == "megatron":
+        files = [("part-00", np.uint16, 60, 1, 50257), ("part-01", np.uint16, 45, 2, 50257)]
+    elif kind == "megatron-i32":
+        files = [("big-vocab", np.int32, 50, 3, 200_000)]
+    else:
+        sys.exit(f"unknown kind {kind}")
+    samples = []
+    for name, dtype, n, seed, vocab in files:
+        prefix = os.path.join(out, name)
+        write(prefix, dtype, n, seed, vocab)
+        ds = IndexedDataset(prefix)
+        for i in range(len(ds)):
+            tokens = np.asarray(ds[i]).astype(np.dtype(dtype).newbyteorder("<"))
+            samples.append({"key": f"{name}/{i:09d}", "fields": [["tokens", tokens.tobytes().hex()]]})
+    json.dump(samples, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
