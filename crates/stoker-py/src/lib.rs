@@ -33,6 +33,7 @@ mod order;
 mod runtime;
 mod secrets;
 mod source;
+mod tokens;
 
 use errors::{
     CorruptDataError, CudaUnavailableError, DecodeError, InvalidInputError, NotFoundError, RemoteError, StokerError,
@@ -49,6 +50,8 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::Loader>()?;
     m.add_class::<loader::Epoch>()?;
     m.add_class::<loader::Batch>()?;
+    m.add_class::<tokens::TokenLoader>()?;
+    m.add_class::<tokens::TokenEpoch>()?;
     m.add_class::<dlpack::DlPack>()?;
     m.add("StokerError", py.get_type::<StokerError>())?;
     m.add("NotFoundError", py.get_type::<NotFoundError>())?;

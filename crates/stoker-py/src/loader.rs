@@ -106,26 +106,7 @@ impl Loader {
         cfg.drop_last = drop_last;
         cfg.prefetch = prefetch;
         cfg.max_bytes_in_flight = max_bytes_in_flight;
-        cfg.partition = match (rank, world_size) {
-            (Some(r), Some(w)) => {
-                let p = Partition::new(r, w).map_err(|e| err(e.into()))?;
-                // The launcher's node numbers still say which ranks share this node's disk
-                // cache, when they are for this rank.
-                match Partition::from_env() {
-                    Ok(env) if (env.rank, env.world_size) == (r, w) => match (env.local_rank, env.local_world_size) {
-                        (Some(l), Some(n)) => p.on_node(l, n).unwrap_or(p),
-                        _ => p,
-                    },
-                    _ => p,
-                }
-            }
-            (None, None) => Partition::from_env().map_err(|e| err(e.into()))?,
-            _ => {
-                return Err(InvalidInputError::new_err(
-                    "give both rank and world_size, or neither (then RANK/WORLD_SIZE)",
-                ))
-            }
-        };
+        cfg.partition = partition(rank, world_size)?;
         cfg.worker = worker;
         cfg.num_workers = num_workers;
         cfg.tail = if wrap { Tail::Wrap } else { Tail::Drop };
@@ -177,6 +158,26 @@ impl Loader {
     }
 }
 
+/// `rank` of `world_size` as given, or both from the launcher's environment (RANK,
+/// WORLD_SIZE); the launcher's node numbers still say which ranks share this node's disk
+/// cache, when they are for this rank.
+pub(crate) fn partition(rank: Option<u64>, world_size: Option<u64>) -> PyResult<Partition> {
+    match (rank, world_size) {
+        (Some(r), Some(w)) => {
+            let p = Partition::new(r, w).map_err(|e| err(e.into()))?;
+            Ok(match Partition::from_env() {
+                Ok(env) if (env.rank, env.world_size) == (r, w) => match (env.local_rank, env.local_world_size) {
+                    (Some(l), Some(n)) => p.on_node(l, n).unwrap_or(p),
+                    _ => p,
+                },
+                _ => p,
+            })
+        }
+        (None, None) => Partition::from_env().map_err(|e| err(e.into())),
+        _ => Err(InvalidInputError::new_err("give both rank and world_size, or neither (then RANK/WORLD_SIZE)")),
+    }
+}
+
 /// One epoch's batches.
 #[pyclass(module = "stoker._stoker")]
 pub(crate) struct Epoch {
@@ -216,6 +217,12 @@ impl Epoch {
 #[pyclass(module = "stoker._stoker", frozen)]
 pub(crate) struct Batch {
     batch: Arc<stoker::batch::Batch>,
+}
+
+impl Batch {
+    pub(crate) fn new(batch: stoker::batch::Batch) -> Self {
+        Batch { batch: Arc::new(batch) }
+    }
 }
 
 #[pymethods]

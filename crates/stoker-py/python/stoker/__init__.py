@@ -43,6 +43,7 @@ __all__ = [
     "mix",
     "Dataset",
     "Loader",
+    "TokenLoader",
     "Image",
     "Int",
     "Npy",
@@ -638,3 +639,6 @@ def diagnose(
     out: Dict[str, Any] = json.loads(report)
     out["text"] = text
     return out
+
+
+from .tokens import TokenLoader  # noqa: E402  (it uses Dataset, defined above)

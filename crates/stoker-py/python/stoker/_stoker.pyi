@@ -86,6 +86,40 @@ class Loader:
     def load_state(self, state: str) -> None: ...
     def stats(self) -> Dict[str, Any]: ...
 
+@final
+class TokenEpoch:
+    def __iter__(self) -> "TokenEpoch": ...
+    def __next__(self) -> Batch: ...
+
+@final
+class TokenLoader:
+    def __new__(
+        cls,
+        source: Source,
+        seq_len: int,
+        global_batch: int,
+        labels: bool = False,
+        shuffle: Union[bool, str, None] = None,
+        seed: int = 0,
+        shuffle_window: Optional[int] = None,
+        bos: Optional[int] = None,
+        eos: Optional[int] = None,
+        pad_id: int = 0,
+        pad_tail: bool = False,
+        per_document: bool = False,
+        int64: bool = False,
+        mask_boundaries: bool = False,
+        prefetch: int = 4,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+    ) -> TokenLoader: ...
+    def batches(self, epoch: int) -> int: ...
+    def tokens(self, epoch: int) -> int: ...
+    def epoch(self, epoch: int) -> TokenEpoch: ...
+    def state(self) -> str: ...
+    def load_state(self, state: str) -> None: ...
+    def stats(self) -> Dict[str, Any]: ...
+
 
 def diagnose(
     uri: str,

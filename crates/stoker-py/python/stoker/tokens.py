@@ -1,0 +1,168 @@
+"""Language-model input: token documents packed into fixed-length sequences (see
+``stoker.TokenLoader``)."""
+
+import json
+import os
+from typing import Any, Dict, Iterator, Optional, Union
+
+from . import _stoker
+
+
+class TokenLoader:
+    """Packed language-model batches from a tokenized corpus (Megatron ``.bin``/``.idx``).
+
+    Documents, in the epoch's order (``shuffle``: ``False``, ``True`` or ``"shards"``, seeded
+    by ``(seed, epoch)``), each preceded by ``bos`` and followed by ``eos`` when given, are
+    joined into one token stream and cut every ``seq_len`` tokens. With ``labels=True`` each row
+    holds ``seq_len + 1`` tokens (inputs ``row[:-1]``, labels ``row[1:]``; consecutive rows
+    share one token, as Megatron's samples do). ``per_document=True`` puts one document in each
+    row instead, truncated or padded (fine-tuning).
+
+    ``global_batch`` is the number of rows over all ranks; rank ``r`` of ``world_size`` gets rows
+    ``[r * global_batch / world_size, ...)`` of each global batch. Global batch ``k`` is the same
+    whatever the world size, and ``state_dict()`` (the epoch and the next global batch) resumes
+    at another world size with the next global batch.
+
+    Each batch is a dict of tensors (numpy arrays with ``output="numpy"``): ``input_ids``
+    ``[B, L]`` (int32, or int64 with ``int64=True``), ``position_ids`` ``[B, L]`` int32
+    (restarting at every document and row), ``loss_mask`` ``[B, L]`` bool (False on padding and,
+    with ``mask_boundaries=True``, on a document's first token after another document in the
+    row), ``cu_seqlens`` int32 ``[segments + 1]``, the segment boundaries of the flattened
+    ``[B * L]`` batch as flash-attention's varlen functions take them, and ``max_seqlen``.
+    Padding (``pad_id``) happens only at the epoch's end with ``pad_tail=True``; otherwise the
+    last partial sequence and global batch are dropped.
+    """
+
+    def __init__(
+        self,
+        uri_or_dataset: Union[str, Any, "os.PathLike[str]"],
+        seq_len: int,
+        global_batch: int,
+        labels: bool = False,
+        shuffle: Union[bool, str] = False,
+        seed: int = 0,
+        shuffle_window: Optional[int] = None,
+        bos: Optional[int] = None,
+        eos: Optional[int] = None,
+        pad_id: int = 0,
+        pad_tail: bool = False,
+        per_document: bool = False,
+        int64: bool = False,
+        mask_boundaries: bool = False,
+        prefetch: int = 4,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        output: str = "torch",
+        **options: Any,
+    ) -> None:
+        from . import Dataset, InvalidInputError
+
+        if output not in ("torch", "numpy"):
+            raise InvalidInputError(f"output must be 'torch' or 'numpy', not {output!r}")
+        ds = uri_or_dataset if isinstance(uri_or_dataset, Dataset) else Dataset(os.fspath(uri_or_dataset), **options)
+        self.dataset = ds
+        self.output = output
+        self.epoch = 0
+        self._started = False
+        self._resume_epoch: Optional[int] = None
+        self._loader = _stoker.TokenLoader(
+            ds._source,
+            seq_len,
+            global_batch,
+            labels=labels,
+            shuffle=shuffle,
+            seed=seed,
+            shuffle_window=shuffle_window,
+            bos=bos,
+            eos=eos,
+            pad_id=pad_id,
+            pad_tail=pad_tail,
+            per_document=per_document,
+            int64=int64,
+            mask_boundaries=mask_boundaries,
+            prefetch=prefetch,
+            rank=rank,
+            world_size=world_size,
+        )
+
+    def __len__(self) -> int:
+        """Batches in the current epoch (global batches: this rank gets its rows of each)."""
+        return self._loader.batches(self.epoch)
+
+    def tokens(self, epoch: Optional[int] = None) -> int:
+        """Tokens in an epoch's stream (documents with their BOS and EOS)."""
+        return self._loader.tokens(self.epoch if epoch is None else epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration reads."""
+        self.epoch = epoch
+        self._started = False
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        if self._resume_epoch is not None:
+            self.epoch, self._resume_epoch = self._resume_epoch, None
+        elif self._started:
+            self.epoch += 1
+        self._started = True
+        for batch in self._loader.epoch(self.epoch):
+            yield self._convert(batch)
+
+    def _convert(self, batch: Any) -> Dict[str, Any]:
+        if self.output == "torch":
+            import torch
+
+            def convert(x: Any) -> Any:
+                return torch.from_dlpack(x)
+
+            def ints(a: Any) -> Any:
+                return a.view(torch.int32)
+
+            def cat(parts: Any) -> Any:
+                return torch.cat(parts)
+
+            def scalar(v: int) -> Any:
+                return torch.tensor([v], dtype=torch.int32)
+
+            as_bool = torch.bool
+        else:
+            import numpy
+
+            def convert(x: Any) -> Any:
+                return numpy.from_dlpack(x)
+
+            def ints(a: Any) -> Any:
+                return a.view(numpy.int32)
+
+            def cat(parts: Any) -> Any:
+                return numpy.concatenate(parts)
+
+            def scalar(v: int) -> Any:
+                return numpy.array([v], dtype=numpy.int32)
+
+            as_bool = numpy.bool_
+        out: Dict[str, Any] = {}
+        for name in ("input_ids", "position_ids", "loss_mask"):
+            data, _offsets, _dtype = batch.column(name)
+            out[name] = convert(data)
+        out["loss_mask"] = out["loss_mask"].astype(as_bool) if self.output == "numpy" else out["loss_mask"].to(as_bool)
+        rows, width = out["input_ids"].shape
+        data, _offsets, _dtype = batch.column("cu_seqlens")
+        cu = cat([ints(convert(data)), scalar(rows * width)])
+        out["cu_seqlens"] = cu
+        out["max_seqlen"] = int((cu[1:] - cu[:-1]).max()) if len(cu) > 1 else 0
+        return out
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the run stands: the epoch and the next global batch (any world size resumes it)."""
+        return json.loads(self._loader.state())
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continue from ``state_dict()``: the next iteration delivers the next global batch."""
+        self._loader.load_state(json.dumps(state))
+        self._resume_epoch = int(state["epoch"])
+        self.epoch = self._resume_epoch
+        self._started = False
+
+    def stats(self) -> Dict[str, Any]:
+        """Consumer wait, throughput, requests and bytes read."""
+        return self._loader.stats()

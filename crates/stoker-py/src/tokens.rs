@@ -1,0 +1,167 @@
+//! `TokenLoader`: packed language-model batches from a token source (see `stoker::tokens`).
+
+use std::sync::{Arc, Mutex};
+
+use pyo3::exceptions::PyStopIteration;
+use pyo3::prelude::*;
+use stoker::tokens::{IdType, PackConfig, Packing, TokenEpoch as RsEpoch, TokenLoader as RsLoader, TokenState};
+
+use crate::errors::{err, InvalidInputError, StokerError};
+use crate::loader::{partition, Batch};
+use crate::runtime::{block_on, runtime};
+use crate::source::Source;
+
+/// The Rust token loader, built again in a forked child (the parent's runs on the parent's
+/// runtime), keeping a state loaded in the parent.
+#[pyclass(module = "stoker._stoker")]
+pub(crate) struct TokenLoader {
+    source: Py<Source>,
+    cfg: PackConfig,
+    built: Mutex<(u32, Arc<RsLoader>, Option<TokenState>)>,
+}
+
+impl TokenLoader {
+    fn build(py: Python<'_>, source: &Source, cfg: PackConfig) -> PyResult<Arc<RsLoader>> {
+        let src = source.get_src(py)?;
+        let rt = runtime()?;
+        let _guard = rt.enter();
+        Ok(Arc::new(RsLoader::new(src, cfg).map_err(err)?))
+    }
+
+    fn get(&self, py: Python<'_>) -> PyResult<Arc<RsLoader>> {
+        let pid = std::process::id();
+        let pending = {
+            let built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+            if built.0 == pid {
+                return Ok(built.1.clone());
+            }
+            built.2.clone()
+        };
+        let fresh = Self::build(py, self.source.get(), self.cfg.clone())?;
+        if let Some(s) = pending.clone() {
+            fresh.load_state(s).map_err(err)?;
+        }
+        let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+        if built.0 != pid {
+            *built = (pid, fresh, pending);
+        }
+        Ok(built.1.clone())
+    }
+}
+
+#[pymethods]
+impl TokenLoader {
+    #[new]
+    #[pyo3(signature = (source, seq_len, global_batch, labels=false, shuffle=None, seed=0, shuffle_window=None,
+                        bos=None, eos=None, pad_id=0, pad_tail=false, per_document=false, int64=false,
+                        mask_boundaries=false, prefetch=4, rank=None, world_size=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        source: Py<Source>,
+        seq_len: usize,
+        global_batch: usize,
+        labels: bool,
+        shuffle: Option<&Bound<'_, PyAny>>,
+        seed: u64,
+        shuffle_window: Option<usize>,
+        bos: Option<i64>,
+        eos: Option<i64>,
+        pad_id: i64,
+        pad_tail: bool,
+        per_document: bool,
+        int64: bool,
+        mask_boundaries: bool,
+        prefetch: usize,
+        rank: Option<u64>,
+        world_size: Option<u64>,
+    ) -> PyResult<Self> {
+        let mut cfg = PackConfig::new(seq_len, global_batch);
+        cfg.labels = labels;
+        cfg.order = crate::order::order(shuffle, shuffle_window, seed)?;
+        cfg.bos = bos;
+        cfg.eos = eos;
+        cfg.pad_id = pad_id;
+        cfg.pad_tail = pad_tail;
+        cfg.packing = if per_document { Packing::PerDocument } else { Packing::Concat };
+        cfg.ids = if int64 { IdType::Int64 } else { IdType::Int32 };
+        cfg.mask_boundaries = mask_boundaries;
+        cfg.prefetch = prefetch;
+        cfg.partition = partition(rank, world_size)?;
+        let loader = Self::build(py, source.get(), cfg.clone())?;
+        Ok(TokenLoader { source, cfg, built: Mutex::new((std::process::id(), loader, None)) })
+    }
+
+    /// Global batches in `epoch` (this rank gets its rows of each).
+    fn batches(&self, py: Python<'_>, epoch: u64) -> PyResult<u64> {
+        let loader = self.get(py)?;
+        py.detach(|| loader.batches(epoch)).map_err(err)
+    }
+
+    /// Tokens in `epoch`'s stream (documents with their BOS and EOS).
+    fn tokens(&self, py: Python<'_>, epoch: u64) -> PyResult<u64> {
+        let loader = self.get(py)?;
+        py.detach(|| loader.tokens(epoch)).map_err(err)
+    }
+
+    /// Start `epoch` (from a loaded state's batch when it is for this epoch).
+    fn epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<TokenEpoch> {
+        let loader = self.get(py)?;
+        let rt = runtime()?;
+        let _guard = rt.enter();
+        let e = py.detach(|| loader.epoch(epoch)).map_err(err)?;
+        Ok(TokenEpoch { epoch: Some(e), pid: std::process::id() })
+    }
+
+    /// The resume state as JSON: the epoch and the next global batch, for any world size.
+    fn state(&self, py: Python<'_>) -> PyResult<String> {
+        serde_json::to_string(&self.get(py)?.state()).map_err(|e| StokerError::new_err(e.to_string()))
+    }
+
+    /// Resume from `state()` JSON on the next `epoch()` of its epoch.
+    fn load_state(&self, py: Python<'_>, state: &str) -> PyResult<()> {
+        let s: TokenState = serde_json::from_str(state)
+            .map_err(|e| InvalidInputError::new_err(format!("bad token loader state: {e}")))?;
+        self.get(py)?.load_state(s.clone()).map_err(err)?;
+        self.built.lock().unwrap_or_else(|e| e.into_inner()).2 = Some(s);
+        Ok(())
+    }
+
+    /// Statistics as a dict.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let json = serde_json::to_string(&self.get(py)?.stats()).map_err(|e| StokerError::new_err(e.to_string()))?;
+        py.import("json")?.call_method1("loads", (json,))
+    }
+}
+
+/// One epoch's packed batches.
+#[pyclass(module = "stoker._stoker")]
+pub(crate) struct TokenEpoch {
+    epoch: Option<RsEpoch>,
+    pid: u32,
+}
+
+#[pymethods]
+impl TokenEpoch {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Batch> {
+        let Some(e) = self.epoch.as_mut() else { return Err(PyStopIteration::new_err(())) };
+        if self.pid != std::process::id() {
+            return Err(StokerError::new_err(
+                "this epoch was started in the parent process before a fork and cannot continue in the child; \
+                 start a new iteration of the loader in this process",
+            ));
+        }
+        match block_on(py, e.next_batch())? {
+            Some(Ok(b)) => Ok(Batch::new(b)),
+            Some(Err(e)) => Err(err(e)),
+            None => {
+                self.epoch = None;
+                Err(PyStopIteration::new_err(()))
+            }
+        }
+    }
+}

@@ -1,0 +1,128 @@
+"""stoker.TokenLoader over Megatron indexed datasets written by Megatron-LM's own writer (in
+.venv-peers, run as a subprocess): packed rows equal the documents joined, boundaries agree,
+global batches are the same at world sizes 1 to 4, and a killed process resumes at another
+world size with the next global batch."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy
+import pytest
+import torch
+
+import stoker
+
+ROOT = Path(__file__).resolve().parents[3]
+EOS = 50256
+
+
+def writers_python() -> str:
+    return os.environ.get("STOKER_WRITERS_PYTHON") or str(ROOT / ".venv-peers/bin/python")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tokens") / "megatron"
+    res = subprocess.run([writers_python(), str(ROOT / "integration/py/write_tokens.py"), "megatron", str(out)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, f"write_tokens.py failed (run integration/setup.sh): {res.stderr[-2000:]}"
+    docs = [numpy.frombuffer(bytes.fromhex(s["fields"][0][1]), dtype="<u2").astype(numpy.int64)
+            for s in json.loads(res.stdout)]
+    return out, docs
+
+
+def rows(loader):
+    return [b["input_ids"] for b in loader]
+
+
+def test_rows_are_the_documents_joined_with_exact_boundaries(corpus):
+    path, docs = corpus
+    stream = numpy.concatenate([numpy.append(d, EOS) for d in docs])
+    doc_of = numpy.concatenate([numpy.full(len(d) + 1, i) for i, d in enumerate(docs)])
+    loader = stoker.TokenLoader(str(path), seq_len=64, global_batch=4, labels=True, eos=EOS, mask_boundaries=True)
+    n = 0
+    for b in loader:
+        ids, pos, mask, cu = b["input_ids"], b["position_ids"], b["loss_mask"], b["cu_seqlens"]
+        assert ids.dtype == torch.int32 and ids.shape == (4, 65) and mask.dtype == torch.bool
+        for r in range(4):
+            s = n * 4 + r
+            assert ids[r].tolist() == stream[s * 64:s * 64 + 65].tolist()
+            starts = [0] + [i for i in range(1, 65) if doc_of[s * 64 + i] != doc_of[s * 64 + i - 1]]
+            assert (pos[r] == 0).nonzero().flatten().tolist() == starts
+            assert mask[r].tolist() == [i == 0 or i not in starts for i in range(65)]
+        # cu_seqlens: every segment start in the flattened batch, then its length.
+        flat_starts = (pos.flatten() == 0).nonzero().flatten().tolist()
+        assert cu.dtype == torch.int32 and cu.tolist() == flat_starts + [4 * 65]
+        assert b["max_seqlen"] == int((cu[1:] - cu[:-1]).max())
+        n += 1
+    assert n == len(loader) == ((len(stream) - 65) // 64 + 1) // 4
+
+
+def test_global_batches_are_the_same_at_world_sizes_1_to_4(corpus):
+    path, _ = corpus
+    make = lambda r, w: stoker.TokenLoader(str(path), seq_len=32, global_batch=12, shuffle=True, seed=5, eos=EOS,
+                                           rank=r, world_size=w)
+    one = rows(make(0, 1))
+    assert len(one) > 5
+    for w in (2, 3, 4):
+        per_rank = [rows(make(r, w)) for r in range(w)]
+        for k, batch in enumerate(one):
+            assert torch.equal(torch.cat([p[k] for p in per_rank]), batch), (w, k)
+
+
+KILLED = """
+import json, os, signal, sys
+import stoker
+loader = stoker.TokenLoader(sys.argv[1], seq_len=32, global_batch=12, shuffle=True, seed=5, eos=50256,
+                            rank=0, world_size=2)
+loader.set_epoch(1)
+for k, b in enumerate(loader):
+    if k == 3:
+        break
+with open(sys.argv[2], "w") as f:
+    json.dump(loader.state_dict(), f)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_run_resumes_at_another_world_size_with_the_next_global_batch(corpus, tmp_path):
+    path, _ = corpus
+    state_file = tmp_path / "state.json"
+    res = subprocess.run([sys.executable, "-c", KILLED, str(path), str(state_file)], capture_output=True, text=True)
+    assert res.returncode == -signal.SIGKILL, res.stderr
+    state = json.loads(state_file.read_text())
+    assert (state["epoch"], state["batch"]) == (1, 4)
+    whole = stoker.TokenLoader(str(path), seq_len=32, global_batch=12, shuffle=True, seed=5, eos=EOS)
+    whole.set_epoch(1)
+    want = rows(whole)
+    resumed = []
+    for r in range(3):
+        loader = stoker.TokenLoader(str(path), seq_len=32, global_batch=12, shuffle=True, seed=5, eos=EOS,
+                                    rank=r, world_size=3)
+        loader.load_state_dict(state)
+        resumed.append(rows(loader))
+    assert len(resumed[0]) == len(want) - 4
+    for k, batch in enumerate(want[4:]):
+        assert torch.equal(torch.cat([p[k] for p in resumed]), batch), k
+
+
+def test_bad_input_is_a_clear_error(corpus, tmp_path):
+    path, _ = corpus
+    with pytest.raises(stoker.InvalidInputError, match="multiple of the world size 2"):
+        stoker.TokenLoader(str(path), seq_len=32, global_batch=3, rank=0, world_size=2)
+    (tmp_path / "a.txt").write_text("not tokens")
+    with pytest.raises(stoker.InvalidInputError, match="holds no token documents"):
+        stoker.TokenLoader(str(tmp_path), seq_len=32, global_batch=2)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "x.bin").write_bytes(b"\0" * 10)
+    (bad / "x.idx").write_bytes((path / "part-00.idx").read_bytes())
+    with pytest.raises(stoker.StokerError, match=r"x\.idx.*past the end of the \.bin"):
+        stoker.TokenLoader(str(bad), seq_len=32, global_batch=2)
+    loader = stoker.TokenLoader(str(path), seq_len=32, global_batch=2)
+    with pytest.raises(stoker.InvalidInputError, match="seq_len"):
+        loader.load_state_dict({"epoch": 0, "batch": 1, "documents": 105, "seq_len": 64, "global_batch": 2})
