@@ -18,6 +18,8 @@ __all__ = [
     "redact_text",
     "Source",
     "StokerError",
+    "TokenEpoch",
+    "TokenLoader",
 ]
 
 class StokerError(Exception): ...
