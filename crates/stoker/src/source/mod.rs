@@ -15,6 +15,7 @@ use crate::store::IoCounters;
 use crate::uri::{Layout, SourceOptions};
 
 mod index;
+pub(crate) mod jsonl;
 pub mod lmdb;
 pub mod manifest;
 pub mod mix;

@@ -15,7 +15,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::lmdb::DATA_FILE;
 use super::tar_index::{self, ShardIndex};
-use super::{manifest, mix, parquet, records, tokens, DynSampleSource, LmdbSource, ObjectsSource, TarSource};
+use super::{jsonl, manifest, mix, parquet, records, tokens, DynSampleSource, LmdbSource, ObjectsSource, TarSource};
 use crate::error::{Error, Result};
 use crate::store::{ObjectInfo, Store};
 use crate::uri::{self, Layout, Location, RemoteLocation, SourceOptions, INDEX_FILE};
@@ -173,6 +173,7 @@ pub(crate) async fn construct(r: Resolved) -> Result<Arc<DynSampleSource>> {
             records::open(layout, store, listing, &opts, display).await?
         }
         (Layout::Tokens, Place::Store { store, listing, .. }) => tokens::open(store, listing, &opts, display).await?,
+        (Layout::Jsonl, Place::Store { store, listing, .. }) => jsonl::open(store, listing, &opts, display).await?,
         (Layout::Lmdb | Layout::Mix, Place::Store { .. }) => {
             return Err(Error::internal(format!("{display}: resolved to {layout} over a store, which cannot be")))
         }

@@ -339,7 +339,7 @@ impl<K: PartialEq + Copy, V: Clone> Kept<K, V> {
 
 /// A file in `dir` with no name: `O_TMPFILE` where the file system has it, else a named
 /// file removed at once.
-fn unnamed_file(dir: &Path) -> io::Result<std::fs::File> {
+pub(crate) fn unnamed_file(dir: &Path) -> io::Result<std::fs::File> {
     use rustix::fs::{Mode, OFlags};
     match rustix::fs::open(dir, OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, Mode::RUSR | Mode::WUSR) {
         Ok(fd) => Ok(std::fs::File::from(fd)),

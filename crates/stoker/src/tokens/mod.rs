@@ -27,6 +27,8 @@ mod loader;
 pub(crate) mod plan;
 #[cfg(test)]
 mod tests;
+mod text;
+mod write;
 
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +36,8 @@ use crate::error::{Error, Result};
 use crate::sampler::{Order, Partition};
 
 pub use loader::{TokenEpoch, TokenLoader, TokenState};
+pub use text::TextTokenizer;
+pub use write::{pretokenize, Part, TokenizeOptions, TokenizedManifest, MANIFEST};
 
 /// How documents become sequences.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

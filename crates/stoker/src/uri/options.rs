@@ -31,6 +31,9 @@ pub enum Layout {
     /// Tokenized documents: Megatron-style indexed datasets, `NAME.bin` tokens beside their
     /// `NAME.idx` index (Megatron-LM, NeMo, GPT-NeoX).
     Tokens,
+    /// JSON Lines text: one document per line (`.jsonl`, `.jsonl.gz`, `.jsonl.zst`), its text
+    /// in the field `text_field` names.
+    Jsonl,
 }
 
 impl Layout {
@@ -44,6 +47,7 @@ impl Layout {
         Layout::Mds,
         Layout::Litdata,
         Layout::Tokens,
+        Layout::Jsonl,
     ];
 
     /// The name used in URIs and output.
@@ -57,6 +61,7 @@ impl Layout {
             Layout::Mds => "mds",
             Layout::Litdata => "litdata",
             Layout::Tokens => "tokens",
+            Layout::Jsonl => "jsonl",
         }
     }
 }
@@ -65,8 +70,14 @@ impl Layout {
 /// inference tries them. A sharded layout (Parquet, MDS, ...) joins inference with a row here.
 /// MDS and LitData datasets are recognised by their `index.json` (see [`INDEX_FILE`]), whose
 /// content says which of the two it is.
-const SHARD_SUFFIXES: &[(Layout, &str)] =
-    &[(Layout::Tar, ".tar"), (Layout::Parquet, ".parquet"), (Layout::Tokens, ".idx")];
+const SHARD_SUFFIXES: &[(Layout, &str)] = &[
+    (Layout::Tar, ".tar"),
+    (Layout::Parquet, ".parquet"),
+    (Layout::Tokens, ".idx"),
+    (Layout::Jsonl, ".jsonl"),
+    (Layout::Jsonl, ".jsonl.gz"),
+    (Layout::Jsonl, ".jsonl.zst"),
+];
 
 /// The file an MDS or LitData dataset is opened from: it names the shards (chunks).
 pub const INDEX_FILE: &str = "index.json";
@@ -84,8 +95,9 @@ impl Layout {
             // The shards are the ones its index names; the listing keeps the index alone.
             return path.rsplit('/').next() == Some(INDEX_FILE);
         }
-        match SHARD_SUFFIXES.iter().find(|(l, _)| *l == self) {
-            Some((_, suffix)) => path.ends_with(suffix),
+        let mut suffixes = SHARD_SUFFIXES.iter().filter(|(l, _)| *l == self).peekable();
+        match suffixes.peek() {
+            Some(_) => suffixes.any(|(_, suffix)| path.ends_with(suffix)),
             None => true,
         }
     }
@@ -114,6 +126,8 @@ pub struct SourceOptions {
     pub layout: Option<Layout>,
     /// Field name for single-field LMDB records (default `data`).
     pub field: Option<String>,
+    /// JSONL: the field of each line's object that holds the document's text (default `text`).
+    pub text_field: Option<String>,
     /// Parquet, MDS, LitData: read only these columns (comma-separated, `image,label`); the
     /// others are never fetched (default: every column).
     pub columns: Option<String>,

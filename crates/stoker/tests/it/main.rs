@@ -43,4 +43,5 @@ mod sampler_props;
 mod secrets;
 mod shard_stream;
 mod tar_index;
+mod text;
 mod tokens;

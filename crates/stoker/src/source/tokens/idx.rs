@@ -165,7 +165,6 @@ fn i32_at(b: &[u8], at: usize) -> i32 {
     i32::from_le_bytes(b[at..at + 4].try_into().unwrap_or_default())
 }
 
-#[cfg(test)]
 /// An index for `sizes` (tokens per sequence) of type code `code`, sequences back to back, one
 /// document per sequence: what Megatron's `IndexedDatasetBuilder` writes.
 pub(crate) fn write(code: u8, sizes: &[u64], item: usize) -> Vec<u8> {

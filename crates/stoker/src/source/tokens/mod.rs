@@ -16,7 +16,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-#[cfg(test)]
 pub(crate) use self::idx::write as write_idx;
 use self::idx::Index;
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};

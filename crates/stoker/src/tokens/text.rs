@@ -1,0 +1,68 @@
+//! Tokenizing text in Rust: a Hugging Face `tokenizer.json` loaded by the `tokenizers` crate
+//! (the same core as the Python wheel, so the ids are the same), encoded in parallel batches.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// A loaded `tokenizer.json`.
+pub struct TextTokenizer {
+    inner: tokenizers::Tokenizer,
+    shown: String,
+    fingerprint: u64,
+}
+
+impl std::fmt::Debug for TextTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextTokenizer").field("file", &self.shown).field("vocab", &self.vocab_size()).finish()
+    }
+}
+
+impl TextTokenizer {
+    /// Load `path` (a Hugging Face `tokenizer.json`).
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| {
+            Error::invalid_option(format!(
+                "cannot read the tokenizer {}: {e} (give the path of a Hugging Face tokenizer.json)",
+                path.display()
+            ))
+        })?;
+        Self::from_bytes(&bytes, &path.display().to_string())
+    }
+
+    /// Load a `tokenizer.json`'s bytes; `shown` names it in errors.
+    pub fn from_bytes(bytes: &[u8], shown: &str) -> Result<Self> {
+        let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| {
+            Error::invalid_option(format!("{shown} is not a tokenizer.json the tokenizers library can load: {e}"))
+        })?;
+        Ok(TextTokenizer { inner, shown: shown.to_string(), fingerprint: twox_hash::XxHash64::oneshot(0, bytes) })
+    }
+
+    /// Size of the vocabulary, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// A hash of the `tokenizer.json` bytes: what tokenized data is keyed by.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// The id of token `text` (e.g. `<|endoftext|>`), if the vocabulary has it.
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.inner.token_to_id(text)
+    }
+
+    /// The ids of each text, without special tokens (BOS/EOS are the packer's), encoded in
+    /// parallel on the `tokenizers` crate's threads (all cores).
+    pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
+        let encodings = self.inner.encode_batch(texts.to_vec(), false).map_err(|e| Error::Decode {
+            source_name: self.shown.clone(),
+            key: String::new(),
+            index: 0,
+            field: "text".into(),
+            reason: format!("tokenizing failed: {e}"),
+        })?;
+        Ok(encodings.into_iter().map(|e| e.get_ids().to_vec()).collect())
+    }
+}

@@ -1,0 +1,248 @@
+//! Pre-tokenizing: any text source written as a Megatron indexed dataset (`.bin` + `.idx`),
+//! tokenized on all cores, in parts that a rerun keeps (each checked by its recorded size and
+//! xxh64 checksum), so an interrupted run goes on where it stopped.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::text::TextTokenizer;
+use crate::error::{Error, Result};
+use crate::source::tokens::write_idx;
+use crate::source::DynSampleSource;
+
+/// The manifest a pre-tokenized directory keeps, written after every part.
+pub const MANIFEST: &str = ".stoker-tokens.json";
+
+/// Documents tokenized per batch handed to the tokenizer's threads.
+const CHUNK: usize = 512;
+
+/// How to pre-tokenize.
+#[derive(Clone, Debug)]
+pub struct TokenizeOptions {
+    /// The sample field holding the text (default: the sample's only field).
+    pub field: Option<String>,
+    /// Token appended to every document as it is written (Megatron's `--append-eod`).
+    pub append_eos: Option<u32>,
+    /// Documents per part file (`NAME-00000.bin` ...); a rerun redoes at most one part.
+    pub documents_per_part: u64,
+    /// Part files are `{name}-{part:05}.bin` / `.idx`.
+    pub name: String,
+}
+
+impl Default for TokenizeOptions {
+    fn default() -> Self {
+        TokenizeOptions { field: None, append_eos: None, documents_per_part: 1 << 20, name: "tokens".into() }
+    }
+}
+
+/// What a directory of parts holds, and what made it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenizedManifest {
+    /// The source, as shown (credentials redacted).
+    pub source: String,
+    /// Documents in the source.
+    pub documents: u64,
+    /// The tokenizer's fingerprint (xxh64 of its `tokenizer.json`).
+    pub tokenizer: String,
+    /// The token appended to every document, if any.
+    pub append_eos: Option<u32>,
+    /// Documents per part.
+    pub documents_per_part: u64,
+    /// Parts finished so far, in order.
+    pub parts: Vec<Part>,
+}
+
+/// One finished part.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    /// File name without `.bin` / `.idx`.
+    pub name: String,
+    /// Documents in it.
+    pub documents: u64,
+    /// Tokens in it.
+    pub tokens: u64,
+    /// Size of its `.bin`.
+    pub bin_bytes: u64,
+    /// xxh64 of its `.bin`, hex.
+    pub bin_xxh64: String,
+}
+
+/// Tokenize every document of `src` with `tok` into Megatron parts in `dest`, keeping parts a
+/// previous run of the same job finished. Returns the manifest. `progress` hears documents done.
+pub async fn pretokenize(
+    src: Arc<DynSampleSource>,
+    tok: Arc<TextTokenizer>,
+    dest: &Path,
+    opts: &TokenizeOptions,
+    progress: &(dyn Fn(u64) + Send + Sync),
+) -> Result<TokenizedManifest> {
+    std::fs::create_dir_all(dest).map_err(|e| Error::io(dest.display(), e))?;
+    let n = src.len() as u64;
+    let per = opts.documents_per_part.max(1);
+    let want = TokenizedManifest {
+        source: src.to_string(),
+        documents: n,
+        tokenizer: format!("{:016x}", tok.fingerprint()),
+        append_eos: opts.append_eos,
+        documents_per_part: per,
+        parts: Vec::new(),
+    };
+    let mut done = match read_manifest(dest)? {
+        Some(m) if TokenizedManifest { parts: Vec::new(), ..m.clone() } == want => kept_parts(dest, m)?,
+        Some(m) => {
+            return Err(Error::Pack {
+                dest: dest.display().to_string(),
+                reason: format!(
+                    "it holds tokens of another job ({} documents of {}, tokenizer {}); use an empty directory",
+                    m.documents, m.source, m.tokenizer
+                ),
+            })
+        }
+        None => want.clone(),
+    };
+    let wide = tok.vocab_size() > 1 << 16;
+    progress(done.parts.iter().map(|p| p.documents).sum());
+    for p in done.parts.len() as u64..n.div_ceil(per) {
+        let docs = p * per..((p + 1) * per).min(n);
+        let name = format!("{}-{p:05}", opts.name);
+        let part = write_part(&src, &tok, dest, &name, docs, wide, opts, progress).await?;
+        done.parts.push(part);
+        write_manifest(dest, &done)?;
+    }
+    if n == 0 {
+        write_manifest(dest, &done)?;
+    }
+    Ok(done)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn write_part(
+    src: &Arc<DynSampleSource>,
+    tok: &Arc<TextTokenizer>,
+    dest: &Path,
+    name: &str,
+    docs: std::ops::Range<u64>,
+    wide: bool,
+    opts: &TokenizeOptions,
+    progress: &(dyn Fn(u64) + Send + Sync),
+) -> Result<Part> {
+    let bin_path = dest.join(format!("{name}.bin"));
+    let tmp = dest.join(format!(".{name}.bin.tmp"));
+    let mut bin = std::io::BufWriter::new(std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?);
+    let mut hasher = twox_hash::XxHash64::with_seed(0);
+    let (mut sizes, mut bytes) = (Vec::with_capacity((docs.end - docs.start) as usize), 0u64);
+    let mut at = docs.start;
+    while at < docs.end {
+        let upto = (at + CHUNK as u64).min(docs.end);
+        let indices: Vec<usize> = (at as usize..upto as usize).collect();
+        let samples = src.get_many(&indices).await?;
+        let texts = samples.iter().map(|s| text_of(s, opts.field.as_deref(), &**src)).collect::<Result<Vec<_>>>()?;
+        let t = tok.clone();
+        let owned: Vec<String> = texts.into_iter().map(str::to_string).collect();
+        let ids = tokio::task::spawn_blocking(move || {
+            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+            t.encode_batch(&refs)
+        })
+        .await
+        .map_err(Error::task)??;
+        let mut buf = Vec::new();
+        for mut doc in ids {
+            doc.extend(opts.append_eos);
+            sizes.push(doc.len() as u64);
+            buf.clear();
+            for &t in &doc {
+                if wide {
+                    buf.extend_from_slice(&(t as i32).to_le_bytes());
+                } else {
+                    buf.extend_from_slice(&(t as u16).to_le_bytes());
+                }
+            }
+            hasher.write(&buf);
+            bin.write_all(&buf).map_err(|e| Error::io(tmp.display(), e))?;
+            bytes += buf.len() as u64;
+        }
+        progress(upto - at);
+        at = upto;
+    }
+    let file = bin.into_inner().map_err(|e| Error::io(tmp.display(), e.into_error()))?;
+    file.sync_all().map_err(|e| Error::io(tmp.display(), e))?;
+    if sizes.iter().any(|&s| s > i32::MAX as u64) {
+        return Err(Error::invalid_option(format!("{name}: a document of more than 2^31 tokens")));
+    }
+    let (code, item) = if wide { (4, 4) } else { (8, 2) };
+    std::fs::rename(&tmp, &bin_path).map_err(|e| Error::io(bin_path.display(), e))?;
+    let idx = dest.join(format!("{name}.idx"));
+    write_atomic(&idx, &write_idx(code, &sizes, item))?;
+    use std::hash::Hasher;
+    Ok(Part {
+        name: name.to_string(),
+        documents: docs.end - docs.start,
+        tokens: sizes.iter().sum(),
+        bin_bytes: bytes,
+        bin_xxh64: format!("{:016x}", hasher.finish()),
+    })
+}
+
+/// The text of a sample: field `field`, else its only field; UTF-8.
+fn text_of<'a>(s: &'a crate::Sample, field: Option<&str>, src: &DynSampleSource) -> Result<&'a str> {
+    let bytes = match field {
+        Some(f) => s.require(f)?,
+        None if s.fields.len() == 1 => &s.fields[0].data,
+        None => {
+            return Err(Error::invalid_option(format!(
+                "{src}: sample {} has fields {}; say which holds the text (field=)",
+                s.key,
+                s.field_names().collect::<Vec<_>>().join(", ")
+            )))
+        }
+    };
+    std::str::from_utf8(bytes).map_err(|e| Error::CorruptData {
+        shard: src.to_string(),
+        key: s.key.clone(),
+        field: field.unwrap_or("text").to_string(),
+        reason: format!("the text is not UTF-8: {e}"),
+    })
+}
+
+fn read_manifest(dest: &Path) -> Result<Option<TokenizedManifest>> {
+    let path = dest.join(MANIFEST);
+    match std::fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| Error::BadIndex {
+            path: path.display().to_string(),
+            reason: format!("not a token manifest ({e}); remove the directory and run again"),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(path.display(), e)),
+    }
+}
+
+/// The manifest's parts whose files are whole (size and checksum); the first that is not ends
+/// the list (it and those after it are written again).
+fn kept_parts(dest: &Path, mut m: TokenizedManifest) -> Result<TokenizedManifest> {
+    let whole = m
+        .parts
+        .iter()
+        .take_while(|p| {
+            std::fs::read(dest.join(format!("{}.bin", p.name))).is_ok_and(|b| {
+                b.len() as u64 == p.bin_bytes && format!("{:016x}", twox_hash::XxHash64::oneshot(0, &b)) == p.bin_xxh64
+            }) && dest.join(format!("{}.idx", p.name)).exists()
+        })
+        .count();
+    m.parts.truncate(whole);
+    Ok(m)
+}
+
+fn write_manifest(dest: &Path, m: &TokenizedManifest) -> Result<()> {
+    let json = serde_json::to_vec_pretty(m).map_err(|e| Error::internal(e.to_string()))?;
+    write_atomic(&dest.join(MANIFEST), &json)
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp: PathBuf = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
+    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| Error::io(tmp.display(), e))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path.display(), e))
+}

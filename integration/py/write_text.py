@@ -1,0 +1,78 @@
+"""Write a JSONL text corpus (plain, gzip and zstd files) of real text, train a byte-level BPE
+tokenizer on it with Hugging Face `tokenizers`, and print what the files hold.
+
+    python write_text.py jsonl OUTDIR
+
+The text: docstrings of the Python standard library's modules, classes and functions (real
+English prose, code samples and some non-ASCII), one document each. OUTDIR gets
+corpus-a.jsonl, corpus-b.jsonl.gz, corpus-c.jsonl.zst (a blank line and extra fields included),
+tokenizer.json, and tokens.json: every document's ids from the Python `Tokenizer.encode_batch`
+(add_special_tokens=False), in Stoker's order. Prints the expected samples as JSON:
+[{"key": "corpus-a/000000000", "fields": [["text", hex]]}, ...].
+"""
+import ast
+import gzip
+import json
+import os
+import sys
+import sysconfig
+
+import zstandard
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+
+def docstrings(limit):
+    stdlib = sysconfig.get_paths()["stdlib"]
+    out = []
+    for name in sorted(os.listdir(stdlib)):
+        if not name.endswith(".py"):
+            continue
+        try:
+            tree = ast.parse(open(os.path.join(stdlib, name), encoding="utf-8").read())
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))]:
+            doc = ast.get_docstring(node)
+            if doc and len(doc) > 20:
+                out.append(doc)
+            if len(out) >= limit:
+                return out
+    return out
+
+
+def main():
+    kind, out = sys.argv[1], sys.argv[2]
+    assert kind == "jsonl", kind
+    os.makedirs(out, exist_ok=True)
+    docs = docstrings(1500)
+    docs[5] = "Ünïcödé — ✓ 日本語のテキスト and emoji 🚀 " + docs[5]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=4000, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(docs, trainer)
+    tok.save(os.path.join(out, "tokenizer.json"))
+    thirds = [docs[:500], docs[500:1000], docs[1000:]]
+    names = ["corpus-a.jsonl", "corpus-b.jsonl.gz", "corpus-c.jsonl.zst"]
+    expected = []
+    for name, part in zip(names, thirds):
+        lines = [json.dumps({"id": i, "text": d, "meta": {"text": "not this one"}}, ensure_ascii=(i % 2 == 0))
+                 for i, d in enumerate(part)]
+        lines.insert(7, "   ")  # a blank line is not a document
+        body = ("\n".join(lines) + "\n").encode()
+        path = os.path.join(out, name)
+        if name.endswith(".gz"):
+            body = gzip.compress(body)
+        elif name.endswith(".zst"):
+            body = zstandard.ZstdCompressor().compress(body)
+        open(path, "wb").write(body)
+        stem = name.split(".jsonl")[0]
+        expected += [{"key": f"{stem}/{i:09d}", "fields": [["text", d.encode().hex()]]} for i, d in enumerate(part)]
+    ids = [e.ids for e in tok.encode_batch(docs, add_special_tokens=False)]
+    json.dump(ids, open(os.path.join(out, "tokens.json"), "w"))
+    json.dump(expected, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
