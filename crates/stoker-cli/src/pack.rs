@@ -8,7 +8,7 @@ use indicatif::ProgressBar;
 use stoker::pack::{PackOptions, PackProgress};
 use stoker::Layout;
 
-use crate::error::Result;
+use crate::error::{CliError, Result};
 use crate::units::parse_size;
 use crate::{human_bytes, human_duration, write_result, SourceArgs};
 
@@ -18,6 +18,9 @@ enum PackLayout {
     Tar,
     /// One LMDB environment (data.mdb); one field per sample.
     Lmdb,
+    /// A Megatron indexed dataset (NAME-00000.bin + .idx, ...) of the text tokenized with
+    /// --tokenize: what Megatron-LM, NeMo and `stoker.TokenLoader` read.
+    Tokens,
 }
 
 /// Arguments of `stoker pack`.
@@ -25,7 +28,8 @@ enum PackLayout {
 #[command(after_help = "Examples:\n  \
 stoker pack ./images ./shards --group --prefix train\n  \
 stoker pack 's3://bucket/raw?endpoint=http://127.0.0.1:9000' s3://bucket/shards --shard-size 1GiB\n  \
-stoker pack ./images ./lmdb --layout lmdb --field jpg\n\n\
+stoker pack ./images ./lmdb --layout lmdb --field jpg\n  \
+stoker pack ./corpus.jsonl.zst ./tokens --layout tokens --tokenize tokenizer.json --append-eos '<|endoftext|>'\n\n\
 Rerunning the same command after an interruption finishes the job and keeps the shards already written.")]
 pub(crate) struct PackArgs {
     #[command(flatten)]
@@ -54,6 +58,17 @@ pub(crate) struct PackArgs {
     /// have several fields).
     #[arg(long, value_name = "NAME")]
     field: Option<String>,
+    /// Tokens: the Hugging Face tokenizer.json that tokenizes the text (field --field, or the
+    /// samples' only field; JSONL's is its text_field, `text` by default).
+    #[arg(long, value_name = "TOKENIZER_JSON")]
+    tokenize: Option<std::path::PathBuf>,
+    /// Tokens: a token appended to every document (an id, or a token of the vocabulary such
+    /// as '<|endoftext|>'), as Megatron's --append-eod.
+    #[arg(long, value_name = "ID_OR_TOKEN")]
+    append_eos: Option<String>,
+    /// Tokens: documents per part file (a rerun after an interruption redoes at most one part).
+    #[arg(long, value_name = "N", default_value_t = 1 << 20)]
+    documents_per_part: u64,
     /// Shards written at once.
     #[arg(long, value_name = "N")]
     jobs: Option<usize>,
@@ -102,9 +117,14 @@ pub(crate) async fn run(args: PackArgs) -> Result<()> {
     // One read of --config: the source's options, and the destination's store options.
     let options = args.source.options()?;
     let src = stoker::open(&args.source.uri, options.clone()).await?;
-    let layout = match args.layout {
-        PackLayout::Tar => Layout::Tar,
-        PackLayout::Lmdb => Layout::Lmdb,
+    let layout = match (args.layout, &args.tokenize) {
+        (PackLayout::Tar, None) => Layout::Tar,
+        (PackLayout::Lmdb, None) => Layout::Lmdb,
+        (PackLayout::Tokens, Some(tok)) => return tokens(src, tok, &args).await,
+        (PackLayout::Tokens, None) => {
+            return Err(CliError::Message("--layout tokens needs --tokenize TOKENIZER_JSON".into()))
+        }
+        (_, Some(_)) => return Err(CliError::Message("--tokenize writes --layout tokens".into())),
     };
     let mut opts = PackOptions {
         layout,
@@ -157,6 +177,52 @@ pub(crate) async fn run(args: PackArgs) -> Result<()> {
             r.dest,
             human_bytes(r.written_bytes),
             human_duration(std::time::Duration::from_secs_f64(r.seconds))
+        )
+    };
+    write_result(writeln!(io::stdout().lock(), "{text}"))
+}
+
+/// `--layout tokens`: tokenize the text into Megatron parts (see `stoker::tokens::pretokenize`).
+async fn tokens(src: std::sync::Arc<stoker::DynSampleSource>, tok: &std::path::Path, args: &PackArgs) -> Result<()> {
+    use stoker::tokens::{pretokenize, TextTokenizer, TokenizeOptions};
+    let started = std::time::Instant::now();
+    let tokenizer = std::sync::Arc::new(TextTokenizer::from_file(tok)?);
+    let append_eos = match &args.append_eos {
+        None => None,
+        Some(t) => Some(match t.parse::<u32>() {
+            Ok(id) => id,
+            Err(_) => tokenizer.token_id(t).ok_or_else(|| {
+                CliError::Message(format!("--append-eos {t:?}: neither an id nor a token of {}", tok.display()))
+            })?,
+        }),
+    };
+    let opts = TokenizeOptions {
+        field: args.field.clone(),
+        append_eos,
+        documents_per_part: args.documents_per_part.max(1),
+        ..TokenizeOptions::default()
+    };
+    let pb = crate::index::bar(args.quiet, "{spinner} tokenizing [{bar:40}] {pos}/{len} documents {per_sec} eta {eta}");
+    pb.set_length(src.len() as u64);
+    let dest = std::path::Path::new(&args.dest);
+    let m = pretokenize(src, tokenizer, dest, &opts, &|n| pb.inc(n)).await;
+    pb.finish_and_clear();
+    let m = m?;
+    let tokens: u64 = m.parts.iter().map(|p| p.tokens).sum();
+    let secs = started.elapsed().as_secs_f64();
+    let text = if args.json {
+        serde_json::json!({
+            "dest": args.dest, "layout": "tokens", "documents": m.documents, "tokens": tokens,
+            "parts": m.parts.len(), "seconds": secs,
+        })
+        .to_string()
+    } else {
+        format!(
+            "tokenized {} documents into {tokens} tokens: {} Megatron part(s) at {}, in {}",
+            m.documents,
+            m.parts.len(),
+            args.dest,
+            human_duration(std::time::Duration::from_secs_f64(secs))
         )
     };
     write_result(writeln!(io::stdout().lock(), "{text}"))

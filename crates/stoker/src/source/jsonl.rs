@@ -122,7 +122,9 @@ fn walk(
     };
     let limit = obj.size().saturating_mul(MAX_RATIO).saturating_add(SLACK);
     let (copy, lines) = if path.ends_with(".gz") || path.ends_with(".zst") {
-        let mut file = super::spill::unnamed_file(&spill_dir).map_err(|e| Error::io(spill_dir.display(), e))?;
+        let mut file = std::fs::create_dir_all(&spill_dir)
+            .and_then(|()| super::spill::unnamed_file(&spill_dir))
+            .map_err(|e| Error::io(spill_dir.display(), e))?;
         let decoder: Box<dyn Read> = if path.ends_with(".gz") {
             Box::new(flate2::read::MultiGzDecoder::new(&mut reader))
         } else {

@@ -66,6 +66,19 @@ async fn rust_tokens_equal_the_python_wheels_and_a_rerun_keeps_finished_parts() 
         }
     };
     check(tokens).await;
+    // Megatron-LM's own reader reads the parts as the same documents.
+    let prefixes: Vec<String> = m.parts.iter().map(|p| out.join(&p.name).display().to_string()).collect();
+    let res = std::process::Command::new(writers_python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/py/read_megatron.py"))
+        .args(&prefixes)
+        .output()
+        .unwrap();
+    assert!(res.status.success(), "{}", String::from_utf8_lossy(&res.stderr));
+    let megatron: Vec<Vec<u32>> = serde_json::from_slice(&res.stdout).unwrap();
+    assert_eq!(megatron.len(), want.len());
+    for (i, (m, w)) in megatron.iter().zip(&want).enumerate() {
+        assert_eq!(m[..m.len() - 1], w[..], "document {i} as Megatron reads it");
+    }
     // Damage part 2 and rerun: parts 0 and 1 are kept, 2 and 3 written again, same tokens.
     let bin = out.join("tokens-00002.bin");
     let mut b = std::fs::read(&bin).unwrap();
