@@ -4,7 +4,9 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
-use stoker::tokens::{IdType, PackConfig, Packing, TokenEpoch as RsEpoch, TokenLoader as RsLoader, TokenState};
+use stoker::tokens::{
+    tokenized, IdType, PackConfig, Packing, TextTokenizer, TokenEpoch as RsEpoch, TokenLoader as RsLoader, TokenState,
+};
 
 use crate::errors::{err, InvalidInputError, StokerError};
 use crate::loader::{partition, Batch};
@@ -16,13 +18,27 @@ use crate::source::Source;
 #[pyclass(module = "stoker._stoker")]
 pub(crate) struct TokenLoader {
     source: Py<Source>,
+    /// For a text source: the tokenizer.json and the field holding the text.
+    text: Option<(std::path::PathBuf, Option<String>)>,
     cfg: PackConfig,
     built: Mutex<(u32, Arc<RsLoader>, Option<TokenState>)>,
 }
 
 impl TokenLoader {
-    fn build(py: Python<'_>, source: &Source, cfg: PackConfig) -> PyResult<Arc<RsLoader>> {
-        let src = source.get_src(py)?;
+    fn build(
+        py: Python<'_>,
+        source: &Source,
+        text: &Option<(std::path::PathBuf, Option<String>)>,
+        cfg: PackConfig,
+    ) -> PyResult<Arc<RsLoader>> {
+        let mut src = source.get_src(py)?;
+        if let Some((path, field)) = text {
+            if src.as_tokens().is_none() {
+                let tok = Arc::new(TextTokenizer::from_file(path).map_err(err)?);
+                let (field, cache) = (field.clone(), stoker::SourceOptions::tokens_cache_dir());
+                src = block_on(py, async move { tokenized(src, tok, field, &cache).await })?.map_err(err)?;
+            }
+        }
         let rt = runtime()?;
         let _guard = rt.enter();
         Ok(Arc::new(RsLoader::new(src, cfg).map_err(err)?))
@@ -37,7 +53,7 @@ impl TokenLoader {
             }
             built.2.clone()
         };
-        let fresh = Self::build(py, self.source.get(), self.cfg.clone())?;
+        let fresh = Self::build(py, self.source.get(), &self.text, self.cfg.clone())?;
         if let Some(s) = pending.clone() {
             fresh.load_state(s).map_err(err)?;
         }
@@ -54,7 +70,8 @@ impl TokenLoader {
     #[new]
     #[pyo3(signature = (source, seq_len, global_batch, labels=false, shuffle=None, seed=0, shuffle_window=None,
                         bos=None, eos=None, pad_id=0, pad_tail=false, per_document=false, int64=false,
-                        mask_boundaries=false, prefetch=4, rank=None, world_size=None))]
+                        mask_boundaries=false, prefetch=4, rank=None, world_size=None, tokenizer=None,
+                        field=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -65,8 +82,8 @@ impl TokenLoader {
         shuffle: Option<&Bound<'_, PyAny>>,
         seed: u64,
         shuffle_window: Option<usize>,
-        bos: Option<i64>,
-        eos: Option<i64>,
+        bos: Option<&Bound<'_, PyAny>>,
+        eos: Option<&Bound<'_, PyAny>>,
         pad_id: i64,
         pad_tail: bool,
         per_document: bool,
@@ -75,7 +92,30 @@ impl TokenLoader {
         prefetch: usize,
         rank: Option<u64>,
         world_size: Option<u64>,
+        tokenizer: Option<std::path::PathBuf>,
+        field: Option<String>,
     ) -> PyResult<Self> {
+        let vocab = match &tokenizer {
+            Some(p) => Some(TextTokenizer::from_file(p).map_err(err)?),
+            None => None,
+        };
+        // A special token by its text (`eos="<|endoftext|>"`) needs the tokenizer to be an id.
+        let id = |what: &str, v: Option<&Bound<'_, PyAny>>| -> PyResult<Option<i64>> {
+            let Some(v) = v else { return Ok(None) };
+            if let Ok(i) = v.extract::<i64>() {
+                return Ok(Some(i));
+            }
+            let t: String =
+                v.extract().map_err(|_| InvalidInputError::new_err(format!("{what} must be an id or a token")))?;
+            match &vocab {
+                Some(tok) => tok
+                    .token_id(&t)
+                    .map(|i| Some(i64::from(i)))
+                    .ok_or_else(|| InvalidInputError::new_err(format!("{what}={t:?} is not a token of the tokenizer"))),
+                None => Err(InvalidInputError::new_err(format!("{what}={t:?}: a token by its text needs tokenizer="))),
+            }
+        };
+        let (bos, eos) = (id("bos", bos)?, id("eos", eos)?);
         let mut cfg = PackConfig::new(seq_len, global_batch);
         cfg.labels = labels;
         cfg.order = crate::order::order(shuffle, shuffle_window, seed)?;
@@ -88,8 +128,9 @@ impl TokenLoader {
         cfg.mask_boundaries = mask_boundaries;
         cfg.prefetch = prefetch;
         cfg.partition = partition(rank, world_size)?;
-        let loader = Self::build(py, source.get(), cfg.clone())?;
-        Ok(TokenLoader { source, cfg, built: Mutex::new((std::process::id(), loader, None)) })
+        let text = tokenizer.map(|p| (p, field));
+        let loader = Self::build(py, source.get(), &text, cfg.clone())?;
+        Ok(TokenLoader { source, text, cfg, built: Mutex::new((std::process::id(), loader, None)) })
     }
 
     /// Global batches in `epoch` (this rank gets its rows of each).

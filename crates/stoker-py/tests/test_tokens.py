@@ -126,3 +126,42 @@ def test_bad_input_is_a_clear_error(corpus, tmp_path):
     loader = stoker.TokenLoader(str(path), seq_len=32, global_batch=2)
     with pytest.raises(stoker.InvalidInputError, match="seq_len"):
         loader.load_state_dict({"epoch": 0, "batch": 1, "documents": 105, "seq_len": 64, "global_batch": 2})
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory):
+    out = tmp_path_factory.mktemp("text") / "jsonl"
+    res = subprocess.run([writers_python(), str(ROOT / "integration/py/write_text.py"), "jsonl", str(out)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, f"write_text.py failed (run integration/setup.sh): {res.stderr[-2000:]}"
+    return out, json.loads((out / "tokens.json").read_text())
+
+
+def test_text_is_tokenized_in_rust_once_and_packed_like_the_wheels_ids(text, tmp_path, monkeypatch):
+    path, ids = text
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+    tok = str(path / "tokenizer.json")
+    loader = stoker.TokenLoader(str(path), seq_len=128, global_batch=4, labels=True, tokenizer=tok,
+                                eos="<|endoftext|>")
+    eos = 0  # "<|endoftext|>" was the first special token the tokenizer was trained with
+    stream = [t for doc in ids for t in doc + [eos]]
+    got = torch.cat(rows(loader)).tolist()
+    assert len(got) == len(loader) * 4
+    for s, row in enumerate(got):
+        assert row == stream[s * 128:s * 128 + 129], s
+    # One tokenizing pass, kept: another loader (rank 1 of 2, another process) reuses it.
+    assert len([p for p in (tmp_path / "cache" / "tokens").iterdir() if p.is_dir()]) == 1
+    code = ("import stoker, sys; l = stoker.TokenLoader(sys.argv[1], seq_len=128, global_batch=4, labels=True, "
+            "tokenizer=sys.argv[2], eos='<|endoftext|>', rank=1, world_size=2); "
+            "print([r.tolist() for b in l for r in b['input_ids']])")
+    res = subprocess.run([sys.executable, "-c", code, str(path), tok], capture_output=True, text=True,
+                         env={**os.environ, "STOKER_CACHE_DIR": str(tmp_path / "cache")})
+    assert res.returncode == 0, res.stderr
+    rank1 = json.loads(res.stdout)
+    assert rank1 == [got[k * 4 + r] for k in range(len(got) // 4) for r in (2, 3)]
+    with pytest.raises(stoker.InvalidInputError, match="not a token of the tokenizer"):
+        stoker.TokenLoader(str(path), seq_len=128, global_batch=4, tokenizer=tok, eos="<|nope|>")
+    with pytest.raises(stoker.InvalidInputError, match="not a tokenizer.json"):
+        bad = tmp_path / "bad.json"
+        bad.write_text("{}")
+        stoker.TokenLoader(str(path), seq_len=128, global_batch=4, tokenizer=str(bad))

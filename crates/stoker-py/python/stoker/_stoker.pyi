@@ -104,8 +104,8 @@ class TokenLoader:
         shuffle: Union[bool, str, None] = None,
         seed: int = 0,
         shuffle_window: Optional[int] = None,
-        bos: Optional[int] = None,
-        eos: Optional[int] = None,
+        bos: Union[int, str, None] = None,
+        eos: Union[int, str, None] = None,
         pad_id: int = 0,
         pad_tail: bool = False,
         per_document: bool = False,
@@ -114,6 +114,8 @@ class TokenLoader:
         prefetch: int = 4,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        tokenizer: Optional[str] = None,
+        field: Optional[str] = None,
     ) -> TokenLoader: ...
     def batches(self, epoch: int) -> int: ...
     def tokens(self, epoch: int) -> int: ...

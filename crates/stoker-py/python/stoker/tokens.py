@@ -9,7 +9,15 @@ from . import _stoker
 
 
 class TokenLoader:
-    """Packed language-model batches from a tokenized corpus (Megatron ``.bin``/``.idx``).
+    """Packed language-model batches from a tokenized corpus (Megatron ``.bin``/``.idx``), or
+    from text (JSONL, Parquet, MDS, LitData, tar ``.txt``) with ``tokenizer="tokenizer.json"``.
+
+    Text is tokenized in Rust (the Hugging Face ``tokenizers`` core, the same ids as the Python
+    wheel) once, on all cores, into ``$STOKER_CACHE_DIR/tokens`` (ranks of a node share one pass
+    under a lock; a finished pass is reused), because packing must know every document's
+    length before the first batch for all ranks to cut the same sequences. ``field`` names the
+    text field when samples have several (JSONL's is its ``text_field`` option, ``text``).
+    ``bos``/``eos`` may then be given as token text (``eos="<|endoftext|>"``).
 
     Documents, in the epoch's order (``shuffle``: ``False``, ``True`` or ``"shards"``, seeded
     by ``(seed, epoch)``), each preceded by ``bos`` and followed by ``eos`` when given, are
@@ -42,8 +50,8 @@ class TokenLoader:
         shuffle: Union[bool, str] = False,
         seed: int = 0,
         shuffle_window: Optional[int] = None,
-        bos: Optional[int] = None,
-        eos: Optional[int] = None,
+        bos: Union[int, str, None] = None,
+        eos: Union[int, str, None] = None,
         pad_id: int = 0,
         pad_tail: bool = False,
         per_document: bool = False,
@@ -53,6 +61,8 @@ class TokenLoader:
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         output: str = "torch",
+        tokenizer: Union[str, "os.PathLike[str]", None] = None,
+        field: Optional[str] = None,
         **options: Any,
     ) -> None:
         from . import Dataset, InvalidInputError
@@ -83,6 +93,8 @@ class TokenLoader:
             prefetch=prefetch,
             rank=rank,
             world_size=world_size,
+            tokenizer=None if tokenizer is None else os.fspath(tokenizer),
+            field=field,
         )
 
     def __len__(self) -> int:

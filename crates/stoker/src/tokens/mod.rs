@@ -37,7 +37,7 @@ use crate::sampler::{Order, Partition};
 
 pub use loader::{TokenEpoch, TokenLoader, TokenState};
 pub use text::TextTokenizer;
-pub use write::{pretokenize, Part, TokenizeOptions, TokenizedManifest, MANIFEST};
+pub use write::{pretokenize, tokenized, Part, TokenizeOptions, TokenizedManifest, MANIFEST};
 
 /// How documents become sequences.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -246,3 +246,58 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| Error::io(tmp.display(), e))?;
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path.display(), e))
 }
+
+/// The token source for a text source: its documents tokenized with `tok` once, into a
+/// directory of the user's cache named by what made it (the source as shown, its document
+/// count and the hash of three of its documents, the tokenizer's hash, the field), then read as
+/// a Megatron dataset.
+///
+/// This is how ranks agree on sequence boundaries for text: packing needs every document's
+/// token count before the first batch, and the only way to know it is to tokenize. Processes
+/// sharing the cache directory (the ranks of a node) take a lock on it: the first tokenizes
+/// (on all cores, resumable part by part), the others wait and then read its files; another
+/// node tokenizes the same text into the same ids. A directory already complete is opened at
+/// once. A corpus changed in place with the same count and the same first, middle and last
+/// documents would reuse stale tokens: remove `$STOKER_CACHE_DIR/tokens` after editing one.
+pub async fn tokenized(
+    src: Arc<DynSampleSource>,
+    tok: Arc<TextTokenizer>,
+    field: Option<String>,
+    cache: &Path,
+) -> Result<Arc<DynSampleSource>> {
+    use std::hash::Hasher;
+    let n = src.len();
+    let mut h = twox_hash::XxHash64::with_seed(0);
+    h.write(src.to_string().as_bytes());
+    h.write_u64(n as u64);
+    h.write_u64(tok.fingerprint());
+    h.write(field.as_deref().unwrap_or("").as_bytes());
+    let probes: Vec<usize> = if n == 0 { Vec::new() } else { vec![0, n / 2, n - 1] };
+    for s in src.get_many(&probes).await? {
+        for f in &s.fields {
+            h.write(&f.data);
+        }
+    }
+    let dir = cache.join(format!("{:016x}", h.finish()));
+    std::fs::create_dir_all(cache).map_err(|e| Error::io(cache.display(), e))?;
+    let lock_path = cache.join(format!("{:016x}.lock", h.finish()));
+    let lock = std::fs::File::create(&lock_path).map_err(|e| Error::io(lock_path.display(), e))?;
+    // Blocking: another rank may hold it for the whole tokenizing pass.
+    let lock = tokio::task::spawn_blocking(move || lock.lock().map(|()| lock))
+        .await
+        .map_err(Error::task)?
+        .map_err(|e| Error::io(lock_path.display(), e))?;
+    let opts = TokenizeOptions { field, ..TokenizeOptions::default() };
+    // A finished directory opens at once, its parts held to their sizes (checksums are
+    // checked when a run resumes, which reads them anyway).
+    let finished = read_manifest(&dir).ok().flatten().is_some_and(|m| {
+        m.parts.iter().map(|p| p.documents).sum::<u64>() == n as u64
+            && m.parts
+                .iter()
+                .all(|p| std::fs::metadata(dir.join(format!("{}.bin", p.name))).is_ok_and(|md| md.len() == p.bin_bytes))
+    });
+    let done = if finished { Ok(()) } else { pretokenize(src, tok, &dir, &opts, &|_| {}).await.map(drop) };
+    drop(lock);
+    done?;
+    crate::source::open(&dir.display().to_string(), Default::default()).await
+}

@@ -408,6 +408,12 @@ impl SourceOptions {
         (self.disk_cache != Some(false)).then(|| user_cache_dir("spill"))
     }
 
+    /// Where text tokenized for packing is kept ([`crate::tokens::tokenized`]):
+    /// `$STOKER_CACHE_DIR/tokens`, else `$XDG_CACHE_HOME/stoker/tokens`, else `~/.cache/stoker/tokens`.
+    pub fn tokens_cache_dir() -> PathBuf {
+        user_cache_dir("tokens")
+    }
+
     /// The disk cache directory remote sources use, `None` when the disk cache is off.
     pub fn disk_cache_dir(&self) -> Option<PathBuf> {
         if self.disk_cache == Some(false) {
