@@ -250,3 +250,10 @@ pub fn parquet_pages(data: &[u8]) {
 pub fn records_codec(data: &[u8]) {
     crate::source::records::fuzz_codec(data);
 }
+
+/// A Megatron `.idx` (the first byte picks it) or a JSONL line (else): the first 8 bytes after
+/// it are the `.bin`'s length, the rest the index, which must parse into sequences that all lie
+/// inside that length, or fail; a line must give its text field or fail.
+pub fn token_index(data: &[u8]) {
+    crate::source::tokens::fuzz(data);
+}

@@ -270,3 +270,23 @@ impl SampleSource for TokensSource {
         Some(self)
     }
 }
+
+/// See [`crate::fuzzing::token_index`].
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz(data: &[u8]) {
+    let Some((&pick, rest)) = data.split_first() else { return };
+    if pick % 2 == 1 {
+        let _ = super::jsonl::text_field(rest, "text");
+        return;
+    }
+    if rest.len() < 8 {
+        return;
+    }
+    let bin_len = u64::from_le_bytes(rest[..8].try_into().unwrap_or_default()) % (1 << 40);
+    if let Ok(idx) = Index::parse(Bytes::copy_from_slice(&rest[8..]), bin_len) {
+        for i in 0..idx.len() {
+            let end = idx.pointer(i) + idx.size(i) * idx.ty.size() as u64;
+            assert!(end <= bin_len, "sequence {i} ends at {end}, past {bin_len}");
+        }
+    }
+}
