@@ -72,6 +72,12 @@ impl Loader {
         if cfg.batch_size == 0 {
             return Err(Error::invalid_option("batch_size must be at least 1"));
         }
+        if source.as_mix().is_some_and(|m| m.weight_by() == crate::source::mix::WeightBy::Tokens) {
+            return Err(Error::invalid_option(
+                "a mix weighted by tokens is packed into sequences by TokenLoader (stoker.TokenLoader), not batched by \
+                 samples",
+            ));
+        }
         let mix = source.as_mix().map(|m| m.plan().clone());
         let shards = match (&cfg.order, &mix) {
             (Order::ShardShuffle { .. }, Some(_)) => {

@@ -10,16 +10,17 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::build::{fill, Columns};
+use super::mix::{MixPart, Segments, SourceDocs, TokenMix};
 use super::plan::{EpochPlan, Piece};
 use super::PackConfig;
 use crate::batch::{Batch, BatchPool};
 use crate::error::{Error, Result};
-use crate::source::DynSampleSource;
+use crate::source::{DynSampleSource, TokenDocs};
 use crate::stats::{add_ns, Stats, StatsSnapshot};
 
 /// Where a token run stands: the next global batch of an epoch. The same at every rank and
 /// world size, so a job restarted on another number of ranks resumes from it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TokenState {
     /// The epoch in progress.
     pub epoch: u64,
@@ -31,16 +32,29 @@ pub struct TokenState {
     pub seq_len: usize,
     /// Sequences per global batch.
     pub global_batch: usize,
+    /// For a mixture: the weights in force over this epoch, each from the global batch it
+    /// applies to (the first from batch 0); empty otherwise.
+    #[serde(default)]
+    pub weights: Vec<(u64, Vec<f64>)>,
 }
+
+/// An epoch planned: its number, the mixture weights it was planned under, the plan.
+type Planned = (u64, Box<Segments>, Arc<EpochPlan>);
 
 /// Packs a token source's documents into training batches (see [`crate::tokens`]).
 pub struct TokenLoader {
-    source: Arc<DynSampleSource>,
+    /// The source opened, for its damage report; `None` for a mixture built from parts.
+    source: Option<Arc<DynSampleSource>>,
+    docs: Arc<dyn TokenDocs>,
+    mix: Option<Arc<TokenMix>>,
+    /// Tokens this rank read per mixture source.
+    source_tokens: Arc<Vec<AtomicU64>>,
     cfg: PackConfig,
     cols: Arc<Columns>,
     pool: BatchPool,
     stats: Arc<Stats>,
-    plan: Mutex<Option<(u64, Arc<EpochPlan>)>>,
+    /// The last epoch planned, under which weights, and its plan.
+    plan: Mutex<Option<Planned>>,
     progress: Arc<Mutex<(TokenState, Option<TokenState>)>>,
     runtime: tokio::runtime::Handle,
     _owned: Option<tokio::runtime::Runtime>,
@@ -49,16 +63,46 @@ pub struct TokenLoader {
 impl TokenLoader {
     /// A loader over `source`, which must hold token documents
     /// ([`crate::SampleSource::as_tokens`]). Uses the current tokio runtime, or starts its own.
+    ///
+    /// A mix (`stoker::open` of a mix whose sources all hold tokens) is weighted by tokens
+    /// ([`TokenMix`]).
     pub fn new(source: Arc<DynSampleSource>, cfg: PackConfig) -> Result<Self> {
+        if let Some(m) = source.as_mix() {
+            let weights = m.weights();
+            let parts = m
+                .names()
+                .zip(m.sources())
+                .zip(weights)
+                .map(|((name, s), weight)| {
+                    Ok(MixPart { name: name.to_string(), docs: Arc::new(SourceDocs::new(s.clone())?), weight })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return Self::build(Some(source.clone()), None, Some(Arc::new(TokenMix::new(parts)?)), cfg);
+        }
+        let docs: Arc<dyn TokenDocs> = Arc::new(SourceDocs::new(source.clone())?);
+        Self::build(Some(source), Some(docs), None, cfg)
+    }
+
+    /// A loader over a mixture of token corpora, weighted by tokens.
+    pub fn from_mix(mix: TokenMix, cfg: PackConfig) -> Result<Self> {
+        Self::build(None, None, Some(Arc::new(mix)), cfg)
+    }
+
+    fn build(
+        source: Option<Arc<DynSampleSource>>,
+        docs: Option<Arc<dyn TokenDocs>>,
+        mix: Option<Arc<TokenMix>>,
+        cfg: PackConfig,
+    ) -> Result<Self> {
         cfg.check()?;
-        let Some(docs) = source.as_tokens() else {
-            return Err(Error::invalid_option(format!(
-                "{source} ({} layout) holds no token documents: packing reads tokenized corpora (layout=tokens: \
-                 Megatron .bin/.idx)",
-                source.info().layout
-            )));
+        let docs: Arc<dyn TokenDocs> = match (&mix, docs) {
+            (Some(m), _) => m.clone(),
+            (None, Some(d)) => d,
+            (None, None) => return Err(Error::internal("a token loader with no documents")),
         };
         let documents = docs.documents();
+        let weights = mix.as_ref().map_or(Vec::new(), |m| vec![(0, m.weights())]);
+        let sources = mix.as_ref().map_or(0, |m| m.names().len());
         let (runtime, owned) = match tokio::runtime::Handle::try_current() {
             Ok(h) => (h, None),
             Err(_) => {
@@ -70,8 +114,12 @@ impl TokenLoader {
                 (rt.handle().clone(), Some(rt))
             }
         };
-        let state = TokenState { epoch: 0, batch: 0, documents, seq_len: cfg.seq_len, global_batch: cfg.global_batch };
+        let state =
+            TokenState { epoch: 0, batch: 0, documents, seq_len: cfg.seq_len, global_batch: cfg.global_batch, weights };
         Ok(TokenLoader {
+            docs,
+            mix,
+            source_tokens: Arc::new((0..sources).map(|_| AtomicU64::new(0)).collect()),
             cols: Arc::new(Columns::new(&cfg)),
             pool: BatchPool::new(cfg.prefetch + 2),
             stats: Arc::new(Stats::default()),
@@ -91,16 +139,60 @@ impl TokenLoader {
 
     /// The plan of `epoch`, made once (a pass over the document lengths).
     fn plan(&self, epoch: u64) -> Result<Arc<EpochPlan>> {
+        let segments = self.segments(epoch);
         let mut p = self.plan.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((e, plan)) = &*p {
-            if *e == epoch {
+        if let Some((e, s, plan)) = &*p {
+            if *e == epoch && **s == *segments {
                 return Ok(plan.clone());
             }
         }
-        let docs = self.source.as_tokens().ok_or_else(|| Error::internal("a token source stopped being one"))?;
-        let plan = Arc::new(EpochPlan::new(docs, &self.cfg, epoch)?);
-        *p = Some((epoch, plan.clone()));
+        let mix = self.mix.as_deref().map(|m| (m, segments.as_slice()));
+        let plan = Arc::new(EpochPlan::new(&*self.docs, &self.cfg, epoch, mix)?);
+        *p = Some((epoch, segments.into_boxed_slice(), plan.clone()));
         Ok(plan)
+    }
+
+    /// The mixture weights over `epoch`: a loaded state's, for its epoch; else the weights in
+    /// force last, from batch 0.
+    fn segments(&self, epoch: u64) -> Vec<(u64, Vec<f64>)> {
+        let p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        match &p.1 {
+            Some(s) if s.epoch == epoch => s.weights.clone(),
+            _ if p.0.epoch == epoch => p.0.weights.clone(),
+            _ => p.0.weights.last().map(|(_, w)| vec![(0, w.clone())]).unwrap_or_default(),
+        }
+    }
+
+    /// Change a mixture's weights from the next global batch on (a data schedule; see
+    /// [`TokenMix`] for what the rest of the epoch does). Call before starting or resuming
+    /// the epoch; the change is kept in the state.
+    pub fn set_weights(&self, weights: &[f64]) -> Result<()> {
+        let Some(m) = &self.mix else {
+            return Err(Error::invalid_option("set_weights is for a mix of token sources"));
+        };
+        if weights.len() != m.names().len() {
+            return Err(Error::invalid_option(format!(
+                "{} weights for a mix of {} sources",
+                weights.len(),
+                m.names().len()
+            )));
+        }
+        super::mix::check_weights(weights)?;
+        let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        // Not resuming: the change applies from where the run stands (the next epoch() starts
+        // there: its batch when the epoch is unfinished, else batch 0 of the next).
+        let mut state = p.1.take().unwrap_or_else(|| p.0.clone());
+        let at = state.batch;
+        state.weights.retain(|(b, _)| *b < at);
+        state.weights.push((at, weights.to_vec()));
+        p.1 = Some(state);
+        Ok(())
+    }
+
+    /// Tokens this rank read per mixture source, by name (empty for one source).
+    pub fn source_tokens(&self) -> Vec<(String, u64)> {
+        let names = self.mix.as_ref().map(|m| m.names()).unwrap_or_default();
+        names.into_iter().zip(self.source_tokens.iter().map(|c| c.load(Relaxed))).collect()
     }
 
     /// Global batches in `epoch` (each rank gets its rows of every one).
@@ -123,7 +215,7 @@ impl TokenLoader {
     /// Continue from `state`: the next [`epoch`](Self::epoch) call for its epoch starts at its
     /// batch. The world size may differ from the one that saved it.
     pub fn load_state(&self, state: TokenState) -> Result<()> {
-        let documents = self.source.as_tokens().map_or(0, |d| d.documents());
+        let documents = self.docs.documents();
         if state.documents != documents
             || state.seq_len != self.cfg.seq_len
             || state.global_batch != self.cfg.global_batch
@@ -141,7 +233,8 @@ impl TokenLoader {
 
     /// Counters since the loader was made.
     pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot_with_damage(self.source.io_counters(), self.source.damage())
+        let damage = self.source.as_ref().map(|s| s.damage()).unwrap_or_default();
+        self.stats.snapshot_with_damage(self.docs.io_counters(), damage)
     }
 
     /// This rank's batches of `epoch`, from a loaded state's batch when it is for this epoch.
@@ -150,17 +243,22 @@ impl TokenLoader {
         let end = self.batches(epoch)?;
         let start = {
             let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-            let start = match p.1.take() {
-                Some(s) if s.epoch == epoch => s.batch.min(end),
-                _ => 0,
+            let (start, weights) = match p.1.take() {
+                Some(s) if s.epoch == epoch => (s.batch.min(end), s.weights),
+                Some(s) => (0, s.weights.last().map(|(_, w)| vec![(0, w.clone())]).unwrap_or_default()),
+                None if p.0.epoch == epoch => (0, p.0.weights.clone()),
+                None => (0, p.0.weights.last().map(|(_, w)| vec![(0, w.clone())]).unwrap_or_default()),
             };
             p.0.epoch = epoch;
             p.0.batch = start;
+            p.0.weights = weights;
             start
         };
         let (tx, rx) = mpsc::channel(self.cfg.prefetch.max(1));
         let job = Job {
-            source: self.source.clone(),
+            docs: self.docs.clone(),
+            mix: self.mix.clone(),
+            source_tokens: self.source_tokens.clone(),
             cfg: self.cfg.clone(),
             cols: self.cols.clone(),
             pool: self.pool.clone(),
@@ -196,7 +294,9 @@ impl TokenLoader {
 
 /// What a producer needs to build batches.
 struct Job {
-    source: Arc<DynSampleSource>,
+    docs: Arc<dyn TokenDocs>,
+    mix: Option<Arc<TokenMix>>,
+    source_tokens: Arc<Vec<AtomicU64>>,
     cfg: PackConfig,
     cols: Arc<Columns>,
     pool: BatchPool,
@@ -207,7 +307,7 @@ struct Job {
 impl Job {
     /// This rank's rows of global batch `b`.
     async fn batch(&self, b: u64) -> Result<Batch> {
-        let docs = self.source.as_tokens().ok_or_else(|| Error::internal("a token source stopped being one"))?;
+        let docs = &*self.docs;
         let rows = self.cfg.rows() as u64;
         let first = b * self.cfg.global_batch as u64 + self.cfg.partition.rank * rows;
         let window = self.cfg.window() as u64;
@@ -229,6 +329,11 @@ impl Job {
                 _ => None,
             })
             .collect();
+        if let Some(m) = &self.mix {
+            for (doc, span) in &wanted {
+                self.source_tokens[m.source_of(*doc)].fetch_add(span.end - span.start, Relaxed);
+            }
+        }
         let mut tokens = Vec::with_capacity(rows as usize * window as usize);
         docs.read_into(&wanted, &mut tokens).await?;
         let mut out = self.pool.builder();

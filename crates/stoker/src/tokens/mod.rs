@@ -24,6 +24,7 @@
 
 mod build;
 mod loader;
+mod mix;
 pub(crate) mod plan;
 #[cfg(test)]
 mod tests;
@@ -36,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::sampler::{Order, Partition};
 
 pub use loader::{TokenEpoch, TokenLoader, TokenState};
+pub use mix::{MixPart, SourceDocs, TokenMix};
 pub use text::TextTokenizer;
 pub use write::{pretokenize, tokenized, Part, TokenizeOptions, TokenizedManifest, MANIFEST};
 

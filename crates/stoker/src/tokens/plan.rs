@@ -7,12 +7,19 @@ use std::ops::Range;
 use crate::sampler::{Order, Partition, Sampler, SamplerConfig, ShardLayout, Tail};
 use crate::source::TokenDocs;
 
+use super::mix::{Segments, TokenMix};
 use super::{PackConfig, Packing};
 use crate::error::{Error, Result};
 
 /// Documents between two recorded offsets: the plan keeps one `u64` per this many documents
 /// (8 MiB for 256 million documents) and walks at most this many to find a token.
 const STRIDE: u64 = 256;
+
+/// The documents of an epoch in order: a sampler's (one source), or a list (a mixture).
+enum DocOrder {
+    Sampler(Box<Sampler>),
+    List(Vec<u64>),
+}
 
 /// One run of a sequence's tokens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,7 +40,7 @@ pub(crate) type Placed = (Option<u64>, Piece);
 /// One epoch's documents in order, with every `STRIDE`th document's first token offset in
 /// the epoch's token stream.
 pub(crate) struct EpochPlan {
-    sampler: Sampler,
+    order: DocOrder,
     /// Tokens each document takes in the stream: its own, plus BOS and EOS when configured.
     extra: u64,
     checkpoints: Vec<u64>,
@@ -43,21 +50,53 @@ pub(crate) struct EpochPlan {
 }
 
 impl EpochPlan {
-    /// The plan of `epoch` over `docs` (a pass over every document's length).
-    pub(crate) fn new(docs: &dyn TokenDocs, cfg: &PackConfig, epoch: u64) -> Result<Self> {
-        let n = docs.documents();
-        let mut sc = SamplerConfig::new(n, cfg.order.clone());
-        sc.epoch = epoch;
-        sc.partition = Partition::single();
-        sc.tail = Tail::Drop;
-        if matches!(cfg.order, Order::ShardShuffle { .. }) {
-            sc.shards = Some(std::sync::Arc::new(ShardLayout::from_sizes(&docs.shard_sizes())?));
-        }
-        let sampler = Sampler::new(sc)?;
+    /// The plan of `epoch` over `docs` (a pass over every document's length); for a mixture,
+    /// its documents interleaved by token share under the weight `segments` (see [`TokenMix`]).
+    pub(crate) fn new(
+        docs: &dyn TokenDocs,
+        cfg: &PackConfig,
+        epoch: u64,
+        mix: Option<(&TokenMix, &Segments)>,
+    ) -> Result<Self> {
         let extra = u64::from(cfg.bos.is_some()) + u64::from(cfg.eos.is_some());
+        let order = match mix {
+            Some((m, segments)) => {
+                // How many documents of `order` the stream before global batch `b` reaches into.
+                let cut = |order: &[u64], b: u64| {
+                    let t = b.saturating_mul(cfg.seq_len as u64).saturating_mul(cfg.global_batch as u64);
+                    let mut at = 0u64;
+                    for (k, &d) in order.iter().enumerate() {
+                        at += docs.tokens_in(d) + extra;
+                        if at > t {
+                            return k + 1;
+                        }
+                    }
+                    order.len()
+                };
+                DocOrder::List(m.order(&cfg.order, epoch, segments, &cut))
+            }
+            None => {
+                let mut sc = SamplerConfig::new(docs.documents(), cfg.order.clone());
+                sc.epoch = epoch;
+                sc.partition = Partition::single();
+                sc.tail = Tail::Drop;
+                if matches!(cfg.order, Order::ShardShuffle { .. }) {
+                    sc.shards = Some(std::sync::Arc::new(ShardLayout::from_sizes(&docs.shard_sizes())?));
+                }
+                DocOrder::Sampler(Box::new(Sampler::new(sc)?))
+            }
+        };
+        let n = match &order {
+            DocOrder::Sampler(s) => s.len(),
+            DocOrder::List(l) => l.len() as u64,
+        };
         let mut checkpoints = Vec::with_capacity((n / STRIDE + 1) as usize);
         let mut total = 0u64;
-        for (k, doc) in sampler.iter().enumerate() {
+        let docs_in_order: Box<dyn Iterator<Item = u64> + '_> = match &order {
+            DocOrder::Sampler(s) => Box::new(s.iter()),
+            DocOrder::List(l) => Box::new(l.iter().copied()),
+        };
+        for (k, doc) in docs_in_order.enumerate() {
             if (k as u64).is_multiple_of(STRIDE) {
                 checkpoints.push(total);
             }
@@ -72,7 +111,7 @@ impl EpochPlan {
             Packing::Concat if total >= window => (total - window) / cfg.seq_len as u64 + 1,
             Packing::Concat => 0,
         };
-        Ok(EpochPlan { sampler, extra, checkpoints, total, sequences, cfg: cfg.clone() })
+        Ok(EpochPlan { order, extra, checkpoints, total, sequences, cfg: cfg.clone() })
     }
 
     /// Tokens in the epoch's stream (documents with their BOS and EOS).
@@ -82,7 +121,10 @@ impl EpochPlan {
 
     /// The document at epoch position `k`.
     fn doc_at(&self, k: u64) -> u64 {
-        self.sampler.get(k).unwrap_or(0)
+        match &self.order {
+            DocOrder::Sampler(s) => s.get(k).unwrap_or(0),
+            DocOrder::List(l) => l.get(k as usize).copied().unwrap_or(0),
+        }
     }
 
     /// The epoch position whose stream range holds token `t` (`t < total`), and where it starts.

@@ -14,10 +14,15 @@ use crate::DynSampleSource;
 /// and lengths below 1000 so they fit uint16 and tell their document), as one
 /// uint16 `.bin`/`.idx` pair in a temporary directory.
 pub(crate) fn corpus(dir: &std::path::Path, lens: &[u64]) {
+    corpus_from(dir, lens, 0, 65)
+}
+
+/// [`corpus`] with document numbers taken modulo `cap`, every token plus `base`.
+fn corpus_from(dir: &std::path::Path, lens: &[u64], base: u64, cap: u64) {
     let mut bin = Vec::new();
     for (d, &n) in lens.iter().enumerate() {
         for i in 0..n {
-            bin.extend_from_slice(&(((d as u64 * 1000 + i) % 65536) as u16).to_le_bytes());
+            bin.extend_from_slice(&(((base + (d as u64 % cap) * 1000 + i) % 65536) as u16).to_le_bytes());
         }
     }
     std::fs::write(dir.join("c.bin"), bin).unwrap();
@@ -200,4 +205,72 @@ async fn bad_configurations_and_sources_are_clear_errors() {
     f.set_len(20).unwrap();
     let e = crate::source::open(dir.path().to_str().unwrap(), Default::default()).await.err().unwrap().to_string();
     assert!(e.contains("c.idx") && e.contains("past the end of the .bin"), "{e}");
+}
+
+/// Two corpora told apart by their tokens (A below 40000, B from 40000), mixed 70/30 by
+/// tokens although B has more documents.
+async fn two_corpora() -> (tempfile::TempDir, TokenMix) {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    corpus_from(&a, &(0..400).map(|d| (d * 37 % 61) + 5).collect::<Vec<u64>>(), 0, 40);
+    corpus_from(&b, &(0..1500).map(|d| (d * 17 % 23) + 1).collect::<Vec<u64>>(), 40000, 25);
+    let part = |name: &str, p: &std::path::Path, weight| {
+        let name = name.to_string();
+        let p = p.to_path_buf();
+        async move { MixPart { name, docs: Arc::new(SourceDocs::new(open(&p).await).unwrap()), weight } }
+    };
+    let mix = TokenMix::new(vec![part("a", &a, 0.7).await, part("b", &b, 0.3).await]).unwrap();
+    (dir, mix)
+}
+
+fn share_a(batches: &[Batch]) -> f64 {
+    let all: Vec<i64> = batches.iter().flat_map(ids).flatten().collect();
+    all.iter().filter(|&&t| t < 40000).count() as f64 / all.len() as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_weighted_mix_keeps_its_shares_in_every_window_and_takes_new_weights_at_a_resume() {
+    let (_dir, mix) = two_corpora().await;
+    let mut cfg = PackConfig::new(16, 8);
+    cfg.order = Order::Shuffle { seed: 3 };
+    let loader = TokenLoader::from_mix(mix, cfg.clone()).unwrap();
+    let all = loader.epoch(0).unwrap().collect().await.unwrap();
+    assert!(all.len() >= 20, "{} batches", all.len());
+    assert!((share_a(&all) - 0.7).abs() < 0.01, "epoch share {}", share_a(&all));
+    for w in all.chunks(20).filter(|w| w.len() == 20) {
+        assert!((share_a(w) - 0.7).abs() < 0.05, "window share {}", share_a(w));
+    }
+    let per = loader.source_tokens();
+    assert_eq!(per.iter().map(|p| p.0.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    assert!((per[0].1 as f64 / (per[0].1 + per[1].1) as f64 - 0.7).abs() < 0.01);
+
+    // Stop after 6 batches, change to 30/70 at the resume.
+    let (_dir2, mix2) = two_corpora().await;
+    let first = TokenLoader::from_mix(mix2, cfg.clone()).unwrap();
+    let mut e = first.epoch(0).unwrap();
+    for _ in 0..60 {
+        e.next_batch().await.unwrap().unwrap();
+    }
+    drop(e);
+    let state = first.state();
+    let (_dir3, mix3) = two_corpora().await;
+    let resumed = TokenLoader::from_mix(mix3, cfg.clone()).unwrap();
+    resumed.load_state(state).unwrap();
+    resumed.set_weights(&[0.3, 0.7]).unwrap();
+    let state_at_change = resumed.state();
+    let rest = resumed.epoch(0).unwrap().collect().await.unwrap();
+    assert!((share_a(&rest) - 0.3).abs() < 0.03, "share after the change {}", share_a(&rest));
+    assert_eq!(rest[0].number, 60);
+    // The change is in the state: resuming from it again gives the same batches.
+    assert_eq!(resumed.state().weights, vec![(0, vec![0.7, 0.3]), (60, vec![0.3, 0.7])]);
+    let (_dir4, mix4) = two_corpora().await;
+    let again = TokenLoader::from_mix(mix4, cfg).unwrap();
+    let mut s = resumed.state();
+    s.batch = 60;
+    again.load_state(s).unwrap();
+    let rest2 = again.epoch(0).unwrap().collect().await.unwrap();
+    assert_eq!(rest.iter().map(ids).collect::<Vec<_>>(), rest2.iter().map(ids).collect::<Vec<_>>());
+    let _ = state_at_change;
 }

@@ -61,7 +61,7 @@ use crate::store::IoCounters;
 use crate::uri::{Layout, SourceOptions};
 
 use self::spec::default_name;
-pub use self::spec::{is_mix_uri, FillMissing, MixEntry, MixSpec};
+pub use self::spec::{is_mix_uri, FillMissing, MixEntry, MixSpec, WeightBy};
 
 /// The field every sample of a mix carries: its source's name (UTF-8).
 pub const SOURCE_FIELD: &str = "__source__";
@@ -105,6 +105,7 @@ pub struct MixSource {
     /// Per schema field, what fills it when a sample lacks it (`None`: an error).
     fills: Vec<Option<Bytes>>,
     source_field: Arc<str>,
+    weight_by: WeightBy,
 }
 
 impl MixSource {
@@ -169,6 +170,7 @@ impl MixSource {
             schema: Vec::new(),
             fills: Vec::new(),
             source_field: SOURCE_FIELD.into(),
+            weight_by: spec.weight_by,
         };
         mix.settle_schema(spec.fill_missing.as_ref()).await?;
         Ok(mix)
@@ -181,6 +183,16 @@ impl MixSource {
     /// The sources' names, in order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.parts.iter().map(|p| p.name.as_str())
+    }
+
+    /// What the weights share out.
+    pub fn weight_by(&self) -> WeightBy {
+        self.weight_by
+    }
+
+    /// The sources' weights, in order.
+    pub fn weights(&self) -> Vec<f64> {
+        self.parts.iter().map(|p| p.weight).collect()
     }
 
     /// The sources, in order.

@@ -52,6 +52,21 @@ pub struct MixSpec {
     /// Fill fields missing from a source instead of failing.
     #[serde(default)]
     pub fill_missing: Option<FillMissing>,
+    /// What the weights share out: samples (the [`Loader`](crate::Loader)'s mixes) or tokens
+    /// (read by [`TokenLoader`](crate::tokens::TokenLoader), which packs by tokens).
+    #[serde(default)]
+    pub weight_by: WeightBy,
+}
+
+/// What a mix's weights share out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightBy {
+    /// Each source's share of the samples.
+    #[default]
+    Samples,
+    /// Each source's share of the tokens (token corpora, or text with a tokenizer).
+    Tokens,
 }
 
 const MIX_PREFIX: &str = "mix:";
