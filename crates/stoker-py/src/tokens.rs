@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
 use stoker::tokens::{
-    tokenized, IdType, PackConfig, Packing, TextTokenizer, TokenEpoch as RsEpoch, TokenLoader as RsLoader, TokenState,
+    tokenized, IdType, MixPart, PackConfig, Packing, SourceDocs, TextTokenizer, TokenEpoch as RsEpoch,
+    TokenLoader as RsLoader, TokenMix, TokenState,
 };
 
 use crate::errors::{err, InvalidInputError, StokerError};
@@ -31,17 +32,41 @@ impl TokenLoader {
         text: &Option<(std::path::PathBuf, Option<String>)>,
         cfg: PackConfig,
     ) -> PyResult<Arc<RsLoader>> {
-        let mut src = source.get_src(py)?;
-        if let Some((path, field)) = text {
-            if src.as_tokens().is_none() {
-                let tok = Arc::new(TextTokenizer::from_file(path).map_err(err)?);
-                let (field, cache) = (field.clone(), stoker::SourceOptions::tokens_cache_dir());
-                src = block_on(py, async move { tokenized(src, tok, field, &cache).await })?.map_err(err)?;
+        let src = source.get_src(py)?;
+        let tok = match text {
+            Some((path, _)) => Some(Arc::new(TextTokenizer::from_file(path).map_err(err)?)),
+            None => None,
+        };
+        let field = text.as_ref().and_then(|(_, f)| f.clone());
+        // Text is tokenized once into the user cache (a mix's sources each on their own).
+        let tokens = |py: Python<'_>, s: Arc<stoker::DynSampleSource>| -> PyResult<Arc<stoker::DynSampleSource>> {
+            match &tok {
+                Some(t) if s.as_tokens().is_none() && s.as_mix().is_none() => {
+                    let (t, field, cache) = (t.clone(), field.clone(), stoker::SourceOptions::tokens_cache_dir());
+                    block_on(py, async move { tokenized(s, t, field, &cache).await })?.map_err(err)
+                }
+                _ => Ok(s),
             }
-        }
+        };
+        let parts = match src.as_mix() {
+            Some(m) => Some(
+                m.names()
+                    .zip(m.sources())
+                    .zip(m.weights())
+                    .map(|((name, s), weight)| {
+                        let docs = Arc::new(SourceDocs::new(tokens(py, s.clone())?).map_err(err)?);
+                        Ok(MixPart { name: name.to_string(), docs, weight })
+                    })
+                    .collect::<PyResult<Vec<_>>>()?,
+            ),
+            None => None,
+        };
         let rt = runtime()?;
         let _guard = rt.enter();
-        Ok(Arc::new(RsLoader::new(src, cfg).map_err(err)?))
+        Ok(Arc::new(match parts {
+            Some(parts) => RsLoader::from_mix(TokenMix::new(parts).map_err(err)?, cfg).map_err(err)?,
+            None => RsLoader::new(tokens(py, src)?, cfg).map_err(err)?,
+        }))
     }
 
     fn get(&self, py: Python<'_>) -> PyResult<Arc<RsLoader>> {
@@ -168,10 +193,24 @@ impl TokenLoader {
         Ok(())
     }
 
-    /// Statistics as a dict.
+    /// Statistics as a dict; for a mix, `source_tokens`: tokens this rank read per source.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let json = serde_json::to_string(&self.get(py)?.stats()).map_err(|e| StokerError::new_err(e.to_string()))?;
-        py.import("json")?.call_method1("loads", (json,))
+        let loader = self.get(py)?;
+        let mut v = serde_json::to_value(loader.stats()).map_err(|e| StokerError::new_err(e.to_string()))?;
+        if let Some(o) = v.as_object_mut() {
+            let per: serde_json::Map<String, serde_json::Value> =
+                loader.source_tokens().into_iter().map(|(n, t)| (n, t.into())).collect();
+            o.insert("source_tokens".into(), per.into());
+        }
+        py.import("json")?.call_method1("loads", (v.to_string(),))
+    }
+
+    /// A mix's new weights, from the next global batch (see `stoker::tokens::TokenMix`).
+    fn set_weights(&self, py: Python<'_>, weights: Vec<f64>) -> PyResult<()> {
+        let loader = self.get(py)?;
+        loader.set_weights(&weights).map_err(err)?;
+        self.built.lock().unwrap_or_else(|e| e.into_inner()).2 = Some(loader.state());
+        Ok(())
     }
 }
 

@@ -165,3 +165,34 @@ def test_text_is_tokenized_in_rust_once_and_packed_like_the_wheels_ids(text, tmp
         bad = tmp_path / "bad.json"
         bad.write_text("{}")
         stoker.TokenLoader(str(path), seq_len=128, global_batch=4, tokenizer=str(bad))
+
+
+def test_a_mix_weighted_by_tokens_keeps_its_shares_and_takes_new_weights_at_a_resume(tmp_path):
+    roots = {}
+    for kind in ("megatron", "megatron-i32"):
+        out = tmp_path / kind
+        res = subprocess.run([writers_python(), str(ROOT / "integration/py/write_tokens.py"), kind, str(out)],
+                             capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr[-2000:]
+        roots[kind] = str(out)
+    mixed = stoker.mix({roots["megatron"]: 0.7, roots["megatron-i32"]: 0.3}, weight_by="tokens")
+    with pytest.raises(stoker.InvalidInputError, match="weighted by tokens"):
+        stoker.Loader(mixed, batch_size=4)
+    loader = stoker.TokenLoader(mixed, seq_len=64, global_batch=4, shuffle=True, seed=2)
+    n = sum(1 for _ in loader)
+    per = loader.stats()["source_tokens"]
+    assert n > 20 and set(per) == {roots["megatron"], roots["megatron-i32"]}
+    assert abs(per[roots["megatron"]] / sum(per.values()) - 0.7) < 0.01, per
+    # Stop after 10 global batches, resume with 20/80.
+    first = stoker.TokenLoader(mixed, seq_len=64, global_batch=4, shuffle=True, seed=2)
+    for k, _ in enumerate(first):
+        if k == 9:
+            break
+    state = first.state_dict()
+    resumed = stoker.TokenLoader(mixed, seq_len=64, global_batch=4, shuffle=True, seed=2)
+    resumed.load_state_dict(state)
+    resumed.set_weights([0.2, 0.8])
+    rest = sum(1 for _ in resumed)
+    per = resumed.stats()["source_tokens"]
+    assert rest > 0 and abs(per[roots["megatron"]] / sum(per.values()) - 0.2) < 0.05, per
+    assert resumed.state_dict()["weights"] == [[0, [0.7, 0.3]], [10, [0.2, 0.8]]]

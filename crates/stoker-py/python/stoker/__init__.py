@@ -362,6 +362,7 @@ def mix(
     epoch_length: Optional[int] = None,
     replacement: bool = False,
     fill_missing: Union[None, bool, Mapping[str, Union[str, bytes]]] = None,
+    weight_by: str = "samples",
     **options: Any,
 ) -> Dataset:
     """Several sources read as one, in proportions fixed by their weights.
@@ -382,6 +383,9 @@ def mix(
     Sources must have the same fields: one that lacks a field another has is an error naming
     both, unless ``fill_missing`` fills it (``True``: empty bytes; ``{"cls": "-1"}``: that
     value for that field). As a map-style dataset, the mix is its sources concatenated.
+
+    ``weight_by="tokens"`` makes the weights shares of tokens, for ``stoker.TokenLoader`` (which
+    weights every mix by tokens); ``stoker.Loader`` refuses it.
     """
     if isinstance(sources, Mapping):
         entries = [_mix_entry(s, w, None) for s, w in sources.items()]
@@ -391,7 +395,9 @@ def mix(
             if not isinstance(item, tuple) or len(item) not in (2, 3):
                 raise InvalidInputError(f"mix sources are (uri_or_dataset, weight[, options]) tuples, not {_shown(item)}")
             entries.append(_mix_entry(item[0], item[1], item[2] if len(item) == 3 else None))
-    spec: Dict[str, Any] = {"sources": entries, "replacement": bool(replacement)}
+    if weight_by not in ("samples", "tokens"):
+        raise InvalidInputError(f"weight_by must be 'samples' or 'tokens', not {weight_by!r}")
+    spec: Dict[str, Any] = {"sources": entries, "replacement": bool(replacement), "weight_by": weight_by}
     if epoch_length is not None:
         spec["epoch_length"] = int(epoch_length)
     if isinstance(fill_missing, Mapping):

@@ -39,6 +39,11 @@ class TokenLoader:
     ``[B * L]`` batch as flash-attention's varlen functions take them, and ``max_seqlen``.
     Padding (``pad_id``) happens only at the epoch's end with ``pad_tail=True``; otherwise the
     last partial sequence and global batch are dropped.
+
+    A ``stoker.mix(...)`` of token corpora (or of text, with ``tokenizer=``) is weighted by
+    tokens: each source has its weight's share of the tokens at every point of the stream
+    (within one document), each source's documents in their own order; the epoch ends when the
+    source due next has no document left. ``set_weights`` changes the weights at a resume.
     """
 
     def __init__(
@@ -175,6 +180,15 @@ class TokenLoader:
         self.epoch = self._resume_epoch
         self._started = False
 
+    def set_weights(self, weights: Any) -> None:
+        """A mix's new weights (one per source, in order), from the next global batch: the
+        batches delivered stay as they were; the documents not yet read are taken in the new
+        proportions for the rest of the epoch (which ends when a source runs out), and the change
+        is kept in ``state_dict()``. Call it after ``load_state_dict`` to change a data schedule at
+        a resume."""
+        self._loader.set_weights([float(w) for w in weights])
+
     def stats(self) -> Dict[str, Any]:
-        """Consumer wait, throughput, requests and bytes read."""
+        """Consumer wait, throughput, requests and bytes read; for a mix, ``source_tokens``:
+        the tokens this rank read per source."""
         return self._loader.stats()
