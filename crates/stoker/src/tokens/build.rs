@@ -1,4 +1,5 @@
-//! Rows of a token batch from their pieces and the tokens read for them.
+//! Rows of a token batch from their pieces and the tokens read for them, written straight
+//! into the batch's column buffers.
 
 use std::sync::Arc;
 
@@ -31,13 +32,23 @@ impl Columns {
     }
 }
 
-/// One row's values, before they go into the batch's columns.
-struct Row {
-    ids: Vec<i64>,
-    positions: Vec<i32>,
-    mask: Vec<u8>,
-    /// Where each segment starts in the row.
-    starts: Vec<i32>,
+/// The segments of a row: runs of pieces of one document (or of padding), as
+/// `(start in the row, length, whether padding)`.
+fn segments(pieces: &[Placed]) -> impl Iterator<Item = (usize, usize, bool)> + '_ {
+    let mut at = 0usize;
+    let mut i = 0usize;
+    std::iter::from_fn(move || {
+        let (doc, _) = pieces.get(i)?;
+        let start = at;
+        while let Some((d, p)) = pieces.get(i) {
+            if d != doc {
+                break;
+            }
+            at += piece_len(p) as usize;
+            i += 1;
+        }
+        Some((start, at - start, doc.is_none()))
+    })
 }
 
 /// Write `rows` (global sequence number and its pieces) into `out`, taking each row's
@@ -51,87 +62,81 @@ pub(crate) fn fill(
     tokens: &[i64],
 ) -> Result<()> {
     let w = cfg.window();
-    let mut next = 0usize;
-    let mut built = Vec::with_capacity(rows.len());
     for (i, (s, pieces)) in rows.iter().enumerate() {
-        let row = row(cfg, pieces, tokens, &mut next)?;
+        if pieces.iter().map(|(_, p)| piece_len(p) as usize).sum::<usize>() != w {
+            return Err(Error::internal(format!("sequence {s} planned with the wrong length")));
+        }
         out.begin(*s, &format!("seq-{s:012}"));
-        let cu = out.field(&cols.cu_seqlens, row.starts.len() * 4);
-        for (dst, start) in cu.chunks_exact_mut(4).zip(&row.starts) {
-            dst.copy_from_slice(&(start + (i * w) as i32).to_ne_bytes());
-        }
-        built.push(row);
-    }
-    match cfg.ids {
-        IdType::Int32 => {
-            let col = out.fixed(&cols.input_ids.0, &cols.input_ids.1);
-            let all = built.iter().flat_map(|r| &r.ids);
-            for (dst, &t) in col.chunks_exact_mut(4).zip(all) {
-                let t = i32::try_from(t).map_err(|_| {
-                    Error::invalid_option(format!("token id {t} does not fit int32 ids: ask for int64 ids"))
-                })?;
-                dst.copy_from_slice(&t.to_ne_bytes());
-            }
-        }
-        IdType::Int64 => {
-            let col = out.fixed(&cols.input_ids.0, &cols.input_ids.1);
-            for (dst, &t) in col.chunks_exact_mut(8).zip(built.iter().flat_map(|r| &r.ids)) {
-                dst.copy_from_slice(&t.to_ne_bytes());
-            }
+        let n = segments(pieces).count();
+        let cu = out.field(&cols.cu_seqlens, n * 4);
+        for (dst, (start, _, _)) in cu.chunks_exact_mut(4).zip(segments(pieces)) {
+            dst.copy_from_slice(&((start + i * w) as i32).to_ne_bytes());
         }
     }
+    // Ids: each row's pieces in turn, document tokens from `tokens`.
+    if tokens.iter().any(|&t| cfg.ids == IdType::Int32 && i32::try_from(t).is_err()) {
+        let bad = tokens.iter().find(|&&t| i32::try_from(t).is_err()).copied().unwrap_or_default();
+        return Err(Error::invalid_option(format!("token id {bad} does not fit int32 ids: ask for int64 ids")));
+    }
+    let width = cfg.ids_width();
+    let col = out.fixed(&cols.input_ids.0, &cols.input_ids.1);
+    let mut next = 0usize;
+    for ((_, pieces), row) in rows.iter().zip(col.chunks_exact_mut(w * width)) {
+        let mut at = 0usize;
+        for (_, p) in pieces {
+            let n = piece_len(p) as usize;
+            let dst = &mut row[at * width..(at + n) * width];
+            match p {
+                Piece::Tokens { .. } => {
+                    let src =
+                        tokens.get(next..next + n).ok_or_else(|| Error::internal("fewer tokens read than planned"))?;
+                    put_ids(dst, src, width);
+                    next += n;
+                }
+                Piece::Bos => put_ids(dst, &[cfg.bos.unwrap_or(cfg.pad_id)], width),
+                Piece::Eos => put_ids(dst, &[cfg.eos.unwrap_or(cfg.pad_id)], width),
+                Piece::Pad(_) => {
+                    for d in dst.chunks_exact_mut(width) {
+                        put_ids(d, &[cfg.pad_id], width);
+                    }
+                }
+            }
+            at += n;
+        }
+    }
+    // Positions restart at every segment; the mask is 0 on padding and, with
+    // mask_boundaries, on the first token of every document after the row's first.
     let col = out.fixed(&cols.position_ids.0, &cols.position_ids.1);
-    for (dst, &p) in col.chunks_exact_mut(4).zip(built.iter().flat_map(|r| &r.positions)) {
-        dst.copy_from_slice(&p.to_ne_bytes());
+    for ((_, pieces), row) in rows.iter().zip(col.chunks_exact_mut(w * 4)) {
+        for (start, len, _) in segments(pieces) {
+            for (p, dst) in row[start * 4..(start + len) * 4].chunks_exact_mut(4).enumerate() {
+                dst.copy_from_slice(&(p as i32).to_ne_bytes());
+            }
+        }
     }
     let col = out.fixed(&cols.loss_mask.0, &cols.loss_mask.1);
-    for (dst, &m) in col.iter_mut().zip(built.iter().flat_map(|r| &r.mask)) {
-        *dst = m;
+    for ((_, pieces), row) in rows.iter().zip(col.chunks_exact_mut(w)) {
+        for (start, len, pad) in segments(pieces) {
+            row[start..start + len].fill(u8::from(!pad));
+            if cfg.mask_boundaries && start > 0 && !pad {
+                row[start] = 0;
+            }
+        }
     }
     Ok(())
 }
 
-/// One row: its pieces' tokens, positions restarting per segment, mask and segment starts.
-fn row(cfg: &PackConfig, pieces: &[Placed], tokens: &[i64], next: &mut usize) -> Result<Row> {
-    let w = cfg.window();
-    let mut r = Row {
-        ids: Vec::with_capacity(w),
-        positions: Vec::with_capacity(w),
-        mask: Vec::with_capacity(w),
-        starts: Vec::new(),
-    };
-    let mut segment: Option<Option<u64>> = None;
-    let mut pos = 0i32;
-    for (doc, piece) in pieces {
-        let first_of_doc = segment != Some(*doc);
-        if first_of_doc {
-            r.starts.push(r.ids.len() as i32);
-            pos = 0;
+/// `src` ids written native-endian into `dst`, `width` bytes each (4: int32, checked by the
+/// caller to fit; 8: int64).
+#[inline]
+fn put_ids(dst: &mut [u8], src: &[i64], width: usize) {
+    if width == 4 {
+        for (d, &t) in dst.chunks_exact_mut(4).zip(src) {
+            d.copy_from_slice(&(t as i32).to_ne_bytes());
         }
-        let n = piece_len(piece) as usize;
-        let at = r.ids.len();
-        match piece {
-            Piece::Bos => r.ids.push(cfg.bos.unwrap_or(cfg.pad_id)),
-            Piece::Eos => r.ids.push(cfg.eos.unwrap_or(cfg.pad_id)),
-            Piece::Pad(_) => r.ids.extend(std::iter::repeat_n(cfg.pad_id, n)),
-            Piece::Tokens { .. } => {
-                let got =
-                    tokens.get(*next..*next + n).ok_or_else(|| Error::internal("fewer tokens read than planned"))?;
-                r.ids.extend_from_slice(got);
-                *next += n;
-            }
+    } else {
+        for (d, &t) in dst.chunks_exact_mut(8).zip(src) {
+            d.copy_from_slice(&t.to_ne_bytes());
         }
-        r.positions.extend((0..n as i32).map(|p| pos + p));
-        pos += n as i32;
-        let real = u8::from(doc.is_some());
-        r.mask.extend(std::iter::repeat_n(real, n));
-        if first_of_doc && cfg.mask_boundaries && at > 0 && doc.is_some() {
-            r.mask[at] = 0;
-        }
-        segment = Some(*doc);
     }
-    if r.ids.len() != w {
-        return Err(Error::internal(format!("a row of {} tokens, not {w}", r.ids.len())));
-    }
-    Ok(r)
 }

@@ -311,10 +311,11 @@ impl Job {
         let rows = self.cfg.rows() as u64;
         let first = b * self.cfg.global_batch as u64 + self.cfg.partition.rank * rows;
         let window = self.cfg.window() as u64;
+        let mut cursor = None;
         let planned: Vec<(u64, Vec<_>)> = (first..first + rows)
             .map(|s| {
                 let pieces = if s < self.plan.sequences {
-                    self.plan.pieces(docs, s)
+                    self.plan.pieces_after(docs, s, &mut cursor)
                 } else {
                     vec![(None, Piece::Pad(window))] // past the epoch's last sequence: the padded tail
                 };

@@ -124,6 +124,14 @@ impl PackConfig {
         self.seq_len + usize::from(self.labels)
     }
 
+    /// Bytes per id of `input_ids`.
+    pub(crate) fn ids_width(&self) -> usize {
+        match self.ids {
+            IdType::Int32 => 4,
+            IdType::Int64 => 8,
+        }
+    }
+
     /// Rows of each global batch this rank takes.
     pub fn rows(&self) -> usize {
         self.global_batch / self.partition.world_size.max(1) as usize

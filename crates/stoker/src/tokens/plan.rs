@@ -143,7 +143,11 @@ impl EpochPlan {
 
     /// The pieces of sequence `s` (`s < sequences`), in order, filling exactly
     /// [`PackConfig::window`] tokens.
-    pub(crate) fn pieces(&self, docs: &dyn TokenDocs, s: u64) -> Vec<Placed> {
+    /// The pieces of sequence `s` (`s < sequences`), in order, filling exactly
+    /// [`PackConfig::window`] tokens. With a `cursor` (the epoch position and stream offset of a
+    /// document at or before the sequence's first token, as the previous sequence of a batch
+    /// left it) the walk goes on from there instead of searching; it is left for `s + 1`.
+    pub(crate) fn pieces_after(&self, docs: &dyn TokenDocs, s: u64, cursor: &mut Option<(u64, u64)>) -> Vec<Placed> {
         let window = self.cfg.window() as u64;
         let mut out = Vec::new();
         match self.cfg.packing {
@@ -165,8 +169,21 @@ impl EpochPlan {
                 let mut t = s * self.cfg.seq_len as u64;
                 let end = (t + window).min(self.total);
                 if t < end {
-                    let (mut k, mut at) = self.position_of(docs, t);
+                    let (mut k, mut at) = match *cursor {
+                        Some((k, at)) if at <= t => (k, at),
+                        _ => self.position_of(docs, t),
+                    };
+                    // Documents wholly before `t` (the cursor may lag by a few).
+                    loop {
+                        let stream = docs.tokens_in(self.doc_at(k)) + self.extra;
+                        if t < at + stream {
+                            break;
+                        }
+                        at += stream;
+                        k += 1;
+                    }
                     while t < end {
+                        *cursor = Some((k, at));
                         let doc = self.doc_at(k);
                         let len = docs.tokens_in(doc);
                         let stream = len + self.extra;

@@ -191,7 +191,7 @@ impl TokenDocs for TokensSource {
             if bytes.len() != n * ty.size() {
                 return Err(self.damaged(*f, format!("read {} bytes for {n} tokens", bytes.len())));
             }
-            out.extend((0..n).map(|i| ty.get(&bytes, i)));
+            ty.extend(&bytes[..n * ty.size()], out);
         }
         Ok(())
     }
