@@ -125,46 +125,23 @@ class TokenLoader:
             yield self._convert(batch)
 
     def _convert(self, batch: Any) -> Dict[str, Any]:
+        # Zero-copy views: the mask's 0/1 bytes are valid bools, and cu_seqlens' bytes (the
+        # last row holds the end too) are the whole int32 offsets.
         if self.output == "torch":
             import torch
 
-            def convert(x: Any) -> Any:
-                return torch.from_dlpack(x)
-
-            def ints(a: Any) -> Any:
-                return a.view(torch.int32)
-
-            def cat(parts: Any) -> Any:
-                return torch.cat(parts)
-
-            def scalar(v: int) -> Any:
-                return torch.tensor([v], dtype=torch.int32)
-
-            as_bool = torch.bool
+            convert, i32, as_bool = torch.from_dlpack, torch.int32, torch.bool
         else:
             import numpy
 
-            def convert(x: Any) -> Any:
-                return numpy.from_dlpack(x)
-
-            def ints(a: Any) -> Any:
-                return a.view(numpy.int32)
-
-            def cat(parts: Any) -> Any:
-                return numpy.concatenate(parts)
-
-            def scalar(v: int) -> Any:
-                return numpy.array([v], dtype=numpy.int32)
-
-            as_bool = numpy.bool_
+            convert, i32, as_bool = numpy.from_dlpack, numpy.int32, numpy.bool_
         out: Dict[str, Any] = {}
         for name in ("input_ids", "position_ids", "loss_mask"):
             data, _offsets, _dtype = batch.column(name)
             out[name] = convert(data)
-        out["loss_mask"] = out["loss_mask"].astype(as_bool) if self.output == "numpy" else out["loss_mask"].to(as_bool)
-        rows, width = out["input_ids"].shape
+        out["loss_mask"] = out["loss_mask"].view(as_bool)
         data, _offsets, _dtype = batch.column("cu_seqlens")
-        cu = cat([ints(convert(data)), scalar(rows * width)])
+        cu = convert(data).view(i32)
         out["cu_seqlens"] = cu
         out["max_seqlen"] = int((cu[1:] - cu[:-1]).max()) if len(cu) > 1 else 0
         return out

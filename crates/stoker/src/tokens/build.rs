@@ -67,10 +67,14 @@ pub(crate) fn fill(
             return Err(Error::internal(format!("sequence {s} planned with the wrong length")));
         }
         out.begin(*s, &format!("seq-{s:012}"));
-        let n = segments(pieces).count();
+        // The last row also holds the end, so the column's bytes are the batch's whole
+        // cu_seqlens as flash-attention takes it.
+        let end = (i + 1 == rows.len()).then_some((rows.len() * w) as i32);
+        let n = segments(pieces).count() + usize::from(end.is_some());
         let cu = out.field(&cols.cu_seqlens, n * 4);
-        for (dst, (start, _, _)) in cu.chunks_exact_mut(4).zip(segments(pieces)) {
-            dst.copy_from_slice(&((start + i * w) as i32).to_ne_bytes());
+        let starts = segments(pieces).map(|(start, _, _)| (start + i * w) as i32).chain(end);
+        for (dst, v) in cu.chunks_exact_mut(4).zip(starts) {
+            dst.copy_from_slice(&v.to_ne_bytes());
         }
     }
     // Ids: each row's pieces in turn, document tokens from `tokens`.

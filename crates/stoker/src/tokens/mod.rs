@@ -17,8 +17,9 @@
 //! `loss_mask` (`[window]` uint8: 0 on padding and, with `mask_boundaries`, on the first
 //! token of every document after the row's first, which no token of its own document
 //! predicts), and `cu_seqlens` (raw int32: where each segment of the row starts, counted in
-//! the flattened `[rows * window]` batch; append `rows * window` to get the offsets
-//! flash-attention's varlen functions take). Padding happens only at the epoch's end
+//! the flattened `[rows * window]` batch, and in the last row also `rows * window`, so the
+//! column's bytes are the offsets flash-attention's varlen functions take). Padding happens
+//! only at the epoch's end
 //! (`pad_tail`; else the last partial sequence and global batch are dropped), or in
 //! one-document-per-sequence mode ([`Packing::PerDocument`]).
 

@@ -86,8 +86,9 @@ async fn concat_packing_cuts_the_stream_exactly() {
     assert_eq!(mask[0], vec![1, 1, 1, 1, 1, 1, 0, 0, 1]);
     let cu = column(b, "cu_seqlens", |c| i32::from_ne_bytes(c.try_into().unwrap()), 4);
     assert_eq!(cu[0], vec![0, 6, 7]);
-    // Row 1 continues doc 2 (a new segment at the row's start), offset by one row of 9.
-    assert_eq!(cu[1], vec![9]);
+    // Row 1 continues doc 2 (a new segment at the row's start), offset by one row of 9; the
+    // last row ends with the batch's length.
+    assert_eq!(cu[1], vec![9, 18]);
     assert_eq!(pos[1], (0..9).collect::<Vec<i32>>());
 }
 
