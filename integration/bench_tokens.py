@@ -13,7 +13,9 @@ Token sources (seq_len 2048, shifted labels: rows of 2049 tokens, batches of 8 r
              litdata.optimize from the same documents, in its StreamingDataLoader (2 workers)
 
 Tokenize and pack (real text: the .py files of the installed packages, one document each):
-  bound           the tokenizers wheel on one thread, times the cores (the same Rust core)
+  bound           the tokenizers crate on one thread (`stoker pack` with TOKENIZERS_PARALLELISM=false,
+                  which the crate's encode_batch obeys), times the cores: the issue's bound
+  wheel-1thread   the tokenizers Python wheel on one thread, times the cores (the same core)
   stoker-jsonl    `stoker pack --layout tokens --tokenize` from JSONL (release CLI)
   stoker-parquet  the same from Parquet
   datasets        `datasets` map(tokenize, batched, num_proc=cores) + group_texts into 2048-token
@@ -206,7 +208,7 @@ def _texts(spec):
     return [json.loads(line)["text"] for line in open(Path(spec["text_dir"]) / "corpus.jsonl")]
 
 
-def row_bound(spec):
+def row_wheel_1thread(spec):
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread: the single-core rate
     from tokenizers import Tokenizer
 
@@ -218,7 +220,14 @@ def row_bound(spec):
     return {"tokens": n, "seconds": secs / (os.cpu_count() or 1), "documents": len(texts), "one_core_s": secs}
 
 
-def _stoker_pack(spec, name):
+def row_bound(spec):
+    r = _stoker_pack(spec, "corpus.jsonl", {"TOKENIZERS_PARALLELISM": "false"})
+    r["one_core_s"] = r["seconds"]
+    r["seconds"] /= os.cpu_count() or 1
+    return r
+
+
+def _stoker_pack(spec, name, env=None):
     out = Path(spec["work"]) / f"packed-{name}"
     shutil.rmtree(out, ignore_errors=True)
     src = Path(spec["text_dir"]) / name
@@ -226,7 +235,7 @@ def _stoker_pack(spec, name):
     t = time.perf_counter()
     res = subprocess.run([cli, "pack", str(src), str(out), "--layout", "tokens", "--tokenize",
                           str(Path(spec["text_dir"]) / "tokenizer.json"), "--append-eos", "<|endoftext|>", "--json",
-                          "--quiet"], capture_output=True, text=True)
+                          "--quiet"], capture_output=True, text=True, env={**os.environ, **(env or {})})
     secs = time.perf_counter() - t
     assert res.returncode == 0, res.stderr
     r = json.loads(res.stdout)
@@ -272,6 +281,7 @@ def row_datasets(spec):
 
 
 ROWS = {"raw": row_raw, "stoker": row_stoker, "memmap": row_memmap, "litdata": row_litdata, "bound": row_bound,
+        "wheel-1thread": row_wheel_1thread,
         "stoker-jsonl": row_stoker_jsonl, "stoker-parquet": row_stoker_parquet, "datasets": row_datasets}
 
 
@@ -311,7 +321,7 @@ def main() -> None:
     if "tokenize" in parts:
         if not (work / "text" / "tokenizer.json").exists():
             report["text_data"] = write_text(work / "text", a.text_mb)
-        groups.append(["bound", "stoker-jsonl", "stoker-parquet", "datasets"])
+        groups.append(["bound", "wheel-1thread", "stoker-jsonl", "stoker-parquet", "datasets"])
     for r in range(a.rounds):
         for g in groups:
             order = g if r % 2 == 0 else list(reversed(g))
