@@ -4,6 +4,8 @@ back by Megatron's own reader (IndexedDataset).
 
     python write_tokens.py megatron OUTDIR     # two uint16 datasets, documents of 0 to 700 tokens
     python write_tokens.py megatron-i32 OUTDIR # one int32 dataset (ids past 65535)
+    python write_tokens.py flat OUTDIR         # nanoGPT's layout: train.bin (uint16, raw) and big.npy
+                                               # (uint32, numpy.save), every document ended by 50256
 
 Prints the expected samples as JSON: [{"key": ..., "fields": [["tokens", hex]]}, ...] in
 Stoker's order (files by path, then sequences in order); keys are `NAME/NNNNNNNNN` (the file
@@ -40,6 +42,8 @@ def write(prefix, dtype, n, seed, vocab):
 def main():
     kind, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
+    if kind == "flat":
+        return flat(out)
     if kind == "megatron":
         files = [("part-00", np.uint16, 60, 1, 50257), ("part-01", np.uint16, 45, 2, 50257)]
     elif kind == "megatron-i32":
@@ -54,6 +58,26 @@ def main():
         for i in range(len(ds)):
             tokens = np.asarray(ds[i]).astype(np.dtype(dtype).newbyteorder("<"))
             samples.append({"key": f"{name}/{i:09d}", "fields": [["tokens", tokens.tobytes().hex()]]})
+    json.dump(samples, sys.stdout)
+
+
+def flat(out):
+    """As nanoGPT's prepare.py: every document's ids, then the end-of-text token, back to back."""
+    samples = []
+    for name, dtype, n, seed, vocab in [("big", np.uint32, 30, 4, 100_000), ("train", np.uint16, 40, 5, 50256)]:
+        rng = np.random.default_rng(seed)
+        docs = []
+        for size in lengths(n, seed):
+            ids = rng.integers(0, vocab, size=int(size))
+            ids = ids[ids != 50256]
+            docs.append(np.append(ids, 50256).astype(dtype))
+        arr = np.concatenate(docs)
+        if name == "train":
+            arr.tofile(os.path.join(out, "train.bin"))
+        else:
+            np.save(os.path.join(out, "big.npy"), arr)
+        for i, d in enumerate(docs):
+            samples.append({"key": f"{name}/{i:09d}", "fields": [["tokens", d.astype(np.dtype(dtype).newbyteorder("<")).tobytes().hex()]]})
     json.dump(samples, sys.stdout)
 
 

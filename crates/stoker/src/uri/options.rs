@@ -95,6 +95,11 @@ impl Layout {
             // The shards are the ones its index names; the listing keeps the index alone.
             return path.rsplit('/').next() == Some(INDEX_FILE);
         }
+        if self == Layout::Tokens {
+            // Megatron pairs are found by their .idx; flat arrays (.bin alone, .npy) are kept for
+            // the layout to take with `separator=` (never inferred from them).
+            return [".idx", ".bin", ".npy"].iter().any(|s| path.ends_with(s));
+        }
         let mut suffixes = SHARD_SUFFIXES.iter().filter(|(l, _)| *l == self).peekable();
         match suffixes.peek() {
             Some(_) => suffixes.any(|(_, suffix)| path.ends_with(suffix)),
@@ -128,6 +133,11 @@ pub struct SourceOptions {
     pub field: Option<String>,
     /// JSONL: the field of each line's object that holds the document's text (default `text`).
     pub text_field: Option<String>,
+    /// Tokens layout, flat token files (a `.bin` without an `.idx`, or an `.npy`): the token
+    /// that ends each document (nanoGPT's data has GPT-2's `<|endoftext|>`, 50256, between them).
+    pub separator: Option<i64>,
+    /// Tokens layout, a flat `.bin`: its token type (`uint16`, default; `uint32`, `int32`, ...).
+    pub token_dtype: Option<String>,
     /// Parquet, MDS, LitData: read only these columns (comma-separated, `image,label`); the
     /// others are never fetched (default: every column).
     pub columns: Option<String>,

@@ -54,6 +54,25 @@ async fn megatron_datasets_pass_conformance_locally_and_over_s3() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flat_token_arrays_split_at_their_separator_pass_conformance_locally_and_over_s3() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("data").join("flat");
+    let want = fixture("flat", &dir);
+    // Without a separator, a flat file is a clear error saying what to give.
+    let e = stoker::open(&format!("{}?layout=tokens", dir.display()), Default::default())
+        .await
+        .err()
+        .map(|e| e.to_string());
+    assert!(e.as_deref().is_some_and(|e| e.contains("separator=")), "{e:?}");
+    let src = open(&format!("{}?layout=tokens&separator=50256", dir.display())).await;
+    assert_eq!(src.info().known_layout(), Some(Layout::Tokens));
+    run_all(src, &want, "flat", &[]).await;
+    let server = common::s3::serve(root.path()).await;
+    let src = open(&uri(&server.endpoint(), "flat", "&layout=tokens&separator=50256")).await;
+    run_all(src, &want, "s3://data/flat", &[SK]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn packed_sequences_are_megatrons_documents_joined_and_the_same_over_s3_at_any_world_size() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("data").join("megatron");

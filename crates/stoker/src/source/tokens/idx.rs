@@ -24,6 +24,8 @@ pub(crate) enum TokenType {
     I32,
     I64,
     U16,
+    /// Not a Megatron code: the uint32 arrays flat-token writers use for big vocabularies.
+    U32,
 }
 
 impl TokenType {
@@ -46,7 +48,7 @@ impl TokenType {
         match self {
             TokenType::U8 | TokenType::I8 => 1,
             TokenType::I16 | TokenType::U16 => 2,
-            TokenType::I32 => 4,
+            TokenType::I32 | TokenType::U32 => 4,
             TokenType::I64 => 8,
         }
     }
@@ -61,6 +63,9 @@ impl TokenType {
             TokenType::U16 => out.extend(bytes.chunks_exact(2).map(|c| i64::from(u16::from_le_bytes([c[0], c[1]])))),
             TokenType::I32 => {
                 out.extend(bytes.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))))
+            }
+            TokenType::U32 => {
+                out.extend(bytes.chunks_exact(4).map(|c| i64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))))
             }
             TokenType::I64 => out.extend(
                 bytes.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])),

@@ -7,6 +7,7 @@
 //! [`TokenDocs`]: any span of any document, so a sequence that takes 2,048 tokens of a long
 //! document reads those, not the document. Every byte comes through the [`Store`].
 
+mod flat;
 mod idx;
 
 use std::fmt;
@@ -16,12 +17,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use self::flat::FileDocs;
 pub(crate) use self::idx::write as write_idx;
 use self::idx::Index;
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
-use crate::store::{IoCounters, Object, ObjectInfo, Store};
+use crate::store::{Cancel, IoCounters, Object, ObjectInfo, Store};
 use crate::uri::{Layout, SourceOptions};
 
 /// The suffix of the index files this layout is opened from; the tokens are in the file of
@@ -53,10 +55,10 @@ pub trait TokenDocs: fmt::Debug + fmt::Display + Send + Sync {
 /// One `.bin`/`.idx` pair.
 #[derive(Debug)]
 struct TokenFile {
-    /// The common prefix, as keys show it (`path/name` without `.idx`).
+    /// The common prefix, as keys show it (`path/name` without `.idx`, `.bin` or `.npy`).
     name: String,
     bin: Object,
-    index: Index,
+    index: FileDocs,
 }
 
 /// A Megatron indexed dataset of one or more `.bin`/`.idx` pairs, read through a [`Store`].
@@ -80,18 +82,41 @@ impl fmt::Display for TokensSource {
     }
 }
 
-/// Open the indexed datasets whose `.idx` files are `indexes` (sorted by path: their
-/// documents come in that order).
+/// Open the token files of `listing` (sorted by path: their documents come in that order):
+/// each `.idx` with its `.bin`; with the `separator` option, also flat arrays (a `.bin` without
+/// an `.idx`, or an `.npy`), split into documents after every separator token.
 pub(crate) async fn open(
     store: Store,
-    mut indexes: Vec<ObjectInfo>,
-    _opts: &SourceOptions,
+    mut listing: Vec<ObjectInfo>,
+    opts: &SourceOptions,
     display: String,
 ) -> Result<Arc<DynSampleSource>> {
-    indexes.sort_by(|a, b| a.path.cmp(&b.path));
-    let mut files = Vec::with_capacity(indexes.len());
+    listing.sort_by(|a, b| a.path.cmp(&b.path));
+    let paired: std::collections::HashSet<String> =
+        listing.iter().filter_map(|o| o.path.strip_suffix(IDX_SUFFIX).map(|n| format!("{n}.bin"))).collect();
+    let flat: Vec<&ObjectInfo> = listing
+        .iter()
+        .filter(|o| (o.path.ends_with(".bin") && !paired.contains(&o.path)) || o.path.ends_with(".npy"))
+        .collect();
+    if !flat.is_empty() && opts.separator.is_none() && !listing.iter().any(|o| o.path.ends_with(IDX_SUFFIX)) {
+        return Err(Error::invalid_option(format!(
+            "{display}: {} is a flat token file (no .idx beside it): give separator= (the token that ends each \
+             document, e.g. 50256 for GPT-2's <|endoftext|>) and, for a raw .bin, token_dtype= (default uint16)",
+            store.describe(&flat[0].path)
+        )));
+    }
+    let mut files = Vec::with_capacity(listing.len());
     let mut starts = vec![0u64];
-    for info in &indexes {
+    for info in &listing {
+        if let (Some(sep), true) = (opts.separator, flat.iter().any(|f| f.path == info.path)) {
+            let file = open_flat(&store, info, sep, opts).await?;
+            starts.push(starts.last().copied().unwrap_or(0) + file.index.len() as u64);
+            files.push(file);
+            continue;
+        }
+        if !info.path.ends_with(IDX_SUFFIX) {
+            continue;
+        }
         let name = info.path.strip_suffix(IDX_SUFFIX).unwrap_or(&info.path).to_string();
         let bin_path = format!("{name}.bin");
         let bin_info = store.head(&bin_path).await.map_err(|e| match e {
@@ -111,9 +136,36 @@ pub(crate) async fn open(
             reason: format!("{reason}; write the dataset again (Megatron's preprocess_data.py, or `stoker pack`)"),
         })?;
         starts.push(starts.last().copied().unwrap_or(0) + index.len() as u64);
-        files.push(TokenFile { name, bin: store.object(&bin_info), index });
+        files.push(TokenFile { name, bin: store.object(&bin_info), index: FileDocs::Megatron(index) });
     }
     Ok(Arc::new(TokensSource { store, files, starts, display }))
+}
+
+/// A flat token file: its header (an `.npy`'s) read, then its documents found.
+async fn open_flat(store: &Store, info: &ObjectInfo, separator: i64, opts: &SourceOptions) -> Result<TokenFile> {
+    let obj = store.object(info);
+    let bad = |reason: String| Error::BadIndex { path: store.describe(&info.path), reason };
+    let (ty, header) = if info.path.ends_with(".npy") {
+        let head = store.read_span(&obj, 0..info.size.min(4096)).await?;
+        let (ty, header, n) =
+            flat::npy_header(&head).map_err(|e| bad(format!("{e}; flat token files are 1-D integer arrays")))?;
+        if header + n * ty.size() as u64 != info.size {
+            return Err(bad(format!("its header says {n} tokens but the file holds {} bytes", info.size)));
+        }
+        (ty, header)
+    } else {
+        let name = opts.token_dtype.as_deref().unwrap_or("uint16");
+        let ty = flat::type_named(name)
+            .ok_or_else(|| Error::invalid_option(format!("token_dtype={name}: not an integer type numpy names")))?;
+        (ty, 0)
+    };
+    let (s, o, cancel) = (store.clone(), obj.clone(), Cancel::default());
+    let _guard = cancel.on_drop();
+    let docs = tokio::task::spawn_blocking(move || flat::walk(&s, &o, ty, header, separator, cancel))
+        .await
+        .map_err(Error::task)??;
+    let name = info.path.rsplit_once('.').map_or(info.path.as_str(), |(n, _)| n).to_string();
+    Ok(TokenFile { name, bin: obj, index: FileDocs::Flat(docs) })
 }
 
 impl TokensSource {
@@ -129,7 +181,7 @@ impl TokensSource {
     /// Byte spans in file `f` of `(sequence, token span)` pieces.
     fn spans(&self, f: usize, pieces: impl Iterator<Item = (usize, Range<u64>)>) -> Vec<Range<u64>> {
         let file = &self.files[f];
-        let item = file.index.ty.size() as u64;
+        let item = file.index.ty().size() as u64;
         pieces
             .map(|(s, t)| {
                 let at = file.index.pointer(s);
@@ -185,7 +237,7 @@ impl TokenDocs for TokensSource {
             }
         }
         for ((f, _, span), bytes) in located.iter().zip(read) {
-            let ty = self.files[*f].index.ty;
+            let ty = self.files[*f].index.ty();
             let bytes = bytes.unwrap_or_default();
             let n = (span.end - span.start) as usize;
             if bytes.len() != n * ty.size() {
@@ -258,7 +310,7 @@ impl SampleSource for TokensSource {
         check_index(index, self.len())?;
         let (f, s) = self.locate(index as u64).ok_or_else(|| Error::internal("a checked index not found"))?;
         let file = &self.files[f];
-        let bytes = file.index.size(s) * file.index.ty.size() as u64;
+        let bytes = file.index.size(s) * file.index.ty().size() as u64;
         Ok(crate::sample::SampleMeta { key: format!("{}/{s:09}", file.name), fields: vec![("tokens".into(), bytes)] })
     }
 

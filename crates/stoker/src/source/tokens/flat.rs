@@ -1,0 +1,189 @@
+//! Flat token arrays: one long array of token ids in a file, documents ended by a separator
+//! token, as nanoGPT's `prepare.py` writes them (`train.bin`, raw uint16) or `numpy.save`
+//! (`.npy`, its dtype in the header). Opening walks the file once through the store to find
+//! where each document ends (its separator included); then they read like a Megatron index.
+
+use std::io::Read;
+
+use super::idx::{Index, TokenType};
+use crate::error::{Error, Result};
+use crate::store::{Cancel, Object, Store};
+
+/// Where a file's documents are.
+#[derive(Debug)]
+pub(crate) enum FileDocs {
+    /// A Megatron `.idx`.
+    Megatron(Index),
+    /// A flat array split at separators.
+    Flat(Flat),
+}
+
+#[derive(Debug)]
+pub(crate) struct Flat {
+    ty: TokenType,
+    /// Bytes before the first token (an `.npy` header).
+    header: u64,
+    /// Token offset where each document starts, then the number of tokens.
+    starts: Vec<u64>,
+}
+
+impl FileDocs {
+    pub(crate) fn ty(&self) -> TokenType {
+        match self {
+            FileDocs::Megatron(i) => i.ty,
+            FileDocs::Flat(f) => f.ty,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            FileDocs::Megatron(i) => i.len(),
+            FileDocs::Flat(f) => f.starts.len() - 1,
+        }
+    }
+
+    /// Tokens in document `i`.
+    pub(crate) fn size(&self, i: usize) -> u64 {
+        match self {
+            FileDocs::Megatron(idx) => idx.size(i),
+            FileDocs::Flat(f) => f.starts[i + 1] - f.starts[i],
+        }
+    }
+
+    /// Byte offset of document `i` in the token file.
+    pub(crate) fn pointer(&self, i: usize) -> u64 {
+        match self {
+            FileDocs::Megatron(idx) => idx.pointer(i),
+            FileDocs::Flat(f) => f.header + f.starts[i] * f.ty.size() as u64,
+        }
+    }
+}
+
+/// The token type `name` (numpy's names: `uint16`, `int32`, ...).
+pub(crate) fn type_named(name: &str) -> Option<TokenType> {
+    Some(match name {
+        "uint8" => TokenType::U8,
+        "int8" => TokenType::I8,
+        "int16" => TokenType::I16,
+        "uint16" => TokenType::U16,
+        "int32" => TokenType::I32,
+        "uint32" => TokenType::U32,
+        "int64" => TokenType::I64,
+        _ => return None,
+    })
+}
+
+/// An `.npy` header's token type, its own length in bytes and the array's length: a 1-D
+/// little-endian integer array in C order.
+pub(crate) fn npy_header(b: &[u8]) -> std::result::Result<(TokenType, u64, u64), String> {
+    if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
+        return Err("not an .npy file".into());
+    }
+    let (len, at) = match b[6] {
+        1 => (u64::from(u16::from_le_bytes([b[8], b[9]])), 10u64),
+        2 | 3 if b.len() >= 12 => (u64::from(u32::from_le_bytes([b[8], b[9], b[10], b[11]])), 12),
+        v => return Err(format!(".npy version {v} is not known")),
+    };
+    let end = at + len;
+    let text = b.get(at as usize..end as usize).ok_or("its header is longer than the bytes read")?;
+    let text = std::str::from_utf8(text).map_err(|_| "its header is not text")?;
+    let descr = field(text, "descr").ok_or("its header has no descr")?;
+    let ty = match descr.trim_matches(|c| c == '\'' || c == '"') {
+        "|u1" | "<u1" => TokenType::U8,
+        "|i1" | "<i1" => TokenType::I8,
+        "<i2" => TokenType::I16,
+        "<u2" => TokenType::U16,
+        "<i4" => TokenType::I32,
+        "<u4" => TokenType::U32,
+        "<i8" => TokenType::I64,
+        d => return Err(format!("dtype {d} is not little-endian integer token ids")),
+    };
+    if field(text, "fortran_order").is_some_and(|v| v.trim() == "True") {
+        return Err("it is in Fortran order".into());
+    }
+    let shape = text.split("'shape':").nth(1).and_then(|s| s.split(')').next()).ok_or("its header has no shape")?;
+    let dims: Vec<&str> =
+        shape.trim_start_matches([' ', '(']).split(',').map(str::trim).filter(|d| !d.is_empty()).collect();
+    match dims.as_slice() {
+        [n] => Ok((ty, end, n.parse::<u64>().map_err(|_| format!("shape ({shape}) is not a length"))?)),
+        _ => Err(format!("shape ({shape}) is not one-dimensional")),
+    }
+}
+
+fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let rest = text.split(&format!("'{name}':")).nth(1)?;
+    Some(rest.split(',').next()?.trim())
+}
+
+/// Walk flat token file `obj` (`header` bytes first, then tokens of `ty`), cutting documents
+/// after every `separator`.
+pub(crate) fn walk(
+    store: &Store,
+    obj: &Object,
+    ty: TokenType,
+    header: u64,
+    separator: i64,
+    cancel: Cancel,
+) -> Result<Flat> {
+    let shown = store.describe(obj.path());
+    let bytes = obj.size().saturating_sub(header);
+    if !bytes.is_multiple_of(ty.size() as u64) {
+        return Err(Error::CorruptData {
+            shard: shown,
+            key: String::new(),
+            field: "tokens".into(),
+            reason: format!("{bytes} bytes of tokens is not a whole number of {}-byte tokens", ty.size()),
+        });
+    }
+    let mut reader = store.blocking_reader(obj, true, cancel)?;
+    std::io::copy(&mut (&mut reader).take(header), &mut std::io::sink()).map_err(|e| Error::io(&shown, e))?;
+    let mut starts = vec![0u64];
+    let (mut buf, mut at, mut tokens) = (vec![0u8; 1 << 20], 0usize, Vec::with_capacity(1 << 19));
+    let mut n = 0u64;
+    loop {
+        let got = reader.read(&mut buf[at..]).map_err(|e| reader.failure().unwrap_or_else(|| Error::io(&shown, e)))?;
+        if got == 0 {
+            break;
+        }
+        let have = at + got;
+        let whole = have - have % ty.size();
+        tokens.clear();
+        ty.extend(&buf[..whole], &mut tokens);
+        for (i, &t) in tokens.iter().enumerate() {
+            if t == separator {
+                starts.push(n + i as u64 + 1);
+            }
+        }
+        n += tokens.len() as u64;
+        buf.copy_within(whole..have, 0);
+        at = have - whole;
+    }
+    if starts.last() != Some(&n) {
+        starts.push(n);
+    }
+    Ok(Flat { ty, header, starts })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npy_headers_as_numpy_writes_them() {
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        let h = "{'descr': '<u2', 'fortran_order': False, 'shape': (1234,), }          \n";
+        b.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        b.extend_from_slice(h.as_bytes());
+        assert_eq!(npy_header(&b).unwrap(), (TokenType::U16, 10 + h.len() as u64, 1234));
+        let bad = |h: &str| {
+            let mut b = b"\x93NUMPY\x01\x00".to_vec();
+            b.extend_from_slice(&(h.len() as u16).to_le_bytes());
+            b.extend_from_slice(h.as_bytes());
+            npy_header(&b).unwrap_err()
+        };
+        assert!(bad("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }").contains("integer"));
+        assert!(bad("{'descr': '<u2', 'fortran_order': False, 'shape': (3, 4), }").contains("one-dimensional"));
+        assert!(bad("{'descr': '>u2', 'fortran_order': False, 'shape': (3,), }").contains("little-endian"));
+        assert!(npy_header(b"not numpy at all").is_err());
+    }
+}
