@@ -208,8 +208,8 @@ impl TokenLoader {
     /// A mix's new weights, from the next global batch (see `stoker::tokens::TokenMix`).
     fn set_weights(&self, py: Python<'_>, weights: Vec<f64>) -> PyResult<()> {
         let loader = self.get(py)?;
-        loader.set_weights(&weights).map_err(err)?;
-        self.built.lock().unwrap_or_else(|e| e.into_inner()).2 = Some(loader.state());
+        let pending = loader.set_weights(&weights).map_err(err)?;
+        self.built.lock().unwrap_or_else(|e| e.into_inner()).2 = Some(pending);
         Ok(())
     }
 }

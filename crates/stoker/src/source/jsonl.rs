@@ -130,7 +130,8 @@ fn walk(
         } else {
             Box::new(zstd::stream::read::Decoder::new(&mut reader).map_err(|e| bad(format!("not zstd: {e}")))?)
         };
-        let lines = scan(decoder.take(limit + 1), Some(&mut file), limit).map_err(|e| bad(e.to_string()))?;
+        let lines =
+            scan(decoder.take(limit.saturating_add(1)), Some(&mut file), limit).map_err(|e| bad(e.to_string()))?;
         (Some(file), lines)
     } else {
         (None, scan(&mut reader, None, u64::MAX).map_err(|e| bad(e.to_string()))?)
@@ -199,7 +200,8 @@ impl JsonlSource {
                     spans
                         .iter()
                         .map(|s| {
-                            let mut v = vec![0u8; (s.end - s.start) as usize];
+                            // Fallible: a line's length comes from the data.
+                            let mut v = crate::buffer::try_take((s.end - s.start) as usize)?;
                             copy.read_exact_at(&mut v, s.start).map(|()| Bytes::from(v))
                         })
                         .collect::<std::io::Result<Vec<_>>>()

@@ -156,17 +156,14 @@ impl TokenLoader {
     /// force last, from batch 0.
     fn segments(&self, epoch: u64) -> Vec<(u64, Vec<f64>)> {
         let p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-        match &p.1 {
-            Some(s) if s.epoch == epoch => s.weights.clone(),
-            _ if p.0.epoch == epoch => p.0.weights.clone(),
-            _ => p.0.weights.last().map(|(_, w)| vec![(0, w.clone())]).unwrap_or_default(),
-        }
+        weights_for(&p, epoch)
     }
 
     /// Change a mixture's weights from the next global batch on (a data schedule; see
     /// [`TokenMix`] for what the rest of the epoch does). Call before starting or resuming
     /// the epoch; the change is kept in the state.
-    pub fn set_weights(&self, weights: &[f64]) -> Result<()> {
+    /// Returns the state the next epoch() starts from, which holds the change.
+    pub fn set_weights(&self, weights: &[f64]) -> Result<TokenState> {
         let Some(m) = &self.mix else {
             return Err(Error::invalid_option("set_weights is for a mix of token sources"));
         };
@@ -185,8 +182,8 @@ impl TokenLoader {
         let at = state.batch;
         state.weights.retain(|(b, _)| *b < at);
         state.weights.push((at, weights.to_vec()));
-        p.1 = Some(state);
-        Ok(())
+        p.1 = Some(state.clone());
+        Ok(state)
     }
 
     /// Tokens this rank read per mixture source, by name (empty for one source).
@@ -226,6 +223,24 @@ impl TokenLoader {
                 state.documents, state.global_batch, state.seq_len, self.cfg.global_batch, self.cfg.seq_len
             )));
         }
+        let sources = self.mix.as_ref().map_or(0, |m| m.names().len());
+        let bad = |why: String| Err(Error::invalid_option(format!("the saved state's mix weights: {why}")));
+        match (sources, state.weights.first()) {
+            (0, None) => {}
+            (0, Some(_)) => return bad("this loader reads no mix".into()),
+            (_, None) => return bad(format!("none, for a mix of {sources} sources")),
+            (_, Some((first, _))) if *first != 0 => return bad("the first does not start at batch 0".into()),
+            _ => {}
+        }
+        for (i, (b, w)) in state.weights.iter().enumerate() {
+            if w.len() != sources {
+                return bad(format!("{} weights for a mix of {sources} sources", w.len()));
+            }
+            super::mix::check_weights(w)?;
+            if i > 0 && *b < state.weights[i - 1].0 {
+                return bad("changes out of order".into());
+            }
+        }
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         *p = (state.clone(), Some(state));
         Ok(())
@@ -243,11 +258,10 @@ impl TokenLoader {
         let end = self.batches(epoch)?;
         let start = {
             let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-            let (start, weights) = match p.1.take() {
-                Some(s) if s.epoch == epoch => (s.batch.min(end), s.weights),
-                Some(s) => (0, s.weights.last().map(|(_, w)| vec![(0, w.clone())]).unwrap_or_default()),
-                None if p.0.epoch == epoch => (0, p.0.weights.clone()),
-                None => (0, p.0.weights.last().map(|(_, w)| vec![(0, w.clone())]).unwrap_or_default()),
+            let weights = weights_for(&p, epoch);
+            let start = match p.1.take() {
+                Some(s) if s.epoch == epoch => s.batch.min(end),
+                _ => 0,
             };
             p.0.epoch = epoch;
             p.0.batch = start;
@@ -289,6 +303,19 @@ impl TokenLoader {
             epoch,
             left: Arc::new(AtomicU64::new(end - start)),
         })
+    }
+}
+
+/// The mixture weights over `epoch` (the one rule `plan` and `epoch` share): a pending state's
+/// for its own epoch; for another epoch the weights last in force (a pending state's, else the
+/// run's), from batch 0; the run's own schedule when it is in `epoch`.
+fn weights_for(p: &(TokenState, Option<TokenState>), epoch: u64) -> Vec<(u64, Vec<f64>)> {
+    let last = |s: &TokenState| s.weights.last().map(|(_, w)| vec![(0, w.clone())]).unwrap_or_default();
+    match &p.1 {
+        Some(s) if s.epoch == epoch => s.weights.clone(),
+        Some(s) => last(s),
+        None if p.0.epoch == epoch => p.0.weights.clone(),
+        None => last(&p.0),
     }
 }
 

@@ -154,6 +154,9 @@ impl PackConfig {
                 self.global_batch
             )));
         }
+        if (self.rows() as u64).saturating_mul(self.window() as u64) > i32::MAX as u64 {
+            return Err(Error::invalid_option("a batch of more than 2^31 tokens (cu_seqlens are int32)"));
+        }
         let ids = [self.bos, self.eos, Some(self.pad_id)];
         if self.ids == IdType::Int32 && ids.iter().flatten().any(|&t| i32::try_from(t).is_err()) {
             return Err(Error::invalid_option("a BOS, EOS or pad id does not fit int32: ask for int64 ids"));

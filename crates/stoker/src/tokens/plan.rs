@@ -63,7 +63,12 @@ impl EpochPlan {
             Some((m, segments)) => {
                 // How many documents of `order` the stream before global batch `b` reaches into.
                 let cut = |order: &[u64], b: u64| {
-                    let t = b.saturating_mul(cfg.seq_len as u64).saturating_mul(cfg.global_batch as u64);
+                    let g = cfg.global_batch as u64;
+                    if cfg.packing == Packing::PerDocument {
+                        // A row per document: batch b starts at document b * G.
+                        return usize::try_from(b.saturating_mul(g)).unwrap_or(usize::MAX).min(order.len());
+                    }
+                    let t = b.saturating_mul(cfg.seq_len as u64).saturating_mul(g);
                     let mut at = 0u64;
                     for (k, &d) in order.iter().enumerate() {
                         at += docs.tokens_in(d) + extra;
@@ -107,7 +112,8 @@ impl EpochPlan {
         let window = cfg.window() as u64;
         let sequences = match cfg.packing {
             Packing::PerDocument => n,
-            Packing::Concat if cfg.pad_tail => total.div_ceil(cfg.seq_len as u64),
+            // With labels the last token is only a label: no row starts at it.
+            Packing::Concat if cfg.pad_tail => total.saturating_sub(u64::from(cfg.labels)).div_ceil(cfg.seq_len as u64),
             Packing::Concat if total >= window => (total - window) / cfg.seq_len as u64 + 1,
             Packing::Concat => 0,
         };

@@ -275,3 +275,22 @@ async fn a_token_weighted_mix_keeps_its_shares_in_every_window_and_takes_new_wei
     assert_eq!(rest.iter().map(ids).collect::<Vec<_>>(), rest2.iter().map(ids).collect::<Vec<_>>());
     let _ = state_at_change;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_weights_between_epochs_are_the_ones_used_and_bad_saved_weights_are_refused() {
+    let (_dir, mix) = two_corpora().await;
+    let mut cfg = PackConfig::new(16, 8);
+    cfg.order = Order::Shuffle { seed: 3 };
+    let loader = TokenLoader::from_mix(mix, cfg).unwrap();
+    loader.epoch(0).unwrap().collect().await.unwrap();
+    loader.set_weights(&[0.3, 0.7]).unwrap();
+    let second = loader.epoch(1).unwrap().collect().await.unwrap();
+    assert!((share_a(&second) - 0.3).abs() < 0.01, "share {}", share_a(&second));
+    let state = loader.state();
+    assert_eq!((state.epoch, state.weights.clone()), (1, vec![(0, vec![0.3, 0.7])]));
+    let wrong = |weights: Vec<(u64, Vec<f64>)>| TokenState { weights, ..state.clone() };
+    for bad in [vec![], vec![(0, vec![1.0])], vec![(3, vec![0.5, 0.5])], vec![(0, vec![f64::NAN, 1.0])]] {
+        assert!(loader.load_state(wrong(bad.clone())).is_err(), "{bad:?}");
+    }
+    loader.load_state(wrong(vec![(0, vec![0.5, 0.5]), (4, vec![0.2, 0.8])])).unwrap();
+}

@@ -49,6 +49,9 @@ pub struct TokenizedManifest {
     pub tokenizer: String,
     /// The token appended to every document, if any.
     pub append_eos: Option<u32>,
+    /// The field the text was taken from (`None`: the samples' only field).
+    #[serde(default)]
+    pub field: Option<String>,
     /// Documents per part.
     pub documents_per_part: u64,
     /// Parts finished so far, in order.
@@ -87,6 +90,7 @@ pub async fn pretokenize(
         documents: n,
         tokenizer: format!("{:016x}", tok.fingerprint()),
         append_eos: opts.append_eos,
+        field: opts.field.clone(),
         documents_per_part: per,
         parts: Vec::new(),
     };
@@ -103,7 +107,9 @@ pub async fn pretokenize(
         }
         None => want.clone(),
     };
-    let wide = tok.vocab_size() > 1 << 16;
+    // uint16 when every id fits (the vocabulary's size bounds them; the check below catches a
+    // vocabulary with gaps), int32 otherwise.
+    let wide = tok.vocab_size() > 1 << 16 || opts.append_eos.is_some_and(|e| e > u32::from(u16::MAX));
     progress(done.parts.iter().map(|p| p.documents).sum());
     for p in done.parts.len() as u64..n.div_ceil(per) {
         let docs = p * per..((p + 1) * per).min(n);
@@ -157,7 +163,13 @@ async fn write_part(
                 if wide {
                     buf.extend_from_slice(&(t as i32).to_le_bytes());
                 } else {
-                    buf.extend_from_slice(&(t as u16).to_le_bytes());
+                    let t = u16::try_from(t).map_err(|_| {
+                        Error::invalid_option(format!(
+                            "token id {t} does not fit the uint16 this tokenizer's vocabulary size chose: its ids have \
+                             gaps; write the corpus with another tokenizer.json or report it"
+                        ))
+                    })?;
+                    buf.extend_from_slice(&t.to_le_bytes());
                 }
             }
             hasher.write(&buf);

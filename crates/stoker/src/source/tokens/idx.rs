@@ -53,6 +53,32 @@ impl TokenType {
         }
     }
 
+    /// Whether `t` is a value of this type.
+    pub(crate) fn holds(self, t: i64) -> bool {
+        match self {
+            TokenType::U8 => u8::try_from(t).is_ok(),
+            TokenType::I8 => i8::try_from(t).is_ok(),
+            TokenType::I16 => i16::try_from(t).is_ok(),
+            TokenType::U16 => u16::try_from(t).is_ok(),
+            TokenType::I32 => i32::try_from(t).is_ok(),
+            TokenType::U32 => u32::try_from(t).is_ok(),
+            TokenType::I64 => true,
+        }
+    }
+
+    /// numpy's name for it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            TokenType::U8 => "uint8",
+            TokenType::I8 => "int8",
+            TokenType::I16 => "int16",
+            TokenType::U16 => "uint16",
+            TokenType::I32 => "int32",
+            TokenType::U32 => "uint32",
+            TokenType::I64 => "int64",
+        }
+    }
+
     /// Append every token of little-endian `bytes` to `out`: one tight loop per type, which
     /// the compiler vectorizes (a match per token does not).
     pub(crate) fn extend(self, bytes: &[u8], out: &mut Vec<i64>) {

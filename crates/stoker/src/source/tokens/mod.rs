@@ -149,7 +149,7 @@ async fn open_flat(store: &Store, info: &ObjectInfo, separator: i64, opts: &Sour
         let head = store.read_span(&obj, 0..info.size.min(4096)).await?;
         let (ty, header, n) =
             flat::npy_header(&head).map_err(|e| bad(format!("{e}; flat token files are 1-D integer arrays")))?;
-        if header + n * ty.size() as u64 != info.size {
+        if n.checked_mul(ty.size() as u64).and_then(|b| b.checked_add(header)) != Some(info.size) {
             return Err(bad(format!("its header says {n} tokens but the file holds {} bytes", info.size)));
         }
         (ty, header)
@@ -159,6 +159,13 @@ async fn open_flat(store: &Store, info: &ObjectInfo, separator: i64, opts: &Sour
             .ok_or_else(|| Error::invalid_option(format!("token_dtype={name}: not an integer type numpy names")))?;
         (ty, 0)
     };
+    if !ty.holds(separator) {
+        return Err(Error::invalid_option(format!(
+            "separator={separator} cannot occur in {} tokens of {}",
+            ty.name(),
+            store.describe(&info.path)
+        )));
+    }
     let (s, o, cancel) = (store.clone(), obj.clone(), Cancel::default());
     let _guard = cancel.on_drop();
     let docs = tokio::task::spawn_blocking(move || flat::walk(&s, &o, ty, header, separator, cancel))
