@@ -181,11 +181,7 @@ fn scan(mut r: impl Read, mut copy: Option<&mut std::fs::File>, limit: u64) -> s
 
 impl JsonlSource {
     fn locate(&self, doc: u64) -> Option<(usize, usize)> {
-        if doc >= *self.starts.last()? {
-            return None;
-        }
-        let f = self.starts.partition_point(|&s| s <= doc) - 1;
-        Some((f, (doc - self.starts[f]) as usize))
+        super::locate(&self.starts, doc)
     }
 
     /// The lines `(file, line)` of one file, in order.

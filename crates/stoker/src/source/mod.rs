@@ -236,6 +236,16 @@ where
     res
 }
 
+/// Which file holds document `doc` of files whose documents start at `starts` (then the
+/// total), and its number there; `None` past the end.
+pub(crate) fn locate(starts: &[u64], doc: u64) -> Option<(usize, usize)> {
+    if doc >= *starts.last()? {
+        return None;
+    }
+    let f = starts.partition_point(|&s| s <= doc) - 1;
+    Some((f, (doc - starts[f]) as usize))
+}
+
 pub(crate) fn check_index(index: usize, len: usize) -> Result<()> {
     if index >= len {
         return Err(Error::IndexOutOfRange { index, len });

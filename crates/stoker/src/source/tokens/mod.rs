@@ -178,11 +178,7 @@ async fn open_flat(store: &Store, info: &ObjectInfo, separator: i64, opts: &Sour
 impl TokensSource {
     /// The file holding document `doc` and its number there.
     fn locate(&self, doc: u64) -> Option<(usize, usize)> {
-        if doc >= *self.starts.last()? {
-            return None;
-        }
-        let f = self.starts.partition_point(|&s| s <= doc) - 1;
-        Some((f, (doc - self.starts[f]) as usize))
+        super::locate(&self.starts, doc)
     }
 
     /// Byte spans in file `f` of `(sequence, token span)` pieces.
