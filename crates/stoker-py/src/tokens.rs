@@ -19,8 +19,8 @@ use crate::source::Source;
 #[pyclass(module = "stoker._stoker")]
 pub(crate) struct TokenLoader {
     source: Py<Source>,
-    /// For a text source: the tokenizer.json and the field holding the text.
-    text: Option<(std::path::PathBuf, Option<String>)>,
+    /// For a text source: the tokenizer (loaded once) and the field holding the text.
+    text: Option<(Arc<TextTokenizer>, Option<String>)>,
     cfg: PackConfig,
     built: Mutex<(u32, Arc<RsLoader>, Option<TokenState>)>,
 }
@@ -29,14 +29,11 @@ impl TokenLoader {
     fn build(
         py: Python<'_>,
         source: &Source,
-        text: &Option<(std::path::PathBuf, Option<String>)>,
+        text: &Option<(Arc<TextTokenizer>, Option<String>)>,
         cfg: PackConfig,
     ) -> PyResult<Arc<RsLoader>> {
         let src = source.get_src(py)?;
-        let tok = match text {
-            Some((path, _)) => Some(Arc::new(TextTokenizer::from_file(path).map_err(err)?)),
-            None => None,
-        };
+        let tok = text.as_ref().map(|(t, _)| t.clone());
         let field = text.as_ref().and_then(|(_, f)| f.clone());
         // Text is tokenized once into the user cache (a mix's sources each on their own).
         let tokens = |py: Python<'_>, s: Arc<stoker::DynSampleSource>| -> PyResult<Arc<stoker::DynSampleSource>> {
@@ -121,7 +118,7 @@ impl TokenLoader {
         field: Option<String>,
     ) -> PyResult<Self> {
         let vocab = match &tokenizer {
-            Some(p) => Some(TextTokenizer::from_file(p).map_err(err)?),
+            Some(p) => Some(Arc::new(TextTokenizer::from_file(p).map_err(err)?)),
             None => None,
         };
         // A special token by its text (`eos="<|endoftext|>"`) needs the tokenizer to be an id.
@@ -153,7 +150,7 @@ impl TokenLoader {
         cfg.mask_boundaries = mask_boundaries;
         cfg.prefetch = prefetch;
         cfg.partition = partition(rank, world_size)?;
-        let text = tokenizer.map(|p| (p, field));
+        let text = vocab.map(|t| (t, field));
         let loader = Self::build(py, source.get(), &text, cfg.clone())?;
         Ok(TokenLoader { source, text, cfg, built: Mutex::new((std::process::id(), loader, None)) })
     }
