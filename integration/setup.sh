@@ -35,6 +35,13 @@ if ! .venv/bin/python -c "import maturin, pytest, numpy, torch, mypy, PIL, skima
   echo "setup: installing ${py_need[*]} into .venv"
   .venv/bin/python -m pip install --quiet --no-cache-dir --disable-pip-version-check "${py_need[@]}"
 fi
+# torch pulls in Triton (1 GB), the GPU kernel compiler of torch.compile: nothing here compiles
+# for a GPU, and CI machines have run out of disk, so it is removed (`import torch` and the
+# DataLoader do not need it).
+if .venv/bin/python -m pip show --quiet triton >/dev/null 2>&1; then
+  echo "setup: removing triton from .venv (1 GB; torch.compile's GPU compiler, unused here)"
+  .venv/bin/python -m pip uninstall --quiet --yes triton
+fi
 
 # The writers of the formats Stoker reads as they are (pyarrow, datasets, MosaicML Streaming,
 # LitData), in .venv-peers beside the benchmark peers: they pin numpy<2.2, which .venv cannot take.

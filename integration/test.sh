@@ -17,7 +17,10 @@ export STOKER_FAKE_GCS="$root/.venv/bin/fake-gcs-server"
 export STOKER_AZURITE="$root/integration/node_modules/.bin/azurite-blob"
 # The docker-compose recipe must at least parse and resolve (no engine runs here).
 docker-compose -f docker/docker-compose.yml config -q
-cargo test --workspace --locked
+# Every test and doctest; not the examples (benchmarks, ~95 MB of debug binary each, which
+# clippy --all-targets has already compiled): CI's disk is finite.
+cargo test --workspace --locked --lib --bins --tests
+cargo test --workspace --locked --doc
 # Coverage-guided fuzzing of the URI, tar-index, sidecar and manifest readers (libFuzzer on
 # stable Rust): 10 s a target here; `fuzz/run.sh 600` is the longer run (fuzz/README.md).
 bash fuzz/run.sh 10
