@@ -22,10 +22,15 @@
 //! fetches.
 
 use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
 
 use super::disk::DiskCache;
-use std::path::Path;
-use std::time::Duration;
+use super::CacheCounters;
 
 /// The longest a process waits for another's fetch of a block before fetching it itself.
 const WAIT: Duration = Duration::from_secs(60);
@@ -54,6 +59,10 @@ pub(crate) enum Claim {
     Mine(Lease),
     /// Another fetch holds the lease.
     Theirs,
+    /// Nobody holds it, and the block is on disk: another process stored it since this one
+    /// last looked (it knows of other processes' blocks only from its rescans). Read, not
+    /// fetched: a run of blocks fetched together must not fetch it again along with the rest.
+    Stored,
     /// Nobody: no lease to be had.
     Unleased,
 }
@@ -61,11 +70,14 @@ pub(crate) enum Claim {
 impl super::BlockCache {
     /// Whether missing block `key` is free to fetch for the node: `Mine` (this fetch holds its
     /// lease, [`lease`], and should fetch it), `Theirs` (another fetch holds it: better
-    /// waited for, alone, than fetched along with other blocks), `Unleased` (no disk cache
-    /// to share, or no lease to be had). Never waits.
+    /// waited for, alone, than fetched along with other blocks), `Stored` (on disk after all),
+    /// `Unleased` (no disk cache to share, or no lease to be had). Never waits.
     pub(crate) fn claim(&self, key: u128) -> Claim {
-        match self.disk.as_deref().and_then(DiskCache::lease_dir) {
-            Some(dir) => try_take(dir, key),
+        let Some(disk) = self.disk.as_deref() else { return Claim::Unleased };
+        match disk.lease_dir().map(|dir| try_take(dir, key)) {
+            // Checked with the lease held: whoever stored it let go of it after the write.
+            Some(Claim::Mine(_)) if disk.on_disk(key) => Claim::Stored,
+            Some(claim) => claim,
             None => Claim::Unleased,
         }
     }
@@ -76,6 +88,48 @@ impl DiskCache {
     /// that stores nothing has nothing to share).
     pub(super) fn lease_dir(&self) -> Option<&Path> {
         (!self.read_only).then_some(self.dir.as_path())
+    }
+
+    /// Whether block `key` has a file in the directory now, whoever wrote it (one `stat`;
+    /// not verified: a damaged one is refused when read).
+    pub(super) fn on_disk(&self, key: u128) -> bool {
+        std::fs::symlink_metadata(self.path(key)).is_ok()
+    }
+}
+
+/// A miss of block `key` (`len` bytes) in disk cache `d`: the block as stored (by another
+/// process, or earlier), or else the lease to fetch it under (`held`, if the caller holds it
+/// already; `None` when none is to be had). Another process on the node may be fetching it:
+/// this waits for it and reads what it stored, rather than fetch it again.
+pub(super) async fn stored_or_lease(
+    d: &Arc<DiskCache>,
+    key: u128,
+    len: usize,
+    held: Option<Lease>,
+    counters: &CacheCounters,
+) -> Result<Bytes, Option<Lease>> {
+    let from_disk = || {
+        let d = d.clone();
+        tokio::task::spawn_blocking(move || d.read(key, len))
+    };
+    if let Ok(Some(b)) = from_disk().await {
+        return Ok(b);
+    }
+    let Some(dir) = d.lease_dir().filter(|_| held.is_none()) else { return Err(held) };
+    // Looked at again once the lease is held, whether it was taken at once or not: a holder
+    // that stored the block may have let go of it since the first look.
+    match take(dir, key).await {
+        // A stat first: nearly always absent, and a read is a trip to the blocking pool.
+        Took::Free(l) if !d.on_disk(key) => Err(Some(l)),
+        Took::Free(l) => from_disk().await.ok().flatten().ok_or(Some(l)),
+        Took::AfterWait(l) => match from_disk().await {
+            Ok(Some(b)) => {
+                counters.lease_waits.fetch_add(1, Relaxed);
+                Ok(b)
+            }
+            _ => Err(Some(l)),
+        },
+        Took::Without => Err(None),
     }
 }
 
@@ -132,7 +186,8 @@ fn try_take(dir: &Path, key: u128) -> Claim {
 pub(crate) async fn take(dir: &Path, key: u128) -> Took {
     match try_take(dir, key) {
         Claim::Mine(lease) => return Took::Free(lease),
-        Claim::Theirs => {}
+        // (`Stored` is `claim`'s word, never `try_take`'s.)
+        Claim::Theirs | Claim::Stored => {}
         Claim::Unleased => return Took::Without,
     }
     let Some(file) = open(dir) else { return Took::Without };

@@ -44,7 +44,6 @@ use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
 
 use self::disk::DiskCache;
-use self::lease::Took;
 pub(crate) use self::lease::{Claim, Lease};
 use crate::error::{Error, Result};
 
@@ -376,29 +375,11 @@ impl BlockCache {
                     let skip_when_behind = self.cfg.behind == crate::uri::Behind::Skip;
                     let fut = fetch();
                     let f = async move {
-                        let from_disk = |d: &Arc<DiskCache>| {
-                            let d = d.clone();
-                            tokio::task::spawn_blocking(move || d.read(key, len))
-                        };
                         let mut lease = held;
                         if let Some(d) = &disk {
-                            if let Ok(Some(b)) = from_disk(d).await {
-                                return Ok((b, true));
-                            }
-                            // Another process on the node may be fetching it: wait for it and
-                            // read what it stored, rather than fetch it again.
-                            if let (Some(dir), None) = (d.lease_dir(), &lease) {
-                                match lease::take(dir, key).await {
-                                    Took::Free(l) => lease = Some(l),
-                                    Took::AfterWait(l) => {
-                                        if let Ok(Some(b)) = from_disk(d).await {
-                                            counters.lease_waits.fetch_add(1, Relaxed);
-                                            return Ok((b, true));
-                                        }
-                                        lease = Some(l);
-                                    }
-                                    Took::Without => {}
-                                }
+                            match lease::stored_or_lease(d, key, len, lease, &counters).await {
+                                Ok(b) => return Ok((b, true)),
+                                Err(l) => lease = l,
                             }
                         }
                         let b = fut.await.map_err(Arc::new)?;

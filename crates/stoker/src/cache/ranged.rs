@@ -234,7 +234,7 @@ impl RemoteReader {
                 }
                 match cache.claim(key(b)) {
                     Claim::Mine(l) => (false, Some(l)),
-                    Claim::Theirs => (true, None),
+                    Claim::Theirs | Claim::Stored => (true, None),
                     Claim::Unleased => (false, None),
                 }
             })

@@ -80,3 +80,41 @@ async fn four_ranks_sharing_a_disk_cache_fetch_each_byte_about_once() {
     assert!(share <= 1.1, "the node fetched {share:.3} of the data ({fetched:?} by rank)");
     assert!(waited > 0, "blocks were read from the cache after another rank's fetch");
 }
+
+/// A rank learns of the blocks other ranks stored only now and then (it rescans the
+/// directory), so a read often finds "missing" blocks that are on disk by now. Blocks missing
+/// together are fetched in one request; one of them stored by another rank must be read from
+/// disk and left out of that request, not fetched again along with its neighbours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_another_rank_stored_is_not_fetched_again_with_its_neighbours() {
+    const BLOCK: u64 = 4096;
+    let root = tempfile::tempdir().unwrap();
+    let (all, shard) = bin_shards(&root.path().join("data/tar"), 1, PER, PAYLOAD);
+    let server = serve(root.path()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let extra = format!("&hedge_ms=0&cache_block={BLOCK}&disk_cache_dir={}", cache.path().display());
+    let u = uri(&server.endpoint(), "tar", &extra);
+    // Both open before either reads: neither knows of the other's blocks.
+    let (a, b) = (open(&u).await, open(&u).await);
+    let remote = |s: &Arc<DynSampleSource>| s.io_counters().unwrap().remote_bytes;
+    let (a0, b0) = (remote(&a), remote(&b));
+    // Rank b reads the samples in the middle of the shard, and its blocks land on disk.
+    let middle: Vec<usize> = (PER / 3..2 * PER / 3).collect();
+    b.get_many(&middle).await.unwrap();
+    b.flush().await;
+    let by_b = remote(&b) - b0;
+    assert!(by_b >= (middle.len() * PAYLOAD) as u64, "rank b fetched its samples ({by_b} bytes)");
+    // Rank a reads the whole shard in one batch: one run of missing blocks, as far as it knows.
+    let every: Vec<usize> = (0..PER).collect();
+    let got = a.get_many(&every).await.unwrap();
+    for (s, want) in got.iter().zip(&all) {
+        assert_eq!(s.fields[0].data, want.fields[0].data);
+    }
+    let by_a = remote(&a) - a0;
+    // Each block once for the two: the shard, rounded out to blocks at the two seams.
+    assert!(
+        by_a + by_b <= shard + 2 * BLOCK,
+        "ranks a and b fetched {by_a} + {by_b} bytes of a {shard}-byte shard: a fetched b's blocks again"
+    );
+    server.shutdown().await;
+}
