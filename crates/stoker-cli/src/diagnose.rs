@@ -48,7 +48,8 @@ pub(crate) struct DiagnoseArgs {
     #[arg(long, value_name = "N")]
     transform_threads: Option<usize>,
     /// Decode a field in Rust as the Loader would: `FIELD=KIND[:OPTION...]`, e.g.
-    /// `jpg=image:224:flip`, `cls=int` (repeatable; as `stoker bench --decode`).
+    /// `jpg=image:224:flip`, `cls=int`, `text=tokens:tokenizer.json:2048` (repeatable; as
+    /// `stoker bench --decode`).
     #[arg(long, value_name = "FIELD=SPEC")]
     decode: Vec<String>,
     /// Bytes the decode threads' images may hold at once, all together (e.g. 2GiB; default:

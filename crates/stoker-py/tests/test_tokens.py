@@ -167,6 +167,34 @@ def test_text_is_tokenized_in_rust_once_and_packed_like_the_wheels_ids(text, tmp
         stoker.TokenLoader(str(path), seq_len=128, global_batch=4, tokenizer=str(bad))
 
 
+def test_the_tokens_decode_gives_the_plain_loader_one_document_per_row(text):
+    """stoker.Tokens in stoker.Loader: each row is
+    its document's wheel ids and EOS, truncated or padded, with its length beside."""
+    path, ids = text
+    spec = stoker.Tokens(path / "tokenizer.json", seq_len=32, eos="<|endoftext|>", pad_id=-1)
+    eos = 0
+
+    def want(i):
+        doc = ids[i][:31] + [eos]
+        return doc + [-1] * (32 - len(doc)), len(doc)
+
+    loader = stoker.Loader(str(path), batch_size=8, shuffle=True, seed=1, decode={"text": spec})
+    seen = []
+    for b in loader:
+        assert b["text"].dtype == torch.int32 and b["text"].shape[1] == 32 and b["text_len"].dtype == torch.int32
+        for r, i in enumerate(b["__index__"]):
+            assert (b["text"][r].tolist(), int(b["text_len"][r])) == want(i), i
+            seen.append(i)
+    assert sorted(seen) == list(range(len(ids)))
+    mask = torch.arange(32) < b["text_len"][:, None]
+    assert bool((b["text"][mask] >= 0).all()) and bool((b["text"][~mask] == -1).all())
+    with pytest.raises(stoker.DecodeError, match="truncate"):
+        next(iter(stoker.Loader(str(path), batch_size=8, decode={"text": stoker.Tokens(
+            path / "tokenizer.json", seq_len=4, truncate=False)})))
+    with pytest.raises(stoker.InvalidInputError, match="not a token"):
+        stoker.Loader(str(path), batch_size=8, decode={"text": stoker.Tokens(path / "tokenizer.json", 8, eos="<|x|>")})
+
+
 def test_a_mix_weighted_by_tokens_keeps_its_shares_and_takes_new_weights_at_a_resume(tmp_path):
     roots = {}
     for kind in ("megatron", "megatron-i32"):

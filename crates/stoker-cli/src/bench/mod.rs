@@ -58,7 +58,8 @@ pub(crate) struct BenchArgs {
     config: Option<PathBuf>,
     /// Decode a field on the loader's threads, as training would: `FIELD=KIND[:OPTION...]`,
     /// e.g. `jpg=image:224:flip` (random-resized crop), `jpg=image:224:center`, `cls=int`,
-    /// `x=npy` (repeatable; see `stoker::decode::DecodeSpec::from_args`).
+    /// `x=npy`, `text=tokens:tokenizer.json:2048:eos=<|endoftext|>` (repeatable; see
+    /// `stoker::decode::DecodeSpec::from_args`).
     #[arg(long, value_name = "FIELD=SPEC")]
     decode: Vec<String>,
     /// Bytes the decode threads' images may hold at once, all together (e.g. 2GiB; default:

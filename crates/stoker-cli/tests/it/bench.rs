@@ -287,3 +287,36 @@ fn shard_shuffle_flags_reach_the_loader() {
     let out = stoker(&["bench", files.path().to_str().unwrap(), "--shuffle-window", "3"]);
     assert!(!out.status.success() && text(&out.stderr).contains("--shuffle shards"), "{}", text(&out.stderr));
 }
+
+/// A word-level `tokenizer.json` (the `tokenizers` format), written by hand: the CLI tests
+/// have no Python.
+const TOKENIZER: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+"model":{"type":"WordLevel","vocab":{"[UNK]":0,"hello":1,"world":2,"<eos>":3},"unk_token":"[UNK]"}}"#;
+
+#[test]
+fn bench_and_diagnose_tokenize_text_with_a_tokens_decode() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("text");
+    std::fs::create_dir(&data).unwrap();
+    let lines: String = (0..24).map(|i| format!("{{\"text\": \"{}\"}}\n", "hello world ".repeat(i % 7 + 1))).collect();
+    std::fs::write(data.join("a.jsonl"), lines).unwrap();
+    let tok = dir.path().join("tokenizer.json");
+    std::fs::write(&tok, TOKENIZER).unwrap();
+    let spec = format!("text=tokens:{}:8:eos=<eos>", tok.display());
+    let uri = data.to_str().unwrap();
+    let (run, rows) = json_run(&["bench", uri, "--batch", "4", "--decode", &spec, "--json"]);
+    assert_eq!(run["params"]["decode"], serde_json::json!([spec]));
+    check_row(&rows[0], 24);
+    let out = stoker(&["diagnose", uri, "--batch", "4", "--samples", "24", "--decode", &spec, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Without truncation, the longest documents (14 words and EOS) do not fit 8 tokens: the
+    // error names the sample and the fix.
+    let out = stoker(&["bench", uri, "--batch", "4", "--decode", &format!("{spec}:no_truncate")]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success() && err.contains("`text`") && err.contains("truncate"), "{err}");
+    // A tokenizer that is not there is named before anything runs.
+    let out = stoker(&["bench", uri, "--decode", "text=tokens:/nonexistent/tok.json:8"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success() && err.contains("/nonexistent/tok.json"), "{err}");
+}

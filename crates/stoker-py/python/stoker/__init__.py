@@ -48,6 +48,7 @@ __all__ = [
     "Int",
     "Npy",
     "Bytes",
+    "Tokens",
     "diagnose",
     "StokerError",
     "NotFoundError",
@@ -244,6 +245,46 @@ class Bytes:
         return f"stoker.Bytes({self.spec})"
 
 
+class Tokens:
+    """Tokenize a UTF-8 text field in Rust, one document per row: ``[B, seq_len]`` token ids
+    and a ``FIELD_len`` column ``[B]`` (int32) of each row's tokens before its padding.
+
+    ``tokenizer`` is a Hugging Face ``tokenizer.json`` (the ``tokenizers`` crate, the Python
+    wheel's ids); documents are tokenized on the Loader's decode threads. ``bos``/``eos`` (an id
+    or the token's text, ``eos="<|endoftext|>"``) go around every document; a longer document
+    is truncated to fit (its BOS and EOS kept), or with ``truncate=False`` raises
+    ``DecodeError``; a shorter one is padded with ``pad_id``. ``dtype`` is ``"int32"`` or
+    ``"int64"``. The mask of real tokens is ``torch.arange(seq_len) < batch["text_len"][:, None]``.
+
+    This is the fine-tuning shape (one sample per row). Pretraining's packed rows, where
+    documents are joined and cut to exactly ``seq_len``, are ``stoker.TokenLoader``'s.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Union[str, "os.PathLike[str]"],
+        seq_len: int,
+        bos: Union[int, str, None] = None,
+        eos: Union[int, str, None] = None,
+        pad_id: int = 0,
+        dtype: str = "int32",
+        truncate: bool = True,
+    ) -> None:
+        self.spec: Dict[str, Any] = {
+            "kind": "tokens",
+            "tokenizer": os.fspath(tokenizer),
+            "seq_len": int(seq_len),
+            "bos": bos,
+            "eos": eos,
+            "pad_id": int(pad_id),
+            "dtype": dtype,
+            "truncate": bool(truncate),
+        }
+
+    def __repr__(self) -> str:
+        return f"stoker.Tokens({self.spec})"
+
+
 def _decode_json(decode: Optional[Dict[str, Any]]) -> Optional[str]:
     if not decode:
         return None
@@ -252,7 +293,8 @@ def _decode_json(decode: Optional[Dict[str, Any]]) -> Optional[str]:
         spec = getattr(d, "spec", None)
         if spec is None:
             raise InvalidInputError(
-                f"decode[{field!r}] must be stoker.Image(...), stoker.Int(), stoker.Npy() or stoker.Bytes(), not {d!r}"
+                f"decode[{field!r}] must be stoker.Image(...), stoker.Int(), stoker.Npy(), stoker.Bytes() or "
+                f"stoker.Tokens(...), not {d!r}"
             )
         out[field] = spec
     return json.dumps(out)

@@ -2,7 +2,7 @@
 //!
 //! A [`DecodeSpec`] names, per field, what the bytes become: an image tensor of fixed size
 //! (JPEG, PNG, WebP; random-resized or center crop, flip, normalise), an `int64` label, a
-//! stacked `.npy` array, or raw bytes. A [`Decoder`] runs the spec over a batch of read
+//! stacked `.npy` array, text tokenized into fixed-length rows, or raw bytes. A [`Decoder`] runs the spec over a batch of read
 //! samples on a pool of `threads` threads, each sample writing its output into its own slot
 //! of a fixed-width column (pooled; page-locked with a device), with per-thread scratch
 //! buffers reused across images. The threads' working memory is charged to one
@@ -12,7 +12,7 @@
 //! thread decodes a sample, how many ranks or workers there are, and where a run resumed
 //! change nothing in its tensor.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use crate::batch::{Batch, BatchPool, ColumnType};
@@ -25,13 +25,19 @@ mod budget;
 pub mod image;
 mod rng;
 mod spec;
+mod text;
+mod tokens;
 mod workers;
 
 pub use array::{parse_int, parse_npy, NpyHeader};
 pub use budget::{DecodeMemory, OverBudget, Reservation};
 pub use image::{decode_image, decode_image_within, ImageError, ImageScratch};
 pub use rng::SampleRng;
-pub use spec::{Crop, DecodeSpec, Dtype, FieldDecode, FixedSpec, ImageLayout, ImageSpec, Normalize, NpySpec};
+pub use spec::{
+    Crop, DecodeSpec, Dtype, FieldDecode, FixedSpec, ImageLayout, ImageSpec, Normalize, NpySpec, TokenRef, TokensSpec,
+};
+pub use text::TextTokenizer;
+pub use tokens::MAX_SEQ_LEN;
 
 /// One decoded field as the decoder runs it.
 #[derive(Debug)]
@@ -41,6 +47,8 @@ struct Plan {
     /// Fixed for the run: declared (images, ints, a fully declared npy) or taken from the
     /// first sample that has the field (npy).
     ty: Mutex<Option<Arc<ColumnType>>>,
+    /// The loaded tokenizer of a `Tokens` field.
+    tokenize: Option<tokens::Tokenize>,
 }
 
 /// Runs a [`DecodeSpec`] over batches. Shared by the Loader's producer tasks.
@@ -106,8 +114,14 @@ impl Decoder {
             .fields
             .iter()
             .filter(|(_, d)| !matches!(d, FieldDecode::Bytes))
-            .map(|(name, d)| Plan { name: name.as_str().into(), decode: d.clone(), ty: Mutex::new(declared(d)) })
-            .collect();
+            .map(|(name, d)| {
+                let tokenize = match d {
+                    FieldDecode::Tokens(t) => Some(tokens::Tokenize::load(name, t)?),
+                    _ => None,
+                };
+                Ok(Plan { name: name.as_str().into(), decode: d.clone(), ty: Mutex::new(declared(d)), tokenize })
+            })
+            .collect::<Result<_>>()?;
         let workers = if threads > 1 {
             Some(workers::Workers::new(threads).map_err(|e| Error::resource(format!("{threads} decode threads"), e))?)
         } else {
@@ -225,6 +239,11 @@ impl Decoder {
             if width == 0 {
                 continue;
             }
+            // What a row holds before its padding (tokens only), written by whichever thread.
+            let used: Vec<AtomicU32> = match plan.tokenize {
+                Some(_) => (0..samples.len()).map(|_| AtomicU32::new(0)).collect(),
+                None => Vec::new(),
+            };
             let row = |r: usize, slot: &mut [u8], scratch: &mut ImageScratch| -> std::result::Result<(), RowError> {
                 let s = &samples[r];
                 let data = s.field(&plan.name).ok_or_else(|| {
@@ -232,9 +251,13 @@ impl Decoder {
                     (r, plan.name.clone(), format!("the sample has no such field; it has: {have}"))
                 })?;
                 let rng = SampleRng::new(self.seed, epoch, indices[r]);
-                self.decode_one(plan, &ty, rng, data, slot, scratch).map_err(|m| (r, plan.name.clone(), m))
+                let n = self.decode_one(plan, &ty, rng, data, slot, scratch).map_err(|m| (r, plan.name.clone(), m))?;
+                if let Some(u) = used.get(r) {
+                    u.store(n, Relaxed);
+                }
+                Ok(())
             };
-            let heavy = matches!(plan.decode, FieldDecode::Image(_));
+            let heavy = matches!(plan.decode, FieldDecode::Image(_) | FieldDecode::Tokens(_));
             match &self.workers {
                 // Labels and arrays cost less than waking other threads.
                 Some(w) if heavy && samples.len() > 1 => {
@@ -276,6 +299,12 @@ impl Decoder {
                     out.chunks_mut(width).enumerate().try_for_each(|(r, slot)| row(r, slot, scratch))?
                 }
             }
+            if let Some(t) = &plan.tokenize {
+                let lengths = b.fixed(&t.lengths, &ColumnType::new(Dtype::I32, Vec::new()));
+                for (o, u) in lengths.chunks_exact_mut(4).zip(&used) {
+                    o.copy_from_slice(&(u.load(Relaxed) as i32).to_ne_bytes());
+                }
+            }
         }
         Ok(())
     }
@@ -304,15 +333,20 @@ impl Decoder {
         data: &[u8],
         out: &mut [u8],
         scratch: &mut ImageScratch,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<u32, String> {
         match &plan.decode {
             FieldDecode::Image(spec) => {
-                decode_image_within(&self.memory, spec, data, &mut rng, scratch, out).map_err(|e| e.to_string())
+                decode_image_within(&self.memory, spec, data, &mut rng, scratch, out).map_err(|e| e.to_string())?;
+                Ok(0)
             }
             FieldDecode::Int => {
                 out.copy_from_slice(&parse_int(data)?.to_ne_bytes());
-                Ok(())
+                Ok(0)
             }
+            FieldDecode::Tokens(spec) => match &plan.tokenize {
+                Some(t) => t.row(spec, data, out),
+                None => Err("the tokenizer was not loaded (a bug: please report it)".into()),
+            },
             FieldDecode::Npy(_) => {
                 let h = parse_npy(data)?;
                 if h.dtype != ty.dtype || h.shape != ty.shape {
@@ -323,7 +357,7 @@ impl Decoder {
                     ));
                 }
                 array::copy_npy(&h, data, out);
-                Ok(())
+                Ok(0)
             }
             FieldDecode::Fixed(_) => {
                 if data.len() != out.len() {
@@ -336,9 +370,9 @@ impl Decoder {
                     ));
                 }
                 out.copy_from_slice(data);
-                Ok(())
+                Ok(0)
             }
-            FieldDecode::Bytes => Ok(()),
+            FieldDecode::Bytes => Ok(0),
         }
     }
 }
@@ -364,6 +398,7 @@ fn declared(d: &FieldDecode) -> Option<Arc<ColumnType>> {
         FieldDecode::Image(s) => Some(ColumnType::new(s.dtype, s.shape())),
         FieldDecode::Int => Some(ColumnType::new(Dtype::I64, Vec::new())),
         FieldDecode::Fixed(f) => Some(ColumnType::new(f.dtype, f.shape.clone())),
+        FieldDecode::Tokens(t) => Some(ColumnType::new(t.dtype, vec![t.seq_len])),
         FieldDecode::Npy(NpySpec { dtype: Some(t), shape: Some(s) }) => Some(ColumnType::new(*t, s.clone())),
         _ => None,
     }

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::tokens::{TokenRef, TokensSpec};
 use crate::error::{Error, Result};
 
 /// What to turn one field into. Fields not named in a [`DecodeSpec`] stay raw bytes.
@@ -21,6 +22,9 @@ pub enum FieldDecode {
     /// Raw bytes of a declared fixed size, read as one `dtype` array of `shape` (native byte
     /// order): a dense `[B, *shape]` column. A value of another length is an error.
     Fixed(FixedSpec),
+    /// UTF-8 text tokenized, one document per row: `[B, seq_len]` ids and a `FIELD_len`
+    /// column of lengths ([`TokensSpec`]).
+    Tokens(TokensSpec),
 }
 
 /// A raw field declared fixed-width.
@@ -209,7 +213,9 @@ impl DecodeSpec {
 
     /// Parse the command-line form, one `FIELD=KIND[:OPTION...]` per item: `jpg=image:224`,
     /// `jpg=image:224x160:center:chw:float32:imagenet`, `cls=int`, `x=npy`, `raw=bytes`,
-    /// `emb=bytes:float32:512`. Image options: a size (`224` or `HxW`), `random` (the default
+    /// `emb=bytes:float32:512`, `text=tokens:tokenizer.json:2048:eos=<|endoftext|>`. Tokens
+    /// options: the `tokenizer.json` path and `seq_len` first, then `bos=T`, `eos=T` (an id or
+    /// the token's text), `pad=N`, `int64`, `no_truncate`. Image options: a size (`224` or `HxW`), `random` (the default
     /// crop) / `center` / `squash`, `flip` or `flip=P`, `hwc` / `chw`, `uint8` / `float16` /
     /// `float32`, `imagenet` (ImageNet mean and std; needs a float type), `max_pixels=N`.
     pub fn from_args<S: AsRef<str>>(items: &[S]) -> Result<Self> {
@@ -247,9 +253,10 @@ impl DecodeSpec {
                     }
                     FieldDecode::Fixed(FixedSpec { dtype, shape })
                 }
+                "tokens" => FieldDecode::Tokens(tokens_from_args(&opts).map_err(bad)?),
                 other => {
                     return Err(bad(format!(
-                        "unknown kind `{other}` (image, int, npy, bytes), or options it does not take"
+                        "unknown kind `{other}` (image, int, npy, bytes, tokens), or options it does not take"
                     )))
                 }
             };
@@ -273,8 +280,17 @@ impl DecodeSpec {
             if self.fields[..i].iter().any(|(n, _)| n == name) {
                 return Err(Error::invalid_option(format!("decode spec names field `{name}` twice")));
             }
-            if let FieldDecode::Image(s) = d {
-                s.validate().map_err(|m| Error::invalid_option(format!("decode spec for `{name}`: {m}")))?;
+            let bad = |m: String| Error::invalid_option(format!("decode spec for `{name}`: {m}"));
+            match d {
+                FieldDecode::Image(s) => s.validate().map_err(bad)?,
+                FieldDecode::Tokens(t) => {
+                    t.validate().map_err(bad)?;
+                    let lengths = TokensSpec::lengths_field(name);
+                    if self.get(&lengths).is_some() {
+                        return Err(bad(format!("its lengths go in `{lengths}`, which the spec also names")));
+                    }
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -283,6 +299,25 @@ impl DecodeSpec {
 
 fn dtype_named(name: &str) -> Option<Dtype> {
     serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
+}
+
+fn tokens_from_args(opts: &[&str]) -> std::result::Result<TokensSpec, String> {
+    let usage = "expected tokens:TOKENIZER.json:SEQ_LEN[:bos=T][:eos=T][:pad=N][:int64][:no_truncate]";
+    let (Some(path), Some(len)) = (opts.first(), opts.get(1)) else { return Err(usage.into()) };
+    let seq_len = len.parse().map_err(|_| format!("seq_len `{len}` is not a number; {usage}"))?;
+    let mut s = TokensSpec::new(*path, seq_len);
+    let token = |t: &str| t.parse().map(TokenRef::Id).unwrap_or_else(|_| TokenRef::Text(t.to_string()));
+    for &o in &opts[2..] {
+        match o.split_once('=') {
+            Some(("bos", t)) => s.bos = Some(token(t)),
+            Some(("eos", t)) => s.eos = Some(token(t)),
+            Some(("pad", n)) => s.pad_id = n.parse().map_err(|_| format!("pad `{n}` is not an integer"))?,
+            None if o == "int64" || o == "int32" => s.dtype = dtype_named(o).unwrap_or(Dtype::I32),
+            None if o == "no_truncate" => s.truncate = false,
+            _ => return Err(format!("unknown option `{o}`; {usage}")),
+        }
+    }
+    Ok(s)
 }
 
 fn image_from_args(opts: &[&str]) -> std::result::Result<ImageSpec, String> {

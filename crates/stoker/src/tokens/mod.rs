@@ -29,7 +29,6 @@ mod mix;
 pub(crate) mod plan;
 #[cfg(test)]
 mod tests;
-mod text;
 mod write;
 
 use serde::{Deserialize, Serialize};
@@ -37,9 +36,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::sampler::{Order, Partition};
 
+pub use crate::decode::TextTokenizer;
 pub use loader::{TokenEpoch, TokenLoader, TokenState};
 pub use mix::{MixPart, SourceDocs, TokenMix};
-pub use text::TextTokenizer;
 pub use write::{pretokenize, tokenized, Part, TokenizeOptions, TokenizedManifest, MANIFEST};
 
 /// How documents become sequences.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::text::TextTokenizer;
+use crate::decode::TextTokenizer;
 use crate::error::{Error, Result};
 use crate::source::tokens::write_idx;
 use crate::source::DynSampleSource;

@@ -127,3 +127,103 @@ async fn bad_text_and_bad_tokenizers_are_clear_errors() {
 }
 
 use std::io::Read as _;
+
+/// `FieldDecode::Tokens` in the plain Loader: each row is its document's ids (the Python
+/// wheel's), EOS after, truncated or padded to `seq_len`, with its length beside; tokenized on
+/// two decode threads, shuffled, so rows land from either thread in any order.
+#[test]
+fn the_tokens_decode_gives_each_document_its_wheel_ids_truncated_or_padded() {
+    use stoker::decode::{DecodeSpec, Dtype, FieldDecode, TokenRef, TokensSpec};
+    use stoker::loader::{Loader, LoaderConfig};
+    use stoker::sampler::Order;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("text");
+    fixture(&dir);
+    let want: Vec<Vec<u32>> = serde_json::from_slice(&std::fs::read(dir.join("tokens.json")).unwrap()).unwrap();
+    let tok = TextTokenizer::from_file(&dir.join("tokenizer.json")).unwrap();
+    let eos = tok.token_id("<|endoftext|>").unwrap();
+    let src = rt.block_on(open(dir.to_str().unwrap()));
+    let seq = 24;
+    // Some documents are longer than a row and some shorter: both paths run.
+    assert!(want.iter().any(|w| w.len() + 1 > seq) && want.iter().any(|w| w.len() + 1 < seq));
+    let spec = |dtype: Dtype, truncate: bool| {
+        let mut t = TokensSpec::new(dir.join("tokenizer.json").to_str().unwrap(), seq);
+        (t.eos, t.pad_id, t.dtype, t.truncate) = (Some(TokenRef::Text("<|endoftext|>".into())), -7, dtype, truncate);
+        DecodeSpec::new().with("text", FieldDecode::Tokens(t))
+    };
+    for dtype in [Dtype::I32, Dtype::I64] {
+        let mut cfg = LoaderConfig::new(16);
+        cfg.order = Order::Shuffle { seed: 3 };
+        cfg.decode = Some(spec(dtype, true));
+        cfg.transform_threads = 2;
+        let mut seen = 0;
+        for b in Loader::new(src.clone(), cfg).unwrap().epoch_blocking(0).unwrap() {
+            let b = b.unwrap();
+            let ids = b.field("text").unwrap();
+            let ty = ids.ty.expect("a typed column");
+            assert_eq!((ty.dtype, ty.shape.as_slice()), (dtype, &[seq][..]));
+            let lens = b.field("text_len").unwrap();
+            for (row, &i) in b.indices().iter().enumerate() {
+                let r = ids.get(row).unwrap();
+                let got: Vec<i64> = match dtype {
+                    Dtype::I64 => r.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap())).collect(),
+                    _ => r.chunks_exact(4).map(|c| i32::from_ne_bytes(c.try_into().unwrap()) as i64).collect(),
+                };
+                let w = &want[i as usize];
+                let doc = &w[..w.len().min(seq - 1)];
+                let mut expect: Vec<i64> = doc.iter().map(|&t| t as i64).collect();
+                expect.push(eos as i64);
+                let len = expect.len();
+                expect.resize(seq, -7);
+                assert_eq!(got, expect, "document {i}");
+                assert_eq!(lens.get(row).unwrap(), &(len as i32).to_ne_bytes(), "document {i}'s length");
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, want.len());
+    }
+    // Without truncation, a long document is a decode error naming it and the fix; skipped, it
+    // is counted and the rest arrive.
+    let long = want.iter().position(|w| w.len() + 1 > seq).unwrap();
+    let mut cfg = LoaderConfig::new(want.len());
+    cfg.decode = Some(spec(Dtype::I32, false));
+    let e = Loader::new(src.clone(), cfg.clone()).unwrap().epoch_blocking(0).unwrap().next().unwrap().unwrap_err();
+    let e = e.to_string();
+    let n = want[long].len();
+    assert!(e.contains(&format!("(index {long})")) && e.contains("corpus-a.jsonl"), "{e}");
+    assert!(e.contains(&format!("{n} tokens, more than the row's {}", seq - 1)) && e.contains("truncate"), "{e}");
+    cfg.on_error = stoker::loader::ErrorPolicy::Skip;
+    let loader = Loader::new(src.clone(), cfg).unwrap();
+    let rows: usize = loader.epoch_blocking(0).unwrap().map(|b| b.unwrap().len()).sum();
+    let too_long = want.iter().filter(|w| w.len() + 1 > seq).count();
+    assert_eq!(rows, want.len() - too_long);
+    assert_eq!(loader.stats().skipped, too_long as u64);
+    // Specs that cannot work are refused before a batch: a missing tokenizer, an EOS not in
+    // the vocabulary, a row too short for its specials, a float dtype.
+    let bad = |t: TokensSpec| {
+        let mut cfg = LoaderConfig::new(4);
+        cfg.decode = Some(DecodeSpec::new().with("text", FieldDecode::Tokens(t)));
+        Loader::new(src.clone(), cfg).map(|_| ()).unwrap_err().to_string()
+    };
+    let e = bad(TokensSpec::new(root.path().join("nope.json").to_str().unwrap(), 8));
+    assert!(e.contains("nope.json"), "{e}");
+    let mut t = TokensSpec::new(dir.join("tokenizer.json").to_str().unwrap(), 8);
+    t.eos = Some(TokenRef::Text("<|nope|>".into()));
+    let e = bad(t.clone());
+    assert!(e.contains("<|nope|>") && e.contains("not a token"), "{e}");
+    (t.eos, t.bos, t.seq_len) = (Some(TokenRef::Id(eos)), Some(TokenRef::Id(eos)), 2);
+    assert!(bad(t.clone()).contains("no room"));
+    (t.seq_len, t.dtype) = (8, Dtype::F32);
+    assert!(bad(t).contains("int32 or int64"));
+    // The command line's form.
+    let cli =
+        DecodeSpec::from_args(&["text=tokens:tok.json:2048:eos=<|endoftext|>:bos=1:int64:no_truncate:pad=-1"]).unwrap();
+    let Some(FieldDecode::Tokens(t)) = cli.get("text") else { panic!("{cli:?}") };
+    assert_eq!(
+        (t.tokenizer.as_str(), t.seq_len, t.pad_id, t.dtype, t.truncate),
+        ("tok.json", 2048, -1, Dtype::I64, false)
+    );
+    assert_eq!((t.bos.clone(), t.eos.clone()), (Some(TokenRef::Id(1)), Some(TokenRef::Text("<|endoftext|>".into()))));
+    assert!(DecodeSpec::from_args(&["text=tokens:tok.json"]).unwrap_err().to_string().contains("SEQ_LEN"));
+}

@@ -53,6 +53,15 @@ impl TextTokenizer {
         self.inner.token_to_id(text)
     }
 
+    /// The ids of one text, without special tokens, on the calling thread (the Loader's
+    /// decode threads run one document each).
+    pub fn encode(&self, text: &str) -> std::result::Result<Vec<u32>, String> {
+        match self.inner.encode_fast(text, false) {
+            Ok(e) => Ok(e.get_ids().to_vec()),
+            Err(e) => Err(format!("tokenizing with {} failed: {e}", self.shown)),
+        }
+    }
+
     /// The ids of each text, without special tokens (BOS/EOS are the packer's), encoded in
     /// parallel on the `tokenizers` crate's threads (all cores).
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
