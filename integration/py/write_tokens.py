@@ -6,6 +6,8 @@ back by Megatron's own reader (IndexedDataset).
     python write_tokens.py megatron-i32 OUTDIR # one int32 dataset (ids past 65535)
     python write_tokens.py flat OUTDIR         # nanoGPT's layout: train.bin (uint16, raw) and big.npy
                                                # (uint32, numpy.save), every document ended by 50256
+    python write_tokens.py litdata OUTDIR      # LitData token chunks: litdata.optimize with
+                                               # TokensLoader, int32 tensors as LitGPT writes them
 
 Prints the expected samples as JSON: [{"key": ..., "fields": [["tokens", hex]]}, ...] in
 Stoker's order (files by path, then sequences in order); keys are `NAME/NNNNNNNNN` (the file
@@ -44,6 +46,8 @@ def main():
     os.makedirs(out, exist_ok=True)
     if kind == "flat":
         return flat(out)
+    if kind == "litdata":
+        return litdata(out)
     if kind == "megatron":
         files = [("part-00", np.uint16, 60, 1, 50257), ("part-01", np.uint16, 45, 2, 50257)]
     elif kind == "megatron-i32":
@@ -78,6 +82,54 @@ def flat(out):
             np.save(os.path.join(out, "big.npy"), arr)
         for i, d in enumerate(docs):
             samples.append({"key": f"{name}/{i:09d}", "fields": [["tokens", d.astype(np.dtype(dtype).newbyteorder("<")).tobytes().hex()]]})
+    json.dump(samples, sys.stdout)
+
+
+def litgpt_document(i):
+    """A document as LitGPT's data preparation yields it: an int32 tensor of ids, EOS last."""
+    rng = np.random.default_rng(100 + i)
+    ids = rng.integers(0, 50256, size=int(rng.integers(1, 700)))
+    return torch.from_numpy(np.append(ids, 50256).astype(np.int32))
+
+
+def litdata(out):
+    """Write with litdata.optimize(item_loader=TokensLoader()), and check the expected documents
+    against LitData's own reader: its blocks are each chunk's documents joined, cut every
+    block_size tokens (the chunk's remainder dropped)."""
+    from litdata import StreamingDataset, optimize
+    from litdata.streaming.item_loader import TokensLoader
+
+    n = 80
+    # LitData talks on standard output (its workers too): sent to stderr, for the JSON's sake.
+    sys.stdout.flush()
+    real = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        optimize(fn=litgpt_document, inputs=list(range(n)), output_dir=out, chunk_bytes="24kb",
+                 item_loader=TokensLoader(), num_workers=1)
+    finally:
+        sys.stdout.flush()
+        os.dup2(real, 1)
+        os.close(real)
+    docs = [litgpt_document(i).numpy() for i in range(n)]
+    with open(os.path.join(out, "index.json")) as f:
+        chunks = json.load(f)["chunks"]
+    assert len(chunks) > 2, "several chunks"
+    samples, blocks, at = [], [], 0
+    block = 128
+    for c in chunks:
+        name = c["filename"].removesuffix(".bin")
+        mine = docs[at:at + c["chunk_size"]]
+        at += c["chunk_size"]
+        for i, d in enumerate(mine):
+            samples.append({"key": f"{name}/{i:09d}", "fields": [["tokens", d.astype("<i4").tobytes().hex()]]})
+        stream = np.concatenate(mine)
+        blocks += [stream[k:k + block] for k in range(0, len(stream) - block + 1, block)]
+    assert at == n, "every document in a chunk"
+    theirs = StreamingDataset(out, item_loader=TokensLoader(block_size=block), shuffle=False)
+    assert len(theirs) == len(blocks), (len(theirs), len(blocks))
+    for k in range(len(theirs)):
+        assert np.array_equal(np.asarray(theirs[k]), blocks[k]), k
     json.dump(samples, sys.stdout)
 
 

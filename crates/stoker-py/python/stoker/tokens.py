@@ -9,7 +9,8 @@ from . import _stoker
 
 
 class TokenLoader:
-    """Packed language-model batches from a tokenized corpus (Megatron ``.bin``/``.idx``), or
+    """Packed language-model batches from a tokenized corpus (Megatron ``.bin``/``.idx``, nanoGPT
+    ``.bin``/``.npy`` with ``separator=``, LitData ``TokensLoader`` chunks: an item a document), or
     from text (JSONL, Parquet, MDS, LitData, tar ``.txt``) with ``tokenizer="tokenizer.json"``.
 
     Text is tokenized in Rust (the Hugging Face ``tokenizers`` core, the same ids as the Python

@@ -169,6 +169,9 @@ pub(crate) async fn construct(r: Resolved) -> Result<Arc<DynSampleSource>> {
             Arc::new(TarSource::open_with(store, listing, &opts, display, known).await?)
         }
         (Layout::Parquet, Place::Store { store, listing, .. }) => parquet::open(store, listing, &opts, display).await?,
+        (Layout::Litdata, Place::Store { store, listing, .. }) if litdata_tokens(&store, &listing).await? => {
+            tokens::open_litdata(store, listing, display).await?
+        }
         (Layout::Mds | Layout::Litdata, Place::Store { store, listing, .. }) => {
             records::open(layout, store, listing, &opts, display).await?
         }
@@ -178,6 +181,15 @@ pub(crate) async fn construct(r: Resolved) -> Result<Arc<DynSampleSource>> {
             return Err(Error::internal(format!("{display}: resolved to {layout} over a store, which cannot be")))
         }
     })
+}
+
+/// Whether the LitData dataset indexed by `listing` holds token chunks (`TokensLoader`):
+/// documents of tokens, opened as the tokens layout (its first index decides).
+async fn litdata_tokens(store: &crate::store::Store, listing: &[crate::store::ObjectInfo]) -> Result<bool> {
+    match listing.iter().min_by(|a, b| a.path.cmp(&b.path)) {
+        Some(first) => Ok(tokens::litdata_holds_tokens(&store.get(&first.path).await?)),
+        None => Ok(false),
+    }
 }
 
 /// Layout inference: the layout `forced` by the options, else the first sharded layout any

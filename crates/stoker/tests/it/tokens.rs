@@ -72,6 +72,81 @@ async fn flat_token_arrays_split_at_their_separator_pass_conformance_locally_and
     run_all(src, &want, "s3://data/flat", &[SK]).await;
 }
 
+/// LitData's token chunks (`litdata.optimize` with `TokensLoader`, int32 tensors as LitGPT
+/// writes them; the fixture checks its documents against LitData's own reader): each item a
+/// document, through the conformance suite locally and over S3, and packed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn litdata_token_chunks_are_documents_locally_and_over_s3_and_pack() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("data").join("lit");
+    let want = fixture("litdata", &dir);
+    let src = open(dir.to_str().unwrap()).await;
+    assert_eq!(src.info().known_layout(), Some(Layout::Tokens));
+    assert!(src.info().shards > 2, "one shard a chunk");
+    run_all(src.clone(), &want, "lit", &[]).await;
+    let server = common::s3::serve(root.path()).await;
+    let remote = open(&uri(&server.endpoint(), "lit", "")).await;
+    run_all(remote.clone(), &want, "s3://data/lit", &[SK]).await;
+    // Packed without an EOS of Stoker's (LitGPT's documents end with theirs): the rows are
+    // the documents joined, over S3 as locally.
+    let stream: Vec<i64> = want.iter().flat_map(|d| tokens_of(d, 4)).collect();
+    let mut cfg = PackConfig::new(256, 4);
+    cfg.ids = stoker::tokens::IdType::Int64;
+    for s in [src, remote] {
+        let batches = TokenLoader::new(s, cfg.clone()).unwrap().epoch(0).unwrap().collect().await.unwrap();
+        let got: Vec<Vec<i64>> = batches.iter().flat_map(rows).collect();
+        assert_eq!(got.len(), stream.len() / 256 / 4 * 4);
+        for (k, row) in got.iter().enumerate() {
+            assert_eq!(row[..], stream[k * 256..(k + 1) * 256], "sequence {k}");
+        }
+    }
+}
+
+/// Damaged LitData token chunks: an offset table that disagrees with the index or runs past
+/// the file, and a float dtype, are errors naming the chunk at open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_litdata_token_chunks_are_named_at_open() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("lit");
+    fixture("litdata", &dir);
+    let index = std::fs::read_to_string(dir.join("index.json")).unwrap();
+    let chunk = dir.join("chunk-0-1.bin");
+    let good = std::fs::read(&chunk).unwrap();
+    let open_err = || async { stoker::open(dir.to_str().unwrap(), Default::default()).await.unwrap_err().to_string() };
+    // One more item than the index says.
+    let mut b = good.clone();
+    b[0] = b[0].wrapping_add(1);
+    std::fs::write(&chunk, &b).unwrap();
+    let e = open_err().await;
+    assert!(e.contains("chunk-0-1.bin") && e.contains("items where the index says"), "{e}");
+    // An offset past the end of the file.
+    let mut b = good.clone();
+    b[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+    std::fs::write(&chunk, &b).unwrap();
+    let e = open_err().await;
+    assert!(e.contains("chunk-0-1.bin") && e.contains("item 0"), "{e}");
+    // An offset that cuts a token in two.
+    let mut b = good.clone();
+    let second = u32::from_le_bytes(b[8..12].try_into().unwrap()) + 1;
+    b[8..12].copy_from_slice(&second.to_le_bytes());
+    std::fs::write(&chunk, &b).unwrap();
+    assert!(open_err().await.contains("whole number of 4-byte tokens"));
+    std::fs::write(&chunk, &good).unwrap();
+    // Float "tokens" (torch.float32's index).
+    let v: serde_json::Value = serde_json::from_str(&index).unwrap();
+    let mut f = v.clone();
+    f["config"]["data_format"] = serde_json::json!(["no_header_tensor:1"]);
+    std::fs::write(dir.join("index.json"), f.to_string()).unwrap();
+    let e = open_err().await;
+    assert!(e.contains("index.json") && e.contains("not an integer type"), "{e}");
+    // A chunk count the file cannot hold.
+    let mut f = v.clone();
+    f["chunks"][0]["chunk_size"] = serde_json::json!(4_000_000_000u64);
+    std::fs::write(dir.join("index.json"), f.to_string()).unwrap();
+    let e = open_err().await;
+    assert!(e.contains("chunk-0-0.bin") && e.contains("cannot fit"), "{e}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn packed_sequences_are_megatrons_documents_joined_and_the_same_over_s3_at_any_world_size() {
     let root = tempfile::tempdir().unwrap();

@@ -59,6 +59,34 @@ impl FileDocs {
     }
 }
 
+impl Flat {
+    /// Documents at byte `offsets` (each document's start, then the end) of a file of `size`
+    /// bytes whose tokens of `ty` start at byte `header`: each must be in order, within the
+    /// file, and a whole number of tokens from the first.
+    pub(crate) fn from_offsets(
+        ty: TokenType,
+        offsets: &[u64],
+        header: u64,
+        size: u64,
+    ) -> std::result::Result<Self, String> {
+        let item = ty.size() as u64;
+        if offsets.first() != Some(&header) {
+            return Err(format!("its first item starts at byte {:?}, not {header} after the offsets", offsets.first()));
+        }
+        let mut starts = Vec::with_capacity(offsets.len());
+        for (i, w) in offsets.windows(2).enumerate() {
+            if w[1] < w[0] || w[1] > size || !(w[1] - w[0]).is_multiple_of(item) {
+                return Err(format!(
+                    "item {i} runs from byte {} to {}: not a whole number of {item}-byte tokens within its {size}                      bytes",
+                    w[0], w[1]
+                ));
+            }
+        }
+        starts.extend(offsets.iter().map(|o| (o - header) / item));
+        Ok(Flat { ty, header, starts })
+    }
+}
+
 /// The token type `name` (numpy's names: `uint16`, `int32`, ...).
 pub(crate) fn type_named(name: &str) -> Option<TokenType> {
     Some(match name {

@@ -9,6 +9,7 @@
 
 mod flat;
 mod idx;
+mod litdata;
 
 use std::fmt;
 use std::ops::Range;
@@ -20,6 +21,7 @@ use bytes::Bytes;
 use self::flat::FileDocs;
 pub(crate) use self::idx::write as write_idx;
 use self::idx::Index;
+pub(crate) use self::litdata::holds_tokens as litdata_holds_tokens;
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
@@ -137,6 +139,25 @@ pub(crate) async fn open(
         })?;
         starts.push(starts.last().copied().unwrap_or(0) + index.len() as u64);
         files.push(TokenFile { name, bin: store.object(&bin_info), index: FileDocs::Megatron(index) });
+    }
+    Ok(Arc::new(TokensSource { store, files, starts, display }))
+}
+
+/// LitData token chunks (`TokensLoader`) of the `index.json` files `indexes` (by path: their
+/// chunks come in that order, each index's in its own), one document an item.
+pub(crate) async fn open_litdata(
+    store: Store,
+    mut indexes: Vec<ObjectInfo>,
+    display: String,
+) -> Result<Arc<DynSampleSource>> {
+    indexes.sort_by(|a, b| a.path.cmp(&b.path));
+    let (mut files, mut starts) = (Vec::new(), vec![0u64]);
+    for index in &indexes {
+        let bytes = store.get(&index.path).await?;
+        for file in litdata::chunks(&store, &index.path, &bytes).await? {
+            starts.push(starts.last().copied().unwrap_or(0) + file.index.len() as u64);
+            files.push(file);
+        }
     }
     Ok(Arc::new(TokensSource { store, files, starts, display }))
 }
