@@ -8,6 +8,8 @@ back by Megatron's own reader (IndexedDataset).
                                                # (uint32, numpy.save), every document ended by 50256
     python write_tokens.py litdata OUTDIR      # LitData token chunks: litdata.optimize with
                                                # TokensLoader, int32 tensors as LitGPT writes them
+    python write_tokens.py mds OUTDIR          # MDS shards (MDSWriter, zstd) of a `tokens` ndarray
+                                               # column (uint16) and a `source` str column
 
 Prints the expected samples as JSON: [{"key": ..., "fields": [["tokens", hex]]}, ...] in
 Stoker's order (files by path, then sequences in order); keys are `NAME/NNNNNNNNN` (the file
@@ -48,6 +50,8 @@ def main():
         return flat(out)
     if kind == "litdata":
         return litdata(out)
+    if kind == "mds":
+        return mds(out)
     if kind == "megatron":
         files = [("part-00", np.uint16, 60, 1, 50257), ("part-01", np.uint16, 45, 2, 50257)]
     elif kind == "megatron-i32":
@@ -131,6 +135,30 @@ def litdata(out):
     for k in range(len(theirs)):
         assert np.array_equal(np.asarray(theirs[k]), blocks[k]), k
     json.dump(samples, sys.stdout)
+
+
+def mds(out):
+    """MosaicML Streaming's MDSWriter, zstd-compressed shards: one document a sample, its ids in
+    an ndarray column. Expected: the documents as .npy (Stoker's form of an ndarray column),
+    checked against Streaming's own reader."""
+    from streaming import MDSWriter, StreamingDataset
+
+    rng = np.random.default_rng(7)
+    docs = [rng.integers(0, 50256, size=int(rng.integers(1, 500))).astype(np.uint16) for _ in range(70)]
+    with MDSWriter(out=out, columns={"tokens": "ndarray:uint16", "source": "str"}, compression="zstd",
+                   size_limit=1 << 14) as w:
+        for i, d in enumerate(docs):
+            w.write({"tokens": d, "source": f"doc-{i}"})
+    theirs = StreamingDataset(local=out, shuffle=False, batch_size=1)
+    assert [np.array_equal(theirs[i]["tokens"], d) for i, d in enumerate(docs)] == [True] * len(docs)
+    # Streaming's reader left the shards it decompressed beside the writer's: only what the
+    # writer wrote stays.
+    for name in os.listdir(out):
+        if name.endswith(".mds") and os.path.exists(os.path.join(out, name + ".zstd")):
+            os.remove(os.path.join(out, name))
+    # The documents' raw ids (keys are the source column's; the reader's samples hold .npy).
+    json.dump([{"key": f"doc-{i}", "fields": [["tokens", d.astype("<u2").tobytes().hex()]]}
+               for i, d in enumerate(docs)], sys.stdout)
 
 
 if __name__ == "__main__":

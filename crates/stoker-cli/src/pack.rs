@@ -19,7 +19,8 @@ enum PackLayout {
     /// One LMDB environment (data.mdb); one field per sample.
     Lmdb,
     /// A Megatron indexed dataset (NAME-00000.bin + .idx, ...) of the text tokenized with
-    /// --tokenize: what Megatron-LM, NeMo and `stoker.TokenLoader` read.
+    /// --tokenize, or without it of arrays of ids (MDS ndarray columns, Parquet integer
+    /// lists): what Megatron-LM, NeMo and `stoker.TokenLoader` read.
     Tokens,
 }
 
@@ -120,10 +121,7 @@ pub(crate) async fn run(args: PackArgs) -> Result<()> {
     let layout = match (args.layout, &args.tokenize) {
         (PackLayout::Tar, None) => Layout::Tar,
         (PackLayout::Lmdb, None) => Layout::Lmdb,
-        (PackLayout::Tokens, Some(tok)) => return tokens(src, tok, &args).await,
-        (PackLayout::Tokens, None) => {
-            return Err(CliError::Message("--layout tokens needs --tokenize TOKENIZER_JSON".into()))
-        }
+        (PackLayout::Tokens, tok) => return tokens(src, tok.as_deref(), &args).await,
         (_, Some(_)) => return Err(CliError::Message("--tokenize writes --layout tokens".into())),
     };
     let mut opts = PackOptions {
@@ -182,18 +180,29 @@ pub(crate) async fn run(args: PackArgs) -> Result<()> {
     write_result(writeln!(io::stdout().lock(), "{text}"))
 }
 
-/// `--layout tokens`: tokenize the text into Megatron parts (see `stoker::tokens::pretokenize`).
-async fn tokens(src: std::sync::Arc<stoker::DynSampleSource>, tok: &std::path::Path, args: &PackArgs) -> Result<()> {
-    use stoker::tokens::{pretokenize, TextTokenizer, TokenizeOptions};
+/// `--layout tokens`: tokenize the text into Megatron parts (see `stoker::tokens::pretokenize`),
+/// or without a tokenizer copy arrays of ids into them (`stoker::tokens::pack_arrays`).
+async fn tokens(
+    src: std::sync::Arc<stoker::DynSampleSource>,
+    tok: Option<&std::path::Path>,
+    args: &PackArgs,
+) -> Result<()> {
+    use stoker::tokens::{pack_arrays, pretokenize, TextTokenizer, TokenizeOptions};
     let started = std::time::Instant::now();
-    let tokenizer = std::sync::Arc::new(TextTokenizer::from_file(tok)?);
-    let append_eos = match &args.append_eos {
+    let tokenizer = match tok {
+        Some(t) => Some(std::sync::Arc::new(TextTokenizer::from_file(t)?)),
         None => None,
-        Some(t) => Some(match t.parse::<u32>() {
-            Ok(id) => id,
-            Err(_) => tokenizer.token_id(t).ok_or_else(|| {
-                CliError::Message(format!("--append-eos {t:?}: neither an id nor a token of {}", tok.display()))
+    };
+    let append_eos = match (&args.append_eos, &tokenizer) {
+        (None, _) => None,
+        (Some(t), vocab) => Some(match (t.parse::<u32>(), vocab) {
+            (Ok(id), _) => id,
+            (Err(_), Some(v)) => v.token_id(t).ok_or_else(|| {
+                CliError::Message(format!("--append-eos {t:?}: neither an id nor a token of the tokenizer"))
             })?,
+            (Err(_), None) => {
+                return Err(CliError::Message(format!("--append-eos {t:?}: a token by its text needs --tokenize")))
+            }
         }),
     };
     let opts = TokenizeOptions {
@@ -205,7 +214,10 @@ async fn tokens(src: std::sync::Arc<stoker::DynSampleSource>, tok: &std::path::P
     let pb = crate::index::bar(args.quiet, "{spinner} tokenizing [{bar:40}] {pos}/{len} documents {per_sec} eta {eta}");
     pb.set_length(src.len() as u64);
     let dest = std::path::Path::new(&args.dest);
-    let m = pretokenize(src, tokenizer, dest, &opts, &|n| pb.inc(n)).await;
+    let m = match tokenizer {
+        Some(t) => pretokenize(src, t, dest, &opts, &|n| pb.inc(n)).await,
+        None => pack_arrays(src, dest, &opts, &|n| pb.inc(n)).await,
+    };
     pb.finish_and_clear();
     let m = m?;
     let tokens: u64 = m.parts.iter().map(|p| p.tokens).sum();

@@ -19,8 +19,8 @@ use crate::source::Source;
 #[pyclass(module = "stoker._stoker")]
 pub(crate) struct TokenLoader {
     source: Py<Source>,
-    /// For a text source: the tokenizer (loaded once) and the field holding the text.
-    text: Option<(Arc<TextTokenizer>, Option<String>)>,
+    /// For a text source, the tokenizer (loaded once); and the field holding the documents.
+    text: (Option<Arc<TextTokenizer>>, Option<String>),
     cfg: PackConfig,
     built: Mutex<(u32, Arc<RsLoader>, Option<TokenState>)>,
 }
@@ -29,21 +29,19 @@ impl TokenLoader {
     fn build(
         py: Python<'_>,
         source: &Source,
-        text: &Option<(Arc<TextTokenizer>, Option<String>)>,
+        text: &(Option<Arc<TextTokenizer>>, Option<String>),
         cfg: PackConfig,
     ) -> PyResult<Arc<RsLoader>> {
         let src = source.get_src(py)?;
-        let tok = text.as_ref().map(|(t, _)| t.clone());
-        let field = text.as_ref().and_then(|(_, f)| f.clone());
-        // Text is tokenized once into the user cache (a mix's sources each on their own).
+        let (tok, field) = text.clone();
+        // Text is tokenized once into the user cache, arrays of ids copied there (a mix's
+        // sources each on their own).
         let tokens = |py: Python<'_>, s: Arc<stoker::DynSampleSource>| -> PyResult<Arc<stoker::DynSampleSource>> {
-            match &tok {
-                Some(t) if s.as_tokens().is_none() && s.as_mix().is_none() => {
-                    let (t, field, cache) = (t.clone(), field.clone(), stoker::SourceOptions::tokens_cache_dir());
-                    block_on(py, async move { tokenized(s, t, field, &cache).await })?.map_err(err)
-                }
-                _ => Ok(s),
+            if s.as_tokens().is_some() || s.as_mix().is_some() {
+                return Ok(s);
             }
+            let (t, field, cache) = (tok.clone(), field.clone(), stoker::SourceOptions::tokens_cache_dir());
+            block_on(py, async move { tokenized(s, t, field, &cache).await })?.map_err(err)
         };
         let parts = match src.as_mix() {
             Some(m) => Some(
@@ -150,7 +148,7 @@ impl TokenLoader {
         cfg.mask_boundaries = mask_boundaries;
         cfg.prefetch = prefetch;
         cfg.partition = partition(rank, world_size)?;
-        let text = vocab.map(|t| (t, field));
+        let text = (vocab, field);
         let loader = Self::build(py, source.get(), &text, cfg.clone())?;
         Ok(TokenLoader { source, text, cfg, built: Mutex::new((std::process::id(), loader, None)) })
     }

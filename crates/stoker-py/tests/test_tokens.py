@@ -167,6 +167,27 @@ def test_text_is_tokenized_in_rust_once_and_packed_like_the_wheels_ids(text, tmp
         stoker.TokenLoader(str(path), seq_len=128, global_batch=4, tokenizer=str(bad))
 
 
+@pytest.mark.parametrize("kind", ["mds", "litdata"])
+def test_mds_ndarray_columns_and_litdata_token_chunks_pack_like_any_corpus(kind, tmp_path, monkeypatch):
+    """MDS (an ndarray column of ids, copied once into the tokens cache) and LitData token
+    chunks (read in place): rows are the documents joined."""
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / kind
+    res = subprocess.run([writers_python(), str(ROOT / "integration/py/write_tokens.py"), kind, str(out)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, f"write_tokens.py failed (run integration/setup.sh): {res.stderr[-2000:]}"
+    dtype = "<u2" if kind == "mds" else "<i4"
+    docs = [numpy.frombuffer(bytes.fromhex(s["fields"][0][1]), dtype=dtype).astype(numpy.int64)
+            for s in json.loads(res.stdout)]
+    stream = numpy.concatenate(docs)
+    field = "tokens" if kind == "mds" else None
+    loader = stoker.TokenLoader(str(out), seq_len=64, global_batch=2, field=field)
+    got = torch.cat(rows(loader))
+    assert len(got) == len(stream) // 64 // 2 * 2
+    for k, row in enumerate(got.tolist()):
+        assert row == stream[k * 64:(k + 1) * 64].tolist(), k
+
+
 def test_the_tokens_decode_gives_the_plain_loader_one_document_per_row(text):
     """stoker.Tokens in stoker.Loader: each row is
     its document's wheel ids and EOS, truncated or padded, with its length beside."""

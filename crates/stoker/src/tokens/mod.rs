@@ -39,7 +39,7 @@ use crate::sampler::{Order, Partition};
 pub use crate::decode::TextTokenizer;
 pub use loader::{TokenEpoch, TokenLoader, TokenState};
 pub use mix::{MixPart, SourceDocs, TokenMix};
-pub use write::{pretokenize, tokenized, Part, TokenizeOptions, TokenizedManifest, MANIFEST};
+pub use write::{pack_arrays, pretokenize, tokenized, Part, TokenizeOptions, TokenizedManifest, MANIFEST};
 
 /// How documents become sequences.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -19,6 +19,19 @@ pub const MANIFEST: &str = ".stoker-tokens.json";
 /// Documents tokenized per batch handed to the tokenizer's threads.
 const CHUNK: usize = 512;
 
+/// Where the documents' ids come from.
+#[derive(Clone)]
+enum Ids {
+    /// Text, tokenized.
+    Text(Arc<TextTokenizer>),
+    /// Arrays of token ids already (`.npy` 1-D integer arrays: MDS `ndarray` columns, Parquet
+    /// integer lists, LitData numpy or tensor leaves), copied.
+    Arrays,
+}
+
+/// What the manifest records as the tokenizer of arrays copied as they are.
+const ARRAYS: &str = "arrays";
+
 /// How to pre-tokenize.
 #[derive(Clone, Debug)]
 pub struct TokenizeOptions {
@@ -82,13 +95,39 @@ pub async fn pretokenize(
     opts: &TokenizeOptions,
     progress: &(dyn Fn(u64) + Send + Sync),
 ) -> Result<TokenizedManifest> {
+    write_parts(src, Ids::Text(tok), dest, opts, progress).await
+}
+
+/// [`pretokenize`] for a source whose documents are token ids already: field `opts.field`
+/// (else the samples' only field) of every sample is a 1-D integer `.npy` array (what Stoker
+/// makes of MDS `ndarray` columns, Parquet integer lists and LitData numpy leaves), copied into
+/// int32 parts. `opts.append_eos` is appended to each.
+pub async fn pack_arrays(
+    src: Arc<DynSampleSource>,
+    dest: &Path,
+    opts: &TokenizeOptions,
+    progress: &(dyn Fn(u64) + Send + Sync),
+) -> Result<TokenizedManifest> {
+    write_parts(src, Ids::Arrays, dest, opts, progress).await
+}
+
+async fn write_parts(
+    src: Arc<DynSampleSource>,
+    ids: Ids,
+    dest: &Path,
+    opts: &TokenizeOptions,
+    progress: &(dyn Fn(u64) + Send + Sync),
+) -> Result<TokenizedManifest> {
     std::fs::create_dir_all(dest).map_err(|e| Error::io(dest.display(), e))?;
     let n = src.len() as u64;
     let per = opts.documents_per_part.max(1);
     let want = TokenizedManifest {
         source: src.to_string(),
         documents: n,
-        tokenizer: format!("{:016x}", tok.fingerprint()),
+        tokenizer: match &ids {
+            Ids::Text(tok) => format!("{:016x}", tok.fingerprint()),
+            Ids::Arrays => ARRAYS.into(),
+        },
         append_eos: opts.append_eos,
         field: opts.field.clone(),
         documents_per_part: per,
@@ -109,12 +148,16 @@ pub async fn pretokenize(
     };
     // uint16 when every id fits (the vocabulary's size bounds them; the check below catches a
     // vocabulary with gaps), int32 otherwise.
-    let wide = tok.vocab_size() > 1 << 16 || opts.append_eos.is_some_and(|e| e > u32::from(u16::MAX));
+    let wide = match &ids {
+        Ids::Text(tok) => tok.vocab_size() > 1 << 16 || opts.append_eos.is_some_and(|e| e > u32::from(u16::MAX)),
+        // Their widths are known only once read: int32 holds every id there is.
+        Ids::Arrays => true,
+    };
     progress(done.parts.iter().map(|p| p.documents).sum());
     for p in done.parts.len() as u64..n.div_ceil(per) {
         let docs = p * per..((p + 1) * per).min(n);
         let name = format!("{}-{p:05}", opts.name);
-        let part = write_part(&src, &tok, dest, &name, docs, wide, opts, progress).await?;
+        let part = write_part(&src, &ids, dest, &name, docs, wide, opts, progress).await?;
         done.parts.push(part);
         write_manifest(dest, &done)?;
     }
@@ -127,7 +170,7 @@ pub async fn pretokenize(
 #[allow(clippy::too_many_arguments)]
 async fn write_part(
     src: &Arc<DynSampleSource>,
-    tok: &Arc<TextTokenizer>,
+    how: &Ids,
     dest: &Path,
     name: &str,
     docs: std::ops::Range<u64>,
@@ -145,15 +188,21 @@ async fn write_part(
         let upto = (at + CHUNK as u64).min(docs.end);
         let indices: Vec<usize> = (at as usize..upto as usize).collect();
         let samples = src.get_many(&indices).await?;
-        let texts = samples.iter().map(|s| text_of(s, opts.field.as_deref(), &**src)).collect::<Result<Vec<_>>>()?;
-        let t = tok.clone();
-        let owned: Vec<String> = texts.into_iter().map(str::to_string).collect();
-        let ids = tokio::task::spawn_blocking(move || {
-            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
-            t.encode_batch(&refs)
-        })
-        .await
-        .map_err(Error::task)??;
+        let ids = match how {
+            Ids::Text(tok) => {
+                let texts =
+                    samples.iter().map(|s| text_of(s, opts.field.as_deref(), &**src)).collect::<Result<Vec<_>>>()?;
+                let t = tok.clone();
+                let owned: Vec<String> = texts.into_iter().map(str::to_string).collect();
+                tokio::task::spawn_blocking(move || {
+                    let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+                    t.encode_batch(&refs)
+                })
+                .await
+                .map_err(Error::task)??
+            }
+            Ids::Arrays => samples.iter().map(|s| array_of(s, opts.field.as_deref(), &**src)).collect::<Result<_>>()?,
+        };
         let mut buf = Vec::new();
         for mut doc in ids {
             doc.extend(opts.append_eos);
@@ -198,19 +247,70 @@ async fn write_part(
     })
 }
 
-/// The text of a sample: field `field`, else its only field; UTF-8.
-fn text_of<'a>(s: &'a crate::Sample, field: Option<&str>, src: &DynSampleSource) -> Result<&'a str> {
-    let bytes = match field {
+/// The token ids of a sample: field `field` (else its only field), a 1-D integer `.npy`
+/// array of ids in `0..2^31`.
+fn array_of(s: &crate::Sample, field: Option<&str>, src: &DynSampleSource) -> Result<Vec<u32>> {
+    use crate::batch::Dtype;
+    let bytes = field_of(s, field, src)?;
+    let bad = |reason: String| Error::CorruptData {
+        shard: src.to_string(),
+        key: s.key.clone(),
+        field: field.unwrap_or("tokens").to_string(),
+        reason: format!("{reason}; packing reads 1-D integer arrays of token ids here, or text with a tokenizer"),
+    };
+    let h = crate::decode::parse_npy(bytes).map_err(&bad)?;
+    let [n] = h.shape[..] else { return Err(bad(format!("the array has shape {:?}", h.shape))) };
+    let size = h.dtype.size();
+    let data = h
+        .data_bytes()
+        .and_then(|b| bytes.get(h.data_offset..h.data_offset.checked_add(b)?))
+        .ok_or_else(|| bad("the array is cut short".into()))?;
+    let mut out = Vec::with_capacity(n);
+    for v in data.chunks_exact(size) {
+        let mut le = [0u8; 8];
+        le[..size].copy_from_slice(v);
+        if h.big_endian {
+            le[..size].reverse();
+        }
+        let negative = le[size - 1] & 0x80 != 0;
+        let id: i64 = match h.dtype {
+            Dtype::U8 | Dtype::U16 | Dtype::U32 | Dtype::U64 => u64::from_le_bytes(le).try_into().unwrap_or(-1),
+            Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64 => {
+                if negative {
+                    le[size..].fill(0xff);
+                }
+                i64::from_le_bytes(le)
+            }
+            other => return Err(bad(format!("the array is {other}, not integers"))),
+        };
+        out.push(
+            u32::try_from(id)
+                .ok()
+                .filter(|&t| t <= i32::MAX as u32)
+                .ok_or_else(|| bad(format!("token id {id} is not in 0..2^31")))?,
+        );
+    }
+    Ok(out)
+}
+
+/// Field `field` of a sample, else its only field.
+fn field_of<'a>(s: &'a crate::Sample, field: Option<&str>, src: &DynSampleSource) -> Result<&'a [u8]> {
+    Ok(match field {
         Some(f) => s.require(f)?,
         None if s.fields.len() == 1 => &s.fields[0].data,
         None => {
             return Err(Error::invalid_option(format!(
-                "{src}: sample {} has fields {}; say which holds the text (field=)",
+                "{src}: sample {} has fields {}; say which holds the documents (field=)",
                 s.key,
                 s.field_names().collect::<Vec<_>>().join(", ")
             )))
         }
-    };
+    })
+}
+
+/// The text of a sample: field `field`, else its only field; UTF-8.
+fn text_of<'a>(s: &'a crate::Sample, field: Option<&str>, src: &DynSampleSource) -> Result<&'a str> {
+    let bytes = field_of(s, field, src)?;
     std::str::from_utf8(bytes).map_err(|e| Error::CorruptData {
         shard: src.to_string(),
         key: s.key.clone(),
@@ -262,7 +362,9 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// The token source for a text source: its documents tokenized with `tok` once, into a
 /// directory of the user's cache named by what made it (the source as shown, its document
 /// count and the hash of three of its documents, the tokenizer's hash, the field), then read as
-/// a Megatron dataset.
+/// a Megatron dataset. Without a tokenizer, the documents must be arrays of ids already (see
+/// [`pack_arrays`]: MDS `ndarray` columns, Parquet integer lists), copied once the same way;
+/// a source of anything else is refused at its first document.
 ///
 /// This is how ranks agree on sequence boundaries for text: packing needs every document's
 /// token count before the first batch, and the only way to know it is to tokenize. Processes
@@ -273,7 +375,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// documents would reuse stale tokens: remove `$STOKER_CACHE_DIR/tokens` after editing one.
 pub async fn tokenized(
     src: Arc<DynSampleSource>,
-    tok: Arc<TextTokenizer>,
+    tok: Option<Arc<TextTokenizer>>,
     field: Option<String>,
     cache: &Path,
 ) -> Result<Arc<DynSampleSource>> {
@@ -282,13 +384,26 @@ pub async fn tokenized(
     let mut h = twox_hash::XxHash64::with_seed(0);
     h.write(src.to_string().as_bytes());
     h.write_u64(n as u64);
-    h.write_u64(tok.fingerprint());
+    match &tok {
+        Some(t) => h.write_u64(t.fingerprint()),
+        None => h.write(ARRAYS.as_bytes()),
+    }
     h.write(field.as_deref().unwrap_or("").as_bytes());
     let probes: Vec<usize> = if n == 0 { Vec::new() } else { vec![0, n / 2, n - 1] };
-    for s in src.get_many(&probes).await? {
+    let probed = src.get_many(&probes).await?;
+    for s in &probed {
         for f in &s.fields {
             h.write(&f.data);
         }
+    }
+    if let (None, Some(first)) = (&tok, probed.first()) {
+        array_of(first, field.as_deref(), &*src).map_err(|e| {
+            Error::invalid_option(format!(
+                "{src} ({} layout) holds no token documents: packing reads tokenized corpora (Megatron .bin/.idx, \
+                 LitData token chunks, arrays of ids), or text with a tokenizer (tokenizer=); its first document: {e}",
+                src.info().layout
+            ))
+        })?;
     }
     let dir = cache.join(format!("{:016x}", h.finish()));
     std::fs::create_dir_all(cache).map_err(|e| Error::io(cache.display(), e))?;
@@ -308,7 +423,8 @@ pub async fn tokenized(
                 .iter()
                 .all(|p| std::fs::metadata(dir.join(format!("{}.bin", p.name))).is_ok_and(|md| md.len() == p.bin_bytes))
     });
-    let done = if finished { Ok(()) } else { pretokenize(src, tok, &dir, &opts, &|_| {}).await.map(drop) };
+    let ids = tok.map_or(Ids::Arrays, Ids::Text);
+    let done = if finished { Ok(()) } else { write_parts(src, ids, &dir, &opts, &|_| {}).await.map(drop) };
     drop(lock);
     done?;
     crate::source::open(&dir.display().to_string(), Default::default()).await

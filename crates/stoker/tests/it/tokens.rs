@@ -147,6 +147,41 @@ async fn damaged_litdata_token_chunks_are_named_at_open() {
     assert!(e.contains("chunk-0-0.bin") && e.contains("cannot fit"), "{e}");
 }
 
+/// An MDS `ndarray` column of ids (MDSWriter, zstd shards): copied once into the tokens
+/// cache, then packed like any token corpus; over S3 the same rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mds_ndarray_token_columns_are_copied_once_and_packed() {
+    use stoker::tokens::tokenized;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("data").join("mds");
+    let docs = fixture("mds", &dir);
+    let stream: Vec<i64> = docs.iter().flat_map(|d| tokens_of(d, 2)).collect();
+    let cache = root.path().join("cache");
+    let mut cfg = PackConfig::new(128, 4);
+    cfg.ids = stoker::tokens::IdType::Int64;
+    let server = common::s3::serve(root.path()).await;
+    let mut runs = Vec::new();
+    for src in [open(dir.to_str().unwrap()).await, open(&uri(&server.endpoint(), "mds", "")).await] {
+        assert!(src.as_tokens().is_none(), "an MDS source is samples, not documents of tokens");
+        // Two fields: which one holds the ids must be said.
+        let e = tokenized(src.clone(), None, None, &cache).await.unwrap_err().to_string();
+        assert!(e.contains("field="), "{e}");
+        let toks = tokenized(src, None, Some("tokens".into()), &cache).await.unwrap();
+        assert_eq!(toks.len(), docs.len());
+        let batches = TokenLoader::new(toks, cfg.clone()).unwrap().epoch(0).unwrap().collect().await.unwrap();
+        runs.push(batches.iter().flat_map(rows).collect::<Vec<_>>());
+    }
+    assert_eq!(runs[0], runs[1], "the same rows over S3");
+    assert_eq!(runs[0].len(), stream.len() / 128 / 4 * 4);
+    for (k, row) in runs[0].iter().enumerate() {
+        assert_eq!(row[..], stream[k * 128..(k + 1) * 128], "sequence {k}");
+    }
+    // A column that is not ids (text) is refused, naming what packing reads.
+    let src = open(dir.to_str().unwrap()).await;
+    let e = tokenized(src, None, Some("source".into()), &cache).await.unwrap_err().to_string();
+    assert!(e.contains("holds no token documents") && e.contains("tokenizer"), "{e}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn packed_sequences_are_megatrons_documents_joined_and_the_same_over_s3_at_any_world_size() {
     let root = tempfile::tempdir().unwrap();
