@@ -2,6 +2,13 @@
 tokenizer on it with Hugging Face `tokenizers`, and print what the files hold.
 
     python write_text.py jsonl OUTDIR
+    python write_text.py formats OUTDIR
+
+`formats` writes 200 of the documents in each of the other layouts Stoker reads text from, by
+their own writers: txt/ (one .txt file a document), tar/ (WebDataset shards of .txt and .cls
+members, Python's tarfile), mds/ (MDSWriter: a `text` str column and an `id` int), litdata/
+(litdata.optimize of {"text", "id"} items), parquet/ (pyarrow: `text` and `id` columns);
+tokenizer.json and tokens.json as for jsonl, in document order, which is every layout's order.
 
 The text: docstrings of the Python standard library's modules, classes and functions (real
 English prose, code samples and some non-ASCII), one document each. OUTDIR gets
@@ -42,17 +49,14 @@ def docstrings(limit):
 
 def main():
     kind, out = sys.argv[1], sys.argv[2]
-    assert kind == "jsonl", kind
+    assert kind in ("jsonl", "formats"), kind
     os.makedirs(out, exist_ok=True)
     docs = docstrings(1500)
     docs[5] = "Ünïcödé — ✓ 日本語のテキスト and emoji 🚀 " + docs[5]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=4000, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(docs, trainer)
+    tok = tokenizer(docs)
     tok.save(os.path.join(out, "tokenizer.json"))
+    if kind == "formats":
+        return formats(out, docs[:200], tok)
     thirds = [docs[:500], docs[500:1000], docs[1000:]]
     names = ["corpus-a.jsonl", "corpus-b.jsonl.gz", "corpus-c.jsonl.zst"]
     expected = []
@@ -72,6 +76,66 @@ def main():
     ids = [e.ids for e in tok.encode_batch(docs, add_special_tokens=False)]
     json.dump(ids, open(os.path.join(out, "tokens.json"), "w"))
     json.dump(expected, sys.stdout)
+
+
+def tokenizer(docs):
+    """A byte-level BPE of 4,000 tokens trained on the documents."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=4000, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(docs, trainer)
+    return tok
+
+
+def formats(out, docs, tok):
+    import io
+    import tarfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from litdata import optimize
+    from streaming import MDSWriter
+
+    os.makedirs(os.path.join(out, "txt"))
+    for i, d in enumerate(docs):
+        with open(os.path.join(out, "txt", f"doc-{i:04d}.txt"), "w", encoding="utf-8") as f:
+            f.write(d)
+    os.makedirs(os.path.join(out, "tar"))
+    for shard in range(2):
+        with tarfile.open(os.path.join(out, "tar", f"shard-{shard}.tar"), "w") as t:
+            for i in range(shard * 100, shard * 100 + 100):
+                for ext, body in (("txt", docs[i].encode()), ("cls", str(i % 7).encode())):
+                    info = tarfile.TarInfo(f"doc-{i:04d}.{ext}")
+                    info.size = len(body)
+                    t.addfile(info, io.BytesIO(body))
+    with MDSWriter(out=os.path.join(out, "mds"), columns={"text": "str", "id": "int"}, compression="zstd",
+                   size_limit=1 << 15) as w:
+        for i, d in enumerate(docs):
+            w.write({"text": d, "id": i})
+    pq.write_table(pa.table({"text": docs, "id": list(range(len(docs)))}),
+                   os.path.join(out, "parquet.parquet"), row_group_size=64)
+    os.makedirs(os.path.join(out, "parquet"))
+    os.rename(os.path.join(out, "parquet.parquet"), os.path.join(out, "parquet", "part-0.parquet"))
+    sys.stdout.flush()
+    real = os.dup(1)
+    os.dup2(2, 1)  # LitData talks on standard output, its workers too
+    try:
+        optimize(fn=litdata_item, inputs=[(i, d) for i, d in enumerate(docs)],
+                 output_dir=os.path.join(out, "litdata"), chunk_bytes="16kb", num_workers=1)
+    finally:
+        sys.stdout.flush()
+        os.dup2(real, 1)
+        os.close(real)
+    ids = [e.ids for e in tok.encode_batch(docs, add_special_tokens=False)]
+    json.dump(ids, open(os.path.join(out, "tokens.json"), "w"))
+    json.dump([], sys.stdout)
+
+
+def litdata_item(pair):
+    i, d = pair
+    return {"text": d, "id": i}
 
 
 if __name__ == "__main__":

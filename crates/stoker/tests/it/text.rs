@@ -227,3 +227,38 @@ fn the_tokens_decode_gives_each_document_its_wheel_ids_truncated_or_padded() {
     assert_eq!((t.bos.clone(), t.eos.clone()), (Some(TokenRef::Id(1)), Some(TokenRef::Text("<|endoftext|>".into()))));
     assert!(DecodeSpec::from_args(&["text=tokens:tok.json"]).unwrap_err().to_string().contains("SEQ_LEN"));
 }
+
+/// Text in the other layouts, each written by its own writer (one `.txt` file a document, tar
+/// `.txt` members, an MDS `str` column, LitData `str` leaves, a Parquet string column):
+/// tokenized in Rust into the tokens cache, every document's ids are the Python wheel's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_from_txt_files_tar_mds_litdata_and_parquet_tokenizes_like_the_wheel() {
+    use stoker::tokens::tokenized;
+    let root = tempfile::tempdir().unwrap();
+    script_fixture(&writers_python(), "write_text.py", &["formats"], root.path());
+    let want: Vec<Vec<u32>> = serde_json::from_slice(&std::fs::read(root.path().join("tokens.json")).unwrap()).unwrap();
+    let tok = Arc::new(TextTokenizer::from_file(&root.path().join("tokenizer.json")).unwrap());
+    let cache = root.path().join("cache");
+    for (dir, field, layout) in [
+        ("txt", "txt", Layout::Objects),
+        ("tar", "txt", Layout::Tar),
+        ("mds", "text", Layout::Mds),
+        ("litdata", "text", Layout::Litdata),
+        ("parquet", "text", Layout::Parquet),
+    ] {
+        let src = open(root.path().join(dir).to_str().unwrap()).await;
+        assert_eq!(src.info().known_layout(), Some(layout), "{dir}");
+        let tokens = tokenized(src, Some(tok.clone()), Some(field.into()), &cache).await.unwrap();
+        assert_eq!(tokens.len(), want.len(), "{dir}");
+        let got = tokens.get_many(&(0..tokens.len()).collect::<Vec<_>>()).await.unwrap();
+        for (i, (s, w)) in got.iter().zip(&want).enumerate() {
+            let ids: Vec<u32> = s
+                .field("tokens")
+                .unwrap()
+                .chunks_exact(2)
+                .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
+                .collect();
+            assert_eq!(&ids, w, "{dir}: document {i}");
+        }
+    }
+}
