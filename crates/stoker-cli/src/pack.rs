@@ -70,6 +70,10 @@ pub(crate) struct PackArgs {
     /// Tokens: documents per part file (a rerun after an interruption redoes at most one part).
     #[arg(long, value_name = "N", default_value_t = 1 << 20)]
     documents_per_part: u64,
+    /// Tokens: write a document whose bytes are bad (a JSONL line that is not JSON or lacks the
+    /// field, text that is not UTF-8) empty, and list it in the summary, instead of stopping.
+    #[arg(long)]
+    skip_errors: bool,
     /// Shards written at once.
     #[arg(long, value_name = "N")]
     jobs: Option<usize>,
@@ -209,6 +213,7 @@ async fn tokens(
         field: args.field.clone(),
         append_eos,
         documents_per_part: args.documents_per_part.max(1),
+        skip_errors: args.skip_errors,
         ..TokenizeOptions::default()
     };
     let pb = crate::index::bar(args.quiet, "{spinner} tokenizing [{bar:40}] {pos}/{len} documents {per_sec} eta {eta}");
@@ -221,21 +226,30 @@ async fn tokens(
     pb.finish_and_clear();
     let m = m?;
     let tokens: u64 = m.parts.iter().map(|p| p.tokens).sum();
+    let skipped: Vec<&(u64, String)> = m.parts.iter().flat_map(|p| &p.skipped).collect();
     let secs = started.elapsed().as_secs_f64();
     let text = if args.json {
+        let skipped: Vec<_> = skipped.iter().map(|(d, why)| serde_json::json!({"document": d, "error": why})).collect();
         serde_json::json!({
             "dest": args.dest, "layout": "tokens", "documents": m.documents, "tokens": tokens,
-            "parts": m.parts.len(), "seconds": secs,
+            "parts": m.parts.len(), "seconds": secs, "skipped": skipped,
         })
         .to_string()
     } else {
-        format!(
+        let mut t = format!(
             "tokenized {} documents into {tokens} tokens: {} Megatron part(s) at {}, in {}",
             m.documents,
             m.parts.len(),
             args.dest,
             human_duration(std::time::Duration::from_secs_f64(secs))
-        )
+        );
+        if !skipped.is_empty() {
+            t += &format!("\n{} bad document(s) written empty (--skip-errors):", skipped.len());
+            for (d, why) in skipped.iter().take(10) {
+                t += &format!("\n  document {d}: {why}");
+            }
+        }
+        t
     };
     write_result(writeln!(io::stdout().lock(), "{text}"))
 }

@@ -19,8 +19,9 @@ use crate::source::Source;
 #[pyclass(module = "stoker._stoker")]
 pub(crate) struct TokenLoader {
     source: Py<Source>,
-    /// For a text source, the tokenizer (loaded once); and the field holding the documents.
-    text: (Option<Arc<TextTokenizer>>, Option<String>),
+    /// For a text source, the tokenizer (loaded once); the field holding the documents; and
+    /// whether bad documents are packed empty (`skip_errors`).
+    text: (Option<Arc<TextTokenizer>>, Option<String>, bool),
     cfg: PackConfig,
     built: Mutex<(u32, Arc<RsLoader>, Option<TokenState>)>,
 }
@@ -29,11 +30,11 @@ impl TokenLoader {
     fn build(
         py: Python<'_>,
         source: &Source,
-        text: &(Option<Arc<TextTokenizer>>, Option<String>),
+        text: &(Option<Arc<TextTokenizer>>, Option<String>, bool),
         cfg: PackConfig,
     ) -> PyResult<Arc<RsLoader>> {
         let src = source.get_src(py)?;
-        let (tok, field) = text.clone();
+        let (tok, field, skip) = text.clone();
         // Text is tokenized once into the user cache, arrays of ids copied there (a mix's
         // sources each on their own).
         let tokens = |py: Python<'_>, s: Arc<stoker::DynSampleSource>| -> PyResult<Arc<stoker::DynSampleSource>> {
@@ -41,7 +42,7 @@ impl TokenLoader {
                 return Ok(s);
             }
             let (t, field, cache) = (tok.clone(), field.clone(), stoker::SourceOptions::tokens_cache_dir());
-            block_on(py, async move { tokenized(s, t, field, &cache).await })?.map_err(err)
+            block_on(py, async move { tokenized(s, t, field, &cache, skip).await })?.map_err(err)
         };
         let parts = match src.as_mix() {
             Some(m) => Some(
@@ -91,7 +92,7 @@ impl TokenLoader {
     #[pyo3(signature = (source, seq_len, global_batch, labels=false, shuffle=None, seed=0, shuffle_window=None,
                         bos=None, eos=None, pad_id=0, pad_tail=false, per_document=false, int64=false,
                         mask_boundaries=false, prefetch=4, rank=None, world_size=None, tokenizer=None,
-                        field=None))]
+                        field=None, skip_errors=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -114,6 +115,7 @@ impl TokenLoader {
         world_size: Option<u64>,
         tokenizer: Option<std::path::PathBuf>,
         field: Option<String>,
+        skip_errors: bool,
     ) -> PyResult<Self> {
         let vocab = match &tokenizer {
             Some(p) => Some(Arc::new(TextTokenizer::from_file(p).map_err(err)?)),
@@ -148,7 +150,7 @@ impl TokenLoader {
         cfg.mask_boundaries = mask_boundaries;
         cfg.prefetch = prefetch;
         cfg.partition = partition(rank, world_size)?;
-        let text = (vocab, field);
+        let text = (vocab, field, skip_errors);
         let loader = Self::build(py, source.get(), &text, cfg.clone())?;
         Ok(TokenLoader { source, text, cfg, built: Mutex::new((std::process::id(), loader, None)) })
     }

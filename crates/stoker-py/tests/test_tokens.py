@@ -188,6 +188,22 @@ def test_mds_ndarray_columns_and_litdata_token_chunks_pack_like_any_corpus(kind,
         assert row == stream[k * 64:(k + 1) * 64].tolist(), k
 
 
+def test_bad_documents_fail_the_pass_or_are_packed_empty_with_skip_errors(text, tmp_path, monkeypatch, capfd):
+    path, ids = text
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "a.jsonl").write_bytes(b'{"text": "hello"}\nnot json\n{"text": "world"}\n')
+    tok = str(path / "tokenizer.json")
+    with pytest.raises(stoker.CorruptDataError, match=r"a\.jsonl.*a/000000001.*not a JSON object"):
+        stoker.TokenLoader(str(bad), seq_len=4, global_batch=1, tokenizer=tok)
+    loader = stoker.TokenLoader(str(bad), seq_len=4, global_batch=1, tokenizer=tok, skip_errors=True, pad_tail=True,
+                                per_document=True, pad_id=-1)
+    assert "1 of 3 documents" in capfd.readouterr().err
+    rows = [r.tolist() for b in loader for r in b["input_ids"]]
+    assert len(rows) == 2 and all(t != -1 for t in rows[0][:1]), rows
+
+
 def test_the_tokens_decode_gives_the_plain_loader_one_document_per_row(text):
     """stoker.Tokens in stoker.Loader: each row is
     its document's wheel ids and EOS, truncated or padded, with its length beside."""

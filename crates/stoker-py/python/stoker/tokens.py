@@ -18,7 +18,11 @@ class TokenLoader:
     under a lock; a finished pass is reused), because packing must know every document's
     length before the first batch for all ranks to cut the same sequences. ``field`` names the
     text field when samples have several (JSONL's is its ``text_field`` option, ``text``).
-    ``bos``/``eos`` may then be given as token text (``eos="<|endoftext|>"``).
+    ``bos``/``eos`` may then be given as token text (``eos="<|endoftext|>"``). Arrays of ids in
+    a sample format (an MDS ``ndarray`` column, a Parquet list of ints: ``field=``) are copied
+    there the same way, without a tokenizer. With ``skip_errors=True`` a document whose bytes are
+    bad (a JSONL line that is not JSON or lacks the field, text that is not UTF-8) is packed
+    empty and reported on stderr, instead of failing the pass.
 
     Documents, in the epoch's order (``shuffle``: ``False``, ``True`` or ``"shards"``, seeded
     by ``(seed, epoch)``), each preceded by ``bos`` and followed by ``eos`` when given, are
@@ -69,6 +73,7 @@ class TokenLoader:
         output: str = "torch",
         tokenizer: Union[str, "os.PathLike[str]", None] = None,
         field: Optional[str] = None,
+        skip_errors: bool = False,
         **options: Any,
     ) -> None:
         from . import Dataset, InvalidInputError
@@ -101,6 +106,7 @@ class TokenLoader:
             world_size=world_size,
             tokenizer=None if tokenizer is None else os.fspath(tokenizer),
             field=field,
+            skip_errors=skip_errors,
         )
 
     def __len__(self) -> int:

@@ -252,8 +252,11 @@ pub(crate) fn text_field(line: &[u8], field: &str) -> std::result::Result<String
         }
     }
     let mut de = serde_json::Deserializer::from_slice(line);
-    let picked =
-        Pick(field).deserialize(&mut de).map_err(|e| format!("not a JSON object with a string `{field}`: {e}"))?;
+    let picked = Pick(field).deserialize(&mut de).map_err(|e| match std::str::from_utf8(line) {
+        // JSON text is UTF-8: say so rather than what the parser tripped on.
+        Err(u) => format!("the line is not UTF-8 text (byte {} of the line)", u.valid_up_to()),
+        Ok(_) => format!("not a JSON object with a string `{field}`: {e}"),
+    })?;
     de.end().map_err(|e| format!("more after the JSON object: {e}"))?;
     picked.ok_or_else(|| format!("no field `{field}` (set text_field= to the field holding the text)"))
 }

@@ -43,11 +43,22 @@ pub struct TokenizeOptions {
     pub documents_per_part: u64,
     /// Part files are `{name}-{part:05}.bin` / `.idx`.
     pub name: String,
+    /// A document whose stored bytes are damaged or not what the run reads (a JSONL line that
+    /// is not JSON or lacks the field, text that is not UTF-8, an array that is not ids) is
+    /// written empty and recorded in its part's `skipped`, instead of failing the run. Errors
+    /// of the store (I/O, remote) still fail it: a later run resumes.
+    pub skip_errors: bool,
 }
 
 impl Default for TokenizeOptions {
     fn default() -> Self {
-        TokenizeOptions { field: None, append_eos: None, documents_per_part: 1 << 20, name: "tokens".into() }
+        TokenizeOptions {
+            field: None,
+            append_eos: None,
+            documents_per_part: 1 << 20,
+            name: "tokens".into(),
+            skip_errors: false,
+        }
     }
 }
 
@@ -78,6 +89,9 @@ pub struct Part {
     pub name: String,
     /// Documents in it.
     pub documents: u64,
+    /// Documents (numbered as in the source) written empty under `skip_errors`, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<(u64, String)>,
     /// Tokens in it.
     pub tokens: u64,
     /// Size of its `.bin`.
@@ -184,28 +198,49 @@ async fn write_part(
     let mut hasher = twox_hash::XxHash64::with_seed(0);
     let (mut sizes, mut bytes) = (Vec::with_capacity((docs.end - docs.start) as usize), 0u64);
     let mut at = docs.start;
+    let mut skipped: Vec<(u64, String)> = Vec::new();
     while at < docs.end {
         let upto = (at + CHUNK as u64).min(docs.end);
         let indices: Vec<usize> = (at as usize..upto as usize).collect();
-        let samples = src.get_many(&indices).await?;
+        let samples = read(src, &indices, opts.skip_errors, &mut skipped).await?;
+        let field = opts.field.as_deref();
+        // A skipped document stays empty: its EOS is not added either.
+        let mut empty = Vec::with_capacity(samples.len());
         let ids = match how {
             Ids::Text(tok) => {
-                let texts =
-                    samples.iter().map(|s| text_of(s, opts.field.as_deref(), &**src)).collect::<Result<Vec<_>>>()?;
+                let mut texts = Vec::with_capacity(samples.len());
+                for (s, &i) in samples.iter().zip(&indices) {
+                    let text = s.as_ref().map(|s| text_of(s, field, &**src)).transpose();
+                    let text = kept(text, i as u64, opts.skip_errors, &mut skipped)?.flatten();
+                    empty.push(text.is_none());
+                    texts.push(text.unwrap_or("").to_string());
+                }
                 let t = tok.clone();
-                let owned: Vec<String> = texts.into_iter().map(str::to_string).collect();
                 tokio::task::spawn_blocking(move || {
-                    let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+                    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                     t.encode_batch(&refs)
                 })
                 .await
                 .map_err(Error::task)??
             }
-            Ids::Arrays => samples.iter().map(|s| array_of(s, opts.field.as_deref(), &**src)).collect::<Result<_>>()?,
+            Ids::Arrays => {
+                let mut out = Vec::with_capacity(samples.len());
+                for (s, &i) in samples.iter().zip(&indices) {
+                    let ids = s.as_ref().map(|s| array_of(s, field, &**src)).transpose();
+                    let ids = kept(ids, i as u64, opts.skip_errors, &mut skipped)?.flatten();
+                    empty.push(ids.is_none());
+                    out.push(ids.unwrap_or_default());
+                }
+                out
+            }
         };
         let mut buf = Vec::new();
-        for mut doc in ids {
-            doc.extend(opts.append_eos);
+        for (mut doc, empty) in ids.into_iter().zip(empty) {
+            if empty {
+                doc.clear();
+            } else {
+                doc.extend(opts.append_eos);
+            }
             sizes.push(doc.len() as u64);
             buf.clear();
             for &t in &doc {
@@ -241,10 +276,55 @@ async fn write_part(
     Ok(Part {
         name: name.to_string(),
         documents: docs.end - docs.start,
+        skipped,
         tokens: sizes.iter().sum(),
         bin_bytes: bytes,
         bin_xxh64: format!("{:016x}", hasher.finish()),
     })
+}
+
+/// Samples `indices` of `src`; with `skip`, one whose bytes are bad (damaged, or not what the
+/// layout holds) is `None` and recorded in `skipped`.
+async fn read(
+    src: &Arc<DynSampleSource>,
+    indices: &[usize],
+    skip: bool,
+    skipped: &mut Vec<(u64, String)>,
+) -> Result<Vec<Option<crate::Sample>>> {
+    match src.get_many(indices).await {
+        Ok(s) => Ok(s.into_iter().map(Some).collect()),
+        Err(e) if !skip || !bad_data(&e) => Err(e),
+        // One by one, to find which.
+        Err(_) => {
+            let mut out = Vec::with_capacity(indices.len());
+            for &i in indices {
+                out.push(kept(src.get(i).await.map(Some), i as u64, true, skipped)?.flatten());
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// `got`, or under `skip` `None` with the document recorded when its data is bad.
+fn kept<T>(
+    got: Result<Option<T>>,
+    doc: u64,
+    skip: bool,
+    skipped: &mut Vec<(u64, String)>,
+) -> Result<Option<Option<T>>> {
+    match got {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if skip && bad_data(&e) => {
+            skipped.push((doc, e.to_string()));
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `e` is about a document's own bytes (skippable), not the store or the run.
+fn bad_data(e: &Error) -> bool {
+    matches!(e.kind(), crate::error::ErrorKind::Corrupt | crate::error::ErrorKind::Decode)
 }
 
 /// The token ids of a sample: field `field` (else its only field), a 1-D integer `.npy`
@@ -373,11 +453,15 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// node tokenizes the same text into the same ids. A directory already complete is opened at
 /// once. A corpus changed in place with the same count and the same first, middle and last
 /// documents would reuse stale tokens: remove `$STOKER_CACHE_DIR/tokens` after editing one.
+///
+/// With `skip_errors`, documents whose bytes are bad are written empty (see
+/// [`TokenizeOptions::skip_errors`]); how many, and the first reasons, are said on stderr.
 pub async fn tokenized(
     src: Arc<DynSampleSource>,
     tok: Option<Arc<TextTokenizer>>,
     field: Option<String>,
     cache: &Path,
+    skip_errors: bool,
 ) -> Result<Arc<DynSampleSource>> {
     use std::hash::Hasher;
     let n = src.len();
@@ -389,8 +473,9 @@ pub async fn tokenized(
         None => h.write(ARRAYS.as_bytes()),
     }
     h.write(field.as_deref().unwrap_or("").as_bytes());
+    h.write_u8(skip_errors as u8);
     let probes: Vec<usize> = if n == 0 { Vec::new() } else { vec![0, n / 2, n - 1] };
-    let probed = src.get_many(&probes).await?;
+    let probed: Vec<_> = read(&src, &probes, skip_errors, &mut Vec::new()).await?.into_iter().flatten().collect();
     for s in &probed {
         for f in &s.fields {
             h.write(&f.data);
@@ -414,7 +499,7 @@ pub async fn tokenized(
         .await
         .map_err(Error::task)?
         .map_err(|e| Error::io(lock_path.display(), e))?;
-    let opts = TokenizeOptions { field, ..TokenizeOptions::default() };
+    let opts = TokenizeOptions { field, skip_errors, ..TokenizeOptions::default() };
     // A finished directory opens at once, its parts held to their sizes (checksums are
     // checked when a run resumes, which reads them anyway).
     let finished = read_manifest(&dir).ok().flatten().is_some_and(|m| {
@@ -424,8 +509,23 @@ pub async fn tokenized(
                 .all(|p| std::fs::metadata(dir.join(format!("{}.bin", p.name))).is_ok_and(|md| md.len() == p.bin_bytes))
     });
     let ids = tok.map_or(Ids::Arrays, Ids::Text);
-    let done = if finished { Ok(()) } else { write_parts(src, ids, &dir, &opts, &|_| {}).await.map(drop) };
+    let done = if finished { Ok(()) } else { write_parts(src.clone(), ids, &dir, &opts, &|_| {}).await.map(drop) };
     drop(lock);
     done?;
+    let skipped: Vec<(u64, String)> = read_manifest(&dir)
+        .ok()
+        .flatten()
+        .map(|m| m.parts.into_iter().flat_map(|p| p.skipped).collect())
+        .unwrap_or_default();
+    if !skipped.is_empty() {
+        let first: Vec<String> = skipped.iter().take(5).map(|(d, why)| format!("  document {d}: {why}")).collect();
+        eprintln!(
+            "stoker: warning: {} of {n} documents of {} were bad and are packed empty (skip_errors):\n{}{}",
+            skipped.len(),
+            src,
+            first.join("\n"),
+            if skipped.len() > 5 { "\n  ..." } else { "" }
+        );
+    }
     crate::source::open(&dir.display().to_string(), Default::default()).await
 }

@@ -248,7 +248,7 @@ async fn text_from_txt_files_tar_mds_litdata_and_parquet_tokenizes_like_the_whee
     ] {
         let src = open(root.path().join(dir).to_str().unwrap()).await;
         assert_eq!(src.info().known_layout(), Some(layout), "{dir}");
-        let tokens = tokenized(src, Some(tok.clone()), Some(field.into()), &cache).await.unwrap();
+        let tokens = tokenized(src, Some(tok.clone()), Some(field.into()), &cache, false).await.unwrap();
         assert_eq!(tokens.len(), want.len(), "{dir}");
         let got = tokens.get_many(&(0..tokens.len()).collect::<Vec<_>>()).await.unwrap();
         for (i, (s, w)) in got.iter().zip(&want).enumerate() {
@@ -261,4 +261,41 @@ async fn text_from_txt_files_tar_mds_litdata_and_parquet_tokenizes_like_the_whee
             assert_eq!(&ids, w, "{dir}: document {i}");
         }
     }
+}
+
+/// Bad documents under `skip_errors`: a line that is not JSON, one without the field and one
+/// that is not UTF-8 are written empty and listed with their reasons; the good ones keep their
+/// ids and their places. Without it, the first bad line stops the run, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_documents_are_packed_empty_and_listed_under_skip_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("text");
+    std::fs::create_dir(&data).unwrap();
+    let mut body = b"{\"text\": \"hello world\"}\nnot json\n{\"body\": \"world\"}\n{\"text\": \"world\"}\n".to_vec();
+    body.extend_from_slice(b"{\"text\": \"bad \xff utf8\"}\n{\"text\": \"hello hello\"}\n");
+    std::fs::write(data.join("a.jsonl"), body).unwrap();
+    let vocab = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+"model":{"type":"WordLevel","vocab":{"[UNK]":0,"hello":1,"world":2,"<eos>":3},"unk_token":"[UNK]"}}"#;
+    let tok = Arc::new(TextTokenizer::from_bytes(vocab.as_bytes(), "words").unwrap());
+    let src = open(data.to_str().unwrap()).await;
+    assert_eq!(src.len(), 6);
+    let out = dir.path().join("tokens");
+    let strict = TokenizeOptions { append_eos: Some(3), ..Default::default() };
+    let e = pretokenize(src.clone(), tok.clone(), &out, &strict, &|_| {}).await.unwrap_err().to_string();
+    assert!(e.contains("a.jsonl") && e.contains("not a JSON object"), "{e}");
+    let skip = TokenizeOptions { skip_errors: true, ..strict };
+    let m = pretokenize(src, tok, &out, &skip, &|_| {}).await.unwrap();
+    let skipped: Vec<u64> = m.parts.iter().flat_map(|p| p.skipped.iter().map(|(d, _)| *d)).collect();
+    assert_eq!(skipped, [1, 2, 4]);
+    let why: Vec<&str> = m.parts[0].skipped.iter().map(|(_, w)| w.as_str()).collect();
+    assert!(why[0].contains("not a JSON object") && why[1].contains("no field `text`"), "{why:?}");
+    assert!(why[2].contains("UTF-8"), "{why:?}");
+    let tokens = open(out.to_str().unwrap()).await;
+    let got = tokens.get_many(&(0..6).collect::<Vec<_>>()).await.unwrap();
+    let ids: Vec<Vec<u16>> = got
+        .iter()
+        .map(|s| s.field("tokens").unwrap().chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
+        .collect();
+    assert_eq!(ids, vec![vec![1, 2, 3], vec![], vec![], vec![2, 3], vec![], vec![1, 1, 3]]);
 }

@@ -164,9 +164,9 @@ async fn mds_ndarray_token_columns_are_copied_once_and_packed() {
     for src in [open(dir.to_str().unwrap()).await, open(&uri(&server.endpoint(), "mds", "")).await] {
         assert!(src.as_tokens().is_none(), "an MDS source is samples, not documents of tokens");
         // Two fields: which one holds the ids must be said.
-        let e = tokenized(src.clone(), None, None, &cache).await.unwrap_err().to_string();
+        let e = tokenized(src.clone(), None, None, &cache, false).await.unwrap_err().to_string();
         assert!(e.contains("field="), "{e}");
-        let toks = tokenized(src, None, Some("tokens".into()), &cache).await.unwrap();
+        let toks = tokenized(src, None, Some("tokens".into()), &cache, false).await.unwrap();
         assert_eq!(toks.len(), docs.len());
         let batches = TokenLoader::new(toks, cfg.clone()).unwrap().epoch(0).unwrap().collect().await.unwrap();
         runs.push(batches.iter().flat_map(rows).collect::<Vec<_>>());
@@ -178,7 +178,7 @@ async fn mds_ndarray_token_columns_are_copied_once_and_packed() {
     }
     // A column that is not ids (text) is refused, naming what packing reads.
     let src = open(dir.to_str().unwrap()).await;
-    let e = tokenized(src, None, Some("source".into()), &cache).await.unwrap_err().to_string();
+    let e = tokenized(src, None, Some("source".into()), &cache, false).await.unwrap_err().to_string();
     assert!(e.contains("holds no token documents") && e.contains("tokenizer"), "{e}");
 }
 
