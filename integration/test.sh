@@ -21,6 +21,9 @@ docker-compose -f docker/docker-compose.yml config -q
 # clippy --all-targets has already compiled): CI's disk is finite.
 cargo test --workspace --locked --lib --bins --tests
 cargo test --workspace --locked --doc
+# The test binaries are done with (~100 MB of debug binary each, 0.75 GB in all), and the steps
+# below build what they run: CI's disk is finite. A rerun links them again.
+find target/debug/deps -maxdepth 1 -type f -perm -u+x ! -name '*.*' -delete
 # Coverage-guided fuzzing of the URI, tar-index, sidecar and manifest readers (libFuzzer on
 # stable Rust): 10 s a target here; `fuzz/run.sh 600` is the longer run (fuzz/README.md).
 bash fuzz/run.sh 10
