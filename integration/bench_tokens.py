@@ -2,7 +2,7 @@
 tokenized and packed, each row in its own process, same data, same cores, rounds alternating.
 
     .venv-peers/bin/python integration/bench_tokens.py [--tokens 50e6] [--text-mb 40] [--rounds 3]
-        [--parts sources,tokenize] [--json out.json]
+        [--parts sources,tokenize,decode] [--json out.json]
 
 Token sources (seq_len 2048, shifted labels: rows of 2049 tokens, batches of 8 rows, shuffled):
   raw        the .bin read whole into memory (numpy.fromfile): the bound
@@ -20,7 +20,13 @@ Tokenize and pack (real text: the .py files of the installed packages, one docum
   stoker-parquet  the same from Parquet
   datasets        `datasets` map(tokenize, batched, num_proc=cores) + group_texts into 2048-token
                   blocks, from the same JSONL, + save_to_disk
-Rates are tokens/s (and documents/s for the packers).
+Tokenize per sample, one document per row (fine-tuning input: rows of 512 ids, truncated or
+padded, and their lengths; batches of 32, shuffled, from the same JSONL):
+  stoker-decode    stoker.Loader with decode={"text": stoker.Tokens(tokenizer.json, 512)}
+  dataloader-wheel a map-style Dataset over the JSONL lines, each __getitem__ tokenizing with the
+                   tokenizers wheel (one thread), truncating and padding, in a torch DataLoader
+                   (2 workers): what a fine-tuning script does
+Rates are tokens/s (and documents/s for the packers and per-sample rows).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers_common as pc  # noqa: E402
 
 SEQ, BATCH = 2048, 8
+# Per-sample tokenizing: one document a row.
+ROW_LEN, ROW_BATCH = 512, 32
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -280,7 +288,56 @@ def row_datasets(spec):
     return {"tokens": n, "seconds": secs, "documents": len(ds)}
 
 
-ROWS = {"raw": row_raw, "stoker": row_stoker, "memmap": row_memmap, "litdata": row_litdata, "bound": row_bound,
+def row_stoker_decode(spec):
+    import stoker
+
+    tok = str(Path(spec["text_dir"]) / "tokenizer.json")
+    loader = stoker.Loader(str(Path(spec["text_dir"]) / "corpus.jsonl"), batch_size=ROW_BATCH, shuffle=True, seed=1,
+                           decode={"text": stoker.Tokens(tok, ROW_LEN, eos="<|endoftext|>")})
+    t, n, docs = time.perf_counter(), 0, 0
+    for b in loader:
+        n += int(b["text_len"].sum())
+        docs += len(b["text_len"])
+    return {"tokens": n, "seconds": time.perf_counter() - t, "documents": docs}
+
+
+class _WheelRows:
+    """What a fine-tuning script does: the lines in memory, each tokenized when asked for."""
+
+    def __init__(self, spec):
+        self.texts = _texts(spec)
+        self.path = str(Path(spec["text_dir"]) / "tokenizer.json")
+        self.tok = None
+
+    def __len__(self):
+        return len(self.texts)
+
+    def __getitem__(self, i):
+        import torch
+        from tokenizers import Tokenizer
+
+        if self.tok is None:  # loaded in the worker
+            self.tok = Tokenizer.from_file(self.path)
+            self.eos = self.tok.token_to_id("<|endoftext|>")
+        ids = self.tok.encode(self.texts[i], add_special_tokens=False).ids[:ROW_LEN - 1] + [self.eos]
+        row = torch.zeros(ROW_LEN, dtype=torch.int32)
+        row[:len(ids)] = torch.tensor(ids, dtype=torch.int32)
+        return row, len(ids)
+
+
+def row_dataloader_wheel(spec):
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the wheel's threads would fight the workers
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(_WheelRows(spec), batch_size=ROW_BATCH, shuffle=True, num_workers=2)
+    t, n, docs = time.perf_counter(), 0, 0
+    for rows, lens in loader:
+        n += int(lens.sum())
+        docs += len(lens)
+    return {"tokens": n, "seconds": time.perf_counter() - t, "documents": docs}
+
+
+ROWS = {"raw": row_raw, "stoker-decode": row_stoker_decode, "dataloader-wheel": row_dataloader_wheel, "stoker": row_stoker, "memmap": row_memmap, "litdata": row_litdata, "bound": row_bound,
         "wheel-1thread": row_wheel_1thread,
         "stoker-jsonl": row_stoker_jsonl, "stoker-parquet": row_stoker_parquet, "datasets": row_datasets}
 
@@ -322,6 +379,10 @@ def main() -> None:
         if not (work / "text" / "tokenizer.json").exists():
             report["text_data"] = write_text(work / "text", a.text_mb)
         groups.append(["bound", "wheel-1thread", "stoker-jsonl", "stoker-parquet", "datasets"])
+    if "decode" in parts:
+        if not (work / "text" / "tokenizer.json").exists():
+            report["text_data"] = write_text(work / "text", a.text_mb)
+        groups.append(["stoker-decode", "dataloader-wheel"])
     for r in range(a.rounds):
         for g in groups:
             order = g if r % 2 == 0 else list(reversed(g))
