@@ -200,6 +200,9 @@ async fn tokens(
     let append_eos = match (&args.append_eos, &tokenizer) {
         (None, _) => None,
         (Some(t), vocab) => Some(match (t.parse::<u32>(), vocab) {
+            (Ok(id), _) if id > i32::MAX as u32 => {
+                return Err(CliError::Message(format!("--append-eos {id}: token ids are below 2^31")))
+            }
             (Ok(id), _) => id,
             (Err(_), Some(v)) => v.token_id(t).ok_or_else(|| {
                 CliError::Message(format!("--append-eos {t:?}: neither an id nor a token of the tokenizer"))

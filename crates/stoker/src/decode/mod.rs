@@ -158,9 +158,10 @@ impl Decoder {
         self.workers.as_ref().map_or(1, workers::Workers::threads)
     }
 
-    /// Whether `field` is decoded (it becomes a fixed-width column).
+    /// Whether `field` is decoded (it becomes a fixed-width column), or is the lengths column
+    /// of a tokenized field (a raw field of that name would be overwritten: it is left out).
     pub fn decodes(&self, field: &str) -> bool {
-        self.plans.iter().any(|p| &*p.name == field)
+        self.plans.iter().any(|p| &*p.name == field || p.tokenize.as_ref().is_some_and(|t| &*t.lengths == field))
     }
 
     /// The column type of `field` once known (declared, or seen in a first sample).

@@ -32,9 +32,14 @@ impl TextTokenizer {
 
     /// Load a `tokenizer.json`'s bytes; `shown` names it in errors.
     pub fn from_bytes(bytes: &[u8], shown: &str) -> Result<Self> {
-        let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| {
+        let mut inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| {
             Error::invalid_option(format!("{shown} is not a tokenizer.json the tokenizers library can load: {e}"))
         })?;
+        // A tokenizer.json may carry padding and truncation settings for a model's inputs:
+        // documents are tokenized whole here (rows are cut and padded by the packer or the
+        // tokens decode), so pad ids must not count as tokens of a document.
+        inner.with_padding(None);
+        inner.with_truncation(None).map_err(|e| Error::invalid_option(format!("{shown}: {e}")))?;
         Ok(TextTokenizer { inner, shown: shown.to_string(), fingerprint: twox_hash::XxHash64::oneshot(0, bytes) })
     }
 

@@ -46,7 +46,8 @@ pub struct TokenizeOptions {
     /// A document whose stored bytes are damaged or not what the run reads (a JSONL line that
     /// is not JSON or lacks the field, text that is not UTF-8, an array that is not ids) is
     /// written empty and recorded in its part's `skipped`, instead of failing the run. Errors
-    /// of the store (I/O, remote) still fail it: a later run resumes.
+    /// of the store (I/O, remote) still fail it: a later run resumes. Not part of what a
+    /// directory holds: a run that stopped at a bad document resumes with it on.
     pub skip_errors: bool,
 }
 
@@ -132,6 +133,9 @@ async fn write_parts(
     opts: &TokenizeOptions,
     progress: &(dyn Fn(u64) + Send + Sync),
 ) -> Result<TokenizedManifest> {
+    if let Some(e) = opts.append_eos.filter(|&e| e > i32::MAX as u32) {
+        return Err(Error::invalid_option(format!("append_eos {e}: token ids are below 2^31")));
+    }
     std::fs::create_dir_all(dest).map_err(|e| Error::io(dest.display(), e))?;
     let n = src.len() as u64;
     let per = opts.documents_per_part.max(1);
@@ -322,9 +326,12 @@ fn kept<T>(
     }
 }
 
-/// Whether `e` is about a document's own bytes (skippable), not the store or the run.
+/// Whether `e` is about a document's own bytes (skippable), not the store or the run: damage,
+/// undecodable bytes, or a document without the field (a Parquet null, an MDS sample without
+/// the column).
 fn bad_data(e: &Error) -> bool {
     matches!(e.kind(), crate::error::ErrorKind::Corrupt | crate::error::ErrorKind::Decode)
+        || matches!(e, Error::MissingField { .. })
 }
 
 /// The token ids of a sample: field `field` (else its only field), a 1-D integer `.npy`
@@ -332,10 +339,14 @@ fn bad_data(e: &Error) -> bool {
 fn array_of(s: &crate::Sample, field: Option<&str>, src: &DynSampleSource) -> Result<Vec<u32>> {
     use crate::batch::Dtype;
     let bytes = field_of(s, field, src)?;
+    let name = match field {
+        Some(f) => f.to_string(),
+        None => s.fields.first().map_or_else(String::new, |f| f.name.to_string()),
+    };
     let bad = |reason: String| Error::CorruptData {
         shard: src.to_string(),
         key: s.key.clone(),
-        field: field.unwrap_or("tokens").to_string(),
+        field: name.clone(),
         reason: format!("{reason}; packing reads 1-D integer arrays of token ids here, or text with a tokenizer"),
     };
     let h = crate::decode::parse_npy(bytes).map_err(&bad)?;
@@ -354,7 +365,10 @@ fn array_of(s: &crate::Sample, field: Option<&str>, src: &DynSampleSource) -> Re
         }
         let negative = le[size - 1] & 0x80 != 0;
         let id: i64 = match h.dtype {
-            Dtype::U8 | Dtype::U16 | Dtype::U32 | Dtype::U64 => u64::from_le_bytes(le).try_into().unwrap_or(-1),
+            Dtype::U8 | Dtype::U16 | Dtype::U32 | Dtype::U64 => {
+                let u = u64::from_le_bytes(le);
+                i64::try_from(u).map_err(|_| bad(format!("token id {u} is not in 0..2^31")))?
+            }
             Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64 => {
                 if negative {
                     le[size..].fill(0xff);
@@ -481,6 +495,9 @@ pub async fn tokenized(
             h.write(&f.data);
         }
     }
+    // Without a tokenizer the documents must be arrays of ids: the first that reads is checked,
+    // so a text source is refused at once rather than written empty (under skip_errors) or
+    // failed at its first document deep in the pass.
     if let (None, Some(first)) = (&tok, probed.first()) {
         array_of(first, field.as_deref(), &*src).map_err(|e| {
             Error::invalid_option(format!(

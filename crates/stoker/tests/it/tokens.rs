@@ -124,13 +124,14 @@ async fn damaged_litdata_token_chunks_are_named_at_open() {
     b[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
     std::fs::write(&chunk, &b).unwrap();
     let e = open_err().await;
-    assert!(e.contains("chunk-0-1.bin") && e.contains("item 0"), "{e}");
+    assert!(e.contains("chunk-0-1.bin") && e.contains("item 0") && e.contains("past the end of the file"), "{e}");
     // An offset that cuts a token in two.
     let mut b = good.clone();
     let second = u32::from_le_bytes(b[8..12].try_into().unwrap()) + 1;
     b[8..12].copy_from_slice(&second.to_le_bytes());
     std::fs::write(&chunk, &b).unwrap();
-    assert!(open_err().await.contains("whole number of 4-byte tokens"));
+    let e = open_err().await;
+    assert!(e.contains("item 0") && e.contains("not a whole number of tokens (4-byte tokens)"), "{e}");
     std::fs::write(&chunk, &good).unwrap();
     // Float "tokens" (torch.float32's index).
     let v: serde_json::Value = serde_json::from_str(&index).unwrap();
@@ -139,6 +140,20 @@ async fn damaged_litdata_token_chunks_are_named_at_open() {
     std::fs::write(dir.join("index.json"), f.to_string()).unwrap();
     let e = open_err().await;
     assert!(e.contains("index.json") && e.contains("not an integer type"), "{e}");
+    // chunk_bytes sizes nothing: older LitData wrote the items' bytes without the offset table
+    // there, and a lie (a terabyte) must not size a read. Both open as the files are.
+    std::fs::write(dir.join("index.json"), &index).unwrap();
+    let docs = stoker::open(dir.to_str().unwrap(), Default::default()).await.unwrap().len();
+    for older in [true, false] {
+        let mut f = v.clone();
+        for c in f["chunks"].as_array_mut().unwrap() {
+            let n = c["chunk_size"].as_u64().unwrap();
+            c["chunk_bytes"] =
+                serde_json::json!(if older { c["chunk_bytes"].as_u64().unwrap() - (n + 2) * 4 } else { 1u64 << 40 });
+        }
+        std::fs::write(dir.join("index.json"), f.to_string()).unwrap();
+        assert_eq!(stoker::open(dir.to_str().unwrap(), Default::default()).await.unwrap().len(), docs);
+    }
     // A chunk count the file cannot hold.
     let mut f = v.clone();
     f["chunks"][0]["chunk_size"] = serde_json::json!(4_000_000_000u64);

@@ -70,17 +70,28 @@ impl Flat {
         size: u64,
     ) -> std::result::Result<Self, String> {
         let item = ty.size() as u64;
-        if offsets.first() != Some(&header) {
-            return Err(format!("its first item starts at byte {:?}, not {header} after the offsets", offsets.first()));
+        match offsets.first() {
+            Some(&first) if first == header => {}
+            first => {
+                return Err(format!(
+                    "its first item starts at byte {}, not {header}, just after its offsets",
+                    first.map_or_else(|| "(none)".to_string(), |f| f.to_string())
+                ))
+            }
         }
         let mut starts = Vec::with_capacity(offsets.len());
         for (i, w) in offsets.windows(2).enumerate() {
-            if w[1] < w[0] || w[1] > size || !(w[1] - w[0]).is_multiple_of(item) {
-                return Err(format!(
-                    "item {i} runs from byte {} to {}: not a whole number of {item}-byte tokens within its {size}                      bytes",
-                    w[0], w[1]
-                ));
-            }
+            let (a, b) = (w[0], w[1]);
+            let why = if b < a {
+                "ends before it starts"
+            } else if b > size {
+                "runs past the end of the file"
+            } else if !(b - a).is_multiple_of(item) {
+                "is not a whole number of tokens"
+            } else {
+                continue;
+            };
+            return Err(format!("item {i} (bytes {a}..{b} of {size}) {why} ({item}-byte tokens)"));
         }
         starts.extend(offsets.iter().map(|o| (o - header) / item));
         Ok(Flat { ty, header, starts })

@@ -16,7 +16,7 @@ use super::flat::{FileDocs, Flat};
 use super::idx::TokenType;
 use super::TokenFile;
 use crate::error::{Error, Result};
-use crate::store::{ObjectInfo, Store};
+use crate::store::Store;
 
 #[derive(Deserialize)]
 struct IndexJson {
@@ -40,7 +40,6 @@ struct Config {
 struct Chunk {
     filename: String,
     chunk_size: u64,
-    chunk_bytes: u64,
 }
 
 /// Whether LitData index `bytes` is of token chunks (`TokensLoader`).
@@ -119,24 +118,28 @@ pub(crate) async fn chunks(store: &Store, index: &str, bytes: &[u8]) -> Result<V
 }
 
 /// One chunk: its offset table read and checked.
+///
+/// Sized by the store, not by the index: `chunk_bytes` is the file's size in LitData 0.2.7x
+/// but its items' bytes without the offset table in older versions, and a count or a size an
+/// index claims must not size a read before the file is known to hold it.
 async fn one(store: &Store, path: String, chunk: Chunk, ty: TokenType) -> Result<TokenFile> {
     let bad = |reason: String| Error::BadIndex { path: store.describe(&path), reason };
     let n = chunk.chunk_size;
-    let table = n
-        .checked_add(2)
-        .and_then(|w| w.checked_mul(4))
-        .filter(|&t| t <= chunk.chunk_bytes)
-        .ok_or_else(|| bad(format!("{n} items cannot fit in its {} bytes", chunk.chunk_bytes)))?;
-    // Sized as the index records it, checked with the store when a read disagrees.
-    let info = ObjectInfo { path: path.clone(), size: chunk.chunk_bytes, modified_us: 0, e_tag: None, recorded: true };
-    let obj = store.object(&info);
+    if n > u64::from(u32::MAX) {
+        return Err(bad(format!("{n} items: a chunk counts its items in 32 bits")));
+    }
+    let obj = store.open_object(&path).await?;
+    let table = (n + 2) * 4;
+    if table > obj.size() {
+        return Err(bad(format!("{n} items cannot fit in its {} bytes", obj.size())));
+    }
     let head = store.read_span(&obj, 0..table).await?;
     let word = |i: usize| u32::from_le_bytes([head[4 * i], head[4 * i + 1], head[4 * i + 2], head[4 * i + 3]]);
     if u64::from(word(0)) != n {
         return Err(bad(format!("it holds {} items where the index says {n}", word(0))));
     }
     let offsets: Vec<u64> = (1..n as usize + 2).map(|i| u64::from(word(i))).collect();
-    let flat = Flat::from_offsets(ty, &offsets, table, chunk.chunk_bytes).map_err(bad)?;
+    let flat = Flat::from_offsets(ty, &offsets, table, obj.size()).map_err(bad)?;
     let name = path.strip_suffix(".bin").unwrap_or(&path).to_string();
     Ok(TokenFile { name, bin: obj, index: FileDocs::Flat(flat) })
 }
