@@ -143,7 +143,12 @@ async fn bad_indexes_and_shards_are_clear_errors() {
     fixture("litdata", &ldir);
     let lindex = ldir.join("index.json");
     let lgood = std::fs::read_to_string(&lindex).unwrap();
+    std::fs::write(&lindex, lgood.replace("\"PyTreeLoader\"", "\"ParquetLoader\"")).unwrap();
+    let e = open_err(&ldir).await;
+    assert!(matches!(e, Error::NotSupported { .. }) && e.to_string().contains("ParquetLoader"), "{e}");
+    // Items of several leaves under TokensLoader's name: not token chunks (those are read as
+    // the tokens layout), said at open.
     std::fs::write(&lindex, lgood.replace("\"PyTreeLoader\"", "\"TokensLoader\"")).unwrap();
     let e = open_err(&ldir).await;
-    assert!(matches!(e, Error::NotSupported { .. }) && e.to_string().contains("TokensLoader"), "{e}");
+    assert!(matches!(e, Error::BadIndex { .. }) && e.to_string().contains("one array an item, not 6 leaves"), "{e}");
 }
