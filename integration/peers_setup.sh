@@ -88,6 +88,14 @@ if ! have "${need[@]}"; then
   pip install --quiet --no-cache-dir packaging
   pip install --quiet --no-cache-dir "${need[@]}"
 fi
+# torch pulls in Triton (1 GB), torch.compile's GPU compiler, which nothing here runs;
+# integration/setup.sh removes it from .venv too (CI's disk is finite). A link to a Triton
+# removed there goes with it.
+find "$site" -maxdepth 1 -xtype l -name 'triton*' -delete
+if pip show --quiet triton >/dev/null 2>&1; then
+  echo "peers_setup: removing triton from .venv-peers (1 GB; torch.compile's GPU compiler, unused here)"
+  pip uninstall --quiet --yes triton
+fi
 
 # Megatron-LM's own indexed-dataset writer and reader (the tests' second implementation of the
 # .bin/.idx format). Without its dependencies: the datasets module needs only torch and numpy,
