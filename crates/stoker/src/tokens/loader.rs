@@ -282,10 +282,13 @@ impl TokenLoader {
         let prefetch = self.cfg.prefetch.max(1);
         let task = self.runtime.spawn(async move {
             let job = Arc::new(job);
+            // Each batch its own task, so the runtime's threads build `prefetch` of them at once
+            // (in one task they would take turns on one thread); delivered in order.
             let mut batches = futures::stream::iter(start..end)
                 .map(|b| {
                     let job = job.clone();
-                    async move { job.batch(b).await }
+                    let built = tokio::spawn(async move { job.batch(b).await });
+                    async move { built.await.map_err(Error::task)? }
                 })
                 .buffered(prefetch);
             while let Some(item) = batches.next().await {
