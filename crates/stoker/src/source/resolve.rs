@@ -169,10 +169,11 @@ pub(crate) async fn construct(r: Resolved) -> Result<Arc<DynSampleSource>> {
             Arc::new(TarSource::open_with(store, listing, &opts, display, known).await?)
         }
         (Layout::Parquet, Place::Store { store, listing, .. }) => parquet::open(store, listing, &opts, display).await?,
-        (Layout::Litdata, Place::Store { store, listing, .. }) if litdata_tokens(&store, &listing).await? => {
-            tokens::open_litdata(store, listing, display).await?
-        }
-        (Layout::Mds | Layout::Litdata, Place::Store { store, listing, .. }) => {
+        (Layout::Litdata, Place::Store { store, listing, .. }) => match litdata_tokens(&store, &listing).await? {
+            Some(first) => tokens::open_litdata(store, listing, display, first).await?,
+            None => records::open(layout, store, listing, &opts, display).await?,
+        },
+        (Layout::Mds, Place::Store { store, listing, .. }) => {
             records::open(layout, store, listing, &opts, display).await?
         }
         (Layout::Tokens, Place::Store { store, listing, .. }) => tokens::open(store, listing, &opts, display).await?,
@@ -183,13 +184,15 @@ pub(crate) async fn construct(r: Resolved) -> Result<Arc<DynSampleSource>> {
     })
 }
 
-/// Whether the LitData dataset indexed by `listing` holds token chunks (`TokensLoader`):
-/// documents of tokens, opened as the tokens layout (its first index decides).
-async fn litdata_tokens(store: &crate::store::Store, listing: &[crate::store::ObjectInfo]) -> Result<bool> {
-    match listing.iter().min_by(|a, b| a.path.cmp(&b.path)) {
-        Some(first) => Ok(tokens::litdata_holds_tokens(&store.get(&first.path).await?)),
-        None => Ok(false),
-    }
+/// The first index (by path) of the LitData dataset indexed by `listing`, with its bytes, if
+/// it is of token chunks (`TokensLoader`): documents of tokens, opened as the tokens layout.
+async fn litdata_tokens(
+    store: &crate::store::Store,
+    listing: &[crate::store::ObjectInfo],
+) -> Result<Option<(String, bytes::Bytes)>> {
+    let Some(first) = listing.iter().min_by(|a, b| a.path.cmp(&b.path)) else { return Ok(None) };
+    let bytes = store.get(&first.path).await?;
+    Ok(tokens::litdata_holds_tokens(&bytes).then(|| (first.path.clone(), bytes)))
 }
 
 /// Layout inference: the layout `forced` by the options, else the first sharded layout any

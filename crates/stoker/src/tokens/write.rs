@@ -519,21 +519,19 @@ pub async fn tokenized(
     let opts = TokenizeOptions { field, skip_errors, ..TokenizeOptions::default() };
     // A finished directory opens at once, its parts held to their sizes (checksums are
     // checked when a run resumes, which reads them anyway).
-    let finished = read_manifest(&dir).ok().flatten().is_some_and(|m| {
+    let finished = read_manifest(&dir).ok().flatten().filter(|m| {
         m.parts.iter().map(|p| p.documents).sum::<u64>() == n as u64
             && m.parts
                 .iter()
                 .all(|p| std::fs::metadata(dir.join(format!("{}.bin", p.name))).is_ok_and(|md| md.len() == p.bin_bytes))
     });
     let ids = tok.map_or(Ids::Arrays, Ids::Text);
-    let done = if finished { Ok(()) } else { write_parts(src.clone(), ids, &dir, &opts, &|_| {}).await.map(drop) };
+    let done = match finished {
+        Some(m) => Ok(m),
+        None => write_parts(src.clone(), ids, &dir, &opts, &|_| {}).await,
+    };
     drop(lock);
-    done?;
-    let skipped: Vec<(u64, String)> = read_manifest(&dir)
-        .ok()
-        .flatten()
-        .map(|m| m.parts.into_iter().flat_map(|p| p.skipped).collect())
-        .unwrap_or_default();
+    let skipped: Vec<(u64, String)> = done?.parts.into_iter().flat_map(|p| p.skipped).collect();
     if !skipped.is_empty() {
         let first: Vec<String> = skipped.iter().take(5).map(|(d, why)| format!("  document {d}: {why}")).collect();
         eprintln!(

@@ -13,6 +13,11 @@ use stoker::conformance::run_all;
 use stoker::tokens::{pretokenize, TextTokenizer, TokenizeOptions};
 use stoker::{Layout, Sample};
 
+/// The ids of a tokenized document (its `tokens` field, uint16 as the parts store them).
+fn ids_u16(s: &Sample) -> Vec<u32> {
+    s.field("tokens").unwrap().chunks_exact(2).map(|c| u32::from(u16::from_le_bytes([c[0], c[1]]))).collect()
+}
+
 fn fixture(dir: &Path) -> Vec<Sample> {
     script_fixture(&writers_python(), "write_text.py", &["jsonl"], dir)
 }
@@ -54,12 +59,7 @@ async fn rust_tokens_equal_the_python_wheels_and_a_rerun_keeps_finished_parts() 
         async move {
             let got = tokens.get_many(&(0..tokens.len()).collect::<Vec<_>>()).await.unwrap();
             for (i, (s, w)) in got.iter().zip(&want).enumerate() {
-                let ids: Vec<u32> = s
-                    .field("tokens")
-                    .unwrap()
-                    .chunks_exact(2)
-                    .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
-                    .collect();
+                let ids = ids_u16(s);
                 assert_eq!(ids[..ids.len() - 1], w[..], "document {i}");
                 assert_eq!(ids.last(), Some(&eos));
             }
@@ -252,12 +252,7 @@ async fn text_from_txt_files_tar_mds_litdata_and_parquet_tokenizes_like_the_whee
         assert_eq!(tokens.len(), want.len(), "{dir}");
         let got = tokens.get_many(&(0..tokens.len()).collect::<Vec<_>>()).await.unwrap();
         for (i, (s, w)) in got.iter().zip(&want).enumerate() {
-            let ids: Vec<u32> = s
-                .field("tokens")
-                .unwrap()
-                .chunks_exact(2)
-                .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
-                .collect();
+            let ids = ids_u16(s);
             assert_eq!(&ids, w, "{dir}: document {i}");
         }
     }
@@ -293,9 +288,6 @@ async fn bad_documents_are_packed_empty_and_listed_under_skip_errors() {
     assert!(why[2].contains("UTF-8"), "{why:?}");
     let tokens = open(out.to_str().unwrap()).await;
     let got = tokens.get_many(&(0..6).collect::<Vec<_>>()).await.unwrap();
-    let ids: Vec<Vec<u16>> = got
-        .iter()
-        .map(|s| s.field("tokens").unwrap().chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
-        .collect();
+    let ids: Vec<Vec<u16>> = got.iter().map(|s| ids_u16(s).into_iter().map(|t| t as u16).collect()).collect();
     assert_eq!(ids, vec![vec![1, 2, 3], vec![], vec![], vec![2, 3], vec![], vec![1, 1, 3]]);
 }

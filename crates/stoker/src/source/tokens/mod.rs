@@ -144,16 +144,21 @@ pub(crate) async fn open(
 }
 
 /// LitData token chunks (`TokensLoader`) of the `index.json` files `indexes` (by path: their
-/// chunks come in that order, each index's in its own), one document an item.
+/// chunks come in that order, each index's in its own), one document an item. `read` is an
+/// index already read (path and bytes), not fetched again.
 pub(crate) async fn open_litdata(
     store: Store,
     mut indexes: Vec<ObjectInfo>,
     display: String,
+    read: (String, Bytes),
 ) -> Result<Arc<DynSampleSource>> {
     indexes.sort_by(|a, b| a.path.cmp(&b.path));
     let (mut files, mut starts) = (Vec::new(), vec![0u64]);
     for index in &indexes {
-        let bytes = store.get(&index.path).await?;
+        let bytes = match &read {
+            (path, bytes) if *path == index.path => bytes.clone(),
+            _ => store.get(&index.path).await?,
+        };
         for file in litdata::chunks(&store, &index.path, &bytes).await? {
             starts.push(starts.last().copied().unwrap_or(0) + file.index.len() as u64);
             files.push(file);
