@@ -372,7 +372,8 @@ async fn listed(store: &Store, opts: &SourceOptions) -> Result<(Layout, Vec<Obje
 /// Files that are never samples or shards: hidden files (any path component starting with
 /// a dot) and Stoker's own sidecar indexes.
 pub(crate) fn is_dataset_file(path: &str) -> bool {
-    !path.split('/').any(|c| c.starts_with('.')) && !path.ends_with(tar_index::SIDECAR_SUFFIX)
+    let sidecar = path.ends_with(tar_index::SIDECAR_SUFFIX) || path.ends_with(jsonl::INDEX_SUFFIX);
+    !sidecar && !path.split('/').any(|c| c.starts_with('.'))
 }
 
 /// Look up every named object, `concurrency` at a time. With `missing_ok` (shards under
@@ -595,5 +596,6 @@ mod tests {
         assert!(!is_dataset_file(".DS_Store"));
         assert!(!is_dataset_file("a/.git/config"));
         assert!(!is_dataset_file(&format!("s.tar{}", tar_index::SIDECAR_SUFFIX)));
+        assert!(!is_dataset_file(&format!("a.jsonl{}", jsonl::INDEX_SUFFIX)));
     }
 }

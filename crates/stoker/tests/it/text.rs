@@ -291,3 +291,96 @@ async fn bad_documents_are_packed_empty_and_listed_under_skip_errors() {
     let ids: Vec<Vec<u16>> = got.iter().map(|s| ids_u16(s).into_iter().map(|t| t as u16).collect()).collect();
     assert_eq!(ids, vec![vec![1, 2, 3], vec![], vec![], vec![2, 3], vec![], vec![1, 1, 3]]);
 }
+
+/// The texts of documents `0..n` of `src`.
+async fn texts(src: &Arc<stoker::DynSampleSource>) -> Vec<String> {
+    let got = src.get_many(&(0..src.len()).collect::<Vec<_>>()).await.unwrap();
+    got.iter().map(|s| String::from_utf8(s.field("text").unwrap().to_vec()).unwrap()).collect()
+}
+
+/// The line index is written on the first open (next to a local file, or in `index_dir`) and
+/// read instead of the file on the next; a compressed file is then decompressed at its first
+/// read. A damaged index, or one of another version of the file, is walked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_line_index_is_kept_on_disk_and_a_damaged_or_stale_one_is_walked_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data").join("text");
+    std::fs::create_dir_all(&data).unwrap();
+    let line = |i: usize| format!("{{\"text\": \"doc {i}\"}}\n");
+    std::fs::write(data.join("a.jsonl"), (0..3).map(line).collect::<String>()).unwrap();
+    let zst = |n: usize| zstd::encode_all((0..n).map(|i| line(10 + i)).collect::<String>().as_bytes(), 3).unwrap();
+    std::fs::write(data.join("b.jsonl.zst"), zst(4)).unwrap();
+    let want: Vec<String> = (0..3).chain(10..14).map(|i| format!("doc {i}")).collect();
+    let first = open(data.to_str().unwrap()).await;
+    assert_eq!(texts(&first).await, want);
+    let a_idx = data.join("a.jsonl.stoker-lines");
+    assert!(a_idx.is_file() && data.join("b.jsonl.zst.stoker-lines").is_file());
+    let kept = std::fs::read(&a_idx).unwrap();
+    // An index written again is a new file (written aside, renamed into place).
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let first_inode = inode(&a_idx);
+
+    let second = open(data.to_str().unwrap()).await;
+    assert_eq!(inode(&a_idx), first_inode, "the second open reads the index it found");
+    assert_eq!(texts(&second).await, want, "b decompressed at its first read");
+
+    // A flipped bit in an entry: the index is not trusted, the file is walked again.
+    let mut damaged = kept.clone();
+    damaged[60] ^= 0x40;
+    std::fs::write(&a_idx, &damaged).unwrap();
+    let third = open(data.to_str().unwrap()).await;
+    assert_ne!(inode(&a_idx), first_inode, "walked again");
+    assert_eq!(texts(&third).await, want);
+    assert_eq!(std::fs::read(&a_idx).unwrap(), kept, "rewritten whole");
+
+    // A file that grew has another version: its old index is stale.
+    std::fs::write(data.join("a.jsonl"), (0..5).map(line).collect::<String>()).unwrap();
+    let grown = open(data.to_str().unwrap()).await;
+    assert_eq!(grown.len(), 9);
+
+    // A compressed file changed under an index that still looks current (same size and time)
+    // is refused at its first read, not read by the old line table.
+    let b = data.join("b.jsonl.zst");
+    let (old_len, old_time) =
+        (std::fs::metadata(&b).unwrap().len(), std::fs::metadata(&b).unwrap().modified().unwrap());
+    // Padding after a zstd frame is not a frame: skippable frames are, so pad with one.
+    let body = zstd::encode_all(b"{\"text\": \"x\"}\n".as_slice(), 3).unwrap();
+    assert!(body.len() + 8 <= old_len as usize, "room for a skippable frame");
+    let mut same_size = body.clone();
+    let pad = old_len as usize - body.len() - 8;
+    same_size.extend_from_slice(&0x184D2A50u32.to_le_bytes());
+    same_size.extend_from_slice(&(pad as u32).to_le_bytes());
+    same_size.resize(old_len as usize, 0);
+    let f = std::fs::OpenOptions::new().write(true).open(&b).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &same_size, 0).unwrap();
+    f.set_modified(old_time).unwrap();
+    drop(f);
+    let changed = open(data.to_str().unwrap()).await;
+    let e = changed.get(5).await.unwrap_err().to_string();
+    assert!(e.contains("b.jsonl.zst") && e.contains("line index"), "{e}");
+
+    // Sidecars off: the index goes to index_dir, and nothing is written beside the data.
+    let fresh = tempfile::tempdir().unwrap();
+    std::fs::write(fresh.path().join("c.jsonl"), (0..2).map(line).collect::<String>()).unwrap();
+    let idx_dir = dir.path().join("indexes");
+    let local = format!("{}?write_sidecar=false&index_dir={}", fresh.path().display(), idx_dir.display());
+    let c = open(&local).await;
+    assert_eq!(texts(&c).await, ["doc 0", "doc 1"]);
+    assert_eq!(std::fs::read_dir(fresh.path()).unwrap().count(), 1, "only c.jsonl");
+    let kept: Vec<_> = std::fs::read_dir(&idx_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(kept.len() == 1 && kept[0].to_string_lossy().ends_with("-c.jsonl.stoker-lines"), "{kept:?}");
+    let kept_inode = inode(&idx_dir.join(&kept[0]));
+    assert_eq!(texts(&open(&local).await).await, ["doc 0", "doc 1"]);
+    assert_eq!(inode(&idx_dir.join(&kept[0])), kept_inode, "found in index_dir");
+
+    // Remote files: the index goes to index_dir, and a second open reads none of the files.
+    let server = common::s3::serve(dir.path()).await;
+    let remote = format!("{}&index_dir={}", uri(&server.endpoint(), "text", ""), idx_dir.display());
+    let cold = open(&remote).await;
+    assert!(cold.io_counters().unwrap().remote_bytes > 0, "the first open walks the files");
+    assert_eq!(texts(&cold).await.len(), 6, "a grown to five documents, b changed to one");
+    let warm = open(&remote).await;
+    // (Its two requests are the listing and the probe for a manifest, neither reading the files.)
+    assert_eq!(warm.io_counters().unwrap().remote_bytes, 0, "the second open reads its indexes only");
+    assert_eq!(texts(&warm).await, texts(&cold).await);
+}

@@ -469,10 +469,10 @@ pub(crate) fn build(store: &Store, info: &ObjectInfo, walk: Walk, cancel: Cancel
 /// has ended before that error is returned: a walk left running on a blocking thread would
 /// go on retrying, and sleep on a runtime that may be shutting down. Dropping this future
 /// tells them to stop as well.
-pub(crate) async fn walk_all<F, Fut>(count: usize, limit: usize, walk: F) -> Result<Vec<ShardIndex>>
+pub(crate) async fn walk_all<T, F, Fut>(count: usize, limit: usize, walk: F) -> Result<Vec<T>>
 where
     F: Fn(usize, Cancel) -> Fut,
-    Fut: std::future::Future<Output = Result<ShardIndex>>,
+    Fut: std::future::Future<Output = Result<T>>,
 {
     use futures::StreamExt;
     let cancel = Cancel::default();
@@ -482,7 +482,7 @@ where
         async move { (i, w.await) }
     });
     let mut done = futures::stream::iter(walks).buffer_unordered(limit.max(1));
-    let mut out: Vec<Option<ShardIndex>> = (0..count).map(|_| None).collect();
+    let mut out: Vec<Option<T>> = (0..count).map(|_| None).collect();
     let mut first_error = None;
     while let Some((i, r)) = done.next().await {
         match r {
