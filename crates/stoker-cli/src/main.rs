@@ -16,6 +16,7 @@ mod error;
 mod index;
 mod pack;
 mod shuffle;
+mod tokens;
 mod units;
 use error::{CliError, Context, Result};
 use stoker::sample::{display_key, escape_controls};
@@ -103,6 +104,9 @@ enum Command {
     Pack(pack::PackArgs),
     /// Find where a pipeline starves: measure each step of the caching ladder.
     Diagnose(diagnose::DiagnoseArgs),
+    /// Packed language-model batches from any source (tokenized in Rust, mixed by tokens,
+    /// any rank of any world size, resumable): tokens/s, the ids, the state.
+    Tokens(tokens::TokensArgs),
     /// Describe a source: layout, samples, shards, fields, total bytes, time to open.
     Inspect {
         #[command(flatten)]
@@ -176,6 +180,7 @@ async fn try_main(cli: Cli) -> Result<()> {
         Command::Bench(args) => bench::run(args).await,
         Command::Pack(args) => pack::run(args).await,
         Command::Diagnose(args) => diagnose::run(args).await,
+        Command::Tokens(args) => tokens::run(args).await,
     }
 }
 

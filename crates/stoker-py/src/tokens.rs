@@ -5,8 +5,7 @@ use std::sync::{Arc, Mutex};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
 use stoker::tokens::{
-    tokenized, IdType, MixPart, PackConfig, Packing, SourceDocs, TextTokenizer, TokenEpoch as RsEpoch,
-    TokenLoader as RsLoader, TokenMix, TokenState,
+    IdType, PackConfig, Packing, TextInput, TextTokenizer, TokenEpoch as RsEpoch, TokenLoader as RsLoader, TokenState,
 };
 
 use crate::errors::{err, InvalidInputError, StokerError};
@@ -21,48 +20,18 @@ pub(crate) struct TokenLoader {
     source: Py<Source>,
     /// For a text source, the tokenizer (loaded once); the field holding the documents; and
     /// whether bad documents are packed empty (`skip_errors`).
-    text: (Option<Arc<TextTokenizer>>, Option<String>, bool),
+    text: TextInput,
     cfg: PackConfig,
     built: Mutex<(u32, Arc<RsLoader>, Option<TokenState>)>,
 }
 
 impl TokenLoader {
-    fn build(
-        py: Python<'_>,
-        source: &Source,
-        text: &(Option<Arc<TextTokenizer>>, Option<String>, bool),
-        cfg: PackConfig,
-    ) -> PyResult<Arc<RsLoader>> {
+    fn build(py: Python<'_>, source: &Source, text: &TextInput, cfg: PackConfig) -> PyResult<Arc<RsLoader>> {
         let src = source.get_src(py)?;
-        let (tok, field, skip) = text.clone();
+        let text = text.clone();
         // Text is tokenized once into the user cache, arrays of ids copied there (a mix's
         // sources each on their own).
-        let tokens = |py: Python<'_>, s: Arc<stoker::DynSampleSource>| -> PyResult<Arc<stoker::DynSampleSource>> {
-            if s.as_tokens().is_some() || s.as_mix().is_some() {
-                return Ok(s);
-            }
-            let (t, field, cache) = (tok.clone(), field.clone(), stoker::SourceOptions::tokens_cache_dir());
-            block_on(py, async move { tokenized(s, t, field, &cache, skip).await })?.map_err(err)
-        };
-        let parts = match src.as_mix() {
-            Some(m) => Some(
-                m.names()
-                    .zip(m.sources())
-                    .zip(m.weights())
-                    .map(|((name, s), weight)| {
-                        let docs = Arc::new(SourceDocs::new(tokens(py, s.clone())?).map_err(err)?);
-                        Ok(MixPart { name: name.to_string(), docs, weight })
-                    })
-                    .collect::<PyResult<Vec<_>>>()?,
-            ),
-            None => None,
-        };
-        let rt = runtime()?;
-        let _guard = rt.enter();
-        Ok(Arc::new(match parts {
-            Some(parts) => RsLoader::from_mix(TokenMix::new(parts).map_err(err)?, cfg).map_err(err)?,
-            None => RsLoader::new(tokens(py, src)?, cfg).map_err(err)?,
-        }))
+        Ok(Arc::new(block_on(py, async move { RsLoader::open(src, &text, cfg).await })?.map_err(err)?))
     }
 
     fn get(&self, py: Python<'_>) -> PyResult<Arc<RsLoader>> {
@@ -150,7 +119,7 @@ impl TokenLoader {
         cfg.mask_boundaries = mask_boundaries;
         cfg.prefetch = prefetch;
         cfg.partition = partition(rank, world_size)?;
-        let text = (vocab, field, skip_errors);
+        let text = TextInput { tokenizer: vocab, field, skip_errors };
         let loader = Self::build(py, source.get(), &text, cfg.clone())?;
         Ok(TokenLoader { source, text, cfg, built: Mutex::new((std::process::id(), loader, None)) })
     }

@@ -290,7 +290,7 @@ fn shard_shuffle_flags_reach_the_loader() {
 
 /// A word-level `tokenizer.json` (the `tokenizers` format), written by hand: the CLI tests
 /// have no Python.
-const TOKENIZER: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+pub(crate) const TOKENIZER: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
 "pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
 "model":{"type":"WordLevel","vocab":{"[UNK]":0,"hello":1,"world":2,"<eos>":3},"unk_token":"[UNK]"}}"#;
 

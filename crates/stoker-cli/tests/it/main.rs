@@ -11,3 +11,4 @@ mod hostile;
 mod keys;
 mod pack;
 mod secrets;
+mod tokens;

@@ -12,11 +12,23 @@ use tokio::sync::mpsc;
 use super::build::{fill, Columns};
 use super::mix::{MixPart, Segments, SourceDocs, TokenMix};
 use super::plan::{EpochPlan, Piece};
-use super::PackConfig;
+use super::{tokenized, PackConfig, TextTokenizer};
 use crate::batch::{Batch, BatchPool};
 use crate::error::{Error, Result};
 use crate::source::{DynSampleSource, TokenDocs};
 use crate::stats::{add_ns, Stats, StatsSnapshot};
+
+/// How a source that does not hold token documents becomes them ([`TokenLoader::open`]).
+#[derive(Clone, Debug, Default)]
+pub struct TextInput {
+    /// The tokenizer for text; without it a source must hold arrays of ids.
+    pub tokenizer: Option<Arc<TextTokenizer>>,
+    /// The field holding the text or the ids, when samples have several.
+    pub field: Option<String>,
+    /// Write a document that cannot be read or tokenized empty, with a warning, instead of
+    /// failing ([`super::TokenizeOptions::skip_errors`]).
+    pub skip_errors: bool,
+}
 
 /// Where a token run stands: the next global batch of an epoch. The same at every rank and
 /// world size, so a job restarted on another number of ranks resumes from it.
@@ -81,6 +93,29 @@ impl TokenLoader {
         }
         let docs: Arc<dyn TokenDocs> = Arc::new(SourceDocs::new(source.clone())?);
         Self::build(Some(source), Some(docs), None, cfg)
+    }
+
+    /// A loader over any source Stoker opens: token documents as they are; text tokenized
+    /// once, and arrays of ids copied once, into `$STOKER_CACHE_DIR/tokens` ([`tokenized`],
+    /// reused by later runs); a mix's sources each so, the mix weighted by tokens.
+    pub async fn open(source: Arc<DynSampleSource>, text: &TextInput, cfg: PackConfig) -> Result<Self> {
+        let cache = crate::SourceOptions::tokens_cache_dir();
+        let tokens = |s: Arc<DynSampleSource>| {
+            let (tok, field, cache) = (text.tokenizer.clone(), text.field.clone(), cache.clone());
+            async move {
+                match s.as_tokens().is_some() {
+                    true => Ok(s),
+                    false => tokenized(s, tok, field, &cache, text.skip_errors).await,
+                }
+            }
+        };
+        let Some(m) = source.as_mix() else { return Self::new(tokens(source).await?, cfg) };
+        let mut parts = Vec::new();
+        for ((name, s), weight) in m.names().zip(m.sources()).zip(m.weights()) {
+            let docs = Arc::new(SourceDocs::new(tokens(s.clone()).await?)?);
+            parts.push(MixPart { name: name.to_string(), docs, weight });
+        }
+        Self::from_mix(TokenMix::new(parts)?, cfg)
     }
 
     /// A loader over a mixture of token corpora, weighted by tokens.

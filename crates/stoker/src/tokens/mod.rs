@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 use crate::sampler::{Order, Partition};
 
 pub use crate::decode::TextTokenizer;
-pub use loader::{TokenEpoch, TokenLoader, TokenState};
+pub use loader::{TextInput, TokenEpoch, TokenLoader, TokenState};
 pub use mix::{MixPart, SourceDocs, TokenMix};
 pub use write::{pack_arrays, pretokenize, tokenized, Part, TokenizeOptions, TokenizedManifest, MANIFEST};
 
