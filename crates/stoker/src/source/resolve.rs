@@ -372,8 +372,8 @@ async fn listed(store: &Store, opts: &SourceOptions) -> Result<(Layout, Vec<Obje
 /// Files that are never samples or shards: hidden files (any path component starting with
 /// a dot) and Stoker's own sidecar indexes.
 pub(crate) fn is_dataset_file(path: &str) -> bool {
-    let sidecar = path.ends_with(tar_index::SIDECAR_SUFFIX) || path.ends_with(jsonl::INDEX_SUFFIX);
-    !sidecar && !path.split('/').any(|c| c.starts_with('.'))
+    let sidecars = [tar_index::SIDECAR_SUFFIX, jsonl::INDEX_SUFFIX];
+    !sidecars.iter().any(|s| path.ends_with(s)) && !path.split('/').any(|c| c.starts_with('.'))
 }
 
 /// Look up every named object, `concurrency` at a time. With `missing_ok` (shards under
@@ -593,9 +593,8 @@ mod tests {
     #[test]
     fn hidden_and_sidecar_files_are_not_data() {
         assert!(is_dataset_file("a/b.jpg"));
-        assert!(!is_dataset_file(".DS_Store"));
+        assert!(!is_dataset_file(".DS_Store") && !is_dataset_file(&format!("a.jsonl{}", jsonl::INDEX_SUFFIX)));
         assert!(!is_dataset_file("a/.git/config"));
         assert!(!is_dataset_file(&format!("s.tar{}", tar_index::SIDECAR_SUFFIX)));
-        assert!(!is_dataset_file(&format!("a.jsonl{}", jsonl::INDEX_SUFFIX)));
     }
 }
