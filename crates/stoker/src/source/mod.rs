@@ -25,6 +25,8 @@ pub(crate) mod parquet;
 pub mod read_ahead;
 pub(crate) mod records;
 pub(crate) mod resolve;
+pub(crate) mod span_file;
+pub(crate) mod span_index;
 pub(crate) mod spill;
 pub mod tar;
 pub(crate) mod tar_index;

@@ -372,8 +372,8 @@ async fn listed(store: &Store, opts: &SourceOptions) -> Result<(Layout, Vec<Obje
 /// Files that are never samples or shards: hidden files (any path component starting with
 /// a dot) and Stoker's own sidecar indexes.
 pub(crate) fn is_dataset_file(path: &str) -> bool {
-    let sidecars = [tar_index::SIDECAR_SUFFIX, jsonl::INDEX_SUFFIX];
-    !sidecars.iter().any(|s| path.ends_with(s)) && !path.split('/').any(|c| c.starts_with('.'))
+    let sidecar = path.ends_with(tar_index::SIDECAR_SUFFIX) || super::span_index::is_index(path);
+    !sidecar && !path.split('/').any(|c| c.starts_with('.'))
 }
 
 /// Look up every named object, `concurrency` at a time. With `missing_ok` (shards under
@@ -593,7 +593,7 @@ mod tests {
     #[test]
     fn hidden_and_sidecar_files_are_not_data() {
         assert!(is_dataset_file("a/b.jpg"));
-        assert!(!is_dataset_file(".DS_Store") && !is_dataset_file(&format!("a.jsonl{}", jsonl::INDEX_SUFFIX)));
+        assert!(!is_dataset_file(".DS_Store") && !is_dataset_file("a.jsonl.stoker-lines"));
         assert!(!is_dataset_file("a/.git/config"));
         assert!(!is_dataset_file(&format!("s.tar{}", tar_index::SIDECAR_SUFFIX)));
     }

@@ -357,7 +357,7 @@ async fn the_line_index_is_kept_on_disk_and_a_damaged_or_stale_one_is_walked_aga
     drop(f);
     let changed = open(data.to_str().unwrap()).await;
     let e = changed.get(5).await.unwrap_err().to_string();
-    assert!(e.contains("b.jsonl.zst") && e.contains("line index"), "{e}");
+    assert!(e.contains("b.jsonl.zst") && e.contains("b.jsonl.zst.stoker-lines"), "{e}");
 
     // Sidecars off: the index goes to index_dir, and nothing is written beside the data.
     let fresh = tempfile::tempdir().unwrap();

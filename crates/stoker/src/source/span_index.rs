@@ -1,17 +1,18 @@
-//! The line index of a JSONL file, kept on disk: a corpus is walked once, not at every open,
-//! and its size costs no memory. A document's line is found with one 16-byte `pread` of the
-//! index (served from the page cache once warm, and shared there by every rank on the node),
-//! where a table in memory would hold 16 bytes per document in every rank's process: 8 GB per
-//! rank for a corpus of 500 million documents.
+//! Span indexes kept on disk: where each line of a JSONL file, or each record of a TFRecord
+//! file, starts and ends, so that a file is walked once, not at every open, and its size
+//! costs no memory. A sample's span is found with one 16-byte `pread` of the index (served from
+//! the page cache once warm, and shared there by every rank on the node), where a table in
+//! memory would hold 16 bytes per sample in every rank's process: 8 GB per rank for a corpus
+//! of 500 million documents.
 //!
-//! The index lies next to a local file (`a.jsonl.stoker-lines`) unless `write_sidecar=false` or
-//! the directory cannot be written, else in the index cache dir under a name hashed from the
-//! file's full location (always, for remote files: a dataset's bucket is often read-only, and
-//! the index has to be a local file to be read by `pread`). Its header records the version of
-//! the file it describes (entity tag or modification time, and size): a changed file is walked
-//! again. An index whose entries fail their checksum, do not increase, or point past the data
-//! is walked again too, never trusted. Where nothing can be written, the index goes to an
-//! unnamed file that lasts as long as the process.
+//! The index lies next to a local file (`a.jsonl.stoker-lines`, `a.tfrecord.stoker-records`)
+//! unless `write_sidecar=false` or the directory cannot be written, else in the index cache dir
+//! under a name hashed from the file's full location (always, for remote files: a dataset's
+//! bucket is often read-only, and the index has to be a local file to be read by `pread`). Its
+//! header records the version of the file it describes (entity tag or modification time, and
+//! size): a changed file is walked again. An index whose entries fail their checksum, do not
+//! increase, or point past the data is walked again too, never trusted. Where nothing can be
+//! written, the index goes to an unnamed file that lasts as long as the process.
 
 use std::fs::File;
 use std::hash::Hasher;
@@ -24,13 +25,22 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::store::{ObjectInfo, Store};
 use crate::uri::SourceOptions;
 
-/// The ending of an index file's name.
-pub(crate) const SUFFIX: &str = ".stoker-lines";
-const MAGIC: [u8; 8] = *b"STKLINE1";
+/// What an index holds the spans of: its file's magic and name ending.
+#[derive(Debug)]
+pub(crate) struct Kind {
+    magic: [u8; 8],
+    /// The ending of an index file's name.
+    pub(crate) suffix: &'static str,
+}
+
+/// The lines of a JSONL file (each without its newline).
+pub(crate) const JSONL_LINES: Kind = Kind { magic: *b"STKLINE1", suffix: ".stoker-lines" };
+/// The records of a TFRecord file (each record's data, without its length and checksums).
+pub(crate) const TFRECORD_RECORDS: Kind = Kind { magic: *b"STKRECS1", suffix: ".stoker-records" };
 /// Magic, version digest, data length, line count, and a checksum over those three words and
 /// the entries ([`seal`]): five words.
 const HEADER: u64 = 40;
-/// A line's start and end (before its newline), two little-endian `u64`s.
+/// A span's start and end, two little-endian `u64`s.
 const ENTRY: u64 = 16;
 
 /// The checksum an index records: over its header's words and the XXH3 of its entries, so a
@@ -43,6 +53,11 @@ fn seal(version: u64, data_len: u64, count: u64, entries: u64) -> u64 {
     twox_hash::XxHash3_64::oneshot(&words)
 }
 
+/// Whether `path` names an index of either kind (never a dataset's own file).
+pub(crate) fn is_index(path: &str) -> bool {
+    [&JSONL_LINES, &TFRECORD_RECORDS].iter().any(|k| path.ends_with(k.suffix))
+}
+
 /// The digest of a file's version an index is checked against.
 pub(crate) fn version(info: &ObjectInfo) -> u64 {
     let key = crate::store::version_key(info.e_tag.as_deref(), info.modified_us, info.size);
@@ -51,6 +66,7 @@ pub(crate) fn version(info: &ObjectInfo) -> u64 {
 
 /// Where the index of one file may lie, in the order tried.
 pub(crate) struct Places {
+    kind: &'static Kind,
     /// Next to the file: a local store, sidecars allowed.
     pub(crate) beside: Option<PathBuf>,
     /// In the index cache dir, named by a hash of the file's full location.
@@ -58,15 +74,16 @@ pub(crate) struct Places {
 }
 
 impl Places {
-    /// The places of the index of `path` in `store`.
-    pub(crate) fn of(store: &Store, path: &str, opts: &SourceOptions) -> Self {
+    /// The places of the `kind` index of `path` in `store`.
+    pub(crate) fn of(kind: &'static Kind, store: &Store, path: &str, opts: &SourceOptions) -> Self {
+        let suffix = kind.suffix;
         let beside = store
             .local_root()
             .filter(|_| opts.write_sidecar != Some(false))
-            .map(|root| root.join(format!("{path}{SUFFIX}")));
+            .map(|root| root.join(format!("{path}{suffix}")));
         let base = path.rsplit('/').next().unwrap_or(path);
         let hash = twox_hash::XxHash3_64::oneshot(store.describe(path).as_bytes());
-        Places { beside, cached: opts.index_cache_dir().join(format!("{hash:016x}-{base}{SUFFIX}")) }
+        Places { kind, beside, cached: opts.index_cache_dir().join(format!("{hash:016x}-{base}{suffix}")) }
     }
 
     fn all(&self) -> impl Iterator<Item = &PathBuf> {
@@ -74,14 +91,15 @@ impl Places {
     }
 
     /// The first whole index of version `version` found.
-    pub(crate) fn find(&self, version: u64) -> Option<LineIndex> {
-        self.all().find_map(|p| LineIndex::open(p, version))
+    pub(crate) fn find(&self, version: u64) -> Option<SpanIndex> {
+        self.all().find_map(|p| SpanIndex::check(File::open(p).ok()?, self.kind, version).ok())
     }
 }
 
-/// The start and end of every non-blank line of one file, read from its index file.
+/// The start and end of every span of one file, read from its index file.
 #[derive(Debug)]
-pub(crate) struct LineIndex {
+pub(crate) struct SpanIndex {
+    kind: &'static Kind,
     file: File,
     count: u64,
     data_len: u64,
@@ -97,19 +115,13 @@ fn word(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
-impl LineIndex {
-    /// The index at `path` if it describes version `version` and is whole: `None` when it is
-    /// missing, stale or damaged (then the file is walked again).
-    pub(crate) fn open(path: &Path, version: u64) -> Option<Self> {
-        Self::check(File::open(path).ok()?, version).ok()
-    }
-
+impl SpanIndex {
     /// Check `file` whole: its header, its size, the checksum over its entries, and that the
     /// entries increase and lie inside the data. One sequential read of 16 bytes a line.
-    fn check(file: File, version: u64) -> io::Result<Self> {
+    fn check(file: File, kind: &'static Kind, version: u64) -> io::Result<Self> {
         let mut head = [0u8; HEADER as usize];
         file.read_exact_at(&mut head, 0)?;
-        if head[..8] != MAGIC || word(&head, 1) != version {
+        if head[..8] != kind.magic || word(&head, 1) != version {
             return Err(bad("another format or another version of the file"));
         }
         let (data_len, count, sum) = (word(&head, 2), word(&head, 3), word(&head, 4));
@@ -136,22 +148,27 @@ impl LineIndex {
         if seal(version, data_len, count, hasher.finish()) != sum {
             return Err(bad("its checksum does not match"));
         }
-        Ok(LineIndex { file, count, data_len })
+        Ok(SpanIndex { kind, file, count, data_len })
     }
 
-    /// How many lines the file has.
+    /// The ending of this kind of index file's name.
+    pub(crate) fn suffix(&self) -> &'static str {
+        self.kind.suffix
+    }
+
+    /// How many spans the file has.
     pub(crate) fn len(&self) -> u64 {
         self.count
     }
 
-    /// The length of the (decompressed) data the lines lie in.
+    /// The length of the (decompressed) data the spans lie in.
     pub(crate) fn data_len(&self) -> u64 {
         self.data_len
     }
 
-    /// Where lines `lines` (each below [`LineIndex::len`]) lie in the data.
-    pub(crate) fn spans(&self, lines: &[usize]) -> io::Result<Vec<Range<u64>>> {
-        lines
+    /// Where spans `which` (each below [`SpanIndex::len`]) lie in the data.
+    pub(crate) fn spans(&self, which: &[usize]) -> io::Result<Vec<Range<u64>>> {
+        which
             .iter()
             .map(|&l| {
                 let mut e = [0u8; ENTRY as usize];
@@ -159,7 +176,7 @@ impl LineIndex {
                 let (start, end) = (word(&e, 0), word(&e, 1));
                 // Checked whole at open; a file changed in place since then is not believed.
                 if end < start || end > self.data_len {
-                    return Err(bad("the line index changed on disk while in use"));
+                    return Err(bad("the index changed on disk while in use"));
                 }
                 Ok(start..end)
             })
@@ -167,8 +184,9 @@ impl LineIndex {
     }
 }
 
-/// Writes an index as the walk finds lines, so that building one holds no table in memory.
+/// Writes an index as the walk finds spans, so that building one holds no table in memory.
 pub(crate) struct Writer {
+    kind: &'static Kind,
     out: BufWriter<File>,
     hasher: twox_hash::XxHash3_64,
     count: u64,
@@ -204,10 +222,10 @@ impl Writer {
         };
         let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&[0u8; HEADER as usize])?;
-        Ok(Writer { out, hasher: twox_hash::XxHash3_64::default(), count: 0, paths })
+        Ok(Writer { kind: places.kind, out, hasher: twox_hash::XxHash3_64::default(), count: 0, paths })
     }
 
-    /// The next line, `start..end`.
+    /// The next span, `start..end`.
     pub(crate) fn push(&mut self, start: u64, end: u64) -> io::Result<()> {
         let mut e = [0u8; ENTRY as usize];
         e[..8].copy_from_slice(&start.to_le_bytes());
@@ -218,11 +236,11 @@ impl Writer {
     }
 
     /// Write the header and put the index in its place; what it read back is what it serves.
-    pub(crate) fn finish(self, version: u64, data_len: u64) -> io::Result<LineIndex> {
-        let Writer { out, hasher, count, paths } = self;
+    pub(crate) fn finish(self, version: u64, data_len: u64) -> io::Result<SpanIndex> {
+        let Writer { kind, out, hasher, count, paths } = self;
         let file = out.into_inner().map_err(|e| e.into_error())?;
         let mut head = Vec::with_capacity(HEADER as usize);
-        head.extend_from_slice(&MAGIC);
+        head.extend_from_slice(&kind.magic);
         for w in [version, data_len, count, seal(version, data_len, count, hasher.finish())] {
             head.extend_from_slice(&w.to_le_bytes());
         }
@@ -234,7 +252,7 @@ impl Writer {
                 tmp.0 = None;
             }
         }
-        LineIndex::check(file, version)
+        SpanIndex::check(file, kind, version)
     }
 }
 
@@ -254,9 +272,13 @@ impl Drop for Temporary {
 mod tests {
     use super::*;
 
+    fn open(path: &Path, version: u64) -> Option<SpanIndex> {
+        SpanIndex::check(File::open(path).ok()?, &JSONL_LINES, version).ok()
+    }
+
     fn build(dir: &Path, lines: &[(u64, u64)], data_len: u64) -> PathBuf {
         let place = dir.join("a.jsonl.stoker-lines");
-        let places = Places { beside: Some(place.clone()), cached: dir.join("unused").join("x") };
+        let places = Places { kind: &JSONL_LINES, beside: Some(place.clone()), cached: dir.join("unused").join("x") };
         let mut w = Writer::create(&places, dir).unwrap();
         for &(s, e) in lines {
             w.push(s, e).unwrap();
@@ -272,25 +294,27 @@ mod tests {
         let place = build(dir.path(), &[(0, 2), (7, 14), (15, 17)], 17);
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("a.jsonl.stoker-lines")], "no temporary left");
-        let idx = LineIndex::open(&place, 7).unwrap();
+        let idx = open(&place, 7).unwrap();
         assert_eq!(idx.spans(&[2, 0]).unwrap(), vec![15..17, 0..2]);
-        assert!(LineIndex::open(&place, 8).is_none(), "another version of the file");
+        assert!(open(&place, 8).is_none(), "another version of the file");
+        let tfrecord = SpanIndex::check(File::open(&place).unwrap(), &TFRECORD_RECORDS, 7);
+        assert!(tfrecord.is_err(), "another kind of index");
         let good = std::fs::read(&place).unwrap();
         for at in [3, 20, 41, 60] {
             let mut b = good.clone();
             b[at] ^= 1;
             std::fs::write(&place, &b).unwrap();
-            assert!(LineIndex::open(&place, 7).is_none(), "a flipped bit at {at} is caught");
+            assert!(open(&place, 7).is_none(), "a flipped bit at {at} is caught");
         }
         std::fs::write(&place, &good[..good.len() - 16]).unwrap();
-        assert!(LineIndex::open(&place, 7).is_none(), "a truncated index");
+        assert!(open(&place, 7).is_none(), "a truncated index");
     }
 
     /// An index file as a writer with no checks would leave it, checksum right.
     fn raw(path: &Path, lines: &[(u64, u64)], data_len: u64) {
         let entries: Vec<u8> = lines.iter().flat_map(|&(s, e)| [s.to_le_bytes(), e.to_le_bytes()]).flatten().collect();
         let count = lines.len() as u64;
-        let mut b = MAGIC.to_vec();
+        let mut b = JSONL_LINES.magic.to_vec();
         let sum = seal(7, data_len, count, twox_hash::XxHash3_64::oneshot(&entries));
         for w in [7, data_len, count, sum] {
             b.extend_from_slice(&w.to_le_bytes());
@@ -304,10 +328,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("i");
         raw(&path, &[(0, 4), (5, 9)], 20);
-        assert!(LineIndex::open(&path, 7).is_some(), "the raw writer writes what a walk writes");
+        assert!(open(&path, 7).is_some(), "the raw writer writes what a walk writes");
         for bad in [&[(5, 9), (3, 4)][..], &[(0, 30)], &[(6, 5)], &[(0, 4), (4, 6)]] {
             raw(&path, bad, 20);
-            assert!(LineIndex::open(&path, 7).is_none(), "{bad:?}");
+            assert!(open(&path, 7).is_none(), "{bad:?}");
         }
     }
 
@@ -318,7 +342,7 @@ mod tests {
         std::fs::write(dir.path().join("file"), b"").unwrap();
         let cached = dir.path().join("file").join("index").join("a.stoker-lines");
         let beside = dir.path().join("missing-data-dir").join("a.stoker-lines");
-        let places = Places { beside: Some(beside.clone()), cached: cached.clone() };
+        let places = Places { kind: &JSONL_LINES, beside: Some(beside.clone()), cached: cached.clone() };
         let mut w = Writer::create(&places, dir.path()).unwrap();
         w.push(0, 3).unwrap();
         let idx = w.finish(1, 3).unwrap();

@@ -1,0 +1,248 @@
+//! Files whose samples are spans found by walking them once (JSONL lines, TFRecord records),
+//! plain or compressed as a whole (`.gz`, `.zst`), with their span index kept on disk
+//! ([`super::span_index`]).
+//!
+//! A plain file's spans are read by range through the store. A compressed file cannot be read
+//! by range, so it is decompressed once per process (by the walk, or at its first read when
+//! its index was found) into an unnamed file of this process's own (freed by the kernel when
+//! the process ends), and spans are read from there. What decompression may produce is
+//! bounded ([`MAX_RATIO`] times the compressed size, plus [`SLACK`]), so a bomb is an error
+//! naming the file, not a full disk.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::span_index::{self, Kind, Places, SpanIndex};
+use crate::error::{Error, Result};
+use crate::store::{Cancel, Object, ObjectInfo, Store};
+use crate::uri::SourceOptions;
+
+/// Compressed data expands 3-10x; a whole-file stream that expands more than this is refused.
+pub(crate) const MAX_RATIO: u64 = 64;
+/// Allowed beyond [`MAX_RATIO`] times the compressed size (tiny files compress badly).
+pub(crate) const SLACK: u64 = 64 << 20;
+
+/// A layout's walk of one file's (decompressed) bytes: hands each span to `span` and
+/// returns how many bytes the data held. An error names what is wrong at which byte.
+pub(crate) type Scan = fn(&mut dyn Read, &mut dyn FnMut(u64, u64) -> std::io::Result<()>) -> std::io::Result<u64>;
+
+/// Where a file's spans are read from.
+enum Body {
+    /// The file itself, by range through the store.
+    Store,
+    /// The file compressed as a whole, decompressed once into an unnamed local file: by the
+    /// walk, or at the first read that wants it.
+    Compressed(tokio::sync::OnceCell<Arc<std::fs::File>>),
+}
+
+/// One file and its span index.
+pub(crate) struct SpanFile {
+    /// The file's path relative to the root.
+    pub(crate) path: String,
+    obj: Object,
+    body: Body,
+    pub(crate) spans: Arc<SpanIndex>,
+}
+
+/// Whether `path` is compressed as a whole (by its name).
+pub(crate) fn compressed(path: &str) -> bool {
+    path.ends_with(".gz") || path.ends_with(".zst")
+}
+
+/// The files of `listing` (in path order), each with its `kind` index found on disk or built
+/// by walking it with `scan`, several at once.
+pub(crate) async fn open_all(
+    store: &Store,
+    listing: &[ObjectInfo],
+    opts: &SourceOptions,
+    kind: &'static Kind,
+    scan: Scan,
+) -> Result<Vec<SpanFile>> {
+    // Decompressed copies go where decoded shards spill (the temporary directory when the
+    // disk cache is off: a compressed file has to be decompressed somewhere to be read).
+    let spill_dir = opts.spill_dir().unwrap_or_else(std::env::temp_dir);
+    let opened = super::tar_index::walk_all(listing.len(), opts.concurrency().min(8), |i, cancel| {
+        let (info, store, dir) = (listing[i].clone(), store.clone(), spill_dir.clone());
+        let places = Places::of(kind, &store, &info.path, opts);
+        async move {
+            tokio::task::spawn_blocking(move || index(&store, &info, &places, dir, cancel, scan))
+                .await
+                .map_err(Error::task)?
+        }
+    })
+    .await?;
+    Ok(listing
+        .iter()
+        .zip(opened)
+        .map(|(info, (spans, copy))| {
+            let body = match compressed(&info.path) {
+                false => Body::Store,
+                true => Body::Compressed(tokio::sync::OnceCell::new_with(copy.map(Arc::new))),
+            };
+            SpanFile { path: info.path.clone(), obj: store.object(info), body, spans: Arc::new(spans) }
+        })
+        .collect())
+}
+
+/// The span index of `info`: the one kept on disk if it is whole and of this version of the
+/// file, else built by a walk (which also leaves a compressed file's decompressed copy).
+fn index(
+    store: &Store,
+    info: &ObjectInfo,
+    places: &Places,
+    spill_dir: PathBuf,
+    cancel: Cancel,
+    scan: Scan,
+) -> Result<(SpanIndex, Option<std::fs::File>)> {
+    let version = span_index::version(info);
+    if let Some(found) = places.find(version) {
+        return Ok((found, None));
+    }
+    let fail = |e: std::io::Error| Error::io(format!("the index of {}", store.describe(&info.path)), e);
+    let mut writer = span_index::Writer::create(places, &spill_dir).map_err(fail)?;
+    let (copy, len) = walk(store, &store.object(info), spill_dir, cancel, scan, &mut |s, e| writer.push(s, e))?;
+    Ok((writer.finish(version, len).map_err(fail)?, copy))
+}
+
+/// Walk `obj` once with `scan`, handing each span to `span`; for a compressed file, leave its
+/// decompressed copy. Returns the copy and the length of the (decompressed) data.
+fn walk(
+    store: &Store,
+    obj: &Object,
+    spill_dir: PathBuf,
+    cancel: Cancel,
+    scan: Scan,
+    span: &mut dyn FnMut(u64, u64) -> std::io::Result<()>,
+) -> Result<(Option<std::fs::File>, u64)> {
+    let shown = store.describe(obj.path());
+    let mut reader = store.blocking_reader(obj, true, cancel)?;
+    let path = obj.path();
+    let bad = |why: String| Error::CorruptData {
+        shard: shown.clone(),
+        key: String::new(),
+        field: String::new(),
+        reason: why,
+    };
+    let (copy, len) = if compressed(path) {
+        let file = std::fs::create_dir_all(&spill_dir)
+            .and_then(|()| super::spill::unnamed_file(&spill_dir))
+            .map_err(|e| Error::io(spill_dir.display(), e))?;
+        let decoder: Box<dyn Read + '_> = if path.ends_with(".gz") {
+            Box::new(flate2::read::MultiGzDecoder::new(&mut reader))
+        } else {
+            Box::new(zstd::stream::read::Decoder::new(&mut reader).map_err(|e| bad(format!("not zstd: {e}")))?)
+        };
+        let limit = obj.size().saturating_mul(MAX_RATIO).saturating_add(SLACK);
+        let mut tee = Tee { inner: decoder, copy: file, at: 0, limit };
+        let len = scan(&mut tee, span).map_err(|e| bad(e.to_string()))?;
+        let Tee { copy, .. } = tee;
+        (Some(copy), len)
+    } else {
+        (None, scan(&mut reader, span).map_err(|e| bad(e.to_string()))?)
+    };
+    if let Some(e) = reader.failure() {
+        return Err(e);
+    }
+    Ok((copy, len))
+}
+
+/// A reader that copies what it reads to `copy` and refuses more than `limit` bytes.
+struct Tee<'a> {
+    inner: Box<dyn Read + 'a>,
+    copy: std::fs::File,
+    at: u64,
+    limit: u64,
+}
+
+impl Read for Tee<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if self.at + n as u64 > self.limit {
+            return Err(std::io::Error::other(format!(
+                "it decompresses to more than {} bytes ({MAX_RATIO} times its size): a decompression bomb, or not \
+                 what its name says",
+                self.limit
+            )));
+        }
+        self.copy.write_all(&buf[..n])?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
+impl SpanFile {
+    /// The bytes of spans `which`, with where each starts.
+    pub(crate) async fn read(
+        &self,
+        store: &Store,
+        spill_dir: &std::path::Path,
+        which: &[usize],
+    ) -> Result<Vec<(u64, Bytes)>> {
+        let shown = store.describe(&self.path);
+        let fail = move |what: &str, e: std::io::Error| Error::io(format!("{what} of {shown}"), e);
+        let Body::Compressed(copy) = &self.body else {
+            // Looked up in place, not on a blocking thread: 16 bytes a span of a local file
+            // read whole at open (so in the page cache), where a hop to the blocking pool and
+            // back costs more than the read itself (the store's read makes one hop already).
+            let spans = self.spans.spans(which).map_err(|e| fail("the index", e))?;
+            let got = store.read(&self.obj, &spans).await?;
+            return Ok(spans.iter().map(|s| s.start).zip(got).collect());
+        };
+        let copy = self.decompressed(store, spill_dir, copy).await?.clone();
+        let (index, want) = (self.spans.clone(), which.to_vec());
+        tokio::task::spawn_blocking(move || {
+            let spans = index.spans(&want).map_err(|e| fail("the index", e))?;
+            spans
+                .iter()
+                .map(|s| {
+                    // Fallible: a span's length comes from the data.
+                    let v = crate::buffer::try_take((s.end - s.start) as usize)
+                        .and_then(|mut v| copy.read_exact_at(&mut v, s.start).map(|()| v))
+                        .map_err(|e| fail("the decompressed copy", e))?;
+                    Ok((s.start, Bytes::from(v)))
+                })
+                .collect()
+        })
+        .await
+        .map_err(Error::task)?
+    }
+
+    /// The decompressed copy of this compressed file, made at the first read that wants it
+    /// when the walk was skipped (its index was found on disk).
+    async fn decompressed<'a>(
+        &self,
+        store: &Store,
+        spill_dir: &std::path::Path,
+        copy: &'a tokio::sync::OnceCell<Arc<std::fs::File>>,
+    ) -> Result<&'a Arc<std::fs::File>> {
+        copy.get_or_try_init(|| async {
+            let (s, obj, dir) = (store.clone(), self.obj.clone(), spill_dir.to_path_buf());
+            let want = self.spans.data_len();
+            let cancel = Cancel::default();
+            let _stop = cancel.on_drop();
+            let all: Scan = |r, _| std::io::copy(r, &mut std::io::sink());
+            let (copy, len) = tokio::task::spawn_blocking(move || walk(&s, &obj, dir, cancel, all, &mut |_, _| Ok(())))
+                .await
+                .map_err(Error::task)??;
+            match copy {
+                Some(copy) if len == want => Ok(Arc::new(copy)),
+                _ => Err(Error::CorruptData {
+                    shard: store.describe(&self.path),
+                    key: String::new(),
+                    field: String::new(),
+                    reason: format!(
+                        "it decompresses to {len} bytes where its index says {want}: the file changed without \
+                         changing its size or time; delete its index (`{}{}`) and reopen",
+                        self.path,
+                        self.spans.suffix()
+                    ),
+                }),
+            }
+        })
+        .await
+    }
+}
