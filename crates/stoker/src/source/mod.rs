@@ -30,6 +30,7 @@ pub(crate) mod span_index;
 pub(crate) mod spill;
 pub mod tar;
 pub(crate) mod tar_index;
+pub(crate) mod tfrecord;
 pub(crate) mod tokens;
 
 pub(crate) use self::index::index_with;

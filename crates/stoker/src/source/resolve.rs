@@ -169,7 +169,8 @@ pub(crate) async fn construct(r: Resolved) -> Result<Arc<DynSampleSource>> {
             Arc::new(TarSource::open_with(store, listing, &opts, display, known).await?)
         }
         (Layout::Parquet, Place::Store { store, listing, .. }) => parquet::open(store, listing, &opts, display).await?,
-        (Layout::Litdata, Place::Store { store, listing, .. }) => match litdata_tokens(&store, &listing).await? {
+        (Layout::Litdata, Place::Store { store, listing, .. }) => match tokens::litdata_tokens(&store, &listing).await?
+        {
             Some(first) => tokens::open_litdata(store, listing, display, first).await?,
             None => records::open(layout, store, listing, &opts, display).await?,
         },
@@ -178,21 +179,13 @@ pub(crate) async fn construct(r: Resolved) -> Result<Arc<DynSampleSource>> {
         }
         (Layout::Tokens, Place::Store { store, listing, .. }) => tokens::open(store, listing, &opts, display).await?,
         (Layout::Jsonl, Place::Store { store, listing, .. }) => jsonl::open(store, listing, &opts, display).await?,
+        (Layout::Tfrecord, Place::Store { store, listing, .. }) => {
+            super::tfrecord::open(store, listing, &opts, display).await?
+        }
         (Layout::Lmdb | Layout::Mix, Place::Store { .. }) => {
             return Err(Error::internal(format!("{display}: resolved to {layout} over a store, which cannot be")))
         }
     })
-}
-
-/// The first index (by path) of the LitData dataset indexed by `listing`, with its bytes, if
-/// it is of token chunks (`TokensLoader`): documents of tokens, opened as the tokens layout.
-async fn litdata_tokens(
-    store: &crate::store::Store,
-    listing: &[crate::store::ObjectInfo],
-) -> Result<Option<(String, bytes::Bytes)>> {
-    let Some(first) = listing.iter().min_by(|a, b| a.path.cmp(&b.path)) else { return Ok(None) };
-    let bytes = store.get(&first.path).await?;
-    Ok(tokens::litdata_holds_tokens(&bytes).then(|| (first.path.clone(), bytes)))
 }
 
 /// Layout inference: the layout `forced` by the options, else the first sharded layout any
@@ -594,6 +587,7 @@ mod tests {
     fn hidden_and_sidecar_files_are_not_data() {
         assert!(is_dataset_file("a/b.jpg"));
         assert!(!is_dataset_file(".DS_Store") && !is_dataset_file("a.jsonl.stoker-lines"));
+        assert!(!is_dataset_file("a.tfrecord.stoker-records"));
         assert!(!is_dataset_file("a/.git/config"));
         assert!(!is_dataset_file(&format!("s.tar{}", tar_index::SIDECAR_SUFFIX)));
     }

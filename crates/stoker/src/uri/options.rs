@@ -34,6 +34,9 @@ pub enum Layout {
     /// JSON Lines text: one document per line (`.jsonl`, `.jsonl.gz`, `.jsonl.zst`), its text
     /// in the field `text_field` names.
     Jsonl,
+    /// TFRecord files (`.tfrecord`, `.tfrecords`, `.tfrec`, gzip-compressed `.gz`): a record
+    /// is a sample, its `tf.train.Example` features its fields.
+    Tfrecord,
 }
 
 impl Layout {
@@ -48,6 +51,7 @@ impl Layout {
         Layout::Litdata,
         Layout::Tokens,
         Layout::Jsonl,
+        Layout::Tfrecord,
     ];
 
     /// The name used in URIs and output.
@@ -62,6 +66,7 @@ impl Layout {
             Layout::Litdata => "litdata",
             Layout::Tokens => "tokens",
             Layout::Jsonl => "jsonl",
+            Layout::Tfrecord => "tfrecord",
         }
     }
 }
@@ -77,6 +82,12 @@ const SHARD_SUFFIXES: &[(Layout, &str)] = &[
     (Layout::Jsonl, ".jsonl"),
     (Layout::Jsonl, ".jsonl.gz"),
     (Layout::Jsonl, ".jsonl.zst"),
+    (Layout::Tfrecord, ".tfrecord"),
+    (Layout::Tfrecord, ".tfrecords"),
+    (Layout::Tfrecord, ".tfrec"),
+    (Layout::Tfrecord, ".tfrecord.gz"),
+    (Layout::Tfrecord, ".tfrecords.gz"),
+    (Layout::Tfrecord, ".tfrec.gz"),
 ];
 
 /// The file an MDS or LitData dataset is opened from: it names the shards (chunks).

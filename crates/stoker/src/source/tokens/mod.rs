@@ -21,7 +21,6 @@ use bytes::Bytes;
 use self::flat::FileDocs;
 pub(crate) use self::idx::write as write_idx;
 use self::idx::Index;
-pub(crate) use self::litdata::holds_tokens as litdata_holds_tokens;
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
@@ -141,6 +140,17 @@ pub(crate) async fn open(
         files.push(TokenFile { name, bin: store.object(&bin_info), index: FileDocs::Megatron(index) });
     }
     Ok(Arc::new(TokensSource { store, files, starts, display }))
+}
+
+/// The first index (by path) of the LitData dataset indexed by `listing`, with its bytes, if
+/// it is of token chunks (`TokensLoader`): documents of tokens, opened as the tokens layout.
+pub(crate) async fn litdata_tokens(
+    store: &crate::store::Store,
+    listing: &[crate::store::ObjectInfo],
+) -> Result<Option<(String, bytes::Bytes)>> {
+    let Some(first) = listing.iter().min_by(|a, b| a.path.cmp(&b.path)) else { return Ok(None) };
+    let bytes = store.get(&first.path).await?;
+    Ok(litdata::holds_tokens(&bytes).then(|| (first.path.clone(), bytes)))
 }
 
 /// LitData token chunks (`TokensLoader`) of the `index.json` files `indexes` (by path: their

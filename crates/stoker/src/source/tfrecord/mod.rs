@@ -1,0 +1,305 @@
+//! TFRecord files (`.tfrecord`, `.tfrecords`, `.tfrec`, and gzip-compressed `.gz` of each), as
+//! TensorFlow's `TFRecordWriter` and the `tfrecord` package write them: records framed as
+//!
+//! ```text
+//! u64 length (LE) | u32 masked CRC32C of the length | data | u32 masked CRC32C of the data
+//! ```
+//!
+//! The first open walks each file once, checking every length's checksum, and keeps where each
+//! record's data lies in a span index on disk (see [`super::span_file`], also for the `.gz`
+//! files: decompressed once per process). A record is then one ranged read, its data checked
+//! against its CRC32C before it is used: a flipped bit is an error naming the file, the record
+//! and its byte offset (`on_damage=skip` / `skip_errors` step over the record, counted). A
+//! length that fails its checksum, or a file that ends inside a record, is an error at open
+//! naming the file, record and offset: past it, nothing says where the next record starts.
+//!
+//! Records holding a `tf.train.Example` (decided by the first record) become samples whose
+//! fields are its features ([`example`]); any other payload (a `SequenceExample`, raw bytes)
+//! is one field, `data`. A file is a shard; keys are `<file without suffix>/<record, 9 digits>`.
+
+mod example;
+
+use std::fmt;
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::span_file::{self, SpanFile};
+use super::span_index::TFRECORD_RECORDS;
+use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
+use crate::error::{Error, Result};
+use crate::sample::{Field, Sample};
+use crate::store::{IoCounters, ObjectInfo, Store};
+use crate::uri::{Layout, SourceOptions};
+
+/// File name endings this layout reads.
+pub(crate) const SUFFIXES: [&str; 6] =
+    [".tfrecord", ".tfrecords", ".tfrec", ".tfrecord.gz", ".tfrecords.gz", ".tfrec.gz"];
+
+/// The checksum TFRecord frames carry: CRC32C, rotated and offset so that a CRC of data that
+/// holds CRCs is not itself trivial.
+pub(crate) fn masked_crc(data: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(data);
+    (crc.rotate_right(15)).wrapping_add(0xa282_ead8)
+}
+
+/// What the records hold, decided by the first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Payload {
+    Example,
+    Raw,
+}
+
+struct RecordFile {
+    /// The file's path without its suffix, as keys show it.
+    name: String,
+    file: SpanFile,
+}
+
+/// TFRecord files, records in file order.
+pub(crate) struct TfRecordSource {
+    store: Store,
+    files: Vec<RecordFile>,
+    starts: Vec<u64>,
+    payload: Payload,
+    data: Arc<str>,
+    spill_dir: PathBuf,
+    display: String,
+}
+
+impl fmt::Debug for TfRecordSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TfRecordSource").field("source", &self.display).field("files", &self.files.len()).finish()
+    }
+}
+
+impl fmt::Display for TfRecordSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.display)
+    }
+}
+
+/// Open the TFRecord files `listing` (in path order).
+pub(crate) async fn open(
+    store: Store,
+    mut listing: Vec<ObjectInfo>,
+    opts: &SourceOptions,
+    display: String,
+) -> Result<Arc<DynSampleSource>> {
+    listing.sort_by(|a, b| a.path.cmp(&b.path));
+    let spill_dir = opts.spill_dir().unwrap_or_else(std::env::temp_dir);
+    let opened = span_file::open_all(&store, &listing, opts, &TFRECORD_RECORDS, scan).await?;
+    let mut files = Vec::with_capacity(opened.len());
+    let mut starts = vec![0u64];
+    for file in opened {
+        let suffix = SUFFIXES.iter().rev().find(|s| file.path.ends_with(*s)).copied().unwrap_or("");
+        let name = file.path.strip_suffix(suffix).unwrap_or(&file.path).to_string();
+        starts.push(starts.last().copied().unwrap_or(0) + file.spans.len());
+        files.push(RecordFile { name, file });
+    }
+    let mut src =
+        TfRecordSource { store, files, starts, payload: Payload::Raw, data: "data".into(), spill_dir, display };
+    if src.len() > 0 {
+        let (f, r) = src.locate(0).ok_or_else(|| Error::internal("no first record"))?;
+        let first = src.records(f, &[r]).await?.pop().unwrap_or_default();
+        if example::parse(&first).is_some() {
+            src.payload = Payload::Example;
+        }
+    }
+    Ok(Arc::new(src))
+}
+
+/// Walk one file's records, handing each record's data and its CRC (`data..data + len + 4`) to
+/// `record`; returns the file's length.
+fn scan(r: &mut dyn Read, record: &mut dyn FnMut(u64, u64) -> std::io::Result<()>) -> std::io::Result<u64> {
+    let mut r = std::io::BufReader::with_capacity(1 << 20, r);
+    let (mut at, mut n) = (0u64, 0u64);
+    let bad = |n: u64, at: u64, why: &str| std::io::Error::other(format!("record {n} at byte {at}: {why}"));
+    loop {
+        let mut head = [0u8; 12];
+        let got = read_full(&mut r, &mut head)?;
+        if got == 0 {
+            return Ok(at);
+        }
+        if got < head.len() {
+            return Err(bad(n, at, "the file ends inside a record's header (truncated?)"));
+        }
+        let len = u64::from_le_bytes(head[..8].try_into().unwrap_or_default());
+        let crc = u32::from_le_bytes(head[8..].try_into().unwrap_or_default());
+        if masked_crc(&head[..8]) != crc {
+            return Err(bad(n, at, "its length fails its checksum: not a TFRecord file, or damaged here"));
+        }
+        let data = at + 12;
+        let skipped = std::io::copy(&mut (&mut r).take(len.saturating_add(4)), &mut std::io::sink())?;
+        if skipped < len.saturating_add(4) {
+            return Err(bad(n, at, &format!("the file ends inside the record ({len} bytes of data announced)")));
+        }
+        record(data, data + len + 4)?;
+        (at, n) = (data + len + 4, n + 1);
+    }
+}
+
+/// Read until `buf` is full or the reader ends; how many bytes were read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..])? {
+            0 => break,
+            k => got += k,
+        }
+    }
+    Ok(got)
+}
+
+impl TfRecordSource {
+    fn locate(&self, i: u64) -> Option<(usize, usize)> {
+        super::locate(&self.starts, i)
+    }
+
+    fn key(&self, f: usize, r: usize) -> String {
+        format!("{}/{r:09}", self.files[f].name)
+    }
+
+    /// The data of records `which` of file `f`, each checked against its CRC32C.
+    async fn records(&self, f: usize, which: &[usize]) -> Result<Vec<Bytes>> {
+        let got = self.files[f].file.read(&self.store, &self.spill_dir, which).await?;
+        which
+            .iter()
+            .zip(got)
+            .map(|(&r, (at, framed))| {
+                let cut = framed.len().checked_sub(4).ok_or_else(|| self.damaged(f, r, at, "a short read"))?;
+                let (data, crc) = (framed.slice(..cut), &framed[cut..]);
+                if masked_crc(&data).to_le_bytes() != crc {
+                    return Err(self.damaged(f, r, at, "its data fails its CRC32C: the file is damaged here"));
+                }
+                Ok(data)
+            })
+            .collect()
+    }
+
+    fn damaged(&self, f: usize, r: usize, at: u64, why: &str) -> Error {
+        Error::CorruptData {
+            shard: self.store.describe(&self.files[f].file.path),
+            key: self.key(f, r),
+            field: String::new(),
+            reason: format!("record {r} (data at byte {at}): {why}"),
+        }
+    }
+
+    fn sample(&self, f: usize, r: usize, data: Bytes, names: &mut example::NameCache) -> Result<Sample> {
+        let key = self.key(f, r);
+        match self.payload {
+            Payload::Raw => Ok(Sample { key, fields: vec![Field { name: self.data.clone(), data }] }),
+            Payload::Example => match example::parse(&data) {
+                Some(features) => Ok(Sample { key, fields: example::to_fields(features, names) }),
+                None => Err(Error::CorruptData {
+                    shard: self.store.describe(&self.files[f].file.path),
+                    key,
+                    field: String::new(),
+                    reason: format!(
+                        "record {r} is not a tf.train.Example with features, where the first record of the dataset is"
+                    ),
+                }),
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl SampleSource for TfRecordSource {
+    fn len(&self) -> usize {
+        self.starts.last().copied().unwrap_or(0) as usize
+    }
+
+    fn capability(&self) -> Capability {
+        Capability {
+            random_access: true,
+            coalesced_reads: true,
+            locality: true,
+            cheap_meta: false,
+            local: !self.store.is_remote(),
+        }
+    }
+
+    fn info(&self) -> SourceInfo {
+        SourceInfo::of(Layout::Tfrecord, self.files.len())
+    }
+
+    async fn get(&self, index: usize) -> Result<Sample> {
+        self.get_many(&[index]).await?.pop().ok_or_else(|| Error::internal("no sample for a checked index"))
+    }
+
+    async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
+        let mut located = Vec::with_capacity(indices.len());
+        for &i in indices {
+            check_index(i, self.len())?;
+            located.push(self.locate(i as u64).ok_or_else(|| Error::internal("a checked index not found"))?);
+        }
+        let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
+        let mut order: Vec<usize> = (0..located.len()).collect();
+        order.sort_by_key(|&i| located[i]);
+        let mut names = example::NameCache::default();
+        for group in order.chunk_by(|&a, &b| located[a].0 == located[b].0) {
+            let f = located[group[0]].0;
+            let which: Vec<usize> = group.iter().map(|&i| located[i].1).collect();
+            for (&i, data) in group.iter().zip(self.records(f, &which).await?) {
+                out[i] = Some(self.sample(f, located[i].1, data, &mut names)?);
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    fn locality(&self, index: usize) -> Option<usize> {
+        self.locate(index as u64).map(|(f, _)| f)
+    }
+
+    fn location(&self, index: usize) -> Option<String> {
+        self.locate(index as u64).map(|(f, _)| format!("file {}", self.store.describe(&self.files[f].file.path)))
+    }
+
+    fn io_counters(&self) -> Option<IoCounters> {
+        Some(self.store.counters())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(data: &[u8]) -> Vec<u8> {
+        let len = (data.len() as u64).to_le_bytes();
+        [&len[..], &masked_crc(&len).to_le_bytes(), data, &masked_crc(data).to_le_bytes()].concat()
+    }
+
+    fn walk(b: &[u8]) -> std::io::Result<(Vec<(u64, u64)>, u64)> {
+        let mut spans = Vec::new();
+        let len = scan(&mut &b[..], &mut |s, e| {
+            spans.push((s, e));
+            Ok(())
+        })?;
+        Ok((spans, len))
+    }
+
+    #[test]
+    fn records_are_framed_and_checked() {
+        // The masked CRC of the `tfrecord` package and TensorFlow (crc32c of b"" is 0).
+        assert_eq!(masked_crc(b""), 0xa282_ead8);
+        let file = [frame(b"abc"), frame(b""), frame(&[7u8; 300])].concat();
+        let (spans, len) = walk(&file).unwrap();
+        assert_eq!(spans, vec![(12, 19), (31, 35), (47, 351)]);
+        assert_eq!(len, file.len() as u64);
+        let e = walk(&file[..file.len() - 2]).unwrap_err().to_string();
+        assert!(e.contains("record 2 at byte 35") && e.contains("ends inside the record"), "{e}");
+        let e = walk(&file[..20]).unwrap_err().to_string();
+        assert!(e.contains("record 1 at byte 19") && e.contains("header"), "{e}");
+        let mut bad = file.clone();
+        bad[20] ^= 1; // the second record's length
+        let e = walk(&bad).unwrap_err().to_string();
+        assert!(e.contains("record 1") && e.contains("checksum"), "{e}");
+        let e = walk(b"not a tfrecord file at all").unwrap_err().to_string();
+        assert!(e.contains("record 0 at byte 0"), "{e}");
+    }
+}
