@@ -44,4 +44,5 @@ mod secrets;
 mod shard_stream;
 mod tar_index;
 mod text;
+mod tfrecord;
 mod tokens;
