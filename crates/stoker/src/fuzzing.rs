@@ -257,3 +257,9 @@ pub fn records_codec(data: &[u8]) {
 pub fn token_index(data: &[u8]) {
     crate::source::tokens::fuzz(data);
 }
+
+/// TFRecord framing and `tf.train.Example` payloads: the walk of a file's records, and each
+/// record's parse into fields.
+pub fn tfrecord(data: &[u8]) {
+    crate::source::tfrecord::fuzz(data);
+}

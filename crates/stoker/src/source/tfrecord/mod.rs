@@ -265,6 +265,38 @@ impl SampleSource for TfRecordSource {
     }
 }
 
+/// The fuzz target's body (see [`crate::fuzzing::tfrecord`]): spans the walk hands out
+/// increase inside the file, and every record (and the whole input) parses or is refused
+/// without a panic, its fields inside the record.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz(data: &[u8]) {
+    let mut spans = Vec::new();
+    let walked = scan(&mut &data[..], &mut |s, e| {
+        spans.push((s, e));
+        Ok(())
+    });
+    if let Ok(len) = walked {
+        assert_eq!(len, data.len() as u64);
+        let mut next = 0;
+        for &(s, e) in &spans {
+            assert!(next <= s && s + 4 <= e && e <= len, "span {s}..{e} after {next} in {len} bytes");
+            next = e;
+        }
+    }
+    let whole = Bytes::copy_from_slice(data);
+    let records = spans.iter().map(|&(s, e)| whole.slice(s as usize..e as usize - 4)).chain([whole.clone()]);
+    for record in records {
+        if let Some(features) = example::parse(&record) {
+            let total: usize = example::to_fields(features, &mut example::NameCache::default())
+                .iter()
+                .filter(|f| !f.data.starts_with(b"\x93NUMPY"))
+                .map(|f| f.data.len())
+                .sum();
+            assert!(total <= record.len() * 20 + 64, "fields out of proportion to the record");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
