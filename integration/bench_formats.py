@@ -18,6 +18,11 @@ all with the same shard size. Then, each row in its own process, two epochs:
   (``--s3``; ``--latency-ms`` added by the proxy to every request).
 - LitData: LitData's ``StreamingDataset(shuffle=True)`` + ``StreamingDataLoader`` vs
   ``stoker.Loader(shuffle=True)``.
+- TFRecord (``tf.train.Example`` records written by the ``tfrecord`` package's ``TFRecordWriter``,
+  one file per shard): the package's PyTorch reader, a ``ChainDataset`` of ``TFRecordDataset``
+  per file with its ``.tfindex`` (so DataLoader workers split each file) and its
+  ``shuffle_queue_size=1024`` shuffle, vs ``stoker.Loader(shuffle=True)`` and
+  ``shuffle="shards"``.
 
 The peers' DataLoaders use one worker per core; Stoker uses its own threads. Every epoch is
 checked: each sample exactly once, payload matching id and label. Each batch ends as the
@@ -64,11 +69,43 @@ def write_parquet(out: Path, ids: List[int], size: int, rows_per_group: int, row
 # --- Child side: one row ----------------------------------------------------------------------
 
 
+def write_tfrecord(out: Path, ids: List[int], size: int, per_file: int) -> None:
+    """The ``tfrecord`` package's writer: an Example per sample (``id``, ``label``, ``data``), and
+    each file's ``.tfindex`` (what its PyTorch reader needs to split a file between workers)."""
+    from tfrecord import TFRecordWriter
+    from tfrecord.tools.tfrecord2idx import create_index
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f, start in enumerate(range(0, len(ids), per_file)):
+        path = out / f"train-{f:05d}.tfrecord"
+        w = TFRecordWriter(str(path))
+        for i in ids[start:start + per_file]:
+            w.write({"id": (i, "int"), "label": (pc.label(i), "int"), "data": (pc.payload(i, size), "byte")})
+        w.close()
+        create_index(str(path), str(path.with_suffix(".tfindex")))
+
+
+def child_tfrecord(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
+    from tfrecord.torch.dataset import TFRecordDataset
+    from torch.utils.data import ChainDataset, DataLoader
+
+    def sample(r: Dict[str, Any]) -> Dict[str, Any]:
+        return {"id": int(r["id"][0]), "label": int(r["label"][0]), "data": r["data"]}
+
+    t0 = time.perf_counter()
+    files = sorted(Path(spec["uri"]).glob("*.tfrecord"))
+    ds = ChainDataset([TFRecordDataset(str(f), str(f.with_suffix(".tfindex")), shuffle_queue_size=1024,
+                                       transform=sample) for f in files])
+    dl = DataLoader(ds, batch_size=spec["batch"], num_workers=spec["workers"], collate_fn=pc.collate_samples)
+    result["open_s"] = time.perf_counter() - t0
+    _epochs(spec, result, lambda: iter(dl), pc.unpack_peer)
+
+
 def child(spec: Dict[str, Any]) -> None:
     result: Dict[str, Any] = {"epochs": []}
     try:
         {"stoker": child_stoker, "pyarrow": child_pyarrow, "datasets": child_datasets, "mosaicml": child_mosaicml,
-         "litdata": child_litdata}[spec["reader"]](spec, result)
+         "litdata": child_litdata, "tfrecord": child_tfrecord}[spec["reader"]](spec, result)
     except BaseException as e:  # reported in the table, never dropped
         import traceback
 
@@ -197,6 +234,12 @@ ROWS = [
     # shard shuffle (chunks, row groups are the shards), a different mixing than the global one.
     ("stoker-litdata-shards", 'Stoker `Loader(shuffle="shards")` over the LitData chunks', "stoker", "litdata",
      False, {"shuffle": "shards"}),
+    ("tfrecord", "tfrecord 1.14 `TFRecordDataset` per file (+ .tfindex, shuffle queue 1024) in a DataLoader",
+     "tfrecord", "tfrecord", True, {}),
+    ("stoker-tfrecord", "Stoker `Loader(shuffle=True)` over the TFRecord files", "stoker", "tfrecord", False,
+     {"shuffle": True}),
+    ("stoker-tfrecord-shards", 'Stoker `Loader(shuffle="shards")` over the TFRecord files', "stoker", "tfrecord",
+     False, {"shuffle": "shards"}),
     ("stoker-parquet-shards", 'Stoker `Loader(shuffle="shards")` over the Parquet files (row groups)', "stoker",
      "parquet", False, {"shuffle": "shards"}),
     ("mosaicml-s3", "MosaicML Streaming 0.13 over S3 (shuffle=True)", "mosaicml", "mds-s3", True, {}),
@@ -207,7 +250,8 @@ ROWS = [
 PAIRS = [("stoker-parquet-seq", "pyarrow-seq"), ("stoker-parquet-seq", "datasets-seq"),
          ("stoker-parquet-shuffle", "datasets-shuffle"), ("stoker-mds", "mosaicml"), ("stoker-litdata", "litdata"),
          ("stoker-mds-s3", "mosaicml-s3"), ("stoker-litdata-shards", "litdata"),
-         ("stoker-parquet-shards", "datasets-shuffle")]
+         ("stoker-parquet-shards", "datasets-shuffle"), ("stoker-tfrecord", "tfrecord"),
+         ("stoker-tfrecord-shards", "tfrecord")]
 
 
 def selected_rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
@@ -235,6 +279,8 @@ def prepare(args: argparse.Namespace, work: Path, formats: set, servers: Optiona
         pc.write_mds(data / "mds", ids, args.size, shard_bytes)
     if "litdata" in formats:
         pc.write_litdata(data / "litdata", ids, args.size, shard_bytes)
+    if "tfrecord" in formats:
+        write_tfrecord(data / "tfrecord", ids, args.size, per_shard)
     written = time.perf_counter() - t0
     if "mds-s3" in formats and servers:
         pc.upload_dir(servers.direct, data / "mds", "mds")

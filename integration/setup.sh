@@ -35,6 +35,13 @@ if ! .venv/bin/python -c "import maturin, pytest, numpy, torch, mypy, PIL, skima
   echo "setup: installing ${py_need[*]} into .venv"
   .venv/bin/python -m pip install --quiet --no-cache-dir --disable-pip-version-check "${py_need[@]}"
 fi
+# torchvision, the reference of the colour operations' tests (integration/py/color_reference.py):
+# without its dependencies, which are torch, numpy and Pillow above (pip would otherwise bring
+# Triton back for torch).
+if ! .venv/bin/python -c "import torchvision" 2>/dev/null; then
+  echo "setup: installing torchvision==0.29.2 into .venv"
+  .venv/bin/python -m pip install --quiet --no-cache-dir --disable-pip-version-check --no-deps torchvision==0.29.2
+fi
 # torch pulls in Triton (1 GB), the GPU kernel compiler of torch.compile: nothing here compiles
 # for a GPU, and CI machines have run out of disk, so it is removed (`import torch` and the
 # DataLoader do not need it).

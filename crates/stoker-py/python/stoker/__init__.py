@@ -165,6 +165,13 @@ class Image:
     or ``"float32"`` (floats are scaled to 0..1, then ``(x - mean) / std`` when given).
     Random choices depend only on (seed, epoch, sample index): reruns, resumed runs and runs at
     another world size give identical tensors. Images over ``max_pixels`` are refused.
+
+    Colour, after the resize (torchvision's ``transforms.v2`` semantics on uint8 images):
+    ``color_jitter=(brightness, contrast, saturation, hue)`` is ``ColorJitter(brightness,
+    contrast, saturation, hue)`` (Albumentations: ``ColorJitter`` with the same four): factors
+    from ``[max(0, 1 - a), 1 + a]`` (hue ``[-h, h]``, ``h <= 0.5``), the four in a random order,
+    0 leaving one out; ``grayscale=p`` is ``RandomGrayscale(p)`` (Albumentations: ``ToGray(p=p)``
+    with its default weights 0.299/0.587/0.114, within a level).
     """
 
     def __init__(
@@ -180,8 +187,12 @@ class Image:
         mean: Optional[Sequence[float]] = None,
         std: Optional[Sequence[float]] = None,
         max_pixels: int = 100_000_000,
+        color_jitter: Optional[Sequence[float]] = None,
+        grayscale: float = 0.0,
     ) -> None:
         h, w = (size, size) if isinstance(size, int) else size
+        if color_jitter is not None and len(color_jitter) != 4:
+            raise InvalidInputError("color_jitter is (brightness, contrast, saturation, hue)")
         if crop == "random_resized":
             mode: Dict[str, Any] = {"mode": "random_resized", "scale": list(scale), "ratio": list(ratio)}
         elif crop == "center":
@@ -203,6 +214,10 @@ class Image:
             "dtype": dtype,
             "normalize": None if mean is None else {"mean": list(map(float, mean)), "std": list(map(float, std or ()))},
             "max_pixels": int(max_pixels),
+            "color_jitter": None
+            if color_jitter is None
+            else dict(zip(("brightness", "contrast", "saturation", "hue"), map(float, color_jitter))),
+            "grayscale": float(grayscale),
         }
 
     def __repr__(self) -> str:

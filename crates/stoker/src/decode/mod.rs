@@ -31,10 +31,12 @@ mod workers;
 
 pub use array::{parse_int, parse_npy, NpyHeader};
 pub use budget::{DecodeMemory, OverBudget, Reservation};
+pub use image::color::{apply as apply_color, ColorOp};
 pub use image::{decode_image, decode_image_within, ImageError, ImageScratch};
 pub use rng::SampleRng;
 pub use spec::{
-    Crop, DecodeSpec, Dtype, FieldDecode, FixedSpec, ImageLayout, ImageSpec, Normalize, NpySpec, TokenRef, TokensSpec,
+    ColorJitter, Crop, DecodeSpec, Dtype, FieldDecode, FixedSpec, ImageLayout, ImageSpec, Normalize, NpySpec, TokenRef,
+    TokensSpec,
 };
 pub use text::TextTokenizer;
 pub use tokens::MAX_SEQ_LEN;

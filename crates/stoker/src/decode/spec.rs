@@ -62,6 +62,10 @@ pub struct ImageSpec {
     pub normalize: Option<Normalize>,
     /// Images with more pixels than this are refused (decompression bombs).
     pub max_pixels: u64,
+    /// torchvision's `ColorJitter`, after the resize and before the flip and conversion.
+    pub color_jitter: Option<ColorJitter>,
+    /// torchvision's `RandomGrayscale(p)`: the probability (0 never), after the jitter.
+    pub grayscale: f32,
 }
 
 impl Default for ImageSpec {
@@ -74,7 +78,37 @@ impl Default for ImageSpec {
             dtype: Dtype::U8,
             normalize: None,
             max_pixels: 100_000_000,
+            color_jitter: None,
+            grayscale: 0.0,
         }
+    }
+}
+
+/// torchvision's `ColorJitter(brightness, contrast, saturation, hue)`: each a non-negative
+/// amount (hue at most 0.5); 0 leaves that operation out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ColorJitter {
+    /// Factor drawn from `[max(0, 1 - brightness), 1 + brightness]`.
+    pub brightness: f32,
+    /// Factor drawn from `[max(0, 1 - contrast), 1 + contrast]`.
+    pub contrast: f32,
+    /// Factor drawn from `[max(0, 1 - saturation), 1 + saturation]`.
+    pub saturation: f32,
+    /// Shift drawn from `[-hue, hue]` (of a full turn), `hue <= 0.5`.
+    pub hue: f32,
+}
+
+impl ColorJitter {
+    /// Whether the amounts are ones torchvision takes.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let all = [self.brightness, self.contrast, self.saturation, self.hue];
+        if all.iter().any(|v| !v.is_finite() || *v < 0.0) {
+            return Err(format!("color_jitter amounts must be finite and non-negative, not {all:?}"));
+        }
+        if self.hue > 0.5 {
+            return Err(format!("color_jitter hue {} is more than 0.5 (half a turn)", self.hue));
+        }
+        Ok(())
     }
 }
 
@@ -334,6 +368,15 @@ fn image_from_args(opts: &[&str]) -> std::result::Result<ImageSpec, String> {
             _ => {
                 if let Some(p) = o.strip_prefix("flip=") {
                     s.flip = p.parse().map_err(|_| format!("flip=`{p}` is not a probability"))?;
+                } else if let Some(p) = o.strip_prefix("gray=") {
+                    s.grayscale = p.parse().map_err(|_| format!("gray=`{p}` is not a probability"))?;
+                } else if let Some(v) = o.strip_prefix("jitter=") {
+                    let amounts: Vec<f32> =
+                        v.split(',').map(|x| x.parse::<f32>()).collect::<Result<_, _>>().unwrap_or_default();
+                    let [brightness, contrast, saturation, hue] = amounts[..] else {
+                        return Err(format!("jitter=`{v}` is not four amounts, brightness,contrast,saturation,hue"));
+                    };
+                    s.color_jitter = Some(ColorJitter { brightness, contrast, saturation, hue });
                 } else if let Some(n) = o.strip_prefix("max_pixels=") {
                     s.max_pixels = n.parse().map_err(|_| format!("max_pixels=`{n}` is not a number"))?;
                 } else if let Some(t) = dtype_named(o) {
@@ -390,6 +433,12 @@ impl ImageSpec {
         if !(0.0..=1.0).contains(&self.flip) {
             return Err(format!("flip probability {} must be within 0..=1", self.flip));
         }
+        if !(0.0..=1.0).contains(&self.grayscale) {
+            return Err(format!("grayscale probability {} must be within 0..=1", self.grayscale));
+        }
+        if let Some(j) = &self.color_jitter {
+            j.check()?;
+        }
         if self.max_pixels == 0 {
             return Err("max_pixels must be at least 1".into());
         }
@@ -435,6 +484,10 @@ mod tests {
         let d = DecodeSpec::from_args(&["jpg=image:224"]).unwrap();
         let FieldDecode::Image(img) = d.get("jpg").unwrap() else { panic!() };
         assert_eq!((img.size, img.crop, img.flip), ([224, 224], Crop::random_resized(), 0.0));
+        let c = DecodeSpec::from_args(&["jpg=image:224:jitter=0.2,0.2,0.2,0.1:gray=0.1"]).unwrap();
+        let FieldDecode::Image(img) = c.get("jpg").unwrap() else { panic!() };
+        let want = ColorJitter { brightness: 0.2, contrast: 0.2, saturation: 0.2, hue: 0.1 };
+        assert_eq!((img.color_jitter, img.grayscale), (Some(want), 0.1));
         // JSON round trip keeps the order of fields.
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(DecodeSpec::from_json(&json).unwrap(), s);
@@ -445,6 +498,9 @@ mod tests {
             (&["jpg=image:1x2x3"][..], "N or HxW"),
             (&["jpg=image:uint8:imagenet"][..], "float"),
             (&["a=int", "a=npy"][..], "twice"),
+            (&["jpg=image:jitter=0.2,0.2"][..], "four amounts"),
+            (&["jpg=image:jitter=0.2,0.2,0.2,0.7"][..], "hue"),
+            (&["jpg=image:gray=2"][..], "grayscale probability"),
         ] {
             let e = DecodeSpec::from_args(bad).unwrap_err().to_string();
             assert!(e.contains(why), "{bad:?}: {e}");

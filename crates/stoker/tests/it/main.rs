@@ -15,6 +15,7 @@ mod common;
 mod bad_input;
 mod cache_damage;
 mod cache_eviction;
+mod color;
 mod conformance_local;
 mod corrupt;
 mod damage;

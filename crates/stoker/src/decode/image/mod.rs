@@ -41,6 +41,7 @@
 //! A resize is a tenth or less of a decode, so whole-decode rates move within their noise.
 
 mod codec;
+pub(crate) mod color;
 mod footprint;
 mod jpeg;
 mod output;
@@ -238,6 +239,9 @@ fn decode_opened(
     let n = codec::rgb_len(ow, oh)?;
     let resized = grow(&mut scratch.resized, n);
     output::resize(&mut scratch.resampler, &scratch.pixels, got_size, &win, resized, (ow, oh))?;
+    // Drawn after the window and flip, so specs without colour keep their crops.
+    let ops = color::draw(spec.color_jitter.as_ref(), spec.grayscale, rng);
+    color::apply(resized, &ops);
     output::write(spec, resized, ow as usize, oh as usize, plan.flip, out)
 }
 

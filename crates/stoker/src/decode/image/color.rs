@@ -1,0 +1,216 @@
+//! Colour augmentation on the resized RGB8 image, with torchvision's semantics (its
+//! `transforms.v2` tensor kernels on `uint8` images, step by step, in `f32` as torch computes):
+//!
+//! - `ColorJitter(brightness, contrast, saturation, hue)`: factors drawn uniformly from
+//!   `[max(0, 1 - b), 1 + b]` (and `[-h, h]` for hue), applied in a random order of the four, a
+//!   zero argument leaving its operation out, as `ColorJitter.get_params` does;
+//!   - brightness: `x * f`, clamped to 0..=255 and truncated to `uint8`;
+//!   - contrast: blended with the mean of the image's grayscale (`0.2989 R + 0.587 G + 0.114 B`,
+//!     floored) with weight `f`: `f * x + (1 - f) * mean`, clamped and truncated;
+//!   - saturation: blended with each pixel's floored grayscale the same way;
+//!   - hue: to `[0, 1]` floats (`x * (1/255)`), to HSV, `h = (h + f) mod 1`, back to RGB, and
+//!     to `uint8` as `trunc(x * 255.999)`;
+//! - `RandomGrayscale(p)`: with probability `p`, every channel becomes the pixel's grayscale
+//!   (`0.2989 R + 0.587 G + 0.114 B`, truncated).
+//!
+//! The draws come after the crop's and the flip's from the same per-sample stream, so a spec
+//! without colour operations gives the same crops as before, and the result depends only on
+//! `(seed, epoch, index)`.
+
+use super::super::rng::SampleRng;
+use super::super::spec::ColorJitter;
+
+/// One colour operation with its factor (torchvision's `adjust_*` argument).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ColorOp {
+    /// `adjust_brightness(img, f)`.
+    Brightness(f32),
+    /// `adjust_contrast(img, f)`.
+    Contrast(f32),
+    /// `adjust_saturation(img, f)`.
+    Saturation(f32),
+    /// `adjust_hue(img, f)`, `f` in `[-0.5, 0.5]` of a turn.
+    Hue(f32),
+    /// `rgb_to_grayscale(img, num_output_channels=3)`.
+    Grayscale,
+}
+
+use ColorOp as Op;
+
+/// The operations one sample gets, in order, drawn from its stream: the jitter's four in a
+/// random order (those with a non-zero amount), then grayscale with probability `gray`.
+pub(crate) fn draw(jitter: Option<&ColorJitter>, gray: f32, rng: &mut SampleRng) -> Vec<Op> {
+    let mut ops = Vec::new();
+    if let Some(j) = jitter {
+        // A random permutation of the four (Fisher-Yates), then each factor, as get_params
+        // draws the order first and the factors after.
+        let mut order = [0usize, 1, 2, 3];
+        for i in (1..4).rev() {
+            order.swap(i, rng.int_inclusive(0, i as u64) as usize);
+        }
+        let factor =
+            |rng: &mut SampleRng, a: f32| rng.uniform(f64::from((1.0 - a).max(0.0)), f64::from(1.0 + a)) as f32;
+        let b = (j.brightness > 0.0).then(|| factor(rng, j.brightness));
+        let c = (j.contrast > 0.0).then(|| factor(rng, j.contrast));
+        let s = (j.saturation > 0.0).then(|| factor(rng, j.saturation));
+        let h = (j.hue > 0.0).then(|| rng.uniform(-f64::from(j.hue), f64::from(j.hue)) as f32);
+        for k in order {
+            let op = match k {
+                0 => b.map(Op::Brightness),
+                1 => c.map(Op::Contrast),
+                2 => s.map(Op::Saturation),
+                _ => h.map(Op::Hue),
+            };
+            ops.extend(op);
+        }
+    }
+    if gray > 0.0 && rng.unit() < f64::from(gray) {
+        ops.push(Op::Grayscale);
+    }
+    ops
+}
+
+/// Apply `ops` in order to the RGB8 pixels `img` (interleaved, any size), as the decode
+/// threads do after the resize.
+pub fn apply(img: &mut [u8], ops: &[ColorOp]) {
+    for op in ops {
+        match *op {
+            Op::Brightness(f) => img.iter_mut().for_each(|x| *x = to_u8(f32::from(*x) * f)),
+            Op::Contrast(f) => {
+                let n = (img.len() / 3).max(1);
+                // torch sums the floored grayscale in f32 (pairwise); f64 keeps the mean exact.
+                let sum: f64 = img.chunks_exact(3).map(|p| f64::from(gray_f32(p).floor())).sum();
+                let mean = (sum / n as f64) as f32;
+                img.iter_mut().for_each(|x| *x = blend(*x, mean, f));
+            }
+            Op::Saturation(f) => {
+                for p in img.chunks_exact_mut(3) {
+                    let g = gray_f32(p).floor();
+                    p.iter_mut().for_each(|x| *x = blend(*x, g, f));
+                }
+            }
+            Op::Hue(f) => img.chunks_exact_mut(3).for_each(|p| hue(p, f)),
+            Op::Grayscale => {
+                for p in img.chunks_exact_mut(3) {
+                    let g = to_u8(gray_f32(p));
+                    p.fill(g);
+                }
+            }
+        }
+    }
+}
+
+/// torchvision's grayscale, in its order of f32 operations.
+fn gray_f32(p: &[u8]) -> f32 {
+    f32::from(p[0]) * 0.2989 + f32::from(p[1]) * 0.587 + f32::from(p[2]) * 0.114
+}
+
+/// `f * x + (1 - f) * other`, clamped and truncated (torchvision's `_blend` on uint8).
+fn blend(x: u8, other: f32, f: f32) -> u8 {
+    to_u8(f32::from(x) * f + other * (1.0 - f))
+}
+
+/// Clamped to 0..=255 and truncated, as torch's `.clamp_(0, 255).to(torch.uint8)`.
+fn to_u8(v: f32) -> u8 {
+    v.clamp(0.0, 255.0) as u8
+}
+
+/// One pixel's hue turned by `f` (torchvision's `_rgb_to_hsv`, shift, `_hsv_to_rgb`).
+fn hue(p: &mut [u8], f: f32) {
+    let [r, g, b] = [p[0], p[1], p[2]].map(|x| f32::from(x) * (1.0 / 255.0));
+    let (maxc, minc) = (r.max(g).max(b), r.min(g).min(b));
+    let eqc = maxc == minc;
+    let range = maxc - minc;
+    let s = range / if eqc { 1.0 } else { maxc };
+    let div = if eqc { 1.0 } else { range };
+    let (rc, gc, bc) = ((maxc - r) / div, (maxc - g) / div, (maxc - b) / div);
+    let h = if maxc == r {
+        bc - gc
+    } else if maxc == g {
+        2.0 + rc - bc
+    } else {
+        4.0 + gc - rc
+    };
+    let h = ((h * (1.0 / 6.0) + 1.0) % 1.0 + f).rem_euclid(1.0);
+    let v = maxc;
+    let h6 = h * 6.0;
+    let i = h6.floor();
+    let fr = h6 - i;
+    let sxf = s * fr;
+    let q = ((1.0 - sxf) * v).clamp(0.0, 1.0);
+    let t = ((sxf + (1.0 - s)) * v).clamp(0.0, 1.0);
+    let pp = ((1.0 - s) * v).clamp(0.0, 1.0);
+    let (r, g, b) = match (i as i32).rem_euclid(6) {
+        0 => (v, t, pp),
+        1 => (q, v, pp),
+        2 => (pp, v, t),
+        3 => (pp, q, v),
+        4 => (t, pp, v),
+        _ => (v, pp, q),
+    };
+    for (d, x) in p.iter_mut().zip([r, g, b]) {
+        *d = (x * 255.999) as u8;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image() -> Vec<u8> {
+        (0..64 * 3).map(|i| ((i * 37 + i / 3 * 11) % 256) as u8).collect()
+    }
+
+    #[test]
+    fn neutral_factors_leave_the_image_and_grayscale_is_gray() {
+        let img = image();
+        for op in [Op::Brightness(1.0), Op::Saturation(1.0), Op::Contrast(1.0)] {
+            let mut out = img.clone();
+            apply(&mut out, &[op]);
+            assert_eq!(out, img, "{op:?}");
+        }
+        let mut out = img.clone();
+        apply(&mut out, &[Op::Hue(0.0)]);
+        let worst = out.iter().zip(&img).map(|(a, b)| a.abs_diff(*b)).max().unwrap();
+        assert!(worst <= 1, "a zero hue turn is at most a rounding off: {worst}");
+        let mut out = img.clone();
+        apply(&mut out, &[Op::Saturation(0.0)]);
+        assert!(out.chunks_exact(3).all(|p| p[0] == p[1] && p[1] == p[2]), "no saturation is gray");
+        let mut out = img.clone();
+        apply(&mut out, &[Op::Brightness(0.0)]);
+        assert!(out.iter().all(|&x| x == 0));
+        let mut out = img.clone();
+        apply(&mut out, &[Op::Grayscale]);
+        assert!(out.chunks_exact(3).all(|p| p[0] == p[1] && p[1] == p[2]));
+        // A turn by a third moves pure red to pure green.
+        let mut red = vec![255u8, 0, 0];
+        apply(&mut red, &[Op::Hue(1.0 / 3.0)]);
+        assert_eq!(red, [0, 255, 0]);
+    }
+
+    #[test]
+    fn draws_follow_the_amounts_and_the_stream() {
+        let j = ColorJitter { brightness: 0.2, contrast: 0.0, saturation: 0.3, hue: 0.1 };
+        let mut seen_orders = std::collections::HashSet::new();
+        for i in 0..200 {
+            let ops = draw(Some(&j), 0.0, &mut SampleRng::new(1, 0, i));
+            assert_eq!(ops, draw(Some(&j), 0.0, &mut SampleRng::new(1, 0, i)), "the same sample draws the same");
+            assert_eq!(ops.len(), 3, "contrast 0 is left out");
+            for op in &ops {
+                match *op {
+                    Op::Brightness(f) => assert!((0.8..1.2).contains(&f)),
+                    Op::Saturation(f) => assert!((0.7..1.3).contains(&f)),
+                    Op::Hue(f) => assert!((-0.1..0.1).contains(&f)),
+                    other => panic!("{other:?}"),
+                }
+            }
+            seen_orders.insert(ops.iter().map(std::mem::discriminant).collect::<Vec<_>>());
+        }
+        assert_eq!(seen_orders.len(), 6, "every order of three operations occurs");
+        let grays = (0..1000).filter(|&i| draw(None, 0.25, &mut SampleRng::new(2, 0, i)) == [Op::Grayscale]).count();
+        assert!((180..320).contains(&grays), "{grays} of 1000 at p = 0.25");
+        assert!(
+            ColorJitter { hue: 0.6, ..j }.check().is_err() && ColorJitter { brightness: -1.0, ..j }.check().is_err()
+        );
+    }
+}
