@@ -127,6 +127,25 @@ def test_augmentation_is_a_function_of_seed_epoch_and_index(shards):
     assert all(torch.equal(t, a[i]) for i, t in {**head, **tail}.items())
 
 
+def test_colour_jitter_and_grayscale_are_functions_of_seed_epoch_and_index(shards):
+    root, _ = shards
+    plain = {"jpg": stoker.Image(48, crop="random_resized", flip=True)}
+    colour = {"jpg": stoker.Image(48, crop="random_resized", flip=True, color_jitter=(0.4, 0.4, 0.4, 0.1),
+                                  grayscale=0.3)}
+    a = by_index(stoker.Loader(str(root), batch_size=8, shuffle=True, seed=1, decode=colour))
+    b = by_index(stoker.Loader(str(root), batch_size=5, shuffle=True, seed=1, decode=colour, decode_threads=1))
+    assert all(torch.equal(a[i], b[i]) for i in range(N)), "same seed, other batch size and threads: same tensors"
+    p = by_index(stoker.Loader(str(root), batch_size=8, shuffle=True, seed=1, decode=plain))
+    assert sum(not torch.equal(a[i], p[i]) for i in range(N)) > N * 3 // 4, "the colour of most samples changed"
+    gray = [bool((a[i][..., 0] == a[i][..., 1]).all() and (a[i][..., 1] == a[i][..., 2]).all()) for i in range(N)]
+    assert 0 < sum(gray) < N // 2, f"RandomGrayscale(0.3) made {sum(gray)} of {N} gray"
+    with pytest.raises(stoker.InvalidInputError):
+        stoker.Image(48, color_jitter=(0.1, 0.2))
+    bad = {"jpg": stoker.Image(48, color_jitter=(0.1, 0.1, 0.1, 0.8))}
+    with pytest.raises(stoker.StokerError, match="hue"):
+        stoker.Loader(str(root), batch_size=8, decode=bad)
+
+
 def test_bad_images_raise_or_are_skipped_and_counted(tmp_path, shards):
     _, images = shards
     good = images[1]
