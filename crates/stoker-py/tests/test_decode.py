@@ -127,11 +127,11 @@ def test_augmentation_is_a_function_of_seed_epoch_and_index(shards):
     assert all(torch.equal(t, a[i]) for i, t in {**head, **tail}.items())
 
 
-def test_colour_jitter_and_grayscale_are_functions_of_seed_epoch_and_index(shards):
+def test_colour_jitter_grayscale_and_blur_are_functions_of_seed_epoch_and_index(shards):
     root, _ = shards
     plain = {"jpg": stoker.Image(48, crop="random_resized", flip=True)}
     colour = {"jpg": stoker.Image(48, crop="random_resized", flip=True, color_jitter=(0.4, 0.4, 0.4, 0.1),
-                                  grayscale=0.3)}
+                                  grayscale=0.3, blur=(5, 0.1, 2.0), blur_p=0.5)}
     a = by_index(stoker.Loader(str(root), batch_size=8, shuffle=True, seed=1, decode=colour))
     b = by_index(stoker.Loader(str(root), batch_size=5, shuffle=True, seed=1, decode=colour, decode_threads=1))
     assert all(torch.equal(a[i], b[i]) for i in range(N)), "same seed, other batch size and threads: same tensors"
@@ -144,6 +144,8 @@ def test_colour_jitter_and_grayscale_are_functions_of_seed_epoch_and_index(shard
     bad = {"jpg": stoker.Image(48, color_jitter=(0.1, 0.1, 0.1, 0.8))}
     with pytest.raises(stoker.StokerError, match="hue"):
         stoker.Loader(str(root), batch_size=8, decode=bad)
+    with pytest.raises(stoker.StokerError, match="blur kernel"):
+        stoker.Loader(str(root), batch_size=8, decode={"jpg": stoker.Image(48, blur=(4, 1.0, 2.0))})
 
 
 def test_bad_images_raise_or_are_skipped_and_counted(tmp_path, shards):

@@ -171,7 +171,10 @@ class Image:
     contrast, saturation, hue)`` (Albumentations: ``ColorJitter`` with the same four): factors
     from ``[max(0, 1 - a), 1 + a]`` (hue ``[-h, h]``, ``h <= 0.5``), the four in a random order,
     0 leaving one out; ``grayscale=p`` is ``RandomGrayscale(p)`` (Albumentations: ``ToGray(p=p)``
-    with its default weights 0.299/0.587/0.114, within a level).
+    with its default weights 0.299/0.587/0.114, within a level). ``blur=(kernel, sigma_lo,
+    sigma_hi)`` is ``GaussianBlur(kernel, sigma=(sigma_lo, sigma_hi))`` after the colour, applied
+    to a ``blur_p`` share of the samples (``RandomApply([GaussianBlur(...)], p=blur_p)``;
+    Albumentations: ``GaussianBlur(blur_limit=(kernel, kernel), sigma_limit=(lo, hi), p=blur_p)``).
     """
 
     def __init__(
@@ -189,10 +192,14 @@ class Image:
         max_pixels: int = 100_000_000,
         color_jitter: Optional[Sequence[float]] = None,
         grayscale: float = 0.0,
+        blur: Optional[Tuple[int, float, float]] = None,
+        blur_p: float = 1.0,
     ) -> None:
         h, w = (size, size) if isinstance(size, int) else size
         if color_jitter is not None and len(color_jitter) != 4:
             raise InvalidInputError("color_jitter is (brightness, contrast, saturation, hue)")
+        if blur is not None and len(blur) != 3:
+            raise InvalidInputError("blur is (kernel, sigma_lo, sigma_hi)")
         if crop == "random_resized":
             mode: Dict[str, Any] = {"mode": "random_resized", "scale": list(scale), "ratio": list(ratio)}
         elif crop == "center":
@@ -218,6 +225,9 @@ class Image:
             if color_jitter is None
             else dict(zip(("brightness", "contrast", "saturation", "hue"), map(float, color_jitter))),
             "grayscale": float(grayscale),
+            "blur": None
+            if blur is None
+            else {"kernel": int(blur[0]), "sigma": [float(blur[1]), float(blur[2])], "p": float(blur_p)},
         }
 
     def __repr__(self) -> str:

@@ -31,12 +31,13 @@ mod workers;
 
 pub use array::{parse_int, parse_npy, NpyHeader};
 pub use budget::{DecodeMemory, OverBudget, Reservation};
+pub use image::blur::gaussian_blur;
 pub use image::color::{apply as apply_color, ColorOp};
 pub use image::{decode_image, decode_image_within, ImageError, ImageScratch};
 pub use rng::SampleRng;
 pub use spec::{
-    ColorJitter, Crop, DecodeSpec, Dtype, FieldDecode, FixedSpec, ImageLayout, ImageSpec, Normalize, NpySpec, TokenRef,
-    TokensSpec,
+    Blur, ColorJitter, Crop, DecodeSpec, Dtype, FieldDecode, FixedSpec, ImageLayout, ImageSpec, Normalize, NpySpec,
+    TokenRef, TokensSpec,
 };
 pub use text::TextTokenizer;
 pub use tokens::MAX_SEQ_LEN;

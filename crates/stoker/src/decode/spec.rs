@@ -66,6 +66,21 @@ pub struct ImageSpec {
     pub color_jitter: Option<ColorJitter>,
     /// torchvision's `RandomGrayscale(p)`: the probability (0 never), after the jitter.
     pub grayscale: f32,
+    /// torchvision's `GaussianBlur(kernel, sigma)`, after the colour operations.
+    pub blur: Option<Blur>,
+}
+
+/// torchvision's `GaussianBlur(kernel_size, sigma=(lo, hi))`, applied with probability `p`
+/// (`RandomApply([GaussianBlur(...)], p)`; Albumentations' `GaussianBlur(blur_limit, sigma_limit, p)`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Blur {
+    /// Taps of the kernel, odd, at least 3.
+    pub kernel: u32,
+    /// `sigma` drawn uniformly from `[lo, hi]` per sample.
+    pub sigma: [f32; 2],
+    /// Probability of blurring a sample.
+    pub p: f32,
 }
 
 impl Default for ImageSpec {
@@ -80,6 +95,7 @@ impl Default for ImageSpec {
             max_pixels: 100_000_000,
             color_jitter: None,
             grayscale: 0.0,
+            blur: None,
         }
     }
 }
@@ -368,6 +384,19 @@ fn image_from_args(opts: &[&str]) -> std::result::Result<ImageSpec, String> {
             _ => {
                 if let Some(p) = o.strip_prefix("flip=") {
                     s.flip = p.parse().map_err(|_| format!("flip=`{p}` is not a probability"))?;
+                } else if let Some(v) = o.strip_prefix("blur=") {
+                    // blur=KERNEL,SIGMA_LO,SIGMA_HI[,P]
+                    let parts: Vec<f32> =
+                        v.split(',').map(|x| x.parse::<f32>()).collect::<Result<_, _>>().unwrap_or_default();
+                    let (kernel, sigma, p) = match parts[..] {
+                        [k, lo, hi] => (k, [lo, hi], 1.0),
+                        [k, lo, hi, p] => (k, [lo, hi], p),
+                        _ => return Err(format!("blur=`{v}` is not KERNEL,SIGMA_LO,SIGMA_HI[,P]")),
+                    };
+                    if kernel.fract() != 0.0 || kernel < 0.0 {
+                        return Err(format!("blur kernel `{kernel}` is not a whole number of taps"));
+                    }
+                    s.blur = Some(Blur { kernel: kernel as u32, sigma, p });
                 } else if let Some(p) = o.strip_prefix("gray=") {
                     s.grayscale = p.parse().map_err(|_| format!("gray=`{p}` is not a probability"))?;
                 } else if let Some(v) = o.strip_prefix("jitter=") {
@@ -439,6 +468,19 @@ impl ImageSpec {
         if let Some(j) = &self.color_jitter {
             j.check()?;
         }
+        if let Some(b) = &self.blur {
+            let sigma_ok = b.sigma.iter().all(|s| s.is_finite() && *s > 0.0) && b.sigma[0] <= b.sigma[1];
+            if b.kernel < 3 || b.kernel % 2 == 0 || b.kernel > 255 || !sigma_ok || !(0.0..=1.0).contains(&b.p) {
+                return Err(format!(
+                    "blur kernel {} must be odd within 3..=255, sigma {:?} positive with lo <= hi, p {} within 0..=1",
+                    b.kernel, b.sigma, b.p
+                ));
+            }
+            let [h, w] = self.size;
+            if b.kernel / 2 >= h.min(w) {
+                return Err(format!("blur kernel {} is wider than the {h}x{w} output can reflect", b.kernel));
+            }
+        }
         if self.max_pixels == 0 {
             return Err("max_pixels must be at least 1".into());
         }
@@ -484,10 +526,11 @@ mod tests {
         let d = DecodeSpec::from_args(&["jpg=image:224"]).unwrap();
         let FieldDecode::Image(img) = d.get("jpg").unwrap() else { panic!() };
         assert_eq!((img.size, img.crop, img.flip), ([224, 224], Crop::random_resized(), 0.0));
-        let c = DecodeSpec::from_args(&["jpg=image:224:jitter=0.2,0.2,0.2,0.1:gray=0.1"]).unwrap();
+        let c = DecodeSpec::from_args(&["jpg=image:224:jitter=0.2,0.2,0.2,0.1:gray=0.1:blur=23,0.1,2,0.5"]).unwrap();
         let FieldDecode::Image(img) = c.get("jpg").unwrap() else { panic!() };
         let want = ColorJitter { brightness: 0.2, contrast: 0.2, saturation: 0.2, hue: 0.1 };
         assert_eq!((img.color_jitter, img.grayscale), (Some(want), 0.1));
+        assert_eq!(img.blur, Some(Blur { kernel: 23, sigma: [0.1, 2.0], p: 0.5 }));
         // JSON round trip keeps the order of fields.
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(DecodeSpec::from_json(&json).unwrap(), s);
@@ -501,6 +544,9 @@ mod tests {
             (&["jpg=image:jitter=0.2,0.2"][..], "four amounts"),
             (&["jpg=image:jitter=0.2,0.2,0.2,0.7"][..], "hue"),
             (&["jpg=image:gray=2"][..], "grayscale probability"),
+            (&["jpg=image:blur=4,1,2"][..], "odd"),
+            (&["jpg=image:blur=5.5,1,2"][..], "whole number"),
+            (&["jpg=image:8:blur=17,1,2"][..], "wider"),
         ] {
             let e = DecodeSpec::from_args(bad).unwrap_err().to_string();
             assert!(e.contains(why), "{bad:?}: {e}");

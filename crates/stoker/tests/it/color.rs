@@ -4,7 +4,7 @@
 
 use crate::common::*;
 
-use stoker::decode::{apply_color, ColorOp};
+use stoker::decode::{apply_color, gaussian_blur, ColorOp};
 
 #[test]
 fn colour_operations_match_torchvision_on_real_photos() {
@@ -14,11 +14,24 @@ fn colour_operations_match_torchvision_on_real_photos() {
     assert!(out.status.success(), "{}\nrun integration/setup.sh", String::from_utf8_lossy(&out.stderr));
     let manifest: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cases = manifest["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 3 * 20);
+    assert_eq!(cases.len(), 3 * 24);
+    let (w, h) = (manifest["width"].as_u64().unwrap() as usize, manifest["height"].as_u64().unwrap() as usize);
     let mut worst: std::collections::BTreeMap<String, (f64, u8)> = Default::default();
     for case in cases {
         let mut img = std::fs::read(dir.path().join(case["photo"].as_str().unwrap())).unwrap();
         let want = std::fs::read(dir.path().join(case["out"].as_str().unwrap())).unwrap();
+        if case["op"] == "blur" {
+            let (k, sigma) = (case["factor"][0].as_u64().unwrap() as usize, case["factor"][1].as_f64().unwrap() as f32);
+            gaussian_blur(&mut img, w, h, k, sigma);
+            let diff: Vec<u8> = img.iter().zip(&want).map(|(a, b)| a.abs_diff(*b)).collect();
+            let mean = diff.iter().map(|&d| f64::from(d)).sum::<f64>() / diff.len() as f64;
+            let max = diff.iter().copied().max().unwrap_or(0);
+            let key = format!("blur {k} {sigma}");
+            worst.insert(key.clone(), (mean, max));
+            // Two 1-D passes where torchvision convolves in 2-D: f32 sums in another order.
+            assert!(mean <= 0.05 && max <= 1, "{key} on {}: {mean:.3} on average, {max} at most", case["photo"]);
+            continue;
+        }
         let f = case["factor"].as_f64().unwrap() as f32;
         let (op, name) = match case["op"].as_str().unwrap() {
             "brightness" => (ColorOp::Brightness(f), "brightness"),

@@ -40,6 +40,7 @@
 //!
 //! A resize is a tenth or less of a decode, so whole-decode rates move within their noise.
 
+pub(crate) mod blur;
 mod codec;
 pub(crate) mod color;
 mod footprint;
@@ -142,6 +143,8 @@ pub struct ImageScratch {
     jpeg: jpeg::JpegScratch,
     /// The resampler's coefficient tables and intermediate image.
     resampler: resample::Resampler,
+    /// The blur's horizontal pass.
+    blur: Vec<f32>,
 }
 
 impl std::fmt::Debug for ImageScratch {
@@ -242,6 +245,12 @@ fn decode_opened(
     // Drawn after the window and flip, so specs without colour keep their crops.
     let ops = color::draw(spec.color_jitter.as_ref(), spec.grayscale, rng);
     color::apply(resized, &ops);
+    if let Some(b) = &spec.blur {
+        if b.p > 0.0 && rng.unit() < f64::from(b.p) {
+            let sigma = rng.uniform(f64::from(b.sigma[0]), f64::from(b.sigma[1])) as f32;
+            blur::blur(resized, ow as usize, oh as usize, b.kernel as usize, sigma, &mut scratch.blur);
+        }
+    }
     output::write(spec, resized, ow as usize, oh as usize, plan.flip, out)
 }
 
