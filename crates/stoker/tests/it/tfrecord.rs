@@ -70,6 +70,14 @@ async fn damaged_records_are_named_and_the_skip_policy_counts_them() {
         assert_eq!(got[&s.key], &s.field("image").unwrap()[..], "{}", s.key);
     }
 
+    // The very first record damaged: the dataset still opens as Examples, that record fails.
+    let mut first = good.clone();
+    first[12 + 30] ^= 0x04;
+    std::fs::write(&file, &first).unwrap();
+    let src = open(dir.to_str().unwrap()).await;
+    assert!(src.get(0).await.unwrap_err().to_string().contains("record 0"));
+    assert_eq!(src.get(1).await.unwrap(), want[1], "read as an Example, decided by record 1");
+
     // A length that fails its checksum: nothing says where the next record starts.
     let mut bad = good.clone();
     bad[at + 2] ^= 1;

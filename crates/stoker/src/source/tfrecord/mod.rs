@@ -13,7 +13,7 @@
 //! length that fails its checksum, or a file that ends inside a record, is an error at open
 //! naming the file, record and offset: past it, nothing says where the next record starts.
 //!
-//! Records holding a `tf.train.Example` (decided by the first record) become samples whose
+//! Records holding a `tf.train.Example` (decided by the first record that reads) become samples whose
 //! fields are its features ([`example`]); any other payload (a `SequenceExample`, raw bytes)
 //! is one field, `data`. A file is a shard; keys are `<file without suffix>/<record, 9 digits>`.
 
@@ -102,11 +102,15 @@ pub(crate) async fn open(
     }
     let mut src =
         TfRecordSource { store, files, starts, payload: Payload::Raw, data: "data".into(), spill_dir, display };
-    if src.len() > 0 {
-        let (f, r) = src.locate(0).ok_or_else(|| Error::internal("no first record"))?;
-        let first = src.records(f, &[r]).await?.pop().unwrap_or_default();
-        if example::parse(&first).is_some() {
-            src.payload = Payload::Example;
+    // The first record that reads decides (a damaged one is the reads' to report, counted
+    // under the skip policy, not a reason to refuse the dataset).
+    for i in 0..src.len().min(8) as u64 {
+        let (f, r) = src.locate(i).ok_or_else(|| Error::internal("a record below the count not found"))?;
+        if let Ok(mut got) = src.records(f, &[r]).await {
+            if example::parse(&got.pop().unwrap_or_default()).is_some() {
+                src.payload = Payload::Example;
+            }
+            break;
         }
     }
     Ok(Arc::new(src))
