@@ -135,6 +135,16 @@ def test_colour_jitter_grayscale_and_blur_are_functions_of_seed_epoch_and_index(
     a = by_index(stoker.Loader(str(root), batch_size=8, shuffle=True, seed=1, decode=colour))
     b = by_index(stoker.Loader(str(root), batch_size=5, shuffle=True, seed=1, decode=colour, decode_threads=1))
     assert all(torch.equal(a[i], b[i]) for i in range(N)), "same seed, other batch size and threads: same tensors"
+    # Resumed mid-epoch in a new loader: the rest of the epoch has the same colours.
+    first = stoker.Loader(str(root), batch_size=8, shuffle=True, seed=1, decode=colour)
+    for k, batch in enumerate(first):
+        if k == 1:
+            state = first.state_dict()
+            break
+    again = stoker.Loader(str(root), batch_size=8, shuffle=True, seed=1, decode=colour)
+    again.load_state_dict(state)
+    tail = by_index(again)
+    assert len(tail) == N - 16 and all(torch.equal(t, a[i]) for i, t in tail.items())
     p = by_index(stoker.Loader(str(root), batch_size=8, shuffle=True, seed=1, decode=plain))
     assert sum(not torch.equal(a[i], p[i]) for i in range(N)) > N * 3 // 4, "the colour of most samples changed"
     gray = [bool((a[i][..., 0] == a[i][..., 1]).all() and (a[i][..., 1] == a[i][..., 2]).all()) for i in range(N)]
