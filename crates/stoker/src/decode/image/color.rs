@@ -79,13 +79,13 @@ pub fn apply(img: &mut [u8], ops: &[ColorOp]) {
             Op::Contrast(f) => {
                 let n = (img.len() / 3).max(1);
                 // torch sums the floored grayscale in f32 (pairwise); f64 keeps the mean exact.
-                let sum: f64 = img.chunks_exact(3).map(|p| f64::from(gray_f32(p).floor())).sum();
+                let sum: f64 = img.chunks_exact(3).map(|p| f64::from(floor_gray(p))).sum();
                 let mean = (sum / n as f64) as f32;
                 img.iter_mut().for_each(|x| *x = blend(*x, mean, f));
             }
             Op::Saturation(f) => {
                 for p in img.chunks_exact_mut(3) {
-                    let g = gray_f32(p).floor();
+                    let g = floor_gray(p);
                     p.iter_mut().for_each(|x| *x = blend(*x, g, f));
                 }
             }
@@ -103,6 +103,13 @@ pub fn apply(img: &mut [u8], ops: &[ColorOp]) {
 /// torchvision's grayscale, in its order of f32 operations.
 fn gray_f32(p: &[u8]) -> f32 {
     f32::from(p[0]) * 0.2989 + f32::from(p[1]) * 0.587 + f32::from(p[2]) * 0.114
+}
+
+/// The grayscale floored, as torchvision floors it for uint8 images. It lies in 0..=255, where
+/// truncation is the floor: a cast, not a call to `floorf` (no SSE4.1 rounding instruction in
+/// the baseline x86-64 target, and this runs for every pixel).
+fn floor_gray(p: &[u8]) -> f32 {
+    gray_f32(p) as u32 as f32
 }
 
 /// `f * x + (1 - f) * other`, clamped and truncated (torchvision's `_blend` on uint8).
@@ -131,16 +138,28 @@ fn hue(p: &mut [u8], f: f32) {
     } else {
         4.0 + gc - rc
     };
-    let h = ((h * (1.0 / 6.0) + 1.0) % 1.0 + f).rem_euclid(1.0);
+    // torch's `fmod(h / 6 + 1, 1)`, then `remainder(h + f, 1)`, by branches: `h / 6 + 1` lies in
+    // [5/6, 11/6) and `h + f` in [-0.5, 1.5), where these are the same exact operations
+    // (`fmodf` and `floorf` are library calls here, and this runs for every pixel).
+    let h = h * (1.0 / 6.0) + 1.0;
+    let h = if h >= 1.0 { h - 1.0 } else { h } + f;
+    let h = if h < 0.0 {
+        h + 1.0
+    } else if h >= 1.0 {
+        h - 1.0
+    } else {
+        h
+    };
     let v = maxc;
     let h6 = h * 6.0;
-    let i = h6.floor();
+    // h6 lies in [0, 6]: truncation is the floor.
+    let i = h6 as i32 as f32;
     let fr = h6 - i;
     let sxf = s * fr;
     let q = ((1.0 - sxf) * v).clamp(0.0, 1.0);
     let t = ((sxf + (1.0 - s)) * v).clamp(0.0, 1.0);
     let pp = ((1.0 - s) * v).clamp(0.0, 1.0);
-    let (r, g, b) = match (i as i32).rem_euclid(6) {
+    let (r, g, b) = match (i as i32) % 6 {
         0 => (v, t, pp),
         1 => (q, v, pp),
         2 => (pp, v, t),
