@@ -75,13 +75,15 @@ pub(crate) fn draw(jitter: Option<&ColorJitter>, gray: f32, rng: &mut SampleRng)
 pub fn apply(img: &mut [u8], ops: &[ColorOp]) {
     for op in ops {
         match *op {
-            Op::Brightness(f) => img.iter_mut().for_each(|x| *x = to_u8(f32::from(*x) * f)),
+            // Brightness and contrast map each value alone: a 256-entry table of the exact
+            // per-value result, then a lookup per byte.
+            Op::Brightness(f) => lookup(img, |x| to_u8(x * f)),
             Op::Contrast(f) => {
                 let n = (img.len() / 3).max(1);
                 // torch sums the floored grayscale in f32 (pairwise); f64 keeps the mean exact.
                 let sum: f64 = img.chunks_exact(3).map(|p| f64::from(floor_gray(p))).sum();
                 let mean = (sum / n as f64) as f32;
-                img.iter_mut().for_each(|x| *x = blend(*x, mean, f));
+                lookup(img, |x| to_u8(x * f + mean * (1.0 - f)));
             }
             Op::Saturation(f) => {
                 for p in img.chunks_exact_mut(3) {
@@ -98,6 +100,12 @@ pub fn apply(img: &mut [u8], ops: &[ColorOp]) {
             }
         }
     }
+}
+
+/// Replace every byte `x` of `img` by `f(x as f32)`, computed once per value.
+fn lookup(img: &mut [u8], f: impl Fn(f32) -> u8) {
+    let table: [u8; 256] = std::array::from_fn(|x| f(x as f32));
+    img.iter_mut().for_each(|x| *x = table[usize::from(*x)]);
 }
 
 /// torchvision's grayscale, in its order of f32 operations.
@@ -117,9 +125,10 @@ fn blend(x: u8, other: f32, f: f32) -> u8 {
     to_u8(f32::from(x) * f + other * (1.0 - f))
 }
 
-/// Clamped to 0..=255 and truncated, as torch's `.clamp_(0, 255).to(torch.uint8)`.
+/// Clamped to 0..=255 and truncated, as torch's `.clamp_(0, 255).to(torch.uint8)` (`max`/`min`
+/// rather than `clamp`, whose NaN rule costs branches; the values here are never NaN).
 fn to_u8(v: f32) -> u8 {
-    v.clamp(0.0, 255.0) as u8
+    v.max(0.0).min(255.0) as u8
 }
 
 /// One pixel's hue turned by `f` (torchvision's `_rgb_to_hsv`, shift, `_hsv_to_rgb`).
@@ -156,9 +165,10 @@ fn hue(p: &mut [u8], f: f32) {
     let i = h6 as i32 as f32;
     let fr = h6 - i;
     let sxf = s * fr;
-    let q = ((1.0 - sxf) * v).clamp(0.0, 1.0);
-    let t = ((sxf + (1.0 - s)) * v).clamp(0.0, 1.0);
-    let pp = ((1.0 - s) * v).clamp(0.0, 1.0);
+    let unit = |x: f32| x.max(0.0).min(1.0);
+    let q = unit((1.0 - sxf) * v);
+    let t = unit((sxf + (1.0 - s)) * v);
+    let pp = unit((1.0 - s) * v);
     let (r, g, b) = match (i as i32) % 6 {
         0 => (v, t, pp),
         1 => (q, v, pp),
