@@ -127,6 +127,7 @@ fn blend(x: u8, other: f32, f: f32) -> u8 {
 
 /// Clamped to 0..=255 and truncated, as torch's `.clamp_(0, 255).to(torch.uint8)` (`max`/`min`
 /// rather than `clamp`, whose NaN rule costs branches; the values here are never NaN).
+#[allow(clippy::manual_clamp)] // clamp's NaN rule is what this avoids
 fn to_u8(v: f32) -> u8 {
     v.max(0.0).min(255.0) as u8
 }
@@ -165,6 +166,7 @@ fn hue(p: &mut [u8], f: f32) {
     let i = h6 as i32 as f32;
     let fr = h6 - i;
     let sxf = s * fr;
+    #[allow(clippy::manual_clamp)] // as in `to_u8`
     let unit = |x: f32| x.max(0.0).min(1.0);
     let q = unit((1.0 - sxf) * v);
     let t = unit((sxf + (1.0 - s)) * v);
