@@ -18,6 +18,7 @@ use bytes::Bytes;
 
 use super::span_index::{self, Kind, Places, SpanIndex};
 use crate::error::{Error, Result};
+use crate::sample::Sample;
 use crate::store::{Cancel, Object, ObjectInfo, Store};
 use crate::uri::SourceOptions;
 
@@ -40,12 +41,12 @@ enum Body {
 }
 
 /// One file and its span index.
-pub(crate) struct SpanFile {
+struct SpanFile {
     /// The file's path relative to the root.
-    pub(crate) path: String,
+    path: String,
     obj: Object,
     body: Body,
-    pub(crate) spans: Arc<SpanIndex>,
+    spans: Arc<SpanIndex>,
 }
 
 /// Whether `path` is compressed as a whole (by its name).
@@ -53,39 +54,138 @@ pub(crate) fn compressed(path: &str) -> bool {
     path.ends_with(".gz") || path.ends_with(".zst")
 }
 
-/// The files of `listing` (in path order), each with its `kind` index found on disk or built
-/// by walking it with `scan`, several at once.
-pub(crate) async fn open_all(
-    store: &Store,
-    listing: &[ObjectInfo],
-    opts: &SourceOptions,
-    kind: &'static Kind,
-    scan: Scan,
-) -> Result<Vec<SpanFile>> {
-    // Decompressed copies go where decoded shards spill (the temporary directory when the
-    // disk cache is off: a compressed file has to be decompressed somewhere to be read).
-    let spill_dir = opts.spill_dir().unwrap_or_else(std::env::temp_dir);
-    let opened = super::tar_index::walk_all(listing.len(), opts.concurrency().min(8), |i, cancel| {
-        let (info, store, dir) = (listing[i].clone(), store.clone(), spill_dir.clone());
-        let places = Places::of(kind, &store, &info.path, opts);
-        async move {
-            tokio::task::spawn_blocking(move || index(&store, &info, &places, dir, cancel, scan))
-                .await
-                .map_err(Error::task)?
-        }
-    })
-    .await?;
-    Ok(listing
-        .iter()
-        .zip(opened)
-        .map(|(info, (spans, copy))| {
+/// The files of one source, in path order, each with its span index, and where each file's
+/// samples start in the whole: what the layouts of span files (JSONL, TFRecord) share.
+pub(crate) struct SpanFiles {
+    store: Store,
+    files: Vec<SpanFile>,
+    /// Each file's path without its layout's suffix, as keys show it.
+    names: Vec<String>,
+    starts: Vec<u64>,
+    /// Where compressed files are decompressed to.
+    spill_dir: PathBuf,
+}
+
+impl SpanFiles {
+    /// The files of `listing` (sorted by path here), each with its `kind` index found on disk
+    /// or built by walking it with `scan`, several at once. `suffixes` are the layout's file
+    /// name endings, cut off for keys.
+    pub(crate) async fn open(
+        store: Store,
+        mut listing: Vec<ObjectInfo>,
+        opts: &SourceOptions,
+        kind: &'static Kind,
+        scan: Scan,
+        suffixes: &[&str],
+    ) -> Result<Self> {
+        listing.sort_by(|a, b| a.path.cmp(&b.path));
+        // Decompressed copies go where decoded shards spill (the temporary directory when the
+        // disk cache is off: a compressed file has to be decompressed somewhere to be read).
+        let spill_dir = opts.spill_dir().unwrap_or_else(std::env::temp_dir);
+        let opened = super::tar_index::walk_all(listing.len(), opts.concurrency().min(8), |i, cancel| {
+            let (info, store, dir) = (listing[i].clone(), store.clone(), spill_dir.clone());
+            let places = Places::of(kind, &store, &info.path, opts);
+            async move {
+                tokio::task::spawn_blocking(move || index(&store, &info, &places, dir, cancel, scan))
+                    .await
+                    .map_err(Error::task)?
+            }
+        })
+        .await?;
+        let (mut files, mut names, mut starts) = (Vec::new(), Vec::new(), vec![0u64]);
+        for (info, (spans, copy)) in listing.iter().zip(opened) {
             let body = match compressed(&info.path) {
                 false => Body::Store,
                 true => Body::Compressed(tokio::sync::OnceCell::new_with(copy.map(Arc::new))),
             };
-            SpanFile { path: info.path.clone(), obj: store.object(info), body, spans: Arc::new(spans) }
-        })
-        .collect())
+            let suffix = suffixes.iter().filter(|s| info.path.ends_with(**s)).max_by_key(|s| s.len()).copied();
+            names.push(info.path.strip_suffix(suffix.unwrap_or("")).unwrap_or(&info.path).to_string());
+            starts.push(starts.last().copied().unwrap_or(0) + spans.len());
+            files.push(SpanFile { path: info.path.clone(), obj: store.object(info), body, spans: Arc::new(spans) });
+        }
+        Ok(SpanFiles { store, files, names, starts, spill_dir })
+    }
+
+    /// Samples in all files.
+    pub(crate) fn len(&self) -> usize {
+        self.starts.last().copied().unwrap_or(0) as usize
+    }
+
+    /// How many files.
+    pub(crate) fn count(&self) -> usize {
+        self.files.len()
+    }
+
+    /// The file and the span in it of sample `i`.
+    pub(crate) fn locate(&self, i: u64) -> Option<(usize, usize)> {
+        super::locate(&self.starts, i)
+    }
+
+    /// The key of span `s` of file `f`: `<file without suffix>/<span, 9 digits>`.
+    pub(crate) fn key(&self, f: usize, s: usize) -> String {
+        format!("{}/{s:09}", self.names[f])
+    }
+
+    /// File `f`'s full location, for messages.
+    pub(crate) fn describe(&self, f: usize) -> String {
+        self.store.describe(&self.files[f].path)
+    }
+
+    /// The store the files are read through.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Random access by span, neighbours merged, a file a shard.
+    pub(crate) fn capability(&self) -> super::Capability {
+        super::Capability {
+            random_access: true,
+            coalesced_reads: true,
+            locality: true,
+            cheap_meta: false,
+            local: !self.store.is_remote(),
+        }
+    }
+
+    /// The file (shard) of sample `i`.
+    pub(crate) fn locality(&self, i: usize) -> Option<usize> {
+        self.locate(i as u64).map(|(f, _)| f)
+    }
+
+    /// Where sample `i` lies, for messages.
+    pub(crate) fn location(&self, i: usize) -> Option<String> {
+        self.locate(i as u64).map(|(f, _)| format!("file {}", self.describe(f)))
+    }
+
+    /// The bytes of spans `which` of file `f`, with where each starts.
+    pub(crate) async fn read(&self, f: usize, which: &[usize]) -> Result<Vec<(u64, Bytes)>> {
+        self.files[f].read(&self.store, &self.spill_dir, which).await
+    }
+
+    /// Samples `indices`, read a file at a time (so the store merges neighbours), each made by
+    /// `make(file, span in file, where the span starts, its bytes)`; in the order asked.
+    pub(crate) async fn get_many(
+        &self,
+        indices: &[usize],
+        mut make: impl FnMut(usize, usize, u64, Bytes) -> Result<Sample>,
+    ) -> Result<Vec<Sample>> {
+        let mut located = Vec::with_capacity(indices.len());
+        for &i in indices {
+            super::check_index(i, self.len())?;
+            located.push(self.locate(i as u64).ok_or_else(|| Error::internal("a checked index not found"))?);
+        }
+        let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
+        let mut order: Vec<usize> = (0..located.len()).collect();
+        order.sort_by_key(|&i| located[i]);
+        for group in order.chunk_by(|&a, &b| located[a].0 == located[b].0) {
+            let f = located[group[0]].0;
+            let which: Vec<usize> = group.iter().map(|&i| located[i].1).collect();
+            for (&i, (at, bytes)) in group.iter().zip(self.read(f, &which).await?) {
+                out[i] = Some(make(f, located[i].1, at, bytes)?);
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
 }
 
 /// The span index of `info`: the one kept on disk if it is whole and of this version of the
@@ -176,12 +276,7 @@ impl Read for Tee<'_> {
 
 impl SpanFile {
     /// The bytes of spans `which`, with where each starts.
-    pub(crate) async fn read(
-        &self,
-        store: &Store,
-        spill_dir: &std::path::Path,
-        which: &[usize],
-    ) -> Result<Vec<(u64, Bytes)>> {
+    async fn read(&self, store: &Store, spill_dir: &std::path::Path, which: &[usize]) -> Result<Vec<(u64, Bytes)>> {
         let shown = store.describe(&self.path);
         let fail = move |what: &str, e: std::io::Error| Error::io(format!("{what} of {shown}"), e);
         let Body::Compressed(copy) = &self.body else {

@@ -11,15 +11,14 @@
 
 use std::fmt;
 use std::io::Read;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::span_file::{self, SpanFile};
+use super::span_file::SpanFiles;
 use super::span_index::JSONL_LINES;
-use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
+use super::{Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
 use crate::store::{IoCounters, ObjectInfo, Store};
@@ -28,26 +27,16 @@ use crate::uri::{Layout, SourceOptions};
 /// File name endings this layout reads.
 pub(crate) const SUFFIXES: [&str; 3] = [".jsonl", ".jsonl.gz", ".jsonl.zst"];
 
-struct JsonlFile {
-    /// The file's path without its suffix, as keys show it.
-    name: String,
-    file: SpanFile,
-}
-
 /// A JSONL corpus of one or more files, documents in file order, then line order.
 pub(crate) struct JsonlSource {
-    store: Store,
-    files: Vec<JsonlFile>,
-    starts: Vec<u64>,
+    files: SpanFiles,
     field: Arc<str>,
-    /// Where compressed files are decompressed to.
-    spill_dir: PathBuf,
     display: String,
 }
 
 impl fmt::Debug for JsonlSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("JsonlSource").field("source", &self.display).field("files", &self.files.len()).finish()
+        f.debug_struct("JsonlSource").field("source", &self.display).field("files", &self.files.count()).finish()
     }
 }
 
@@ -60,23 +49,13 @@ impl fmt::Display for JsonlSource {
 /// Open the JSONL files `listing` (in path order).
 pub(crate) async fn open(
     store: Store,
-    mut listing: Vec<ObjectInfo>,
+    listing: Vec<ObjectInfo>,
     opts: &SourceOptions,
     display: String,
 ) -> Result<Arc<DynSampleSource>> {
-    listing.sort_by(|a, b| a.path.cmp(&b.path));
     let field: Arc<str> = opts.text_field.as_deref().unwrap_or("text").into();
-    let spill_dir = opts.spill_dir().unwrap_or_else(std::env::temp_dir);
-    let opened = span_file::open_all(&store, &listing, opts, &JSONL_LINES, scan).await?;
-    let mut files = Vec::with_capacity(listing.len());
-    let mut starts = vec![0u64];
-    for file in opened {
-        let suffix = SUFFIXES.iter().rev().find(|s| file.path.ends_with(*s)).copied().unwrap_or("");
-        let name = file.path.strip_suffix(suffix).unwrap_or(&file.path).to_string();
-        starts.push(starts.last().copied().unwrap_or(0) + file.spans.len());
-        files.push(JsonlFile { name, file });
-    }
-    Ok(Arc::new(JsonlSource { store, files, starts, field, spill_dir, display }))
+    let files = SpanFiles::open(store, listing, opts, &JSONL_LINES, scan, &SUFFIXES).await?;
+    Ok(Arc::new(JsonlSource { files, field, display }))
 }
 
 /// Hand the non-blank lines of `r` to `line`; returns how many bytes `r` held.
@@ -108,22 +87,14 @@ fn scan(r: &mut dyn Read, line: &mut dyn FnMut(u64, u64) -> std::io::Result<()>)
 }
 
 impl JsonlSource {
-    fn locate(&self, doc: u64) -> Option<(usize, usize)> {
-        super::locate(&self.starts, doc)
-    }
-
     /// The text of document `line` of file `f`, from its line's bytes (starting at byte `at`).
     fn text(&self, f: usize, line: usize, at: u64, bytes: &[u8]) -> Result<Bytes> {
         text_field(bytes, &self.field).map(Bytes::from).map_err(|why| Error::CorruptData {
-            shard: self.store.describe(&self.files[f].file.path),
-            key: self.key(f, line),
+            shard: self.files.describe(f),
+            key: self.files.key(f, line),
             field: self.field.to_string(),
             reason: format!("line at byte {at}: {why}"),
         })
-    }
-
-    fn key(&self, f: usize, line: usize) -> String {
-        format!("{}/{line:09}", self.files[f].name)
     }
 }
 
@@ -167,21 +138,15 @@ pub(crate) fn text_field(line: &[u8], field: &str) -> std::result::Result<String
 #[async_trait]
 impl SampleSource for JsonlSource {
     fn len(&self) -> usize {
-        self.starts.last().copied().unwrap_or(0) as usize
+        self.files.len()
     }
 
     fn capability(&self) -> Capability {
-        Capability {
-            random_access: true,
-            coalesced_reads: true,
-            locality: true,
-            cheap_meta: false,
-            local: !self.store.is_remote(),
-        }
+        self.files.capability()
     }
 
     fn info(&self) -> SourceInfo {
-        SourceInfo::of(Layout::Jsonl, self.files.len())
+        SourceInfo::of(Layout::Jsonl, self.files.count())
     }
 
     async fn get(&self, index: usize) -> Result<Sample> {
@@ -189,37 +154,24 @@ impl SampleSource for JsonlSource {
     }
 
     async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
-        let mut located = Vec::with_capacity(indices.len());
-        for &i in indices {
-            check_index(i, self.len())?;
-            located.push(self.locate(i as u64).ok_or_else(|| Error::internal("a checked index not found"))?);
-        }
-        let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
-        let mut order: Vec<usize> = (0..located.len()).collect();
-        order.sort_by_key(|&i| located[i]);
-        for group in order.chunk_by(|&a, &b| located[a].0 == located[b].0) {
-            let f = located[group[0]].0;
-            let lines: Vec<usize> = group.iter().map(|&i| located[i].1).collect();
-            let got = self.files[f].file.read(&self.store, &self.spill_dir, &lines).await?;
-            for (&i, (at, bytes)) in group.iter().zip(got) {
-                let line = located[i].1;
+        self.files
+            .get_many(indices, |f, line, at, bytes| {
                 let text = self.text(f, line, at, &bytes)?;
-                out[i] = Some(Sample::single(self.key(f, line), self.field.clone(), text));
-            }
-        }
-        Ok(out.into_iter().flatten().collect())
+                Ok(Sample::single(self.files.key(f, line), self.field.clone(), text))
+            })
+            .await
     }
 
     fn locality(&self, index: usize) -> Option<usize> {
-        self.locate(index as u64).map(|(f, _)| f)
+        self.files.locality(index)
     }
 
     fn location(&self, index: usize) -> Option<String> {
-        self.locate(index as u64).map(|(f, _)| format!("file {}", self.store.describe(&self.files[f].file.path)))
+        self.files.location(index)
     }
 
     fn io_counters(&self) -> Option<IoCounters> {
-        Some(self.store.counters())
+        Some(self.files.store().counters())
     }
 }
 

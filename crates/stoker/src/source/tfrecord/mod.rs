@@ -21,15 +21,14 @@ mod example;
 
 use std::fmt;
 use std::io::Read;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::span_file::{self, SpanFile};
+use super::span_file::SpanFiles;
 use super::span_index::TFRECORD_RECORDS;
-use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
+use super::{Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::{Field, Sample};
 use crate::store::{IoCounters, ObjectInfo, Store};
@@ -53,26 +52,17 @@ enum Payload {
     Raw,
 }
 
-struct RecordFile {
-    /// The file's path without its suffix, as keys show it.
-    name: String,
-    file: SpanFile,
-}
-
 /// TFRecord files, records in file order.
 pub(crate) struct TfRecordSource {
-    store: Store,
-    files: Vec<RecordFile>,
-    starts: Vec<u64>,
+    files: SpanFiles,
     payload: Payload,
     data: Arc<str>,
-    spill_dir: PathBuf,
     display: String,
 }
 
 impl fmt::Debug for TfRecordSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TfRecordSource").field("source", &self.display).field("files", &self.files.len()).finish()
+        f.debug_struct("TfRecordSource").field("source", &self.display).field("files", &self.files.count()).finish()
     }
 }
 
@@ -85,29 +75,22 @@ impl fmt::Display for TfRecordSource {
 /// Open the TFRecord files `listing` (in path order).
 pub(crate) async fn open(
     store: Store,
-    mut listing: Vec<ObjectInfo>,
+    listing: Vec<ObjectInfo>,
     opts: &SourceOptions,
     display: String,
 ) -> Result<Arc<DynSampleSource>> {
-    listing.sort_by(|a, b| a.path.cmp(&b.path));
-    let spill_dir = opts.spill_dir().unwrap_or_else(std::env::temp_dir);
-    let opened = span_file::open_all(&store, &listing, opts, &TFRECORD_RECORDS, scan).await?;
-    let mut files = Vec::with_capacity(opened.len());
-    let mut starts = vec![0u64];
-    for file in opened {
-        let suffix = SUFFIXES.iter().rev().find(|s| file.path.ends_with(*s)).copied().unwrap_or("");
-        let name = file.path.strip_suffix(suffix).unwrap_or(&file.path).to_string();
-        starts.push(starts.last().copied().unwrap_or(0) + file.spans.len());
-        files.push(RecordFile { name, file });
-    }
-    let mut src =
-        TfRecordSource { store, files, starts, payload: Payload::Raw, data: "data".into(), spill_dir, display };
+    let files = SpanFiles::open(store, listing, opts, &TFRECORD_RECORDS, scan, &SUFFIXES).await?;
+    let mut src = TfRecordSource { files, payload: Payload::Raw, data: "data".into(), display };
     // The first record that reads decides (a damaged one is the reads' to report, counted
     // under the skip policy, not a reason to refuse the dataset).
     for i in 0..src.len().min(8) as u64 {
-        let (f, r) = src.locate(i).ok_or_else(|| Error::internal("a record below the count not found"))?;
-        if let Ok(mut got) = src.records(f, &[r]).await {
-            if example::parse(&got.pop().unwrap_or_default()).is_some() {
+        let (f, r) = src.files.locate(i).ok_or_else(|| Error::internal("a record below the count not found"))?;
+        let read = src.files.read(f, &[r]).await.and_then(|mut got| {
+            let (at, framed) = got.pop().ok_or_else(|| Error::internal("no record read"))?;
+            src.unframe(f, r, at, framed)
+        });
+        if let Ok(first) = read {
+            if example::parse(&first).is_some() {
                 src.payload = Payload::Example;
             }
             break;
@@ -159,48 +142,34 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 impl TfRecordSource {
-    fn locate(&self, i: u64) -> Option<(usize, usize)> {
-        super::locate(&self.starts, i)
-    }
-
-    fn key(&self, f: usize, r: usize) -> String {
-        format!("{}/{r:09}", self.files[f].name)
-    }
-
-    /// The data of records `which` of file `f`, each checked against its CRC32C.
-    async fn records(&self, f: usize, which: &[usize]) -> Result<Vec<Bytes>> {
-        let got = self.files[f].file.read(&self.store, &self.spill_dir, which).await?;
-        which
-            .iter()
-            .zip(got)
-            .map(|(&r, (at, framed))| {
-                let cut = framed.len().checked_sub(4).ok_or_else(|| self.damaged(f, r, at, "a short read"))?;
-                let (data, crc) = (framed.slice(..cut), &framed[cut..]);
-                if masked_crc(&data).to_le_bytes() != crc {
-                    return Err(self.damaged(f, r, at, "its data fails its CRC32C: the file is damaged here"));
-                }
-                Ok(data)
-            })
-            .collect()
+    /// The data of record `r` of file `f` (starting at byte `at`) from its bytes and CRC,
+    /// checked against the CRC.
+    fn unframe(&self, f: usize, r: usize, at: u64, framed: Bytes) -> Result<Bytes> {
+        let cut = framed.len().checked_sub(4).ok_or_else(|| self.damaged(f, r, at, "a short read"))?;
+        let (data, crc) = (framed.slice(..cut), &framed[cut..]);
+        if masked_crc(&data).to_le_bytes() != crc {
+            return Err(self.damaged(f, r, at, "its data fails its CRC32C: the file is damaged here"));
+        }
+        Ok(data)
     }
 
     fn damaged(&self, f: usize, r: usize, at: u64, why: &str) -> Error {
         Error::CorruptData {
-            shard: self.store.describe(&self.files[f].file.path),
-            key: self.key(f, r),
+            shard: self.files.describe(f),
+            key: self.files.key(f, r),
             field: String::new(),
             reason: format!("record {r} (data at byte {at}): {why}"),
         }
     }
 
     fn sample(&self, f: usize, r: usize, data: Bytes, names: &mut example::NameCache) -> Result<Sample> {
-        let key = self.key(f, r);
+        let key = self.files.key(f, r);
         match self.payload {
             Payload::Raw => Ok(Sample { key, fields: vec![Field { name: self.data.clone(), data }] }),
             Payload::Example => match example::parse(&data) {
                 Some(features) => Ok(Sample { key, fields: example::to_fields(features, names) }),
                 None => Err(Error::CorruptData {
-                    shard: self.store.describe(&self.files[f].file.path),
+                    shard: self.files.describe(f),
                     key,
                     field: String::new(),
                     reason: format!(
@@ -215,21 +184,15 @@ impl TfRecordSource {
 #[async_trait]
 impl SampleSource for TfRecordSource {
     fn len(&self) -> usize {
-        self.starts.last().copied().unwrap_or(0) as usize
+        self.files.len()
     }
 
     fn capability(&self) -> Capability {
-        Capability {
-            random_access: true,
-            coalesced_reads: true,
-            locality: true,
-            cheap_meta: false,
-            local: !self.store.is_remote(),
-        }
+        self.files.capability()
     }
 
     fn info(&self) -> SourceInfo {
-        SourceInfo::of(Layout::Tfrecord, self.files.len())
+        SourceInfo::of(Layout::Tfrecord, self.files.count())
     }
 
     async fn get(&self, index: usize) -> Result<Sample> {
@@ -237,35 +200,25 @@ impl SampleSource for TfRecordSource {
     }
 
     async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
-        let mut located = Vec::with_capacity(indices.len());
-        for &i in indices {
-            check_index(i, self.len())?;
-            located.push(self.locate(i as u64).ok_or_else(|| Error::internal("a checked index not found"))?);
-        }
-        let mut out: Vec<Option<Sample>> = vec![None; indices.len()];
-        let mut order: Vec<usize> = (0..located.len()).collect();
-        order.sort_by_key(|&i| located[i]);
         let mut names = example::NameCache::default();
-        for group in order.chunk_by(|&a, &b| located[a].0 == located[b].0) {
-            let f = located[group[0]].0;
-            let which: Vec<usize> = group.iter().map(|&i| located[i].1).collect();
-            for (&i, data) in group.iter().zip(self.records(f, &which).await?) {
-                out[i] = Some(self.sample(f, located[i].1, data, &mut names)?);
-            }
-        }
-        Ok(out.into_iter().flatten().collect())
+        self.files
+            .get_many(indices, |f, r, at, framed| {
+                let data = self.unframe(f, r, at, framed)?;
+                self.sample(f, r, data, &mut names)
+            })
+            .await
     }
 
     fn locality(&self, index: usize) -> Option<usize> {
-        self.locate(index as u64).map(|(f, _)| f)
+        self.files.locality(index)
     }
 
     fn location(&self, index: usize) -> Option<String> {
-        self.locate(index as u64).map(|(f, _)| format!("file {}", self.store.describe(&self.files[f].file.path)))
+        self.files.location(index)
     }
 
     fn io_counters(&self) -> Option<IoCounters> {
-        Some(self.store.counters())
+        Some(self.files.store().counters())
     }
 }
 
