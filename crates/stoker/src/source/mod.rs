@@ -14,6 +14,7 @@ use crate::sample::{Sample, SampleMeta};
 use crate::store::IoCounters;
 use crate::uri::{Layout, SourceOptions};
 
+pub(crate) mod hdf5;
 mod index;
 pub(crate) mod jsonl;
 pub mod lmdb;

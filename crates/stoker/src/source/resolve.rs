@@ -182,6 +182,9 @@ pub(crate) async fn construct(r: Resolved) -> Result<Arc<DynSampleSource>> {
         (Layout::Tfrecord, Place::Store { store, listing, .. }) => {
             super::tfrecord::open(store, listing, &opts, display).await?
         }
+        (Layout::Hdf5, Place::Store { store, listing, .. }) => {
+            super::hdf5::open(store, listing, &opts, display).await?
+        }
         (Layout::Lmdb | Layout::Mix, Place::Store { .. }) => {
             return Err(Error::internal(format!("{display}: resolved to {layout} over a store, which cannot be")))
         }

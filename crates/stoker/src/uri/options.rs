@@ -37,6 +37,9 @@ pub enum Layout {
     /// TFRecord files (`.tfrecord`, `.tfrecords`, `.tfrec`, gzip-compressed `.gz`): a record
     /// is a sample, its `tf.train.Example` features its fields.
     Tfrecord,
+    /// HDF5 files (`.h5`, `.hdf5`): the datasets sharing a first dimension N give N samples,
+    /// one field per dataset.
+    Hdf5,
 }
 
 impl Layout {
@@ -52,6 +55,7 @@ impl Layout {
         Layout::Tokens,
         Layout::Jsonl,
         Layout::Tfrecord,
+        Layout::Hdf5,
     ];
 
     /// The name used in URIs and output.
@@ -67,6 +71,7 @@ impl Layout {
             Layout::Tokens => "tokens",
             Layout::Jsonl => "jsonl",
             Layout::Tfrecord => "tfrecord",
+            Layout::Hdf5 => "hdf5",
         }
     }
 }
@@ -88,6 +93,8 @@ const SHARD_SUFFIXES: &[(Layout, &str)] = &[
     (Layout::Tfrecord, ".tfrecord.gz"),
     (Layout::Tfrecord, ".tfrecords.gz"),
     (Layout::Tfrecord, ".tfrec.gz"),
+    (Layout::Hdf5, ".h5"),
+    (Layout::Hdf5, ".hdf5"),
 ];
 
 /// The file an MDS or LitData dataset is opened from: it names the shards (chunks).

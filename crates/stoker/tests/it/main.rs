@@ -25,6 +25,7 @@ mod disk_cache;
 mod error_kind;
 mod faults;
 mod gpu;
+mod hdf5;
 mod hostile;
 mod hostile_servers;
 mod http_store;

@@ -17,7 +17,7 @@ mod codec;
 mod index;
 mod litdata;
 mod mds;
-mod numbers;
+pub(crate) mod numbers;
 mod table;
 
 use std::collections::{BTreeMap, HashMap};

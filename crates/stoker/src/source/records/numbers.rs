@@ -1,7 +1,7 @@
 //! Typed scalars of MDS and LitData columns as the text Stoker hands them over as.
 
 /// Little-endian integer of `descr`'s width (`<i8`, `|u1`, ...) as decimal text.
-pub(super) fn int_text(descr: &str, v: &[u8]) -> Option<String> {
+pub(crate) fn int_text(descr: &str, v: &[u8]) -> Option<String> {
     Some(match (descr, v.len()) {
         ("|i1", 1) => (v[0] as i8).to_string(),
         ("|u1", 1) => v[0].to_string(),
@@ -16,7 +16,7 @@ pub(super) fn int_text(descr: &str, v: &[u8]) -> Option<String> {
 }
 
 /// Little-endian float of `descr`'s width as its shortest round-trip text.
-pub(super) fn float_text(descr: &str, v: &[u8]) -> Option<String> {
+pub(crate) fn float_text(descr: &str, v: &[u8]) -> Option<String> {
     Some(match (descr, v.len()) {
         ("<f2", 2) => f16_to_f32(u16::from_le_bytes(v.try_into().ok()?)).to_string(),
         ("<f4", 4) => f32::from_le_bytes(v.try_into().ok()?).to_string(),

@@ -1,0 +1,138 @@
+"""Write HDF5 files with h5py and print what Stoker must read from them.
+
+    python write_hdf5.py mixed OUTDIR
+    python write_hdf5.py latest OUTDIR
+
+`mixed`: a-00000.h5 (37 rows) and b.hdf5 (23 rows), h5py's default file format, with one
+dataset per case of the field convention, stored every way h5py stores them:
+  image   variable-length uint8 (encoded bytes), chunked, gzip     -> the bytes
+  label   int64, contiguous                                        -> decimal text
+  score   float32, chunked, shuffle + gzip                         -> shortest round-trip text
+  weight  big-endian float64, contiguous                           -> shortest round-trip text
+  flag    bool                                                     -> 1 / 0
+  emb     float32 (N, 8), chunked (4, 8), gzip                     -> .npy <f4 (8,)
+  pixels  uint8 (N, 6, 5, 3), chunked, lzf                         -> .npy |u1 (6, 5, 3)
+  meta/ids big-endian int16 (N, 3), in a group                     -> .npy <i2 (3,), field meta.ids
+  name    variable-length UTF-8 strings                            -> the UTF-8 bytes
+  code    fixed-length S8, null-padded                             -> the bytes before the padding
+  audio   variable-length float32 sequences                        -> .npy <f4 (len,)
+plus what is not a per-sample dataset and is left out: a scalar `version`, and `classes` (10
+strings, a first dimension of its own).
+`latest`: c.h5 with libver="latest" (version 2 superblock, v2 object headers, link messages,
+chunks indexed by a fixed array, an extensible array and a v2 B-tree): label, emb, image.
+
+Prints [{"key": "a-00000/000000000", "fields": [[name, hex], ...]}, ...] in Stoker's order.
+"""
+import io
+import json
+import os
+import sys
+
+import h5py
+import numpy as np
+
+
+def npy(a):
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(a))
+    return buf.getvalue()
+
+
+def f_text(v):
+    # Shortest text that reads back to the same float (Rust's float Display).
+    return np.format_float_positional(v, unique=True, trim="-").encode()
+
+
+def mixed(path, stem, n, seed):
+    rng = np.random.default_rng(seed)
+    images = [rng.integers(0, 256, rng.integers(50, 900), dtype=np.uint8) for _ in range(n)]
+    label = rng.integers(-(2**40), 2**40, n, dtype=np.int64)
+    score = rng.random(n, dtype=np.float32) * 100
+    weight = rng.random(n) / 3
+    flag = rng.random(n) < 0.5
+    emb = rng.standard_normal((n, 8), dtype=np.float32)
+    pixels = rng.integers(0, 256, (n, 6, 5, 3), dtype=np.uint8)
+    ids = rng.integers(-30000, 30000, (n, 3), dtype=np.int16)
+    names = ["sample %d é%s" % (i, "x" * (i % 7)) for i in range(n)]
+    codes = [("c%d" % (i * 7919 % 100000)).encode() for i in range(n)]
+    audio = [rng.standard_normal(rng.integers(0, 20), dtype=np.float32) for _ in range(n)]
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("image", (n,), dtype=h5py.vlen_dtype(np.uint8), chunks=(8,), compression="gzip")
+        for i, im in enumerate(images):
+            d[i] = im
+        f.create_dataset("label", data=label)
+        f.create_dataset("score", data=score, chunks=(5,), shuffle=True, compression="gzip")
+        f.create_dataset("weight", data=weight.astype(">f8"))
+        f.create_dataset("flag", data=flag)
+        f.create_dataset("emb", data=emb, chunks=(4, 8), compression="gzip", compression_opts=6)
+        f.create_dataset("pixels", data=pixels, chunks=(3, 6, 5, 3), compression="lzf")
+        f.create_group("meta").create_dataset("ids", data=ids.astype(">i2"))
+        f.create_dataset("name", data=names, dtype=h5py.string_dtype("utf-8"))
+        f.create_dataset("code", data=np.array(codes, dtype="S8"))
+        a = f.create_dataset("audio", (n,), dtype=h5py.vlen_dtype(np.float32))
+        for i, x in enumerate(audio):
+            a[i] = x
+        f.create_dataset("version", data=3)
+        f.create_dataset("classes", data=["class %d" % k for k in range(10)], dtype=h5py.string_dtype())
+    out = []
+    for i in range(n):
+        fields = {
+            "image": images[i].tobytes(),
+            "label": str(label[i]).encode(),
+            "score": f_text(score[i]),
+            "weight": f_text(weight[i]),
+            "flag": b"1" if flag[i] else b"0",
+            "emb": npy(emb[i]),
+            "pixels": npy(pixels[i]),
+            "meta.ids": npy(ids[i].astype("<i2")),
+            "name": names[i].encode(),
+            "code": codes[i],
+            "audio": npy(audio[i]),
+        }
+        out.append({"key": "%s/%09d" % (stem, i), "fields": [[k, v.hex()] for k, v in sorted(fields.items())]})
+    return out
+
+
+def latest(path, stem, n, seed):
+    rng = np.random.default_rng(seed)
+    label = rng.integers(0, 1000, n, dtype=np.int32)
+    emb = rng.standard_normal((n, 4), dtype=np.float32)
+    images = [rng.integers(0, 256, rng.integers(10, 300), dtype=np.uint8).tobytes() for _ in range(n)]
+    with h5py.File(path, "w", libver="latest") as f:
+        # Fixed-size chunked: a fixed array index; resizable along one axis: an extensible
+        # array; along two: a version 2 B-tree.
+        f.create_dataset("label", data=label, chunks=(16,), compression="gzip")
+        e = f.create_dataset("emb", (n, 4), dtype=np.float32, chunks=(7, 4), maxshape=(None, 4))
+        e[:] = emb
+        im = f.create_dataset("image", (n,), dtype=h5py.vlen_dtype(np.uint8), chunks=(9,), maxshape=(None,))
+        for i, b in enumerate(images):
+            im[i] = np.frombuffer(b, dtype=np.uint8)
+        g = f.create_dataset("grid", (n, 2), dtype=np.uint8, chunks=(5, 1), maxshape=(None, None))
+        g[:] = np.arange(2 * n, dtype=np.uint8).reshape(n, 2)
+    out = []
+    for i in range(n):
+        fields = {
+            "label": str(label[i]).encode(),
+            "emb": npy(emb[i]),
+            "image": images[i],
+            "grid": npy(np.arange(2 * n, dtype=np.uint8).reshape(n, 2)[i]),
+        }
+        out.append({"key": "%s/%09d" % (stem, i), "fields": [[k, v.hex()] for k, v in sorted(fields.items())]})
+    return out
+
+
+def main():
+    kind, outdir = sys.argv[1], sys.argv[2]
+    os.makedirs(outdir, exist_ok=True)
+    if kind == "mixed":
+        rows = mixed(os.path.join(outdir, "a-00000.h5"), "a-00000", 37, 1)
+        rows += mixed(os.path.join(outdir, "b.hdf5"), "b", 23, 2)
+    elif kind == "latest":
+        rows = latest(os.path.join(outdir, "c.h5"), "c", 61, 3)
+    else:
+        raise SystemExit("unknown kind " + kind)
+    json.dump(rows, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
