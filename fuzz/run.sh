@@ -14,7 +14,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 seconds="${1:-10}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(uri tar_index sidecar manifest decode resync ranges parquet_footer records_index parquet_pages records_codec token_index tfrecord)
+[ ${#targets[@]} -gt 0 ] || targets=(uri tar_index sidecar manifest decode resync ranges parquet_footer records_index parquet_pages records_codec token_index tfrecord hdf5)
 host="$(rustc -vV | sed -n 's/^host: //p')"
 # --target keeps the instrumentation off build scripts and proc macros.
 export RUSTFLAGS="--cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \

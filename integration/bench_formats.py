@@ -23,6 +23,10 @@ all with the same shard size. Then, each row in its own process, two epochs:
   per file with its ``.tfindex`` (so DataLoader workers split each file) and its
   ``shuffle_queue_size=1024`` shuffle, vs ``stoker.Loader(shuffle=True)`` and
   ``shuffle="shards"``.
+- HDF5 (h5py files, ``id``/``label`` int64 and ``data`` a ``[rows, size]`` uint8 array, one file
+  per four shards of rows): the map-style ``Dataset`` the guides show (each worker opens the
+  files itself and reads ``f["data"][i]``) in a DataLoader with ``shuffle=True``, vs
+  ``stoker.Loader(shuffle=True)`` and ``shuffle="shards"`` decoding ``data`` with ``stoker.Npy()``.
 
 The peers' DataLoaders use one worker per core; Stoker uses its own threads. Every epoch is
 checked: each sample exactly once, payload matching id and label. Each batch ends as the
@@ -85,6 +89,64 @@ def write_tfrecord(out: Path, ids: List[int], size: int, per_file: int) -> None:
         create_index(str(path), str(path.with_suffix(".tfindex")))
 
 
+def write_hdf5(out: Path, ids: List[int], size: int, per_file: int) -> None:
+    """h5py's writer, as the guides show it: per file, ``id`` and ``label`` int64 and ``data`` a
+    ``[rows, size]`` uint8 array (contiguous, uncompressed: the payload is random bytes)."""
+    import h5py
+    import numpy as np
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f, start in enumerate(range(0, len(ids), per_file)):
+        part = ids[start:start + per_file]
+        with h5py.File(out / f"train-{f:05d}.h5", "w") as h:
+            h.create_dataset("id", data=np.array(part, dtype=np.int64))
+            h.create_dataset("label", data=np.array([pc.label(i) for i in part], dtype=np.int64))
+            data = h.create_dataset("data", (len(part), size), dtype=np.uint8)
+            for j, i in enumerate(part):
+                data[j] = np.frombuffer(pc.payload(i, size), dtype=np.uint8)
+
+
+class H5Dataset:
+    """The map-style HDF5 ``Dataset`` of the guides: the files are opened lazily in each
+    DataLoader worker (an h5py handle does not survive a fork), a sample is one row of each
+    dataset."""
+
+    def __init__(self, files: List[Path]) -> None:
+        import h5py
+
+        self.files = [str(f) for f in files]
+        self.starts = [0]
+        for f in self.files:
+            with h5py.File(f, "r") as h:
+                self.starts.append(self.starts[-1] + len(h["id"]))
+        self.handles: Optional[List[Any]] = None
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def __getitem__(self, i: int) -> Dict[str, Any]:
+        import bisect
+
+        import h5py
+
+        if self.handles is None:
+            self.handles = [h5py.File(f, "r") for f in self.files]
+        k = bisect.bisect_right(self.starts, i) - 1
+        h, r = self.handles[k], i - self.starts[k]
+        return {"id": int(h["id"][r]), "label": int(h["label"][r]), "data": h["data"][r]}
+
+
+def child_h5py(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
+    from torch.utils.data import DataLoader
+
+    t0 = time.perf_counter()
+    ds = H5Dataset(sorted(Path(spec["uri"]).glob("*.h5")))
+    dl = DataLoader(ds, batch_size=spec["batch"], shuffle=True, num_workers=spec["workers"],
+                    collate_fn=pc.collate_samples, persistent_workers=spec["workers"] > 0)
+    result["open_s"] = time.perf_counter() - t0
+    _epochs(spec, result, lambda: iter(dl), pc.unpack_peer)
+
+
 def child_tfrecord(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
     from tfrecord.torch.dataset import TFRecordDataset
     from torch.utils.data import ChainDataset, DataLoader
@@ -105,7 +167,7 @@ def child(spec: Dict[str, Any]) -> None:
     result: Dict[str, Any] = {"epochs": []}
     try:
         {"stoker": child_stoker, "pyarrow": child_pyarrow, "datasets": child_datasets, "mosaicml": child_mosaicml,
-         "litdata": child_litdata, "tfrecord": child_tfrecord}[spec["reader"]](spec, result)
+         "litdata": child_litdata, "tfrecord": child_tfrecord, "h5py": child_h5py}[spec["reader"]](spec, result)
     except BaseException as e:  # reported in the table, never dropped
         import traceback
 
@@ -125,12 +187,16 @@ def child_stoker(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
 
     size = spec["size"]
     t0 = time.perf_counter()
+    npy = spec["format"] == "hdf5"  # `data` is a row of a uint8 array there: an .npy per sample
+    decode = {"id": stoker.Int(), "label": stoker.Int(), **({"data": stoker.Npy()} if npy else {})}
     loader = stoker.Loader(spec["uri"], batch_size=spec["batch"], shuffle=spec["shuffle"], seed=0,
-                           decode={"id": stoker.Int(), "label": stoker.Int()}, **spec.get("options", {}))
+                           decode=decode, **spec.get("options", {}))
     result["open_s"] = time.perf_counter() - t0
     result["info"] = {k: v for k, v in loader.dataset.info().items() if k != "uri"}
 
     def unpack(batch: Dict[str, Any]) -> Any:
+        if npy:
+            return pc.ids_from_rows(batch["data"]), batch["id"], batch["label"]
         data, _offsets = batch["data"]  # every value is `size` bytes: one [B, size] view, no copy
         return pc.ids_from_rows(data.view(-1, size)), batch["id"], batch["label"]
 
@@ -240,6 +306,11 @@ ROWS = [
      {"shuffle": True}),
     ("stoker-tfrecord-shards", 'Stoker `Loader(shuffle="shards")` over the TFRecord files', "stoker", "tfrecord",
      False, {"shuffle": "shards"}),
+    ("h5py", "h5py 3.16 map-style Dataset (`f[name][i]`, files opened per worker) in a DataLoader(shuffle=True)",
+     "h5py", "hdf5", True, {}),
+    ("stoker-hdf5", "Stoker `Loader(shuffle=True)` over the HDF5 files", "stoker", "hdf5", False, {"shuffle": True}),
+    ("stoker-hdf5-shards", 'Stoker `Loader(shuffle="shards")` over the HDF5 files', "stoker", "hdf5", False,
+     {"shuffle": "shards"}),
     ("stoker-parquet-shards", 'Stoker `Loader(shuffle="shards")` over the Parquet files (row groups)', "stoker",
      "parquet", False, {"shuffle": "shards"}),
     ("mosaicml-s3", "MosaicML Streaming 0.13 over S3 (shuffle=True)", "mosaicml", "mds-s3", True, {}),
@@ -251,7 +322,7 @@ PAIRS = [("stoker-parquet-seq", "pyarrow-seq"), ("stoker-parquet-seq", "datasets
          ("stoker-parquet-shuffle", "datasets-shuffle"), ("stoker-mds", "mosaicml"), ("stoker-litdata", "litdata"),
          ("stoker-mds-s3", "mosaicml-s3"), ("stoker-litdata-shards", "litdata"),
          ("stoker-parquet-shards", "datasets-shuffle"), ("stoker-tfrecord", "tfrecord"),
-         ("stoker-tfrecord-shards", "tfrecord")]
+         ("stoker-tfrecord-shards", "tfrecord"), ("stoker-hdf5", "h5py"), ("stoker-hdf5-shards", "h5py")]
 
 
 def selected_rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
@@ -281,6 +352,8 @@ def prepare(args: argparse.Namespace, work: Path, formats: set, servers: Optiona
         pc.write_litdata(data / "litdata", ids, args.size, shard_bytes)
     if "tfrecord" in formats:
         write_tfrecord(data / "tfrecord", ids, args.size, per_shard)
+    if "hdf5" in formats:
+        write_hdf5(data / "hdf5", ids, args.size, per_shard * 4)
     written = time.perf_counter() - t0
     if "mds-s3" in formats and servers:
         pc.upload_dir(servers.direct, data / "mds", "mds")
@@ -291,7 +364,7 @@ def run_one(args: argparse.Namespace, row: Dict[str, Any], work: Path, prep: Dic
             servers: Optional[pc.Servers], rnd: int) -> Dict[str, Any]:
     rdir = pc.fresh_dir(work, f"row-{row['name']}-{rnd}")
     spec: Dict[str, Any] = {"reader": row["reader"], "samples": args.samples, "size": args.size, "batch": args.batch,
-                            "workers": args.workers, "epochs": args.epochs}
+                            "workers": args.workers, "epochs": args.epochs, "format": row["format"]}
     env = {"STOKER_CACHE_DIR": str(rdir / "stoker-cache"), "XDG_CACHE_HOME": str(rdir / "xdg-cache"),
            "LITDATA_CACHE_DIR": str(rdir / "litdata-cache"), "HF_HOME": str(rdir / "hf")}
     if row["format"] == "mds-s3":

@@ -19,9 +19,15 @@ dataset per case of the field convention, stored every way h5py stores them:
 plus what is not a per-sample dataset and is left out: a scalar `version`, and `classes` (10
 strings, a first dimension of its own).
 `latest`: c.h5 with libver="latest" (version 2 superblock, v2 object headers, link messages,
-chunks indexed by a fixed array, an extensible array and a v2 B-tree): label, emb, image.
+chunks indexed by a fixed array, an extensible array and a v2 B-tree): label, emb, image, grid,
+and the samples' keys in a `__key__` dataset of strings.
 
 Prints [{"key": "a-00000/000000000", "fields": [[name, hex], ...]}, ...] in Stoker's order.
+
+    python write_hdf5.py chunks FILE DATASET
+
+prints where the chunks of DATASET lie in FILE: [[byte offset, stored size], ...] (for the tests
+that damage one).
 """
 import io
 import json
@@ -51,7 +57,7 @@ def mixed(path, stem, n, seed):
     weight = rng.random(n) / 3
     flag = rng.random(n) < 0.5
     emb = rng.standard_normal((n, 8), dtype=np.float32)
-    pixels = rng.integers(0, 256, (n, 6, 5, 3), dtype=np.uint8)
+    pixels = (rng.integers(0, 3, (n, 6, 5, 3)) * 60).astype(np.uint8)  # compressible: LZF has work
     ids = rng.integers(-30000, 30000, (n, 3), dtype=np.int16)
     names = ["sample %d é%s" % (i, "x" * (i % 7)) for i in range(n)]
     codes = [("c%d" % (i * 7919 % 100000)).encode() for i in range(n)]
@@ -109,6 +115,8 @@ def latest(path, stem, n, seed):
             im[i] = np.frombuffer(b, dtype=np.uint8)
         g = f.create_dataset("grid", (n, 2), dtype=np.uint8, chunks=(5, 1), maxshape=(None, None))
         g[:] = np.arange(2 * n, dtype=np.uint8).reshape(n, 2)
+        keys = ["%s/row-%d-of-%d" % (stem, i, n) for i in range(n)]
+        f.create_dataset("__key__", data=keys, dtype=h5py.string_dtype())
     out = []
     for i in range(n):
         fields = {
@@ -117,11 +125,16 @@ def latest(path, stem, n, seed):
             "image": images[i],
             "grid": npy(np.arange(2 * n, dtype=np.uint8).reshape(n, 2)[i]),
         }
-        out.append({"key": "%s/%09d" % (stem, i), "fields": [[k, v.hex()] for k, v in sorted(fields.items())]})
+        out.append({"key": keys[i], "fields": [[k, v.hex()] for k, v in sorted(fields.items())]})
     return out
 
 
 def main():
+    if sys.argv[1] == "chunks":
+        with h5py.File(sys.argv[2], "r") as f:
+            d = f[sys.argv[3]].id
+            json.dump([[c.byte_offset, c.size] for c in map(d.get_chunk_info, range(d.get_num_chunks()))], sys.stdout)
+        return
     kind, outdir = sys.argv[1], sys.argv[2]
     os.makedirs(outdir, exist_ok=True)
     if kind == "mixed":

@@ -263,3 +263,10 @@ pub fn token_index(data: &[u8]) {
 pub fn tfrecord(data: &[u8]) {
     crate::source::tfrecord::fuzz(data);
 }
+
+/// HDF5 files: the superblock, object headers, groups (symbol tables, link messages, fractal
+/// heaps), chunk indexes, filters (LZF ours) and variable-length values, through the same walk
+/// and column reads as the layout.
+pub fn hdf5(data: &[u8]) {
+    crate::source::hdf5::fuzz(data);
+}

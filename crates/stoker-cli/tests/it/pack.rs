@@ -268,6 +268,56 @@ async fn tfrecord_files_pack_into_tar_shards_and_lmdb() {
     conformance(s(&lmdb), &by_key).await;
 }
 
+/// The HDF5 files `integration/py/write_hdf5.py KIND` writes with h5py into `dir`, and the
+/// samples it says Stoker reads from them.
+fn hdf5_fixture(kind: &str, dir: &Path) -> Vec<Sample> {
+    let python = std::env::var_os("STOKER_WRITERS_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-peers/bin/python"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/py/write_hdf5.py");
+    let out = Command::new(&python)
+        .arg(script)
+        .arg(kind)
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}; run integration/setup.sh", python.display()));
+    assert!(out.status.success(), "write_hdf5.py {kind}: {}", String::from_utf8_lossy(&out.stderr));
+    let v: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    v.iter()
+        .map(|x| Sample {
+            key: x["key"].as_str().unwrap().into(),
+            fields: x["fields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| Field {
+                    name: f[0].as_str().unwrap().into(),
+                    data: Bytes::from(unhex(f[1].as_str().unwrap())),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hdf5_files_pack_into_tar_shards_and_lmdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let h5 = dir.path().join("h5");
+    let want = hdf5_fixture("mixed", &h5);
+    let info = ok(&stoker(&["inspect", s(&h5), "--json"]));
+    assert_eq!((info["layout"].as_str(), info["samples"].as_u64()), (Some("hdf5"), Some(60)), "{info}");
+    let tar = dir.path().join("tar");
+    let r = ok(&stoker(&["pack", s(&h5), s(&tar), "--samples-per-shard", "16", "--json"]));
+    assert_eq!((r["samples"].as_u64(), r["shards"].as_u64()), (Some(60), Some(4)));
+    assert_same(&py("read-tar", &tar, None), &want, "webdataset from HDF5");
+    let lmdb = dir.path().join("lmdb");
+    ok(&stoker(&["pack", s(&h5), s(&lmdb), "--layout", "lmdb", "--field", "image", "--json"]));
+    let mut by_key: Vec<Sample> =
+        want.iter().map(|w| sample(&w.key, &[("data", w.field("image").unwrap().to_vec())])).collect();
+    by_key.sort_by(|a, b| a.key.cmp(&b.key));
+    conformance(s(&lmdb), &by_key).await;
+}
+
 #[test]
 fn keys_that_could_escape_or_split_differently_are_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -5,12 +5,14 @@
 
 use crate::common;
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use common::s3::{uri, SK};
 use common::*;
+use futures::StreamExt;
 use stoker::conformance::run_all;
-use stoker::{Layout, Sample};
+use stoker::{ErrorPolicy, Layout, Loader, LoaderConfig, Sample};
 
 fn fixture(kind: &str, dir: &Path) -> Vec<Sample> {
     script_fixture(&writers_python(), "write_hdf5.py", &[kind], dir)
@@ -29,4 +31,151 @@ async fn hdf5_files_of_h5py_pass_conformance_locally_and_over_s3() {
     let server = common::s3::serve(root.path()).await;
     run_all(open(&uri(&server.endpoint(), "mixed", "")).await, &want, "s3://data/mixed", &[SK]).await;
     run_all(open(&uri(&server.endpoint(), "latest", "")).await, &want_latest, "s3://data/latest", &[SK]).await;
+}
+
+/// Where the chunks of `dataset` lie in `file`: (byte offset, stored size), from h5py.
+fn chunks(file: &Path, dataset: &str) -> Vec<(usize, usize)> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/py/write_hdf5.py");
+    let out = std::process::Command::new(writers_python())
+        .arg(script)
+        .args(["chunks", file.to_str().unwrap(), dataset])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_chunks_are_named_and_the_skip_policy_counts_their_rows() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("mixed");
+    let want = fixture("mixed", &dir);
+    let file = dir.join("a-00000.h5");
+    let good = std::fs::read(&file).unwrap();
+    // Chunk 2 of `emb` (rows 8..12, gzip): a flipped byte fails zlib's checksum or inflate.
+    let (at, len) = chunks(&file, "emb")[2];
+    let mut bad = good.clone();
+    bad[at + len / 2] ^= 0x20;
+    std::fs::write(&file, &bad).unwrap();
+    let src = open(dir.to_str().unwrap()).await;
+    let e = src.get(9).await.unwrap_err();
+    let shown = e.to_string();
+    assert!(shown.contains("a-00000.h5") && shown.contains("emb") && shown.contains("000000009"), "{shown}");
+    assert_eq!(e.kind(), stoker::ErrorKind::Corrupt, "{shown}");
+    assert_eq!(src.get(12).await.unwrap(), want[12], "the rows around it read");
+
+    let mut cfg = LoaderConfig::new(8);
+    cfg.on_error = ErrorPolicy::Skip;
+    let loader = Loader::new(src.clone(), cfg).unwrap();
+    let mut got = HashMap::new();
+    let mut stream = loader.epoch(0).unwrap();
+    while let Some(b) = stream.next().await {
+        let b = b.unwrap();
+        for row in 0..b.len() {
+            got.insert(b.key(row).unwrap().to_string(), b.field("emb").unwrap().get(row).unwrap().to_vec());
+        }
+    }
+    assert_eq!(loader.stats().skipped, 4, "the four rows of the damaged chunk");
+    assert_eq!(got.len(), want.len() - 4);
+    for s in want.iter().filter(|s| got.contains_key(&s.key)) {
+        assert_eq!(got[&s.key], &s.field("emb").unwrap()[..], "{}", s.key);
+    }
+
+    // An LZF chunk cut short: a clear error, not a panic or a short row.
+    let (at, len) = chunks(&file, "pixels")[1];
+    let mut bad = good.clone();
+    bad[at..at + len].iter_mut().for_each(|b| *b = 0xff);
+    std::fs::write(&file, &bad).unwrap();
+    let e = open(dir.to_str().unwrap()).await.get(4).await.unwrap_err().to_string();
+    assert!(e.contains("a-00000.h5") && e.contains("pixels") && e.contains("LZF"), "{e}");
+
+    // Truncated: an error naming the file, at open or at the first read past the cut.
+    for cut in [good.len() / 2, 600, 40] {
+        std::fs::write(&file, &good[..cut]).unwrap();
+        let e = match stoker::open(dir.to_str().unwrap(), Default::default()).await {
+            Err(e) => e,
+            Ok(src) => {
+                let mut all = Vec::new();
+                for i in 0..src.len() {
+                    all.push(src.get(i).await);
+                }
+                all.into_iter().find_map(|r| r.err()).expect("a truncated file reads whole")
+            }
+        };
+        assert!(e.to_string().contains("a-00000.h5"), "cut at {cut}: {e}");
+    }
+    // Not HDF5 at all.
+    std::fs::write(&file, b"just some text, not a hierarchical data format file").unwrap();
+    let e = stoker::open(dir.to_str().unwrap(), Default::default()).await.unwrap_err().to_string();
+    assert!(e.contains("a-00000.h5") && e.contains("not a readable HDF5 file"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columns_pick_datasets_and_a_key_dataset_names_the_samples() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("mixed");
+    let want = fixture("mixed", &dir);
+    let src = stoker::open(&format!("{}?columns=label,meta.ids", dir.display()), Default::default()).await.unwrap();
+    let s = src.get(40).await.unwrap();
+    let names: Vec<&str> = s.fields.iter().map(|f| &*f.name).collect();
+    assert_eq!(names, ["label", "meta.ids"]);
+    assert_eq!(s.field("label"), want[40].field("label"));
+    // A dataset of another length, named: refused with the reason.
+    let e = stoker::open(&format!("{}?columns=label,classes", dir.display()), Default::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("classes") && e.contains("first dimension"), "{e}");
+    let e = stoker::open(&format!("{}?columns=nope", dir.display()), Default::default()).await.unwrap_err().to_string();
+    assert!(e.contains("nope") && e.contains("meta/ids"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutated_files_are_errors_naming_the_file_never_panics() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("latest");
+    fixture("latest", &dir);
+    let file = dir.join("c.h5");
+    let good = std::fs::read(&file).unwrap();
+    // A small xorshift: the same mutations every run. Most land in the metadata h5py writes at
+    // the front; a few anywhere.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let (mut refused, mut read) = (0, 0);
+    for round in 0..150 {
+        let mut bad = good.clone();
+        for _ in 0..1 + next() % 4 {
+            let at = if round % 4 == 0 { next() as usize % bad.len() } else { next() as usize % 4096.min(bad.len()) };
+            bad[at] = next() as u8;
+        }
+        std::fs::write(&file, &bad).unwrap();
+        let errors = match stoker::open(dir.to_str().unwrap(), Default::default()).await {
+            Err(e) => vec![e],
+            Ok(src) => {
+                let mut errors = Vec::new();
+                for i in (0..src.len()).step_by(7) {
+                    if let Err(e) = src.get(i).await {
+                        errors.push(e);
+                    }
+                }
+                errors
+            }
+        };
+        if errors.is_empty() {
+            read += 1;
+        } else {
+            refused += 1;
+        }
+        for e in errors {
+            let e = e.to_string();
+            assert!(e.contains("c.h5"), "round {round}: {e}");
+            assert!(!e.contains("reader failed"), "round {round}: the reader panicked: {e}");
+        }
+    }
+    assert!(refused > 10 && read > 0, "{refused} refused, {read} read");
 }

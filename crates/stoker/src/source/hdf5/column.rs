@@ -174,8 +174,8 @@ impl H5Type for Blob {
 
 /// The rows `first..first + count` of `set`.
 fn rows(set: &Dataset, first: u64, count: u64) -> SliceInfo {
-    let mut selections = vec![SliceInfoElem::Slice { start: first, end: first + count, step: 1 }];
-    selections.extend(set.shape()[1..].iter().map(|&d| SliceInfoElem::Slice { start: 0, end: d, step: 1 }));
+    let mut selections = vec![SliceInfoElem::Slice { start: first, end: first.saturating_add(count), step: 1 }];
+    selections.extend(set.shape().get(1..).unwrap_or_default().iter().map(|&d| SliceInfoElem::Slice { start: 0, end: d, step: 1 }));
     SliceInfo { selections }
 }
 
@@ -203,8 +203,11 @@ impl Column {
         let n = count as usize;
         match &self.kind {
             Kind::Number { descr, size, .. } => {
+                // A row's bytes, held to the reader's read limit (a header may claim any shape).
+                let per = self.item.iter().try_fold(*size, |a, &d| a.checked_mul(d)).ok_or_else(|| {
+                    hdf5_reader::error::Error::InvalidData(format!("rows of {:?} values overflow", self.item))
+                })?;
                 let all = numbers(set, first, count, *size)?;
-                let per = self.item.iter().product::<usize>() * size;
                 let mut out = Vec::with_capacity(n);
                 for r in 0..n {
                     let v = all.get(r * per..(r + 1) * per).unwrap_or_default();

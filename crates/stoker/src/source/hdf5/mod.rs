@@ -179,25 +179,20 @@ pub(crate) async fn open(
         let shown = store.describe(&info.path);
         let (s, w, first) = (storage.clone(), wanted.clone(), columns.clone());
         let file = tokio::task::spawn_blocking(move || {
-            let options = OpenOptions {
-                chunk_cache_bytes: budget,
-                filter_registry: Some(filters()),
-                max_chunk_bytes: cap,
-                max_read_bytes: cap,
-                max_object_header_bytes: 16 << 20,
-                ..OpenOptions::default()
-            };
-            let dyn_storage: Arc<dyn Storage> = s.clone();
-            let h5 = Hdf5File::from_storage_with_options(dyn_storage, options).map_err(|e| bad_file(&s, &shown, &e))?;
-            let mut found = Vec::new();
-            let root = h5.root_group().map_err(|e| bad_file(&s, &shown, &e))?;
-            walk(&root, "", 0, &mut found).map_err(|e| bad_file(&s, &shown, &e))?;
-            let key = found.iter().position(|f| f.path == KEY_DATASET).map(|k| found.remove(k).set);
-            let cols = match first {
-                Some(cols) => cols,
-                None => plan(&found, w.as_deref(), &shown)?,
-            };
-            place(info.path.clone(), s, found, key, cols, &shown)
+            guarded(&shown, || {
+                let dyn_storage: Arc<dyn Storage> = s.clone();
+                let h5 = Hdf5File::from_storage_with_options(dyn_storage, options(budget, cap))
+                    .map_err(|e| bad_file(&s, &shown, &e))?;
+                let mut found = Vec::new();
+                let root = h5.root_group().map_err(|e| bad_file(&s, &shown, &e))?;
+                walk(&root, "", 0, &mut found).map_err(|e| bad_file(&s, &shown, &e))?;
+                let key = found.iter().position(|f| f.path == KEY_DATASET).map(|k| found.remove(k).set);
+                let cols = match first {
+                    Some(cols) => cols,
+                    None => plan(&found, w.as_deref(), &shown)?,
+                };
+                place(info.path.clone(), s.clone(), found, key, cols, &shown)
+            })
         })
         .await
         .map_err(Error::task)??;
@@ -213,6 +208,33 @@ pub(crate) async fn open(
         return Err(Error::Empty { uri: display, reason: "the HDF5 files hold no rows".into() });
     }
     Ok(Arc::new(Hdf5Source(Arc::new(Inner { store, files, starts, columns, display }))))
+}
+
+/// How every file opens: decoded chunks kept within `cache` bytes, no chunk or read past
+/// `cap` bytes, object headers within 16 MiB (h5py writes them in kilobytes), LZF besides the
+/// reader's own filters.
+fn options(cache: usize, cap: usize) -> OpenOptions {
+    OpenOptions {
+        chunk_cache_bytes: cache,
+        filter_registry: Some(filters()),
+        max_chunk_bytes: cap,
+        max_read_bytes: cap,
+        max_object_header_bytes: 16 << 20,
+        ..OpenOptions::default()
+    }
+}
+
+/// `f`, with a panic of the reader (a file it was not ready for) turned into an error naming
+/// the file instead of failing the task that read it.
+fn guarded<T>(shown: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(Error::BadIndex {
+            path: shown.to_string(),
+            reason: "the HDF5 reader failed on this file (damaged, or a case it does not handle); write it again, \
+                     or leave it out of the source"
+                .into(),
+        })
+    })
 }
 
 /// Collect the datasets below `group` (at path `prefix`), depth first, names sorted.
@@ -436,6 +458,27 @@ fn key_kind(k: &Dataset) -> hdf5_reader::error::Result<Kind> {
     Kind::of(k.dtype(), &[]).map_err(|why| hdf5_reader::error::Error::InvalidData(format!("keys of {why}")))
 }
 
+/// The fuzz target's body (see [`crate::fuzzing::hdf5`]): any bytes open, walk, plan and read
+/// (the first and last rows of every dataset) or are refused, without a panic, within the
+/// limits every file opens with.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz(data: &[u8]) {
+    let Ok(h5) = Hdf5File::from_bytes_with_options(data, options(4 << 20, 16 << 20)) else { return };
+    let mut found = Vec::new();
+    let Ok(root) = h5.root_group() else { return };
+    if walk(&root, "", 0, &mut found).is_err() {
+        return;
+    }
+    let Ok(columns) = plan(&found, None, "fuzz") else { return };
+    for c in &columns {
+        let Some(f) = found.iter().find(|f| f.path == c.path) else { continue };
+        let n = f.set.shape().first().copied().unwrap_or(0).min(64);
+        if let Ok(rows) = c.read(&f.set, 0, n) {
+            assert_eq!(rows.len() as u64, n, "one value per row");
+        }
+    }
+}
+
 #[async_trait]
 impl SampleSource for Hdf5Source {
     fn len(&self) -> usize {
@@ -477,9 +520,12 @@ impl SampleSource for Hdf5Source {
         let reads = by_file.into_iter().map(|(f, rows)| {
             let me = me.clone();
             async move {
-                let got = tokio::task::spawn_blocking(move || me.read_rows(f, &rows).map(|s| (f, rows, s)))
-                    .await
-                    .map_err(Error::task)??;
+                let got = tokio::task::spawn_blocking(move || {
+                    let shown = me.store.describe(&me.files[f].path);
+                    guarded(&shown, || me.read_rows(f, &rows)).map(|s| (f, rows, s))
+                })
+                .await
+                .map_err(Error::task)??;
                 Ok::<_, Error>(got)
             }
         });
