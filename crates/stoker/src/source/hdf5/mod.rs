@@ -29,6 +29,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use hdf5_reader::{Dataset, FilterRegistry, Hdf5File, OpenOptions, Storage, StorageBuffer};
 
 use self::column::{Column, Kind};
@@ -91,6 +92,9 @@ struct File {
     stem: String,
     storage: Arc<StoreStorage>,
     sets: Vec<Dataset>,
+    /// Per column, where its rows lie when they are read straight from the file (see
+    /// [`Direct`]).
+    direct: Vec<Option<Direct>>,
     key: Option<Dataset>,
     rows: usize,
 }
@@ -118,6 +122,45 @@ impl fmt::Display for Hdf5Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0.display)
     }
+}
+
+/// A dataset of numbers stored contiguous, unfiltered and little-endian (h5py's default for
+/// `create_dataset(shape, dtype)`): row `r` is the `row` bytes at `at + r * row` of the file,
+/// read as spans through the store (coalesced with its neighbours) instead of through the
+/// reader, without a copy.
+#[derive(Clone, Copy, Debug)]
+struct Direct {
+    at: u64,
+    row: u64,
+}
+
+/// Where the rows of `set` (of column `c`, `rows` rows) lie, when they can be read directly.
+fn direct(h5: &Hdf5File, set: &Dataset, c: &Column, rows: u64) -> Option<Direct> {
+    use hdf5_reader::messages::layout::DataLayout;
+    use hdf5_reader::messages::HdfMessage;
+    let Kind::Number { size, order, .. } = c.kind else { return None };
+    if size > 1 && order != hdf5_reader::ByteOrder::LittleEndian || cfg!(target_endian = "big") {
+        return None;
+    }
+    let row = c.row_bytes()? as u64;
+    let header = h5.get_or_parse_header(set.address()).ok()?;
+    let mut contiguous = None;
+    for m in &header.messages {
+        match m {
+            HdfMessage::DataLayout(l) => {
+                if let DataLayout::Contiguous { address, size } = l.layout {
+                    contiguous = Some((address, size));
+                }
+            }
+            HdfMessage::ExternalFiles(_) | HdfMessage::FilterPipeline(_) => return None,
+            _ => {}
+        }
+    }
+    let (address, size) = contiguous?;
+    let at = address.checked_add(h5.superblock().base_address)?;
+    // Unallocated (never written) data reads as fill values: the reader's business.
+    let end = at.checked_add(row.checked_mul(rows)?)?;
+    (address != u64::MAX && size >= row.checked_mul(rows)? && end <= h5.storage().len()).then_some(Direct { at, row })
 }
 
 /// A dataset found by the walk.
@@ -191,7 +234,7 @@ pub(crate) async fn open(
                     Some(cols) => cols,
                     None => plan(&found, w.as_deref(), &shown)?,
                 };
-                place(info.path.clone(), s.clone(), found, key, cols, &shown)
+                place(&h5, info.path.clone(), s.clone(), found, key, cols, &shown)
             })
         })
         .await
@@ -327,6 +370,7 @@ fn plan(found: &[Found], wanted: Option<&[String]>, shown: &str) -> Result<Vec<C
 
 /// A file's datasets in the order of `columns`, checked against them.
 fn place(
+    h5: &Hdf5File,
     path: String,
     storage: Arc<StoreStorage>,
     mut found: Vec<Found>,
@@ -367,9 +411,10 @@ fn place(
             return Err(bad(format!("its {KEY_DATASET} dataset does not have one key per row ({rows} rows)")));
         }
     }
+    let direct = columns.iter().zip(&sets).map(|(c, set)| direct(h5, set, c, rows as u64)).collect();
     let stem = path.rsplit('/').next().unwrap_or(&path);
     let stem = SUFFIXES.iter().find_map(|s| stem.strip_suffix(s)).unwrap_or(stem).to_string();
-    Ok((File { path, stem, storage, sets, key, rows }, columns))
+    Ok((File { path, stem, storage, sets, direct, key, rows }, columns))
 }
 
 /// An error at open: the store's own when a read failed, else the reader's, named.
@@ -404,6 +449,19 @@ impl Inner {
     fn read_rows(&self, f: usize, rows: &[u64]) -> Result<Vec<Sample>> {
         let file = &self.files[f];
         let shown = self.store.describe(&file.path);
+        // Columns read straight from the file: every row at once, one store read (merged
+        // where rows are near), so a shuffled batch costs what the same bytes in a tar would.
+        let mut direct: Vec<Option<std::vec::IntoIter<Bytes>>> = Vec::with_capacity(self.columns.len());
+        for (c, d) in self.columns.iter().zip(&file.direct) {
+            direct.push(match d {
+                Some(d) => {
+                    let spans: Vec<_> = rows.iter().map(|&r| d.at + r * d.row..d.at + (r + 1) * d.row).collect();
+                    let got = file.storage.rt.block_on(self.store.read(&file.storage.obj, &spans))?;
+                    Some(got.iter().map(|v| c.number(v)).collect::<Vec<_>>().into_iter())
+                }
+                None => None,
+            });
+        }
         let mut out: Vec<Sample> = Vec::with_capacity(rows.len());
         let mut at = 0;
         while at < rows.len() {
@@ -415,8 +473,11 @@ impl Inner {
             let count = rows[end - 1] - first + 1;
             let keys = self.keys(file, first, count).map_err(|e| self.damaged(file, &shown, first, KEY_DATASET, &e))?;
             let mut samples: Vec<Sample> = keys.into_iter().map(|key| Sample { key, fields: Vec::new() }).collect();
-            for (c, set) in self.columns.iter().zip(&file.sets) {
-                let values = c.read(set, first, count).map_err(|e| self.damaged(file, &shown, first, &c.name, &e))?;
+            for ((c, set), direct) in self.columns.iter().zip(&file.sets).zip(&mut direct) {
+                let values = match direct {
+                    Some(d) => d.by_ref().take(count as usize).collect(),
+                    None => c.read(set, first, count).map_err(|e| self.damaged(file, &shown, first, &c.name, &e))?,
+                };
                 for (s, data) in samples.iter_mut().zip(values) {
                     s.fields.push(Field { name: c.name.clone(), data });
                 }
