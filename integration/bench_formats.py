@@ -26,7 +26,9 @@ all with the same shard size. Then, each row in its own process, two epochs:
 - HDF5 (h5py files, ``id``/``label`` int64 and ``data`` a ``[rows, size]`` uint8 array, one file
   per four shards of rows): the map-style ``Dataset`` the guides show (each worker opens the
   files itself and reads ``f["data"][i]``) in a DataLoader with ``shuffle=True``, vs
-  ``stoker.Loader(shuffle=True)`` and ``shuffle="shards"`` decoding ``data`` with ``stoker.Npy()``.
+  ``stoker.Loader(shuffle=True)`` and ``shuffle="shards"`` decoding ``data`` with ``stoker.Npy()``;
+  and the same with ``data`` chunked (16 rows a chunk) and gzip-compressed (``hdf5-gzip``: h5py
+  decompresses a chunk for every row it reads from it, Stoker once, keeping it decoded).
 
 The peers' DataLoaders use one worker per core; Stoker uses its own threads. Every epoch is
 checked: each sample exactly once, payload matching id and label. Each batch ends as the
@@ -89,7 +91,7 @@ def write_tfrecord(out: Path, ids: List[int], size: int, per_file: int) -> None:
         create_index(str(path), str(path.with_suffix(".tfindex")))
 
 
-def write_hdf5(out: Path, ids: List[int], size: int, per_file: int) -> None:
+def write_hdf5(out: Path, ids: List[int], size: int, per_file: int, gzip: bool = False) -> None:
     """h5py's writer, as the guides show it: per file, ``id`` and ``label`` int64 and ``data`` a
     ``[rows, size]`` uint8 array (contiguous, uncompressed: the payload is random bytes)."""
     import h5py
@@ -101,7 +103,8 @@ def write_hdf5(out: Path, ids: List[int], size: int, per_file: int) -> None:
         with h5py.File(out / f"train-{f:05d}.h5", "w") as h:
             h.create_dataset("id", data=np.array(part, dtype=np.int64))
             h.create_dataset("label", data=np.array([pc.label(i) for i in part], dtype=np.int64))
-            data = h.create_dataset("data", (len(part), size), dtype=np.uint8)
+            chunked = {"chunks": (16, size), "compression": "gzip"} if gzip else {}
+            data = h.create_dataset("data", (len(part), size), dtype=np.uint8, **chunked)
             for j, i in enumerate(part):
                 data[j] = np.frombuffer(pc.payload(i, size), dtype=np.uint8)
 
@@ -187,7 +190,7 @@ def child_stoker(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
 
     size = spec["size"]
     t0 = time.perf_counter()
-    npy = spec["format"] == "hdf5"  # `data` is a row of a uint8 array there: an .npy per sample
+    npy = spec["format"].startswith("hdf5")  # `data` is a row of a uint8 array there: an .npy per sample
     decode = {"id": stoker.Int(), "label": stoker.Int(), **({"data": stoker.Npy()} if npy else {})}
     loader = stoker.Loader(spec["uri"], batch_size=spec["batch"], shuffle=spec["shuffle"], seed=0,
                            decode=decode, **spec.get("options", {}))
@@ -311,6 +314,12 @@ ROWS = [
     ("stoker-hdf5", "Stoker `Loader(shuffle=True)` over the HDF5 files", "stoker", "hdf5", False, {"shuffle": True}),
     ("stoker-hdf5-shards", 'Stoker `Loader(shuffle="shards")` over the HDF5 files', "stoker", "hdf5", False,
      {"shuffle": "shards"}),
+    ("h5py-gzip", "h5py 3.16 map-style Dataset in a DataLoader(shuffle=True), `data` chunked and gzip'd",
+     "h5py", "hdf5-gzip", True, {}),
+    ("stoker-hdf5-gzip", "Stoker `Loader(shuffle=True)` over the chunked, gzip'd HDF5 files", "stoker", "hdf5-gzip",
+     False, {"shuffle": True}),
+    ("stoker-hdf5-gzip-shards", "Stoker `Loader(shuffle=\"shards\")` over the chunked, gzip'd HDF5 files", "stoker",
+     "hdf5-gzip", False, {"shuffle": "shards"}),
     ("stoker-parquet-shards", 'Stoker `Loader(shuffle="shards")` over the Parquet files (row groups)', "stoker",
      "parquet", False, {"shuffle": "shards"}),
     ("mosaicml-s3", "MosaicML Streaming 0.13 over S3 (shuffle=True)", "mosaicml", "mds-s3", True, {}),
@@ -322,7 +331,8 @@ PAIRS = [("stoker-parquet-seq", "pyarrow-seq"), ("stoker-parquet-seq", "datasets
          ("stoker-parquet-shuffle", "datasets-shuffle"), ("stoker-mds", "mosaicml"), ("stoker-litdata", "litdata"),
          ("stoker-mds-s3", "mosaicml-s3"), ("stoker-litdata-shards", "litdata"),
          ("stoker-parquet-shards", "datasets-shuffle"), ("stoker-tfrecord", "tfrecord"),
-         ("stoker-tfrecord-shards", "tfrecord"), ("stoker-hdf5", "h5py"), ("stoker-hdf5-shards", "h5py")]
+         ("stoker-tfrecord-shards", "tfrecord"), ("stoker-hdf5", "h5py"), ("stoker-hdf5-shards", "h5py"),
+         ("stoker-hdf5-gzip", "h5py-gzip"), ("stoker-hdf5-gzip-shards", "h5py-gzip")]
 
 
 def selected_rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
@@ -354,6 +364,8 @@ def prepare(args: argparse.Namespace, work: Path, formats: set, servers: Optiona
         write_tfrecord(data / "tfrecord", ids, args.size, per_shard)
     if "hdf5" in formats:
         write_hdf5(data / "hdf5", ids, args.size, per_shard * 4)
+    if "hdf5-gzip" in formats:
+        write_hdf5(data / "hdf5-gzip", ids, args.size, per_shard * 4, gzip=True)
     written = time.perf_counter() - t0
     if "mds-s3" in formats and servers:
         pc.upload_dir(servers.direct, data / "mds", "mds")

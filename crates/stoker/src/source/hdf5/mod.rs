@@ -57,6 +57,10 @@ struct StoreStorage {
     store: Store,
     obj: Object,
     rt: tokio::runtime::Handle,
+    /// A local file read in place from the calling thread: the reader asks for many small
+    /// pieces (index nodes, heaps, chunks), and a hop to the runtime for each costs more than
+    /// the read.
+    local: Option<Mutex<crate::store::DirectReader>>,
     /// The store's error behind the first read that failed: what to report instead of the
     /// reader's account of it.
     failure: Mutex<Option<Error>>,
@@ -75,14 +79,29 @@ impl Storage for StoreStorage {
                 available: self.obj.size().saturating_sub(offset),
             },
         )?;
+        if let Some(local) = &self.local {
+            let mut buf = vec![0u8; len];
+            let mut r = local.lock().unwrap_or_else(|p| p.into_inner());
+            return match r.open(0, &self.obj).and_then(|()| {
+                r.read_exact_at(0, &mut buf, offset).map_err(|e| Error::io(self.store.describe(self.obj.path()), e))
+            }) {
+                Ok(()) => Ok(StorageBuffer::from_vec(buf)),
+                Err(e) => self.failed(e),
+            };
+        }
         match self.rt.block_on(self.store.read_span(&self.obj, offset..end)) {
             Ok(b) => Ok(StorageBuffer::from_shared_owner(Arc::new(b), 0, len)?),
-            Err(e) => {
-                let shown = e.to_string();
-                self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-                Err(hdf5_reader::error::Error::Io(std::io::Error::other(shown)))
-            }
+            Err(e) => self.failed(e),
         }
+    }
+}
+
+impl StoreStorage {
+    /// Keep the store's error `e` for the report, and hand the reader its account of it.
+    fn failed<T>(&self, e: Error) -> hdf5_reader::error::Result<T> {
+        let shown = e.to_string();
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+        Err(hdf5_reader::error::Error::Io(std::io::Error::other(shown)))
     }
 }
 
@@ -217,6 +236,7 @@ pub(crate) async fn open(
             store: store.clone(),
             obj: store.object(&info),
             rt: rt.clone(),
+            local: if store.is_remote() { None } else { store.direct_reader().map(Mutex::new) },
             failure: Mutex::new(None),
         });
         let shown = store.describe(&info.path);
