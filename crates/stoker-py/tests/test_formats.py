@@ -92,3 +92,28 @@ def test_a_pickle_column_is_refused_with_a_clear_error(tmp_path):
         stoker.open(str(tmp_path / "mds"))
     # Leaving it out reads.
     assert "meta" not in stoker.open(str(tmp_path / "mds"), columns=["cls"])[0]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_h5py_files_through_the_torch_dataloader_and_the_loader(tmp_path, workers):
+    want = dict(write("write_hdf5.py", "mixed", tmp_path / "h5"))
+    ds = stoker.open(str(tmp_path / "h5"))
+    assert ds.info()["layout"] == "hdf5" and len(ds) == len(want)
+    dl = DataLoader(ds, batch_size=4, shuffle=True, num_workers=workers, collate_fn=keep,
+                    multiprocessing_context="fork" if workers else None)
+    got = {s["__key__"]: s for b in dl for s in b}
+    assert got.keys() == want.keys()
+    for key, fields in want.items():
+        assert {k: v for k, v in got[key].items() if k != "__key__"} == fields, key
+    # The Loader stacks the arrays: `emb` rows are (8,) float32, `pixels` (6, 5, 3) uint8.
+    loader = stoker.Loader(str(tmp_path / "h5"), batch_size=16, shuffle=True, seed=3, columns=["label", "emb", "pixels"],
+                           decode={"label": stoker.Int(), "emb": stoker.Npy(), "pixels": stoker.Npy()})
+    seen = 0
+    for batch in loader:
+        assert batch["emb"].dtype == torch.float32 and tuple(batch["emb"].shape[1:]) == (8,)
+        assert batch["pixels"].dtype == torch.uint8 and tuple(batch["pixels"].shape[1:]) == (6, 5, 3)
+        for row, key in enumerate(batch["__key__"]):
+            assert batch["label"][row].item() == int(want[key]["label"])
+            assert batch["emb"][row].numpy().tobytes() == numpy.load(io.BytesIO(want[key]["emb"])).tobytes()
+            seen += 1
+    assert seen == len(want)
