@@ -24,19 +24,22 @@
 //! Loader's skip policy). The reader's own limits bound what a header can make it allocate.
 
 mod column;
+mod lzf;
+mod storage;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use hdf5_reader::{Dataset, FilterRegistry, Hdf5File, OpenOptions, Storage, StorageBuffer};
+use hdf5_reader::{Dataset, Hdf5File, Storage};
 
 use self::column::{Column, Kind};
+use self::storage::{bad_file, guarded, options, StoreStorage};
 use super::{Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::{Field, Sample};
-use crate::store::{IoCounters, Object, ObjectInfo, Store};
+use crate::store::{IoCounters, ObjectInfo, Store};
 use crate::uri::{Layout, SourceOptions};
 
 /// File name endings this layout reads.
@@ -51,59 +54,6 @@ const MAX_DATASETS: usize = 4096;
 /// Most rows one read of a dataset takes: a run of neighbouring rows in a batch is read in one
 /// call (each chunk decoded once), in pieces of this many.
 const MAX_RUN: u64 = 1024;
-
-/// Every byte the reader asks for, read through the [`Store`] from a blocking thread.
-struct StoreStorage {
-    store: Store,
-    obj: Object,
-    rt: tokio::runtime::Handle,
-    /// A local file read in place from the calling thread: the reader asks for many small
-    /// pieces (index nodes, heaps, chunks), and a hop to the runtime for each costs more than
-    /// the read.
-    local: Option<Mutex<crate::store::DirectReader>>,
-    /// The store's error behind the first read that failed: what to report instead of the
-    /// reader's account of it.
-    failure: Mutex<Option<Error>>,
-}
-
-impl Storage for StoreStorage {
-    fn len(&self) -> u64 {
-        self.obj.size()
-    }
-
-    fn read_range(&self, offset: u64, len: usize) -> hdf5_reader::error::Result<StorageBuffer> {
-        let end = offset.checked_add(len as u64).filter(|&e| e <= self.obj.size()).ok_or(
-            hdf5_reader::error::Error::UnexpectedEof {
-                offset,
-                needed: len as u64,
-                available: self.obj.size().saturating_sub(offset),
-            },
-        )?;
-        if let Some(local) = &self.local {
-            let mut buf = vec![0u8; len];
-            let mut r = local.lock().unwrap_or_else(|p| p.into_inner());
-            return match r.open(0, &self.obj).and_then(|()| {
-                r.read_exact_at(0, &mut buf, offset).map_err(|e| Error::io(self.store.describe(self.obj.path()), e))
-            }) {
-                Ok(()) => Ok(StorageBuffer::from_vec(buf)),
-                Err(e) => self.failed(e),
-            };
-        }
-        match self.rt.block_on(self.store.read_span(&self.obj, offset..end)) {
-            Ok(b) => Ok(StorageBuffer::from_shared_owner(Arc::new(b), 0, len)?),
-            Err(e) => self.failed(e),
-        }
-    }
-}
-
-impl StoreStorage {
-    /// Keep the store's error `e` for the report, and hand the reader its account of it.
-    fn failed<T>(&self, e: Error) -> hdf5_reader::error::Result<T> {
-        let shown = e.to_string();
-        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-        Err(hdf5_reader::error::Error::Io(std::io::Error::other(shown)))
-    }
-}
 
 /// One file: its datasets in column order, and its row count.
 struct File {
@@ -188,32 +138,6 @@ struct Found {
     set: Dataset,
 }
 
-/// The filters Stoker decodes besides the reader's own: LZF, h5py's fast compressor.
-fn filters() -> FilterRegistry {
-    let mut r = FilterRegistry::new();
-    r.register(LZF_FILTER, Box::new(|desc, data, _| lzf_filter(desc, data)));
-    r
-}
-
-/// HDF5's registered id of the LZF filter (h5py's `compression="lzf"`).
-const LZF_FILTER: u16 = 32000;
-
-/// Decompress an LZF chunk to the size its filter parameters announce (h5py stores the
-/// chunk's byte size as the third parameter), never past the reader's chunk limit.
-fn lzf_filter(
-    desc: &hdf5_reader::messages::filter_pipeline::FilterDescription,
-    data: &[u8],
-) -> hdf5_reader::error::Result<Vec<u8>> {
-    let bad = |why: String| hdf5_reader::error::Error::DecompressionError(format!("LZF: {why}"));
-    let size = desc.client_data.get(2).copied().filter(|&s| s > 0).ok_or_else(|| bad("no chunk size given".into()))?;
-    if size as usize > hdf5_reader::DEFAULT_MAX_CHUNK_BYTES {
-        return Err(bad(format!("a chunk of {size} bytes announced")));
-    }
-    lzf::decompress(data, size as usize).map_err(bad)
-}
-
-mod lzf;
-
 /// Open the HDF5 files `listing` (in path order).
 pub(crate) async fn open(
     store: Store,
@@ -271,33 +195,6 @@ pub(crate) async fn open(
         return Err(Error::Empty { uri: display, reason: "the HDF5 files hold no rows".into() });
     }
     Ok(Arc::new(Hdf5Source(Arc::new(Inner { store, files, starts, columns, display }))))
-}
-
-/// How every file opens: decoded chunks kept within `cache` bytes, no chunk or read past
-/// `cap` bytes, object headers within 16 MiB (h5py writes them in kilobytes), LZF besides the
-/// reader's own filters.
-fn options(cache: usize, cap: usize) -> OpenOptions {
-    OpenOptions {
-        chunk_cache_bytes: cache,
-        filter_registry: Some(filters()),
-        max_chunk_bytes: cap,
-        max_read_bytes: cap,
-        max_object_header_bytes: 16 << 20,
-        ..OpenOptions::default()
-    }
-}
-
-/// `f`, with a panic of the reader (a file it was not ready for) turned into an error naming
-/// the file instead of failing the task that read it.
-fn guarded<T>(shown: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        Err(Error::BadIndex {
-            path: shown.to_string(),
-            reason: "the HDF5 reader failed on this file (damaged, or a case it does not handle); write it again, \
-                     or leave it out of the source"
-                .into(),
-        })
-    })
 }
 
 /// Collect the datasets below `group` (at path `prefix`), depth first, names sorted.
@@ -435,20 +332,6 @@ fn place(
     let stem = path.rsplit('/').next().unwrap_or(&path);
     let stem = SUFFIXES.iter().find_map(|s| stem.strip_suffix(s)).unwrap_or(stem).to_string();
     Ok((File { path, stem, storage, sets, direct, key, rows }, columns))
-}
-
-/// An error at open: the store's own when a read failed, else the reader's, named.
-fn bad_file(s: &StoreStorage, shown: &str, e: &hdf5_reader::error::Error) -> Error {
-    if let Some(failed) = s.failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        return failed;
-    }
-    Error::BadIndex {
-        path: shown.to_string(),
-        reason: format!(
-            "not a readable HDF5 file ({e}): it is truncated, damaged or not HDF5; write it again, or leave it out of the \
-             source"
-        ),
-    }
 }
 
 impl Inner {
