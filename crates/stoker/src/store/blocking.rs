@@ -233,3 +233,64 @@ mod tests {
         assert_eq!(rest, &data[4100..]);
     }
 }
+
+/// Byte ranges of one object for a blocking thread whose parser asks for many small pieces at
+/// places it learns as it goes (HDF5's index nodes, heaps and chunks): a local file is read in
+/// place by the calling thread, with no hop to the runtime for each piece; a remote object
+/// through the store's own path (read plan, caches, version rule) on the runtime the reader
+/// was made on. Made by [`Store::range_reader`].
+pub(crate) struct RangeReader {
+    store: Store,
+    obj: Object,
+    rt: tokio::runtime::Handle,
+    local: Option<std::fs::File>,
+}
+
+impl Store {
+    /// A [`RangeReader`] of `obj`; call it from async code (it keeps that runtime), read from
+    /// a blocking thread.
+    pub(crate) fn range_reader(&self, obj: &Object) -> Result<RangeReader> {
+        let local = match &self.0.backend {
+            Backend::Local(l) => {
+                let full = l.file(&self.obj_path(obj.path()))?;
+                Some(std::fs::File::open(&full).map_err(|e| Error::io(full.display(), e))?)
+            }
+            Backend::Remote { .. } => None,
+        };
+        Ok(RangeReader { store: self.clone(), obj: obj.clone(), rt: tokio::runtime::Handle::current(), local })
+    }
+}
+
+impl RangeReader {
+    /// The object read.
+    pub(crate) fn object(&self) -> &Object {
+        &self.obj
+    }
+
+    /// The bytes of `span`, all of them: a span past the object's end, or a short read, is
+    /// an error naming the object.
+    pub(crate) fn read(&self, span: std::ops::Range<u64>) -> Result<Bytes> {
+        let len = usize::try_from(span.end.saturating_sub(span.start)).unwrap_or(usize::MAX);
+        if span.end > self.obj.size() || span.start > span.end {
+            let shown = self.store.describe(self.obj.path());
+            let why = format!("bytes {}..{} asked of {} bytes", span.start, span.end, self.obj.size());
+            return Err(Error::io(shown, io::Error::new(io::ErrorKind::UnexpectedEof, why)));
+        }
+        match &self.local {
+            Some(file) => {
+                use std::os::unix::fs::FileExt;
+                let mut v = vec![0u8; len];
+                file.read_exact_at(&mut v, span.start)
+                    .map_err(|e| Error::io(self.store.describe(self.obj.path()), e))?;
+                self.store.count(1, len as u64);
+                Ok(Bytes::from(v))
+            }
+            None => self.rt.block_on(self.store.read_span(&self.obj, span)),
+        }
+    }
+
+    /// The bytes of each of `spans`, through [`Store::read`] (merged by the read plan).
+    pub(crate) fn read_many(&self, spans: &[std::ops::Range<u64>]) -> Result<Vec<Bytes>> {
+        self.rt.block_on(self.store.read(&self.obj, spans))
+    }
+}

@@ -36,7 +36,7 @@ mod write;
 /// Range merging and splitting (at the crate root: the fetch layer and the caches use it too).
 pub use crate::ranges;
 pub use blocking::BlockReader;
-pub(crate) use blocking::Cancel;
+pub(crate) use blocking::{Cancel, RangeReader};
 pub(crate) use direct::{gone, is_gone, DirectReader};
 pub(crate) use local::{publish, temp_name, TEMP_SUFFIX};
 pub use object::Object;

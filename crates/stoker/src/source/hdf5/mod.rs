@@ -152,17 +152,11 @@ pub(crate) async fn open(
     let budget = (opts.decoded_budget() / listing.len()).max(1 << 20);
     let cap = opts.decode_cap();
     let wanted: Option<Vec<String>> = opts.column_list().map(|c| c.iter().map(|s| s.to_string()).collect());
-    let rt = tokio::runtime::Handle::current();
     let mut files = Vec::with_capacity(listing.len());
     let mut columns: Option<Vec<Column>> = None;
     for info in listing {
-        let storage = Arc::new(StoreStorage {
-            store: store.clone(),
-            obj: store.object(&info),
-            rt: rt.clone(),
-            local: if store.is_remote() { None } else { store.direct_reader().map(Mutex::new) },
-            failure: Mutex::new(None),
-        });
+        let storage =
+            Arc::new(StoreStorage { reader: store.range_reader(&store.object(&info))?, failure: Mutex::new(None) });
         let shown = store.describe(&info.path);
         let (s, w, first) = (storage.clone(), wanted.clone(), columns.clone());
         let file = tokio::task::spawn_blocking(move || {
@@ -359,7 +353,7 @@ impl Inner {
             direct.push(match d {
                 Some(d) => {
                     let spans: Vec<_> = rows.iter().map(|&r| d.at + r * d.row..d.at + (r + 1) * d.row).collect();
-                    let got = file.storage.rt.block_on(self.store.read(&file.storage.obj, &spans))?;
+                    let got = file.storage.reader.read_many(&spans)?;
                     Some(got.iter().map(|v| c.number(v)).collect::<Vec<_>>().into_iter())
                 }
                 None => None,

@@ -7,17 +7,12 @@ use std::sync::{Arc, Mutex};
 use hdf5_reader::{FilterRegistry, OpenOptions, Storage, StorageBuffer};
 
 use crate::error::{Error, Result};
-use crate::store::{Object, Store};
+use crate::store::RangeReader;
 
-/// Every byte the reader asks for, read through the [`Store`] from a blocking thread.
+/// Every byte the reader asks for, read through the store's [`RangeReader`] from a blocking
+/// thread (a local file in place: the reader asks for many small pieces).
 pub(super) struct StoreStorage {
-    pub(super) store: Store,
-    pub(super) obj: Object,
-    pub(super) rt: tokio::runtime::Handle,
-    /// A local file read in place from the calling thread: the reader asks for many small
-    /// pieces (index nodes, heaps, chunks), and a hop to the runtime for each costs more than
-    /// the read.
-    pub(super) local: Option<Mutex<crate::store::DirectReader>>,
+    pub(super) reader: RangeReader,
     /// The store's error behind the first read that failed: what to report instead of the
     /// reader's account of it.
     pub(super) failure: Mutex<Option<Error>>,
@@ -25,28 +20,18 @@ pub(super) struct StoreStorage {
 
 impl Storage for StoreStorage {
     fn len(&self) -> u64 {
-        self.obj.size()
+        self.reader.object().size()
     }
 
     fn read_range(&self, offset: u64, len: usize) -> hdf5_reader::error::Result<StorageBuffer> {
-        let end = offset.checked_add(len as u64).filter(|&e| e <= self.obj.size()).ok_or(
-            hdf5_reader::error::Error::UnexpectedEof {
+        let size = self.reader.object().size();
+        let end =
+            offset.checked_add(len as u64).filter(|&e| e <= size).ok_or(hdf5_reader::error::Error::UnexpectedEof {
                 offset,
                 needed: len as u64,
-                available: self.obj.size().saturating_sub(offset),
-            },
-        )?;
-        if let Some(local) = &self.local {
-            let mut buf = vec![0u8; len];
-            let mut r = local.lock().unwrap_or_else(|p| p.into_inner());
-            return match r.open(0, &self.obj).and_then(|()| {
-                r.read_exact_at(0, &mut buf, offset).map_err(|e| Error::io(self.store.describe(self.obj.path()), e))
-            }) {
-                Ok(()) => Ok(StorageBuffer::from_vec(buf)),
-                Err(e) => self.failed(e),
-            };
-        }
-        match self.rt.block_on(self.store.read_span(&self.obj, offset..end)) {
+                available: size.saturating_sub(offset),
+            })?;
+        match self.reader.read(offset..end) {
             Ok(b) => Ok(StorageBuffer::from_shared_owner(Arc::new(b), 0, len)?),
             Err(e) => self.failed(e),
         }
