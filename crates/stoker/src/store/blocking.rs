@@ -206,34 +206,6 @@ impl Seek for BlockReader {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread")]
-    async fn block_reader_seeks_within_and_past_blocks() {
-        let dir = tempfile::tempdir().unwrap();
-        let data: Vec<u8> = (0..9000u32).map(|i| (i % 251) as u8).collect();
-        std::fs::write(dir.path().join("f"), &data).unwrap();
-        let s = Store::local(dir.path()).unwrap();
-        let f = s.open_object("f").await.unwrap();
-        let mut r = s.blocking_reader(&f, false, Cancel::default()).unwrap();
-        let mut b = [0u8; 10];
-        r.seek(SeekFrom::Start(1020)).unwrap();
-        r.read_exact(&mut b).unwrap();
-        assert_eq!(&b[..], &data[1020..1030]);
-        r.seek(SeekFrom::Current(3000)).unwrap();
-        r.read_exact(&mut b).unwrap();
-        assert_eq!(&b[..], &data[4030..4040]);
-        r.seek(SeekFrom::Start(4090)).unwrap();
-        r.read_exact(&mut b).unwrap();
-        assert_eq!(&b[..], &data[4090..4100], "across a block boundary");
-        let mut rest = Vec::new();
-        r.read_to_end(&mut rest).unwrap();
-        assert_eq!(rest, &data[4100..]);
-    }
-}
-
 /// Byte ranges of one object for a blocking thread whose parser asks for many small pieces at
 /// places it learns as it goes (HDF5's index nodes, heaps and chunks): a local file is read in
 /// place by the calling thread, with no hop to the runtime for each piece; a remote object
@@ -292,5 +264,33 @@ impl RangeReader {
     /// The bytes of each of `spans`, through [`Store::read`] (merged by the read plan).
     pub(crate) fn read_many(&self, spans: &[std::ops::Range<u64>]) -> Result<Vec<Bytes>> {
         self.rt.block_on(self.store.read(&self.obj, spans))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn block_reader_seeks_within_and_past_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..9000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("f"), &data).unwrap();
+        let s = Store::local(dir.path()).unwrap();
+        let f = s.open_object("f").await.unwrap();
+        let mut r = s.blocking_reader(&f, false, Cancel::default()).unwrap();
+        let mut b = [0u8; 10];
+        r.seek(SeekFrom::Start(1020)).unwrap();
+        r.read_exact(&mut b).unwrap();
+        assert_eq!(&b[..], &data[1020..1030]);
+        r.seek(SeekFrom::Current(3000)).unwrap();
+        r.read_exact(&mut b).unwrap();
+        assert_eq!(&b[..], &data[4030..4040]);
+        r.seek(SeekFrom::Start(4090)).unwrap();
+        r.read_exact(&mut b).unwrap();
+        assert_eq!(&b[..], &data[4090..4100], "across a block boundary");
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, &data[4100..]);
     }
 }
