@@ -24,6 +24,11 @@ and the samples' keys in a `__key__` dataset of strings.
 
 Prints [{"key": "a-00000/000000000", "fields": [[name, hex], ...]}, ...] in Stoker's order.
 
+    python write_hdf5.py claims OUTDIR
+
+`claims`: d.h5, whose one dataset claims a billion rows and holds none (what a lying header
+looks like to a reader).
+
     python write_hdf5.py chunks FILE DATASET
 
 prints where the chunks of DATASET lie in FILE: [[byte offset, stored size], ...] (for the tests
@@ -140,6 +145,11 @@ def main():
     if kind == "mixed":
         rows = mixed(os.path.join(outdir, "a-00000.h5"), "a-00000", 37, 1)
         rows += mixed(os.path.join(outdir, "b.hdf5"), "b", 23, 2)
+    elif kind == "claims":
+        # A billion rows claimed and none written (chunks never allocated): a few KB of file.
+        with h5py.File(os.path.join(outdir, "d.h5"), "w") as f:
+            f.create_dataset("label", (10**9,), dtype=np.int64, chunks=(1024,))
+        rows = []
     elif kind == "latest":
         rows = latest(os.path.join(outdir, "c.h5"), "c", 61, 3)
     else:

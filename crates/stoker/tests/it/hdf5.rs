@@ -104,6 +104,11 @@ async fn damaged_chunks_are_named_and_the_skip_policy_counts_their_rows() {
         };
         assert!(e.to_string().contains("a-00000.h5"), "cut at {cut}: {e}");
     }
+    // A billion rows claimed by a file of a few KB: refused at open, before anything is sized by it.
+    let claims = root.path().join("claims");
+    fixture("claims", &claims);
+    let e = stoker::open(claims.to_str().unwrap(), Default::default()).await.unwrap_err().to_string();
+    assert!(e.contains("d.h5") && e.contains("claim 1000000000 rows"), "{e}");
     // Not HDF5 at all.
     std::fs::write(&file, b"just some text, not a hierarchical data format file").unwrap();
     let e = stoker::open(dir.to_str().unwrap(), Default::default()).await.unwrap_err().to_string();

@@ -51,6 +51,8 @@ const KEY_DATASET: &str = "__key__";
 /// hostile or generated file, not a dataset of samples.
 const MAX_DEPTH: usize = 16;
 const MAX_DATASETS: usize = 4096;
+/// The most rows a byte of a file may stand for (deflate's best compression ratio).
+const MAX_RATIO: u64 = 1032;
 /// Most rows one read of a dataset takes: a run of neighbouring rows in a batch is read in one
 /// call (each chunk decoded once), in pieces of this many.
 const MAX_RUN: u64 = 1024;
@@ -317,6 +319,13 @@ fn place(
         sets.push(f.set);
     }
     let rows = usize::try_from(rows.unwrap_or(0)).map_err(|_| bad("more rows than this machine can count".into()))?;
+    // Every row holds at least a byte of some dataset, stored at worst at deflate's best ratio
+    // (1032:1): a header claiming more rows than that is lying, and the samples' order alone
+    // (eight bytes a row) would take more memory than the file could justify.
+    let size = storage.reader.object().size();
+    if rows as u64 > size.saturating_mul(MAX_RATIO) {
+        return Err(bad(format!("its datasets claim {rows} rows, more than its {size} bytes can hold")));
+    }
     if let Some(k) = &key {
         if k.shape().first().map(|&n| n as usize) != Some(rows) {
             return Err(bad(format!("its {KEY_DATASET} dataset does not have one key per row ({rows} rows)")));
