@@ -232,6 +232,20 @@ impl Column {
     /// The field bytes of rows `first..first + count` of `set` (this column's dataset in one
     /// file), one per row; `None` for a row without a value (never, today).
     pub(super) fn read(&self, set: &Dataset, first: u64, count: u64) -> hdf5_reader::error::Result<Vec<Bytes>> {
+        let got = self.read_values(set, first, count)?;
+        // One value per row, or nothing: a file whose headers disagree with each other (a
+        // shape that is not the one the column was planned from) must not shift values
+        // between samples.
+        if got.len() as u64 != count {
+            return Err(hdf5_reader::error::Error::InvalidData(format!(
+                "{} values read for {count} rows: the dataset's headers disagree",
+                got.len()
+            )));
+        }
+        Ok(got)
+    }
+
+    fn read_values(&self, set: &Dataset, first: u64, count: u64) -> hdf5_reader::error::Result<Vec<Bytes>> {
         let n = count as usize;
         match &self.kind {
             Kind::Number { size, .. } => {
