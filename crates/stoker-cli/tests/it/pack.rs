@@ -80,7 +80,12 @@ fn py(cmd: &str, dir: &Path, stdin: Option<String>) -> Vec<Sample> {
     child.stdin.take().unwrap().write_all(stdin.unwrap_or_default().as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "pack_check.py {cmd}: {}", String::from_utf8_lossy(&out.stderr));
-    let v: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    samples_of(&out.stdout)
+}
+
+/// The samples a fixture script prints: `[{"key": ..., "fields": [[name, hex], ...]}, ...]`.
+fn samples_of(json: &[u8]) -> Vec<Sample> {
+    let v: Vec<serde_json::Value> = serde_json::from_slice(json).unwrap();
     v.iter()
         .map(|x| Sample {
             key: x["key"].as_str().unwrap().into(),
@@ -282,21 +287,7 @@ fn hdf5_fixture(kind: &str, dir: &Path) -> Vec<Sample> {
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}; run integration/setup.sh", python.display()));
     assert!(out.status.success(), "write_hdf5.py {kind}: {}", String::from_utf8_lossy(&out.stderr));
-    let v: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    v.iter()
-        .map(|x| Sample {
-            key: x["key"].as_str().unwrap().into(),
-            fields: x["fields"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|f| Field {
-                    name: f[0].as_str().unwrap().into(),
-                    data: Bytes::from(unhex(f[1].as_str().unwrap())),
-                })
-                .collect(),
-        })
-        .collect()
+    samples_of(&out.stdout)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
