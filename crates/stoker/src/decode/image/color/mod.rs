@@ -17,6 +17,9 @@
 //! without colour operations gives the same crops as before, and the result depends only on
 //! `(seed, epoch, index)`.
 
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
 use super::super::rng::SampleRng;
 use super::super::spec::ColorJitter;
 
@@ -73,33 +76,74 @@ pub(crate) fn draw(jitter: Option<&ColorJitter>, gray: f32, rng: &mut SampleRng)
 /// Apply `ops` in order to the RGB8 pixels `img` (interleaved, any size), as the decode
 /// threads do after the resize.
 pub fn apply(img: &mut [u8], ops: &[ColorOp]) {
-    for op in ops {
-        match *op {
-            // Brightness and contrast map each value alone: a 256-entry table of the exact
-            // per-value result, then a lookup per byte.
-            Op::Brightness(f) => lookup(img, |x| to_u8(x * f)),
+    #[cfg(target_arch = "x86_64")]
+    if x86::available() {
+        // SAFETY (both): the CPU has AVX2, checked just above.
+        let blocks = |img: &mut [u8], op| unsafe { x86::blocks(img, op) };
+        let values = |img: &mut [u8], mul, add| unsafe { x86::values(img, mul, add) };
+        return apply_with(img, ops, Kernels { blocks: &blocks, values: &values });
+    }
+    apply_with(img, ops, Kernels::NONE);
+}
+
+/// Vector code for whole 8-pixel blocks of one operation (see [`Kernels::blocks`]).
+type Blocks = dyn Fn(&mut [u8], ColorOp) -> (usize, u64);
+
+/// Vector code for the leading part of an image (see [`apply_with`]).
+#[derive(Clone, Copy)]
+struct Kernels<'a> {
+    /// Whole 8-pixel blocks of a per-pixel operation: the bytes done and, for contrast (which
+    /// it only reads), the sum of their floored grayscale.
+    blocks: &'a Blocks,
+    /// `x * mul + add` on each byte, clamped and truncated (brightness, contrast's blend): the
+    /// bytes done.
+    values: &'a dyn Fn(&mut [u8], f32, f32) -> usize,
+}
+
+impl Kernels<'_> {
+    /// No vector code: the scalar code does everything.
+    const NONE: Kernels<'static> = Kernels { blocks: &|_, _| (0, 0), values: &|_, _, _| 0 };
+}
+
+/// [`apply`] with the leading part of each operation given to the vector code `k`; the
+/// scalar code does the rest, the same operations in the same order.
+fn apply_with(img: &mut [u8], ops: &[ColorOp], k: Kernels) {
+    let pixels = img.len() / 3 * 3;
+    for &op in ops {
+        let (done, sum) = (k.blocks)(&mut img[..pixels], op);
+        let rest = &mut img[done..pixels];
+        match op {
+            Op::Brightness(f) => values(img, f, 0.0, k),
             Op::Contrast(f) => {
-                let n = (img.len() / 3).max(1);
-                // torch sums the floored grayscale in f32 (pairwise); f64 keeps the mean exact.
-                let sum: f64 = img.chunks_exact(3).map(|p| f64::from(floor_gray(p))).sum();
-                let mean = (sum / n as f64) as f32;
-                lookup(img, |x| to_u8(x * f + mean * (1.0 - f)));
+                // torch sums the floored grayscale in f32 (pairwise); an integer sum keeps the
+                // mean exact, in any order.
+                let sum = sum + rest.chunks_exact(3).map(|p| u64::from(floor_gray(p) as u32)).sum::<u64>();
+                let mean = (sum as f64 / (pixels / 3).max(1) as f64) as f32;
+                values(img, f, mean * (1.0 - f), k);
             }
             Op::Saturation(f) => {
-                for p in img.chunks_exact_mut(3) {
+                for p in rest.chunks_exact_mut(3) {
                     let g = floor_gray(p);
                     p.iter_mut().for_each(|x| *x = blend(*x, g, f));
                 }
             }
-            Op::Hue(f) => img.chunks_exact_mut(3).for_each(|p| hue(p, f)),
+            Op::Hue(f) => rest.chunks_exact_mut(3).for_each(|p| hue(p, f)),
             Op::Grayscale => {
-                for p in img.chunks_exact_mut(3) {
+                for p in rest.chunks_exact_mut(3) {
                     let g = to_u8(gray_f32(p));
                     p.fill(g);
                 }
             }
         }
     }
+}
+
+/// Every byte `x` becomes `x * mul + add`, clamped and truncated: brightness (`add` zero,
+/// where `x * f + 0` is `x * f`) and contrast's blend with the mean (torchvision's `f * x +
+/// (1 - f) * mean`). The vector code takes the leading bytes, a 256-entry table the rest.
+fn values(img: &mut [u8], mul: f32, add: f32, k: Kernels) {
+    let done = (k.values)(img, mul, add);
+    lookup(&mut img[done..], |x| to_u8(x * mul + add));
 }
 
 /// Replace every byte `x` of `img` by `f(x as f32)`, computed once per value.
@@ -190,6 +234,36 @@ mod tests {
 
     fn image() -> Vec<u8> {
         (0..64 * 3).map(|i| ((i * 37 + i / 3 * 11) % 256) as u8).collect()
+    }
+
+    #[test]
+    fn vector_code_gives_the_scalar_code_bytes() {
+        // A spread of the 2^24 colours (a stride prime to 256 visits every value of each
+        // channel), in an image whose length is not a whole number of 8-pixel blocks.
+        let img: Vec<u8> = (0..(1u32 << 24)).step_by(97).flat_map(|c| c.to_le_bytes()[..3].to_vec()).collect();
+        assert_ne!(img.len() / 3 % 8, 0);
+        for op in [
+            Op::Hue(0.07),
+            Op::Hue(-0.5),
+            Op::Hue(0.5),
+            Op::Hue(-0.013),
+            Op::Hue(0.0),
+            Op::Saturation(0.0),
+            Op::Saturation(0.8),
+            Op::Saturation(1.93),
+            Op::Contrast(0.7),
+            Op::Contrast(1.6),
+            Op::Brightness(0.83),
+            Op::Brightness(1.4),
+            Op::Grayscale,
+        ] {
+            let mut want = img.clone();
+            apply_with(&mut want, &[op], Kernels::NONE);
+            let mut got = img.clone();
+            apply(&mut got, &[op]);
+            let first = got.iter().zip(&want).position(|(a, b)| a != b);
+            assert_eq!(first.map(|i| &img[i / 3 * 3..i / 3 * 3 + 3]), None, "{op:?}: the first pixel that differs");
+        }
     }
 
     #[test]
