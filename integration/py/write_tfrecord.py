@@ -8,6 +8,9 @@ writer's output, gzip-compressed whole, as TensorFlow's GZIP option writes it), 
 features image (one bytes value), label (one int64), box (four floats), score (one float), ids
 (int64s, one to five of them) and tags (bytes, none to three): every case of the field convention.
 `raw`: records of plain bytes (not protobuf) in c.tfrecords.
+`indexed`: like `example`'s plain files, with the package's own index beside each (its
+`create_index`): a-00000.tfindex (the name its `create_indices` gives) and a-00001.index (the
+name its `MultiTFRecordDataset` examples use).
 Prints [{"key": "a-00000/000000000", "fields": [[name, hex], ...]}, ...] in Stoker's order.
 """
 import gzip
@@ -20,6 +23,7 @@ import sys
 
 import numpy as np
 from tfrecord import TFRecordWriter
+from tfrecord.tools.tfrecord2idx import create_index
 
 
 def npy(values, dtype):
@@ -68,9 +72,10 @@ def main():
     os.makedirs(out, exist_ok=True)
     rng = random.Random(7)
     samples = []
-    if kind == "example":
+    if kind in ("example", "indexed"):
         n = 0
-        for name, count in [("a-00000", 40), ("a-00001", 25), ("b", 30)]:
+        files = [("a-00000", 40), ("a-00001", 25), ("b", 30)] if kind == "example" else [("a-00000", 40), ("a-00001", 25)]
+        for name, count in files:
             made = [example(rng, n + k) for k in range(count)]
             n += count
             path = os.path.join(out, name + ".tfrecord")
@@ -79,6 +84,8 @@ def main():
                 with open(path, "rb") as src, gzip.open(path + ".gz", "wb") as dst:
                     shutil.copyfileobj(src, dst)
                 os.remove(path)
+            if kind == "indexed":
+                create_index(path, os.path.join(out, name + (".tfindex" if name == "a-00000" else ".index")))
             samples += [{"key": f"{name}/{k:09d}", "fields": [[f, v.hex()] for f, v in fields]}
                         for k, (_, fields) in enumerate(made)]
     elif kind == "raw":

@@ -10,6 +10,7 @@
 //! naming the file, not a full disk.
 
 use std::io::{Read, Write};
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,6 +31,33 @@ pub(crate) const SLACK: u64 = 64 << 20;
 /// A layout's walk of one file's (decompressed) bytes: hands each span to `span` and
 /// returns how many bytes the data held. An error names what is wrong at which byte.
 pub(crate) type Scan = fn(&mut dyn Read, &mut dyn FnMut(u64, u64) -> std::io::Result<()>) -> std::io::Result<u64>;
+
+/// Spans of a file (start, end), or why they cannot be had.
+pub(crate) type SpansOr = std::result::Result<Vec<(u64, u64)>, String>;
+
+/// A sidecar's spans agree with the file, or why not.
+pub(crate) type Checked = std::result::Result<(), String>;
+
+/// Reads ranges of a file (merged as the store's read plan merges them).
+pub(crate) type ReadRanges<'a> = &'a dyn Fn(&[Range<u64>]) -> Result<Vec<Bytes>>;
+
+/// An index another tool writes beside a file, read at a first open in place of the walk (the
+/// `tfrecord` package's `.tfindex`): the names it may have and how its bytes become the file's
+/// spans. It is as untrusted as the file: it must cover the whole file in order, without gaps
+/// or overlaps, and a few spans are checked against the file's own framing; one that does not
+/// fit is set aside with a warning and the file walked. (A span it gets wrong that the checks
+/// miss still cannot deliver wrong data where the layout checks each span's checksum, as
+/// TFRecord does: it is that record's checksum error.)
+pub(crate) struct Sidecar {
+    /// The paths to look for, for the file at this path, in order.
+    pub(crate) names: fn(&str) -> Vec<String>,
+    /// The largest sidecar worth reading for a file of this many bytes.
+    pub(crate) max_len: fn(u64) -> u64,
+    /// The file's spans from the sidecar's bytes and the file's size, or why they cannot be.
+    pub(crate) parse: fn(&[u8], u64) -> SpansOr,
+    /// Check some of the spans against the file (read through `read`): why not, if not.
+    pub(crate) check: fn(&[(u64, u64)], ReadRanges) -> Checked,
+}
 
 /// Where a file's spans are read from.
 enum Body {
@@ -67,15 +95,15 @@ pub(crate) struct SpanFiles {
 }
 
 impl SpanFiles {
-    /// The files of `listing` (sorted by path here), each with its `kind` index found on disk
-    /// or built by walking it with `scan`, several at once. `suffixes` are the layout's file
-    /// name endings, cut off for keys.
+    /// The files of `listing` (sorted by path here), each with its `kind` index found on disk,
+    /// or made from a `sidecar` beside a plain file, or built by walking it with `scan`,
+    /// several at once. `suffixes` are the layout's file name endings, cut off for keys.
     pub(crate) async fn open(
         store: Store,
         mut listing: Vec<ObjectInfo>,
         opts: &SourceOptions,
         kind: &'static Kind,
-        scan: Scan,
+        (scan, sidecar): (Scan, Option<&'static Sidecar>),
         suffixes: &[&str],
     ) -> Result<Self> {
         listing.sort_by(|a, b| a.path.cmp(&b.path));
@@ -86,7 +114,7 @@ impl SpanFiles {
             let (info, store, dir) = (listing[i].clone(), store.clone(), spill_dir.clone());
             let places = Places::of(kind, &store, &info.path, opts);
             async move {
-                tokio::task::spawn_blocking(move || index(&store, &info, &places, dir, cancel, scan))
+                tokio::task::spawn_blocking(move || index(&store, &info, &places, dir, cancel, (scan, sidecar)))
                     .await
                     .map_err(Error::task)?
             }
@@ -189,14 +217,15 @@ impl SpanFiles {
 }
 
 /// The span index of `info`: the one kept on disk if it is whole and of this version of the
-/// file, else built by a walk (which also leaves a compressed file's decompressed copy).
+/// file, else made from a sidecar that fits the file, else built by a walk (which also leaves a
+/// compressed file's decompressed copy).
 fn index(
     store: &Store,
     info: &ObjectInfo,
     places: &Places,
     spill_dir: PathBuf,
     cancel: Cancel,
-    scan: Scan,
+    (scan, sidecar): (Scan, Option<&'static Sidecar>),
 ) -> Result<(SpanIndex, Option<std::fs::File>)> {
     let version = span_index::version(info);
     if let Some(found) = places.find(version) {
@@ -204,8 +233,54 @@ fn index(
     }
     let fail = |e: std::io::Error| Error::io(format!("the index of {}", store.describe(&info.path)), e);
     let mut writer = span_index::Writer::create(places, &spill_dir).map_err(fail)?;
+    if let Some(spans) = sidecar.filter(|_| !compressed(&info.path)).and_then(|s| from_sidecar(store, info, s)) {
+        for (start, end) in spans {
+            writer.push(start, end).map_err(fail)?;
+        }
+        return Ok((writer.finish(version, info.size).map_err(fail)?, None));
+    }
     let (copy, len) = walk(store, &store.object(info), spill_dir, cancel, scan, &mut |s, e| writer.push(s, e))?;
     Ok((writer.finish(version, len).map_err(fail)?, copy))
+}
+
+/// The spans of `info` from the first of its sidecars found, if that one fits the file (else a
+/// warning names it and why, and the caller walks the file). Runs on a blocking thread.
+fn from_sidecar(store: &Store, info: &ObjectInfo, sidecar: &Sidecar) -> Option<Vec<(u64, u64)>> {
+    let rt = tokio::runtime::Handle::current();
+    // The first that exists (any error reading its size counts as absent: the walk is the
+    // authority, a sidecar only saves reading the file).
+    let (name, found) =
+        (sidecar.names)(&info.path).into_iter().find_map(|n| Some((n.clone(), rt.block_on(store.head(&n)).ok()?)))?;
+    let fits = || -> SpansOr {
+        let most = (sidecar.max_len)(info.size);
+        if found.size > most {
+            return Err(format!(
+                "{} bytes, more than an index of a {}-byte file can need ({most})",
+                found.size, info.size
+            ));
+        }
+        let bytes = rt.block_on(store.get(&name)).map_err(|e| e.to_string())?;
+        if bytes.len() as u64 > most {
+            return Err(format!(
+                "{} bytes, more than an index of a {}-byte file can need ({most})",
+                bytes.len(),
+                info.size
+            ));
+        }
+        let spans = (sidecar.parse)(&bytes, info.size)?;
+        let reader = store.range_reader(&store.object(info)).map_err(|e| e.to_string())?;
+        (sidecar.check)(&spans, &|ranges| reader.read_many(ranges))?;
+        Ok(spans)
+    };
+    fits()
+        .inspect_err(|why| {
+            eprintln!(
+                "stoker: warning: {} does not fit {}: {why}; reading the whole file to find its records instead",
+                store.describe(&name),
+                store.describe(&info.path)
+            )
+        })
+        .ok()
 }
 
 /// Walk `obj` once with `scan`, handing each span to `span`; for a compressed file, leave its

@@ -54,7 +54,7 @@ pub(crate) async fn open(
     display: String,
 ) -> Result<Arc<DynSampleSource>> {
     let field: Arc<str> = opts.text_field.as_deref().unwrap_or("text").into();
-    let files = SpanFiles::open(store, listing, opts, &JSONL_LINES, scan, &SUFFIXES).await?;
+    let files = SpanFiles::open(store, listing, opts, &JSONL_LINES, (scan, None), &SUFFIXES).await?;
     Ok(Arc::new(JsonlSource { files, field, display }))
 }
 

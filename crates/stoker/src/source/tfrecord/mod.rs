@@ -5,7 +5,8 @@
 //! u64 length (LE) | u32 masked CRC32C of the length | data | u32 masked CRC32C of the data
 //! ```
 //!
-//! The first open walks each file once, checking every length's checksum, and keeps where each
+//! The first open walks each file once, checking every length's checksum (or, where the
+//! `tfrecord` package's index lies beside a plain file, reads that instead: [`tfindex`]), and keeps where each
 //! record's data lies in a span index on disk (see [`super::span_file`], also for the `.gz`
 //! files: decompressed once per process). A record is then one ranged read, its data checked
 //! against its CRC32C before it is used: a flipped bit is an error naming the file, the record
@@ -18,6 +19,7 @@
 //! is one field, `data`. A file is a shard; keys are `<file without suffix>/<record, 9 digits>`.
 
 mod example;
+mod tfindex;
 
 use std::fmt;
 use std::io::Read;
@@ -79,7 +81,8 @@ pub(crate) async fn open(
     opts: &SourceOptions,
     display: String,
 ) -> Result<Arc<DynSampleSource>> {
-    let files = SpanFiles::open(store, listing, opts, &TFRECORD_RECORDS, scan, &SUFFIXES).await?;
+    let files =
+        SpanFiles::open(store, listing, opts, &TFRECORD_RECORDS, (scan, Some(&tfindex::TFINDEX)), &SUFFIXES).await?;
     let mut src = TfRecordSource { files, payload: Payload::Raw, data: "data".into(), display };
     // The first record that reads decides (a damaged one is the reads' to report, counted
     // under the skip policy, not a reason to refuse the dataset).
@@ -148,7 +151,9 @@ impl TfRecordSource {
         let cut = framed.len().checked_sub(4).ok_or_else(|| self.damaged(f, r, at, "a short read"))?;
         let (data, crc) = (framed.slice(..cut), &framed[cut..]);
         if masked_crc(&data).to_le_bytes() != crc {
-            return Err(self.damaged(f, r, at, "its data fails its CRC32C: the file is damaged here"));
+            let why = "its data fails its CRC32C: the file is damaged here (or the `.tfindex` it was first opened \
+                       with places this record wrongly)";
+            return Err(self.damaged(f, r, at, why));
         }
         Ok(data)
     }
