@@ -15,11 +15,13 @@ DataLoader worker must open the source too: keep pickles as private as the crede
 from __future__ import annotations
 
 import collections
+import importlib.util
 import json
 import os
+import sys
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _stoker
 from ._stoker import (
@@ -59,10 +61,9 @@ __all__ = [
     "CudaUnavailableError",
 ]
 
-try:  # The dataset is a torch Dataset when torch is there, a plain class otherwise.
-    from torch.utils.data import Dataset as _Base
-except ImportError:  # pragma: no cover - exercised only without torch
-    _Base = object  # type: ignore[assignment,misc]
+# torch is not imported here: `import stoker` takes milliseconds where torch takes seconds.
+# `stoker.Dataset` (a torch Dataset where torch is installed) is made at its first use, and
+# the Loader imports torch or numpy at its first batch.
 
 Sample = Dict[str, Any]
 
@@ -325,7 +326,7 @@ def _decode_json(decode: Optional[Dict[str, Any]]) -> Optional[str]:
     return json.dumps(out)
 
 
-class Dataset(_ShownArgs, _Base):  # type: ignore[misc,valid-type]
+class _Dataset(_ShownArgs):
     """A map-style dataset over any Stoker source: ``len(ds)``, ``ds[i]``, ``ds.get_many(idx)``.
 
     ``ds[i]`` is ``{"__key__": key, field: bytes, ...}`` for every source (files and LMDB give
@@ -392,11 +393,66 @@ class Dataset(_ShownArgs, _Base):  # type: ignore[misc,valid-type]
         self._source = _stoker.Source(self._args.uri, self._args.json())
 
 
+_DATASET: Optional[type] = None
+
+
+def _dataset_class(torch: bool = True) -> Any:
+    """``stoker.Dataset``: the dataset as a subclass of ``torch.utils.data.Dataset`` where torch
+    is installed (imported here, at the first dataset made), a plain class where it is not.
+    With ``torch=False`` and torch not imported yet, the plain class (``_Dataset``, which
+    ``stoker.Dataset`` subclasses): what a numpy Loader reads through without importing torch."""
+    global _DATASET
+    if _DATASET is None:
+        if not torch and "torch" not in sys.modules:
+            return _Dataset
+        try:
+            from torch.utils.data import Dataset as base
+
+            bases: Tuple[type, ...] = (_Dataset, base)
+        except ImportError:
+            bases = (_Dataset,)
+        _DATASET = type("Dataset", bases, {"__module__": __name__, "__qualname__": "Dataset", "__doc__": _Dataset.__doc__})
+    return _DATASET
+
+
+if TYPE_CHECKING:
+    Dataset = _Dataset
+else:
+
+    def __getattr__(name: str) -> Any:
+        # `stoker.Dataset` (and pickles of its instances, which name it) made on first use.
+        if name == "Dataset":
+            return _dataset_class()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _output(output: Optional[str]) -> str:
+    """The batches' array type: ``output`` as given, else ``"torch"`` where torch is installed
+    and ``"numpy"`` where it is not (looked up, not imported). Missing, it is an error here,
+    naming what to install, not at the first batch."""
+    if output is None:
+        output = "torch" if _installed("torch") else "numpy"
+    if output not in ("torch", "numpy"):
+        raise InvalidInputError(f"output must be 'torch' or 'numpy', not {output!r}")
+    if not _installed(output):
+        other = "numpy" if output == "torch" else "torch"
+        raise InvalidInputError(
+            f"output={output!r} needs {output}, which is not installed here: pip install 'stoker[{output}]'"
+            + (f" (or output={other!r})" if _installed(other) else "")
+        )
+    return output
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` is imported or importable, without importing it."""
+    return sys.modules.get(module) is not None or importlib.util.find_spec(module) is not None
+
+
 def open(uri: Union[str, "os.PathLike[str]"], transform: Optional[Callable[[Sample], Any]] = None, **options: Any) -> Dataset:  # noqa: A001
     """Open a source: a directory, tar shards (``shards/train-{000..127}.tar``), an LMDB
     directory, or ``s3://``, ``gs://``, ``az://``, ``http(s)://`` URIs. Options are the URI
     query keys (``layout``, ``endpoint``, ``concurrency``...)."""
-    return Dataset(os.fspath(uri), transform=transform, **options)
+    return _dataset_class()(os.fspath(uri), transform=transform, **options)
 
 
 SourceLike = Union[str, "os.PathLike[str]", "Dataset"]
@@ -410,7 +466,7 @@ def _mix_entry(source: SourceLike, weight: Any, extra: Optional[Mapping[str, Any
     if isinstance(weight, bool) or not isinstance(weight, (int, float)):
         raise InvalidInputError(f"the weight of mix source {_shown(source)} must be a number, not {_shown(weight)}")
     name = extra.pop("name", None)
-    if isinstance(source, Dataset):
+    if isinstance(source, _Dataset):
         if source.transform is not None:
             raise InvalidInputError(
                 f"{source.uri}: a dataset with a transform cannot join a mix; pass transform= to the Loader instead"
@@ -479,7 +535,7 @@ def mix(
         spec["fill_missing"] = fills
     elif fill_missing is not None:
         spec["fill_missing"] = bool(fill_missing)
-    return Dataset("mix:" + json.dumps(spec), **options)
+    return _dataset_class()("mix:" + json.dumps(spec), **options)
 
 
 class Loader:
@@ -491,8 +547,9 @@ class Loader:
     decoded on Rust threads into one tensor each (``stoker.Image`` -> uint8 ``[B, H, W, 3]``,
     ``stoker.Int`` -> int64 ``[B]``, ``stoker.Npy`` -> ``[B, *shape]``); every other field is
     ``(data, offsets)``: uint8 values back to back and int64 offsets of length ``B + 1``. A
-    field's type and shape never change during a run. ``output="numpy"`` gives numpy arrays.
-    The decode threads' working memory (an image's pixels are decoded whole before the crop and
+    field's type and shape never change during a run. ``output="numpy"`` gives numpy arrays,
+    ``output="torch"`` tensors; by default tensors where torch is installed, numpy arrays where
+    it is not (torch or numpy is imported at the first batch, not before). The decode threads' working memory (an image's pixels are decoded whole before the crop and
     resize) shares one budget, ``decode_memory_bytes`` (default: ``max_bytes_in_flight``): a
     huge image waits for room instead of every thread holding one, and an image that alone
     needs more than a decode may take raises ``stoker.DecodeError`` naming the option.
@@ -528,7 +585,7 @@ class Loader:
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         device: Optional[str] = None,
-        output: str = "torch",
+        output: Optional[str] = None,
         max_bytes_in_flight: int = 1 << 30,
         skip_errors: bool = False,
         decode: Optional[Dict[str, Any]] = None,
@@ -540,8 +597,7 @@ class Loader:
         shuffle_window: Optional[int] = None,
         **options: Any,
     ) -> None:
-        if output not in ("torch", "numpy"):
-            raise InvalidInputError(f"output must be 'torch' or 'numpy', not {output!r}")
+        output = _output(output)
         if device not in (None, "cpu"):
             raise CudaUnavailableError(
                 f"device={device!r}: this build of stoker has no CUDA support; use device=None and move batches with .to()"
@@ -552,7 +608,10 @@ class Loader:
             raise InvalidInputError(f"transform_threads must be at least 1, not {transform_threads}")
         if skip_errors:  # damage found while opening is skipped around too (and reported in stats())
             options = {"on_damage": "skip", **options}
-        ds = uri_or_dataset if isinstance(uri_or_dataset, Dataset) else Dataset(os.fspath(uri_or_dataset), **options)
+        if isinstance(uri_or_dataset, _Dataset):
+            ds = uri_or_dataset
+        else:
+            ds = _dataset_class(torch=output == "torch")(os.fspath(uri_or_dataset), **options)
         self.dataset = ds
         self.output = output
         self.epoch = 0

@@ -70,17 +70,19 @@ class TokenLoader:
         prefetch: int = 4,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
-        output: str = "torch",
+        output: Optional[str] = None,
         tokenizer: Union[str, "os.PathLike[str]", None] = None,
         field: Optional[str] = None,
         skip_errors: bool = False,
         **options: Any,
     ) -> None:
-        from . import Dataset, InvalidInputError
+        from . import _Dataset, _dataset_class, _output
 
-        if output not in ("torch", "numpy"):
-            raise InvalidInputError(f"output must be 'torch' or 'numpy', not {output!r}")
-        ds = uri_or_dataset if isinstance(uri_or_dataset, Dataset) else Dataset(os.fspath(uri_or_dataset), **options)
+        output = _output(output)
+        if isinstance(uri_or_dataset, _Dataset):
+            ds = uri_or_dataset
+        else:
+            ds = _dataset_class(torch=output == "torch")(os.fspath(uri_or_dataset), **options)
         self.dataset = ds
         self.output = output
         self.epoch = 0
