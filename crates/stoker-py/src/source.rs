@@ -114,6 +114,26 @@ impl Source {
         all.and_then(|v| serde_json::to_string(&v)).map_err(|e| StokerError::new_err(e.to_string()))
     }
 
+    /// The index of each shard's first sample, in index order, where the source's shards hold
+    /// runs of consecutive indices (tar, Parquet, TFRecord...): where a reader that splits the
+    /// samples into parts keeps shards whole. Empty where the source has no shards to keep.
+    fn shard_starts(&self, py: Python<'_>) -> PyResult<Vec<usize>> {
+        let src = self.get_src(py)?;
+        let mut starts = Vec::new();
+        let mut last = None;
+        for i in 0..src.len() {
+            let shard = src.locality(i);
+            if shard.is_none() {
+                return Ok(Vec::new());
+            }
+            if shard != last {
+                starts.push(i);
+                last = shard;
+            }
+        }
+        Ok(starts)
+    }
+
     /// Layout, shards, samples and the URI (credentials redacted).
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let src = self.get_src(py)?;

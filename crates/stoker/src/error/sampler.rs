@@ -55,6 +55,15 @@ pub enum SamplerError {
         /// What is wrong and what to do.
         reason: String,
     },
+    /// A span of positions that is empty of meaning: reversed, or past the epoch's end.
+    InvalidSpan {
+        /// The requested span's start.
+        start: u64,
+        /// The requested span's end.
+        end: u64,
+        /// The epoch's length.
+        n: u64,
+    },
     /// A [`SamplerState`](super::SamplerState) saved for another mix (or for no mix) was restored.
     MixMismatch {
         /// Whether the state was saved from a mix.
@@ -90,6 +99,9 @@ impl fmt::Display for SamplerError {
             Self::Env { var, message } => write!(f, "environment variable {var}: {message}"),
             Self::Overflow => write!(f, "sample positions overflow u64 (n is too large)"),
             Self::Mix { reason } => write!(f, "mix: {reason}"),
+            Self::InvalidSpan { start, end, n } => {
+                write!(f, "span {start}..{end} is not a part of an epoch of {n} samples (0 <= start <= end <= {n})")
+            }
             Self::MixMismatch { state_is_mix: true, is_mix: true } => write!(
                 f,
                 "the saved state is for another mix (its sources' sizes, weights, epoch length or replacement \

@@ -47,6 +47,9 @@ pub struct LoaderConfig {
     pub worker: u64,
     /// Loaders per rank (1 unless split across workers).
     pub num_workers: u64,
+    /// Only these positions of each epoch (see [`SamplerConfig::span`](crate::sampler::SamplerConfig::span)):
+    /// a part of an epoch, read on its own. `None`: all of it.
+    pub span: Option<std::ops::Range<u64>>,
     /// How ranks are equalised when samples do not divide evenly.
     pub tail: Tail,
     /// Error handling per batch.
@@ -109,6 +112,7 @@ impl std::fmt::Debug for LoaderConfig {
             .field("order", &self.order)
             .field("partition", &self.partition)
             .field("worker", &(self.worker, self.num_workers))
+            .field("span", &self.span)
             .field("tail", &self.tail)
             .field("on_error", &self.on_error)
             .field("transform", &self.transform.is_some())
@@ -133,6 +137,7 @@ impl LoaderConfig {
             partition: Partition::single(),
             worker: 0,
             num_workers: 1,
+            span: None,
             tail: Tail::default(),
             on_error: ErrorPolicy::Raise,
             transform: None,

@@ -180,6 +180,7 @@ impl Loader {
             num_workers: self.cfg.num_workers,
             shards: self.shards.clone(),
             mix: self.mix.clone(),
+            span: self.cfg.span.clone(),
         }
     }
 

@@ -221,6 +221,12 @@ pub struct SamplerConfig {
     /// For a mix of sources, its plan; `n` must then be the plan's epoch length and indices
     /// are global indices of the mix (see [`MixPlan`]).
     pub mix: Option<Arc<MixPlan>>,
+    /// Only the epoch's global positions in this range (in the storage order, the samples
+    /// with these indices): a part of an epoch read on its own, as one read task of a
+    /// distributed reader (Ray Data) reads its shards, with each sample's index (and so its
+    /// augmentation) what it is in the whole. Ranks and workers split the span as they split
+    /// an epoch, never padded past its end (as [`Tail::Drop`]). `None`: the whole epoch.
+    pub span: Option<std::ops::Range<u64>>,
 }
 
 impl SamplerConfig {
@@ -236,6 +242,7 @@ impl SamplerConfig {
             num_workers: 1,
             shards: None,
             mix: None,
+            span: None,
         }
     }
 }

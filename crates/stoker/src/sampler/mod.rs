@@ -110,8 +110,15 @@ impl Sampler {
             }
             (None, order) => Self::single_plan(&cfg, order)?,
         };
-        let remaining = cfg.n.saturating_sub(start);
-        let rank_len = match cfg.tail {
+        // A span runs its positions only: from its start (or a resumed position inside it) to
+        // its end, never padded past it.
+        let (start, stop, tail) = match &cfg.span {
+            None => (start, cfg.n, cfg.tail),
+            Some(s) if s.start <= s.end && s.end <= cfg.n => (start.max(s.start), s.end, Tail::Drop),
+            Some(s) => return Err(SamplerError::InvalidSpan { start: s.start, end: s.end, n: cfg.n }),
+        };
+        let remaining = stop.saturating_sub(start);
+        let rank_len = match tail {
             Tail::Drop => remaining / world_size,
             Tail::Wrap => remaining.div_ceil(world_size),
         };

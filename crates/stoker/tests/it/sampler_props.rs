@@ -187,6 +187,44 @@ proptest! {
     }
 
     #[test]
+    fn spans_cut_an_epoch_into_parts_that_read_it_whole(
+        (order, sizes) in order_strategy(),
+        n in 0u64..300,
+        cuts in prop::collection::vec(0f64..1.0, 0..5),
+        world in 1u64..=4,
+        epoch in 0u64..3,
+    ) {
+        let mut base = config(&order, &sizes, n);
+        base.epoch = epoch;
+        let n = base.n;
+        let whole: Vec<u64> = Sampler::new(SamplerConfig { tail: Tail::Drop, ..base.clone() }).unwrap().iter().collect();
+        let mut bounds: Vec<u64> = cuts.iter().map(|c| (c * n as f64) as u64).chain([0, n]).collect();
+        bounds.sort_unstable();
+        // One reader per span: the spans in turn are the epoch, each sample with its own index.
+        let mut joined = Vec::new();
+        for b in bounds.windows(2) {
+            let s = Sampler::new(SamplerConfig { span: Some(b[0]..b[1]), ..base.clone() }).unwrap();
+            joined.extend(s.iter());
+        }
+        prop_assert_eq!(&joined, &whole);
+        // Ranks split a span as they split an epoch: disjoint, equal, never past its end.
+        for b in bounds.windows(2) {
+            let mut got = Vec::new();
+            for rank in 0..world {
+                let c = SamplerConfig { span: Some(b[0]..b[1]), ..with_rank(&base, rank, world, Tail::Wrap) };
+                let s = Sampler::new(c).unwrap();
+                prop_assert_eq!(s.len(), (b[1] - b[0]) / world);
+                got.extend(s.iter());
+            }
+            got.sort_unstable();
+            let mut want = whole[b[0] as usize..b[1] as usize].to_vec();
+            want.sort_unstable();
+            prop_assert!(got.iter().all(|i| want.binary_search(i).is_ok()), "a rank read outside its span");
+            prop_assert_eq!(got.len() as u64, (b[1] - b[0]) / world * world);
+        }
+    }
+
+    #[test]
     fn partitions_are_equal_disjoint_and_complete(
         (order, sizes) in order_strategy(),
         n in 0u64..300,
@@ -372,6 +410,12 @@ fn epoch_end_state_resumes_empty() {
 
 #[test]
 fn invalid_configs_are_errors_not_panics() {
+    for span in [5..3, 0..11, 11..11] {
+        let c = SamplerConfig { span: Some(span.clone()), ..SamplerConfig::new(10, Order::Sequential) };
+        let e = Sampler::new(c).unwrap_err();
+        assert_eq!(e, SamplerError::InvalidSpan { start: span.start, end: span.end, n: 10 });
+        assert!(e.to_string().contains(&format!("span {}..{}", span.start, span.end)), "{e}");
+    }
     assert_eq!(Partition::new(0, 0), Err(SamplerError::InvalidRank { rank: 0, world_size: 0 }));
     assert!(matches!(Partition::new(4, 4), Err(SamplerError::InvalidRank { .. })));
     let base = SamplerConfig::new(10, Order::Sequential);
