@@ -56,7 +56,7 @@ def read(
     ``randomize_block_order()`` or ``random_shuffle()``). ``options`` are the source's, as
     for ``stoker.open`` (``columns=``, ``endpoint=``, ``layout=``...); ``decode`` takes the
     Loader's specs (``stoker.Image``, ``stoker.Int``, ``stoker.Npy``, ``stoker.Bytes``), run on
-    ``decode_threads`` Rust threads in each task (default: the task's cores). Ray's own
+    ``decode_threads`` Rust threads in each task (default: the CPUs Ray granted the task). Ray's own
     ``override_num_blocks`` (the number of read tasks), ``concurrency`` and
     ``ray_remote_args`` behave as for Ray's readers."""
     if rows_per_block < 1:
@@ -137,6 +137,11 @@ def _read_span(
     args: _OpenArgs, span: tuple, decode: Optional[str], seed: int, epoch: int, rows: int, threads: Optional[int]
 ) -> Iterator["pyarrow.Table"]:
     """One read task: the samples of ``span`` through a Loader in this worker, as Arrow tables."""
+    if threads is None:
+        # The task's own share of its node: Ray runs a task per CPU it grants, and decode
+        # threads beyond the CPUs granted would only contend with the node's other tasks.
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+        threads = max(1, int(cpus)) if cpus else None
     source = _stoker.Source(args.uri, args.json())
     loader = _stoker.Loader(
         source, rows, shuffle=None, seed=seed, rank=0, world_size=1, wrap=False, decode=decode,

@@ -410,11 +410,11 @@ fn epoch_end_state_resumes_empty() {
 
 #[test]
 fn invalid_configs_are_errors_not_panics() {
-    for span in [5..3, 0..11, 11..11] {
-        let c = SamplerConfig { span: Some(span.clone()), ..SamplerConfig::new(10, Order::Sequential) };
+    for (start, end) in [(5, 3), (0, 11), (11, 11)] {
+        let c = SamplerConfig { span: Some(start..end), ..SamplerConfig::new(10, Order::Sequential) };
         let e = Sampler::new(c).unwrap_err();
-        assert_eq!(e, SamplerError::InvalidSpan { start: span.start, end: span.end, n: 10 });
-        assert!(e.to_string().contains(&format!("span {}..{}", span.start, span.end)), "{e}");
+        assert_eq!(e, SamplerError::InvalidSpan { start, end, n: 10 });
+        assert!(e.to_string().contains(&format!("span {start}..{end}")), "{e}");
     }
     assert_eq!(Partition::new(0, 0), Err(SamplerError::InvalidRank { rank: 0, world_size: 0 }));
     assert!(matches!(Partition::new(4, 4), Err(SamplerError::InvalidRank { .. })));
