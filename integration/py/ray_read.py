@@ -89,9 +89,25 @@ def main():
             return {"node": [ray.get_runtime_context().get_node_id()] * len(batch["__index__"])}
 
         read_nodes = {r["node"] for r in stoker.ray.read(out, override_num_blocks=6).map_batches(node).take_all()}
+        # The split: whole shards when there are enough, else even runs; always a partition.
+        split = stoker.ray.split
+        partitions = all(
+            [a for a, _ in split(n, starts, k)] + [n] == sorted({0, n} | {b for _, b in split(n, starts, k)})
+            and split(n, starts, k)[0][0] == 0
+            for n in (1, 7, 60, 1000)
+            for starts in ([], [0], list(range(0, n, 13)))
+            for k in (1, 2, 3, 8, 2000)
+        )
+        whole_shards = split(60, [0, 20, 40], 3) == [(0, 20), (20, 40), (40, 60)] and split(60, [0, 20, 40], 2) in (
+            [(0, 20), (20, 60)],
+            [(0, 40), (40, 60)],
+        )
         print(
             json.dumps(
                 {
+                    "split_partitions": partitions,
+                    "split_whole_shards": whole_shards,
+                    "split_even": split(60, [0, 20, 40], 6) == [(k * 10, k * 10 + 10) for k in range(6)],
                     "rows": len(raw),
                     "indices": seen == list(range(len(ds))),
                     "bytes_equal": bytes_equal,

@@ -27,6 +27,7 @@ def test_ray_read_on_two_nodes_gives_stokers_bytes_and_tensors(tmp_path):
     assert out.returncode == 0, out.stderr[-4000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["nodes"] == 2, got
+    assert got["split_partitions"] and got["split_whole_shards"] and got["split_even"], got
     assert got["rows"] == 60 and got["indices"] and got["bytes_equal"], got
     assert got["decoded_rows"] == 60 and got["decoded_equal"] and got["seed_matters"], got
     assert got["png_shape"] == [32, 32, 3], got

@@ -38,6 +38,9 @@ from . import InvalidInputError, _decode_json, _OpenArgs, _ShownArgs, _stoker
 #: Rows per block when ``rows_per_block`` is not given: a batch of the task's Loader.
 DEFAULT_ROWS_PER_BLOCK = 256
 
+#: The fewest samples a read task takes when ``override_num_blocks`` is not given.
+MIN_TASK_SAMPLES = 512
+
 
 def read(
     uri: "str | os.PathLike[str]",
@@ -58,11 +61,14 @@ def read(
     Loader's specs (``stoker.Image``, ``stoker.Int``, ``stoker.Npy``, ``stoker.Bytes``), run on
     ``decode_threads`` Rust threads in each task (default: the CPUs Ray granted the task). Ray's own
     ``override_num_blocks`` (the number of read tasks), ``concurrency`` and
-    ``ray_remote_args`` behave as for Ray's readers."""
+    ``ray_remote_args`` behave as for Ray's readers; without ``override_num_blocks``, a task
+    per shard, or two per cluster CPU, but no task of fewer than ``MIN_TASK_SAMPLES`` samples."""
     if rows_per_block < 1:
         raise InvalidInputError(f"rows_per_block must be at least 1, not {rows_per_block}")
     source = StokerDatasource(uri, decode=decode, seed=seed, epoch=epoch, rows_per_block=rows_per_block,
                               decode_threads=decode_threads, **options)
+    if override_num_blocks is None:
+        override_num_blocks = source.default_tasks(int(ray.cluster_resources().get("CPU", 1)))
     return ray.data.read_datasource(
         source, override_num_blocks=override_num_blocks, concurrency=concurrency, ray_remote_args=ray_remote_args
     )
@@ -94,6 +100,14 @@ class StokerDatasource(_ShownArgs, Datasource):
         source = _stoker.Source(self._args.uri, self._args.json())
         self._len = len(source)
         self._shard_starts = source.shard_starts()
+
+    def default_tasks(self, cpus: int) -> int:
+        """Read tasks when the caller does not say (Ray's own default, 200 or more, would make
+        tasks of a few samples each, and every task opens the source and starts a Loader: 2048
+        images read at 475/s in 200 tasks and 1,200/s in 4, on 2 CPUs). At least
+        ``MIN_TASK_SAMPLES`` samples a task; within that, a task per shard, or two per CPU."""
+        by_size = max(1, -(-self._len // MIN_TASK_SAMPLES))
+        return max(1, min(by_size, max(2 * cpus, len(self._shard_starts))))
 
     def get_name(self) -> str:
         return "Stoker"
