@@ -69,12 +69,12 @@ fi
 # the Rust crate is pinned to (token-exact tests); zstandard writes the .jsonl.zst fixtures;
 # tfrecord (with protobuf) writes the TFRecord fixtures and is the TFRecord benchmark's peer;
 # albumentations (OpenCV 4: its 2.0.8 predates OpenCV 5) is the augmentation benchmark's peer;
-# h5py writes the HDF5 fixtures and is the HDF5 benchmark's peer; Ray Data runs stoker.ray's
-# tests on a two-node local cluster (crates/stoker-py/tests/test_ray.py).
+# h5py writes the HDF5 fixtures and is the HDF5 benchmark's peer; Ray Data and Ray Train run
+# stoker.ray's tests and examples/ray_train.py (crates/stoker-py/tests/test_ray.py).
 need=(torch=="$torch_ver" torchvision==0.29.2 mosaicml-streaming==0.13.0 litdata==0.2.76 webdataset==1.0.2
       obstore==0.12.1 boto3==1.44.5 numpy==2.1.3 "huggingface-hub<1.0" maturin==1.16.0
       pyarrow==26.0.1 datasets==4.8.5 tokenizers==0.22.2 zstandard==0.25.0 tfrecord==1.14.6
-      albumentations==2.0.8 opencv-python-headless==4.14.0.94 h5py==3.16.0 "ray[data]==2.60.0")
+      albumentations==2.0.8 opencv-python-headless==4.14.0.94 h5py==3.16.0 "ray[data,train]==2.60.0")
 have() { "$venv/bin/python" - "$@" 2>/dev/null <<'PY'
 import importlib.metadata as m, sys
 from packaging.requirements import Requirement
