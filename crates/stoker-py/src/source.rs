@@ -116,22 +116,11 @@ impl Source {
 
     /// The index of each shard's first sample, in index order, where the source's shards hold
     /// runs of consecutive indices (tar, Parquet, TFRecord...): where a reader that splits the
-    /// samples into parts keeps shards whole. Empty where the source has no shards to keep.
-    fn shard_starts(&self, py: Python<'_>) -> PyResult<Vec<usize>> {
+    /// samples into parts keeps shards whole. A source without shards is one, starting at 0.
+    fn shard_starts(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
         let src = self.get_src(py)?;
-        let mut starts = Vec::new();
-        let mut last = None;
-        for i in 0..src.len() {
-            let shard = src.locality(i);
-            if shard.is_none() {
-                return Ok(Vec::new());
-            }
-            if shard != last {
-                starts.push(i);
-                last = shard;
-            }
-        }
-        Ok(starts)
+        let layout = py.detach(|| stoker::loader::shard_layout(&*src)).map_err(err)?;
+        Ok((0..layout.num_shards()).filter_map(|s| layout.range(s).map(|r| r.start)).collect())
     }
 
     /// Layout, shards, samples and the URI (credentials redacted).

@@ -443,6 +443,14 @@ def _output(output: Optional[str]) -> str:
     return output
 
 
+def _as_dataset(uri_or_dataset: Any, output: str, options: Dict[str, Any]) -> "_Dataset":
+    """A loader's dataset: the one given, or one opened on ``uri_or_dataset`` with ``options``
+    (a plain one, without importing torch, for a numpy loader while torch is not imported)."""
+    if isinstance(uri_or_dataset, _Dataset):
+        return uri_or_dataset
+    return _dataset_class(torch=output == "torch")(os.fspath(uri_or_dataset), **options)  # type: ignore[no-any-return]
+
+
 def _installed(module: str) -> bool:
     """Whether ``module`` is imported or importable, without importing it."""
     return sys.modules.get(module) is not None or importlib.util.find_spec(module) is not None
@@ -608,10 +616,7 @@ class Loader:
             raise InvalidInputError(f"transform_threads must be at least 1, not {transform_threads}")
         if skip_errors:  # damage found while opening is skipped around too (and reported in stats())
             options = {"on_damage": "skip", **options}
-        if isinstance(uri_or_dataset, _Dataset):
-            ds = uri_or_dataset
-        else:
-            ds = _dataset_class(torch=output == "torch")(os.fspath(uri_or_dataset), **options)
+        ds = _as_dataset(uri_or_dataset, output, options)
         self.dataset = ds
         self.output = output
         self.epoch = 0

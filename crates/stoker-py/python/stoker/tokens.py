@@ -76,13 +76,10 @@ class TokenLoader:
         skip_errors: bool = False,
         **options: Any,
     ) -> None:
-        from . import _Dataset, _dataset_class, _output
+        from . import _as_dataset, _output
 
         output = _output(output)
-        if isinstance(uri_or_dataset, _Dataset):
-            ds = uri_or_dataset
-        else:
-            ds = _dataset_class(torch=output == "torch")(os.fspath(uri_or_dataset), **options)
+        ds = _as_dataset(uri_or_dataset, output, options)
         self.dataset = ds
         self.output = output
         self.epoch = 0

@@ -291,8 +291,10 @@ fn kib(bytes: u64) -> u64 {
     bytes.div_ceil(1024)
 }
 
-/// Shard sizes from the source's locality hints (tar shards are contiguous runs).
-fn shard_layout(src: &DynSampleSource) -> Result<ShardLayout> {
+/// Shard sizes from the source's locality hints (tar shards are contiguous runs): what the
+/// shard shuffle permutes, and where a reader that splits an epoch into parts keeps shards
+/// whole. A source without locality is one shard.
+pub fn shard_layout(src: &DynSampleSource) -> Result<ShardLayout> {
     let mut sizes: Vec<u64> = Vec::new();
     let mut last = None;
     for i in 0..src.len() {

@@ -252,20 +252,18 @@ fn from_sidecar(store: &Store, info: &ObjectInfo, sidecar: &Sidecar) -> Option<V
     let (name, found) =
         (sidecar.names)(&info.path).into_iter().find_map(|n| Some((n.clone(), rt.block_on(store.head(&n)).ok()?)))?;
     let fits = || -> SpansOr {
+        // Checked before the read (by its listed size) and after (by what came).
         let most = (sidecar.max_len)(info.size);
-        if found.size > most {
-            return Err(format!(
-                "{} bytes, more than an index of a {}-byte file can need ({most})",
-                found.size, info.size
-            ));
+        let too_big = |len: u64| {
+            (len > most)
+                .then(|| format!("{len} bytes, more than an index of a {}-byte file can need ({most})", info.size))
+        };
+        if let Some(why) = too_big(found.size) {
+            return Err(why);
         }
         let bytes = rt.block_on(store.get(&name)).map_err(|e| e.to_string())?;
-        if bytes.len() as u64 > most {
-            return Err(format!(
-                "{} bytes, more than an index of a {}-byte file can need ({most})",
-                bytes.len(),
-                info.size
-            ));
+        if let Some(why) = too_big(bytes.len() as u64) {
+            return Err(why);
         }
         let spans = (sidecar.parse)(&bytes, info.size)?;
         let reader = store.range_reader(&store.object(info)).map_err(|e| e.to_string())?;

@@ -76,50 +76,68 @@ pub(crate) fn draw(jitter: Option<&ColorJitter>, gray: f32, rng: &mut SampleRng)
 /// Apply `ops` in order to the RGB8 pixels `img` (interleaved, any size), as the decode
 /// threads do after the resize.
 pub fn apply(img: &mut [u8], ops: &[ColorOp]) {
-    #[cfg(target_arch = "x86_64")]
-    if x86::available() {
-        // SAFETY (both): the CPU has AVX2, checked just above.
-        let blocks = |img: &mut [u8], op| unsafe { x86::blocks(img, op) };
-        let values = |img: &mut [u8], mul, add| unsafe { x86::values(img, mul, add) };
-        return apply_with(img, ops, Kernels { blocks: &blocks, values: &values });
-    }
-    apply_with(img, ops, Kernels::NONE);
+    apply_with(img, ops, Path::detect());
 }
 
-/// Vector code for whole 8-pixel blocks of one operation (see [`Kernels::blocks`]).
-type Blocks = dyn Fn(&mut [u8], ColorOp) -> (usize, u64);
+/// Which code does the leading part of each operation (as the resampler's `Kernel`): the
+/// AVX2 blocks where the CPU has them, the scalar code the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// The scalar code does everything.
+    Scalar,
+    /// Made only by [`Path::detect`] on a CPU with AVX2.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
 
-/// Vector code for the leading part of an image (see [`apply_with`]).
-#[derive(Clone, Copy)]
-struct Kernels<'a> {
+impl Path {
+    /// The fastest path this CPU runs.
+    fn detect() -> Path {
+        #[cfg(target_arch = "x86_64")]
+        if x86::available() {
+            return Path::Avx2;
+        }
+        Path::Scalar
+    }
+
     /// Whole 8-pixel blocks of a per-pixel operation: the bytes done and, for contrast (which
     /// it only reads), the sum of their floored grayscale.
-    blocks: &'a Blocks,
-    /// `x * mul + add` on each byte, clamped and truncated (brightness, contrast's blend): the
-    /// bytes done.
-    values: &'a dyn Fn(&mut [u8], f32, f32) -> usize,
+    fn blocks(self, img: &mut [u8], op: ColorOp) -> (usize, u64) {
+        match self {
+            Path::Scalar => (0, 0),
+            // SAFETY: `Avx2` is made only where the CPU has AVX2 (`detect`).
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => unsafe { x86::blocks(img, op) },
+        }
+    }
+
+    /// `x * mul + add` on each leading byte, clamped and truncated (brightness, contrast's
+    /// blend): the bytes done.
+    fn values(self, img: &mut [u8], mul: f32, add: f32) -> usize {
+        match self {
+            Path::Scalar => 0,
+            // SAFETY: as in `blocks`.
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => unsafe { x86::values(img, mul, add) },
+        }
+    }
 }
 
-impl Kernels<'_> {
-    /// No vector code: the scalar code does everything.
-    const NONE: Kernels<'static> = Kernels { blocks: &|_, _| (0, 0), values: &|_, _, _| 0 };
-}
-
-/// [`apply`] with the leading part of each operation given to the vector code `k`; the
-/// scalar code does the rest, the same operations in the same order.
-fn apply_with(img: &mut [u8], ops: &[ColorOp], k: Kernels) {
+/// [`apply`] with the leading part of each operation done by `path`; the scalar code does the
+/// rest, the same operations in the same order.
+fn apply_with(img: &mut [u8], ops: &[ColorOp], path: Path) {
     let pixels = img.len() / 3 * 3;
     for &op in ops {
-        let (done, sum) = (k.blocks)(&mut img[..pixels], op);
+        let (done, sum) = path.blocks(&mut img[..pixels], op);
         let rest = &mut img[done..pixels];
         match op {
-            Op::Brightness(f) => values(img, f, 0.0, k),
+            Op::Brightness(f) => values(img, f, 0.0, path),
             Op::Contrast(f) => {
                 // torch sums the floored grayscale in f32 (pairwise); an integer sum keeps the
                 // mean exact, in any order.
                 let sum = sum + rest.chunks_exact(3).map(|p| u64::from(floor_gray(p) as u32)).sum::<u64>();
                 let mean = (sum as f64 / (pixels / 3).max(1) as f64) as f32;
-                values(img, f, mean * (1.0 - f), k);
+                values(img, f, mean * (1.0 - f), path);
             }
             Op::Saturation(f) => {
                 for p in rest.chunks_exact_mut(3) {
@@ -141,8 +159,8 @@ fn apply_with(img: &mut [u8], ops: &[ColorOp], k: Kernels) {
 /// Every byte `x` becomes `x * mul + add`, clamped and truncated: brightness (`add` zero,
 /// where `x * f + 0` is `x * f`) and contrast's blend with the mean (torchvision's `f * x +
 /// (1 - f) * mean`). The vector code takes the leading bytes, a 256-entry table the rest.
-fn values(img: &mut [u8], mul: f32, add: f32, k: Kernels) {
-    let done = (k.values)(img, mul, add);
+fn values(img: &mut [u8], mul: f32, add: f32, path: Path) {
+    let done = path.values(img, mul, add);
     lookup(&mut img[done..], |x| to_u8(x * mul + add));
 }
 
@@ -258,7 +276,7 @@ mod tests {
             Op::Grayscale,
         ] {
             let mut want = img.clone();
-            apply_with(&mut want, &[op], Kernels::NONE);
+            apply_with(&mut want, &[op], Path::Scalar);
             let mut got = img.clone();
             apply(&mut got, &[op]);
             let first = got.iter().zip(&want).position(|(a, b)| a != b);
