@@ -34,6 +34,7 @@ mod runtime;
 mod secrets;
 mod source;
 mod tokens;
+mod write;
 
 use errors::{
     CorruptDataError, CudaUnavailableError, DecodeError, InvalidInputError, NotFoundError, RemoteError, StokerError,
@@ -53,6 +54,9 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tokens::TokenLoader>()?;
     m.add_class::<tokens::TokenEpoch>()?;
     m.add_class::<dlpack::DlPack>()?;
+    m.add_class::<write::ShardWriter>()?;
+    m.add_function(wrap_pyfunction!(write::index, m)?)?;
+    m.add_function(wrap_pyfunction!(write::pack, m)?)?;
     m.add("StokerError", py.get_type::<StokerError>())?;
     m.add("NotFoundError", py.get_type::<NotFoundError>())?;
     m.add("InvalidInputError", py.get_type::<InvalidInputError>())?;

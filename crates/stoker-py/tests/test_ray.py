@@ -2,7 +2,9 @@
 venv that has Ray Data (.venv-peers, as the format writers: Ray pins what this venv cannot
 take) and this build of stoker on its path: every sample exactly once with stoker.open's bytes,
 decoded tensors equal to stoker.Loader's for the same (seed, epoch, index), read tasks on both
-nodes. And without Ray, a clear error naming the extra."""
+nodes; stoker.ray.write (integration/py/ray_write.py) writing every row once, on both nodes,
+resuming after a killed worker with the same bytes, to a directory, LMDB and S3. And without Ray, a
+clear error naming the extra."""
 
 import json
 import os
@@ -40,6 +42,32 @@ def test_ray_read_on_two_nodes_gives_stokers_bytes_and_tensors(tmp_path):
     assert got["decoded_rows"] == 60 and got["decoded_equal"] and got["seed_matters"], got
     assert got["png_shape"] == [32, 32, 3], got
     assert got["read_nodes"] == 2, f"the read tasks ran on {got['read_nodes']} of the 2 nodes"
+
+
+def test_ray_write_packs_every_row_resumes_after_a_killed_worker_and_refuses_what_cannot_be_written(tmp_path, s3):
+    env = peers_env(tmp_path, [ROOT / "integration/py"])
+    out = subprocess.run(
+        [writers_python(), str(ROOT / "integration/py/ray_write.py"), str(tmp_path / "out"), s3("raywrite/")],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    # 3 write tasks of 20 rows, 4 samples a shard: 5 shards each, named by task and number.
+    assert got["tar_report"] == {"samples": 60, "shards": 15, "kept_shards": 0, "checksums": True}, got
+    assert got["tar_names"] == ["shard-000000-0000.tar", "shard-000000-0001.tar", "shard-000002-0004.tar"], got
+    assert got["tar_stoker_equal"] and got["tar_webdataset_equal"] and got["tar_manifest"] and got["tar_verified"], got
+    assert got["tar_write_nodes"] == 2, f"the write tasks ran on {got['tar_write_nodes']} of the 2 nodes"
+    # The killed write failed with the first task's 5 shards landed; the rerun kept them and
+    # left the uninterrupted write's files, byte for byte.
+    assert got["killed_failed"] and got["killed_left"] == 5 and got["killed_rerun_kept"] == 5, got
+    assert got["killed_same_files"] and got["killed_same_bytes"], got
+    assert got["stale_samples"] == [30, 30], got
+    assert got["lmdb_equal"] and got["s3_equal"], got
+    assert got["tensor_fields"] == ["__key__", "bin", "cls", "png.npy"] and got["tensor_equal"], got
+    assert "not empty (it holds `notes.txt`)" in got["refused_foreign"], got
+    assert "InvalidInputError" in got["refused_keyless"] and "needs a __key__ column" in got["refused_keyless"], got
+    assert "column 'meta' has type struct" in got["refused_type"], got
+    assert "member `a.b.jpg` would read back as key `a`" in got["refused_key"], got
 
 
 @pytest.mark.parametrize("mode", ["ray-data", "loader"])

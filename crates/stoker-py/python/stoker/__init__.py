@@ -52,6 +52,8 @@ __all__ = [
     "Bytes",
     "Tokens",
     "diagnose",
+    "pack",
+    "index",
     "StokerError",
     "NotFoundError",
     "InvalidInputError",
@@ -464,6 +466,39 @@ def open(uri: Union[str, "os.PathLike[str]"], transform: Optional[Callable[[Samp
 
 
 SourceLike = Union[str, "os.PathLike[str]", "Dataset"]
+
+
+def pack(
+    source: SourceLike,
+    dest: Union[str, "os.PathLike[str]"],
+    *,
+    layout: str = "tar",
+    shard_size: Optional[int] = None,
+    samples_per_shard: Optional[int] = None,
+    prefix: Optional[str] = None,
+    group: bool = False,
+    field: Optional[str] = None,
+    force: bool = False,
+    jobs: Optional[int] = None,
+    dest_options: Optional[Dict[str, Any]] = None,
+    **options: Any,
+) -> Dict[str, Any]:
+    """Pack ``source`` (a URI, opened with ``options``, or a Dataset) into ``dest``: WebDataset
+    tar shards (``layout="tar"``, up to ``shard_size`` bytes, 256 MiB by default, named
+    ``{prefix}-000000.tar``...) with their indexes and manifest, or one LMDB environment
+    (``layout="lmdb"``). ``stoker pack`` from Python: the plan is made first, and a rerun after
+    an interruption finishes the job. Returns the report (samples, shards, bytes, seconds)."""
+    src = source._source if isinstance(source, _Dataset) else _stoker.Source(os.fspath(source), _options_json(options))
+    return _stoker.pack(
+        src, os.fspath(dest), layout, shard_size, samples_per_shard, prefix, group, field, force, jobs,
+        _options_json(dest_options or {}),
+    )
+
+
+def index(uri: Union[str, "os.PathLike[str]"], **options: Any) -> Dict[str, Any]:
+    """Build or refresh the shard indexes of a directory or prefix and write its manifest
+    (``stoker index``); ``checksums=True`` records every tar member's checksum."""
+    return _stoker.index(os.fspath(uri), _options_json(options))
 
 
 def _mix_entry(source: SourceLike, weight: Any, extra: Optional[Mapping[str, Any]]) -> Dict[str, Any]:

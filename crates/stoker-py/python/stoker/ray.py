@@ -12,6 +12,12 @@ Ray's fixed-shape tensor columns, decoded integers as ``int64``. A sample's augm
 (random crops, flips, colour) depend on ``(seed, epoch, index)`` only, so a read gives the
 tensors ``stoker.Loader(uri, decode=..., seed=seed)`` gives for the same samples in that epoch.
 
+``stoker.ray.write(ds, dest, ...)`` is the other direction: a Ray Data datasink that writes the
+rows of any Ray dataset as WebDataset tar shards (or an LMDB environment) from Ray's write
+tasks in parallel, into a local directory every node sees or a remote prefix (``s3://``...),
+with every member's checksum in the shard indexes and the dataset's manifest written once
+every shard has landed.
+
 Requires ``ray[data]`` (``pip install 'stoker[ray]'``).
 """
 
@@ -19,6 +25,8 @@ from __future__ import annotations
 
 import bisect
 import functools
+import io
+import json
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
@@ -26,14 +34,14 @@ try:
     import numpy
     import pyarrow
     import ray.data
-    from ray.data.block import BlockMetadata
-    from ray.data.datasource import Datasource, ReadTask
+    from ray.data.block import BlockAccessor, BlockMetadata
+    from ray.data.datasource import Datasink, Datasource, ReadTask
 except ImportError as e:  # pragma: no cover - exercised without ray installed
     raise ImportError(
         f"stoker.ray needs Ray Data ({e.name or e} is not installed here): pip install 'stoker[ray]'"
     ) from e
 
-from . import InvalidInputError, _decode_json, _OpenArgs, _ShownArgs, _stoker
+from . import InvalidInputError, _decode_json, _OpenArgs, _options_json, _ShownArgs, _stoker
 
 #: Rows per block when ``rows_per_block`` is not given: a batch of the task's Loader.
 DEFAULT_ROWS_PER_BLOCK = 256
@@ -191,4 +199,259 @@ def _table(batch: Any) -> "pyarrow.Table":
     return pyarrow.table(cols)
 
 
-__all__ = ["read", "StokerDatasource", "split", "DEFAULT_ROWS_PER_BLOCK"]
+#: A shard closes before the row that would take it past this many bytes (as ``stoker pack``).
+DEFAULT_SHARD_SIZE = 256 << 20
+
+#: Columns that name or place a row rather than hold one of its fields.
+ROW_COLUMNS = ("__key__", "__index__", "__source__")
+
+
+def write(
+    ds: "ray.data.Dataset",
+    dest: "str | os.PathLike[str]",
+    *,
+    layout: str = "tar",
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    samples_per_shard: Optional[int] = None,
+    prefix: str = "shard",
+    field: Optional[str] = None,
+    force: bool = False,
+    concurrency: Optional[int] = None,
+    ray_remote_args: Optional[Dict[str, Any]] = None,
+    **options: Any,
+) -> Dict[str, Any]:
+    """Write the rows of ``ds`` into ``dest`` and return what was written (samples, shards,
+    bytes, shards kept from an earlier run).
+
+    Each row is a sample: its key from the ``__key__`` column (required: ``stoker.ray.read``
+    gives one; add one with ``map_batches`` otherwise), one member per other column named by the
+    column (``__index__`` and ``__source__`` are not written). Binary columns are written as
+    they are, strings as UTF-8, numbers as text (``3``, as webdataset's ``.cls``; booleans as
+    ``0``/``1``), tensor and list columns as ``.npy`` (the member ``KEY.COLUMN.npy`` unless the
+    column's name already ends in ``npy``); a null is a member left out.
+
+    ``layout="tar"``: each write task writes its rows as shards of up to ``shard_size`` bytes
+    (and ``samples_per_shard`` rows) named ``{prefix}-{task:06d}-{n:04d}.tar``, the task being
+    Ray's index of the write task (for a dataset read by ``stoker.ray.read`` or another reader,
+    with per-row maps fused into the read, that is the read task, so a rerun of the same
+    pipeline gives the same names and bytes). A shard is written under a temporary name and
+    renamed whole; once every task has finished, the manifest is written. ``layout="lmdb"``: the
+    shards go to ``DEST/.stoker-shards`` and are then packed into one LMDB environment in
+    ``dest`` on the driver (an LMDB environment has one writer; ``field`` picks the value when
+    rows have several columns).
+
+    Rerunning after a failure (a killed worker, a lost node) resumes: shards already there with
+    the same bytes are kept, and shards a changed pipeline no longer writes are removed. A
+    destination holding anything else is refused unless ``force``. ``options`` are the
+    destination store's (``endpoint=``, credentials...); ``concurrency`` and
+    ``ray_remote_args`` are Ray's, for the write tasks."""
+    sink = StokerDatasink(
+        dest, layout=layout, shard_size=shard_size, samples_per_shard=samples_per_shard, prefix=prefix,
+        field=field, force=force, **options,
+    )
+    ds.write_datasink(sink, concurrency=concurrency, ray_remote_args=ray_remote_args)
+    assert sink.report is not None  # set by on_write_complete
+    return sink.report
+
+
+class StokerDatasink(_ShownArgs, Datasink):
+    """The Ray Data datasink behind :func:`write` (for ``Dataset.write_datasink``).
+
+    The destination's URI and options, credentials included, travel in each write task's
+    pickle: keep them private, as Ray's own writers' credentials."""
+
+    def __init__(
+        self,
+        dest: "str | os.PathLike[str]",
+        *,
+        layout: str = "tar",
+        shard_size: int = DEFAULT_SHARD_SIZE,
+        samples_per_shard: Optional[int] = None,
+        prefix: str = "shard",
+        field: Optional[str] = None,
+        force: bool = False,
+        **options: Any,
+    ) -> None:
+        if layout not in ("tar", "lmdb"):
+            raise InvalidInputError(f"stoker.ray.write writes layout 'tar' or 'lmdb', not {layout!r}")
+        if shard_size < 1:
+            raise InvalidInputError(f"shard_size must be at least 1 byte, not {shard_size}")
+        if samples_per_shard is not None and samples_per_shard < 1:
+            raise InvalidInputError(f"samples_per_shard must be at least 1, not {samples_per_shard}")
+        if field is not None and layout != "lmdb":
+            raise InvalidInputError("field= picks the LMDB value; a tar shard keeps every column")
+        self._args = _OpenArgs(os.fspath(dest), options)
+        if layout == "lmdb" and "://" in self._args.uri.split("?")[0]:
+            raise InvalidInputError(
+                f"{self.uri}: LMDB is written to a local directory (one every node sees); write tar shards to the "
+                "store, or LMDB locally and copy it"
+            )
+        self._layout, self._shard_size, self._per_shard = layout, shard_size, samples_per_shard
+        self._prefix, self._field, self._force = prefix, field, force
+        self.report: Optional[Dict[str, Any]] = None
+        if not prefix or prefix.startswith(".") or any(c in prefix for c in "/\\") or not prefix.isprintable():
+            raise InvalidInputError(f"prefix {prefix!r} must be a plain file name: not starting with '.', without '/'")
+        # The destination's checks (a URI that parses, a directory that can be made), on the
+        # driver before any task runs.
+        _stoker.ShardWriter(self._shards_uri(), self._args.json())
+
+    def _shards_uri(self) -> str:
+        if self._layout == "tar":
+            return self._args.uri
+        return self._args.uri.rstrip("/") + "/.stoker-shards"
+
+    def _settings(self) -> str:
+        return json.dumps({
+            "writer": "stoker.ray.write", "prefix": self._prefix, "shard_size": self._shard_size,
+            "samples_per_shard": self._per_shard,
+        })
+
+    def get_name(self) -> str:
+        return "Stoker"
+
+    @property
+    def supports_distributed_writes(self) -> bool:
+        # A local destination must be one every node sees (a shared file system), as for
+        # Ray's own writers; the driver cannot tell.
+        return True
+
+    def on_write_start(self, schema: Any = None) -> None:
+        if self._layout == "lmdb":
+            # The LMDB environment goes in the destination, its staging shards below it.
+            _stoker.ShardWriter(self._args.uri, self._args.json())
+        _stoker.ShardWriter(self._shards_uri(), self._args.json()).begin(self._settings(), self._force)
+
+    def write(self, blocks: Any, ctx: Any) -> List[Dict[str, Any]]:
+        writer = _stoker.ShardWriter(self._shards_uri(), self._args.json())
+        shards = _Shards(writer, f"{self._prefix}-{ctx.task_idx:06d}", self._shard_size, self._per_shard)
+        for block in blocks:
+            shards.add(BlockAccessor.for_block(block))
+        shards.close()
+        return shards.written
+
+    def on_write_complete(self, write_result: Any) -> None:
+        written = [s for task in write_result.write_returns for s in task]
+        names = [s["name"] for s in written]
+        if len(set(names)) != len(names):  # pragma: no cover - task indexes are unique per operator
+            raise InvalidInputError(f"{self.uri}: two write tasks wrote one shard name; rerun the write")
+        writer = _stoker.ShardWriter(self._shards_uri(), self._args.json())
+        report = writer.finish(self._prefix, names)
+        self.report = {
+            "dest": self.uri,
+            "layout": self._layout,
+            "samples": sum(s["samples"] for s in written),
+            "shards": len(written),
+            "payload_bytes": sum(s["payload_bytes"] for s in written),
+            "written_bytes": sum(s["bytes"] for s in written),
+            "kept_shards": sum(1 for s in written if s["kept"]),
+            "manifest": report["manifest"],
+            "checksums": report["checksums"],
+        }
+        if self._layout == "lmdb":
+            source = _stoker.Source(self._shards_uri(), self._args.json())
+            # Forced: the destination holds the job record and the staging shards.
+            done = _stoker.pack(source, self._args.uri, "lmdb", None, None, None, False, self._field, True, None,
+                                self._args.json())
+            self.report.update(shards=1, written_bytes=done["written_bytes"], staging=_stoker.redact(self._shards_uri()))
+
+
+class _Shards:
+    """The shards of one write task: rows gathered until the next would take the shard past
+    its size (or row count), then written."""
+
+    def __init__(self, writer: Any, stem: str, shard_size: int, per_shard: Optional[int]) -> None:
+        self._writer, self._stem, self._size, self._per = writer, stem, shard_size, per_shard
+        self._keys: List[str] = []
+        self._cols: Dict[str, List[Optional[bytes]]] = {}
+        self._bytes = 0
+        self.written: List[Dict[str, Any]] = []
+
+    def add(self, block: Any) -> None:
+        table = block.to_arrow()
+        if table.num_rows == 0:  # an empty block has no columns at all
+            return
+        if "__key__" not in table.column_names:
+            raise InvalidInputError(
+                f"stoker.ray.write needs a __key__ column (each row's sample key); the dataset has "
+                f"{table.column_names}: add one with map_batches"
+            )
+        keys = table.column("__key__").to_pylist()
+        cols = {_member_name(name, table.schema.field(name).type): _values(block, table, name)
+                for name in table.column_names if name not in ROW_COLUMNS}
+        for i, key in enumerate(keys):
+            if key is None or not isinstance(key, str):
+                raise InvalidInputError(f"row {i} of a block has __key__ {key!r}; keys are non-empty strings")
+            row = {name: vals[i] for name, vals in cols.items() if vals[i] is not None}
+            size = sum(_member_bytes(len(key) + 1 + len(name), len(v)) for name, v in row.items())
+            full = self._per is not None and len(self._keys) >= self._per
+            if self._keys and (full or self._bytes + size > self._size):
+                self._flush()
+            for name in row:  # in column order: a set's order changes with each process's hash seed
+                if name not in self._cols:
+                    self._cols[name] = [None] * len(self._keys)
+            for name, vals in self._cols.items():
+                vals.append(row.get(name))
+            self._keys.append(key)
+            self._bytes += size
+
+    def close(self) -> None:
+        if self._keys:
+            self._flush()
+
+    def _flush(self) -> None:
+        name = f"{self._stem}-{len(self.written):04d}.tar"
+        self.written.append(self._writer.write(name, self._keys, list(self._cols.items())))
+        self._keys, self._cols, self._bytes = [], {}, 0
+
+
+def _member_bytes(name_len: int, size: int) -> int:
+    """Bytes a member takes in a tar (as ``stoker pack`` counts them)."""
+    long = 512 + -(-(name_len + 1) // 512) * 512 if name_len > 100 else 0
+    return long + 512 + -(-size // 512) * 512
+
+
+def _is_array(t: Any) -> bool:
+    return isinstance(t, pyarrow.ExtensionType) or pyarrow.types.is_list(t) or pyarrow.types.is_large_list(t) \
+        or pyarrow.types.is_fixed_size_list(t)
+
+
+def _member_name(column: str, t: Any) -> str:
+    return column if not _is_array(t) or column.lower().endswith("npy") else f"{column}.npy"
+
+
+def _npy(value: Any) -> bytes:
+    buf = io.BytesIO()
+    numpy.lib.format.write_array(buf, numpy.ascontiguousarray(value), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _values(block: Any, table: "pyarrow.Table", name: str) -> List[Optional[bytes]]:
+    """A column's values as member payloads, ``None`` for nulls."""
+    col = table.column(name)
+    t = col.type
+    T = pyarrow.types
+    if T.is_binary(t) or T.is_large_binary(t) or T.is_fixed_size_binary(t):
+        return col.to_pylist()  # type: ignore[no-any-return]
+    if T.is_string(t) or T.is_large_string(t):
+        return [None if v is None else v.encode() for v in col.to_pylist()]
+    if T.is_boolean(t):
+        return [None if v is None else b"1" if v else b"0" for v in col.to_pylist()]
+    if T.is_integer(t):
+        return [None if v is None else str(v).encode() for v in col.to_pylist()]
+    if T.is_floating(t):
+        return [None if v is None else repr(float(v)).encode() for v in col.to_pylist()]
+    if _is_array(t):
+        if isinstance(t, pyarrow.ExtensionType):
+            values = block.to_numpy(name)
+            nulls = [False] * len(values) if col.null_count == 0 else col.is_null().to_pylist()
+            return [None if null else _npy(v) for v, null in zip(values, nulls)]
+        return [None if v is None else _npy(numpy.asarray(v)) for v in col.to_pylist()]
+    raise InvalidInputError(
+        f"column {name!r} has type {t}, which stoker.ray.write cannot store as a member: map it to bytes, a "
+        "string, a number or a tensor first"
+    )
+
+
+__all__ = [
+    "read", "write", "StokerDatasource", "StokerDatasink", "split", "DEFAULT_ROWS_PER_BLOCK", "DEFAULT_SHARD_SIZE",
+]

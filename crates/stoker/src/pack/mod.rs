@@ -60,7 +60,10 @@ use crate::uri::{self, Layout, Location, SourceOptions};
 mod lmdb_out;
 mod names;
 mod plan;
+mod shard;
 mod tar_out;
+
+pub use shard::{ShardWriter, ShardWritten, JOB_FILE};
 
 use plan::{PlanFile, PLAN_FILE};
 

@@ -105,15 +105,25 @@ async fn write_shard(
 /// hand, so recording them costs no read).
 fn append<W: Write>(b: &mut tar::Builder<W>, key: &str, fields: &[Field], sums: &mut Vec<u64>) -> io::Result<()> {
     for f in fields {
-        sums.push(twox_hash::XxHash3_64::oneshot(&f.data));
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Regular);
-        h.set_size(f.data.len() as u64);
-        h.set_mode(0o644);
-        h.set_uid(0);
-        h.set_gid(0);
-        h.set_mtime(0);
-        b.append_data(&mut h, format!("{key}.{}", f.name), &f.data[..])?;
+        append_member(b, &format!("{key}.{}", f.name), &f.data, sums)?;
     }
     Ok(())
+}
+
+/// One member, as [`append`] writes it.
+pub(crate) fn append_member<W: Write>(
+    b: &mut tar::Builder<W>,
+    name: &str,
+    data: &[u8],
+    sums: &mut Vec<u64>,
+) -> io::Result<()> {
+    sums.push(twox_hash::XxHash3_64::oneshot(data));
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    b.append_data(&mut h, name, data)
 }

@@ -1,0 +1,333 @@
+//! One tar shard from samples in hand: the writer behind distributed packing (the Ray
+//! datasink), where each task holds its own rows and no plan of the whole dataset exists.
+//!
+//! The shard is the same WebDataset tar [`pack`](super::pack) writes (same member names, same
+//! refusals, fixed metadata so the same samples always give the same bytes), written under a
+//! temporary name and renamed whole, then indexed with the payload checksums computed from the
+//! bytes in hand. Writing a shard that is already there with the same bytes leaves it alone,
+//! so a rerun of an interrupted job rewrites only what did not land.
+
+use bytes::Bytes;
+
+use super::names;
+use crate::error::{Error, Result};
+use crate::sample::{display_key, Sample};
+use crate::source::tar_index;
+use crate::store::{Cancel, Store};
+use crate::uri::{self, Location, SourceOptions};
+
+/// Writes tar shards into one destination (a local directory, created if missing, or a remote
+/// prefix such as `s3://bucket/shards/`).
+///
+/// ```no_run
+/// # async fn demo() -> stoker::Result<()> {
+/// use stoker::pack::ShardWriter;
+/// use stoker::{Field, Sample};
+/// let out = ShardWriter::open("./shards", Default::default())?;
+/// let samples = vec![Sample {
+///     key: "cat/0001".into(),
+///     fields: vec![Field { name: "jpg".into(), data: bytes::Bytes::from_static(b"...") }],
+/// }];
+/// let shard = out.write("train-000000.tar", &samples).await?;
+/// assert!(!shard.kept);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ShardWriter {
+    out: Store,
+    uri: String,
+    shown: String,
+    options: SourceOptions,
+}
+
+/// The record of a job writing into a destination, so a rerun knows the shards there are its
+/// own and a different job is not mixed into them.
+pub const JOB_FILE: &str = ".stoker-write.json";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct JobFile {
+    /// The settings the caller gave [`ShardWriter::begin`] (shard size, naming...).
+    settings: serde_json::Value,
+    /// Whether [`ShardWriter::finish`] completed.
+    complete: bool,
+}
+
+/// What [`ShardWriter::write`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShardWritten {
+    /// The shard's name in the destination.
+    pub name: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Samples in it.
+    pub samples: usize,
+    /// Payload bytes over its members.
+    pub payload_bytes: u64,
+    /// The shard was already there with exactly these bytes (an earlier run wrote it) and was
+    /// left as it was.
+    pub kept: bool,
+}
+
+impl ShardWriter {
+    /// A writer for `dest` (options such as `?endpoint=` in its query or in `options`).
+    pub fn open(dest: &str, options: SourceOptions) -> Result<Self> {
+        let parsed = uri::parse(dest)?;
+        let shown = parsed.display.clone();
+        let options = options.merged(parsed.options);
+        let out = match parsed.location {
+            Location::Local(path) => {
+                std::fs::create_dir_all(&path).map_err(|e| Error::io(path.display(), e))?;
+                Store::local(&path)?
+            }
+            Location::Remote(loc) if loc.names.is_none() => Store::remote(&loc, &options, &shown)?,
+            _ => {
+                return Err(Error::InvalidUri {
+                    uri: shown,
+                    reason: "the destination is a directory or prefix, not a pattern or list of names".into(),
+                })
+            }
+        };
+        Ok(ShardWriter { out, uri: dest.to_string(), shown, options })
+    }
+
+    /// Start (or resume) a job: record `settings` in the destination ([`JOB_FILE`]).
+    ///
+    /// A destination holding the record of a job with the same settings is resumed (shards
+    /// already there with the right bytes will be kept). One holding a job with other settings,
+    /// or files not written by a job, is refused unless `force` is set.
+    pub async fn begin(&self, settings: &serde_json::Value, force: bool) -> Result<()> {
+        let fail = |reason: String| Error::Pack { dest: self.shown.clone(), reason };
+        match self.job().await? {
+            Some(old) if old.settings == *settings || force => {}
+            Some(old) => {
+                return Err(fail(format!(
+                    "it holds {} write with other settings ({}); rerun with the same settings to finish it, pass                      force to replace it, or choose another destination",
+                    if old.complete { "a finished" } else { "an unfinished" },
+                    old.settings
+                )))
+            }
+            None if force => {}
+            None => {
+                let entries = self.out.entries().await?;
+                if let Some(found) = entries.iter().find(|n| !is_temp(n)) {
+                    return Err(fail(format!(
+                        "it is not empty (it holds `{found}`) and was not written by this writer; choose an empty or \
+                         new destination, or pass force to write into it anyway"
+                    )));
+                }
+            }
+        }
+        self.save_job(&JobFile { settings: settings.clone(), complete: false }).await
+    }
+
+    /// End a job whose shards are `written` (every name [`write`](Self::write) was given):
+    /// remove shards named `{prefix}-….tar` that an earlier run left and this one did not
+    /// write (a rerun over changed data), build the manifest, and mark the job complete.
+    pub async fn finish(&self, prefix: &str, written: &[String]) -> Result<crate::source::IndexReport> {
+        let Some(mut job) = self.job().await? else {
+            return Err(Error::Pack {
+                dest: self.shown.clone(),
+                reason: format!("{JOB_FILE} is missing: `begin` was not called, or another job removed it"),
+            });
+        };
+        let start = format!("{prefix}-");
+        let written: std::collections::HashSet<&str> = written.iter().map(String::as_str).collect();
+        for name in self.out.entries().await? {
+            if name.starts_with(&start) && name.ends_with(".tar") && !written.contains(name.as_str()) {
+                self.out.delete(&tar_index::sidecar_path(&name)).await?;
+                self.out.delete(&name).await?;
+            }
+        }
+        let opts = SourceOptions { checksums: Some(true), ..self.options.clone() };
+        let report = crate::source::index(&self.uri, opts).await?;
+        job.complete = true;
+        self.save_job(&job).await?;
+        Ok(report)
+    }
+
+    async fn job(&self) -> Result<Option<JobFile>> {
+        let bytes = match self.out.get(JOB_FILE).await {
+            Ok(b) => b,
+            Err(e) if e.kind() == crate::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| Error::Pack {
+            dest: self.shown.clone(),
+            reason: format!("{JOB_FILE} is not a job record ({e}); delete it, or pass force"),
+        })
+    }
+
+    async fn save_job(&self, job: &JobFile) -> Result<()> {
+        let json = serde_json::to_vec(job).map_err(|e| Error::internal(format!("{JOB_FILE}: {e}")))?;
+        let mut w = self.out.writer(JOB_FILE, json.len() as u64)?;
+        std::io::Write::write_all(&mut w, &json).map_err(|e| Error::io(self.out.describe(JOB_FILE), e))?;
+        w.finish().await
+    }
+
+    /// The destination, credentials redacted.
+    pub fn dest(&self) -> &str {
+        &self.shown
+    }
+
+    /// Write `samples`, in order, as the tar shard `name` (a plain file name ending in `.tar`),
+    /// and its sidecar index with every member's checksum.
+    ///
+    /// A sample key or field name that would not read back as written (see the
+    /// [module docs](super)), two adjacent samples with one key (a reader would merge them), or
+    /// a field name twice in a sample is an error naming it, and nothing is written. A shard
+    /// already under `name` with the same bytes is kept ([`ShardWritten::kept`]); one with
+    /// other bytes is replaced.
+    pub async fn write(&self, name: &str, samples: &[Sample]) -> Result<ShardWritten> {
+        check_name(name)?;
+        let fail = |reason: String| Error::Pack { dest: self.shown.clone(), reason: format!("{name}: {reason}") };
+        let members = members(samples).map_err(fail)?;
+        let payload_bytes = samples.iter().flat_map(|s| &s.fields).map(|f| f.data.len() as u64).sum();
+        let bytes: u64 = members.iter().map(|(m, d)| names::member_bytes(m, d.len() as u64)).sum::<u64>() + 1024;
+        let (tar, sums) = tokio::task::spawn_blocking(move || build(members, bytes))
+            .await
+            .map_err(Error::task)?
+            .map_err(|e| Error::io(format!("{}/{name}", self.shown), e))?;
+        let kept = self.holds(name, &tar).await;
+        if !kept {
+            let mut w = self.out.writer(name, tar.len() as u64)?;
+            std::io::Write::write_all(&mut w, &tar).map_err(|e| Error::io(self.out.describe(name), e))?;
+            w.finish().await?;
+        }
+        self.index(name, sums).await?;
+        Ok(ShardWritten {
+            name: name.to_string(),
+            bytes: tar.len() as u64,
+            samples: samples.len(),
+            payload_bytes,
+            kept,
+        })
+    }
+
+    /// Whether `name` already holds exactly `tar` (a missing or unreadable object does not).
+    async fn holds(&self, name: &str, tar: &[u8]) -> bool {
+        match self.out.head(name).await {
+            Ok(info) if info.size == tar.len() as u64 => self.out.get(name).await.is_ok_and(|b| b[..] == *tar),
+            _ => false,
+        }
+    }
+
+    /// The shard's sidecar index, its headers walked and its checksums the ones computed from
+    /// the bytes just written (so no payload is read back).
+    async fn index(&self, name: &str, sums: Vec<u64>) -> Result<()> {
+        let info = self.out.head(name).await?;
+        let headers_only = SourceOptions { checksums: None, ..self.options.clone() };
+        let mut idx = tar_index::for_open(&self.out, &info, &headers_only, None, &Cancel::default()).await?;
+        if idx.fields.len() != sums.len() || !idx.damage.is_empty() {
+            return Err(Error::internal(format!(
+                "{}: the shard just written reads back as {} members, not {}",
+                self.out.describe(name),
+                idx.fields.len(),
+                sums.len()
+            )));
+        }
+        idx.sums = sums;
+        idx.digest = tar_index::PayloadDigest::Xxh3;
+        tar_index::save(&self.out, &idx, &self.options).await;
+        Ok(())
+    }
+}
+
+/// A writer's temporary file (a shard or record not yet renamed into place).
+fn is_temp(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(crate::store::TEMP_SUFFIX)
+}
+
+/// A shard name is a plain file name in the destination, visible to globs like `*.tar`.
+fn check_name(name: &str) -> Result<()> {
+    let plain = !name.starts_with('.') && !name.chars().any(|c| c == '/' || c == '\\' || c.is_control());
+    if !plain || !name.ends_with(".tar") || name.len() <= ".tar".len() {
+        return Err(Error::invalid_option(format!(
+            "shard name `{}` must be a plain file name ending in `.tar`: not starting with `.`, without `/`, `\\` \
+             or control characters",
+            name.escape_debug()
+        )));
+    }
+    Ok(())
+}
+
+/// Every member's name and payload, in order, or why the samples cannot be one shard.
+fn members(samples: &[Sample]) -> std::result::Result<Vec<(String, Bytes)>, String> {
+    let mut out = Vec::with_capacity(samples.iter().map(|s| s.fields.len()).sum());
+    let mut previous: Option<&str> = None;
+    for s in samples {
+        if previous == Some(s.key.as_str()) {
+            return Err(format!(
+                "two adjacent samples share the key `{}`; in one tar they would read back as one sample",
+                display_key(&s.key)
+            ));
+        }
+        previous = Some(&s.key);
+        if s.fields.is_empty() {
+            return Err(format!("sample `{}` has no fields; a tar holds a sample as its members", display_key(&s.key)));
+        }
+        let key = names::tar_key(&s.key);
+        let first = out.len();
+        for f in &s.fields {
+            let member = names::member(&key, &f.name)?;
+            if out[first..].iter().any(|(m, _): &(String, Bytes)| *m == member) {
+                return Err(format!(
+                    "sample `{}` has two `{}` fields (field names are compared lower-case, as readers do)",
+                    display_key(&s.key),
+                    display_key(&f.name.to_ascii_lowercase())
+                ));
+            }
+            out.push((member, f.data.clone()));
+        }
+    }
+    Ok(out)
+}
+
+/// The tar's bytes (members as [`super::tar_out`] writes them) and each payload's XXH3-64.
+fn build(members: Vec<(String, Bytes)>, size: u64) -> std::io::Result<(Vec<u8>, Vec<u64>)> {
+    let mut b = tar::Builder::new(Vec::with_capacity(size as usize));
+    let mut sums = Vec::with_capacity(members.len());
+    for (name, data) in &members {
+        super::tar_out::append_member(&mut b, name, data, &mut sums)?;
+    }
+    Ok((b.into_inner()?, sums))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Field;
+
+    fn sample(key: &str, fields: &[(&str, &'static [u8])]) -> Sample {
+        Sample {
+            key: key.into(),
+            fields: fields.iter().map(|(n, d)| Field { name: (*n).into(), data: Bytes::from_static(d) }).collect(),
+        }
+    }
+
+    #[test]
+    fn names_that_would_not_read_back_are_refused() {
+        let bad = [
+            (vec![sample("a", &[("jpg", b"1")]), sample("a", &[("cls", b"2")])], "share the key"),
+            (vec![sample("a", &[("jpg", b"1"), ("JPG", b"2")])], "two `jpg` fields"),
+            (vec![sample("../a", &[("jpg", b"1")])], "`..` component"),
+            (vec![sample("a.b", &[("jpg", b"1")])], "no dot"),
+            (vec![sample("a", &[])], "no fields"),
+        ];
+        for (samples, why) in bad {
+            let err = members(&samples).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+        let ok = members(&[sample("dir/a", &[("JPG", b"1")]), sample("b", &[("cls", b"2")])]).unwrap();
+        let names: Vec<&str> = ok.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(names, ["dir/a.jpg", "b.cls"]);
+    }
+
+    #[test]
+    fn shard_names_are_plain_tar_file_names() {
+        for bad in ["", ".tar", ".hidden.tar", "a/b.tar", "a.tgz", "a\n.tar", "a\\b.tar"] {
+            assert!(check_name(bad).is_err(), "{bad:?} accepted");
+        }
+        check_name("train-000001.tar").unwrap();
+    }
+}
