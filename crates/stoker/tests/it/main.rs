@@ -44,6 +44,7 @@ mod remote_s3;
 mod sampler_props;
 mod secrets;
 mod shard_stream;
+mod shard_writer;
 mod tar_index;
 mod text;
 mod tfrecord;

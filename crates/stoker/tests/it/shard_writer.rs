@@ -1,0 +1,91 @@
+//! `ShardWriter`, the writer of distributed packing (the Ray datasink): shards that read back
+//! as written, a rerun that keeps what landed and replaces what changed, a job record that
+//! refuses foreign destinations, and a finish that drops stale shards and writes the manifest.
+
+use bytes::Bytes;
+use stoker::pack::{ShardWriter, JOB_FILE};
+use stoker::{ErrorKind, Field, Sample};
+
+fn samples(range: std::ops::Range<usize>, tag: &str) -> Vec<Sample> {
+    range
+        .map(|i| Sample {
+            key: format!("dir/{i:04}"),
+            fields: vec![
+                Field { name: "bin".into(), data: Bytes::from(format!("{tag}{i}").repeat(i % 7 + 1)) },
+                Field { name: "CLS".into(), data: Bytes::from((i % 10).to_string()) },
+            ],
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn shards_read_back_reruns_keep_what_landed_and_finish_drops_stale_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().display().to_string();
+    let w = ShardWriter::open(&dest, Default::default()).unwrap();
+    let settings = serde_json::json!({"shard_size": 4});
+    w.begin(&settings, false).await.unwrap();
+    let a = w.write("p-0.tar", &samples(0..4, "a")).await.unwrap();
+    let b = w.write("p-1.tar", &samples(4..8, "a")).await.unwrap();
+    let stale = w.write("p-2.tar", &samples(8..10, "a")).await.unwrap();
+    assert!(!a.kept && !b.kept && !stale.kept && a.samples == 4);
+    assert_eq!(std::fs::metadata(dir.path().join("p-0.tar")).unwrap().len(), a.bytes);
+
+    // A rerun of the same job: same settings resume; same bytes kept, other bytes replaced.
+    w.begin(&settings, false).await.unwrap();
+    let again = w.write("p-0.tar", &samples(0..4, "a")).await.unwrap();
+    assert!(again.kept && again.bytes == a.bytes);
+    let changed = w.write("p-1.tar", &samples(4..8, "b")).await.unwrap();
+    assert!(!changed.kept);
+    let report = w.finish("p", &["p-0.tar".into(), "p-1.tar".into()]).await.unwrap();
+    assert_eq!((report.objects, report.samples), (2, 8));
+    assert!(report.checksums, "every member's checksum recorded");
+    assert!(!dir.path().join("p-2.tar").exists() && !dir.path().join("p-2.tar.stoker-idx.json").exists());
+
+    let src = stoker::open(&dest, Default::default()).await.unwrap();
+    let got = src.get_many(&(0..8).collect::<Vec<_>>()).await.unwrap();
+    let want: Vec<Sample> = samples(0..4, "a").into_iter().chain(samples(4..8, "b")).collect();
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.key, w.key);
+        let fields: Vec<(&str, &[u8])> = g.fields.iter().map(|f| (&*f.name, &f.data[..])).collect();
+        // Field names come back lower-case, as every tar reader sees them.
+        assert_eq!(fields, [("bin", &w.fields[0].data[..]), ("cls", &w.fields[1].data[..])]);
+    }
+    // The manifest's checksums hold: a verifying open finds nothing wrong.
+    let opts = stoker::SourceOptions { checksums: Some(true), ..Default::default() };
+    let verified = stoker::open(&dest, opts).await.unwrap();
+    assert_eq!(verified.get_many(&(0..8).collect::<Vec<_>>()).await.unwrap().len(), 8);
+
+    // Another job's settings are refused, unless forced.
+    let other = serde_json::json!({"shard_size": 5});
+    let e = w.begin(&other, false).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+    assert!(e.to_string().contains("a finished write with other settings"), "{e}");
+    w.begin(&other, true).await.unwrap();
+}
+
+#[tokio::test]
+async fn foreign_destinations_bad_names_and_bad_keys_are_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), b"mine").unwrap();
+    let w = ShardWriter::open(&dir.path().display().to_string(), Default::default()).unwrap();
+    let e = w.begin(&serde_json::json!({}), false).await.unwrap_err();
+    assert!(e.to_string().contains("it holds `notes.txt`"), "{e}");
+    assert!(!dir.path().join(JOB_FILE).exists());
+
+    let e = w.write("../p-0.tar", &samples(0..2, "a")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    let mut twice = samples(0..2, "a");
+    twice[1].key = twice[0].key.clone();
+    let e = w.write("p-0.tar", &twice).await.unwrap_err();
+    assert!(e.to_string().contains("share the key `dir/0000`"), "{e}");
+    let mut escaping = samples(0..2, "a");
+    escaping[1].key = "/etc/passwd".into();
+    let e = w.write("p-0.tar", &escaping).await.unwrap_err();
+    assert!(e.to_string().contains("absolute path"), "{e}");
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["notes.txt"], "a refused shard leaves nothing behind");
+
+    let e = w.finish("p", &[]).await.unwrap_err();
+    assert!(e.to_string().contains("`begin` was not called"), "{e}");
+}
