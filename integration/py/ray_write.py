@@ -12,10 +12,11 @@ stoker.ray.write in several ways, printing one line of JSON saying what it found
   shards landed, with Ray's retries off) fails; the rerun completes, keeps the shards that
   landed, and leaves the same files, byte for byte, as the uninterrupted write;
 - stale: a rerun over fewer rows removes the shards it no longer writes;
-- lmdb, tensors (a decoded image column as .npy), S3 (when S3_DEST is given), and refusals:
+- lmdb, tokens (Megatron pairs read back by Megatron-LM's reader), tensors (a decoded image
+  column as .npy), S3 (when S3_DEST is given), and refusals:
   a foreign destination, a row without a key, a column of a type that has no member form.
 
-Needs ray[data], webdataset, Pillow and numpy, and stoker importable.
+Needs ray[data], webdataset, megatron-core, Pillow and numpy, and stoker importable.
 """
 
 import filecmp
@@ -150,6 +151,27 @@ def main():
             for k in rows
         )
 
+        # Token ids as Megatron indexed datasets, read back by Megatron-LM's reader and Stoker.
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+        tokens_dir = os.path.join(out, "tokens")
+        docs = [[(i * 7 + k) % 65536 for k in range(i % 9)] for i in range(50)]
+        docs[3] = [65535, 0, 1]
+        items = [{"__key__": f"d{i:03d}", "ids": d} for i, d in enumerate(docs)]
+        rep = stoker.ray.write(
+            ray.data.from_items(items, override_num_blocks=2), tokens_dir, layout="tokens", samples_per_shard=10
+        )
+        prefixes = sorted(f[: -len(".idx")] for f in os.listdir(tokens_dir) if f.endswith(".idx"))
+        read = []
+        for p in prefixes:
+            # Megatron's arrays are views of its memory map: read them while it is open.
+            megatron = IndexedDataset(os.path.join(tokens_dir, p))
+            read += [[int(t) for t in megatron[i]] for i in range(len(megatron))]
+        found["tokens_files"] = [rep["shards"], len(prefixes)]
+        found["tokens_megatron_equal"] = read == docs
+        mine = [np.frombuffer(s["tokens"], "<u2").tolist() for s in stoker.open(tokens_dir, layout="tokens")]
+        found["tokens_stoker_equal"] = mine == docs
+
         if s3_dest:
             s3 = stoker.ray.write(dataset(), s3_dest, samples_per_shard=8)
             found["s3_equal"] = same(stoker.open(s3_dest)) and s3["shards"] == 9
@@ -171,6 +193,10 @@ def main():
         found["refused_type"] = refused(lambda: stoker.ray.write(nested, os.path.join(out, "nested")))
         dotted = ray.data.from_items([{"__key__": "a.b", "jpg": b"x"}])
         found["refused_key"] = refused(lambda: stoker.ray.write(dotted, os.path.join(out, "dotted")))
+        big = ray.data.from_items([{"__key__": "a", "ids": [1, 70000]}])
+        found["refused_token_range"] = refused(
+            lambda: stoker.ray.write(big, os.path.join(out, "big"), layout="tokens")
+        )
         print(json.dumps(found))
     finally:
         ray.shutdown()

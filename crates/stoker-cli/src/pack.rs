@@ -81,6 +81,12 @@ pub(crate) struct PackArgs {
     /// replaced).
     #[arg(long)]
     force: bool,
+    /// Run on a Ray cluster (`auto`, `ray://HOST:10001`, or `local` for a new local one):
+    /// Ray's tasks read and write the shards, through Stoker's Python package (this runs
+    /// `python3 -m stoker.ray pack`; STOKER_PYTHON names another interpreter). Tar, LMDB, or
+    /// token ids (without --tokenize); not --group. Shards are named PREFIX-TASK-N.tar.
+    #[arg(long, value_name = "ADDRESS")]
+    ray: Option<String>,
     /// Print a JSON summary instead of text.
     #[arg(long)]
     json: bool,
@@ -121,6 +127,9 @@ impl PackProgress for Bar {
 pub(crate) async fn run(args: PackArgs) -> Result<()> {
     // One read of --config: the source's options, and the destination's store options.
     let options = args.source.options()?;
+    if let Some(address) = &args.ray {
+        return on_ray(address, &args, &options);
+    }
     let src = stoker::open(&args.source.uri, options.clone()).await?;
     let layout = match (args.layout, &args.tokenize) {
         (PackLayout::Tar, None) => Layout::Tar,
@@ -255,4 +264,58 @@ async fn tokens(
         t
     };
     write_result(writeln!(io::stdout().lock(), "{text}"))
+}
+
+/// `--ray`: the pack as Ray tasks, run by the Python package (`stoker.ray.pack`). Options from
+/// --config go through the environment, not the command line, which every user can see.
+fn on_ray(address: &str, args: &PackArgs, options: &stoker::SourceOptions) -> Result<()> {
+    if args.group || args.tokenize.is_some() || args.append_eos.is_some() {
+        return Err(CliError::Message(
+            "--ray packs each source sample as one sample (no --group) and writes token ids as they are (no \
+             --tokenize or --append-eos): run those without --ray"
+                .into(),
+        ));
+    }
+    let python = std::env::var("STOKER_PYTHON").unwrap_or_else(|_| "python3".into());
+    let layout = match args.layout {
+        PackLayout::Tar => "tar",
+        PackLayout::Lmdb => "lmdb",
+        PackLayout::Tokens => "tokens",
+    };
+    let mut cmd = std::process::Command::new(&python);
+    cmd.args(["-m", "stoker.ray", "pack", &args.source.uri, &args.dest, "--layout", layout]);
+    cmd.args(["--shard-size", &args.shard_size.to_string(), "--prefix", &args.prefix]);
+    if address != "local" {
+        cmd.args(["--address", address]);
+    }
+    if let Some(n) = args.samples_per_shard {
+        cmd.args(["--samples-per-shard", &n.to_string()]);
+    }
+    if let Some(f) = &args.field {
+        cmd.args(["--field", f]);
+    }
+    if args.force {
+        cmd.arg("--force");
+    }
+    if args.json {
+        cmd.arg("--json");
+    }
+    if args.source.config.is_some() {
+        let json = serde_json::to_string(options).map_err(|e| CliError::Message(format!("--config: {e}")))?;
+        cmd.env("STOKER_RAY_OPTIONS", json);
+    }
+    let status = cmd.status().map_err(|e| {
+        CliError::Message(format!(
+            "--ray runs `{python} -m stoker.ray`, which could not start ({e}): install Stoker's Python package with \
+             Ray (pip install 'stoker[ray]'), or set STOKER_PYTHON to the interpreter that has it"
+        ))
+    })?;
+    if !status.success() {
+        return Err(CliError::Message(format!(
+            "the pack on Ray failed ({status}; its error is above). `{python} -m stoker.ray` needs Stoker's Python \
+             package with Ray (pip install 'stoker[ray]'; STOKER_PYTHON names another interpreter). Rerun the same \
+             command to resume: shards already written are kept"
+        )));
+    }
+    Ok(())
 }

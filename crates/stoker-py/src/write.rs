@@ -49,6 +49,30 @@ impl ShardWriter {
         index_report(py, r)
     }
 
+    /// Write the token pair `{stem}.bin` / `{stem}.idx` from `docs` (each document's tokens,
+    /// little-endian of `dtype`: `uint16` or `int32`); returns what was written.
+    fn write_tokens<'py>(
+        &self,
+        py: Python<'py>,
+        stem: String,
+        dtype: &str,
+        docs: Vec<PyBackedBytes>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let dtype = match dtype {
+            "uint16" => stoker::pack::TokenDtype::U16,
+            "int32" => stoker::pack::TokenDtype::I32,
+            other => {
+                return Err(InvalidInputError::new_err(format!(
+                    "token_dtype is `uint16` or `int32` (Megatron's types), not `{other}`"
+                )))
+            }
+        };
+        let docs: Vec<bytes::Bytes> = docs.into_iter().map(bytes::Bytes::from_owner).collect();
+        let w = self.inner.clone();
+        let done = block_on(py, async move { w.write_tokens(&stem, dtype, &docs).await })?.map_err(err)?;
+        written(py, done)
+    }
+
     /// Write shard `name` from `keys` and `columns` (field name, one value per key, `None`
     /// where a sample lacks the field); returns what was written.
     fn write<'py>(
@@ -84,14 +108,18 @@ impl ShardWriter {
         let w = self.inner.clone();
         let name = name.to_string();
         let done = block_on(py, async move { w.write(&name, &samples).await })?.map_err(err)?;
-        let d = PyDict::new(py);
-        d.set_item("name", &done.name)?;
-        d.set_item("bytes", done.bytes)?;
-        d.set_item("samples", done.samples)?;
-        d.set_item("payload_bytes", done.payload_bytes)?;
-        d.set_item("kept", done.kept)?;
-        Ok(d)
+        written(py, done)
     }
+}
+
+fn written(py: Python<'_>, done: stoker::pack::ShardWritten) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("name", &done.name)?;
+    d.set_item("bytes", done.bytes)?;
+    d.set_item("samples", done.samples)?;
+    d.set_item("payload_bytes", done.payload_bytes)?;
+    d.set_item("kept", done.kept)?;
+    Ok(d)
 }
 
 /// Build or refresh the shard indexes of `uri` and write its manifest; returns the report.

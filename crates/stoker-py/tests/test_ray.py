@@ -63,11 +63,37 @@ def test_ray_write_packs_every_row_resumes_after_a_killed_worker_and_refuses_wha
     assert got["killed_same_files"] and got["killed_same_bytes"], got
     assert got["stale_samples"] == [30, 30], got
     assert got["lmdb_equal"] and got["s3_equal"], got
+    # 50 documents in 2 write tasks, 10 a file: 3 Megatron pairs each; Megatron-LM reads them.
+    assert got["tokens_files"] == [6, 6] and got["tokens_megatron_equal"] and got["tokens_stoker_equal"], got
+    assert "holds id 70000, outside uint16" in got["refused_token_range"], got
     assert got["tensor_fields"] == ["__key__", "bin", "cls", "png.npy"] and got["tensor_equal"], got
     assert "not empty (it holds `notes.txt`)" in got["refused_foreign"], got
     assert "InvalidInputError" in got["refused_keyless"] and "needs a __key__ column" in got["refused_keyless"], got
     assert "column 'meta' has type struct" in got["refused_type"], got
     assert "member `a.b.jpg` would read back as key `a`" in got["refused_key"], got
+
+
+def test_stoker_pack_on_ray_runs_the_python_package_and_resumes(tmp_path):
+    cli = ROOT / "target/debug/stoker"
+    assert cli.exists(), f"{cli} is missing: cargo build -p stoker-cli (integration/test.sh builds it)"
+    env = {**peers_env(tmp_path, [ROOT / "integration/py"]), "STOKER_PYTHON": writers_python()}
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    subprocess.run([writers_python(), "-c", f"import ray_read; ray_read.write_shards({str(src)!r})"], check=True, env=env)
+    run = [str(cli), "pack", str(src), str(dest), "--ray", "local", "--samples-per-shard", "8", "--json"]
+    first = subprocess.run(run, capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    report = json.loads(first.stdout.strip().splitlines()[-1])
+    assert report["samples"] == 60 and report["kept_shards"] == 0 and report["checksums"], report
+    again = json.loads(subprocess.run(run, capture_output=True, text=True, env=env, timeout=300, check=True).stdout.splitlines()[-1])
+    assert again["kept_shards"] == again["shards"] == report["shards"], again
+    want = {s["__key__"]: s for s in stoker.open(src)}
+    got = {s["__key__"]: s for s in stoker.open(dest)}
+    assert got == want
+    # What --ray cannot do is refused before anything runs; a missing interpreter is named.
+    grouped = subprocess.run(run + ["--group"], capture_output=True, text=True, env=env, timeout=60)
+    assert grouped.returncode != 0 and "no --group" in grouped.stderr, grouped.stderr
+    missing = subprocess.run(run, capture_output=True, text=True, env={**env, "STOKER_PYTHON": "/nonexistent/python"}, timeout=60)
+    assert missing.returncode != 0 and "STOKER_PYTHON" in missing.stderr and "stoker[ray]" in missing.stderr, missing.stderr
 
 
 @pytest.mark.parametrize("mode", ["ray-data", "loader"])

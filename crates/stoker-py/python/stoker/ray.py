@@ -215,6 +215,7 @@ def write(
     samples_per_shard: Optional[int] = None,
     prefix: str = "shard",
     field: Optional[str] = None,
+    token_dtype: str = "uint16",
     force: bool = False,
     concurrency: Optional[int] = None,
     ray_remote_args: Optional[Dict[str, Any]] = None,
@@ -238,7 +239,13 @@ def write(
     renamed whole; once every task has finished, the manifest is written. ``layout="lmdb"``: the
     shards go to ``DEST/.stoker-shards`` and are then packed into one LMDB environment in
     ``dest`` on the driver (an LMDB environment has one writer; ``field`` picks the value when
-    rows have several columns).
+    rows have several columns). ``layout="tokens"``: the column ``field`` (default: the one
+    column besides ``__key__``/``__index__``) holds each row's token ids (a list or tensor
+    column of integers), and each write task writes Megatron indexed datasets
+    ``{prefix}-{task:06d}-{n:04d}.bin``/``.idx`` of up to ``shard_size`` bytes of tokens, one
+    document per row, as ``token_dtype`` (``uint16``, Megatron's type for vocabularies up to
+    65,535 ids, or ``int32``; an id that does not fit is an error); Stoker's ``tokens`` layout,
+    ``stoker.TokenLoader`` and Megatron read the directory.
 
     Rerunning after a failure (a killed worker, a lost node) resumes: shards already there with
     the same bytes are kept, and shards a changed pipeline no longer writes are removed. A
@@ -247,7 +254,7 @@ def write(
     ``ray_remote_args`` are Ray's, for the write tasks."""
     sink = StokerDatasink(
         dest, layout=layout, shard_size=shard_size, samples_per_shard=samples_per_shard, prefix=prefix,
-        field=field, force=force, **options,
+        field=field, token_dtype=token_dtype, force=force, **options,
     )
     ds.write_datasink(sink, concurrency=concurrency, ray_remote_args=ray_remote_args)
     assert sink.report is not None  # set by on_write_complete
@@ -269,17 +276,20 @@ class StokerDatasink(_ShownArgs, Datasink):
         samples_per_shard: Optional[int] = None,
         prefix: str = "shard",
         field: Optional[str] = None,
+        token_dtype: str = "uint16",
         force: bool = False,
         **options: Any,
     ) -> None:
-        if layout not in ("tar", "lmdb"):
-            raise InvalidInputError(f"stoker.ray.write writes layout 'tar' or 'lmdb', not {layout!r}")
+        if layout not in ("tar", "lmdb", "tokens"):
+            raise InvalidInputError(f"stoker.ray.write writes layout 'tar', 'lmdb' or 'tokens', not {layout!r}")
+        if token_dtype not in TOKEN_DTYPES:
+            raise InvalidInputError(f"token_dtype is 'uint16' or 'int32' (Megatron's types), not {token_dtype!r}")
         if shard_size < 1:
             raise InvalidInputError(f"shard_size must be at least 1 byte, not {shard_size}")
         if samples_per_shard is not None and samples_per_shard < 1:
             raise InvalidInputError(f"samples_per_shard must be at least 1, not {samples_per_shard}")
-        if field is not None and layout != "lmdb":
-            raise InvalidInputError("field= picks the LMDB value; a tar shard keeps every column")
+        if field is not None and layout == "tar":
+            raise InvalidInputError("field= picks the LMDB value or the token column; a tar shard keeps every column")
         self._args = _OpenArgs(os.fspath(dest), options)
         if layout == "lmdb" and "://" in self._args.uri.split("?")[0]:
             raise InvalidInputError(
@@ -288,6 +298,7 @@ class StokerDatasink(_ShownArgs, Datasink):
             )
         self._layout, self._shard_size, self._per_shard = layout, shard_size, samples_per_shard
         self._prefix, self._field, self._force = prefix, field, force
+        self._dtype = token_dtype
         self.report: Optional[Dict[str, Any]] = None
         if not prefix or prefix.startswith(".") or any(c in prefix for c in "/\\") or not prefix.isprintable():
             raise InvalidInputError(f"prefix {prefix!r} must be a plain file name: not starting with '.', without '/'")
@@ -296,14 +307,15 @@ class StokerDatasink(_ShownArgs, Datasink):
         _stoker.ShardWriter(self._shards_uri(), self._args.json())
 
     def _shards_uri(self) -> str:
-        if self._layout == "tar":
+        if self._layout != "lmdb":
             return self._args.uri
         return self._args.uri.rstrip("/") + "/.stoker-shards"
 
     def _settings(self) -> str:
         return json.dumps({
             "writer": "stoker.ray.write", "prefix": self._prefix, "shard_size": self._shard_size,
-            "samples_per_shard": self._per_shard,
+            "samples_per_shard": self._per_shard, "layout": self._layout, "field": self._field,
+            "token_dtype": self._dtype,
         })
 
     def get_name(self) -> str:
@@ -323,7 +335,10 @@ class StokerDatasink(_ShownArgs, Datasink):
 
     def write(self, blocks: Any, ctx: Any) -> List[Dict[str, Any]]:
         writer = _stoker.ShardWriter(self._shards_uri(), self._args.json())
-        shards = _Shards(writer, f"{self._prefix}-{ctx.task_idx:06d}", self._shard_size, self._per_shard)
+        stem = f"{self._prefix}-{ctx.task_idx:06d}"
+        if self._layout == "tokens":
+            return _write_tokens(writer, stem, blocks, self._field, self._dtype, self._shard_size, self._per_shard)
+        shards = _Shards(writer, stem, self._shard_size, self._per_shard)
         for block in blocks:
             shards.add(BlockAccessor.for_block(block))
         shards.close()
@@ -355,6 +370,137 @@ class StokerDatasink(_ShownArgs, Datasink):
             self.report.update(shards=1, written_bytes=done["written_bytes"], staging=_stoker.redact(self._shards_uri()))
 
 
+def pack(
+    source: "str | os.PathLike[str]",
+    dest: "str | os.PathLike[str]",
+    *,
+    address: Optional[str] = None,
+    source_options: Optional[Dict[str, Any]] = None,
+    **write_options: Any,
+) -> Dict[str, Any]:
+    """``stoker pack`` on a Ray cluster: ``write(read(source), dest, **write_options)``,
+    connecting to the cluster at ``address`` first (``"auto"``, ``ray://...``; none: the
+    cluster this process is connected to, or a new local one). ``source_options`` are
+    ``stoker.open``'s; the destination's store options go in ``write_options`` (``endpoint=``...).
+    Reruns resume as :func:`write` does."""
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False)
+    return write(read(source, **(source_options or {})), dest, **write_options)
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m stoker.ray pack SRC DEST ...`` (what ``stoker pack --ray`` runs)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m stoker.ray", description="Stoker on a Ray cluster.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("pack", help="pack a source into tar shards, LMDB or token files from Ray tasks")
+    p.add_argument("source")
+    p.add_argument("dest")
+    p.add_argument("--address", help="the Ray cluster (default: RAY_ADDRESS, else a new local one)")
+    p.add_argument("--layout", choices=["tar", "lmdb", "tokens"], default="tar")
+    p.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_SIZE, help="bytes")
+    p.add_argument("--samples-per-shard", type=int)
+    p.add_argument("--prefix", default="shard")
+    p.add_argument("--field")
+    p.add_argument("--token-dtype", default="uint16", choices=sorted(TOKEN_DTYPES))
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = ap.parse_args(argv)
+    # Options from `stoker pack --config` travel in the environment, not the command line
+    # (they may hold credentials, and a command line is visible to every user of the machine).
+    given = json.loads(os.environ.pop("STOKER_RAY_OPTIONS", "{}") or "{}")
+    options = {k: v for k, v in given.items() if v is not None}
+    dest_options = {k: v for k, v in options.items() if k not in ("layout", "list", "field")}
+    report = pack(
+        args.source, args.dest, address=args.address, source_options=options, layout=args.layout,
+        shard_size=args.shard_size, samples_per_shard=args.samples_per_shard, prefix=args.prefix, field=args.field,
+        token_dtype=args.token_dtype, force=args.force, **dest_options,
+    )
+    if args.json:
+        print(json.dumps(report))
+    else:
+        kept = f" ({report['kept_shards']} already complete from an earlier run)" if report["kept_shards"] else ""
+        what = {"tar": "tar shards at", "lmdb": "LMDB at", "tokens": "token files at"}[args.layout]
+        print(f"packed {report['samples']} samples into {report['shards']} {what} {report['dest']}{kept} on Ray")
+    return 0
+
+
+#: Token types of layout "tokens": numpy's name, and the ids each holds.
+TOKEN_DTYPES = {"uint16": (0, 65535), "int32": (0, 2**31 - 1)}
+
+
+def _write_tokens(
+    writer: Any, stem: str, blocks: Any, field: Optional[str], dtype: str, size: int, per: Optional[int]
+) -> List[Dict[str, Any]]:
+    """One write task of layout "tokens": its rows' token ids as Megatron pairs."""
+    lo, hi = TOKEN_DTYPES[dtype]
+    written: List[Dict[str, Any]] = []
+    docs: List[bytes] = []
+    held = 0
+
+    def flush() -> None:
+        nonlocal docs, held
+        written.append(writer.write_tokens(f"{stem}-{len(written):04d}", dtype, docs))
+        docs, held = [], 0
+
+    for b in blocks:
+        block = BlockAccessor.for_block(b)
+        table = block.to_arrow()
+        if table.num_rows == 0:
+            continue
+        cols = [c for c in table.column_names if c not in ROW_COLUMNS]
+        name = field if field is not None else (cols[0] if len(cols) == 1 else None)
+        if name is None or name not in table.column_names:
+            raise InvalidInputError(
+                f"layout='tokens' writes one column of token ids: name it with field= (the dataset has {cols})"
+            )
+        for i, ids in enumerate(_token_rows(block, table, name)):
+            if ids.size and (ids.min() < lo or ids.max() > hi):
+                raise InvalidInputError(
+                    f"row {i} of column {name!r} holds id {int(ids.min() if ids.min() < lo else ids.max())}, outside "
+                    f"{dtype} ({lo}..{hi}); pass token_dtype='int32' for a larger vocabulary"
+                )
+            doc = ids.astype(numpy.dtype(dtype).newbyteorder("<"), copy=False).tobytes()
+            if docs and (held + len(doc) > size or (per is not None and len(docs) >= per)):
+                flush()
+            docs.append(doc)
+            held += len(doc)
+    if docs:
+        flush()
+    return written
+
+
+def _token_rows(block: Any, table: "pyarrow.Table", name: str) -> Iterator["numpy.ndarray"]:
+    """Each row's token ids of column ``name`` as an integer array."""
+    col = table.column(name)
+    t = col.type
+    T = pyarrow.types
+    if T.is_list(t) or T.is_large_list(t) or T.is_fixed_size_list(t):
+        if not T.is_integer(t.value_type):
+            raise InvalidInputError(f"column {name!r} holds lists of {t.value_type}, not integer token ids")
+        for chunk in col.chunks:
+            if chunk.null_count:
+                raise InvalidInputError(f"column {name!r} has a null row; every row needs its token ids")
+            if T.is_fixed_size_list(t):
+                values = chunk.flatten().to_numpy()
+                yield from values.reshape(len(chunk), t.list_size)
+                continue
+            offsets = chunk.offsets.to_numpy()
+            values = chunk.values.to_numpy()
+            for a, b in zip(offsets[:-1], offsets[1:]):
+                yield values[a:b]
+        return
+    if isinstance(t, pyarrow.ExtensionType):
+        for row in block.to_numpy(name):
+            ids = numpy.asarray(row)
+            if ids.dtype.kind not in "iu":
+                raise InvalidInputError(f"column {name!r} holds {ids.dtype} tensors, not integer token ids")
+            yield ids.reshape(-1)
+        return
+    raise InvalidInputError(f"column {name!r} has type {t}; layout='tokens' takes a list or tensor column of token ids")
+
+
 class _Shards:
     """The shards of one write task: rows gathered until the next would take the shard past
     its size (or row count), then written."""
@@ -376,23 +522,42 @@ class _Shards:
                 f"{table.column_names}: add one with map_batches"
             )
         keys = table.column("__key__").to_pylist()
+        bad = next((i for i, k in enumerate(keys) if not isinstance(k, str) or not k), None)
+        if bad is not None:
+            raise InvalidInputError(f"row {bad} of a block has __key__ {keys[bad]!r}; keys are non-empty strings")
         cols = {_member_name(name, table.schema.field(name).type): _values(block, table, name)
                 for name in table.column_names if name not in ROW_COLUMNS}
-        for i, key in enumerate(keys):
-            if key is None or not isinstance(key, str):
-                raise InvalidInputError(f"row {i} of a block has __key__ {key!r}; keys are non-empty strings")
-            row = {name: vals[i] for name, vals in cols.items() if vals[i] is not None}
-            size = sum(_member_bytes(len(key) + 1 + len(name), len(v)) for name, v in row.items())
-            full = self._per is not None and len(self._keys) >= self._per
-            if self._keys and (full or self._bytes + size > self._size):
+        sizes = _row_bytes(keys, cols)
+        n, start = len(keys), 0
+        while start < n:
+            # The rows that fit in what is left of the shard (by size, then count); a row
+            # bigger than a whole shard gets one of its own.
+            held = numpy.cumsum(sizes[start:])
+            fit = int(numpy.searchsorted(held, self._size - self._bytes, side="right"))
+            if self._per is not None:
+                fit = min(fit, self._per - len(self._keys))
+            if fit == 0 and self._keys:
                 self._flush()
-            for name in row:  # in column order: a set's order changes with each process's hash seed
-                if name not in self._cols:
-                    self._cols[name] = [None] * len(self._keys)
-            for name, vals in self._cols.items():
-                vals.append(row.get(name))
-            self._keys.append(key)
-            self._bytes += size
+                continue
+            end = start + max(fit, 1)
+            self._take(keys[start:end], {name: vals[start:end] for name, vals in cols.items()}, int(held[end - start - 1]))
+            start = end
+            if start < n:
+                self._flush()
+
+    def _take(self, keys: List[str], cols: Dict[str, List[Optional[bytes]]], size: int) -> None:
+        """Add rows to the shard being gathered (a column new to it, or missing from these rows,
+        is padded with nulls)."""
+        held = len(self._keys)
+        for name, vals in cols.items():
+            if name not in self._cols:
+                self._cols[name] = [None] * held
+            self._cols[name].extend(vals)
+        for name, vals in self._cols.items():
+            if name not in cols:
+                vals.extend([None] * len(keys))
+        self._keys.extend(keys)
+        self._bytes += size
 
     def close(self) -> None:
         if self._keys:
@@ -404,10 +569,18 @@ class _Shards:
         self._keys, self._cols, self._bytes = [], {}, 0
 
 
-def _member_bytes(name_len: int, size: int) -> int:
-    """Bytes a member takes in a tar (as ``stoker pack`` counts them)."""
-    long = 512 + -(-(name_len + 1) // 512) * 512 if name_len > 100 else 0
-    return long + 512 + -(-size // 512) * 512
+def _row_bytes(keys: List[str], cols: Dict[str, List[Optional[bytes]]]) -> "numpy.ndarray":
+    """Bytes each row's members take in a tar (as ``stoker pack`` counts them: a header, a
+    long-name entry for a name over 100 bytes, the payload padded to 512)."""
+    n = len(keys)
+    key_len = numpy.fromiter((len(k.encode()) for k in keys), dtype=numpy.int64, count=n)
+    total = numpy.zeros(n, dtype=numpy.int64)
+    for name, vals in cols.items():
+        size = numpy.fromiter((-1 if v is None else len(v) for v in vals), dtype=numpy.int64, count=n)
+        name_len = key_len + 1 + len(name.encode())
+        long = numpy.where(name_len > 100, 512 + -(-(name_len + 1) // 512) * 512, 0)
+        total += numpy.where(size >= 0, long + 512 + -(-size // 512) * 512, 0)
+    return total
 
 
 def _is_array(t: Any) -> bool:
@@ -453,5 +626,12 @@ def _values(block: Any, table: "pyarrow.Table", name: str) -> List[Optional[byte
 
 
 __all__ = [
-    "read", "write", "StokerDatasource", "StokerDatasink", "split", "DEFAULT_ROWS_PER_BLOCK", "DEFAULT_SHARD_SIZE",
+    "read", "write", "pack", "StokerDatasource", "StokerDatasink", "split", "DEFAULT_ROWS_PER_BLOCK", "DEFAULT_SHARD_SIZE",
 ]
+
+if __name__ == "__main__":  # pragma: no cover - run as `python -m stoker.ray`
+    import sys
+
+    from stoker.ray import _main as main  # the module proper, whose classes Ray's workers import
+
+    sys.exit(main())

@@ -63,7 +63,7 @@ mod plan;
 mod shard;
 mod tar_out;
 
-pub use shard::{ShardWriter, ShardWritten, JOB_FILE};
+pub use shard::{ShardWriter, ShardWritten, TokenDtype, JOB_FILE};
 
 use plan::{PlanFile, PLAN_FILE};
 

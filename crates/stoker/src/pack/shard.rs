@@ -13,7 +13,7 @@ use super::names;
 use crate::error::{Error, Result};
 use crate::sample::{display_key, Sample};
 use crate::source::tar_index;
-use crate::store::{Cancel, Store};
+use crate::store::Store;
 use crate::uri::{self, Location, SourceOptions};
 
 /// Writes tar shards into one destination (a local directory, created if missing, or a remote
@@ -121,8 +121,9 @@ impl ShardWriter {
         self.save_job(&JobFile { settings: settings.clone(), complete: false }).await
     }
 
-    /// End a job whose shards are `written` (every name [`write`](Self::write) was given):
-    /// remove shards named `{prefix}-….tar` that an earlier run left and this one did not
+    /// End a job whose shards are `written` (the names [`write`](Self::write) and
+    /// [`write_tokens`](Self::write_tokens) returned): remove shards named `{prefix}-….tar`
+    /// (or token pairs `{prefix}-….bin`/`.idx`) that an earlier run left and this one did not
     /// write (a rerun over changed data), build the manifest, and mark the job complete.
     pub async fn finish(&self, prefix: &str, written: &[String]) -> Result<crate::source::IndexReport> {
         let Some(mut job) = self.job().await? else {
@@ -132,10 +133,14 @@ impl ShardWriter {
             });
         };
         let start = format!("{prefix}-");
-        let written: std::collections::HashSet<&str> = written.iter().map(String::as_str).collect();
+        let stem = |n: &str| n.rsplit_once('.').map_or(n.to_string(), |(s, _)| s.to_string());
+        let written: std::collections::HashSet<String> = written.iter().map(|n| stem(n)).collect();
         for name in self.out.entries().await? {
-            if name.starts_with(&start) && name.ends_with(".tar") && !written.contains(name.as_str()) {
-                self.out.delete(&tar_index::sidecar_path(&name)).await?;
+            let ours = name.starts_with(&start) && [".tar", ".bin", ".idx"].iter().any(|e| name.ends_with(e));
+            if ours && !written.contains(&stem(&name)) {
+                if name.ends_with(".tar") {
+                    self.out.delete(&tar_index::sidecar_path(&name)).await?;
+                }
                 self.out.delete(&name).await?;
             }
         }
@@ -194,12 +199,54 @@ impl ShardWriter {
             std::io::Write::write_all(&mut w, &tar).map_err(|e| Error::io(self.out.describe(name), e))?;
             w.finish().await?;
         }
-        self.index(name, sums).await?;
+        self.index(name, &tar, sums).await?;
         Ok(ShardWritten {
             name: name.to_string(),
             bytes: tar.len() as u64,
             samples: samples.len(),
             payload_bytes,
+            kept,
+        })
+    }
+
+    /// Write `docs` (each a document's tokens, little-endian of `dtype`) as the Megatron
+    /// indexed dataset `{stem}.bin` + `{stem}.idx`, one document per sequence, as Megatron's
+    /// `IndexedDatasetBuilder` writes it. The `.bin` lands first and the `.idx` last, each
+    /// whole, so an `.idx` (what readers open) always has its tokens. A pair already there
+    /// with the same bytes is kept. [`ShardWritten::name`] is the `.idx`; `payload_bytes`
+    /// counts the tokens' bytes.
+    pub async fn write_tokens(&self, stem: &str, dtype: TokenDtype, docs: &[Bytes]) -> Result<ShardWritten> {
+        check_name(&format!("{stem}.tar"))?;
+        let item = dtype.size();
+        if let Some(i) = docs.iter().position(|d| d.len() % item != 0) {
+            return Err(Error::invalid_option(format!(
+                "{stem}: document {i} has {} bytes, not a whole number of {item}-byte tokens",
+                docs[i].len()
+            )));
+        }
+        if let Some(i) = docs.iter().position(|d| d.len() / item > i32::MAX as usize) {
+            return Err(Error::invalid_option(format!(
+                "{stem}: document {i} has {} tokens; an .idx records at most 2^31 - 1 per document",
+                docs[i].len() / item
+            )));
+        }
+        let sizes: Vec<u64> = docs.iter().map(|d| (d.len() / item) as u64).collect();
+        let idx = crate::source::tokens::write_idx(dtype.code(), &sizes, item);
+        let bin: Vec<u8> = docs.concat();
+        let (bin_name, idx_name) = (format!("{stem}.bin"), format!("{stem}.idx"));
+        let kept = self.holds(&bin_name, &bin).await && self.holds(&idx_name, &idx).await;
+        if !kept {
+            for (name, bytes) in [(&bin_name, &bin), (&idx_name, &idx)] {
+                let mut w = self.out.writer(name, bytes.len() as u64)?;
+                std::io::Write::write_all(&mut w, bytes).map_err(|e| Error::io(self.out.describe(name), e))?;
+                w.finish().await?;
+            }
+        }
+        Ok(ShardWritten {
+            name: idx_name,
+            bytes: (bin.len() + idx.len()) as u64,
+            samples: docs.len(),
+            payload_bytes: bin.len() as u64,
             kept,
         })
     }
@@ -212,12 +259,19 @@ impl ShardWriter {
         }
     }
 
-    /// The shard's sidecar index, its headers walked and its checksums the ones computed from
-    /// the bytes just written (so no payload is read back).
-    async fn index(&self, name: &str, sums: Vec<u64>) -> Result<()> {
+    /// The shard's sidecar index, its headers walked in the bytes in hand and its checksums the
+    /// ones computed from them (nothing is read back), for the object now in the store (its
+    /// size, and version where the store gives one).
+    async fn index(&self, name: &str, tar: &[u8], sums: Vec<u64>) -> Result<()> {
         let info = self.out.head(name).await?;
-        let headers_only = SourceOptions { checksums: None, ..self.options.clone() };
-        let mut idx = tar_index::for_open(&self.out, &info, &headers_only, None, &Cancel::default()).await?;
+        if info.size != tar.len() as u64 {
+            return Err(Error::Changed {
+                object: self.out.describe(name),
+                reason: format!("it holds {} bytes just after {} were written: another writer?", info.size, tar.len()),
+            });
+        }
+        let walk = tar_index::Walk { skip: false, checksums: false };
+        let mut idx = tar_index::build_with(std::io::Cursor::new(tar), &info, &self.out.describe(name), walk)?;
         if idx.fields.len() != sums.len() || !idx.damage.is_empty() {
             return Err(Error::internal(format!(
                 "{}: the shard just written reads back as {} members, not {}",
@@ -230,6 +284,33 @@ impl ShardWriter {
         idx.digest = tar_index::PayloadDigest::Xxh3;
         tar_index::save(&self.out, &idx, &self.options).await;
         Ok(())
+    }
+}
+
+/// The token type of [`ShardWriter::write_tokens`]: Megatron's choice, `U16` for vocabularies
+/// up to 65,535 ids, `I32` above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenDtype {
+    /// 2-byte unsigned ids (Megatron dtype code 8).
+    U16,
+    /// 4-byte signed ids (Megatron dtype code 4).
+    I32,
+}
+
+impl TokenDtype {
+    fn code(self) -> u8 {
+        match self {
+            TokenDtype::U16 => 8,
+            TokenDtype::I32 => 4,
+        }
+    }
+
+    /// Bytes per token.
+    pub fn size(self) -> usize {
+        match self {
+            TokenDtype::U16 => 2,
+            TokenDtype::I32 => 4,
+        }
     }
 }
 
