@@ -19,6 +19,8 @@ use crate::runtime::block_on;
 pub(crate) struct Source {
     uri: String,
     options: String,
+    /// A listing snapshot to open from instead of listing (`stoker::source::open_with_listing`).
+    listing: Option<Vec<u8>>,
     opened: Mutex<Option<(u32, Arc<DynSampleSource>)>>,
 }
 
@@ -32,7 +34,14 @@ impl Source {
         }
         let opts = SourceOptions::from_json(&self.options).map_err(err)?;
         let uri = self.uri.clone();
-        let src = block_on(py, async move { stoker::open(&uri, opts).await })?.map_err(err)?;
+        let listing = self.listing.clone();
+        let src = block_on(py, async move {
+            match listing {
+                Some(l) => stoker::source::open_with_listing(&uri, opts, &l).await,
+                None => stoker::open(&uri, opts).await,
+            }
+        })?
+        .map_err(err)?;
         *self.opened.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, src.clone()));
         Ok(src)
     }
@@ -57,16 +66,37 @@ fn index(i: i64, len: usize) -> PyResult<usize> {
 #[pymethods]
 impl Source {
     #[new]
-    #[pyo3(signature = (uri, options = "{}"))]
-    fn new(py: Python<'_>, uri: String, options: &str) -> PyResult<Self> {
-        let s = Source { uri, options: options.to_string(), opened: Mutex::new(None) };
+    #[pyo3(signature = (uri, options = "{}", listing = None))]
+    fn new(py: Python<'_>, uri: String, options: &str, listing: Option<Vec<u8>>) -> PyResult<Self> {
+        let s = Source { uri, options: options.to_string(), listing, opened: Mutex::new(None) };
         s.get_src(py)?; // open now so a bad URI fails at construction
         Ok(s)
     }
 
-    /// The URI and options, credentials included: what a process unpickling this opens.
-    fn __getnewargs__(&self) -> (String, String) {
-        (self.uri.clone(), self.options.clone())
+    /// Open `uri` and take a snapshot of its listing (`stoker::source::open_and_snapshot`):
+    /// the source, and the snapshot's bytes (`None` where opening lists nothing) for
+    /// `Source(uri, options, listing)` in other processes.
+    #[staticmethod]
+    #[pyo3(signature = (uri, options = "{}"))]
+    fn open_and_snapshot<'py>(
+        py: Python<'py>,
+        uri: String,
+        options: &str,
+    ) -> PyResult<(Self, Option<Bound<'py, PyBytes>>)> {
+        let opts = SourceOptions::from_json(options).map_err(err)?;
+        let u = uri.clone();
+        let (src, snap) =
+            block_on(py, async move { stoker::source::open_and_snapshot(&u, opts).await })?.map_err(err)?;
+        let pid = std::process::id();
+        let bytes = snap.as_deref().map(|b| PyBytes::new(py, b));
+        let s = Source { uri, options: options.to_string(), listing: snap, opened: Mutex::new(Some((pid, src))) };
+        Ok((s, bytes))
+    }
+
+    /// The URI and options, credentials included (and the listing snapshot, if any): what a
+    /// process unpickling this opens.
+    fn __getnewargs__(&self) -> (String, String, Option<Vec<u8>>) {
+        (self.uri.clone(), self.options.clone(), self.listing.clone())
     }
 
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {

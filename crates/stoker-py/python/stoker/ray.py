@@ -105,7 +105,10 @@ class StokerDatasource(_ShownArgs, Datasource):
         self._decode = _decode_json(decode)
         self._seed, self._epoch, self._rows = seed, epoch, rows_per_block
         self._threads = decode_threads
-        source = _stoker.Source(self._args.uri, self._args.json())
+        # Opened once here with a snapshot of its listing, which every read task opens from: a
+        # directory or prefix of 10^5 objects is listed once, not once per task (0.65 s each
+        # for 100,000 local files).
+        source, self._listing = _stoker.Source.open_and_snapshot(self._args.uri, self._args.json())
         self._len = len(source)
         self._shard_starts = source.shard_starts()
 
@@ -129,7 +132,8 @@ class StokerDatasource(_ShownArgs, Datasource):
         for start, end in spans:
             meta = BlockMetadata(num_rows=end - start, size_bytes=None, input_files=None, exec_stats=None)
             read_fn = functools.partial(
-                _read_span, self._args, (start, end), self._decode, self._seed, self._epoch, self._rows, self._threads
+                _read_span, self._args, (start, end), self._decode, self._seed, self._epoch, self._rows, self._threads,
+                self._listing,
             )
             tasks.append(ReadTask(read_fn, meta, per_task_row_limit=per_task_row_limit))
         return tasks
@@ -156,7 +160,8 @@ def split(n: int, shard_starts: Sequence[int], parts: int) -> List[tuple]:
 
 
 def _read_span(
-    args: _OpenArgs, span: tuple, decode: Optional[str], seed: int, epoch: int, rows: int, threads: Optional[int]
+    args: _OpenArgs, span: tuple, decode: Optional[str], seed: int, epoch: int, rows: int, threads: Optional[int],
+    listing: Optional[bytes] = None,
 ) -> Iterator["pyarrow.Table"]:
     """One read task: the samples of ``span`` through a Loader in this worker, as Arrow tables."""
     if threads is None:
@@ -164,7 +169,7 @@ def _read_span(
         # threads beyond the CPUs granted would only contend with the node's other tasks.
         cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
         threads = max(1, int(cpus)) if cpus else None
-    source = _stoker.Source(args.uri, args.json())
+    source = _stoker.Source(args.uri, args.json(), listing)
     loader = _stoker.Loader(
         source, rows, shuffle=None, seed=seed, rank=0, world_size=1, wrap=False, decode=decode,
         threads=threads, span=span,

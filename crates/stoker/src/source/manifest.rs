@@ -15,7 +15,7 @@ pub const MANIFEST: &str = ".stoker-manifest.json";
 const FORMAT: &str = "stoker-manifest";
 const VERSION: u32 = 1;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Object {
     path: String,
     size: u64,
@@ -23,7 +23,7 @@ struct Object {
     e_tag: Option<String>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Manifest {
     format: String,
     version: u32,
@@ -94,7 +94,8 @@ pub(crate) fn parse(bytes: &[u8], shown: &str) -> Result<Manifest> {
             return Err(bad(format!("object path `{}` is not a plain path inside the dataset", path.escape_debug())));
         }
     }
-    if m.layout == Layout::Tar {
+    // No indexes at all: a listing snapshot taken before the shards were indexed.
+    if m.layout == Layout::Tar && !m.tar.is_empty() {
         let shards = m.objects.iter().filter(|o| Layout::Tar.holds(&o.path)).count();
         if shards != m.tar.len() {
             return Err(bad(format!("it lists {shards} shards but holds {} indexes", m.tar.len())));

@@ -268,3 +268,37 @@ pub(crate) fn check_index(index: usize, len: usize) -> Result<()> {
 pub async fn open(uri: &str, options: SourceOptions) -> Result<Arc<DynSampleSource>> {
     resolve::Request::new(uri, options)?.open().await
 }
+
+/// Open `uri` as [`open`] does and take a snapshot of what it listed (the layout, every
+/// object with its size and version, the shard indexes known), for processes that open the
+/// same source again ([`open_with_listing`]): Ray read tasks, each opening the source, list a
+/// directory or prefix of 10^5 objects once between them instead of once each. `None` where
+/// opening lists nothing (named files, patterns, LMDB, mixes).
+pub async fn open_and_snapshot(uri: &str, options: SourceOptions) -> Result<(Arc<DynSampleSource>, Option<Vec<u8>>)> {
+    let request = resolve::Request::new(uri, options)?;
+    if request.is_mix() {
+        return Ok((request.open().await?, None));
+    }
+    let resolved = request.clone().resolve().await?;
+    let snapshot = match &resolved.place {
+        resolve::Place::Store { listing, known, whole: true, .. } => {
+            let m = manifest::Manifest::new(resolved.layout, listing, known.clone().unwrap_or_default());
+            Some(serde_json::to_vec(&m).map_err(|e| Error::internal(format!("listing snapshot: {e}")))?)
+        }
+        _ => None,
+    };
+    let source = match &snapshot {
+        // Constructed from its own snapshot: the source the other processes will open.
+        Some(s) => request.with_listing(s)?.open().await?,
+        None => resolve::construct(resolved).await?,
+    };
+    Ok((source, snapshot))
+}
+
+/// Open `uri` with the listing `snapshot` that [`open_and_snapshot`] took in another process,
+/// instead of listing its directory or prefix again. Objects are read as listed then (sizes
+/// and versions included): a file removed or rewritten since fails its read, as it would
+/// after any open. Local shards are looked up again, as with a manifest.
+pub async fn open_with_listing(uri: &str, options: SourceOptions, snapshot: &[u8]) -> Result<Arc<DynSampleSource>> {
+    resolve::Request::new(uri, options)?.with_listing(snapshot)?.open().await
+}

@@ -31,6 +31,9 @@ pub(crate) struct Request {
     /// The options passed in, overridden by the URI's query.
     pub options: SourceOptions,
     target: Target,
+    /// A listing taken by another process that opened the same URI ([`super::snapshot`]):
+    /// used in place of listing a directory or prefix.
+    listing: Option<Arc<manifest::Manifest>>,
 }
 
 #[derive(Clone, Debug)]
@@ -76,14 +79,32 @@ impl Request {
     /// source, inside its file, so a mix URI has no query (inline JSON may hold a `?`).
     pub(crate) fn new(uri: &str, options: SourceOptions) -> Result<Self> {
         if mix::is_mix_uri(uri) {
-            return Ok(Request { display: uri::redact(uri), options, target: Target::Mix(uri.to_string()) });
+            return Ok(Request {
+                display: uri::redact(uri),
+                options,
+                target: Target::Mix(uri.to_string()),
+                listing: None,
+            });
         }
         let parsed = uri::parse(uri)?;
         Ok(Request {
             display: parsed.display,
             options: options.merged(parsed.options),
             target: Target::At(parsed.location),
+            listing: None,
         })
+    }
+
+    /// The same request, listing a directory or prefix from `snapshot` (what
+    /// [`super::snapshot`] took) instead of the store.
+    pub(crate) fn with_listing(self, snapshot: &[u8]) -> Result<Self> {
+        let m = manifest::parse(snapshot, &format!("the listing snapshot of {}", self.display))?;
+        Ok(Request { listing: Some(Arc::new(m)), ..self })
+    }
+
+    /// Whether this names a mix (several sources) rather than one location.
+    pub(crate) fn is_mix(&self) -> bool {
+        matches!(self.target, Target::Mix(_))
     }
 
     /// The same location under other options.
@@ -101,7 +122,7 @@ impl Request {
 
     /// Find where the bytes are, the layout and what is there.
     pub(crate) async fn resolve(self) -> Result<Resolved> {
-        let Request { display, options: opts, target } = self;
+        let Request { display, options: opts, target, listing: given } = self;
         let location = match target {
             Target::At(location) => location,
             Target::Mix(_) => {
@@ -142,7 +163,7 @@ impl Request {
         };
         let (layout, listing, known) = match names {
             Some(names) => named(&store, names, &opts, &display).await?,
-            None => listed(&store, &opts).await?,
+            None => listed(&store, &opts, given.as_deref()).await?,
         };
         if listing.is_empty() {
             let reason = match layout {
@@ -338,22 +359,30 @@ async fn named(
 
 /// A directory or prefix: from its manifest when there is one (one read, no listing), else
 /// by listing it.
-async fn listed(store: &Store, opts: &SourceOptions) -> Result<(Layout, Vec<ObjectInfo>, Option<Vec<ShardIndex>>)> {
-    if opts.manifest.unwrap_or(true) {
-        if let Some(m) = manifest::load(store).await? {
-            let layout = opts.layout.unwrap_or(m.layout);
-            let mut listing: Vec<ObjectInfo> = m.listing().into_iter().filter(|o| layout.holds(&o.path)).collect();
-            if layout != Layout::Objects && store.local_root().is_some() {
-                // Local shards are stat'ed again (cheap, concurrent): one rewritten since
-                // `stoker index` no longer matches its index and is re-indexed, not read at its
-                // old offsets. Remote reads carry the indexed entity tag instead (If-Match),
-                // so a remote manifest stays one GET.
-                let shards: Vec<String> = listing.into_iter().map(|o| o.path).collect();
-                listing = head_all(store, &shards, opts.concurrency(), opts.skip_damage()).await?;
-            }
-            let known = (layout == m.layout).then_some(m.tar);
-            return Ok((layout, listing, known));
+async fn listed(
+    store: &Store,
+    opts: &SourceOptions,
+    given: Option<&manifest::Manifest>,
+) -> Result<(Layout, Vec<ObjectInfo>, Option<Vec<ShardIndex>>)> {
+    let found = match given {
+        Some(m) => Some(m.clone()),
+        None if opts.manifest.unwrap_or(true) => manifest::load(store).await?,
+        None => None,
+    };
+    if let Some(m) = found {
+        let layout = opts.layout.unwrap_or(m.layout);
+        let mut listing: Vec<ObjectInfo> = m.listing().into_iter().filter(|o| layout.holds(&o.path)).collect();
+        if layout != Layout::Objects && store.local_root().is_some() {
+            // Local shards are stat'ed again (cheap, concurrent): one rewritten since
+            // `stoker index` no longer matches its index and is re-indexed, not read at its
+            // old offsets. Remote reads carry the indexed entity tag instead (If-Match),
+            // so a remote manifest stays one GET.
+            let shards: Vec<String> = listing.into_iter().map(|o| o.path).collect();
+            listing = head_all(store, &shards, opts.concurrency(), opts.skip_damage()).await?;
         }
+        // A snapshot of shards not indexed yet holds no indexes: they are loaded or built.
+        let known = (layout == m.layout && !m.tar.is_empty()).then_some(m.tar);
+        return Ok((layout, listing, known));
     }
     let listing: Vec<ObjectInfo> = store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
     let mut layout = infer(opts.layout, listing.iter().map(|o| o.path.as_str()));

@@ -45,6 +45,7 @@ mod sampler_props;
 mod secrets;
 mod shard_stream;
 mod shard_writer;
+mod snapshot;
 mod tar_index;
 mod text;
 mod tfrecord;
