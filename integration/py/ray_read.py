@@ -89,6 +89,17 @@ def main():
             return {"node": [ray.get_runtime_context().get_node_id()] * len(batch["__index__"])}
 
         read_nodes = {r["node"] for r in stoker.ray.read(out, override_num_blocks=6).map_batches(node).take_all()}
+        # A listing whose snapshot passes Ray's 1 MiB "large read task" mark (12,000 files):
+        # it goes to the object store once, and the tasks read every file from it.
+        many = os.path.join(os.path.dirname(os.path.abspath(out)), "many")
+        for i in range(12_000):
+            d = os.path.join(many, f"{i // 1000:02d}")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, f"file-with-a-longish-name-{i:06d}.bin"), "wb") as f:
+                f.write(i.to_bytes(2, "little"))
+        many_rows = stoker.ray.read(many, override_num_blocks=3).take_all()
+        many_ok = sorted(int.from_bytes(bytes(r["bin"]), "little") for r in many_rows) == list(range(12_000))
+
         # The split: whole shards when there are enough, else even runs; always a partition.
         split = stoker.ray.split
         partitions = all(
@@ -117,6 +128,7 @@ def main():
                     "png_shape": list(rows[0]["png"].shape),
                     "nodes": nodes,
                     "read_nodes": len(read_nodes),
+                    "many_files": [len(many_rows), many_ok],
                 }
             )
         )

@@ -42,6 +42,8 @@ def test_ray_read_on_two_nodes_gives_stokers_bytes_and_tensors(tmp_path):
     assert got["decoded_rows"] == 60 and got["decoded_equal"] and got["seed_matters"], got
     assert got["png_shape"] == [32, 32, 3], got
     assert got["read_nodes"] == 2, f"the read tasks ran on {got['read_nodes']} of the 2 nodes"
+    # 12,000 files: a listing snapshot over Ray's 1 MiB task mark, through the object store.
+    assert got["many_files"] == [12_000, True], got
 
 
 def test_ray_write_packs_every_row_resumes_after_a_killed_worker_and_refuses_what_cannot_be_written(tmp_path, s3):

@@ -128,13 +128,17 @@ class StokerDatasource(_ShownArgs, Datasource):
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit: Optional[int] = None, data_context: Any = None) -> List[ReadTask]:
         spans = split(self._len, self._shard_starts, max(1, parallelism))
+        # The snapshot (some MB for 10^5 objects) goes to the object store once; each task
+        # carries only its reference.
+        listing = ray.put(self._listing) if self._listing is not None else None
         tasks = []
         for start, end in spans:
             meta = BlockMetadata(num_rows=end - start, size_bytes=None, input_files=None, exec_stats=None)
             read_fn = functools.partial(
                 _read_span, self._args, (start, end), self._decode, self._seed, self._epoch, self._rows, self._threads,
-                self._listing,
+                listing,
             )
+            read_fn.__name__ = "read_stoker"  # type: ignore[attr-defined]  # Ray names tasks by it
             tasks.append(ReadTask(read_fn, meta, per_task_row_limit=per_task_row_limit))
         return tasks
 
@@ -161,7 +165,7 @@ def split(n: int, shard_starts: Sequence[int], parts: int) -> List[tuple]:
 
 def _read_span(
     args: _OpenArgs, span: tuple, decode: Optional[str], seed: int, epoch: int, rows: int, threads: Optional[int],
-    listing: Optional[bytes] = None,
+    listing: Any = None,
 ) -> Iterator["pyarrow.Table"]:
     """One read task: the samples of ``span`` through a Loader in this worker, as Arrow tables."""
     if threads is None:
@@ -169,7 +173,7 @@ def _read_span(
         # threads beyond the CPUs granted would only contend with the node's other tasks.
         cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
         threads = max(1, int(cpus)) if cpus else None
-    source = _stoker.Source(args.uri, args.json(), listing)
+    source = _stoker.Source(args.uri, args.json(), None if listing is None else ray.get(listing))
     loader = _stoker.Loader(
         source, rows, shuffle=None, seed=seed, rank=0, world_size=1, wrap=False, decode=decode,
         threads=threads, span=span,
