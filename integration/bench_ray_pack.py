@@ -84,8 +84,11 @@ cluster.wait_for_nodes()
 try:
     # Warm-up: Ray starts its worker processes and they import Stoker at their first task
     # (seconds on one core); a cluster that runs jobs has them already.
+    # SPREAD: a task on every node, so each node's worker is started.
     warm = files + "/000"
-    stoker.ray.write(stoker.ray.read(warm, override_num_blocks=2 * nodes), dest + "-warm")
+    spread = {"scheduling_strategy": "SPREAD"}
+    ds = stoker.ray.read(warm, override_num_blocks=2 * nodes, ray_remote_args=spread)
+    stoker.ray.write(ds, dest + "-warm", ray_remote_args=spread)
     start = time.perf_counter()
     report = stoker.ray.write(stoker.ray.read(files), dest)
     print(json.dumps({"seconds": time.perf_counter() - start, "samples": report["samples"], "shards": report["shards"]}))

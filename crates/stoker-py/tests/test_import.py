@@ -79,3 +79,17 @@ def test_without_torch_or_numpy_the_loader_names_the_extra(data, output):
         hide=("torch", "numpy"),
     )
     assert got is not None and "pip install 'stoker[numpy]'" in got and "output=" in got, got
+
+
+def test_the_wheel_installs_into_a_fresh_venv_without_rust_and_works():
+    from test_formats import ROOT
+
+    out = subprocess.run(["bash", str(ROOT / "integration/wheel_smoke.sh")], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-4000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    # The installed copy ran, not this source tree.
+    assert got["module"].startswith(str(ROOT / "target/wheel-smoke/venv")), got
+    assert not got["torch"] and got["samples"] == 20 and got["bytes_ok"], got
+    assert got["cls_type"] == "numpy" and got["loader_classes"], got
+    assert got["lmdb"] == [20, 20] and got["index_checksums"], got
+    assert "pip install 'stoker[torch]'" in got["torch_error"], got

@@ -122,9 +122,10 @@ impl ShardWriter {
     }
 
     /// End a job whose shards are `written` (the names [`write`](Self::write) and
-    /// [`write_tokens`](Self::write_tokens) returned): remove shards named `{prefix}-….tar`
-    /// (or token pairs `{prefix}-….bin`/`.idx`) that an earlier run left and this one did not
-    /// write (a rerun over changed data), build the manifest, and mark the job complete.
+    /// [`write_tokens`](Self::write_tokens) returned): remove the shards (and token pairs)
+    /// named `{prefix}-{task:06}-{n:04}.tar` (`.bin`, `.idx`), the names a job gives its
+    /// files, that an earlier run left and this one did not write (a rerun over changed data),
+    /// build the manifest, and mark the job complete. Files named otherwise are left.
     pub async fn finish(&self, prefix: &str, written: &[String]) -> Result<crate::source::IndexReport> {
         let Some(mut job) = self.job().await? else {
             return Err(Error::Pack {
@@ -132,12 +133,10 @@ impl ShardWriter {
                 reason: format!("{JOB_FILE} is missing: `begin` was not called, or another job removed it"),
             });
         };
-        let start = format!("{prefix}-");
         let stem = |n: &str| n.rsplit_once('.').map_or(n.to_string(), |(s, _)| s.to_string());
         let written: std::collections::HashSet<String> = written.iter().map(|n| stem(n)).collect();
         for name in self.out.entries().await? {
-            let ours = name.starts_with(&start) && [".tar", ".bin", ".idx"].iter().any(|e| name.ends_with(e));
-            if ours && !written.contains(&stem(&name)) {
+            if is_job_file_name(&name, prefix) && !written.contains(&stem(&name)) {
                 if name.ends_with(".tar") {
                     self.out.delete(&tar_index::sidecar_path(&name)).await?;
                 }
@@ -194,10 +193,9 @@ impl ShardWriter {
             .map_err(Error::task)?
             .map_err(|e| Error::io(format!("{}/{name}", self.shown), e))?;
         let kept = self.holds(name, &tar).await;
+        let tar = Bytes::from(tar);
         if !kept {
-            let mut w = self.out.writer(name, tar.len() as u64)?;
-            std::io::Write::write_all(&mut w, &tar).map_err(|e| Error::io(self.out.describe(name), e))?;
-            w.finish().await?;
+            self.put_whole(name, &tar).await?;
         }
         self.index(name, &tar, sums).await?;
         Ok(ShardWritten {
@@ -236,10 +234,8 @@ impl ShardWriter {
         let (bin_name, idx_name) = (format!("{stem}.bin"), format!("{stem}.idx"));
         let kept = self.holds(&bin_name, &bin).await && self.holds(&idx_name, &idx).await;
         if !kept {
-            for (name, bytes) in [(&bin_name, &bin), (&idx_name, &idx)] {
-                let mut w = self.out.writer(name, bytes.len() as u64)?;
-                std::io::Write::write_all(&mut w, bytes).map_err(|e| Error::io(self.out.describe(name), e))?;
-                w.finish().await?;
+            for (name, bytes) in [(&bin_name, bin.clone()), (&idx_name, idx.clone())] {
+                self.put_whole(name, &Bytes::from(bytes)).await?;
             }
         }
         Ok(ShardWritten {
@@ -249,6 +245,17 @@ impl ShardWriter {
             payload_bytes: bin.len() as u64,
             kept,
         })
+    }
+
+    /// Write `bytes` as `name`, whole or not at all: a local file under a temporary name,
+    /// synced and renamed; a remote object in one PUT of these bytes (no second copy).
+    async fn put_whole(&self, name: &str, bytes: &Bytes) -> Result<()> {
+        if self.out.is_remote() {
+            return self.out.put(name, bytes.clone()).await;
+        }
+        let mut w = self.out.writer(name, bytes.len() as u64)?;
+        std::io::Write::write_all(&mut w, bytes).map_err(|e| Error::io(self.out.describe(name), e))?;
+        w.finish().await
     }
 
     /// Whether `name` already holds exactly `tar` (a missing or unreadable object does not).
@@ -312,6 +319,16 @@ impl TokenDtype {
             TokenDtype::I32 => 4,
         }
     }
+}
+
+/// Whether `name` is one a job names its files by: `{prefix}-{task:06}-{n:04}` and `.tar`,
+/// `.bin` or `.idx`. Only such names are removed as stale, so files of other origins (a
+/// user's `shard-000001.tar` in a destination written with `force`) are never touched.
+fn is_job_file_name(name: &str, prefix: &str) -> bool {
+    let Some(rest) = name.strip_prefix(prefix).and_then(|r| r.strip_prefix('-')) else { return false };
+    let Some((stem, ext)) = rest.rsplit_once('.') else { return false };
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    matches!(ext, "tar" | "bin" | "idx") && stem.split_once('-').is_some_and(|(t, k)| digits(t, 6) && digits(k, 4))
 }
 
 /// A writer's temporary file (a shard or record not yet renamed into place).
@@ -402,6 +419,17 @@ mod tests {
         let ok = members(&[sample("dir/a", &[("JPG", b"1")]), sample("b", &[("cls", b"2")])]).unwrap();
         let names: Vec<&str> = ok.iter().map(|(m, _)| m.as_str()).collect();
         assert_eq!(names, ["dir/a.jpg", "b.cls"]);
+    }
+
+    #[test]
+    fn only_the_names_a_job_gives_are_stale_candidates() {
+        for ours in ["p-000001-0000.tar", "p-123456-9999.bin", "p-000000-0001.idx"] {
+            assert!(is_job_file_name(ours, "p"), "{ours}");
+        }
+        for other in ["p-000001.tar", "p-00001-0000.tar", "p-000001-0000.tar.stoker-idx.json", "q-000001-0000.tar"] {
+            assert!(!is_job_file_name(other, "p"), "{other}");
+        }
+        assert!(!is_job_file_name("p-000001-000a.tar", "p") && !is_job_file_name("p-x-000001-0000.tar", "p"));
     }
 
     #[test]

@@ -25,22 +25,25 @@ async fn shards_read_back_reruns_keep_what_landed_and_finish_drops_stale_shards(
     let w = ShardWriter::open(&dest, Default::default()).unwrap();
     let settings = serde_json::json!({"shard_size": 4});
     w.begin(&settings, false).await.unwrap();
-    let a = w.write("p-0.tar", &samples(0..4, "a")).await.unwrap();
-    let b = w.write("p-1.tar", &samples(4..8, "a")).await.unwrap();
-    let stale = w.write("p-2.tar", &samples(8..10, "a")).await.unwrap();
+    let a = w.write("p-000000-0000.tar", &samples(0..4, "a")).await.unwrap();
+    let b = w.write("p-000000-0001.tar", &samples(4..8, "a")).await.unwrap();
+    let stale = w.write("p-000001-0000.tar", &samples(8..10, "a")).await.unwrap();
     assert!(!a.kept && !b.kept && !stale.kept && a.samples == 4);
-    assert_eq!(std::fs::metadata(dir.path().join("p-0.tar")).unwrap().len(), a.bytes);
+    assert_eq!(std::fs::metadata(dir.path().join("p-000000-0000.tar")).unwrap().len(), a.bytes);
 
     // A rerun of the same job: same settings resume; same bytes kept, other bytes replaced.
     w.begin(&settings, false).await.unwrap();
-    let again = w.write("p-0.tar", &samples(0..4, "a")).await.unwrap();
+    let again = w.write("p-000000-0000.tar", &samples(0..4, "a")).await.unwrap();
     assert!(again.kept && again.bytes == a.bytes);
-    let changed = w.write("p-1.tar", &samples(4..8, "b")).await.unwrap();
+    let changed = w.write("p-000000-0001.tar", &samples(4..8, "b")).await.unwrap();
     assert!(!changed.kept);
-    let report = w.finish("p", &["p-0.tar".into(), "p-1.tar".into()]).await.unwrap();
+    let report = w.finish("p", &["p-000000-0000.tar".into(), "p-000000-0001.tar".into()]).await.unwrap();
     assert_eq!((report.objects, report.samples), (2, 8));
     assert!(report.checksums, "every member's checksum recorded");
-    assert!(!dir.path().join("p-2.tar").exists() && !dir.path().join("p-2.tar.stoker-idx.json").exists());
+    assert!(
+        !dir.path().join("p-000001-0000.tar").exists()
+            && !dir.path().join("p-000001-0000.tar.stoker-idx.json").exists()
+    );
 
     let src = stoker::open(&dest, Default::default()).await.unwrap();
     let got = src.get_many(&(0..8).collect::<Vec<_>>()).await.unwrap();
@@ -73,15 +76,15 @@ async fn foreign_destinations_bad_names_and_bad_keys_are_refused_and_nothing_is_
     assert!(e.to_string().contains("it holds `notes.txt`"), "{e}");
     assert!(!dir.path().join(JOB_FILE).exists());
 
-    let e = w.write("../p-0.tar", &samples(0..2, "a")).await.unwrap_err();
+    let e = w.write("../p-000000-0000.tar", &samples(0..2, "a")).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
     let mut twice = samples(0..2, "a");
     twice[1].key = twice[0].key.clone();
-    let e = w.write("p-0.tar", &twice).await.unwrap_err();
+    let e = w.write("p-000000-0000.tar", &twice).await.unwrap_err();
     assert!(e.to_string().contains("share the key `dir/0000`"), "{e}");
     let mut escaping = samples(0..2, "a");
     escaping[1].key = "/etc/passwd".into();
-    let e = w.write("p-0.tar", &escaping).await.unwrap_err();
+    let e = w.write("p-000000-0000.tar", &escaping).await.unwrap_err();
     assert!(e.to_string().contains("absolute path"), "{e}");
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["notes.txt"], "a refused shard leaves nothing behind");
