@@ -30,7 +30,7 @@ start = time.perf_counter()
 import stoker  # noqa: E402
 
 import_s = time.perf_counter() - start
-found = {"import_s": import_s, "module": os.path.dirname(stoker.__file__), "torch": "torch" in sys.modules}
+found = {"python": "%d.%d" % sys.version_info[:2], "import_s": import_s, "module": os.path.dirname(stoker.__file__), "torch": "torch" in sys.modules}
 ds = stoker.open(shards)
 found["samples"] = len(ds)
 found["bytes_ok"] = all(ds[i]["bin"] == bytes([i]) * (i + 1) for i in range(len(ds)))
