@@ -30,6 +30,12 @@ import numpy as np
 from ray_read import write_shards
 
 
+def _npy_bytes(a):
+    buf = io.BytesIO()
+    np.save(buf, a, allow_pickle=False)
+    return buf.getvalue()
+
+
 def files(d):
     """Every file under ``d`` (relative names), hidden ones included."""
     return sorted(os.path.relpath(os.path.join(r, f), d) for r, _, fs in os.walk(d) for f in fs)
@@ -40,6 +46,7 @@ def main():
     s3_dest = sys.argv[2] if len(sys.argv) > 2 else None
     src = os.path.join(out, "src")
     write_shards(src)
+    import pyarrow
     import ray
     import webdataset as wds
     from ray.cluster_utils import Cluster
@@ -172,6 +179,22 @@ def main():
         mine = [np.frombuffer(s["tokens"], "<u2").tolist() for s in stoker.open(tokens_dir, layout="tokens")]
         found["tokens_stoker_equal"] = mine == docs
 
+        # .npy bytes (as Stoker reads MDS ndarray columns or Parquet lists) are token ids too.
+        npy_items = [{"__key__": f"n{i:03d}", "npy": _npy_bytes(np.array(d, dtype=np.int64))} for i, d in enumerate(docs)]
+        npy_dir = os.path.join(out, "tokens-npy")
+        stoker.ray.write(ray.data.from_items(npy_items, override_num_blocks=2), npy_dir, layout="tokens", field="npy")
+        again = [np.frombuffer(s["tokens"], "<u2").tolist() for s in stoker.open(npy_dir, layout="tokens")]
+        found["tokens_from_npy_equal"] = again == docs
+
+        # A list column keeps its element type in its .npy.
+        lists = ray.data.from_arrow(
+            pyarrow.table({"__key__": ["a", "b"], "emb": pyarrow.array([[0.5, 1.5], [2.5]], pyarrow.list_(pyarrow.float32()))})
+        )
+        lists_dir = os.path.join(out, "lists")
+        stoker.ray.write(lists, lists_dir)
+        arrays = [np.load(io.BytesIO(s["emb.npy"])) for s in stoker.open(lists_dir)]
+        found["list_dtypes"] = [str(a.dtype) for a in arrays]
+
         if s3_dest:
             s3 = stoker.ray.write(dataset(), s3_dest, samples_per_shard=8)
             found["s3_equal"] = same(stoker.open(s3_dest)) and s3["shards"] == 9
@@ -193,6 +216,16 @@ def main():
         found["refused_type"] = refused(lambda: stoker.ray.write(nested, os.path.join(out, "nested")))
         dotted = ray.data.from_items([{"__key__": "a.b", "jpg": b"x"}])
         found["refused_key"] = refused(lambda: stoker.ray.write(dotted, os.path.join(out, "dotted")))
+        lmdb_foreign = os.path.join(out, "lmdb-foreign")
+        os.makedirs(lmdb_foreign)
+        open(os.path.join(lmdb_foreign, "data.mdb"), "w").close()
+        found["refused_lmdb_foreign"] = refused(
+            lambda: stoker.ray.write(dataset(), lmdb_foreign, layout="lmdb", field="png")
+        )
+        clash = ray.data.from_arrow(pyarrow.table({
+            "__key__": ["a"], "x": pyarrow.array([[1]], pyarrow.list_(pyarrow.int32())), "x.npy": [b"raw"],
+        }))
+        found["refused_clash"] = refused(lambda: stoker.ray.write(clash, os.path.join(out, "clash")))
         big = ray.data.from_items([{"__key__": "a", "ids": [1, 70000]}])
         found["refused_token_range"] = refused(
             lambda: stoker.ray.write(big, os.path.join(out, "big"), layout="tokens")

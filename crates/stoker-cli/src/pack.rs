@@ -81,6 +81,10 @@ pub(crate) struct PackArgs {
     /// replaced).
     #[arg(long)]
     force: bool,
+    /// Tokens with --ray: the type of the ids written, `uint16` (Megatron's for vocabularies up
+    /// to 65,535 ids) or `int32`.
+    #[arg(long, default_value = "uint16", value_parser = ["uint16", "int32"])]
+    token_dtype: String,
     /// Run on a Ray cluster (`auto`, `ray://HOST:10001`, or `local` for a new local one):
     /// Ray's tasks read and write the shards, through Stoker's Python package (this runs
     /// `python3 -m stoker.ray pack`; STOKER_PYTHON names another interpreter). Tar, LMDB, or
@@ -129,6 +133,11 @@ pub(crate) async fn run(args: PackArgs) -> Result<()> {
     let options = args.source.options()?;
     if let Some(address) = &args.ray {
         return on_ray(address, &args, &options);
+    }
+    if args.token_dtype != "uint16" {
+        return Err(CliError::Message(
+            "--token-dtype is for --ray; without it, --layout tokens picks the ids' type itself".into(),
+        ));
     }
     let src = stoker::open(&args.source.uri, options.clone()).await?;
     let layout = match (args.layout, &args.tokenize) {
@@ -269,6 +278,9 @@ async fn tokens(
 /// `--ray`: the pack as Ray tasks, run by the Python package (`stoker.ray.pack`). Options from
 /// --config go through the environment, not the command line, which every user can see.
 fn on_ray(address: &str, args: &PackArgs, options: &stoker::SourceOptions) -> Result<()> {
+    if args.token_dtype != "uint16" && !matches!(args.layout, PackLayout::Tokens) {
+        return Err(CliError::Message("--token-dtype is for --layout tokens".into()));
+    }
     if args.group || args.tokenize.is_some() || args.append_eos.is_some() {
         return Err(CliError::Message(
             "--ray packs each source sample as one sample (no --group) and writes token ids as they are (no \
@@ -285,9 +297,9 @@ fn on_ray(address: &str, args: &PackArgs, options: &stoker::SourceOptions) -> Re
     let mut cmd = std::process::Command::new(&python);
     cmd.args(["-m", "stoker.ray", "pack", &args.source.uri, &args.dest, "--layout", layout]);
     cmd.args(["--shard-size", &args.shard_size.to_string(), "--prefix", &args.prefix]);
-    if address != "local" {
-        cmd.args(["--address", address]);
-    }
+    // `local` too: Ray then starts a new local cluster even where RAY_ADDRESS names another.
+    cmd.args(["--address", address]);
+    cmd.args(["--token-dtype", &args.token_dtype]);
     if let Some(n) = args.samples_per_shard {
         cmd.args(["--samples-per-shard", &n.to_string()]);
     }

@@ -32,13 +32,14 @@ impl ShardWriter {
         format!("ShardWriter({:?})", self.inner.dest())
     }
 
-    /// Start or resume a job with `settings` (JSON text) recorded in the destination.
-    #[pyo3(signature = (settings, force = false))]
-    fn begin(&self, py: Python<'_>, settings: &str, force: bool) -> PyResult<()> {
+    /// Start or resume a job with `settings` (JSON text) recorded in the destination, naming
+    /// its files by `prefix`.
+    #[pyo3(signature = (settings, prefix, force = false))]
+    fn begin(&self, py: Python<'_>, settings: &str, prefix: String, force: bool) -> PyResult<()> {
         let settings: serde_json::Value = serde_json::from_str(settings)
             .map_err(|e| InvalidInputError::new_err(format!("settings must be JSON: {e}")))?;
         let w = self.inner.clone();
-        block_on(py, async move { w.begin(&settings, force).await })?.map_err(err)
+        block_on(py, async move { w.begin(&settings, &prefix, force).await })?.map_err(err)
     }
 
     /// End the job whose shards are `written`: stale shards of `prefix` removed, the manifest

@@ -68,6 +68,9 @@ def test_ray_write_packs_every_row_resumes_after_a_killed_worker_and_refuses_wha
     # 50 documents in 2 write tasks, 10 a file: 3 Megatron pairs each; Megatron-LM reads them.
     assert got["tokens_files"] == [6, 6] and got["tokens_megatron_equal"] and got["tokens_stoker_equal"], got
     assert "holds id 70000, outside uint16" in got["refused_token_range"], got
+    assert got["tokens_from_npy_equal"] and got["list_dtypes"] == ["float32", "float32"], got
+    assert "not empty (it holds `data.mdb`)" in got["refused_lmdb_foreign"], got
+    assert "would both be written as member 'x.npy'" in got["refused_clash"], got
     assert got["tensor_fields"] == ["__key__", "bin", "cls", "png.npy"] and got["tensor_equal"], got
     assert "not empty (it holds `notes.txt`)" in got["refused_foreign"], got
     assert "InvalidInputError" in got["refused_keyless"] and "needs a __key__ column" in got["refused_keyless"], got

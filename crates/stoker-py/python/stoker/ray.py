@@ -313,12 +313,13 @@ class StokerDatasink(_ShownArgs, Datasink):
             raise InvalidInputError(f"prefix {prefix!r} must be a plain file name: not starting with '.', without '/'")
         # The destination's checks (a URI that parses, a directory that can be made), on the
         # driver before any task runs.
-        _stoker.ShardWriter(self._shards_uri(), self._args.json())
+        _stoker.ShardWriter(self._args.uri, self._args.json())
 
     def _shards_uri(self) -> str:
         if self._layout != "lmdb":
             return self._args.uri
-        return self._args.uri.rstrip("/") + "/.stoker-shards"
+        path, sep, query = self._args.uri.partition("?")
+        return path.rstrip("/") + "/.stoker-shards" + sep + query
 
     def _settings(self) -> str:
         return json.dumps({
@@ -338,9 +339,12 @@ class StokerDatasink(_ShownArgs, Datasink):
 
     def on_write_start(self, schema: Any = None) -> None:
         if self._layout == "lmdb":
-            # The LMDB environment goes in the destination, its staging shards below it.
-            _stoker.ShardWriter(self._args.uri, self._args.json())
-        _stoker.ShardWriter(self._shards_uri(), self._args.json()).begin(self._settings(), self._force)
+            # The LMDB environment goes in the destination, its staging shards below it: the
+            # destination itself holds a job record, so one holding anything else (an earlier
+            # pack, someone's data.mdb) is refused unless forced, as for tar.
+            _stoker.ShardWriter(self._args.uri, self._args.json()).begin(self._settings(), self._prefix, self._force)
+        writer = _stoker.ShardWriter(self._shards_uri(), self._args.json())
+        writer.begin(self._settings(), self._prefix, self._force)
 
     def write(self, blocks: Any, ctx: Any) -> List[Dict[str, Any]]:
         writer = _stoker.ShardWriter(self._shards_uri(), self._args.json())
@@ -393,6 +397,7 @@ def pack(
     ``stoker.open``'s; the destination's store options go in ``write_options`` (``endpoint=``...).
     Reruns resume as :func:`write` does."""
     if not ray.is_initialized():
+        # "local": a new local cluster even where RAY_ADDRESS names another.
         ray.init(address=address, log_to_driver=False)
     return write(read(source, **(source_options or {})), dest, **write_options)
 
@@ -406,7 +411,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     p = sub.add_parser("pack", help="pack a source into tar shards, LMDB or token files from Ray tasks")
     p.add_argument("source")
     p.add_argument("dest")
-    p.add_argument("--address", help="the Ray cluster (default: RAY_ADDRESS, else a new local one)")
+    p.add_argument("--address", help="the Ray cluster: auto, ray://HOST:10001, local (a new local one); default: "
+                   "RAY_ADDRESS, else a new local one")
     p.add_argument("--layout", choices=["tar", "lmdb", "tokens"], default="tar")
     p.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_SIZE, help="bytes")
     p.add_argument("--samples-per-shard", type=int)
@@ -420,7 +426,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     # (they may hold credentials, and a command line is visible to every user of the machine).
     given = json.loads(os.environ.pop("STOKER_RAY_OPTIONS", "{}") or "{}")
     options = {k: v for k, v in given.items() if v is not None}
-    dest_options = {k: v for k, v in options.items() if k not in ("layout", "list", "field")}
+    # Store options for the destination; names that are also write() parameters (`concurrency`
+    # is Ray's there) stay the source's only.
+    taken = {"layout", "list", "field", "concurrency", "token_dtype", "shard_size", "prefix", "force"}
+    dest_options = {k: v for k, v in options.items() if k not in taken}
     report = pack(
         args.source, args.dest, address=args.address, source_options=options, layout=args.layout,
         shard_size=args.shard_size, samples_per_shard=args.samples_per_shard, prefix=args.prefix, field=args.field,
@@ -464,10 +473,12 @@ def _write_tokens(
             raise InvalidInputError(
                 f"layout='tokens' writes one column of token ids: name it with field= (the dataset has {cols})"
             )
+        keys = table.column("__key__").to_pylist() if "__key__" in table.column_names else None
         for i, ids in enumerate(_token_rows(block, table, name)):
             if ids.size and (ids.min() < lo or ids.max() > hi):
+                row = f"the row with __key__ {keys[i]!r}" if keys else "a row"
                 raise InvalidInputError(
-                    f"row {i} of column {name!r} holds id {int(ids.min() if ids.min() < lo else ids.max())}, outside "
+                    f"{row} of column {name!r} holds id {int(ids.min() if ids.min() < lo else ids.max())}, outside "
                     f"{dtype} ({lo}..{hi}); pass token_dtype='int32' for a larger vocabulary"
                 )
             doc = ids.astype(numpy.dtype(dtype).newbyteorder("<"), copy=False).tobytes()
@@ -507,7 +518,24 @@ def _token_rows(block: Any, table: "pyarrow.Table", name: str) -> Iterator["nump
                 raise InvalidInputError(f"column {name!r} holds {ids.dtype} tensors, not integer token ids")
             yield ids.reshape(-1)
         return
-    raise InvalidInputError(f"column {name!r} has type {t}; layout='tokens' takes a list or tensor column of token ids")
+    if T.is_binary(t) or T.is_large_binary(t):
+        # `.npy` arrays as Stoker reads them from MDS ndarray columns, Parquet lists, LitData.
+        for i, data in enumerate(col.to_pylist()):
+            try:
+                ids = numpy.load(io.BytesIO(data), allow_pickle=False)
+            except Exception as e:
+                raise InvalidInputError(f"row {i} of column {name!r} is not an .npy array of token ids ({e})") from None
+            if ids.dtype.kind not in "iu":
+                raise InvalidInputError(f"row {i} of column {name!r} holds {ids.dtype}, not integer token ids")
+            yield ids.reshape(-1)
+        return
+    raise InvalidInputError(
+        f"column {name!r} has type {t}; layout='tokens' takes a list or tensor column of token ids, or .npy bytes"
+    )
+
+
+#: A tar's end: two zero blocks after the last member (what ``stoker pack`` counts too).
+TAR_END = 1024
 
 
 class _Shards:
@@ -518,7 +546,7 @@ class _Shards:
         self._writer, self._stem, self._size, self._per = writer, stem, shard_size, per_shard
         self._keys: List[str] = []
         self._cols: Dict[str, List[Optional[bytes]]] = {}
-        self._bytes = 0
+        self._bytes = TAR_END
         self.written: List[Dict[str, Any]] = []
 
     def add(self, block: Any) -> None:
@@ -534,8 +562,17 @@ class _Shards:
         bad = next((i for i, k in enumerate(keys) if not isinstance(k, str) or not k), None)
         if bad is not None:
             raise InvalidInputError(f"row {bad} of a block has __key__ {keys[bad]!r}; keys are non-empty strings")
-        cols = {_member_name(name, table.schema.field(name).type): _values(block, table, name)
-                for name in table.column_names if name not in ROW_COLUMNS}
+        cols: Dict[str, List[Optional[bytes]]] = {}
+        for name in table.column_names:
+            if name in ROW_COLUMNS:
+                continue
+            member = _member_name(name, table.schema.field(name).type)
+            if member.lower() in {c.lower() for c in cols}:
+                raise InvalidInputError(
+                    f"two columns would both be written as member {member!r} (a list or tensor column is "
+                    f"written as COLUMN.npy; field names are compared lower-case): rename one"
+                )
+            cols[member] = _values(block, table, name)
         sizes = _row_bytes(keys, cols)
         n, start = len(keys), 0
         while start < n:
@@ -575,7 +612,7 @@ class _Shards:
     def _flush(self) -> None:
         name = f"{self._stem}-{len(self.written):04d}.tar"
         self.written.append(self._writer.write(name, self._keys, list(self._cols.items())))
-        self._keys, self._cols, self._bytes = [], {}, 0
+        self._keys, self._cols, self._bytes = [], {}, TAR_END
 
 
 def _row_bytes(keys: List[str], cols: Dict[str, List[Optional[bytes]]]) -> "numpy.ndarray":
@@ -627,7 +664,8 @@ def _values(block: Any, table: "pyarrow.Table", name: str) -> List[Optional[byte
             values = block.to_numpy(name)
             nulls = [False] * len(values) if col.null_count == 0 else col.is_null().to_pylist()
             return [None if null else _npy(v) for v, null in zip(values, nulls)]
-        return [None if v is None else _npy(numpy.asarray(v)) for v in col.to_pylist()]
+        dtype = t.value_type.to_pandas_dtype()  # the list's own type, not numpy's guess
+        return [None if v is None else _npy(numpy.asarray(v, dtype=dtype)) for v in col.to_pylist()]
     raise InvalidInputError(
         f"column {name!r} has type {t}, which stoker.ray.write cannot store as a member: map it to bytes, a "
         "string, a number or a tensor first"

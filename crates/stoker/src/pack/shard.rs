@@ -48,6 +48,9 @@ pub const JOB_FILE: &str = ".stoker-write.json";
 struct JobFile {
     /// The settings the caller gave [`ShardWriter::begin`] (shard size, naming...).
     settings: serde_json::Value,
+    /// The prefix the job names its files by.
+    #[serde(default)]
+    prefix: Option<String>,
     /// Whether [`ShardWriter::finish`] completed.
     complete: bool,
 }
@@ -95,14 +98,23 @@ impl ShardWriter {
     ///
     /// A destination holding the record of a job with the same settings is resumed (shards
     /// already there with the right bytes will be kept). One holding a job with other settings,
-    /// or files not written by a job, is refused unless `force` is set.
-    pub async fn begin(&self, settings: &serde_json::Value, force: bool) -> Result<()> {
+    /// or files not written by a job, is refused unless `force` is set; with `force`, an earlier
+    /// job's files (those named `{its prefix}-DDDDDD-DDDD`, their indexes, the manifest) are
+    /// removed first, and other files are left (tar shards among them join the manifest).
+    /// `prefix` is the one this job names its files by (see [`finish`](Self::finish)).
+    pub async fn begin(&self, settings: &serde_json::Value, prefix: &str, force: bool) -> Result<()> {
         let fail = |reason: String| Error::Pack { dest: self.shown.clone(), reason };
         match self.job().await? {
-            Some(old) if old.settings == *settings || force => {}
+            Some(old) if old.settings == *settings => {}
+            Some(old) if force => {
+                let old_prefix = old.prefix.as_deref().unwrap_or(prefix);
+                self.remove_job_files(old_prefix, &Default::default()).await?;
+                self.out.delete(crate::source::manifest::MANIFEST).await?;
+            }
             Some(old) => {
                 return Err(fail(format!(
-                    "it holds {} write with other settings ({}); rerun with the same settings to finish it, pass                      force to replace it, or choose another destination",
+                    "it holds {} write with other settings ({}, not {settings}); rerun with the same settings to \
+                     finish it, pass force to replace it, or choose another destination",
                     if old.complete { "a finished" } else { "an unfinished" },
                     old.settings
                 )))
@@ -118,7 +130,21 @@ impl ShardWriter {
                 }
             }
         }
-        self.save_job(&JobFile { settings: settings.clone(), complete: false }).await
+        let job = JobFile { settings: settings.clone(), prefix: Some(prefix.to_string()), complete: false };
+        self.save_job(&job).await
+    }
+
+    /// Remove the files named as a job with `prefix` names them, but for the stems in `keep`.
+    async fn remove_job_files(&self, prefix: &str, keep: &std::collections::HashSet<String>) -> Result<()> {
+        for name in self.out.entries().await? {
+            if is_job_file_name(&name, prefix) && !keep.contains(&stem(&name)) {
+                if name.ends_with(".tar") {
+                    self.out.delete(&tar_index::sidecar_path(&name)).await?;
+                }
+                self.out.delete(&name).await?;
+            }
+        }
+        Ok(())
     }
 
     /// End a job whose shards are `written` (the names [`write`](Self::write) and
@@ -133,16 +159,8 @@ impl ShardWriter {
                 reason: format!("{JOB_FILE} is missing: `begin` was not called, or another job removed it"),
             });
         };
-        let stem = |n: &str| n.rsplit_once('.').map_or(n.to_string(), |(s, _)| s.to_string());
         let written: std::collections::HashSet<String> = written.iter().map(|n| stem(n)).collect();
-        for name in self.out.entries().await? {
-            if is_job_file_name(&name, prefix) && !written.contains(&stem(&name)) {
-                if name.ends_with(".tar") {
-                    self.out.delete(&tar_index::sidecar_path(&name)).await?;
-                }
-                self.out.delete(&name).await?;
-            }
-        }
+        self.remove_job_files(prefix, &written).await?;
         let opts = SourceOptions { checksums: Some(true), ..self.options.clone() };
         let report = crate::source::index(&self.uri, opts).await?;
         job.complete = true;
@@ -214,7 +232,13 @@ impl ShardWriter {
     /// with the same bytes is kept. [`ShardWritten::name`] is the `.idx`; `payload_bytes`
     /// counts the tokens' bytes.
     pub async fn write_tokens(&self, stem: &str, dtype: TokenDtype, docs: &[Bytes]) -> Result<ShardWritten> {
-        check_name(&format!("{stem}.tar"))?;
+        check_name(&format!("{stem}.tar")).map_err(|_| {
+            Error::invalid_option(format!(
+                "token file stem `{}` must be a plain file name: not starting with `.`, without `/`, `\\` or \
+                 control characters",
+                stem.escape_debug()
+            ))
+        })?;
         let item = dtype.size();
         if let Some(i) = docs.iter().position(|d| d.len() % item != 0) {
             return Err(Error::invalid_option(format!(
@@ -234,6 +258,8 @@ impl ShardWriter {
         let (bin_name, idx_name) = (format!("{stem}.bin"), format!("{stem}.idx"));
         let kept = self.holds(&bin_name, &bin).await && self.holds(&idx_name, &idx).await;
         if !kept {
+            // An old `.idx` goes first: beside a new `.bin` it would point into the wrong bytes.
+            self.out.delete(&idx_name).await?;
             for (name, bytes) in [(&bin_name, bin.clone()), (&idx_name, idx.clone())] {
                 self.put_whole(name, &Bytes::from(bytes)).await?;
             }
@@ -319,6 +345,11 @@ impl TokenDtype {
             TokenDtype::I32 => 4,
         }
     }
+}
+
+/// A file name without its extension.
+fn stem(name: &str) -> String {
+    name.rsplit_once('.').map_or(name.to_string(), |(s, _)| s.to_string())
 }
 
 /// Whether `name` is one a job names its files by: `{prefix}-{task:06}-{n:04}` and `.tar`,

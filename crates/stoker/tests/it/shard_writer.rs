@@ -24,7 +24,7 @@ async fn shards_read_back_reruns_keep_what_landed_and_finish_drops_stale_shards(
     let dest = dir.path().display().to_string();
     let w = ShardWriter::open(&dest, Default::default()).unwrap();
     let settings = serde_json::json!({"shard_size": 4});
-    w.begin(&settings, false).await.unwrap();
+    w.begin(&settings, "p", false).await.unwrap();
     let a = w.write("p-000000-0000.tar", &samples(0..4, "a")).await.unwrap();
     let b = w.write("p-000000-0001.tar", &samples(4..8, "a")).await.unwrap();
     let stale = w.write("p-000001-0000.tar", &samples(8..10, "a")).await.unwrap();
@@ -32,7 +32,7 @@ async fn shards_read_back_reruns_keep_what_landed_and_finish_drops_stale_shards(
     assert_eq!(std::fs::metadata(dir.path().join("p-000000-0000.tar")).unwrap().len(), a.bytes);
 
     // A rerun of the same job: same settings resume; same bytes kept, other bytes replaced.
-    w.begin(&settings, false).await.unwrap();
+    w.begin(&settings, "p", false).await.unwrap();
     let again = w.write("p-000000-0000.tar", &samples(0..4, "a")).await.unwrap();
     assert!(again.kept && again.bytes == a.bytes);
     let changed = w.write("p-000000-0001.tar", &samples(4..8, "b")).await.unwrap();
@@ -61,10 +61,16 @@ async fn shards_read_back_reruns_keep_what_landed_and_finish_drops_stale_shards(
 
     // Another job's settings are refused, unless forced.
     let other = serde_json::json!({"shard_size": 5});
-    let e = w.begin(&other, false).await.unwrap_err();
+    let e = w.begin(&other, "p", false).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
     assert!(e.to_string().contains("a finished write with other settings"), "{e}");
-    w.begin(&other, true).await.unwrap();
+    // Forced, the earlier job's files go (and its manifest); a file named otherwise stays.
+    std::fs::write(dir.path().join("notes.txt"), b"mine").unwrap();
+    w.begin(&other, "q", true).await.unwrap();
+    let mut left: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    left.sort();
+    assert_eq!(left, [JOB_FILE, "notes.txt"]);
 }
 
 #[tokio::test]
@@ -72,7 +78,7 @@ async fn foreign_destinations_bad_names_and_bad_keys_are_refused_and_nothing_is_
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), b"mine").unwrap();
     let w = ShardWriter::open(&dir.path().display().to_string(), Default::default()).unwrap();
-    let e = w.begin(&serde_json::json!({}), false).await.unwrap_err();
+    let e = w.begin(&serde_json::json!({}), "p", false).await.unwrap_err();
     assert!(e.to_string().contains("it holds `notes.txt`"), "{e}");
     assert!(!dir.path().join(JOB_FILE).exists());
 
