@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjPath;
+use object_store::ObjectMeta;
 
 use crate::error::{Error, Result};
 
@@ -50,6 +51,24 @@ impl Local {
 
     pub(super) fn fs(&self) -> &LocalFileSystem {
         &self.fs
+    }
+
+    /// Every file under the root, in no order: the files at the top, then each top-level
+    /// directory walked by `object_store`'s own listing, `walks` directories at once. One walk
+    /// stats its files one after the other (about 6.5 µs a file here: 0.65 s for 10^5 files in
+    /// 100 directories), and it is the step every open of a large directory waits on; walking
+    /// directories side by side spreads it over the cores, with the same entries (the same
+    /// walk and conversion, paths, sizes and entity tags alike).
+    pub(super) async fn list_all(&self, walks: usize) -> object_store::Result<Vec<ObjectMeta>> {
+        use futures::{StreamExt, TryStreamExt};
+        use object_store::ObjectStore;
+        let top = self.fs.list_with_delimiter(None).await?;
+        let mut out = top.objects;
+        let dirs = top.common_prefixes.into_iter().map(|dir| self.fs.list(Some(&dir)).try_collect::<Vec<_>>());
+        let parts: Vec<Vec<ObjectMeta>> =
+            futures::stream::iter(dirs).buffer_unordered(walks.max(1)).try_collect().await?;
+        out.extend(parts.into_iter().flatten());
+        Ok(out)
     }
 
     /// The file behind `path` (relative to the root).
@@ -119,4 +138,40 @@ pub(super) fn read_at_most(file: &std::fs::File, dst: &mut [u8], at: u64) -> io:
         }
     }
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::TryStreamExt;
+    use object_store::ObjectStore;
+
+    #[tokio::test]
+    async fn the_concurrent_listing_gives_object_stores_own_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for (path, bytes) in [
+            ("top.bin", &b"1"[..]),
+            ("a/one.jpg", b"22"),
+            ("a/deep/two.jpg", b"333"),
+            ("b/three.cls", b"4444"),
+            (".hidden/four.bin", b"5"),
+            ("name with space/%25 odd.bin", b"66"),
+        ] {
+            std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
+            std::fs::write(root.join(path), bytes).unwrap();
+        }
+        std::fs::create_dir_all(root.join("empty")).unwrap();
+        std::os::unix::fs::symlink(root.join("a"), root.join("linked")).unwrap();
+        let local = Local::new(root).unwrap();
+        let key = |m: &ObjectMeta| (m.location.to_string(), m.size, m.e_tag.clone(), m.last_modified);
+        let mut want: Vec<_> = local.fs.list(None).try_collect::<Vec<_>>().await.unwrap().iter().map(key).collect();
+        for walks in [1, 2, 8] {
+            let mut got: Vec<_> = local.list_all(walks).await.unwrap().iter().map(key).collect();
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "{walks} walks");
+        }
+        assert!(want.len() >= 7, "the tree holds its files, the linked ones included: {want:?}");
+    }
 }

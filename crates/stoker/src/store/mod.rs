@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
@@ -223,7 +222,8 @@ impl Store {
     pub async fn list(&self) -> Result<Vec<ObjectInfo>> {
         let mut out: Vec<ObjectInfo> = match &self.0.backend {
             Backend::Local(l) => {
-                l.fs().list(None).map_ok(|m| info(m, 0)).try_collect().await.map_err(|e| self.err("", e))?
+                let walks = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 8);
+                l.list_all(walks).await.map_err(|e| self.err("", e))?.into_iter().map(|m| info(m, 0)).collect()
             }
             Backend::Remote { reader, prefix } => {
                 let (under, strip) =
