@@ -185,27 +185,13 @@ pub async fn pack(
     // Planning first: a source that cannot be packed as asked leaves no trace at DEST.
     let metas = plan::metas(&src).await?;
     let mut plan = plan::make(metas, opts, &src.to_string(), &shown)?;
+    if opts.layout == Layout::Lmdb && matches!(parsed.location, Location::Remote(_)) {
+        return Err(Error::NotSupported {
+            what: format!("{shown}: LMDB is written to a local directory; pack it locally and copy it"),
+        });
+    }
     let dest_opts = opts.dest_options.clone().merged(parsed.options);
-    let out = match parsed.location {
-        Location::Local(path) => {
-            std::fs::create_dir_all(&path).map_err(|e| Error::io(path.display(), e))?;
-            Store::local(&path)?
-        }
-        Location::Remote(loc) if loc.names.is_none() && opts.layout == Layout::Tar => {
-            Store::remote(&loc, &dest_opts, &shown)?
-        }
-        Location::Remote(_) if opts.layout == Layout::Lmdb => {
-            return Err(Error::NotSupported {
-                what: format!("{shown}: LMDB is written to a local directory; pack it locally and copy it"),
-            })
-        }
-        _ => {
-            return Err(Error::InvalidUri {
-                uri: shown,
-                reason: "the destination is a directory or prefix, not a pattern or list of names".into(),
-            })
-        }
-    };
+    let out = dest_store(parsed.location, &dest_opts, &shown)?;
     let fail = |reason: String| Error::Pack { dest: shown.clone(), reason };
 
     let previous = read_plan(&out).await.map_err(|r| fail(format!("{PLAN_FILE}: {r}")))?;
@@ -270,15 +256,36 @@ pub async fn pack(
     })
 }
 
+/// The store of a destination: a local directory (created if missing) or a remote prefix;
+/// a pattern or list of names is refused. `shown` names it in errors.
+pub(crate) fn dest_store(location: Location, options: &SourceOptions, shown: &str) -> Result<Store> {
+    match location {
+        Location::Local(path) => {
+            std::fs::create_dir_all(&path).map_err(|e| Error::io(path.display(), e))?;
+            Store::local(&path)
+        }
+        Location::Remote(loc) if loc.names.is_none() => Store::remote(&loc, options, shown),
+        _ => Err(Error::InvalidUri {
+            uri: shown.to_string(),
+            reason: "the destination is a directory or prefix, not a pattern or list of names".into(),
+        }),
+    }
+}
+
 /// A shard prefix names files directly in the destination, visible to globs like `*.tar`.
 fn check_prefix(prefix: &str) -> Result<()> {
-    let bad =
-        prefix.is_empty() || prefix.starts_with('.') || prefix.chars().any(|c| c == '/' || c == '\\' || c.is_control());
+    check_plain("shard prefix", prefix)
+}
+
+/// `name` (a shard prefix, a shard or token file's name or stem: `what`) names a file directly
+/// in the destination: non-empty, not hidden, no path separator or control character.
+pub(crate) fn check_plain(what: &str, name: &str) -> Result<()> {
+    let bad = name.is_empty() || name.starts_with('.') || name.chars().any(|c| c == '/' || c == '\\' || c.is_control());
     if bad {
         return Err(Error::invalid_option(format!(
-            "shard prefix `{}` must be a plain file name: non-empty, not starting with `.`, without `/`, `\\` or \
-             control characters",
-            prefix.escape_debug()
+            "{what} `{}` must be a plain file name: non-empty, not starting with `.`, without `/`, `\\` or control \
+             characters",
+            name.escape_debug()
         )));
     }
     Ok(())
@@ -308,10 +315,7 @@ async fn read_plan(out: &Store) -> std::result::Result<Option<PlanFile>, String>
 
 /// Save the plan, synced and renamed into place (see [`Store::writer`]).
 async fn write_plan(out: &Store, p: &PlanFile) -> Result<()> {
-    let json = p.to_json();
-    let mut w = out.writer(PLAN_FILE, json.len() as u64)?;
-    std::io::Write::write_all(&mut w, &json).map_err(|e| Error::io(out.describe(PLAN_FILE), e))?;
-    w.finish().await
+    out.put_whole(PLAN_FILE, bytes::Bytes::from(p.to_json())).await
 }
 
 /// Something in the destination that `pack` did not write, if any.
@@ -340,9 +344,7 @@ async fn remove_pack(out: &Store, old: &PlanFile) -> std::result::Result<(), Str
 
 /// Temporary files of an interrupted pack (and its plan) do not make a destination foreign.
 fn is_own_temp(name: &str) -> bool {
-    name == PLAN_FILE
-        || name == lmdb_out::WORK_DIR
-        || (name.starts_with('.') && name.ends_with(crate::store::TEMP_SUFFIX))
+    name == PLAN_FILE || name == lmdb_out::WORK_DIR || crate::store::is_temp_name(name)
 }
 
 /// Output samples read per request to the source: enough to let ranged sources coalesce,

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::sample::{display_key, Sample};
 use crate::source::tar_index;
 use crate::store::Store;
-use crate::uri::{self, Location, SourceOptions};
+use crate::uri::{self, SourceOptions};
 
 /// Writes tar shards into one destination (a local directory, created if missing, or a remote
 /// prefix such as `s3://bucket/shards/`).
@@ -78,19 +78,7 @@ impl ShardWriter {
         let parsed = uri::parse(dest)?;
         let shown = parsed.display.clone();
         let options = options.merged(parsed.options);
-        let out = match parsed.location {
-            Location::Local(path) => {
-                std::fs::create_dir_all(&path).map_err(|e| Error::io(path.display(), e))?;
-                Store::local(&path)?
-            }
-            Location::Remote(loc) if loc.names.is_none() => Store::remote(&loc, &options, &shown)?,
-            _ => {
-                return Err(Error::InvalidUri {
-                    uri: shown,
-                    reason: "the destination is a directory or prefix, not a pattern or list of names".into(),
-                })
-            }
-        };
+        let out = super::dest_store(parsed.location, &options, &shown)?;
         Ok(ShardWriter { out, uri: dest.to_string(), shown, options })
     }
 
@@ -122,7 +110,7 @@ impl ShardWriter {
             None if force => {}
             None => {
                 let entries = self.out.entries().await?;
-                if let Some(found) = entries.iter().find(|n| !is_temp(n)) {
+                if let Some(found) = entries.iter().find(|n| !crate::store::is_temp_name(n)) {
                     return Err(fail(format!(
                         "it is not empty (it holds `{found}`) and was not written by this writer; choose an empty or \
                          new destination, or pass force to write into it anyway"
@@ -182,9 +170,7 @@ impl ShardWriter {
 
     async fn save_job(&self, job: &JobFile) -> Result<()> {
         let json = serde_json::to_vec(job).map_err(|e| Error::internal(format!("{JOB_FILE}: {e}")))?;
-        let mut w = self.out.writer(JOB_FILE, json.len() as u64)?;
-        std::io::Write::write_all(&mut w, &json).map_err(|e| Error::io(self.out.describe(JOB_FILE), e))?;
-        w.finish().await
+        self.out.put_whole(JOB_FILE, Bytes::from(json)).await
     }
 
     /// The destination, credentials redacted.
@@ -213,7 +199,7 @@ impl ShardWriter {
         let kept = self.holds(name, &tar).await;
         let tar = Bytes::from(tar);
         if !kept {
-            self.put_whole(name, &tar).await?;
+            self.out.put_whole(name, tar.clone()).await?;
         }
         self.index(name, &tar, sums).await?;
         Ok(ShardWritten {
@@ -232,13 +218,7 @@ impl ShardWriter {
     /// with the same bytes is kept. [`ShardWritten::name`] is the `.idx`; `payload_bytes`
     /// counts the tokens' bytes.
     pub async fn write_tokens(&self, stem: &str, dtype: TokenDtype, docs: &[Bytes]) -> Result<ShardWritten> {
-        check_name(&format!("{stem}.tar")).map_err(|_| {
-            Error::invalid_option(format!(
-                "token file stem `{}` must be a plain file name: not starting with `.`, without `/`, `\\` or \
-                 control characters",
-                stem.escape_debug()
-            ))
-        })?;
+        super::check_plain("token file stem", stem)?;
         let item = dtype.size();
         if let Some(i) = docs.iter().position(|d| d.len() % item != 0) {
             return Err(Error::invalid_option(format!(
@@ -253,15 +233,15 @@ impl ShardWriter {
             )));
         }
         let sizes: Vec<u64> = docs.iter().map(|d| (d.len() / item) as u64).collect();
-        let idx = crate::source::tokens::write_idx(dtype.code(), &sizes, item);
-        let bin: Vec<u8> = docs.concat();
+        let idx = Bytes::from(crate::source::tokens::write_idx(dtype.code(), &sizes, item));
+        let bin = Bytes::from(docs.concat());
         let (bin_name, idx_name) = (format!("{stem}.bin"), format!("{stem}.idx"));
         let kept = self.holds(&bin_name, &bin).await && self.holds(&idx_name, &idx).await;
         if !kept {
             // An old `.idx` goes first: beside a new `.bin` it would point into the wrong bytes.
             self.out.delete(&idx_name).await?;
-            for (name, bytes) in [(&bin_name, bin.clone()), (&idx_name, idx.clone())] {
-                self.put_whole(name, &Bytes::from(bytes)).await?;
+            for (name, bytes) in [(&bin_name, &bin), (&idx_name, &idx)] {
+                self.out.put_whole(name, bytes.clone()).await?;
             }
         }
         Ok(ShardWritten {
@@ -271,17 +251,6 @@ impl ShardWriter {
             payload_bytes: bin.len() as u64,
             kept,
         })
-    }
-
-    /// Write `bytes` as `name`, whole or not at all: a local file under a temporary name,
-    /// synced and renamed; a remote object in one PUT of these bytes (no second copy).
-    async fn put_whole(&self, name: &str, bytes: &Bytes) -> Result<()> {
-        if self.out.is_remote() {
-            return self.out.put(name, bytes.clone()).await;
-        }
-        let mut w = self.out.writer(name, bytes.len() as u64)?;
-        std::io::Write::write_all(&mut w, bytes).map_err(|e| Error::io(self.out.describe(name), e))?;
-        w.finish().await
     }
 
     /// Whether `name` already holds exactly `tar` (a missing or unreadable object does not).
@@ -362,22 +331,13 @@ fn is_job_file_name(name: &str, prefix: &str) -> bool {
     matches!(ext, "tar" | "bin" | "idx") && stem.split_once('-').is_some_and(|(t, k)| digits(t, 6) && digits(k, 4))
 }
 
-/// A writer's temporary file (a shard or record not yet renamed into place).
-fn is_temp(name: &str) -> bool {
-    name.starts_with('.') && name.ends_with(crate::store::TEMP_SUFFIX)
-}
-
-/// A shard name is a plain file name in the destination, visible to globs like `*.tar`.
+/// A shard name is a plain file name in the destination ending in `.tar`, visible to globs
+/// like `*.tar`.
 fn check_name(name: &str) -> Result<()> {
-    let plain = !name.starts_with('.') && !name.chars().any(|c| c == '/' || c == '\\' || c.is_control());
-    if !plain || !name.ends_with(".tar") || name.len() <= ".tar".len() {
-        return Err(Error::invalid_option(format!(
-            "shard name `{}` must be a plain file name ending in `.tar`: not starting with `.`, without `/`, `\\` \
-             or control characters",
-            name.escape_debug()
-        )));
+    match name.strip_suffix(".tar") {
+        Some(stem) => super::check_plain("shard name", stem),
+        None => Err(Error::invalid_option(format!("shard name `{}` must end in `.tar`", name.escape_debug()))),
     }
-    Ok(())
 }
 
 /// Every member's name and payload, in order, or why the samples cannot be one shard.

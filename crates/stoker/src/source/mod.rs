@@ -279,7 +279,7 @@ pub async fn open_and_snapshot(uri: &str, options: SourceOptions) -> Result<(Arc
     if request.is_mix() {
         return Ok((request.open().await?, None));
     }
-    let resolved = request.clone().resolve().await?;
+    let resolved = request.resolve().await?;
     let snapshot = match &resolved.place {
         resolve::Place::Store { listing, known, whole: true, .. } => {
             let m = manifest::Manifest::new(resolved.layout, listing, known.clone().unwrap_or_default());
@@ -287,12 +287,9 @@ pub async fn open_and_snapshot(uri: &str, options: SourceOptions) -> Result<(Arc
         }
         _ => None,
     };
-    let source = match &snapshot {
-        // Constructed from its own snapshot: the source the other processes will open.
-        Some(s) => request.with_listing(s)?.open().await?,
-        None => resolve::construct(resolved).await?,
-    };
-    Ok((source, snapshot))
+    // What was resolved is what a process opening from the snapshot resolves: the same layout,
+    // objects and known indexes.
+    Ok((resolve::construct(resolved).await?, snapshot))
 }
 
 /// Open `uri` with the listing `snapshot` that [`open_and_snapshot`] took in another process,

@@ -15,11 +15,16 @@ use crate::error::{Error, Result};
 
 /// The suffix of a file being written; with the leading dot (see [`temp_name`]) it is never
 /// listed as data nor matched by `*.tar`.
-pub(crate) const TEMP_SUFFIX: &str = ".partial";
+const TEMP_SUFFIX: &str = ".partial";
 
 /// The hidden name a file is written under before it is complete.
 pub(crate) fn temp_name(name: &str) -> String {
     format!(".{name}{TEMP_SUFFIX}")
+}
+
+/// Whether `name` is one [`temp_name`] gives: a file not yet complete.
+pub(crate) fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(TEMP_SUFFIX)
 }
 
 /// Rename a synced temporary file to its final name and sync the directory entry: readers

@@ -37,7 +37,7 @@ pub use crate::ranges;
 pub use blocking::BlockReader;
 pub(crate) use blocking::{Cancel, RangeReader};
 pub(crate) use direct::{gone, is_gone, DirectReader};
-pub(crate) use local::{publish, temp_name, TEMP_SUFFIX};
+pub(crate) use local::{is_temp_name, publish, temp_name};
 pub use object::Object;
 pub use write::ObjectWriter;
 

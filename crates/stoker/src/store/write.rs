@@ -48,6 +48,18 @@ impl Store {
         };
         Ok(ObjectWriter { store: self.clone(), path: path.to_string(), sink, written: 0 })
     }
+
+    /// Write `bytes` as `path`, whole or not at all, as an [`ObjectWriter`] does: a local file
+    /// under a temporary name, synced and renamed; a remote object in one PUT of these bytes
+    /// (not a second copy in memory).
+    pub async fn put_whole(&self, path: &str, bytes: Bytes) -> Result<()> {
+        if let Backend::Remote { .. } = &self.0.backend {
+            return self.put(path, bytes).await;
+        }
+        let mut w = self.writer(path, bytes.len() as u64)?;
+        w.write_all(&bytes).map_err(|e| Error::io(self.describe(path), e))?;
+        w.finish().await
+    }
 }
 
 impl ObjectWriter {

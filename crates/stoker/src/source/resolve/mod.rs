@@ -33,7 +33,7 @@ pub(crate) struct Request {
     target: Target,
     /// A listing taken by another process that opened the same URI ([`super::snapshot`]):
     /// used in place of listing a directory or prefix.
-    listing: Option<Arc<manifest::Manifest>>,
+    listing: Option<Box<manifest::Manifest>>,
 }
 
 #[derive(Clone, Debug)]
@@ -99,7 +99,7 @@ impl Request {
     /// [`super::snapshot`] took) instead of the store.
     pub(crate) fn with_listing(self, snapshot: &[u8]) -> Result<Self> {
         let m = manifest::parse(snapshot, &format!("the listing snapshot of {}", self.display))?;
-        Ok(Request { listing: Some(Arc::new(m)), ..self })
+        Ok(Request { listing: Some(Box::new(m)), ..self })
     }
 
     /// Whether this names a mix (several sources) rather than one location.
@@ -163,7 +163,7 @@ impl Request {
         };
         let (layout, listing, known) = match names {
             Some(names) => named(&store, names, &opts, &display).await?,
-            None => listed(&store, &opts, given.as_deref()).await?,
+            None => listed(&store, &opts, given.map(|m| *m)).await?,
         };
         if listing.is_empty() {
             let reason = match layout {
@@ -362,12 +362,11 @@ async fn named(
 async fn listed(
     store: &Store,
     opts: &SourceOptions,
-    given: Option<&manifest::Manifest>,
+    given: Option<manifest::Manifest>,
 ) -> Result<(Layout, Vec<ObjectInfo>, Option<Vec<ShardIndex>>)> {
     let found = match given {
-        Some(m) => Some(m.clone()),
         None if opts.manifest.unwrap_or(true) => manifest::load(store).await?,
-        None => None,
+        given => given,
     };
     if let Some(m) = found {
         let layout = opts.layout.unwrap_or(m.layout);
