@@ -64,6 +64,25 @@ impl RedirectRefused {
     }
 }
 
+/// The TLS failure somewhere in the causes of `e` (a certificate no trusted root vouches for,
+/// one for another name, an expired one, a failed handshake), as rustls words it. reqwest's
+/// own message for it is only "error sending request".
+pub(crate) fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut at = Some(e);
+    while let Some(e) = at {
+        if let Some(t) = e.downcast_ref::<rustls::Error>() {
+            return Some(t.to_string());
+        }
+        // hyper reports the handshake's failure as io::Errors wrapping rustls's, and an
+        // io::Error's `source` skips the error it wraps: look inside it instead.
+        at = match e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
+}
+
 /// `url` as an error may show it: no user info, no query (a presigned URL's signature and
 /// credential live there), nothing past the path.
 fn shown(url: &url::Url) -> String {
@@ -93,17 +112,44 @@ fn policy(redirects: Redirects) -> reqwest::redirect::Policy {
     })
 }
 
-/// Builds clients with Stoker's redirect rule; everything else as object_store would.
+/// Builds clients with Stoker's redirect rule and the certificates the user trusts besides
+/// the system's; everything else as object_store would.
 #[derive(Debug)]
 pub(crate) struct Connector {
     pub(crate) redirects: Redirects,
+    /// Roots trusted besides the system's (`ca_certificate`).
+    pub(crate) roots: Vec<reqwest::Certificate>,
 }
 
 impl HttpConnector for Connector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
-        let client = builder(options)?.redirect(policy(self.redirects)).build().map_err(config_error)?;
+        let client = builder(options)?
+            .tls_certs_merge(self.roots.iter().cloned())
+            .redirect(policy(self.redirects))
+            .build()
+            .map_err(config_error)?;
         Ok(HttpClient::new(client))
     }
+}
+
+/// The certificates of a PEM file (one or several, a CA bundle), or why there are none.
+pub(crate) fn read_roots(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| format!("it is not PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err("it holds no `-----BEGIN CERTIFICATE-----` block".into());
+    }
+    Ok(certs)
+}
+
+/// Makes ring the process's rustls crypto provider, if none is installed yet. reqwest is built
+/// without a provider of its own (aws-lc-rs's C library doubled a first build; the workspace
+/// manifest says so) and panics when it builds a client with none installed; every client
+/// Stoker's stores use comes from [`builder`], which calls this first. A provider the host
+/// program installed before is kept.
+fn install_tls_provider() {
+    // Err only means one is installed already, which is what is needed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 fn config_error(e: impl std::fmt::Display) -> object_store::Error {
@@ -114,6 +160,7 @@ fn config_error(e: impl std::fmt::Display) -> object_store::Error {
 /// reads them (`ClientOptions::client`, not public); certificates added in code have no
 /// getter and Stoker sets none.
 fn builder(o: &ClientOptions) -> object_store::Result<reqwest::ClientBuilder> {
+    install_tls_provider();
     let text = |k: Key| o.get_config_value(&k);
     let flag =
         |k: Key| text(k).is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on"));
@@ -244,7 +291,7 @@ mod tests {
     #[test]
     fn the_options_stoker_sets_build_a_client() {
         let o = ClientOptions::new().with_allow_http(true).with_connect_timeout(Duration::from_secs(10));
-        assert!(Connector { redirects: Redirects::SameOrigin }.connect(&o).is_ok());
+        assert!(Connector { redirects: Redirects::SameOrigin, roots: vec![] }.connect(&o).is_ok());
         let bad = ClientOptions::new().with_config(Key::ConnectTimeout, "ten seconds");
         assert!(builder(&bad).is_err(), "a setting that does not parse is an error, as in object_store");
     }

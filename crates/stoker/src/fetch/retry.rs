@@ -135,6 +135,12 @@ pub(super) fn classify(e: object_store::Error) -> Failure {
                     followed only within its endpoint's host";
         return Failure { hint: Some(hint.into()), ..Failure::fatal(refused.to_string()) };
     }
+    // Another attempt meets the same certificate: fail at once, saying what TLS said.
+    if let Some(tls) = super::client::tls_failure(&e) {
+        let hint = "for a server whose certificate comes from a private CA, give ca_certificate=PATH (its PEM \
+                    file) or set SSL_CERT_FILE; check that the URI names the host the certificate is for";
+        return Failure { hint: Some(hint.into()), ..Failure::fatal(format!("{e}: TLS: {tls}")) };
+    }
     let message = e.to_string();
     let (transient, hint) = match &e {
         E::NotFound { .. } => (false, Some("the object does not exist: check the bucket, prefix and name".to_string())),

@@ -79,6 +79,16 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
         Error::InvalidOption { message: format!("cannot configure the {what} store for {shown}: {msg}") }
     };
     let endpoint = opts.endpoint.clone();
+    let roots = match &opts.ca_certificate {
+        Some(path) => crate::fetch::client::read_roots(path).map_err(|why| {
+            Error::invalid_option(format!(
+                "ca_certificate `{}`: {why}; give a PEM file of the certificates to trust",
+                path.display()
+            ))
+        })?,
+        None => Vec::new(),
+    };
+    let connector = |redirects| Connector { redirects, roots: roots.clone() };
     // object_store panics on an endpoint it cannot turn into a request URI (`http://`).
     if let Some(e) = endpoint.as_deref() {
         check_endpoint(e)?;
@@ -93,7 +103,7 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
             let mut b = AmazonS3Builder::from_env()
                 .with_client_options(client_options(opts, endpoint.as_deref().or(env("AWS_ENDPOINT_URL").as_deref())))
                 .with_bucket_name(&loc.bucket)
-                .with_http_connector(Connector { redirects: Redirects::SameOrigin })
+                .with_http_connector(connector(Redirects::SameOrigin))
                 .with_retry(no_retries());
             if let Some(e) = &endpoint {
                 b = b.with_endpoint(e);
@@ -141,7 +151,7 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
             let mut b = GoogleCloudStorageBuilder::from_env()
                 .with_client_options(client_options(opts, None))
                 .with_bucket_name(&loc.bucket)
-                .with_http_connector(Connector { redirects: Redirects::SameOrigin })
+                .with_http_connector(connector(Redirects::SameOrigin))
                 .with_retry(no_retries());
             match &opts.service_account {
                 Some(sa) if sa.trim_start().starts_with('{') => b = b.with_service_account_key(sa),
@@ -176,7 +186,7 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
             let mut b = MicrosoftAzureBuilder::from_env()
                 .with_client_options(client_options(opts, endpoint.as_deref()))
                 .with_container_name(&loc.bucket)
-                .with_http_connector(Connector { redirects: Redirects::SameOrigin })
+                .with_http_connector(connector(Redirects::SameOrigin))
                 .with_retry(no_retries());
             if let Some(a) = &opts.account {
                 b = b.with_account(a);
@@ -211,7 +221,7 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
             let b = HttpBuilder::new()
                 .with_client_options(client_options(opts, Some(&loc.bucket)))
                 .with_url(&loc.bucket)
-                .with_http_connector(Connector { redirects: Redirects::Anywhere })
+                .with_http_connector(connector(Redirects::Anywhere))
                 .with_retry(no_retries());
             Ok(Arc::new(b.build().map_err(|e| build_err("HTTP", e))?))
         }

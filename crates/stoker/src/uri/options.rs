@@ -187,6 +187,10 @@ pub struct SourceOptions {
     pub region: Option<String>,
     /// Allow plain `http://` endpoints (default: true when the endpoint is http).
     pub allow_http: Option<bool>,
+    /// A PEM file of certificates to trust besides the system's: the CA of an on-premises
+    /// S3-compatible or HTTPS server (the system's roots come from `SSL_CERT_FILE` /
+    /// `SSL_CERT_DIR` or the OS store).
+    pub ca_certificate: Option<PathBuf>,
     /// S3 virtual-hosted-style requests (`bucket.host`) instead of path-style (default false).
     pub virtual_hosted: Option<bool>,
     /// S3 access key id (else `AWS_ACCESS_KEY_ID`).

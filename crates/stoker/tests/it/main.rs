@@ -49,4 +49,5 @@ mod snapshot;
 mod tar_index;
 mod text;
 mod tfrecord;
+mod tls;
 mod tokens;
