@@ -29,6 +29,12 @@ Prints [{"key": "a-00000/000000000", "fields": [[name, hex], ...]}, ...] in Stok
 `claims`: d.h5, whose one dataset claims a billion rows and holds none (what a lying header
 looks like to a reader).
 
+    python write_hdf5.py gzip OUTDIR
+
+`gzip`: g.h5, 400 rows of `data` (16 KiB of random uint8 a row, chunks of 8 rows, gzip) and
+`label` (int64, contiguous): 50 compressed chunks of 128 KiB, more than a 1 MiB decoded-chunk
+memory holds (for the test that a shuffled pass decodes each chunk once).
+
     python write_hdf5.py chunks FILE DATASET
 
 prints where the chunks of DATASET lie in FILE: [[byte offset, stored size], ...] (for the tests
@@ -150,6 +156,15 @@ def main():
         with h5py.File(os.path.join(outdir, "d.h5"), "w") as f:
             f.create_dataset("label", (10**9,), dtype=np.int64, chunks=(1024,))
         rows = []
+    elif kind == "gzip":
+        rng = np.random.default_rng(7)
+        n = 400
+        data = rng.integers(0, 256, (n, 16384), dtype=np.uint8)
+        with h5py.File(os.path.join(outdir, "g.h5"), "w") as f:
+            f.create_dataset("data", data=data, chunks=(8, 16384), compression="gzip")
+            f.create_dataset("label", data=np.arange(n, dtype=np.int64))
+        rows = [{"key": "g/%09d" % i, "fields": [["data", npy(data[i]).hex()], ["label", str(i).encode().hex()]]}
+                for i in range(n)]
     elif kind == "latest":
         rows = latest(os.path.join(outdir, "c.h5"), "c", 61, 3)
     else:

@@ -7,8 +7,11 @@
 //! This is what Hugging Face `datasets` does with its Arrow cache, done lazily: a Parquet row
 //! group is written once it has been decoded (in the background; the next epoch then decodes
 //! nothing), other shards (LitData's) only when evicted from memory before all their rows
-//! were read. The files have no name
-//! (`O_TMPFILE`, or unlinked at once where that is not supported), so the kernel frees them
+//! were read. A source's shards go into one file, each written at its own place (reserved
+//! before it is written, so writers never wait on each other), not a file each: a source of
+//! thousands of row groups or HDF5 chunks would otherwise hold thousands of descriptors, and
+//! the process's other opens (shards, indexes) would fail at its limit. The file has no name
+//! (`O_TMPFILE`, or unlinked at once where that is not supported), so the kernel frees it
 //! when the process ends, however it ends: nothing is left behind and nothing is reused by
 //! another run (whose file could have changed). What they hold is bounded like the disk
 //! cache (a tenth of the free space, capped); past that, shards are decoded again. Nor do
@@ -16,7 +19,7 @@
 //! the disk cache keeps (`cache::room`: 5% of the disk, at most 1 GiB) is not spilled.
 
 use std::collections::HashMap;
-use std::io::{self, Write};
+use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -46,14 +49,18 @@ pub(crate) struct Spill {
     broken: AtomicBool,
     /// The numbers of the disk the files go to, asked before every write.
     space: SpaceQuery,
+    /// The one file every shard is written to, made at the first write.
+    file: Mutex<Option<Arc<std::fs::File>>>,
+    /// Where the next shard's bytes go in it.
+    end: AtomicU64,
 }
 
 /// Whether a shard was left unspilled for want of room above the disk's floor (said once).
 static WARNED_ROOM: AtomicBool = AtomicBool::new(false);
 
-/// One spilled shard: its file and, in memory, where each row's fields lie in it.
+/// One spilled shard: the spill's file and, in memory, where each row's fields lie in it.
 struct Unit {
-    file: std::fs::File,
+    file: Arc<std::fs::File>,
     rows: Vec<Row>,
 }
 
@@ -84,6 +91,8 @@ impl Spill {
             units: Mutex::new(HashMap::new()),
             writing: Mutex::new(HashMap::new()),
             broken: AtomicBool::new(false),
+            file: Mutex::new(None),
+            end: AtomicU64::new(0),
         }
     }
 
@@ -168,7 +177,7 @@ impl Spill {
         }
         writing.counted = bytes;
         let me = self.clone();
-        let written = tokio::task::spawn_blocking(move || me.write(samples)).await;
+        let written = tokio::task::spawn_blocking(move || me.write(samples, bytes)).await;
         match written {
             Ok(Ok(u)) => {
                 self.units.lock().unwrap_or_else(|e| e.into_inner()).insert(unit, Arc::new(u));
@@ -190,24 +199,49 @@ impl Spill {
         }
     }
 
-    fn write(&self, samples: Vec<Sample>) -> io::Result<Unit> {
+    /// The spill's file, made at the first call.
+    fn file(&self) -> io::Result<Arc<std::fs::File>> {
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = &*file {
+            return Ok(f.clone());
+        }
         std::fs::create_dir_all(&self.dir)?;
-        let file = unnamed_file(&self.dir)?;
-        let mut out = io::BufWriter::with_capacity(1 << 20, &file);
-        let mut at = 0u64;
+        let f = Arc::new(unnamed_file(&self.dir)?);
+        *file = Some(f.clone());
+        Ok(f)
+    }
+
+    /// Write `samples` (`bytes` of fields in all) at a place of the file reserved for them.
+    fn write(&self, samples: Vec<Sample>, bytes: u64) -> io::Result<Unit> {
+        let file = self.file()?;
+        let base = self.end.fetch_add(bytes, Relaxed);
+        // Staged a MiB at a time: a row group of many small rows is a few writes, not one per field.
+        const STAGE: usize = 1 << 20;
+        let mut stage: Vec<u8> = Vec::with_capacity(STAGE.min(bytes as usize));
+        let (mut at, mut flushed) = (base, base);
         let mut rows = Vec::with_capacity(samples.len());
         for s in samples {
             let mut fields = Vec::with_capacity(s.fields.len());
             for f in s.fields {
-                out.write_all(&f.data)?;
                 let len = u32::try_from(f.data.len()).map_err(|_| io::Error::other("a field of 4 GiB or more"))?;
+                if stage.len() + f.data.len() > STAGE && !stage.is_empty() {
+                    file.write_all_at(&stage, flushed)?;
+                    flushed += stage.len() as u64;
+                    stage.clear();
+                }
+                if f.data.len() >= STAGE {
+                    file.write_all_at(&f.data, flushed)?;
+                    flushed += f.data.len() as u64;
+                } else {
+                    stage.extend_from_slice(&f.data);
+                }
                 fields.push((f.name, at, len));
                 at += u64::from(len);
             }
             rows.push(Row { key: s.key, fields });
         }
-        out.flush()?;
-        drop(out);
+        file.write_all_at(&stage, flushed)?;
+        debug_assert_eq!(at, base + bytes, "the fields are the bytes counted");
         Ok(Unit { file, rows })
     }
 
@@ -412,6 +446,38 @@ mod tests {
             assert_eq!(s.fields, want.fields);
         }
         assert_eq!(std::fs::read_dir(dir.path().join("s")).unwrap().count(), 0, "the files have no name");
+    }
+
+    /// Thousands of shards (HDF5 chunks, row groups) share one file: one descriptor, not one
+    /// each, and every shard's rows read back as written, big fields and small.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shards_share_one_file_and_read_back_as_written() {
+        let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+        let dir = tempfile::tempdir().unwrap();
+        let spill = Arc::new(Spill::with_budget(dir.path().join("s"), 1 << 30));
+        let before = fds();
+        let shard = |u: usize| -> Vec<Sample> {
+            let mut rows: Vec<Sample> = (0..3).map(|i| sample(u * 3 + i)).collect();
+            if u.is_multiple_of(500) {
+                // A field larger than the staging buffer, between small ones.
+                let big = Bytes::from((0..(1usize << 20) + 17).map(|i| (i * 31 + u) as u8).collect::<Vec<u8>>());
+                rows[1].fields.push(Field { name: "big".into(), data: big });
+            }
+            rows
+        };
+        let puts = (0..2000).map(|u| {
+            let spill = spill.clone();
+            tokio::spawn(async move { spill.put((u, 0), shard(u)).await })
+        });
+        for wrote in futures::future::join_all(puts).await {
+            assert!(wrote.unwrap());
+        }
+        assert!(fds() <= before + 1, "{} descriptors for 2000 shards", fds() - before);
+        for u in (0..2000).step_by(97).chain([0, 500, 1999]) {
+            let got = spill.get((u, 0), &[2, 0, 1]).await.unwrap().unwrap();
+            let want = shard(u);
+            assert_eq!(got, vec![want[2].clone(), want[0].clone(), want[1].clone()], "shard {u}");
+        }
     }
 
     #[test]

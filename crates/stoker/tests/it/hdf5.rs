@@ -184,3 +184,42 @@ async fn mutated_files_are_errors_naming_the_file_never_panics() {
     }
     assert!(refused > 10 && read > 0, "{refused} refused, {read} read");
 }
+
+/// A shuffled pass over compressed chunks (50 of them, more than the 1 MiB of decoded chunks
+/// kept) decodes each chunk once and spills its rows; the next pass reads nothing from the
+/// file. With `disk_cache=false` (no spill) chunks are decoded again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shuffled_pass_decodes_each_compressed_chunk_once_and_the_next_reads_the_spill() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("gzip");
+    let want = fixture("gzip", &dir);
+    let size = std::fs::metadata(dir.join("g.h5")).unwrap().len();
+    // A fixed shuffle of the 400 rows, read in batches of 16.
+    let mut order: Vec<usize> = (0..want.len()).collect();
+    let mut rng = stoker_testkit::rng::XorShift64::new(3);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.up_to(i as u64) as usize);
+    }
+    let pass = |src: std::sync::Arc<stoker::DynSampleSource>| {
+        let (order, want) = (order.clone(), want.clone());
+        async move {
+            let before = src.io_counters().unwrap().bytes;
+            for batch in order.chunks(16) {
+                let got = src.get_many(batch).await.unwrap();
+                for (&i, s) in batch.iter().zip(got) {
+                    assert!(s == want[i], "row {i}");
+                }
+            }
+            src.io_counters().unwrap().bytes - before
+        }
+    };
+    let opts = "?decoded_bytes=1048576";
+    let spilled = open(&format!("{}{opts}", dir.display())).await;
+    let first = pass(spilled.clone()).await;
+    // The file once, and its chunk index and `label` rows: a chunk decoded twice is 2% more.
+    assert!(first < size + size / 25, "the first pass read {first} bytes of a {size}-byte file: chunks decoded twice");
+    assert_eq!(pass(spilled.clone()).await, 0, "the second pass read the file again");
+    let unspilled = open(&format!("{}{opts}&disk_cache=false", dir.display())).await;
+    let again = pass(unspilled.clone()).await + pass(unspilled).await;
+    assert!(again > 4 * size, "without a spill two passes read {again} bytes of a {size}-byte file");
+}

@@ -7,7 +7,9 @@
 //! library. Each file's groups are walked once at open. Chunked datasets are read by chunk
 //! (gzip, shuffle, Fletcher-32, szip, n-bit, scale-offset and LZF), a chunk decoded once and
 //! kept within the source's decoded budget ([`crate::SourceOptions::decoded_bytes`], split
-//! between the files), so a batch of neighbouring rows decodes each chunk once.
+//! between the files), so a batch of neighbouring rows decodes each chunk once; a compressed
+//! chunk's rows, once decoded, are spilled to disk ([`spilled`]), so a shuffled epoch decodes
+//! each chunk once.
 //!
 //! Which datasets are samples: those whose first dimension is the one most datasets share (the
 //! larger N on a tie), or exactly those `columns=` names; a scalar or a table of another
@@ -25,6 +27,7 @@
 
 mod column;
 mod lzf;
+mod spilled;
 mod storage;
 
 use std::fmt;
@@ -36,6 +39,7 @@ use hdf5_reader::{Dataset, Hdf5File, Storage};
 
 use self::column::{Column, Kind};
 use self::storage::{bad_file, guarded, options, StoreStorage};
+use super::spill::Spill;
 use super::{Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::{Field, Sample};
@@ -68,6 +72,8 @@ struct File {
     direct: Vec<Option<Direct>>,
     key: Option<Dataset>,
     rows: usize,
+    /// Rows of a unit spilled whole once decoded, when a dataset is compressed ([`spilled`]).
+    unit: Option<u64>,
 }
 
 /// HDF5 files, rows in file order.
@@ -81,6 +87,8 @@ struct Inner {
     starts: Vec<usize>,
     columns: Vec<Column>,
     display: String,
+    /// Where decoded units go (none with `disk_cache=false`).
+    spill: Option<Arc<Spill>>,
 }
 
 impl fmt::Debug for Hdf5Source {
@@ -190,7 +198,8 @@ pub(crate) async fn open(
     if starts.last() == Some(&0) {
         return Err(Error::Empty { uri: display, reason: "the HDF5 files hold no rows".into() });
     }
-    Ok(Arc::new(Hdf5Source(Arc::new(Inner { store, files, starts, columns, display }))))
+    let spill = opts.spill_dir().map(|d| Arc::new(Spill::new(d)));
+    Ok(Arc::new(Hdf5Source(Arc::new(Inner { store, files, starts, columns, display, spill }))))
 }
 
 /// Collect the datasets below `group` (at path `prefix`), depth first, names sorted.
@@ -332,9 +341,10 @@ fn place(
         }
     }
     let direct = columns.iter().zip(&sets).map(|(c, set)| direct(h5, set, c, rows as u64)).collect();
+    let unit = spilled::unit_rows(h5, &sets, &columns);
     let stem = path.rsplit('/').next().unwrap_or(&path);
     let stem = SUFFIXES.iter().find_map(|s| stem.strip_suffix(s)).unwrap_or(stem).to_string();
-    Ok((File { path, stem, storage, sets, direct, key, rows }, columns))
+    Ok((File { path, stem, storage, sets, direct, key, rows, unit }, columns))
 }
 
 impl Inner {
@@ -483,18 +493,9 @@ impl SampleSource for Hdf5Source {
             rows.sort_unstable();
             rows.dedup();
         }
-        let me = self.0.clone();
-        let reads = by_file.into_iter().map(|(f, rows)| {
-            let me = me.clone();
-            async move {
-                let got = tokio::task::spawn_blocking(move || {
-                    let shown = me.store.describe(&me.files[f].path);
-                    guarded(&shown, || me.read_rows(f, &rows)).map(|s| (f, rows, s))
-                })
-                .await
-                .map_err(Error::task)??;
-                Ok::<_, Error>(got)
-            }
+        let reads = by_file.into_iter().map(|(f, rows)| async move {
+            let samples = self.0.read_file(f, rows.clone()).await?;
+            Ok::<_, Error>((f, rows, samples))
         });
         let got = futures::future::try_join_all(reads).await?;
         indices
