@@ -24,9 +24,10 @@ cargo test --workspace --locked --doc
 # The test binaries are done with (~100 MB of debug binary each, 0.75 GB in all), and the steps
 # below build what they run: CI's disk is finite. A rerun links them again.
 find target/debug/deps -maxdepth 1 -type f -perm -u+x ! -name '*.*' -delete
-# Coverage-guided fuzzing of the URI, tar-index, sidecar and manifest readers (libFuzzer on
-# stable Rust): 10 s a target here; `fuzz/run.sh 600` is the longer run (fuzz/README.md).
-bash fuzz/run.sh 10
+# Fuzzing: the cargo tests above replay every fuzz corpus with seeded mutations
+# (crates/stoker/tests/it/fuzz_corpus.rs). The coverage-guided run, `fuzz/run.sh 600`, builds
+# every dependency again with instrumentation (minutes of a 2-core CI for 10 s a target), so
+# it is run by hand and its finds are added to fuzz/corpus (fuzz/README.md).
 # The Python package, built into .venv, against the real torch DataLoader (fork and spawn
 # workers, torchrun); its S3 tests use the embedded S3 server binary.
 cargo build --locked -p stoker-testkit --bin s3_server

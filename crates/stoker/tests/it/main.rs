@@ -24,6 +24,7 @@ mod diagnose;
 mod disk_cache;
 mod error_kind;
 mod faults;
+mod fuzz_corpus;
 mod gpu;
 mod hdf5;
 mod hostile;
