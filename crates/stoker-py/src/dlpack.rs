@@ -1,4 +1,4 @@
-//! DLPack export of batch columns (https://dmlc.github.io/dlpack): the structs as the spec
+//! DLPack export of batch columns (<https://dmlc.github.io/dlpack>): the structs as the spec
 //! lays them out, and a capsule that keeps the batch alive while a tensor uses it.
 
 use std::ffi::{c_void, CStr};

@@ -1,6 +1,6 @@
 //! Samples: a key and named byte fields, the WebDataset convention. How keys that are bytes
 //! become text without losing a byte, and how any key is shown safely, is in
-//! [`crate::escape`] (re-exported here).
+//! `escape` (re-exported here).
 
 use std::sync::Arc;
 

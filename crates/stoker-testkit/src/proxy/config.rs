@@ -147,7 +147,7 @@ pub struct ProxyStats {
     pub upstream_errors: u64,
 }
 
-/// Settings for [`serve`].
+/// Settings for [`serve`](super::serve).
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
     /// Address to listen on; port 0 picks a free port.

@@ -5,11 +5,11 @@
 //!
 //! Disk entries are written to a temporary file and renamed into place, so a reader sees a
 //! whole block or none, and carry digests of their bytes checked before any byte is served
-//! ([`seal`]): a damaged entry is dropped, counted and fetched again. The disk cache
+//! (`seal`): a damaged entry is dropped, counted and fetched again. The disk cache
 //! drops what the reader's [`Plan`] says is needed furthest ahead (the Loader gives one for
 //! each epoch), least recently used without one ([`policy`]); one process at a time trims
 //! the directory to its byte limit (an advisory lock), and never leaves its disk with less
-//! free space than a floor, whatever the limit ([`room`]). Batches whose blocks are all on disk
+//! free space than a floor, whatever the limit (`room`). Batches whose blocks are all on disk
 //! are read straight from the block files into the batch ([`CachedObject`]), like a local
 //! shard.
 

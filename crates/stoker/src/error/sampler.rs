@@ -23,10 +23,10 @@ pub enum SamplerError {
         /// The requested worker count.
         num_workers: u64,
     },
-    /// [`Order::ShardShuffle`](super::Order::ShardShuffle) had `window == 0`.
+    /// [`Order::ShardShuffle`](crate::sampler::Order::ShardShuffle) had `window == 0`.
     ZeroWindow,
-    /// [`Order::ShardShuffle`](super::Order::ShardShuffle) needs a
-    /// [`ShardLayout`](super::ShardLayout) covering exactly `n` samples;
+    /// [`Order::ShardShuffle`](crate::sampler::Order::ShardShuffle) needs a
+    /// [`ShardLayout`](crate::sampler::ShardLayout) covering exactly `n` samples;
     /// `shard_total` is `None` when no layout was given.
     InvalidShardLayout {
         /// The configured sample count.
@@ -34,7 +34,7 @@ pub enum SamplerError {
         /// The number of samples the layout covers, if there is one.
         shard_total: Option<u64>,
     },
-    /// A [`SamplerState`](super::SamplerState) saved for another dataset size was restored.
+    /// A [`SamplerState`](crate::sampler::SamplerState) saved for another dataset size was restored.
     StateMismatch {
         /// The sample count recorded in the state.
         state_n: u64,
@@ -64,7 +64,7 @@ pub enum SamplerError {
         /// The epoch's length.
         n: u64,
     },
-    /// A [`SamplerState`](super::SamplerState) saved for another mix (or for no mix) was restored.
+    /// A [`SamplerState`](crate::sampler::SamplerState) saved for another mix (or for no mix) was restored.
     MixMismatch {
         /// Whether the state was saved from a mix.
         state_is_mix: bool,

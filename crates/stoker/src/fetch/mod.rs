@@ -1,12 +1,12 @@
 //! The one request layer for remote bytes: every request to an object store goes through a
-//! [`Fetcher`], under one in-flight limit ([`request`]), with retries ([`retry`]) and hedging
-//! of stragglers ([`hedge`]). Which ranges to request (merging, splitting, the block cache)
+//! [`Fetcher`], under one in-flight limit (`request`), with retries (`retry`) and hedging
+//! of stragglers (`hedge`). Which ranges to request (merging, splitting, the block cache)
 //! is the read path's business ([`crate::cache::RemoteReader`]); this layer sends what it is
 //! given.
 //!
 //! object_store's own retries are turned off for stores built by Stoker, so every retry
 //! happens here, counted, with the same policy on every store. So are its timeouts: a read
-//! here is bounded by a stall timeout on every piece of an answer ([`body`]), a time limit
+//! here is bounded by a stall timeout on every piece of an answer (`body`), a time limit
 //! per attempt, and a deadline over all its attempts.
 
 use std::collections::VecDeque;
@@ -59,7 +59,7 @@ pub struct FetchConfig {
     /// Requests in flight at once, over everything this fetcher reads: the limit when
     /// `adaptive_in_flight` is off, its ceiling when it is on.
     pub max_in_flight: usize,
-    /// Size the in-flight limit from observed latency (Little's law, [`limit`]): start at 64,
+    /// Size the in-flight limit from observed latency (Little's law, `fetch::limit`): start at 64,
     /// grow while requests queue and latency stays flat, shrink when it rises.
     pub adaptive_in_flight: bool,
     /// The adaptive limit holds at most this many bytes of average-sized requests in flight.

@@ -59,7 +59,7 @@ pub enum EpochLength {
 }
 
 /// A weighted mix of sources over a concatenated index space: the per-epoch counts and the
-/// map from epoch positions to global indices (see the [module docs](self)).
+/// map from epoch positions to global indices (see the [module docs](crate::sampler)).
 #[derive(Clone, PartialEq, Eq)]
 pub struct MixPlan {
     /// Samples in each source.

@@ -106,7 +106,7 @@ enum Fetch {
     Remote(Store, Object, tokio::runtime::Handle),
 }
 
-/// Blocking, block-buffered `Read + Seek` over one object. See [`Store::blocking_reader`].
+/// Blocking, block-buffered `Read + Seek` over one object. See `Store::blocking_reader`.
 pub struct BlockReader {
     fetch: Fetch,
     size: u64,

@@ -2,7 +2,7 @@
 //!
 //! Layout code and `pack` ask a [`Store`] for listings, metadata files and writes by path
 //! relative to the store root, and read data through one verb: [`Store::read`], the byte
-//! spans of an [`Object`] pinned to one version ([`object`] has the read plan and the
+//! spans of an [`Object`] pinned to one version (`store::object` has the read plan and the
 //! version rule). They never open files, send requests, merge ranges or ask which backend
 //! they have, so what a store counts ([`IoCounters`]) is everything read. A store is one of
 //! two backends: a local directory (positioned reads on blocking threads, into recycled

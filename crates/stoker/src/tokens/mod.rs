@@ -8,7 +8,7 @@
 //! as Megatron's GPT samples do, so every token is an input once and a label once). Global
 //! batch `k` is sequences `[k * G, (k + 1) * G)` for a global batch of `G` sequences; rank `r`
 //! of `w` takes rows `[r * G / w, (r + 1) * G / w)` of it. None of this depends on the world
-//! size, and the plan ([`plan`]) needs document lengths only, so every rank cuts the same
+//! size, and the plan (`tokens::plan`) needs document lengths only, so every rank cuts the same
 //! sequences without reading another rank's tokens, and a resume at another world size goes
 //! on with the next global batch.
 //!
