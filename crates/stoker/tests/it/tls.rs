@@ -58,6 +58,14 @@ async fn tls_front(ip: &str, backend: SocketAddr) -> (SocketAddr, Arc<AtomicU64>
     (addr, handshakes)
 }
 
+/// The error that opening `uri`, or else reading its first sample, ends in.
+async fn refusal(uri: &str) -> String {
+    match stoker::open(uri, Default::default()).await {
+        Err(e) => e.to_string(),
+        Ok(src) => src.get(0).await.expect_err("the certificate was accepted").to_string(),
+    }
+}
+
 fn files(root: &Path) {
     for i in 0..4 {
         std::fs::write(root.join(format!("f{i}.bin")), payload(i, 5000 + i * 700)).unwrap();
@@ -89,11 +97,7 @@ async fn https_reads_the_files_bytes_when_the_servers_ca_is_trusted_and_refuses_
     // certificate), and the error says it is the certificate and what to do.
     let before = handshakes.load(Relaxed);
     let untrusted = format!("https://127.0.0.1:{}/f{{0..3}}.bin?disk_cache=false", front.port());
-    let err = match stoker::open(&untrusted, Default::default()).await {
-        Err(e) => e,
-        Ok(src) => src.get(0).await.expect_err("a certificate no root vouches for was accepted"),
-    };
-    let text = err.to_string();
+    let text = refusal(&untrusted).await;
     assert!(text.contains("TLS: invalid peer certificate: UnknownIssuer"), "{text}");
     assert!(text.contains("1 attempt(s)") && text.contains("ca_certificate=PATH"), "{text}");
     assert_eq!(handshakes.load(Relaxed), before, "a handshake with an untrusted certificate completed");
@@ -102,11 +106,7 @@ async fn https_reads_the_files_bytes_when_the_servers_ca_is_trusted_and_refuses_
     // even with the CA trusted.
     let (elsewhere, elsewhere_handshakes) = tls_front("127.0.0.2", server.server.addr()).await;
     let other = format!("https://127.0.0.2:{}/f{{0..3}}.bin?disk_cache=false&ca_certificate={CA}", elsewhere.port());
-    let refused = match stoker::open(&other, Default::default()).await {
-        Err(e) => e,
-        Ok(src) => src.get(0).await.expect_err("a certificate for another name was accepted"),
-    };
-    let text = refused.to_string();
+    let text = refusal(&other).await;
     assert!(text.contains("TLS: invalid peer certificate: certificate not valid for name \"127.0.0.2\""), "{text}");
     assert_eq!(elsewhere_handshakes.load(Relaxed), 0, "a certificate for another name was accepted");
     server.server.shutdown().await;
