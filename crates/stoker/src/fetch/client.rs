@@ -65,13 +65,13 @@ impl RedirectRefused {
 }
 
 /// The TLS failure somewhere in the causes of `e` (a certificate no trusted root vouches for,
-/// one for another name, an expired one, a failed handshake), as rustls words it. reqwest's
+/// one for another name, an expired one, an alert, a record that does not decrypt). reqwest's
 /// own message for it is only "error sending request".
-pub(crate) fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+pub(crate) fn tls_failure<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
     let mut at = Some(e);
     while let Some(e) = at {
         if let Some(t) = e.downcast_ref::<rustls::Error>() {
-            return Some(t.to_string());
+            return Some(t);
         }
         // hyper reports the handshake's failure as io::Errors wrapping rustls's, and an
         // io::Error's `source` skips the error it wraps: look inside it instead.

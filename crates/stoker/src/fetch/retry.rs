@@ -135,11 +135,17 @@ pub(super) fn classify(e: object_store::Error) -> Failure {
                     followed only within its endpoint's host";
         return Failure { hint: Some(hint.into()), ..Failure::fatal(refused.to_string()) };
     }
-    // Another attempt meets the same certificate: fail at once, saying what TLS said.
     if let Some(tls) = super::client::tls_failure(&e) {
-        let hint = "for a server whose certificate comes from a private CA, give ca_certificate=PATH (its PEM \
-                    file) or set SSL_CERT_FILE; check that the URI names the host the certificate is for";
-        return Failure { hint: Some(hint.into()), ..Failure::fatal(format!("{e}: TLS: {tls}")) };
+        let message = format!("{e}: TLS: {tls}");
+        // Another attempt meets the same certificate: fail at once, saying what TLS said.
+        if matches!(tls, rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented) {
+            let hint = "for a server whose certificate comes from a private CA, give ca_certificate=PATH (its PEM \
+                        file) or set SSL_CERT_FILE; check that the URI names the host the certificate is for";
+            return Failure { hint: Some(hint.into()), ..Failure::fatal(message) };
+        }
+        // An alert or a record that does not decrypt (a middlebox, a connection cut
+        // mid-handshake) may pass on another attempt.
+        return Failure::transient(message);
     }
     let message = e.to_string();
     let (transient, hint) = match &e {

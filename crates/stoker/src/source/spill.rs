@@ -26,6 +26,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
+
 use crate::cache::room::{disk_of, SpaceQuery};
 use crate::error::{Error, Result};
 use crate::ranges;
@@ -37,10 +39,9 @@ pub(crate) type UnitKey = (usize, usize);
 /// Spilled shards of one source.
 pub(crate) struct Spill {
     dir: PathBuf,
-    /// Bytes the files may hold: sized from the disk on the first write (opening a source
+    /// Bytes the file may hold: sized from the disk on the first write (opening a source
     /// that never spills touches no disk).
     budget: std::sync::OnceLock<u64>,
-    used: AtomicU64,
     units: Mutex<HashMap<UnitKey, Arc<Unit>>>,
     /// Shards being written, each with what says when its write ended: a second writer of
     /// one waits for the first instead of writing it again.
@@ -51,7 +52,9 @@ pub(crate) struct Spill {
     space: SpaceQuery,
     /// The one file every shard is written to, made at the first write.
     file: Mutex<Option<Arc<std::fs::File>>>,
-    /// Where the next shard's bytes go in it.
+    /// Where the next shard's bytes go in it: every byte reserved so far, written or not (a
+    /// write cancelled or failed leaves its place unused, and still counted), so the file never
+    /// holds more than the budget.
     end: AtomicU64,
 }
 
@@ -87,7 +90,6 @@ impl Spill {
             space: disk_of(dir.clone()),
             dir,
             budget: std::sync::OnceLock::new(),
-            used: AtomicU64::new(0),
             units: Mutex::new(HashMap::new()),
             writing: Mutex::new(HashMap::new()),
             broken: AtomicBool::new(false),
@@ -117,10 +119,23 @@ impl Spill {
         })
     }
 
-    /// Bytes written so far.
+    /// Bytes reserved in the file so far.
     #[cfg(test)]
     pub(crate) fn used(&self) -> u64 {
-        self.used.load(Relaxed)
+        self.end.load(Relaxed)
+    }
+
+    /// Whether a shard may still be written: no write has failed and the budget is not spent.
+    /// A reader that would do extra work only to spill (decode a whole HDF5 chunk for one
+    /// row) asks first.
+    pub(crate) fn accepting(&self) -> bool {
+        !self.broken.load(Relaxed) && self.end.load(Relaxed) < self.budget()
+    }
+
+    /// A place of `bytes` in the file within the budget, or `None`.
+    fn reserve(&self, bytes: u64) -> Option<u64> {
+        let budget = self.budget();
+        self.end.fetch_update(Relaxed, Relaxed, |end| end.checked_add(bytes).filter(|&e| e <= budget)).ok()
     }
 
     /// Whether shard `unit` is spilled.
@@ -154,17 +169,12 @@ impl Spill {
             return false;
         }
         // Listed as spilled (or given up) before this says the write is over, however it ends.
-        let mut writing = Writing { spill: self, unit, ended, counted: 0 };
+        let _writing = Writing { spill: self, unit, ended };
         if self.has(unit) {
             return false; // another write ended between the first look and the listing
         }
-        if self.used.fetch_add(bytes, Relaxed) + bytes > self.budget() {
-            self.used.fetch_sub(bytes, Relaxed);
-            return false;
-        }
         // Whatever the budget, the disk keeps its floor: others may have filled it since.
         if (self.space)().is_some_and(|s| s.shortfall(bytes) > 0) {
-            self.used.fetch_sub(bytes, Relaxed);
             crate::cache::warn_once(&WARNED_ROOM, || {
                 format!(
                     "the disk holding {} is nearly full (spilled shards leave 5% of it free, at most 1 GiB): shards \
@@ -175,13 +185,12 @@ impl Spill {
             });
             return false;
         }
-        writing.counted = bytes;
+        let Some(base) = self.reserve(bytes) else { return false };
         let me = self.clone();
-        let written = tokio::task::spawn_blocking(move || me.write(samples, bytes)).await;
+        let written = tokio::task::spawn_blocking(move || me.write(samples, base)).await;
         match written {
             Ok(Ok(u)) => {
                 self.units.lock().unwrap_or_else(|e| e.into_inner()).insert(unit, Arc::new(u));
-                writing.counted = 0;
                 true
             }
             Ok(Err(e)) => {
@@ -211,10 +220,10 @@ impl Spill {
         Ok(f)
     }
 
-    /// Write `samples` (`bytes` of fields in all) at a place of the file reserved for them.
-    fn write(&self, samples: Vec<Sample>, bytes: u64) -> io::Result<Unit> {
+    /// Write `samples` at `base`, the place of the file reserved for their bytes.
+    fn write(&self, samples: Vec<Sample>, base: u64) -> io::Result<Unit> {
         let file = self.file()?;
-        let base = self.end.fetch_add(bytes, Relaxed);
+        let bytes: u64 = samples.iter().flat_map(|s| s.fields.iter()).map(|f| f.data.len() as u64).sum();
         // Staged a MiB at a time: a row group of many small rows is a few writes, not one per field.
         const STAGE: usize = 1 << 20;
         let mut stage: Vec<u8> = Vec::with_capacity(STAGE.min(bytes as usize));
@@ -257,18 +266,15 @@ impl Spill {
 }
 
 /// A write of one shard in progress: when it ends, however it ends (a cancelled task too),
-/// the shard is no longer being written, those waiting for it are told, and the bytes it
-/// counted against the budget are given back unless it was kept.
+/// the shard is no longer being written and those waiting for it are told.
 struct Writing<'a> {
     spill: &'a Spill,
     unit: UnitKey,
     ended: tokio::sync::watch::Sender<bool>,
-    counted: u64,
 }
 
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
-        self.spill.used.fetch_sub(self.counted, Relaxed);
         self.spill.writing.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.unit);
         let _ = self.ended.send(true);
     }
@@ -280,7 +286,8 @@ fn read_rows(u: &Unit, rows: &[usize], dir: &Path) -> Result<Vec<Sample>> {
         .iter()
         .map(|&r| u.rows.get(r).map(Row::span).ok_or_else(|| Error::internal(format!("spill: no row {r}"))))
         .collect::<Result<_>>()?;
-    let mut sorted = spans.clone();
+    // A row of empty fields has an empty span and needs no read (the merge drops it).
+    let mut sorted: Vec<Range<u64>> = spans.iter().filter(|r| r.start < r.end).cloned().collect();
     sorted.sort_by_key(|r| r.start);
     sorted.dedup();
     let merged = ranges::merge(&sorted, &ranges::Policy::new(ranges::LOCAL_GAP, ranges::MAX_MERGED));
@@ -295,15 +302,22 @@ fn read_rows(u: &Unit, rows: &[usize], dir: &Path) -> Result<Vec<Sample>> {
         .zip(&spans)
         .map(|(&r, span)| {
             let row = &u.rows[r];
+            if span.start == span.end {
+                let fields = row.fields.iter().map(|(name, _, _)| Field { name: name.clone(), data: Bytes::new() });
+                return Ok(Sample { key: row.key.clone(), fields: fields.collect() });
+            }
             // The merged read that holds this row: the one starting at or before it.
-            let k = merged.reads.partition_point(|m| m.start <= span.start).saturating_sub(1);
-            let read = &merged.reads[k];
+            let k = merged.reads.partition_point(|m| m.start <= span.start).checked_sub(1);
+            let (read, bytes) = match k {
+                Some(k) if merged.reads[k].end >= span.end => (&merged.reads[k], &got[k]),
+                _ => return Err(Error::internal(format!("spill: row {r} is in no read"))),
+            };
             let fields = row
                 .fields
                 .iter()
                 .map(|(name, at, len)| {
                     let from = (at - read.start) as usize;
-                    Field { name: name.clone(), data: got[k].slice(from..from + *len as usize) }
+                    Field { name: name.clone(), data: bytes.slice(from..from + *len as usize) }
                 })
                 .collect();
             Ok(Sample { key: row.key.clone(), fields })
@@ -423,7 +437,10 @@ mod tests {
         // written (what matters is that either way nothing is left half-counted).
         match spill.put((2, 0), (0..5).map(sample).collect()).now_or_never() {
             None => {
-                assert_eq!(spill.used(), one, "the cancelled write gave its bytes back");
+                // Its place stays reserved (its blocking write may still be under way): the
+                // file never holds more than the budget, whatever was cancelled.
+                let five: u64 = (0..5).map(|i| (i * 7 + 1 + format!("{i}").len()) as u64).sum();
+                assert_eq!(spill.used(), one + five, "the cancelled write's place is counted");
                 assert!(spill.put((2, 0), (0..5).map(sample).collect()).await, "the next writer writes");
             }
             Some(wrote) => assert!(wrote && spill.has((2, 0)), "a write that ended in its first poll is listed"),
@@ -477,6 +494,28 @@ mod tests {
             let got = spill.get((u, 0), &[2, 0, 1]).await.unwrap().unwrap();
             let want = shard(u);
             assert_eq!(got, vec![want[2].clone(), want[0].clone(), want[1].clone()], "shard {u}");
+        }
+    }
+
+    /// A row whose fields are all empty (an empty string, a row of no bytes) reads back alone
+    /// and among others: it has no span to read.
+    #[tokio::test]
+    async fn rows_of_empty_fields_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = Arc::new(Spill::with_budget(dir.path().join("s"), 1 << 20));
+        let empty = |i: usize| Sample {
+            key: format!("e{i}"),
+            fields: vec![
+                Field { name: "a".into(), data: Bytes::new() },
+                Field { name: "b".into(), data: Bytes::new() },
+            ],
+        };
+        let rows = vec![empty(0), sample(1), empty(2), sample(3), empty(4)];
+        assert!(spill.put((5, 0), rows.clone()).await);
+        for ask in [vec![0], vec![2], vec![4], vec![1, 2, 3], vec![4, 3, 2, 1, 0], vec![2, 2]] {
+            let got = spill.get((5, 0), &ask).await.unwrap().unwrap();
+            let want: Vec<Sample> = ask.iter().map(|&r| rows[r].clone()).collect();
+            assert_eq!(got, want, "rows {ask:?}");
         }
     }
 

@@ -191,7 +191,7 @@ async fn mutated_files_are_errors_naming_the_file_never_panics() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shuffled_pass_decodes_each_compressed_chunk_once_and_the_next_reads_the_spill() {
     let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("gzip");
+    let dir = root.path().join("data").join("gzip");
     let want = fixture("gzip", &dir);
     let size = std::fs::metadata(dir.join("g.h5")).unwrap().len();
     // A fixed shuffle of the 400 rows, read in batches of 16.
@@ -222,4 +222,22 @@ async fn a_shuffled_pass_decodes_each_compressed_chunk_once_and_the_next_reads_t
     let unspilled = open(&format!("{}{opts}&disk_cache=false", dir.display())).await;
     let again = pass(unspilled.clone()).await + pass(unspilled).await;
     assert!(again > 4 * size, "without a spill two passes read {again} bytes of a {size}-byte file");
+
+    // The conformance suite over spilled units, locally and over S3.
+    run_all(open(dir.to_str().unwrap()).await, &want, "gzip", &[]).await;
+    let server = common::s3::serve(root.path()).await;
+    // The disk cache on (the helper turns it off otherwise), and with it the spill.
+    run_all(open(&uri(&server.endpoint(), "gzip", "&disk_cache=true")).await, &want, "s3://data/gzip", &[SK]).await;
+
+    // A damaged chunk (rows 24..32): its rows fail, named; the rows of the units around it read.
+    let file = dir.join("g.h5");
+    let (at, len) = chunks(&file, "data")[3];
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[at + len / 2] ^= 0x20;
+    std::fs::write(&file, &bytes).unwrap();
+    let src = open(dir.to_str().unwrap()).await;
+    let e = src.get_many(&[20, 26, 33]).await.unwrap_err().to_string();
+    assert!(e.contains("g.h5") && e.contains("data") && e.contains("000000026"), "{e}");
+    assert_eq!(src.get_many(&[20, 33]).await.unwrap(), vec![want[20].clone(), want[33].clone()]);
+    assert_eq!(src.get_many(&[23, 32]).await.unwrap(), vec![want[23].clone(), want[32].clone()]);
 }

@@ -72,8 +72,8 @@ struct File {
     direct: Vec<Option<Direct>>,
     key: Option<Dataset>,
     rows: usize,
-    /// Rows of a unit spilled whole once decoded, when a dataset is compressed ([`spilled`]).
-    unit: Option<u64>,
+    /// Units of rows spilled whole once decoded, when a dataset is compressed ([`spilled`]).
+    units: Option<spilled::Units>,
 }
 
 /// HDF5 files, rows in file order.
@@ -341,10 +341,10 @@ fn place(
         }
     }
     let direct = columns.iter().zip(&sets).map(|(c, set)| direct(h5, set, c, rows as u64)).collect();
-    let unit = spilled::unit_rows(h5, &sets, &columns);
+    let units = spilled::units(h5, &sets, &columns);
     let stem = path.rsplit('/').next().unwrap_or(&path);
     let stem = SUFFIXES.iter().find_map(|s| stem.strip_suffix(s)).unwrap_or(stem).to_string();
-    Ok((File { path, stem, storage, sets, direct, key, rows, unit }, columns))
+    Ok((File { path, stem, storage, sets, direct, key, rows, units }, columns))
 }
 
 impl Inner {
