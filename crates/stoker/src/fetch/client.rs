@@ -53,34 +53,25 @@ impl std::error::Error for RedirectRefused {}
 impl RedirectRefused {
     /// The refusal somewhere in the causes of `e`, if it is one.
     pub(crate) fn within<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a RedirectRefused> {
-        let mut at = Some(e);
-        while let Some(e) = at {
-            if let Some(r) = e.downcast_ref::<RedirectRefused>() {
-                return Some(r);
-            }
-            at = e.source();
-        }
-        None
+        causes(e).find_map(|c| c.downcast_ref::<RedirectRefused>())
     }
+}
+
+/// `e` and the errors it wraps, outermost first. An io::Error's `source` skips the error it
+/// wraps (hyper reports a TLS handshake's failure as io::Errors wrapping rustls's), so the
+/// walk looks inside io::Errors instead.
+fn causes<'a>(e: &'a (dyn std::error::Error + 'static)) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |e| match e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+        Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+        None => e.source(),
+    })
 }
 
 /// The TLS failure somewhere in the causes of `e` (a certificate no trusted root vouches for,
 /// one for another name, an expired one, an alert, a record that does not decrypt). reqwest's
 /// own message for it is only "error sending request".
 pub(crate) fn tls_failure<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    let mut at = Some(e);
-    while let Some(e) = at {
-        if let Some(t) = e.downcast_ref::<rustls::Error>() {
-            return Some(t);
-        }
-        // hyper reports the handshake's failure as io::Errors wrapping rustls's, and an
-        // io::Error's `source` skips the error it wraps: look inside it instead.
-        at = match e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
-            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
-            None => e.source(),
-        };
-    }
-    None
+    causes(e).find_map(|c| c.downcast_ref::<rustls::Error>())
 }
 
 /// `url` as an error may show it: no user info, no query (a presigned URL's signature and

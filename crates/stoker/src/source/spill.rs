@@ -19,7 +19,7 @@
 //! the disk cache keeps (`cache::room`: 5% of the disk, at most 1 GiB) is not spilled.
 
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, Write};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -187,7 +187,7 @@ impl Spill {
         }
         let Some(base) = self.reserve(bytes) else { return false };
         let me = self.clone();
-        let written = tokio::task::spawn_blocking(move || me.write(samples, base)).await;
+        let written = tokio::task::spawn_blocking(move || me.write(samples, base, bytes)).await;
         match written {
             Ok(Ok(u)) => {
                 self.units.lock().unwrap_or_else(|e| e.into_inner()).insert(unit, Arc::new(u));
@@ -220,37 +220,26 @@ impl Spill {
         Ok(f)
     }
 
-    /// Write `samples` at `base`, the place of the file reserved for their bytes.
-    fn write(&self, samples: Vec<Sample>, base: u64) -> io::Result<Unit> {
+    /// Write `samples` at `base`, the place of the file reserved for their `bytes`.
+    fn write(&self, samples: Vec<Sample>, base: u64, bytes: u64) -> io::Result<Unit> {
         let file = self.file()?;
-        let bytes: u64 = samples.iter().flat_map(|s| s.fields.iter()).map(|f| f.data.len() as u64).sum();
-        // Staged a MiB at a time: a row group of many small rows is a few writes, not one per field.
-        const STAGE: usize = 1 << 20;
-        let mut stage: Vec<u8> = Vec::with_capacity(STAGE.min(bytes as usize));
-        let (mut at, mut flushed) = (base, base);
+        // Buffered a MiB at a time: a row group of many small rows is a few writes, not one a field.
+        let mut out = io::BufWriter::with_capacity(1 << 20, At(&file, base));
+        let mut at = base;
         let mut rows = Vec::with_capacity(samples.len());
         for s in samples {
             let mut fields = Vec::with_capacity(s.fields.len());
             for f in s.fields {
+                out.write_all(&f.data)?;
                 let len = u32::try_from(f.data.len()).map_err(|_| io::Error::other("a field of 4 GiB or more"))?;
-                if stage.len() + f.data.len() > STAGE && !stage.is_empty() {
-                    file.write_all_at(&stage, flushed)?;
-                    flushed += stage.len() as u64;
-                    stage.clear();
-                }
-                if f.data.len() >= STAGE {
-                    file.write_all_at(&f.data, flushed)?;
-                    flushed += f.data.len() as u64;
-                } else {
-                    stage.extend_from_slice(&f.data);
-                }
                 fields.push((f.name, at, len));
                 at += u64::from(len);
             }
             rows.push(Row { key: s.key, fields });
         }
-        file.write_all_at(&stage, flushed)?;
-        debug_assert_eq!(at, base + bytes, "the fields are the bytes counted");
+        out.flush()?;
+        drop(out);
+        debug_assert_eq!(at, base + bytes, "the fields are the bytes reserved");
         Ok(Unit { file, rows })
     }
 
@@ -262,6 +251,22 @@ impl Spill {
         let dir = self.dir.clone();
         let read = tokio::task::spawn_blocking(move || read_rows(&u, &rows, &dir)).await;
         Some(read.map_err(Error::task).and_then(|r| r))
+    }
+}
+
+/// Writes to a file from an offset on (`pwrite`), so writers of different places of one file
+/// never share a file position.
+struct At<'a>(&'a std::fs::File, u64);
+
+impl io::Write for At<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.0.write_at(buf, self.1)?;
+        self.1 += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
