@@ -95,24 +95,30 @@ impl Inner {
         let total = self.files[f].rows as u64;
         let span = |k: u64| k * unit..((k + 1) * unit).min(total);
         let mut out: Vec<Option<Sample>> = vec![None; rows.len()];
-        // (unit, the positions in `rows` of its rows), units not spilled.
-        let mut missing: Vec<(u64, std::ops::Range<usize>)> = Vec::new();
+        // Each unit asked for: (unit, the positions in `rows` of its rows, its rows in it).
+        let mut asked: Vec<(u64, std::ops::Range<usize>, Vec<usize>)> = Vec::new();
         let mut at = 0;
         while at < rows.len() {
             let k = rows[at] / unit;
             let end = at + rows[at..].partition_point(|&r| r / unit == k);
-            let local: Vec<usize> = rows[at..end].iter().map(|&r| (r - k * unit) as usize).collect();
-            match spill.get((f, k as usize), &local).await {
+            asked.push((k, at..end, rows[at..end].iter().map(|&r| (r - k * unit) as usize).collect()));
+            at = end;
+        }
+        // The spilled ones read side by side (each a blocking read of its own).
+        let reads = asked.iter().map(|(k, _, local)| spill.get((f, *k as usize), local));
+        let read = futures::future::join_all(reads).await;
+        // Units not spilled, or whose spill read failed: decoded (a decode costs time, a failed
+        // read would cost the rows).
+        let mut missing: Vec<(u64, std::ops::Range<usize>)> = Vec::new();
+        for ((k, pos, _), got) in asked.into_iter().zip(read) {
+            match got {
                 Some(Ok(got)) => {
-                    for (slot, s) in out[at..end].iter_mut().zip(got) {
+                    for (slot, s) in out[pos].iter_mut().zip(got) {
                         *slot = Some(s);
                     }
                 }
-                // Not spilled, or the spill could not be read: decode (a decode costs time,
-                // a failed read would cost the rows).
-                _ => missing.push((k, at..end)),
+                _ => missing.push((k, pos)),
             }
-            at = end;
         }
         if !missing.is_empty() && !spill.accepting() {
             // Nothing more will be spilled: decode only the rows asked for.
