@@ -1,5 +1,6 @@
 //! HTTPS, with ring as the TLS crypto provider (the workspace manifest says why not aws-lc-rs):
-//! a real handshake with the test kit's HTTP server behind a TLS front, a certificate that
+//! a real handshake with the test kit's HTTP server behind a TLS front (the conformance suite
+//! read through it), a certificate that
 //! verifies only when trusted through `ca_certificate`, and clear errors when it is not.
 //!
 //! `tests/tls/` holds a private CA (`ca.pem`, its key thrown away) and a server certificate it
@@ -92,6 +93,7 @@ async fn https_reads_the_files_bytes_when_the_servers_ca_is_trusted_and_refuses_
         assert!(src.get(i).await.unwrap() == *w, "sample {i} over HTTPS is not the file's bytes");
     }
     assert!(handshakes.load(Relaxed) > 0, "the reads did not go through the TLS front");
+    stoker::conformance::run_all(src, &want, "https://127.0.0.1", &[]).await;
 
     // The system's roots only: the handshake fails at the first attempt (another meets the same
     // certificate), and the error says it is the certificate and what to do.
