@@ -1,7 +1,7 @@
 //! HTTPS, with ring as the TLS crypto provider (the workspace manifest says why not aws-lc-rs):
 //! a real handshake with the test kit's HTTP server behind a TLS front (the conformance suite
-//! read through it), a certificate that
-//! verifies only when trusted through `ca_certificate`, and clear errors when it is not.
+//! read through it), a certificate that verifies only when trusted through `ca_certificate`,
+//! and clear errors when it is not.
 //!
 //! `tests/tls/` holds a private CA (`ca.pem`, its key thrown away) and a server certificate it
 //! signed for `127.0.0.1` and `localhost` (`cert.pem`, `key.pem`), P-256, valid for a century:
