@@ -6,10 +6,13 @@
 //! ```text
 //! cargo run --release -p stoker-examples --example train_loop -- [URI] [--epochs 2] [--batch 64]
 //!     [--step-ms 5] [--cpu] [--checkpoint state.json] [--every 20]
+//!     [--demo-samples 4096] [--demo-kib 16] [--verify]
 //! cargo run --release -p stoker-examples --features cuda --example train_loop -- URI   # GPU
 //! ```
 //!
-//! With no URI it writes a small demo dataset (tar shards) to a temporary directory first.
+//! With no URI it writes a small demo dataset (tar shards) to a temporary directory first
+//! (`--demo-samples` of `--demo-kib` KiB each). `--verify` reads every device batch back from
+//! the GPU and compares it with the host batch it was copied from (slow: a check, not a bench).
 //! Under `torchrun`-style launchers it reads `RANK`/`WORLD_SIZE` and takes its share.
 
 use std::path::{Path, PathBuf};
@@ -31,6 +34,9 @@ struct Args {
     cpu: bool,
     checkpoint: Option<PathBuf>,
     every: u64,
+    demo_samples: usize,
+    demo_kib: usize,
+    verify: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -42,6 +48,9 @@ fn parse_args() -> Result<Args, String> {
         cpu: false,
         checkpoint: None,
         every: 20,
+        demo_samples: 4096,
+        demo_kib: 16,
+        verify: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -53,6 +62,11 @@ fn parse_args() -> Result<Args, String> {
                 a.step = Duration::from_millis(value("--step-ms")?.parse().map_err(|e| format!("--step-ms: {e}"))?)
             }
             "--cpu" => a.cpu = true,
+            "--verify" => a.verify = true,
+            "--demo-samples" => {
+                a.demo_samples = value("--demo-samples")?.parse().map_err(|e| format!("--demo-samples: {e}"))?
+            }
+            "--demo-kib" => a.demo_kib = value("--demo-kib")?.parse().map_err(|e| format!("--demo-kib: {e}"))?,
             "--checkpoint" => a.checkpoint = Some(PathBuf::from(value("--checkpoint")?)),
             "--every" => a.every = value("--every")?.parse().map_err(|e| format!("--every: {e}"))?,
             s if s.starts_with("--") => return Err(format!("unknown flag {s}")),
@@ -95,9 +109,10 @@ async fn run() -> Result<(), String> {
         Some(u) => u.clone(),
         None => {
             let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-            demo::write(dir.path(), 4096, 16 << 10, false).map_err(|e| format!("writing demo data: {e}"))?;
+            demo::write(dir.path(), args.demo_samples, args.demo_kib << 10, false)
+                .map_err(|e| format!("writing demo data: {e}"))?;
             let uri = dir.path().join("tar").display().to_string();
-            eprintln!("no URI given: wrote 4096 demo samples of 16 KiB to {uri}");
+            eprintln!("no URI given: wrote {} demo samples of {} KiB to {uri}", args.demo_samples, args.demo_kib);
             _demo_dir = dir;
             uri
         }
@@ -139,6 +154,8 @@ async fn run() -> Result<(), String> {
 
     let started = Instant::now();
     let mut samples = 0u64;
+    let mut bytes = 0u64;
+    let mut verified = 0u64;
     let mut checksum = 0u64;
     for epoch in first_epoch..args.epochs {
         let mut stream = loader.epoch(epoch).map_err(|e| e.to_string())?;
@@ -152,6 +169,9 @@ async fn run() -> Result<(), String> {
                 for name in batch.field_names().collect::<Vec<_>>() {
                     if let Some(dev) = batch.device(name) {
                         dev.wait().map_err(|e| e.to_string())?;
+                        if args.verify {
+                            verified += verify(&batch, name, dev)?;
+                        }
                     }
                 }
                 std::thread::sleep(args.step);
@@ -159,6 +179,7 @@ async fn run() -> Result<(), String> {
                 checksum = checksum.wrapping_add(cpu_step(&batch, args.step));
             }
             samples += batch.len() as u64;
+            bytes += batch.fields().map(|c| c.data.len() as u64).sum::<u64>();
             steps += 1;
             if let Some(path) = &args.checkpoint {
                 if steps.is_multiple_of(args.every.max(1)) {
@@ -179,8 +200,36 @@ async fn run() -> Result<(), String> {
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "{samples} samples in {secs:.2} s ({:.0} samples/s), checksum {checksum:x}",
-        samples as f64 / secs.max(1e-9)
+        "{samples} samples in {secs:.2} s ({:.0} samples/s, {:.2} GB/s), checksum {checksum:x}",
+        samples as f64 / secs.max(1e-9),
+        bytes as f64 / secs.max(1e-9) / 1e9
     );
+    if args.verify {
+        if device.is_none() {
+            return Err("--verify checks device batches, and this run copied none to a GPU".to_owned());
+        }
+        println!("verified {verified} bytes read back from the GPU against the host batches");
+    }
     Ok(())
+}
+
+/// Read field `name`'s device copy back and compare it with the host bytes it came from.
+#[cfg(feature = "cuda")]
+fn verify(batch: &stoker::batch::Batch, name: &str, dev: &stoker::pinned::DeviceBatch) -> Result<u64, String> {
+    let host = batch.fields().find(|c| c.name == name).ok_or_else(|| format!("no host column {name}"))?;
+    // The primary context of device 0, the one Stoker's copier uses, so the pointer is valid here.
+    let ctx = cudarc::driver::CudaContext::new(0).map_err(|e| e.to_string())?;
+    let stream = ctx.default_stream();
+    let back = stream.clone_dtoh(&dev.view()).map_err(|e| e.to_string())?;
+    stream.synchronize().map_err(|e| e.to_string())?;
+    if back.as_slice() != host.data {
+        let at = back.iter().zip(host.data.iter()).position(|(a, b)| a != b).unwrap_or(back.len().min(host.data.len()));
+        return Err(format!("field {name}: device copy differs from the host batch at byte {at}"));
+    }
+    Ok(back.len() as u64)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn verify(_: &stoker::batch::Batch, _: &str, _: &stoker::pinned::DeviceBatch) -> Result<u64, String> {
+    Err("--verify needs the `cuda` feature".to_owned())
 }
