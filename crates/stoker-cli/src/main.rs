@@ -107,6 +107,20 @@ enum Command {
     /// Packed language-model batches from any source (tokenized in Rust, mixed by tokens,
     /// any rank of any world size, resumable): tokens/s, the ids, the state.
     Tokens(tokens::TokensArgs),
+    /// Write a small demo dataset to try Stoker on (the docs' examples use it): JPEG images
+    /// with labels in tar shards (DIR/images), a JSONL corpus (DIR/text) and its tokenizer
+    /// (DIR/tokenizer.json).
+    Demo {
+        /// The directory to write (created if missing).
+        #[arg(default_value = "demo")]
+        dir: PathBuf,
+        /// Images, over four tar shards.
+        #[arg(long, default_value_t = 512)]
+        images: usize,
+        /// Documents, over two JSONL files.
+        #[arg(long, default_value_t = 1000)]
+        documents: usize,
+    },
     /// Describe a source: layout, samples, shards, fields, total bytes, time to open.
     Inspect {
         #[command(flatten)]
@@ -174,6 +188,17 @@ async fn try_main(cli: Cli) -> Result<()> {
         Command::Ls { source, json, limit } => ls(&source, json, limit).await,
         Command::Cat { source, index, field } => cat(&source, index, field.as_deref()).await,
         Command::Inspect { source, json } => inspect(&source, json).await,
+        Command::Demo { dir, images, documents } => {
+            let r = stoker::demo::write(&dir, &stoker::demo::DemoOptions { images, documents })?;
+            println!(
+                "wrote {images} images ({}), {documents} documents ({}) and {} ({:.1} MB)",
+                r.images.display(),
+                r.text.display(),
+                r.tokenizer.display(),
+                r.bytes as f64 / 1e6
+            );
+            Ok(())
+        }
         Command::Index { source, json, quiet, checksums, skip_damage } => {
             index::run(&source, json, quiet, index::Extra { checksums, skip_damage }).await
         }

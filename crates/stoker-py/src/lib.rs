@@ -57,6 +57,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<write::ShardWriter>()?;
     m.add_function(wrap_pyfunction!(write::index, m)?)?;
     m.add_function(wrap_pyfunction!(write::pack, m)?)?;
+    m.add_function(wrap_pyfunction!(write::demo, m)?)?;
     m.add("StokerError", py.get_type::<StokerError>())?;
     m.add("NotFoundError", py.get_type::<NotFoundError>())?;
     m.add("InvalidInputError", py.get_type::<InvalidInputError>())?;

@@ -210,3 +210,22 @@ pub(crate) fn pack<'py>(
     d.set_item("seconds", r.seconds)?;
     Ok(d)
 }
+
+/// Write the demo dataset under `dir` (`stoker::demo::write`); returns the paths written.
+#[pyfunction]
+#[pyo3(signature = (dir, images = 512, documents = 1000))]
+pub(crate) fn demo<'py>(
+    py: Python<'py>,
+    dir: std::path::PathBuf,
+    images: usize,
+    documents: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let opts = stoker::demo::DemoOptions { images, documents };
+    let r = py.detach(|| stoker::demo::write(&dir, &opts)).map_err(err)?;
+    let d = PyDict::new(py);
+    d.set_item("images", r.images)?;
+    d.set_item("text", r.text)?;
+    d.set_item("tokenizer", r.tokenizer)?;
+    d.set_item("bytes", r.bytes)?;
+    Ok(d)
+}

@@ -8,6 +8,7 @@ pub mod cache;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod decode;
+pub mod demo;
 pub mod diagnose;
 pub mod error;
 mod escape;

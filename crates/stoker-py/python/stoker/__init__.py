@@ -54,6 +54,7 @@ __all__ = [
     "diagnose",
     "pack",
     "index",
+    "demo",
     "StokerError",
     "NotFoundError",
     "InvalidInputError",
@@ -499,6 +500,15 @@ def index(uri: Union[str, "os.PathLike[str]"], **options: Any) -> Dict[str, Any]
     """Build or refresh the shard indexes of a directory or prefix and write its manifest
     (``stoker index``); ``checksums=True`` records every tar member's checksum."""
     return _stoker.index(os.fspath(uri), _options_json(options))
+
+
+def demo(path: Union[str, "os.PathLike[str]"] = "demo", images: int = 512, documents: int = 1000) -> Dict[str, Any]:
+    """Write a small demo dataset under ``path`` to try Stoker on (``stoker demo`` on the CLI):
+    ``images/train-0000.tar`` .. ``train-0003.tar`` (WebDataset: ``jpg`` photos-like JPEGs and
+    ``cls`` labels 0-9), ``text/part-0000.jsonl`` and ``part-0001.jsonl`` (``{"id", "text"}``
+    documents) and ``tokenizer.json`` (word level, with ``<|endoftext|>``). The bytes depend on
+    the counts alone. Returns the paths written and the bytes in all."""
+    return _stoker.demo(os.fspath(path), int(images), int(documents))
 
 
 def _mix_entry(source: SourceLike, weight: Any, extra: Optional[Mapping[str, Any]]) -> Dict[str, Any]:

@@ -20,6 +20,7 @@ mod conformance_local;
 mod corrupt;
 mod damage;
 mod decode;
+mod demo;
 mod diagnose;
 mod disk_cache;
 mod error_kind;
