@@ -35,7 +35,7 @@ FLOORS = [
     {"source"},
     {"decode"},
     {"loader", "tokens"},
-    {"pack", "diagnose", "conformance", "fuzzing"},
+    {"pack", "diagnose", "demo", "docs", "conformance", "fuzzing"},
 ]
 
 USE = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
