@@ -1,7 +1,8 @@
 //! A small demo dataset to try Stoker on and to run the docs' examples against: JPEG images
 //! with labels in WebDataset tar shards, a JSONL text corpus, and a tokenizer for that text.
 //! `stoker demo DIR` (CLI), `stoker.demo(DIR)` (Python) and [`write`] write the same bytes
-//! (the content is a function of the counts alone).
+//! (the content is a function of the counts alone). Writing the same counts again where a
+//! whole demo is (`.stoker-demo.json` records its files and sizes) writes nothing.
 //!
 //! ```text
 //! DIR/images/train-0000.tar .. train-0003.tar   keys 000000.., fields jpg (RGB, 320x240 or
@@ -67,6 +68,11 @@ pub fn write(dir: &Path, opts: &DemoOptions) -> Result<DemoReport> {
     let images = dir.join("images");
     let text = dir.join("text");
     let tokenizer = dir.join("tokenizer.json");
+    let marker = dir.join(MARKER);
+    if let Some(bytes) = already_written(dir, opts) {
+        return Ok(DemoReport { images, text, tokenizer, bytes });
+    }
+    let mut written = Vec::new();
     let mut bytes = 0;
     for d in [&images, &text] {
         std::fs::create_dir_all(d).map_err(|e| io_err(d, e))?;
@@ -75,6 +81,7 @@ pub fn write(dir: &Path, opts: &DemoOptions) -> Result<DemoReport> {
     for s in 0..SHARDS {
         let path = images.join(format!("train-{s:04}.tar"));
         let range = (s * per_shard).min(opts.images)..((s + 1) * per_shard).min(opts.images);
+        written.push(path.clone());
         bytes += write_file(&path, |w| {
             let mut b = tar::Builder::new(w);
             b.mode(tar::HeaderMode::Deterministic);
@@ -90,6 +97,7 @@ pub fn write(dir: &Path, opts: &DemoOptions) -> Result<DemoReport> {
     for f in 0..TEXT_FILES {
         let path = text.join(format!("part-{f:04}.jsonl"));
         let range = (f * per_file).min(opts.documents)..((f + 1) * per_file).min(opts.documents);
+        written.push(path.clone());
         bytes += write_file(&path, |w| {
             for i in range.clone() {
                 let line = serde_json::json!({ "id": i, "text": document(i) });
@@ -99,11 +107,41 @@ pub fn write(dir: &Path, opts: &DemoOptions) -> Result<DemoReport> {
             w.flush()
         })?;
     }
+    written.push(tokenizer.clone());
     bytes += write_file(&tokenizer, |w| {
         serde_json::to_writer_pretty(&mut *w, &tokenizer_json())?;
         w.flush()
     })?;
+    // What was written, so that writing the same demo again (every docs example starts with
+    // it) only checks the files are there.
+    let files: serde_json::Map<String, serde_json::Value> = written
+        .iter()
+        .filter_map(|p| Some((p.strip_prefix(dir).ok()?.to_str()?.to_owned(), std::fs::metadata(p).ok()?.len().into())))
+        .collect();
+    let record = serde_json::json!({"images": opts.images, "documents": opts.documents, "files": files});
+    write_file(&marker, |w| {
+        serde_json::to_writer(&mut *w, &record)?;
+        w.flush()
+    })?;
     Ok(DemoReport { images, text, tokenizer, bytes })
+}
+
+/// The record of a finished write, beside the data.
+const MARKER: &str = ".stoker-demo.json";
+
+/// The bytes of a demo of these counts already under `dir` (every file its recorded size).
+fn already_written(dir: &Path, opts: &DemoOptions) -> Option<u64> {
+    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join(MARKER)).ok()?).ok()?;
+    if record["images"].as_u64()? != opts.images as u64 || record["documents"].as_u64()? != opts.documents as u64 {
+        return None;
+    }
+    let mut bytes = 0;
+    for (name, size) in record["files"].as_object()? {
+        let len = std::fs::metadata(dir.join(name)).ok()?.len();
+        (Some(len) == size.as_u64()).then_some(())?;
+        bytes += len;
+    }
+    Some(bytes)
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> Error {

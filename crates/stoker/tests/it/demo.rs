@@ -27,6 +27,16 @@ async fn the_demo_opens_in_every_part_and_its_bytes_depend_on_the_counts_alone()
     assert_eq!(fa.len(), 4 + 2 + 1);
     assert!(fa.iter().zip(&fb).all(|(x, y)| x.1 == y.1), "two writes of the same counts differ");
     assert_eq!(report.bytes, fa.iter().map(|f| f.1.len() as u64).sum::<u64>());
+    // Written again: nothing to do while every file is there, whole.
+    let shard = a.path().join("images/train-0001.tar");
+    let before = std::fs::metadata(&shard).unwrap().modified().unwrap();
+    assert_eq!(write(a.path(), &opts).unwrap().bytes, report.bytes);
+    assert_eq!(std::fs::metadata(&shard).unwrap().modified().unwrap(), before);
+    // A file cut short is noticed, and the demo written again.
+    let f = std::fs::OpenOptions::new().write(true).open(&shard).unwrap();
+    f.set_len(1000).unwrap();
+    write(a.path(), &opts).unwrap();
+    assert_eq!(std::fs::read(&shard).unwrap(), fa[1].1);
 
     let images = stoker::open(report.images.to_str().unwrap(), SourceOptions::default()).await.unwrap();
     assert_eq!(images.info().known_layout(), Some(Layout::Tar));
