@@ -1,6 +1,6 @@
 //! A small demo dataset to try Stoker on and to run the docs' examples against: JPEG images
 //! with labels in WebDataset tar shards, a JSONL text corpus, and a tokenizer for that text.
-//! `stoker demo DIR` (CLI), `stoker.demo(DIR)` (Python) and [`write`] write the same bytes
+//! `stoker demo DIR` (CLI), `stoker.demo(DIR)` (Python) and [`write()`] write the same bytes
 //! (the content is a function of the counts alone). Writing the same counts again where a
 //! whole demo is (`.stoker-demo.json` records its files and sizes) writes nothing.
 //!
@@ -31,7 +31,7 @@ impl Default for DemoOptions {
     }
 }
 
-/// What [`write`] wrote.
+/// What [`write()`] wrote.
 #[derive(Debug, Clone)]
 pub struct DemoReport {
     /// The directory of image tar shards (a URI for [`open`](crate::open)).
