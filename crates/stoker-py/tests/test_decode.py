@@ -127,6 +127,21 @@ def test_augmentation_is_a_function_of_seed_epoch_and_index(shards):
     assert all(torch.equal(t, a[i]) for i, t in {**head, **tail}.items())
 
 
+def test_flip_true_flips_half_as_torchvision_and_a_number_is_the_probability(shards):
+    root, _ = shards
+
+    def run(flip):
+        return by_index(stoker.Loader(str(root), batch_size=8, decode={"jpg": stoker.Image(48, crop="center", flip=flip)}))
+
+    plain, always, coin = run(False), run(1.0), run(True)
+    assert all(torch.equal(always[i], plain[i].flip(1)) for i in range(N)), "flip=1.0 mirrors every image"
+    flipped = sum(torch.equal(coin[i], always[i]) for i in range(N))
+    assert all(torch.equal(coin[i], always[i]) or torch.equal(coin[i], plain[i]) for i in range(N))
+    assert N // 5 < flipped < N - N // 5, f"flip=True flipped {flipped} of {N}: RandomHorizontalFlip flips half"
+    with pytest.raises(stoker.InvalidInputError, match="probability"):
+        stoker.Image(48, flip=1.5)
+
+
 def test_colour_jitter_grayscale_and_blur_are_functions_of_seed_epoch_and_index(shards):
     root, _ = shards
     plain = {"jpg": stoker.Image(48, crop="random_resized", flip=True)}

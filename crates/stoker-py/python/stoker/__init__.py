@@ -163,8 +163,9 @@ class Image:
 
     ``crop="random_resized"`` is torchvision's ``RandomResizedCrop(size, scale, ratio)``;
     ``crop="center"`` is ``Resize(resize)`` + ``CenterCrop(size)`` (``resize`` defaults to
-    ``size * 256 / 224``); ``crop="squash"`` resizes the whole image to ``size``. ``flip``
-    (``True`` or a probability) flips horizontally. Resizing is antialiased bilinear, as PIL's.
+    ``size * 256 / 224``); ``crop="squash"`` resizes the whole image to ``size``. ``flip=True`` is
+    ``RandomHorizontalFlip()`` (half the samples flipped); a number is the probability
+    (``flip=1.0`` flips every image). Resizing is antialiased bilinear, as PIL's.
     ``layout`` is ``"HWC"`` (``[H, W, 3]``) or ``"CHW"``; ``dtype`` ``"uint8"``, ``"float16"``
     or ``"float32"`` (floats are scaled to 0..1, then ``(x - mean) / std`` when given).
     Random choices depend only on (seed, epoch, sample index): reruns, resumed runs and runs at
@@ -216,11 +217,15 @@ class Image:
             raise InvalidInputError(f"layout must be 'HWC' or 'CHW', not {layout!r}")
         if (mean is None) != (std is None):
             raise InvalidInputError("give both mean and std to normalize, or neither")
+        # True is torchvision's RandomHorizontalFlip() (p=0.5), as `flip` is on the CLI.
+        flip_p = 0.5 if flip is True else float(flip)
+        if not 0.0 <= flip_p <= 1.0:
+            raise InvalidInputError(f"flip is True, False or a probability in [0, 1], not {flip!r}")
         self.spec: Dict[str, Any] = {
             "kind": "image",
             "size": [int(h), int(w)],
             "crop": mode,
-            "flip": float(flip),
+            "flip": flip_p,
             "layout": layout,
             "dtype": dtype,
             "normalize": None if mean is None else {"mean": list(map(float, mean)), "std": list(map(float, std or ()))},
