@@ -210,6 +210,18 @@ def test_python_transform_hatch_runs_on_threads_in_order(shards):
         assert batch["x"].shape[1:] == (16, 16, 3) and batch["y"].tolist() == [i % 10 for i in batch["i"].tolist()]
         got += batch["i"].tolist()
     assert got == order, "the hatch keeps the loader's order"
+    # A state taken mid-epoch counts the batches delivered, not those the pool holds ahead.
+    first = stoker.Loader(str(root), batch_size=4, shuffle=True, seed=4, transform=fn, transform_threads=2, prefetch=3)
+    head = []
+    for k, batch in enumerate(first):
+        head += batch["i"].tolist()
+        if k == 1:
+            state = first.state_dict()
+            break
+    again = stoker.Loader(str(root), batch_size=4, shuffle=True, seed=4, transform=fn, prefetch=3)
+    again.load_state_dict(state)
+    tail = [i for b in again for i in b["i"].tolist()]
+    assert head + tail == [i for b in stoker.Loader(str(root), batch_size=4, shuffle=True, seed=4) for i in b["__index__"]]
     with pytest.raises(stoker.InvalidInputError):
         stoker.Loader(str(root), batch_size=8, transform=fn, transform_threads=0)
 

@@ -691,6 +691,8 @@ class Loader:
             decode_memory_bytes=decode_memory_bytes,
         )
         self._started = False
+        # With a transform: the position after the last batch yielded (see `_transformed`).
+        self._delivered: Optional[str] = None
 
     def __len__(self) -> int:
         return len(self._loader)
@@ -716,17 +718,31 @@ class Loader:
     def _transformed(self, batches: Iterator[Any]) -> Iterator[Any]:
         # Batches are handed to the pool as they arrive and collected in order, keeping up to
         # `prefetch` batches in the pool's hands while the consumer works.
+        # The Rust loader's position runs ahead of the consumer by the batches in the pool, so
+        # each batch carries the position just after it, and `state_dict()` gives the position
+        # after the last batch yielded: a resume repeats and skips nothing.
         fn = self.transform
         assert fn is not None
         collate = self.collate_fn or self._default_collate()
-        pending: Deque[List["Future[Any]"]] = collections.deque()
-        with ThreadPoolExecutor(self.transform_threads, thread_name_prefix="stoker-transform") as pool:
-            for batch in batches:
-                pending.append([pool.submit(fn, s) for s in self._rows(batch)])
-                if len(pending) > self.prefetch:
-                    yield collate([f.result() for f in pending.popleft()])
-            while pending:
-                yield collate([f.result() for f in pending.popleft()])
+        pending: Deque[Tuple[List["Future[Any]"], Optional[str]]] = collections.deque()
+
+        def deliver() -> Any:
+            futures, state = pending.popleft()
+            out = collate([f.result() for f in futures])
+            self._delivered = state
+            return out
+
+        self._delivered = self._loader.state()
+        try:
+            with ThreadPoolExecutor(self.transform_threads, thread_name_prefix="stoker-transform") as pool:
+                for batch in batches:
+                    pending.append(([pool.submit(fn, s) for s in self._rows(batch)], self._loader.state()))
+                    if len(pending) > self.prefetch:
+                        yield deliver()
+                while pending:
+                    yield deliver()
+        finally:
+            self._delivered = None
 
     def _rows(self, batch: Any) -> Iterator[Dict[str, Any]]:
         """A batch's samples as webdataset-style dicts: raw fields as bytes, decoded fields as
@@ -769,7 +785,7 @@ class Loader:
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader stands (as torchdata's StatefulDataLoader: a plain dict)."""
-        state = self._loader.state()
+        state = self._loader.state() if self._delivered is None else self._delivered
         return {"epoch": self.epoch, "loader": json.loads(state) if state else None}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -777,6 +793,7 @@ class Loader:
         yet delivered in that epoch."""
         self.epoch = int(state["epoch"])
         self._started = False
+        self._delivered = None
         if state.get("loader"):
             self._loader.load_state(json.dumps(state["loader"]))
 
