@@ -10,6 +10,8 @@ pub mod conformance;
 pub mod decode;
 pub mod demo;
 pub mod diagnose;
+#[cfg(doctest)]
+mod docs;
 pub mod error;
 mod escape;
 pub mod fetch;
