@@ -3,7 +3,8 @@
 # targets are instrumented with LLVM's SanitizerCoverage through stable -C flags, exactly what
 # `cargo fuzz --sanitizer none` does, and linked against libFuzzer built by libfuzzer-sys.
 #
-#   fuzz/run.sh                 every target for 10 s each (what integration/test.sh runs)
+#   fuzz/run.sh                 every target for 10 s each (integration/test.sh only replays
+#                               the corpora: crates/stoker/tests/it/fuzz_corpus.rs)
 #   fuzz/run.sh 600             every target for 10 minutes each (the longer run)
 #   fuzz/run.sh 3600 tar_index  one target for an hour
 #
