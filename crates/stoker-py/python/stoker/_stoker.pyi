@@ -10,6 +10,7 @@ __all__ = [
     "Epoch",
     "InvalidInputError",
     "Loader",
+    "demo",
     "diagnose",
     "index",
     "is_secret_option",
