@@ -9,7 +9,7 @@ use crate::error::Result;
 #[derive(Args, Clone, Debug, Default)]
 pub(crate) struct ShuffleArgs {
     /// Order of each epoch: `samples` (a new permutation of all samples; what `--shuffle`
-    /// alone means), `shards` (permute the tar shards and shuffle the samples of each window
+    /// alone means), `shards` (permute the shards and shuffle the samples of each window
     /// of --shuffle-window shards together; each window's shards are read ahead with a few
     /// large requests), or `none` (storage order, the default).
     #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "samples", value_name = "ORDER")]

@@ -26,7 +26,7 @@ pub(crate) fn order(shuffle: Option<&Bound<'_, PyAny>>, window: Option<usize>, s
         (Some(false), _, None) => Ok(Order::Sequential),
         (None, false, _) => Err(PyValueError::new_err(format!(
             "shuffle must be True (a new order of all samples each epoch), False (storage order) or \"shards\" \
-             (shuffle the tar shards, and the samples within windows of shuffle_window shards), not {}",
+             (shuffle the shards, and the samples within windows of shuffle_window shards), not {}",
             shown()?
         ))),
     }

@@ -623,8 +623,9 @@ class Loader:
 
     ``shuffle`` picks each epoch's order: ``False`` reads in storage order; ``True`` draws a
     new order of all samples (every sample is its own read: best mixing, and over a remote
-    store as many small requests as samples); ``"shards"`` (tar shards only) permutes the
-    shards and shuffles the samples of each window of ``shuffle_window`` shards (default 4)
+    store as many small requests as samples); ``"shards"`` (sources in shards: tar, Parquet
+    row groups, MDS, LitData, TFRecord, HDF5 and JSONL files; not one file per sample, LMDB
+    or a mix) permutes the shards and shuffles the samples of each window of ``shuffle_window`` shards (default 4)
     together, reading each window's shards ahead with a few large requests, in the order the
     epoch visits them. It streams a remote dataset at the link's speed, at the cost of less
     mixing: a batch draws from ``shuffle_window`` shards. Up to two windows of shards are held
