@@ -11,7 +11,7 @@
 //! DIR/tokenizer.json                            word-level, with <|endoftext|> (id 0) and <unk>
 //! ```
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -131,7 +131,10 @@ const MARKER: &str = ".stoker-demo.json";
 
 /// The bytes of a demo of these counts already under `dir` (every file its recorded size).
 fn already_written(dir: &Path, opts: &DemoOptions) -> Option<u64> {
-    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join(MARKER)).ok()?).ok()?;
+    // Our record is a few hundred bytes; anything else there is not ours, and is not read whole.
+    let mut text = Vec::new();
+    std::fs::File::open(dir.join(MARKER)).ok()?.take(64 << 10).read_to_end(&mut text).ok()?;
+    let record: serde_json::Value = serde_json::from_slice(&text).ok()?;
     if record["images"].as_u64()? != opts.images as u64 || record["documents"].as_u64()? != opts.documents as u64 {
         return None;
     }
