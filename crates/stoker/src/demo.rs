@@ -72,17 +72,19 @@ pub fn write(dir: &Path, opts: &DemoOptions) -> Result<DemoReport> {
     if let Some(bytes) = already_written(dir, opts) {
         return Ok(DemoReport { images, text, tokenizer, bytes });
     }
-    let mut written = Vec::new();
-    let mut bytes = 0;
+    // Each file written, with its size: the record that lets a second write skip the work.
+    let mut written: Vec<(PathBuf, u64)> = Vec::new();
+    let mut put = |path: PathBuf, fill: &dyn Fn(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>| {
+        let n = write_file(&path, fill)?;
+        written.push((path, n));
+        Ok::<(), Error>(())
+    };
     for d in [&images, &text] {
         std::fs::create_dir_all(d).map_err(|e| io_err(d, e))?;
     }
-    let per_shard = opts.images.div_ceil(SHARDS);
     for s in 0..SHARDS {
-        let path = images.join(format!("train-{s:04}.tar"));
-        let range = (s * per_shard).min(opts.images)..((s + 1) * per_shard).min(opts.images);
-        written.push(path.clone());
-        bytes += write_file(&path, |w| {
+        let range = part(opts.images, SHARDS, s);
+        put(images.join(format!("train-{s:04}.tar")), &|w| {
             let mut b = tar::Builder::new(w);
             b.mode(tar::HeaderMode::Deterministic);
             for i in range.clone() {
@@ -93,12 +95,9 @@ pub fn write(dir: &Path, opts: &DemoOptions) -> Result<DemoReport> {
             b.into_inner()?.flush()
         })?;
     }
-    let per_file = opts.documents.div_ceil(TEXT_FILES);
     for f in 0..TEXT_FILES {
-        let path = text.join(format!("part-{f:04}.jsonl"));
-        let range = (f * per_file).min(opts.documents)..((f + 1) * per_file).min(opts.documents);
-        written.push(path.clone());
-        bytes += write_file(&path, |w| {
+        let range = part(opts.documents, TEXT_FILES, f);
+        put(text.join(format!("part-{f:04}.jsonl")), &|w| {
             for i in range.clone() {
                 let line = serde_json::json!({ "id": i, "text": document(i) });
                 serde_json::to_writer(&mut *w, &line)?;
@@ -107,19 +106,17 @@ pub fn write(dir: &Path, opts: &DemoOptions) -> Result<DemoReport> {
             w.flush()
         })?;
     }
-    written.push(tokenizer.clone());
-    bytes += write_file(&tokenizer, |w| {
+    put(tokenizer.clone(), &|w| {
         serde_json::to_writer_pretty(&mut *w, &tokenizer_json())?;
         w.flush()
     })?;
-    // What was written, so that writing the same demo again (every docs example starts with
-    // it) only checks the files are there.
+    let bytes = written.iter().map(|(_, n)| n).sum();
     let files: serde_json::Map<String, serde_json::Value> = written
         .iter()
-        .filter_map(|p| Some((p.strip_prefix(dir).ok()?.to_str()?.to_owned(), std::fs::metadata(p).ok()?.len().into())))
+        .filter_map(|(p, n)| Some((p.strip_prefix(dir).ok()?.to_str()?.to_owned(), (*n).into())))
         .collect();
     let record = serde_json::json!({"images": opts.images, "documents": opts.documents, "files": files});
-    write_file(&marker, |w| {
+    write_file(&marker, &|w| {
         serde_json::to_writer(&mut *w, &record)?;
         w.flush()
     })?;
@@ -147,6 +144,12 @@ fn already_written(dir: &Path, opts: &DemoOptions) -> Option<u64> {
     Some(bytes)
 }
 
+/// Items `k`'s share of `n` split into `parts` runs (the last ones may be short or empty).
+fn part(n: usize, parts: usize, k: usize) -> std::ops::Range<usize> {
+    let each = n.div_ceil(parts);
+    (k * each).min(n)..((k + 1) * each).min(n)
+}
+
 fn io_err(path: &Path, e: std::io::Error) -> Error {
     Error::Io { path: format!("{} (writing the demo dataset)", path.display()), source: e }
 }
@@ -154,7 +157,7 @@ fn io_err(path: &Path, e: std::io::Error) -> Error {
 /// Write `path` through `fill`, via a temporary name, so a file is whole or absent; its size.
 fn write_file(
     path: &Path,
-    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+    fill: &dyn Fn(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> Result<u64> {
     let tmp = path.with_extension("partial");
     let run = || -> std::io::Result<u64> {
