@@ -3,8 +3,11 @@
 
 pub mod s3;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use stoker::{Field, Sample};
@@ -138,7 +141,76 @@ pub fn python_fixture(kind: &str, out: &Path) -> Vec<Sample> {
 
 /// Run `PY integration/py/SCRIPT ARGS... OUT` and parse the samples it prints (JSON:
 /// `[{"key": ..., "fields": [[name, hex], ...]}, ...]`, in the order a reader returns them).
+///
+/// The writers are deterministic and slow to start (MosaicML Streaming and LitData import
+/// torch: 4-10 s a run), and many tests ask for the same fixture: each (Python, script,
+/// arguments) is written once per test process, into a directory of its own, and copied to
+/// `out` for every test that asks (tests damage their copies).
 pub fn script_fixture(py: &Path, script: &str, args: &[&str], out: &Path) -> Vec<Sample> {
+    type Slot = Arc<Mutex<Option<(PathBuf, Vec<Sample>)>>>;
+    static WRITTEN: OnceLock<Mutex<HashMap<String, Slot>>> = OnceLock::new();
+    let key = format!("{}\0{script}\0{}", py.display(), args.join("\0"));
+    let slot = WRITTEN.get_or_init(Default::default).lock().unwrap().entry(key).or_default().clone();
+    // One writer per fixture; other fixtures are written meanwhile by other threads.
+    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if slot.is_none() {
+        let dir = fixture_cache_root().join(format!("{}", FIXTURE_SEQ.fetch_add(1, Ordering::Relaxed)));
+        let samples = run_script_fixture(py, script, args, &dir);
+        *slot = Some((dir, samples));
+    }
+    let (dir, samples) = slot.as_ref().unwrap();
+    copy_tree(dir, out);
+    samples.clone()
+}
+
+static FIXTURE_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// This process's directory of written fixtures, under the target directory (removed with
+/// those of earlier processes that have exited, so it does not grow run after run).
+fn fixture_cache_root() -> PathBuf {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let parent = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fixture-cache");
+        if let Ok(entries) = std::fs::read_dir(&parent) {
+            for e in entries.flatten() {
+                let pid = e.file_name().to_string_lossy().into_owned();
+                if !Path::new("/proc").join(&pid).exists() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        let root = parent.join(std::process::id().to_string());
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        root
+    })
+    .clone()
+}
+
+/// Copy the file `from` to `to`, or the files under the directory `from` into `to` (created),
+/// keeping relative paths.
+pub fn copy_tree(from: &Path, to: &Path) {
+    if !from.is_dir() {
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::copy(from, to).unwrap_or_else(|err| panic!("copy {} to {}: {err}", from.display(), to.display()));
+        return;
+    }
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst)
+                .unwrap_or_else(|err| panic!("copy {} to {}: {err}", src.display(), dst.display()));
+        }
+    }
+}
+
+fn run_script_fixture(py: &Path, script: &str, args: &[&str], out: &Path) -> Vec<Sample> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/py").join(script);
     let kind = args.join(" ");
     let res = Command::new(py).arg(&script).args(args).arg(out).output().unwrap_or_else(|e| {
