@@ -30,8 +30,10 @@ find target/debug/deps -maxdepth 1 -type f -perm -u+x ! -name '*.*' -delete
 # every dependency again with instrumentation (minutes of a 2-core CI for 10 s a target), so
 # it is run by hand and its finds are added to fuzz/corpus (fuzz/README.md).
 # The Python package, built into .venv, against the real torch DataLoader (fork and spawn
-# workers, torchrun); its S3 tests use the embedded S3 server binary.
-cargo build --locked -p stoker-testkit --bin s3_server
+# workers, torchrun); its S3 tests use the embedded S3 server binary, target/debug/s3_server,
+# which `cargo test` built above for the test kit's own tests (a `cargo build -p
+# stoker-testkit` here would build its dependencies again, without the tests' features).
+[ -x target/debug/s3_server ] || { echo "test: target/debug/s3_server was not built by cargo test" >&2; exit 1; }
 (cd crates/stoker-py && VIRTUAL_ENV="$root/.venv" "$root/.venv/bin/maturin" develop --quiet --locked)
 # The checked-in type stub must match the compiled module.
 (cd crates/stoker-py && "$root/.venv/bin/python" -m mypy.stubtest stoker._stoker)
