@@ -29,8 +29,8 @@ fi
 
 # The Python package's build and test tools, the real PyTorch its tests run against, and Pillow
 # and scikit-image (the reference and the real photos the image-decoding tests compare on),
-# pyarrow (the docs' examples write Parquet with it, as users do), pytest-xdist (the Python tests
-# wait on child processes and servers much of the time: two pytest workers keep both cores busy)
+# pyarrow (the docs' examples write Parquet with it, as users do), pytest-xdist (one pytest process
+# keeps one core busy; two workers use both)
 # (torch from PyPI is large: ~5 GB with its CUDA libraries, about a minute to install).
 py_need=(maturin==1.16.0 pytest==9.2.0 pytest-xdist==3.8.0 numpy==2.4.6 torch==2.15.0 mypy==1.19.0 Pillow==13.0.0 scikit-image==0.26.0
   pyarrow==26.0.1)

@@ -6,7 +6,6 @@ pub mod s3;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
@@ -147,23 +146,28 @@ pub fn python_fixture(kind: &str, out: &Path) -> Vec<Sample> {
 /// arguments) is written once per test process, into a directory of its own, and copied to
 /// `out` for every test that asks (tests damage their copies).
 pub fn script_fixture(py: &Path, script: &str, args: &[&str], out: &Path) -> Vec<Sample> {
-    type Slot = Arc<Mutex<Option<(PathBuf, Vec<Sample>)>>>;
-    static WRITTEN: OnceLock<Mutex<HashMap<String, Slot>>> = OnceLock::new();
-    let key = format!("{}\0{script}\0{}", py.display(), args.join("\0"));
-    let slot = WRITTEN.get_or_init(Default::default).lock().unwrap().entry(key).or_default().clone();
+    /// Where a fixture is written (numbered in order of first request), and once written, what
+    /// its script printed.
+    type Slot = Arc<(PathBuf, Mutex<Option<Vec<Sample>>>)>;
+    /// (Python, script, arguments).
+    type Key = (PathBuf, String, Vec<String>);
+    static WRITTEN: OnceLock<Mutex<HashMap<Key, Slot>>> = OnceLock::new();
+    let key = (py.to_path_buf(), script.to_owned(), args.iter().map(|a| a.to_string()).collect());
+    let slot = {
+        let mut written = WRITTEN.get_or_init(Default::default).lock().unwrap();
+        let n = written.len();
+        written
+            .entry(key)
+            .or_insert_with(|| Arc::new((fixture_cache_root().join(n.to_string()), Mutex::new(None))))
+            .clone()
+    };
     // One writer per fixture; other fixtures are written meanwhile by other threads.
-    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
-    if slot.is_none() {
-        let dir = fixture_cache_root().join(format!("{}", FIXTURE_SEQ.fetch_add(1, Ordering::Relaxed)));
-        let samples = run_script_fixture(py, script, args, &dir);
-        *slot = Some((dir, samples));
-    }
-    let (dir, samples) = slot.as_ref().unwrap();
+    let (dir, samples) = &*slot;
+    let mut samples = samples.lock().unwrap_or_else(|p| p.into_inner());
+    let samples = samples.get_or_insert_with(|| run_script_fixture(py, script, args, dir));
     copy_tree(dir, out);
     samples.clone()
 }
-
-static FIXTURE_SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// This process's directory of written fixtures, under the target directory (removed with
 /// those of earlier processes that have exited, so it does not grow run after run).
