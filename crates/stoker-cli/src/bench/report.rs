@@ -105,6 +105,11 @@ impl Row {
     fn mib_per_s(&self) -> f64 {
         self.m.bytes as f64 / self.m.seconds.max(1e-9) / (1 << 20) as f64
     }
+    /// Samples/s of each epoch (empty where the child timed none, as the raw read).
+    fn epoch_samples_per_s(&self) -> Vec<f64> {
+        let per_epoch = self.m.samples as f64 / self.m.epoch_seconds.len().max(1) as f64;
+        self.m.epoch_seconds.iter().map(|s| per_epoch / s.max(1e-9)).collect()
+    }
     fn wait_fraction(&self) -> Option<f64> {
         self.m.consumer_wait_s.map(|w| (w / self.m.seconds.max(1e-9)).min(1.0))
     }
@@ -137,21 +142,30 @@ fn run_json(run: &Run) -> Value {
 /// The samples/s a row is compared with: the raw read of the local bytes, and for remote
 /// rows the bound (the same shards read whole through the store, no cache).
 #[derive(Clone, Copy)]
-struct Refs {
+struct Refs<'a> {
     raw: Option<f64>,
     bound: Option<f64>,
+    /// The bound row, for epoch-by-epoch ratios.
+    bound_row: Option<&'a Row>,
 }
 
-impl Refs {
-    fn of(rows: &[Row]) -> Self {
+impl<'a> Refs<'a> {
+    fn of(rows: &'a [Row]) -> Self {
         let sps =
             |layout: &str| rows.iter().find(|r| r.m.layout == layout).map(|r| r.samples_per_s()).filter(|v| *v > 0.0);
-        Refs { raw: sps("raw"), bound: sps("bound") }
+        Refs { raw: sps("raw"), bound: sps("bound"), bound_row: rows.iter().find(|r| r.m.layout == "bound") }
     }
 
     /// `r`'s share of the bound, for a remote row (one whose source is a URL).
     fn to_bound(self, r: &Row) -> Option<f64> {
         self.bound.filter(|_| r.m.source.contains("://")).map(|b| r.samples_per_s() / b)
+    }
+
+    /// `r`'s share of the bound epoch by epoch (epoch k against the bound's epoch k), for a
+    /// remote row; empty where either side has no epoch times.
+    fn to_bound_per_epoch(self, r: &Row) -> Vec<f64> {
+        let Some(b) = self.bound_row.filter(|_| r.m.source.contains("://")) else { return Vec::new() };
+        r.epoch_samples_per_s().iter().zip(b.epoch_samples_per_s()).map(|(s, b)| s / b.max(1e-9)).collect()
     }
 }
 
@@ -170,6 +184,8 @@ fn row_json(r: &Row, refs: Refs) -> Value {
         "mib_per_s": r.mib_per_s(),
         "ratio_to_raw": raw_sps.map(|raw| r.samples_per_s() / raw),
         "ratio_to_bound": refs.to_bound(r),
+        "epoch_samples_per_s": r.epoch_samples_per_s(),
+        "epoch_ratio_to_bound": refs.to_bound_per_epoch(r),
         "fetch_p50_ms": r.m.fetch_p50_ms,
         "fetch_p99_ms": r.m.fetch_p99_ms,
         "consumer_wait_fraction": r.wait_fraction(),
@@ -249,6 +265,23 @@ fn table(run: &Run, rows: &[Row], refs: Refs) -> Vec<String> {
             opt(r.wait_fraction(), |v| format!("{:.1}", v * 100.0)),
             opt(r.m.peak_rss_mib, |v| format!("{v:.0} MiB")),
         ));
+    }
+    if run.params.epochs > 1 {
+        out.push(String::new());
+        out.push("per epoch, samples/s (x bound):".into());
+        for r in rows.iter().filter(|r| !r.m.epoch_seconds.is_empty()) {
+            let ratios = refs.to_bound_per_epoch(r);
+            let epochs: Vec<String> = r
+                .epoch_samples_per_s()
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match ratios.get(i) {
+                    Some(x) if r.m.layout != "bound" => format!("{v:.0} ({x:.2})"),
+                    _ => format!("{v:.0}"),
+                })
+                .collect();
+            out.push(format!("  {:<width$} {}", r.backend, epochs.join(" / ")));
+        }
     }
     out.push(String::new());
     if raw_sps.is_some() {

@@ -46,6 +46,10 @@ pub(crate) struct Measured {
     pub peak_anon_mib: Option<f64>,
     /// Resident file-backed pages at the end (LMDB's memory map), MiB.
     pub rss_file_mib: Option<f64>,
+    /// Seconds each epoch took, in order (they add up to `seconds`): a cold first epoch and
+    /// warm later ones differ by up to 10x, and the total alone hides which is which.
+    #[serde(default)]
+    pub epoch_seconds: Vec<f64>,
 }
 
 /// How the consuming loop reads in a loader child.
@@ -204,7 +208,9 @@ pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<()> {
     // /proc inside the timed loop would cost the loader what the raw reference does not pay.
     let mut polled = Instant::now();
     let started = Instant::now();
+    let mut epoch_seconds = Vec::new();
     for epoch in 0..p.epochs.max(1) {
+        let epoch_started = Instant::now();
         let mut stream = loader.epoch(epoch)?;
         while let Some(b) = stream.next_batch().await {
             let b = b?;
@@ -219,6 +225,7 @@ pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<()> {
                 tokio::time::sleep(p.step).await;
             }
         }
+        epoch_seconds.push(epoch_started.elapsed().as_secs_f64());
     }
     let seconds = started.elapsed().as_secs_f64();
     peak_anon = max_opt(peak_anon, status_mib("RssAnon:"));
@@ -241,6 +248,7 @@ pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<()> {
         peak_rss_mib: status_mib("VmHWM:"),
         peak_anon_mib: peak_anon,
         rss_file_mib: status_mib("RssFile:"),
+        epoch_seconds,
     };
     emit(&format!("result {}", serde_json::to_string(&m).context("writing the result")?))
 }
@@ -308,6 +316,8 @@ pub(crate) fn raw_child(dir: &Path, samples: u64, epochs: u64) -> Result<()> {
         peak_rss_mib: status_mib("VmHWM:"),
         peak_anon_mib: status_mib("RssAnon:"),
         rss_file_mib: status_mib("RssFile:"),
+        // The threads read the epochs each at their own pace: no common epoch boundary.
+        epoch_seconds: Vec::new(),
     };
     emit(&format!("result {}", serde_json::to_string(&m).context("writing the result")?))
 }
@@ -342,7 +352,9 @@ pub(crate) async fn bound_child(uri: &str, samples: u64, epochs: u64) -> Result<
     let read = AtomicU64::new(0);
     let started = Instant::now();
     let mut last = 0;
+    let mut epoch_seconds = Vec::new();
     for _ in 0..epochs.max(1) {
+        let epoch_started = Instant::now();
         let reads = futures::stream::iter(&shards).map(|o| {
             let (store, read) = (&store, &read);
             async move {
@@ -359,6 +371,7 @@ pub(crate) async fn bound_child(uri: &str, samples: u64, epochs: u64) -> Result<
                 last = done;
             }
         }
+        epoch_seconds.push(epoch_started.elapsed().as_secs_f64());
     }
     let io = store.counters();
     let m = Measured {
@@ -377,6 +390,7 @@ pub(crate) async fn bound_child(uri: &str, samples: u64, epochs: u64) -> Result<
         peak_rss_mib: status_mib("VmHWM:"),
         peak_anon_mib: status_mib("RssAnon:"),
         rss_file_mib: status_mib("RssFile:"),
+        epoch_seconds,
     };
     emit(&format!("result {}", serde_json::to_string(&m).context("writing the result")?))
 }

@@ -39,6 +39,15 @@ fn check_row(r: &Value, samples: u64) {
     assert!(close(f(r, "samples_per_s"), samples as f64 / secs), "{r}");
     assert!(close(f(r, "mib_per_s"), f(r, "bytes") / secs / (1 << 20) as f64), "{r}");
     assert!(f(r, "peak_rss_mib") > 0.0, "{name}: peak RSS of its own process: {r}");
+    let epochs: Vec<f64> = r["epoch_samples_per_s"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    if r["layout"] == "raw" {
+        assert!(epochs.is_empty(), "the raw read's threads share no epoch boundary: {r}");
+    } else {
+        // Each epoch's time, from its rate, within the whole run's.
+        let per_epoch = samples as f64 / epochs.len() as f64;
+        let timed: f64 = epochs.iter().map(|v| per_epoch / v).sum();
+        assert!(!epochs.is_empty() && timed > 0.0 && timed <= secs * (1.0 + 1e-9), "{r}");
+    }
     if r["layout"] != "raw" && r["layout"] != "bound" {
         let (p50, p99) = (f(r, "fetch_p50_ms"), f(r, "fetch_p99_ms"));
         assert!(p50 > 0.0 && p50 <= p99, "{r}");
@@ -88,8 +97,17 @@ fn embedded_default_measures_every_backend_against_a_raw_read() {
         assert!(!r["source"].as_str().unwrap().contains("loopback-only"), "the secret key is redacted: {r}");
         assert!(r["store_requests"].as_u64().unwrap() > 0, "{r}");
         assert!(close(f(r, "ratio_to_bound"), f(r, "samples_per_s") / bound_sps), "{r}");
+        // One epoch: its ratio is the row's, epoch for epoch against the bound's.
+        let per_epoch = r["epoch_ratio_to_bound"].as_array().unwrap();
+        let (rate, bound_rate) = (&r["epoch_samples_per_s"][0], &bound["epoch_samples_per_s"][0]);
+        assert_eq!(per_epoch.len(), 1, "{r}");
+        assert!(close(per_epoch[0].as_f64().unwrap(), rate.as_f64().unwrap() / bound_rate.as_f64().unwrap()), "{r}");
     }
     assert!(rows[..4].iter().all(|r| r["ratio_to_bound"].is_null()), "local rows have no bound: {rows:?}");
+    assert!(
+        rows[..4].iter().all(|r| r["epoch_ratio_to_bound"].as_array().unwrap().is_empty()),
+        "local rows have no bound, epoch by epoch either: {rows:?}"
+    );
     // One GET per sample at least when every sample is its own object.
     assert!(rows[5]["store_requests"].as_u64().unwrap() >= samples, "{}", rows[5]);
 }
@@ -108,6 +126,14 @@ fn the_table_says_what_ran_and_where() {
     let rows: Vec<&str> = t.lines().filter(|l| l.starts_with("raw ") || l.starts_with("tar ")).collect();
     assert_eq!(rows.len(), 2, "{t}");
     assert!(rows[0].contains("1.00"), "raw is its own reference: {t}");
+    assert!(!t.contains("per epoch"), "one epoch: no per-epoch lines: {t}");
+    // Two epochs: a line per timed row, one figure per epoch (the raw read times none).
+    let out = stoker(&["bench", "--samples", "20", "--size", "1K", "--backends", "raw,tar", "--epochs", "2"]);
+    let t = text(&out.stdout);
+    let at = t.lines().position(|l| l.starts_with("per epoch")).unwrap_or_else(|| panic!("{t}"));
+    let tar = t.lines().nth(at + 1).unwrap_or_default().trim();
+    assert!(tar.starts_with("tar ") && tar.matches(" / ").count() == 1, "{t}");
+    assert!(!t.lines().skip(at + 1).any(|l| l.trim().starts_with("raw ")), "{t}");
 }
 
 #[test]
@@ -167,6 +193,7 @@ fn given_sources_are_benchmarked_in_order() {
     assert_eq!(lines.len(), 2);
     for r in &lines {
         check_row(r, 12); // two epochs of six samples
+        assert_eq!(r["epoch_samples_per_s"].as_array().unwrap().len(), 2, "each epoch timed: {r}");
         assert_eq!(r["layout"], "tar");
         assert!(r["ratio_to_raw"].is_null(), "no raw reference for given sources: {r}");
     }
