@@ -20,7 +20,31 @@ docker-compose -f docker/docker-compose.yml config -q
 # Every test and doctest; not the examples (benchmarks, ~95 MB of debug binary each, which
 # clippy --all-targets has already compiled): CI's disk is finite.
 # stoker-zune-jpeg (vendor/) is upstream's decoder: its tests need upstream's test images.
-cargo test --workspace --exclude stoker-zune-jpeg --locked --lib --bins --tests
+cargo test --workspace --exclude stoker-zune-jpeg --locked --lib --bins --tests --no-run
+# Two test binaries take one test at a time on one thread (each installs a process-wide
+# allocator that counts, so their tests take turns): about 45 s of one core. They run beside the
+# rest, whose tests wait on servers and child processes often enough to leave a core idle.
+# Every other test target is named from the manifests, so a new one is never left out.
+solo=(decode_budget loader_alloc)
+targets="$("$root/.venv/bin/python" integration/test_targets.py --exclude-package stoker-zune-jpeg --except "${solo[@]}")"
+mapfile -t rest <<< "$targets"
+# Jobs started in the background, and their logs: stopped and removed however this script ends.
+bg_pids=()
+bg_logs=()
+trap 'kill "${bg_pids[@]}" 2> /dev/null || true; rm -f "${bg_logs[@]}"' EXIT
+solo_log="$(mktemp)"
+bg_logs+=("$solo_log")
+cargo test --workspace --exclude stoker-zune-jpeg --locked "${solo[@]/#/--test=}" > "$solo_log" 2>&1 &
+solo_pid=$!
+bg_pids+=("$solo_pid")
+cargo test --workspace --exclude stoker-zune-jpeg --locked --lib --bins "${rest[@]/#/--test=}"
+solo_status=0
+wait "$solo_pid" || solo_status=$?
+cat "$solo_log"
+if [ "$solo_status" -ne 0 ]; then
+  echo "test: the one-at-a-time test binaries (${solo[*]}) failed (their output above)" >&2
+  exit 1
+fi
 cargo test --workspace --exclude stoker-zune-jpeg --locked --doc
 # The test binaries are done with (~100 MB of debug binary each, 0.75 GB in all), and the steps
 # below build what they run: CI's disk is finite. A rerun links them again.
@@ -35,13 +59,25 @@ find target/debug/deps -maxdepth 1 -type f -perm -u+x ! -name '*.*' -delete
 # stoker-testkit` here would build its dependencies again, without the tests' features).
 [ -x target/debug/s3_server ] || { echo "test: target/debug/s3_server was not built by cargo test" >&2; exit 1; }
 (cd crates/stoker-py && VIRTUAL_ENV="$root/.venv" "$root/.venv/bin/maturin" develop --quiet --locked)
-# The checked-in type stub must match the compiled module.
-(cd crates/stoker-py && "$root/.venv/bin/python" -m mypy.stubtest stoker._stoker)
-# Two workers, each test file in one of them (its module fixtures, such as a Ray cluster, started
-# once): about 0.7x the time of one on two cores.
-STOKER_S3_SERVER="$root/target/debug/s3_server" "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider \
-  -n 2 --dist loadfile crates/stoker-py/tests
+# The checked-in type stub must match the compiled module. mypy runs on one thread: beside the
+# `cuda` build below, not before it.
+stub_log="$(mktemp)"
+bg_logs+=("$stub_log")
+(cd crates/stoker-py && "$root/.venv/bin/python" -m mypy.stubtest stoker._stoker) > "$stub_log" 2>&1 &
+stub_pid=$!
+bg_pids+=("$stub_pid")
 # Same pool and ordering logic with the `cuda` feature on: without a driver it must report
 # CudaUnavailable, never panic. The whole workspace is named so the dependencies keep the
 # features they were built with above (with `-p stoker` they would be built again).
 cargo test --workspace --exclude stoker-zune-jpeg --features stoker/cuda --locked --test it -- pinned:: gpu:: loader::
+stub_status=0
+wait "$stub_pid" || stub_status=$?
+cat "$stub_log"
+if [ "$stub_status" -ne 0 ]; then
+  echo "test: the type stub does not match the compiled module (stubtest above)" >&2
+  exit 1
+fi
+# Two workers, each test file in one of them (its module fixtures, such as a Ray cluster, started
+# once): about 0.7x the time of one on two cores.
+STOKER_S3_SERVER="$root/target/debug/s3_server" "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider \
+  -n 2 --dist loadfile crates/stoker-py/tests

@@ -27,7 +27,9 @@ for v in 3.9 3.13; do
         fi
     done
 done
-for py in "${pythons[@]}"; do
+# One Python's fresh venv, install and smoke run; prints the smoke's JSON line.
+smoke() {
+    local py="$1" venv clean_path tool
     venv="$work/venv-$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
     "$py" -m venv "$venv"
     # No cargo or rustc on the PATH: an install that needed Rust would fail here.
@@ -35,10 +37,27 @@ for py in "${pythons[@]}"; do
     for tool in cargo rustc; do
         if PATH="$clean_path" command -v "$tool" > /dev/null; then
             echo "wheel_smoke: $tool is on the clean PATH ($clean_path); the check would prove nothing" >&2
-            exit 1
+            return 1
         fi
     done
     PATH="$clean_path" "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --only-binary :all: \
         "$wheel[numpy]" >&2
     PATH="$clean_path" "$venv/bin/python" integration/py/wheel_smoke.py "$venv-data"
+}
+# The Pythons side by side (each mostly unpacks wheels and starts an interpreter), their output
+# printed in order; any failure fails the whole.
+pids=()
+for i in "${!pythons[@]}"; do
+    smoke "${pythons[$i]}" > "$work/out-$i" 2> "$work/err-$i" &
+    pids+=($!)
 done
+failed=0
+for i in "${!pythons[@]}"; do
+    if ! wait "${pids[$i]}"; then
+        echo "wheel_smoke: ${pythons[$i]} failed:" >&2
+        failed=1
+    fi
+    cat "$work/err-$i" >&2
+    cat "$work/out-$i"
+done
+exit "$failed"
