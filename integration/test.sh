@@ -32,19 +32,28 @@ mapfile -t rest <<< "$targets"
 bg_pids=()
 bg_logs=()
 trap 'kill "${bg_pids[@]}" 2> /dev/null || true; rm -f "${bg_logs[@]}"' EXIT
-solo_log="$(mktemp)"
-bg_logs+=("$solo_log")
-cargo test --workspace --exclude stoker-zune-jpeg --locked "${solo[@]/#/--test=}" > "$solo_log" 2>&1 &
-solo_pid=$!
-bg_pids+=("$solo_pid")
+# Run a command in the background, its output kept aside; sets bg_pid and bg_log for `collect`.
+in_background() {
+  bg_log="$(mktemp)"
+  bg_logs+=("$bg_log")
+  "$@" > "$bg_log" 2>&1 &
+  bg_pid=$!
+  bg_pids+=("$bg_pid")
+}
+# Wait for background job PID, print its output LOG, and stop here if it failed (naming WHAT).
+collect() {
+  local pid="$1" log="$2" what="$3" status=0
+  wait "$pid" || status=$?
+  cat "$log"
+  if [ "$status" -ne 0 ]; then
+    echo "test: $what failed (its output above)" >&2
+    exit 1
+  fi
+}
+in_background cargo test --workspace --exclude stoker-zune-jpeg --locked "${solo[@]/#/--test=}"
+solo_pid=$bg_pid solo_log=$bg_log
 cargo test --workspace --exclude stoker-zune-jpeg --locked --lib --bins "${rest[@]/#/--test=}"
-solo_status=0
-wait "$solo_pid" || solo_status=$?
-cat "$solo_log"
-if [ "$solo_status" -ne 0 ]; then
-  echo "test: the one-at-a-time test binaries (${solo[*]}) failed (their output above)" >&2
-  exit 1
-fi
+collect "$solo_pid" "$solo_log" "the one-at-a-time test binaries (${solo[*]})"
 cargo test --workspace --exclude stoker-zune-jpeg --locked --doc
 # The test binaries are done with (~100 MB of debug binary each, 0.75 GB in all), and the steps
 # below build what they run: CI's disk is finite. A rerun links them again.
@@ -61,22 +70,14 @@ find target/debug/deps -maxdepth 1 -type f -perm -u+x ! -name '*.*' -delete
 (cd crates/stoker-py && VIRTUAL_ENV="$root/.venv" "$root/.venv/bin/maturin" develop --quiet --locked)
 # The checked-in type stub must match the compiled module. mypy runs on one thread: beside the
 # `cuda` build below, not before it.
-stub_log="$(mktemp)"
-bg_logs+=("$stub_log")
-(cd crates/stoker-py && "$root/.venv/bin/python" -m mypy.stubtest stoker._stoker) > "$stub_log" 2>&1 &
-stub_pid=$!
-bg_pids+=("$stub_pid")
+stubtest() { (cd crates/stoker-py && "$root/.venv/bin/python" -m mypy.stubtest stoker._stoker); }
+in_background stubtest
+stub_pid=$bg_pid stub_log=$bg_log
 # Same pool and ordering logic with the `cuda` feature on: without a driver it must report
 # CudaUnavailable, never panic. The whole workspace is named so the dependencies keep the
 # features they were built with above (with `-p stoker` they would be built again).
 cargo test --workspace --exclude stoker-zune-jpeg --features stoker/cuda --locked --test it -- pinned:: gpu:: loader::
-stub_status=0
-wait "$stub_pid" || stub_status=$?
-cat "$stub_log"
-if [ "$stub_status" -ne 0 ]; then
-  echo "test: the type stub does not match the compiled module (stubtest above)" >&2
-  exit 1
-fi
+collect "$stub_pid" "$stub_log" "the type stub's check against the compiled module (stubtest)"
 # Two workers, each test file in one of them (its module fixtures, such as a Ray cluster, started
 # once): about 0.7x the time of one on two cores.
 STOKER_S3_SERVER="$root/target/debug/s3_server" "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider \
