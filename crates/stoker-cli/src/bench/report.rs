@@ -143,34 +143,41 @@ fn run_json(run: &Run) -> Value {
 /// rows the bound (the same shards read whole through the store, no cache).
 #[derive(Clone, Copy)]
 struct Refs<'a> {
-    raw: Option<f64>,
-    bound: Option<f64>,
-    /// The bound row, for epoch-by-epoch ratios.
-    bound_row: Option<&'a Row>,
+    raw: Option<&'a Row>,
+    bound: Option<&'a Row>,
 }
 
 impl<'a> Refs<'a> {
     fn of(rows: &'a [Row]) -> Self {
-        let sps =
-            |layout: &str| rows.iter().find(|r| r.m.layout == layout).map(|r| r.samples_per_s()).filter(|v| *v > 0.0);
-        Refs { raw: sps("raw"), bound: sps("bound"), bound_row: rows.iter().find(|r| r.m.layout == "bound") }
+        let row = |layout: &str| rows.iter().find(|r| r.m.layout == layout && r.samples_per_s() > 0.0);
+        Refs { raw: row("raw"), bound: row("bound") }
     }
 
-    /// `r`'s share of the bound, for a remote row (one whose source is a URL).
+    /// The raw read's samples/s.
+    fn raw_sps(self) -> Option<f64> {
+        self.raw.map(Row::samples_per_s)
+    }
+
+    /// The bound row, for a remote row (one whose source is a URL).
+    fn bound_of(self, r: &Row) -> Option<&'a Row> {
+        self.bound.filter(|_| r.m.source.contains("://"))
+    }
+
+    /// `r`'s share of the bound, for a remote row.
     fn to_bound(self, r: &Row) -> Option<f64> {
-        self.bound.filter(|_| r.m.source.contains("://")).map(|b| r.samples_per_s() / b)
+        self.bound_of(r).map(|b| r.samples_per_s() / b.samples_per_s())
     }
 
     /// `r`'s share of the bound epoch by epoch (epoch k against the bound's epoch k), for a
     /// remote row; empty where either side has no epoch times.
     fn to_bound_per_epoch(self, r: &Row) -> Vec<f64> {
-        let Some(b) = self.bound_row.filter(|_| r.m.source.contains("://")) else { return Vec::new() };
+        let Some(b) = self.bound_of(r) else { return Vec::new() };
         r.epoch_samples_per_s().iter().zip(b.epoch_samples_per_s()).map(|(s, b)| s / b.max(1e-9)).collect()
     }
 }
 
 fn row_json(r: &Row, refs: Refs) -> Value {
-    let raw_sps = refs.raw;
+    let raw_sps = refs.raw_sps();
     json!({
         "type": "row",
         "backend": r.backend,
@@ -244,7 +251,7 @@ fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 }
 
 fn table(run: &Run, rows: &[Row], refs: Refs) -> Vec<String> {
-    let raw_sps = refs.raw;
+    let raw_sps = refs.raw_sps();
     let mut out = header(run);
     out.push(String::new());
     let width = rows.iter().map(|r| r.backend.chars().count()).max().unwrap_or(7).clamp(7, 60);
