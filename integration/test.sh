@@ -28,28 +28,8 @@ cargo test --workspace --exclude stoker-zune-jpeg --locked --lib --bins --tests 
 solo=(decode_budget loader_alloc)
 targets="$("$root/.venv/bin/python" integration/test_targets.py --exclude-package stoker-zune-jpeg --except "${solo[@]}")"
 mapfile -t rest <<< "$targets"
-# Jobs started in the background, and their logs: stopped and removed however this script ends.
-bg_pids=()
-bg_logs=()
-trap 'kill "${bg_pids[@]}" 2> /dev/null || true; rm -f "${bg_logs[@]}"' EXIT
-# Run a command in the background, its output kept aside; sets bg_pid and bg_log for `collect`.
-in_background() {
-  bg_log="$(mktemp)"
-  bg_logs+=("$bg_log")
-  "$@" > "$bg_log" 2>&1 &
-  bg_pid=$!
-  bg_pids+=("$bg_pid")
-}
-# Wait for background job PID, print its output LOG, and stop here if it failed (naming WHAT).
-collect() {
-  local pid="$1" log="$2" what="$3" status=0
-  wait "$pid" || status=$?
-  cat "$log"
-  if [ "$status" -ne 0 ]; then
-    echo "test: $what failed (its output above)" >&2
-    exit 1
-  fi
-}
+# in_background and collect.
+source integration/background.sh
 in_background cargo test --workspace --exclude stoker-zune-jpeg --locked "${solo[@]/#/--test=}"
 solo_pid=$bg_pid solo_log=$bg_log
 cargo test --workspace --exclude stoker-zune-jpeg --locked --lib --bins "${rest[@]/#/--test=}"
