@@ -183,6 +183,22 @@ pub(crate) trait BitStream {
     where
         T: ZByteReaderTrait;
 
+    /// stoker: decode a block as [`decode_mcu_block`](Self::decode_mcu_block) does (the
+    /// same DC prediction, the same checks and errors) without writing its coefficients: for
+    /// blocks outside the caller's window. By default it decodes into a scratch block.
+    #[allow(clippy::too_many_arguments)]
+    fn skip_mcu_block<T>(
+        &mut self, reader: &mut ZReader<T>, dc_table: &mut Self::DCEntropyTable,
+        ac_table: &mut Self::ACEntropyTable, qt_table: &[i32; DCT_BLOCK], dc_prediction: &mut i32,
+        last_dc_diff: &mut i32
+    ) -> Result<u16, DecodeErrors>
+    where
+        T: ZByteReaderTrait
+    {
+        let mut block = [0i32; 64];
+        self.decode_mcu_block(reader, dc_table, ac_table, qt_table, &mut block, dc_prediction, last_dc_diff)
+    }
+
     fn decode_prog_dc_first<T>(
         &mut self, reader: &mut ZReader<T>, dc_table: &mut Self::DCEntropyTable, block: &mut i16,
         dc_prediction: &mut i32, last_dc_diff: &mut i32
@@ -818,6 +834,59 @@ impl BitStream for BitStreamHuffman {
     ///
     /// This updates DC prediction but we never dequantize and we never do any Zig-Zag translation
     /// either. Still returns the index of the last component read.
+    // stoker: `decode_mcu_block` without the coefficient writes.
+    fn skip_mcu_block<T>(
+        &mut self, reader: &mut ZReader<T>, dc_table: &mut HuffmanTable,
+        ac_table: &mut HuffmanTable, _qt_table: &[i32; DCT_BLOCK], dc_prediction: &mut i32,
+        _last_dc_diff: &mut i32
+    ) -> Result<u16, DecodeErrors>
+    where
+        T: ZByteReaderTrait
+    {
+        let ac_lookup = ac_table.ac_lookup.as_ref().unwrap();
+
+        let (mut symbol, mut r, mut fast_ac);
+        let mut pos: usize = 1;
+        if self.bits_left < 1 && self.marker.is_some() {
+            return Err(DecodeErrors::Format(
+                "No more bytes left in stream before marker".to_string()
+            ));
+        }
+        self.decode_dc(reader, dc_table, dc_prediction)?;
+
+        while pos < 64 {
+            self.refill(reader)?;
+            symbol = self.peek_bits::<HUFF_LOOKAHEAD>();
+            fast_ac = ac_lookup[symbol as usize];
+            symbol = ac_table.lookup[symbol as usize];
+
+            if fast_ac != 0 {
+                pos += ((fast_ac >> 4) & 15) as usize;
+                self.ac_position(pos)?;
+                self.drop_bits((fast_ac & 15) as u8);
+                pos += 1;
+            } else {
+                decode_huff!(self, symbol, ac_table);
+
+                r = symbol >> 4;
+                symbol &= 15;
+
+                if symbol != 0 {
+                    pos += r as usize;
+                    self.ac_position(pos)?;
+                    let _ = self.get_bits(symbol as u8);
+                    pos += 1;
+                } else if r != 15 {
+                    return Ok(pos as u16);
+                } else {
+                    pos += 16;
+                }
+            }
+        }
+
+        return Ok(64);
+    }
+
     fn discard_mcu_block<T>(
         &mut self, reader: &mut ZReader<T>, dc_table: &mut HuffmanTable,
         ac_table: &mut HuffmanTable, _last_dc_diff: &mut i32

@@ -482,7 +482,26 @@ pub struct JpegDecoder<T> {
     // stoker: storage from an earlier decoder, drawn on where this one would allocate.
     pub(crate) recycled: DecoderBuffers,
     // stoker: skip metadata segments instead of copying them (set_skip_metadata).
-    pub(crate) skip_metadata: bool
+    pub(crate) skip_metadata: bool,
+    // stoker: per component, the 8x8 blocks the caller reads (set_block_window); `None` is all.
+    pub(crate) block_windows: [Option<BlockWindow>; MAX_COMPONENTS]
+}
+
+/// stoker: the 8x8 blocks of one component a caller will read, in block units of that
+/// component: columns `cols.0..cols.1`, rows `rows.0..rows.1` (see
+/// [`JpegDecoder::set_block_window`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BlockWindow {
+    pub(crate) cols: (usize, usize),
+    pub(crate) rows: (usize, usize)
+}
+
+impl BlockWindow {
+    /// Whether the block at `(col, row)` is inside.
+    #[inline(always)]
+    pub(crate) fn contains(&self, col: usize, row: usize) -> bool {
+        col >= self.cols.0 && col < self.cols.1 && row >= self.rows.0 && row < self.rows.1
+    }
 }
 
 /// Output target for one MCU decode call.
@@ -1597,7 +1616,8 @@ where
             pending_dnl_stream_position: None,
             raw_pull_state:              RawPullState::default(),
             recycled:                    DecoderBuffers::default(),
-            skip_metadata:               false
+            skip_metadata:               false,
+            block_windows:               [None; MAX_COMPONENTS]
         }
     }
     /// Decode a buffer already in memory

@@ -986,6 +986,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
             scan_du_width = scan_du_width.min(min_du);
         }
 
+        // stoker: blocks outside the caller's windows are skipped, not transformed.
+        let block_windows = self.block_windows;
         for j in start_col..scan_du_width {
             // iterate over components
             for &k in z_scans {
@@ -1036,7 +1038,25 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                         if SAMPLED && !PROGRESSIVE { 0..component.horizontal_sample } else { 0..1 };
 
                     for h_samp in h_step {
-                        let result = if component_samples_needed {
+                        // stoker: whether the caller reads this block (non-interleaved scans
+                        // always decode).
+                        let in_window = PROGRESSIVE
+                            || block_windows[k].map_or(true, |w| {
+                                w.contains(
+                                    j * component.horizontal_sample + h_samp,
+                                    mcu_row * component.vertical_sample + v_samp,
+                                )
+                            });
+                        let result = if component_samples_needed && !in_window {
+                            stream.skip_mcu_block(
+                                &mut self.stream,
+                                dc_table,
+                                ac_table,
+                                qt_table,
+                                &mut component.dc_pred,
+                                &mut component.dc_diff,
+                            )
+                        } else if component_samples_needed {
                             // Fill the array with zeroes, decode_mcu_block expects
                             // a zero based array. Clobber is in zig-zag order though.
                             // Writing consecutive entries is basically free in terms
@@ -1096,7 +1116,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                             };
                         };
 
-                        if component_samples_needed {
+                        if component_samples_needed && in_window {
                             // tmp was only written partially, note that len is in ZigZag order.
                             clobber_more_than_4x4 = len > 10;
 

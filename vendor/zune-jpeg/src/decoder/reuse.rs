@@ -173,4 +173,17 @@ where
     pub fn set_skip_metadata(&mut self, skip: bool) {
         self.skip_metadata = skip;
     }
+
+    /// Read only the 8x8 blocks of `component` in columns `cols` and rows `rows` (block units
+    /// of that component, as laid out in its plane): in single-scan baseline images, the
+    /// blocks outside are entropy-decoded (their DC prediction carried on, every check made
+    /// as for a decoded block) but neither dequantized nor transformed, and what the output
+    /// holds at their samples is unspecified. Progressive and multi-scan images decode every
+    /// block. For callers that read a window of the image through the raw iMCU-row pull. Off
+    /// (every block) by default; a component index past the frame's is ignored.
+    pub fn set_block_window(&mut self, component: usize, cols: core::ops::Range<usize>, rows: core::ops::Range<usize>) {
+        if let Some(window) = self.block_windows.get_mut(component) {
+            *window = Some(crate::decoder::BlockWindow { cols: (cols.start, cols.end), rows: (rows.start, rows.end) });
+        }
+    }
 }

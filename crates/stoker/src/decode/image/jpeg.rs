@@ -3,7 +3,8 @@
 //!
 //! zune-jpeg's raw iMCU-row pull (0.5.16) hands over component planes after the IDCT; we stop
 //! pulling after the last row the window needs (entropy decoding cannot skip the rows above,
-//! but upsampling and colour conversion can) and do libjpeg's "fancy" (triangle) chroma
+//! but the IDCT, upsampling and colour conversion can: our patch of zune-jpeg transforms only
+//! the blocks under the window) and do libjpeg's "fancy" (triangle) chroma
 //! upsampling and its fixed-point YCbCr->RGB ourselves. zune-jpeg's own upsampler differs from
 //! libjpeg's by up to 6 levels on 4:2:0 photos; with this one only IDCT rounding remains.
 //!
@@ -97,7 +98,7 @@ pub(super) fn decode_region(
     if d.input_colorspace() != Some(ColorSpace::YCbCr) {
         return Ok(false);
     }
-    let mut raw = d.raw_output();
+    let raw = d.raw_output();
     let (Some(3), Some(layout)) = (raw.num_components(), raw.layout()) else { return Ok(false) };
     let (y, cb, cr) = (layout[0], layout[1], layout[2]);
     let (hf, vf) = (y.horizontal_sampling_factor, y.vertical_sampling_factor);
@@ -113,8 +114,22 @@ pub(super) fn decode_region(
     // row below), clamped to the plane.
     let luma_rows = need.y1;
     let chroma_rows = ((need.y1 - 1) / vf + 2).min(ch);
-    let strides = [y.width, cw, cw];
-    let sizes = [y.width * y.height, cw * ch, cw * ch];
+    // Of the rows pulled, only the blocks the conversion reads are dequantized and
+    // transformed (our patch of zune-jpeg; the rest are entropy-decoded only, which cannot be
+    // skipped): luma under the window, chroma under the columns and rows `chroma_row` reads,
+    // one neighbour beyond the window's on each side.
+    let (y_width, y_height) = (y.width, y.height);
+    drop(raw);
+    let blocks = |lo: usize, hi: usize| lo / 8..hi.div_ceil(8);
+    d.set_block_window(0, blocks(need.x0, need.x1), blocks(need.y0, need.y1));
+    let (c0, c1) = ((need.x0 / hf).saturating_sub(1), ((need.x1 - 1) / hf + 2).min(cw));
+    let r0 = (need.y0 / vf).saturating_sub(1);
+    for c in [1, 2] {
+        d.set_block_window(c, blocks(c0, c1), blocks(r0, chroma_rows));
+    }
+    let mut raw = d.raw_output();
+    let strides = [y_width, cw, cw];
+    let sizes = [y_width * y_height, cw * ch, cw * ch];
     let mut done = [0usize; 3];
     {
         let [p0, p1, p2] = &mut js.planes;
@@ -142,12 +157,12 @@ pub(super) fn decode_region(
         return Err(ImageError::Truncated("JPEG: fewer rows than the frame header says".into()));
     }
     drop(raw);
-    if need.y1 < y.height && !ends_complete(data) {
+    if need.y1 < y_height && !ends_complete(data) {
         // We stopped before the end, so the decoder never saw it: a file cut below the
         // window would otherwise decode in one epoch and fail in another.
         return Err(ImageError::Truncated("JPEG: no end-of-image marker after the last scan".into()));
     }
-    convert(need, (hf, vf), (y.width, cw, ch), js, pixels);
+    convert(need, (hf, vf), (y_width, cw, ch), js, pixels);
     Ok(true)
 }
 
@@ -327,7 +342,75 @@ pub(super) fn jpeg_options() -> DecoderOptions {
 
 #[cfg(test)]
 mod tests {
-    use super::{ends_complete, first_scan_components};
+    use super::{decode_region, decoder, ends_complete, first_scan_components, recycle, JpegScratch, Rect};
+    use crate::decode::image::ImageError;
+
+    /// A photo-like JPEG of `w` x `h`: gradients with texture, so every block has AC terms.
+    fn jpeg(w: u16, h: u16, sampling: jpeg_encoder::SamplingFactor, restart: u16) -> Vec<u8> {
+        let (wu, hu) = (usize::from(w), usize::from(h));
+        let px: Vec<u8> = (0..wu * hu)
+            .flat_map(|p| {
+                let (x, y) = (p % wu, p / wu);
+                [(x * 255 / wu) as u8 ^ (y % 7) as u8, (y * 255 / hu) as u8, ((x * y + x) % 251) as u8]
+            })
+            .collect();
+        let mut out = Vec::new();
+        let mut e = jpeg_encoder::Encoder::new(&mut out, 88);
+        e.set_sampling_factor(sampling);
+        if restart > 0 {
+            e.set_restart_interval(restart);
+        }
+        e.encode(&px, w, h, jpeg_encoder::ColorType::Rgb).unwrap();
+        out
+    }
+
+    fn region(data: &[u8], need: Rect, js: &mut JpegScratch) -> Vec<u8> {
+        let mut d = decoder(data, js);
+        d.decode_headers().unwrap();
+        let mut pixels = Vec::new();
+        let ok = decode_region(&mut d, data, need, js, &mut pixels, |e| ImageError::Corrupt(e.to_string()));
+        recycle(d, js);
+        assert!(ok.unwrap(), "a YCbCr JPEG with these samplings takes the row path");
+        pixels.truncate((need.x1 - need.x0) * (need.y1 - need.y0) * 3);
+        pixels
+    }
+
+    #[test]
+    fn windows_decode_the_same_pixels_as_the_whole_image() {
+        // The row path transforms only the blocks under the window (and the chroma around
+        // it): every window, at the image's edges or inside, in every chroma sampling the path
+        // takes and with restart intervals, must give the whole image's pixels there.
+        use jpeg_encoder::SamplingFactor as S;
+        let mut js = JpegScratch::default();
+        let mut rng = crate::decode::SampleRng::new(3, 1, 4);
+        for (sampling, restart) in [(S::F_2_2, 0), (S::F_2_1, 0), (S::F_1_2, 0), (S::F_1_1, 0), (S::F_2_2, 3)] {
+            for (w, h) in [(203u16, 157u16), (64, 48), (17, 9)] {
+                let data = jpeg(w, h, sampling, restart);
+                let (wu, hu) = (usize::from(w), usize::from(h));
+                let whole = region(&data, Rect { x0: 0, y0: 0, x1: wu, y1: hu }, &mut js);
+                let mut rects = vec![
+                    Rect { x0: 0, y0: 0, x1: 1, y1: 1 },
+                    Rect { x0: wu - 1, y0: hu - 1, x1: wu, y1: hu },
+                    Rect { x0: wu / 3, y0: hu / 2, x1: wu, y1: hu },
+                    Rect { x0: 0, y0: hu / 3, x1: wu / 2 + 1, y1: hu / 2 + 1 },
+                ];
+                for _ in 0..40 {
+                    let (x0, y0) =
+                        (rng.int_inclusive(0, wu as u64 - 1) as usize, rng.int_inclusive(0, hu as u64 - 1) as usize);
+                    let x1 = rng.int_inclusive(x0 as u64 + 1, wu as u64) as usize;
+                    let y1 = rng.int_inclusive(y0 as u64 + 1, hu as u64) as usize;
+                    rects.push(Rect { x0, y0, x1, y1 });
+                }
+                for need in rects {
+                    let got = region(&data, need, &mut js);
+                    let want: Vec<u8> = (need.y0..need.y1)
+                        .flat_map(|y| whole[(y * wu + need.x0) * 3..(y * wu + need.x1) * 3].to_vec())
+                        .collect();
+                    assert!(got == want, "{sampling:?} restart {restart}, {w}x{h}, window {need:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_first_scan_is_found_past_every_segment() {
