@@ -41,6 +41,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             line += &format!(" {name} {:.1}", t.elapsed().as_secs_f64() * 1e6 / n as f64);
         }
+        // The whole jitter as the decode threads run it, in two of its orders: contrast last
+        // (one pass for the other three, then contrast's) and contrast first.
+        for (name, chain) in [("jitter(b,s,h,c)", [0, 2, 3, 1]), ("jitter(c,b,s,h)", [1, 0, 2, 3])] {
+            let chain: Vec<ColorOp> = chain.iter().map(|&k| ops[k].1).collect();
+            let t = Instant::now();
+            for _ in 0..n {
+                img.copy_from_slice(&photo);
+                apply_color(&mut img, &chain);
+            }
+            line += &format!(" {name} {:.1}", t.elapsed().as_secs_f64() * 1e6 / n as f64);
+        }
+        let t = Instant::now();
+        for _ in 0..n {
+            img.copy_from_slice(&photo);
+        }
+        line += &format!(" (the copy each includes: {:.1})", t.elapsed().as_secs_f64() * 1e6 / n as f64);
         println!("{line}");
     }
     Ok(())

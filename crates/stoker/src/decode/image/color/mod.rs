@@ -79,11 +79,12 @@ pub fn apply(img: &mut [u8], ops: &[ColorOp]) {
     apply_with(img, ops, Path::detect());
 }
 
-/// Which code does the leading part of each operation (as the resampler's `Kernel`): the
-/// AVX2 blocks where the CPU has them, the scalar code the rest.
+/// Which code does the whole 8-pixel blocks of the image (as the resampler's `Kernel`): the
+/// AVX2 code where the CPU has it, else the scalar code does everything.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Path {
-    /// The scalar code does everything.
+    /// The scalar code does everything, one operation after the other over the image: the
+    /// reference the vector code is tested against.
     Scalar,
     /// Made only by [`Path::detect`] on a CPU with AVX2.
     #[cfg(target_arch = "x86_64")]
@@ -99,58 +100,119 @@ impl Path {
         }
         Path::Scalar
     }
+}
 
-    /// Whole 8-pixel blocks of a per-pixel operation: the bytes done and, for contrast (which
-    /// it only reads), the sum of their floored grayscale.
-    fn blocks(self, img: &mut [u8], op: ColorOp) -> (usize, u64) {
-        match self {
-            Path::Scalar => (0, 0),
-            // SAFETY: `Avx2` is made only where the CPU has AVX2 (`detect`).
-            #[cfg(target_arch = "x86_64")]
-            Path::Avx2 => unsafe { x86::blocks(img, op) },
-        }
+/// One step of a fused pass: an operation whose result depends only on the pixel itself.
+/// Contrast becomes a [`Step::Values`] once the mean it blends with is known.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Step {
+    /// Every value `x` becomes `x * mul + add`, clamped and truncated (brightness with `add`
+    /// zero, contrast's blend with its mean).
+    Values { mul: f32, add: f32 },
+    /// `adjust_saturation(img, f)`.
+    Saturation(f32),
+    /// `adjust_hue(img, f)`.
+    Hue(f32),
+    /// `rgb_to_grayscale`.
+    Grayscale,
+}
+
+/// The most steps one pass takes; a longer run of operations without a contrast (only
+/// through the public [`apply`] with a long list) takes more passes.
+const MAX_STEPS: usize = 8;
+
+/// [`apply`] on `path`. The scalar path applies each operation to the whole image in turn.
+/// The vector path fuses the operations between two contrasts into one pass over the image
+/// (each 8-pixel block loaded once, every operation applied in registers with the same
+/// per-operation truncation to `uint8`, stored once): contrast needs the mean of the image as
+/// the operations before it left it, so a pass ends there, summing the grayscale as it
+/// stores. The few pixels after the last whole block get the same steps from the scalar code.
+fn apply_with(img: &mut [u8], ops: &[ColorOp], path: Path) {
+    let pixels = img.len() / 3 * 3;
+    let img = &mut img[..pixels];
+    if path == Path::Scalar {
+        ops.iter().for_each(|&op| scalar_op(img, op));
+        return;
     }
-
-    /// `x * mul + add` on each leading byte, clamped and truncated (brightness, contrast's
-    /// blend): the bytes done.
-    fn values(self, img: &mut [u8], mul: f32, add: f32) -> usize {
-        match self {
-            Path::Scalar => 0,
-            // SAFETY: as in `blocks`.
-            #[cfg(target_arch = "x86_64")]
-            Path::Avx2 => unsafe { x86::values(img, mul, add) },
+    let mut steps = [Step::Grayscale; MAX_STEPS];
+    let mut pending = 0;
+    for &op in ops {
+        let step = match op {
+            Op::Brightness(f) => Step::Values { mul: f, add: 0.0 },
+            Op::Contrast(f) => {
+                let sum = pass(img, &steps[..pending], true, path);
+                pending = 0;
+                let mean = (sum as f64 / (pixels / 3).max(1) as f64) as f32;
+                Step::Values { mul: f, add: mean * (1.0 - f) }
+            }
+            Op::Saturation(f) => Step::Saturation(f),
+            Op::Hue(f) => Step::Hue(f),
+            Op::Grayscale => Step::Grayscale,
+        };
+        if pending == MAX_STEPS {
+            pass(img, &steps, false, path);
+            pending = 0;
         }
+        steps[pending] = step;
+        pending += 1;
+    }
+    if pending > 0 {
+        pass(img, &steps[..pending], false, path);
     }
 }
 
-/// [`apply`] with the leading part of each operation done by `path`; the scalar code does the
-/// rest, the same operations in the same order.
-fn apply_with(img: &mut [u8], ops: &[ColorOp], path: Path) {
-    let pixels = img.len() / 3 * 3;
-    for &op in ops {
-        let (done, sum) = path.blocks(&mut img[..pixels], op);
-        let rest = &mut img[done..pixels];
-        match op {
-            Op::Brightness(f) => values(img, f, 0.0, path),
-            Op::Contrast(f) => {
-                // torch sums the floored grayscale in f32 (pairwise); an integer sum keeps the
-                // mean exact, in any order.
-                let sum = sum + rest.chunks_exact(3).map(|p| u64::from(floor_gray(p) as u32)).sum::<u64>();
-                let mean = (sum as f64 / (pixels / 3).max(1) as f64) as f32;
-                values(img, f, mean * (1.0 - f), path);
+/// One pass of `steps` over `img` (whole pixels): the vector code takes the whole blocks, the
+/// scalar code the rest. With `sum`, the total of the result's floored grayscale (what
+/// contrast's mean needs), else 0.
+fn pass(img: &mut [u8], steps: &[Step], sum: bool, path: Path) -> u64 {
+    let (done, mut total) = match path {
+        Path::Scalar => (0, 0),
+        // SAFETY: `Avx2` is made only where the CPU has AVX2 (`Path::detect`).
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2 => unsafe { x86::pass(img, steps, sum) },
+    };
+    let rest = &mut img[done..];
+    for &step in steps {
+        scalar_step(rest, step);
+    }
+    if sum {
+        total += rest.chunks_exact(3).map(|p| u64::from(floor_gray(p) as u32)).sum::<u64>();
+    }
+    total
+}
+
+/// One operation over the whole image, by the scalar code.
+fn scalar_op(img: &mut [u8], op: ColorOp) {
+    match op {
+        Op::Brightness(f) => scalar_step(img, Step::Values { mul: f, add: 0.0 }),
+        Op::Contrast(f) => {
+            // torch sums the floored grayscale in f32 (pairwise); an integer sum keeps the
+            // mean exact, in any order.
+            let sum = img.chunks_exact(3).map(|p| u64::from(floor_gray(p) as u32)).sum::<u64>();
+            let mean = (sum as f64 / (img.len() / 3).max(1) as f64) as f32;
+            scalar_step(img, Step::Values { mul: f, add: mean * (1.0 - f) });
+        }
+        Op::Saturation(f) => scalar_step(img, Step::Saturation(f)),
+        Op::Hue(f) => scalar_step(img, Step::Hue(f)),
+        Op::Grayscale => scalar_step(img, Step::Grayscale),
+    }
+}
+
+/// One step over `img` (whole pixels), by the scalar code.
+fn scalar_step(img: &mut [u8], step: Step) {
+    match step {
+        Step::Values { mul, add } => values(img, mul, add),
+        Step::Saturation(f) => {
+            for p in img.chunks_exact_mut(3) {
+                let g = floor_gray(p);
+                p.iter_mut().for_each(|x| *x = blend(*x, g, f));
             }
-            Op::Saturation(f) => {
-                for p in rest.chunks_exact_mut(3) {
-                    let g = floor_gray(p);
-                    p.iter_mut().for_each(|x| *x = blend(*x, g, f));
-                }
-            }
-            Op::Hue(f) => rest.chunks_exact_mut(3).for_each(|p| hue(p, f)),
-            Op::Grayscale => {
-                for p in rest.chunks_exact_mut(3) {
-                    let g = to_u8(gray_f32(p));
-                    p.fill(g);
-                }
+        }
+        Step::Hue(f) => img.chunks_exact_mut(3).for_each(|p| hue(p, f)),
+        Step::Grayscale => {
+            for p in img.chunks_exact_mut(3) {
+                let g = to_u8(gray_f32(p));
+                p.fill(g);
             }
         }
     }
@@ -158,16 +220,16 @@ fn apply_with(img: &mut [u8], ops: &[ColorOp], path: Path) {
 
 /// Every byte `x` becomes `x * mul + add`, clamped and truncated: brightness (`add` zero,
 /// where `x * f + 0` is `x * f`) and contrast's blend with the mean (torchvision's `f * x +
-/// (1 - f) * mean`). The vector code takes the leading bytes, a 256-entry table the rest.
-fn values(img: &mut [u8], mul: f32, add: f32, path: Path) {
-    let done = path.values(img, mul, add);
-    lookup(&mut img[done..], |x| to_u8(x * mul + add));
-}
-
-/// Replace every byte `x` of `img` by `f(x as f32)`, computed once per value.
-fn lookup(img: &mut [u8], f: impl Fn(f32) -> u8) {
-    let table: [u8; 256] = std::array::from_fn(|x| f(x as f32));
-    img.iter_mut().for_each(|x| *x = table[usize::from(*x)]);
+/// (1 - f) * mean`), by a 256-entry table of the results (a handful of bytes, the tail of a
+/// vector pass, computed directly).
+fn values(img: &mut [u8], mul: f32, add: f32) {
+    let value = |x: u8| to_u8(f32::from(x) * mul + add);
+    if img.len() < 256 {
+        img.iter_mut().for_each(|x| *x = value(*x));
+    } else {
+        let table: [u8; 256] = std::array::from_fn(|x| value(x as u8));
+        img.iter_mut().for_each(|x| *x = table[usize::from(*x)]);
+    }
 }
 
 /// torchvision's grayscale, in its order of f32 operations.
@@ -281,6 +343,55 @@ mod tests {
             apply(&mut got, &[op]);
             let first = got.iter().zip(&want).position(|(a, b)| a != b);
             assert_eq!(first.map(|i| &img[i / 3 * 3..i / 3 * 3 + 3]), None, "{op:?}: the first pixel that differs");
+        }
+    }
+
+    #[test]
+    fn fused_passes_give_the_scalar_code_bytes() {
+        // Whole sequences (one pass per run between contrasts on the vector path) against the
+        // scalar code applying one operation after the other: contrast first, last, twice,
+        // after grayscale; more steps than one pass takes; nothing.
+        let img: Vec<u8> = (0..(1u32 << 24)).step_by(389).flat_map(|c| c.to_le_bytes()[..3].to_vec()).collect();
+        assert_ne!(img.len() / 3 % 8, 0);
+        let (b, c, s, h) = (Op::Brightness(1.13), Op::Contrast(0.81), Op::Saturation(1.27), Op::Hue(-0.09));
+        let mut sequences: Vec<Vec<ColorOp>> = vec![
+            vec![],
+            vec![c],
+            vec![b, c, s, h],
+            vec![c, h, s, b, Op::Grayscale],
+            vec![h, s, b, c],
+            vec![s, c, Op::Contrast(1.4), h],
+            vec![Op::Grayscale, c],
+            vec![b, s, h, b, s, h, Op::Hue(0.21), Op::Saturation(0.6), Op::Brightness(0.7), h, c, h],
+        ];
+        let jitter = ColorJitter { brightness: 0.4, contrast: 0.4, saturation: 0.4, hue: 0.1 };
+        sequences.extend((0..24).map(|i| draw(Some(&jitter), 0.3, &mut SampleRng::new(5, 1, i))));
+        for ops in &sequences {
+            let mut want = img.clone();
+            apply_with(&mut want, ops, Path::Scalar);
+            let mut got = img.clone();
+            apply(&mut got, ops);
+            let first = got.iter().zip(&want).position(|(a, b)| a != b);
+            assert_eq!(first.map(|i| &img[i / 3 * 3..i / 3 * 3 + 3]), None, "{ops:?}: the first pixel that differs");
+        }
+    }
+
+    #[test]
+    fn a_hue_turn_keeps_the_largest_and_smallest_channel() {
+        // What the vector hue relies on: the scalar code's f32 `v` and `p` give back exactly
+        // the largest and smallest input byte, for every pair and any turn.
+        for max in 0..=255u8 {
+            for min in 0..=max {
+                let mid = min + (max - min) / 3;
+                for f in [-0.5, -0.31, -0.07, 0.0, 0.013, 0.19, 0.5] {
+                    for p in [[max, mid, min], [mid, min, max], [min, max, mid], [max, min, mid]] {
+                        let mut out = p;
+                        hue(&mut out, f);
+                        let (hi, lo) = (*out.iter().max().unwrap(), *out.iter().min().unwrap());
+                        assert_eq!((hi, lo), (max, min), "{p:?} turned by {f}: {out:?}");
+                    }
+                }
+            }
         }
     }
 
