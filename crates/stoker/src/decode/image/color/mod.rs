@@ -19,6 +19,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_512;
 
 use super::super::rng::SampleRng;
 use super::super::spec::ColorJitter;
@@ -80,25 +82,50 @@ pub fn apply(img: &mut [u8], ops: &[ColorOp]) {
 }
 
 /// Which code does the whole 8-pixel blocks of the image (as the resampler's `Kernel`): the
-/// AVX2 code where the CPU has it, else the scalar code does everything.
+/// widest vector code the CPU has, else the scalar code does everything.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Path {
     /// The scalar code does everything, one operation after the other over the image: the
     /// reference the vector code is tested against.
     Scalar,
-    /// Made only by [`Path::detect`] on a CPU with AVX2.
+    /// Made only by [`Path::available`] on a CPU with AVX2.
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// Made only by [`Path::available`] on a CPU with AVX2 and AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
 }
 
 impl Path {
     /// The fastest path this CPU runs.
     fn detect() -> Path {
         #[cfg(target_arch = "x86_64")]
-        if x86::available() {
-            return Path::Avx2;
+        {
+            if x86_512::available() {
+                return Path::Avx512;
+            }
+            if x86::available() {
+                return Path::Avx2;
+            }
         }
         Path::Scalar
+    }
+
+    /// Every path this CPU runs, slowest first (the tests run each).
+    #[cfg(test)]
+    fn available() -> Vec<Path> {
+        #[allow(unused_mut)] // only x86-64 adds to it
+        let mut paths = vec![Path::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if x86::available() {
+                paths.push(Path::Avx2);
+            }
+            if x86_512::available() {
+                paths.push(Path::Avx512);
+            }
+        }
+        paths
     }
 }
 
@@ -167,9 +194,12 @@ fn apply_with(img: &mut [u8], ops: &[ColorOp], path: Path) {
 fn pass(img: &mut [u8], steps: &[Step], sum: bool, path: Path) -> u64 {
     let (done, mut total) = match path {
         Path::Scalar => (0, 0),
-        // SAFETY: `Avx2` is made only where the CPU has AVX2 (`Path::detect`).
+        // SAFETY: `Avx2` is made only where the CPU has AVX2 (`Path::available`).
         #[cfg(target_arch = "x86_64")]
         Path::Avx2 => unsafe { x86::pass(img, steps, sum) },
+        // SAFETY: `Avx512` is made only where the CPU has AVX2 and AVX-512F.
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx512 => unsafe { x86_512::pass(img, steps, sum) },
     };
     let rest = &mut img[done..];
     for &step in steps {
@@ -339,10 +369,13 @@ mod tests {
         ] {
             let mut want = img.clone();
             apply_with(&mut want, &[op], Path::Scalar);
-            let mut got = img.clone();
-            apply(&mut got, &[op]);
-            let first = got.iter().zip(&want).position(|(a, b)| a != b);
-            assert_eq!(first.map(|i| &img[i / 3 * 3..i / 3 * 3 + 3]), None, "{op:?}: the first pixel that differs");
+            for path in Path::available() {
+                let mut got = img.clone();
+                apply_with(&mut got, &[op], path);
+                let first = got.iter().zip(&want).position(|(a, b)| a != b);
+                let at = first.map(|i| &img[i / 3 * 3..i / 3 * 3 + 3]);
+                assert_eq!(at, None, "{op:?} on {path:?}: the first pixel that differs");
+            }
         }
     }
 
@@ -369,10 +402,16 @@ mod tests {
         for ops in &sequences {
             let mut want = img.clone();
             apply_with(&mut want, ops, Path::Scalar);
+            for path in Path::available() {
+                let mut got = img.clone();
+                apply_with(&mut got, ops, path);
+                let first = got.iter().zip(&want).position(|(a, b)| a != b);
+                let at = first.map(|i| &img[i / 3 * 3..i / 3 * 3 + 3]);
+                assert_eq!(at, None, "{ops:?} on {path:?}: the first pixel that differs");
+            }
             let mut got = img.clone();
             apply(&mut got, ops);
-            let first = got.iter().zip(&want).position(|(a, b)| a != b);
-            assert_eq!(first.map(|i| &img[i / 3 * 3..i / 3 * 3 + 3]), None, "{ops:?}: the first pixel that differs");
+            assert!(got == want, "{ops:?}: apply takes one of the paths");
         }
     }
 

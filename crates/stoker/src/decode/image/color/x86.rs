@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 use super::Step;
 
 /// Bytes of one block: 8 RGB8 pixels.
-const BLOCK: usize = 24;
+pub(super) const BLOCK: usize = 24;
 
 /// Whether this CPU runs [`pass`].
 pub(super) fn available() -> bool {
@@ -145,7 +145,7 @@ fn values(img: &mut [u8], mul: f32, add: f32) -> usize {
 
 /// The total of the 8 lanes' sums.
 #[target_feature(enable = "avx2")]
-fn flush(lanes: __m256i) -> u64 {
+pub(super) fn flush(lanes: __m256i) -> u64 {
     let mut out = [0u32; 8];
     // SAFETY: stores 32 bytes into the 32-byte array.
     unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), lanes) };
@@ -176,7 +176,7 @@ const PICK: [[[i8; 16]; 2]; 3] = {
 
 /// The R, G and B values of a block's 8 pixels, as `f32` in 0..=255.
 #[target_feature(enable = "avx2")]
-fn load(px: &[u8; BLOCK]) -> [__m256; 3] {
+pub(super) fn load(px: &[u8; BLOCK]) -> [__m256; 3] {
     // SAFETY: 16 bytes at 0 and 8 at 16: inside the 24-byte block.
     let (lo, hi) = unsafe { (_mm_loadu_si128(px.as_ptr().cast()), _mm_loadl_epi64(px.as_ptr().add(16).cast())) };
     let channel = |c: usize| {
@@ -191,7 +191,7 @@ fn load(px: &[u8; BLOCK]) -> [__m256; 3] {
 
 /// Store the three channels' bytes (in the low byte of each `i32` lane) interleaved.
 #[target_feature(enable = "avx2")]
-fn store(px: &mut [u8; BLOCK], [r, g, b]: [__m256i; 3]) {
+pub(super) fn store(px: &mut [u8; BLOCK], [r, g, b]: [__m256i; 3]) {
     // Per 128-bit half (pixels 0..4, then 4..8): r0-3 g0-3 b0-3 b0-3 as bytes.
     let bytes = _mm256_packus_epi16(_mm256_packus_epi32(r, g), _mm256_packus_epi32(b, b));
     let interleave = _mm256_setr_epi8(
