@@ -830,10 +830,6 @@ impl BitStream for BitStreamHuffman {
         return Ok(64);
     }
 
-    /// Advance the bitstream over a block but ignore the data contained.
-    ///
-    /// This updates DC prediction but we never dequantize and we never do any Zig-Zag translation
-    /// either. Still returns the index of the last component read.
     // stoker: `decode_mcu_block` without the coefficient writes.
     fn skip_mcu_block<T>(
         &mut self, reader: &mut ZReader<T>, dc_table: &mut HuffmanTable,
@@ -887,6 +883,10 @@ impl BitStream for BitStreamHuffman {
         return Ok(64);
     }
 
+    /// Advance the bitstream over a block but ignore the data contained.
+    ///
+    /// This updates DC prediction but we never dequantize and we never do any Zig-Zag translation
+    /// either. Still returns the index of the last component read.
     fn discard_mcu_block<T>(
         &mut self, reader: &mut ZReader<T>, dc_table: &mut HuffmanTable,
         ac_table: &mut HuffmanTable, _last_dc_diff: &mut i32

@@ -88,10 +88,11 @@ enum Path {
     /// The scalar code does everything, one operation after the other over the image: the
     /// reference the vector code is tested against.
     Scalar,
-    /// Made only by [`Path::available`] on a CPU with AVX2.
+    /// Made only by [`Path::detect`] (and the tests' `Path::available`) on a CPU with AVX2.
     #[cfg(target_arch = "x86_64")]
     Avx2,
-    /// Made only by [`Path::available`] on a CPU with AVX2 and AVX-512F.
+    /// Made only by [`Path::detect`] (and the tests' `Path::available`) on a CPU with AVX2
+    /// and AVX-512F.
     #[cfg(target_arch = "x86_64")]
     Avx512,
 }
@@ -194,10 +195,10 @@ fn apply_with(img: &mut [u8], ops: &[ColorOp], path: Path) {
 fn pass(img: &mut [u8], steps: &[Step], sum: bool, path: Path) -> u64 {
     let (done, mut total) = match path {
         Path::Scalar => (0, 0),
-        // SAFETY: `Avx2` is made only where the CPU has AVX2 (`Path::available`).
+        // SAFETY: `Avx2` is made only where the CPU has AVX2 (`Path::detect`, `Path::available`).
         #[cfg(target_arch = "x86_64")]
         Path::Avx2 => unsafe { x86::pass(img, steps, sum) },
-        // SAFETY: `Avx512` is made only where the CPU has AVX2 and AVX-512F.
+        // SAFETY: `Avx512` is made only where the CPU has AVX2 and AVX-512F (as `Avx2`).
         #[cfg(target_arch = "x86_64")]
         Path::Avx512 => unsafe { x86_512::pass(img, steps, sum) },
     };
