@@ -119,16 +119,23 @@ fn emit<const N: usize>(
             }
         }
         ImageLayout::Chw => {
+            // One read of each pixel, its three channels written to the three planes (a pass
+            // per plane read the image three times, with the channel a run-time index).
             let plane = img.len() / 3 * N;
-            for (c, dst_plane) in out.chunks_exact_mut(plane).enumerate() {
-                for (src, dst) in rows.clone().zip(dst_plane.chunks_exact_mut(w * N)) {
-                    let dst = dst.chunks_exact_mut(N);
-                    let put = |(d, s): (&mut [u8], &[u8])| d.copy_from_slice(&elem(s[c], c));
-                    if flip {
-                        dst.zip(src.chunks_exact(3).rev()).for_each(put);
-                    } else {
-                        dst.zip(src.chunks_exact(3)).for_each(put);
-                    }
+            let (p0, rest) = out.split_at_mut(plane);
+            let (p1, p2) = rest.split_at_mut(plane);
+            let planes = p0.chunks_exact_mut(w * N).zip(p1.chunks_exact_mut(w * N)).zip(p2.chunks_exact_mut(w * N));
+            for (src, ((d0, d1), d2)) in rows.zip(planes) {
+                let dst = d0.chunks_exact_mut(N).zip(d1.chunks_exact_mut(N)).zip(d2.chunks_exact_mut(N));
+                let put = |(((a, b), c), s): (((&mut [u8], &mut [u8]), &mut [u8]), &[u8])| {
+                    a.copy_from_slice(&elem(s[0], 0));
+                    b.copy_from_slice(&elem(s[1], 1));
+                    c.copy_from_slice(&elem(s[2], 2));
+                };
+                if flip {
+                    dst.zip(src.chunks_exact(3).rev()).for_each(put);
+                } else {
+                    dst.zip(src.chunks_exact(3)).for_each(put);
                 }
             }
         }
