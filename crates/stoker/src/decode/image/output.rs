@@ -127,15 +127,19 @@ fn emit<const N: usize>(
             let planes = p0.chunks_exact_mut(w * N).zip(p1.chunks_exact_mut(w * N)).zip(p2.chunks_exact_mut(w * N));
             for (src, ((d0, d1), d2)) in rows.zip(planes) {
                 let dst = d0.chunks_exact_mut(N).zip(d1.chunks_exact_mut(N)).zip(d2.chunks_exact_mut(N));
-                let put = |(((a, b), c), s): (((&mut [u8], &mut [u8]), &mut [u8]), &[u8])| {
+                let put = |a: &mut [u8], b: &mut [u8], c: &mut [u8], s: &[u8]| {
                     a.copy_from_slice(&elem(s[0], 0));
                     b.copy_from_slice(&elem(s[1], 1));
                     c.copy_from_slice(&elem(s[2], 2));
                 };
                 if flip {
-                    dst.zip(src.chunks_exact(3).rev()).for_each(put);
+                    for (((a, b), c), s) in dst.zip(src.chunks_exact(3).rev()) {
+                        put(a, b, c, s);
+                    }
                 } else {
-                    dst.zip(src.chunks_exact(3)).for_each(put);
+                    for (((a, b), c), s) in dst.zip(src.chunks_exact(3)) {
+                        put(a, b, c, s);
+                    }
                 }
             }
         }
