@@ -7,7 +7,8 @@
 //! its schedulers reach; with twice the pixels in each operation, the same chains cover twice
 //! the image. On the 2-core AMD EPYC VM (Zen 4, which runs 512-bit operations in two halves)
 //! the whole jitter took about 150 µs a 224x224 image against the AVX2 code's 170, and the hue
-//! alone 92 against 108 (`examples/color_bench.rs`).
+//! alone 92 against 108 (`examples/color_bench.rs`); on an Intel Xeon host (a cloud GPU
+//! machine's) 229-265 µs against 349-510.
 
 use std::arch::x86_64::*;
 
