@@ -415,6 +415,60 @@ impl BitStreamHuffman {
 
         return Ok(true);
     }
+
+    // stoker: `discard_mcu_block`'s AC loop (moved here unchanged), shared with
+    // `skip_mcu_block`: advance over a block's AC coefficients without writing them.
+    #[inline(always)]
+    fn discard_ac<T>(
+        &mut self, reader: &mut ZReader<T>, ac_table: &HuffmanTable
+    ) -> Result<u16, DecodeErrors>
+    where
+    T: ZByteReaderTrait
+    {
+        // Get fast AC table as a reference before we enter the hot path
+        let ac_lookup = ac_table.ac_lookup.as_ref().unwrap();
+
+        let (mut symbol, mut r, mut fast_ac);
+        // Decode AC coefficients
+        let mut pos: usize = 1;
+
+        while pos < 64 {
+            self.refill(reader)?;
+            symbol = self.peek_bits::<HUFF_LOOKAHEAD>();
+            fast_ac = ac_lookup[symbol as usize];
+            symbol = ac_table.lookup[symbol as usize];
+
+            if fast_ac != 0 {
+                //  FAST AC path
+                pos += ((fast_ac >> 4) & 15) as usize; // run
+
+                // nothing is written, but strict mode must reject the same streams
+                self.ac_position(pos)?;
+                self.drop_bits((fast_ac & 15) as u8);
+                pos += 1;
+            } else {
+                decode_huff!(self, symbol, ac_table);
+
+                r = symbol >> 4;
+                symbol &= 15;
+
+                if symbol != 0 {
+                    pos += r as usize;
+                    self.ac_position(pos)?;
+                    // Advance over bits but ignore.
+                    let _ = self.get_bits(symbol as u8);
+
+                    pos += 1;
+                } else if r != 15 {
+                    return Ok(pos as u16);
+                } else {
+                    pos += 16;
+                }
+            }
+        }
+
+        return Ok(64);
+    }
 }
 
 impl BitStream for BitStreamHuffman {
@@ -830,7 +884,8 @@ impl BitStream for BitStreamHuffman {
         return Ok(64);
     }
 
-    // stoker: `decode_mcu_block` without the coefficient writes.
+    // stoker: `decode_mcu_block` without the coefficient writes: its checks, its DC
+    // prediction, then `discard_mcu_block`'s AC loop.
     fn skip_mcu_block<T>(
         &mut self, reader: &mut ZReader<T>, dc_table: &mut HuffmanTable,
         ac_table: &mut HuffmanTable, _qt_table: &[i32; DCT_BLOCK], dc_prediction: &mut i32,
@@ -839,48 +894,13 @@ impl BitStream for BitStreamHuffman {
     where
         T: ZByteReaderTrait
     {
-        let ac_lookup = ac_table.ac_lookup.as_ref().unwrap();
-
-        let (mut symbol, mut r, mut fast_ac);
-        let mut pos: usize = 1;
         if self.bits_left < 1 && self.marker.is_some() {
             return Err(DecodeErrors::Format(
                 "No more bytes left in stream before marker".to_string()
             ));
         }
         self.decode_dc(reader, dc_table, dc_prediction)?;
-
-        while pos < 64 {
-            self.refill(reader)?;
-            symbol = self.peek_bits::<HUFF_LOOKAHEAD>();
-            fast_ac = ac_lookup[symbol as usize];
-            symbol = ac_table.lookup[symbol as usize];
-
-            if fast_ac != 0 {
-                pos += ((fast_ac >> 4) & 15) as usize;
-                self.ac_position(pos)?;
-                self.drop_bits((fast_ac & 15) as u8);
-                pos += 1;
-            } else {
-                decode_huff!(self, symbol, ac_table);
-
-                r = symbol >> 4;
-                symbol &= 15;
-
-                if symbol != 0 {
-                    pos += r as usize;
-                    self.ac_position(pos)?;
-                    let _ = self.get_bits(symbol as u8);
-                    pos += 1;
-                } else if r != 15 {
-                    return Ok(pos as u16);
-                } else {
-                    pos += 16;
-                }
-            }
-        }
-
-        return Ok(64);
+        self.discard_ac(reader, ac_table)
     }
 
     /// Advance the bitstream over a block but ignore the data contained.
@@ -894,52 +914,10 @@ impl BitStream for BitStreamHuffman {
     where
         T: ZByteReaderTrait
     {
-        // Get fast AC table as a reference before we enter the hot path
-        let ac_lookup = ac_table.ac_lookup.as_ref().unwrap();
-
-        let (mut symbol, mut r, mut fast_ac);
-        // Decode AC coefficients
-        let mut pos: usize = 1;
-
         // decode DC, dc prediction will contain the value
         self.discard_dc(reader, dc_table)?;
-
-        while pos < 64 {
-            self.refill(reader)?;
-            symbol = self.peek_bits::<HUFF_LOOKAHEAD>();
-            fast_ac = ac_lookup[symbol as usize];
-            symbol = ac_table.lookup[symbol as usize];
-
-            if fast_ac != 0 {
-                //  FAST AC path
-                pos += ((fast_ac >> 4) & 15) as usize; // run
-
-                // nothing is written, but strict mode must reject the same streams
-                self.ac_position(pos)?;
-                self.drop_bits((fast_ac & 15) as u8);
-                pos += 1;
-            } else {
-                decode_huff!(self, symbol, ac_table);
-
-                r = symbol >> 4;
-                symbol &= 15;
-
-                if symbol != 0 {
-                    pos += r as usize;
-                    self.ac_position(pos)?;
-                    // Advance over bits but ignore.
-                    let _ = self.get_bits(symbol as u8);
-
-                    pos += 1;
-                } else if r != 15 {
-                    return Ok(pos as u16);
-                } else {
-                    pos += 16;
-                }
-            }
-        }
-
-        return Ok(64);
+        // stoker: the AC loop moved to `discard_ac`, shared with `skip_mcu_block`.
+        self.discard_ac(reader, ac_table)
     }
 
     /// Decode a DC block
