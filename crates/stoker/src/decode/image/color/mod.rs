@@ -18,6 +18,9 @@
 //! `(seed, epoch, index)`.
 
 #[cfg(target_arch = "x86_64")]
+#[macro_use]
+mod lanes;
+#[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_512;

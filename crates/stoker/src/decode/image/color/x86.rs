@@ -76,7 +76,7 @@ pub(super) unsafe fn pass(img: &mut [u8], steps: &[Step], sum: bool) -> (usize, 
 const TURN: usize = 2;
 
 /// A block of a `chunks_exact_mut(BLOCK)`.
-fn whole_block(b: &mut [u8]) -> &mut [u8; BLOCK] {
+pub(super) fn whole_block(b: &mut [u8]) -> &mut [u8; BLOCK] {
     b.try_into().expect("chunks_exact gives whole blocks")
 }
 
@@ -97,25 +97,6 @@ fn blocks<const N: usize>(px: [&mut [u8; BLOCK]; N], steps: &[Step]) -> [[__m256
         }
     }
     x
-}
-
-/// One step on a block's three channels (integers 0..=255 held as `f32`).
-#[target_feature(enable = "avx2")]
-#[inline]
-fn apply([r, g, b]: [__m256; 3], step: Step) -> [__m256; 3] {
-    match step {
-        Step::Values { mul, add } => {
-            let (mul, add) = (_mm256_set1_ps(mul), _mm256_set1_ps(add));
-            [r, g, b].map(|c| to_u8(_mm256_add_ps(_mm256_mul_ps(c, mul), add)))
-        }
-        Step::Saturation(f) => {
-            let gray = floor(gray(r, g, b));
-            let (f, keep) = (_mm256_set1_ps(f), _mm256_set1_ps(1.0 - f));
-            [r, g, b].map(|c| to_u8(_mm256_add_ps(_mm256_mul_ps(c, f), _mm256_mul_ps(gray, keep))))
-        }
-        Step::Hue(f) => hue(r, g, b, f),
-        Step::Grayscale => [to_u8(gray(r, g, b)); 3],
-    }
 }
 
 /// Every byte `x` of `img` becomes `x * mul + add` clamped to 0..=255 and truncated, 32 bytes
@@ -204,23 +185,10 @@ pub(super) fn store(px: &mut [u8; BLOCK], [r, g, b]: [__m256i; 3]) {
     px[12..].copy_from_slice(&out[16..28]);
 }
 
-/// torchvision's grayscale, `0.2989 R + 0.587 G + 0.114 B` in that order.
-#[target_feature(enable = "avx2")]
-fn gray(r: __m256, g: __m256, b: __m256) -> __m256 {
-    let rg = _mm256_add_ps(_mm256_mul_ps(r, _mm256_set1_ps(0.2989)), _mm256_mul_ps(g, _mm256_set1_ps(0.587)));
-    _mm256_add_ps(rg, _mm256_mul_ps(b, _mm256_set1_ps(0.114)))
-}
-
 /// Rounded down (the values here are 0..=255).
 #[target_feature(enable = "avx2")]
 fn floor(x: __m256) -> __m256 {
     _mm256_round_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(x)
-}
-
-/// Clamped to 0..=255 and truncated (as the scalar `to_u8`), the integer kept as an `f32`.
-#[target_feature(enable = "avx2")]
-fn to_u8(v: __m256) -> __m256 {
-    trunc(_mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), _mm256_set1_ps(255.0)))
 }
 
 /// Rounded toward zero.
@@ -235,65 +203,72 @@ fn select(mask: __m256, a: __m256, b: __m256) -> __m256 {
     _mm256_blendv_ps(b, a, mask)
 }
 
-/// The scalar `super::hue`, lane by lane, on values 0..=255.
-///
-/// It computes what decides the bytes and no more. A turn of the hue keeps a pixel's largest
-/// and smallest channel: in `f32` the scalar code's `v` and `p` come out as exactly the input's
-/// largest and smallest byte for every pair (checked by `super::tests`), so only the middle
-/// channel (`t` in even sectors, `q` in odd ones) is computed, and the sector says which
-/// output channel gets which of the three. Of the three quotients `(maxc - x) / range` the
-/// hue formula uses two, chosen by the largest channel, so the inputs are chosen first and
-/// only two are divided.
+/// The register the steps work on: 8 `f32` lanes.
+type V = __m256;
+/// A compare's result: all ones or all zeros in each lane.
+type M = __m256;
+
+lane_steps!("avx2");
+
 #[target_feature(enable = "avx2")]
-fn hue(r: __m256, g: __m256, b: __m256, f: f32) -> [__m256; 3] {
-    let splat = _mm256_set1_ps;
-    let (zero, one) = (_mm256_setzero_ps(), splat(1.0));
-    let (max8, min8) = (_mm256_max_ps(_mm256_max_ps(r, g), b), _mm256_min_ps(_mm256_min_ps(r, g), b));
-    let scale = splat(1.0 / 255.0);
-    let (r, g, b) = (_mm256_mul_ps(r, scale), _mm256_mul_ps(g, scale), _mm256_mul_ps(b, scale));
-    let maxc = _mm256_max_ps(_mm256_max_ps(r, g), b);
-    let minc = _mm256_min_ps(_mm256_min_ps(r, g), b);
-    let eqc = _mm256_cmp_ps::<_CMP_EQ_OQ>(maxc, minc);
-    let range = _mm256_sub_ps(maxc, minc);
-    let s = _mm256_div_ps(range, select(eqc, one, maxc));
-    let div = select(eqc, one, range);
-    let (dr, dg, db) = (_mm256_sub_ps(maxc, r), _mm256_sub_ps(maxc, g), _mm256_sub_ps(maxc, b));
-    // maxc == r: bc - gc; maxc == g: (2 + rc) - bc; else (4 + gc) - rc, as (k + a) - b.
-    let (is_r, is_g) = (_mm256_cmp_ps::<_CMP_EQ_OQ>(maxc, r), _mm256_cmp_ps::<_CMP_EQ_OQ>(maxc, g));
-    let a = select(is_r, db, select(is_g, dr, dg));
-    let bb = select(is_r, dg, select(is_g, db, dr));
-    let k = select(is_r, zero, select(is_g, splat(2.0), splat(4.0)));
-    let h = _mm256_sub_ps(_mm256_add_ps(k, _mm256_div_ps(a, div)), _mm256_div_ps(bb, div));
-    let h = _mm256_add_ps(_mm256_mul_ps(h, splat(1.0 / 6.0)), one);
-    let h = select(_mm256_cmp_ps::<_CMP_GE_OQ>(h, one), _mm256_sub_ps(h, one), h);
-    let h = _mm256_add_ps(h, splat(f));
-    let h = select(
-        _mm256_cmp_ps::<_CMP_LT_OQ>(h, zero),
-        _mm256_add_ps(h, one),
-        select(_mm256_cmp_ps::<_CMP_GE_OQ>(h, one), _mm256_sub_ps(h, one), h),
-    );
-    let h6 = _mm256_mul_ps(h, splat(6.0));
-    let i = trunc(h6);
-    let fr = _mm256_sub_ps(h6, i);
-    let sector = select(_mm256_cmp_ps::<_CMP_GE_OQ>(i, splat(6.0)), zero, i);
-    let sxf = _mm256_mul_ps(s, fr);
-    // t = (sxf + (1 - s)) * v in sectors 0, 2, 4; q = (1 - sxf) * v in 1, 3, 5.
-    let even = _mm256_castsi256_ps(_mm256_cmpeq_epi32(
-        _mm256_and_si256(_mm256_cvttps_epi32(sector), _mm256_set1_epi32(1)),
-        _mm256_setzero_si256(),
-    ));
-    let factor = select(even, _mm256_add_ps(sxf, _mm256_sub_ps(one, s)), _mm256_sub_ps(one, sxf));
-    let mid = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(factor, maxc), zero), one);
-    let mid = trunc(_mm256_mul_ps(mid, splat(255.999)));
-    // Sectors 0..6 give (v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q): by
-    // the distance of the sector from a centre, each channel is the largest, the middle or the
-    // smallest value.
-    let distance = |centre: f32| _mm256_andnot_ps(splat(-0.0), _mm256_sub_ps(sector, splat(centre)));
-    let below = |d: __m256, n: f32| _mm256_cmp_ps::<_CMP_LT_OQ>(d, splat(n));
-    let dr = distance(2.5); // 2.5 in sectors 0 and 5, 1.5 in 1 and 4, 0.5 in 2 and 3
-    let r = select(below(dr, 1.0), min8, select(below(dr, 2.0), mid, max8));
-    let (dg, db) = (distance(1.5), distance(3.5));
-    let g = select(below(dg, 1.0), max8, select(below(dg, 2.0), mid, min8));
-    let b = select(below(db, 1.0), max8, select(below(db, 2.0), mid, min8));
-    [r, g, b]
+fn splat(x: f32) -> V {
+    _mm256_set1_ps(x)
+}
+
+#[target_feature(enable = "avx2")]
+fn add(a: V, b: V) -> V {
+    _mm256_add_ps(a, b)
+}
+
+#[target_feature(enable = "avx2")]
+fn sub(a: V, b: V) -> V {
+    _mm256_sub_ps(a, b)
+}
+
+#[target_feature(enable = "avx2")]
+fn mul(a: V, b: V) -> V {
+    _mm256_mul_ps(a, b)
+}
+
+#[target_feature(enable = "avx2")]
+fn div(a: V, b: V) -> V {
+    _mm256_div_ps(a, b)
+}
+
+#[target_feature(enable = "avx2")]
+fn max(a: V, b: V) -> V {
+    _mm256_max_ps(a, b)
+}
+
+#[target_feature(enable = "avx2")]
+fn min(a: V, b: V) -> V {
+    _mm256_min_ps(a, b)
+}
+
+#[target_feature(enable = "avx2")]
+fn eq(a: V, b: V) -> M {
+    _mm256_cmp_ps::<_CMP_EQ_OQ>(a, b)
+}
+
+#[target_feature(enable = "avx2")]
+fn lt(a: V, b: V) -> M {
+    _mm256_cmp_ps::<_CMP_LT_OQ>(a, b)
+}
+
+#[target_feature(enable = "avx2")]
+fn ge(a: V, b: V) -> M {
+    _mm256_cmp_ps::<_CMP_GE_OQ>(a, b)
+}
+
+/// `|x|`: the sign bit cleared.
+#[target_feature(enable = "avx2")]
+fn abs(x: V) -> V {
+    _mm256_andnot_ps(_mm256_set1_ps(-0.0), x)
+}
+
+/// Whether each lane's integer value (0..6 here) is even.
+#[target_feature(enable = "avx2")]
+fn even(x: V) -> M {
+    let odd = _mm256_and_si256(_mm256_cvttps_epi32(x), _mm256_set1_epi32(1));
+    _mm256_castsi256_ps(_mm256_cmpeq_epi32(odd, _mm256_setzero_si256()))
 }
