@@ -7,7 +7,7 @@
 //! next step starts from it, and the block is stored once (a pass per operation cost a load, a
 //! deinterleave, an interleave and a store each). With that, two blocks at a time and the
 //! hue's work cut (see [`hue`]), the jitter's four operations on a 224x224 image take about
-//! 170 µs instead of 213 (`examples/color_bench.rs`, the 2-core AMD EPYC VM).
+//! 175-185 µs instead of 213 (`examples/color_bench.rs`, the 2-core AMD EPYC VM).
 //!
 //! Per pixel with branches, the hue took about 8 µs per thousand pixels: the largest channel
 //! and the hue sector change from pixel to pixel, and a mispredicted branch costs more than
