@@ -2803,7 +2803,9 @@ where
             /// Snapshots taken from the checkpoint (if any) so the seek and
             /// SOS-restore steps below do not need to touch `scan_state`.
             checkpoint_view:       Option<CheckpointView>,
-            progressive_view:      Option<ProgressiveCheckpointView>,
+            // stoker: borrowed, not a copy: the view held every Huffman table by value, and
+            // the plan (an `Option` of that size even when empty) was memcpy'd per image
+            progressive_view:      Option<ProgressiveCheckpointView<'a>>,
             progressive_fine_view: Option<ProgressiveFineCheckpointView>
         }
         #[derive(Clone, Copy)]
@@ -2815,11 +2817,10 @@ where
             pixels_written:  usize,
             dc_predictions:  [(i32, i32); MAX_COMPONENTS]
         }
-        #[derive(Clone)]
-        struct ProgressiveCheckpointView {
+        struct ProgressiveCheckpointView<'a> {
             append_snapshot: HeaderAppendStateSnapshot,
             sos_snapshot:    SosParamsSnapshot,
-            header_snapshot: ScanHeaderStateSnapshot,
+            header_snapshot: &'a ScanHeaderStateSnapshot,
             stream_position: usize,
             completed_scans: usize
         }
@@ -2859,7 +2860,7 @@ where
                 ProgressiveCheckpointView {
                     append_snapshot: checkpoint.append_snapshot,
                     sos_snapshot:    checkpoint.sos_snapshot,
-                    header_snapshot: checkpoint.header_snapshot.clone(),
+                    header_snapshot: &checkpoint.header_snapshot,
                     stream_position: checkpoint.stream_position,
                     completed_scans: checkpoint.completed_scans
                 }
@@ -2939,7 +2940,7 @@ where
             if let Some(view) = progressive_fine_view {
                 let header_snapshot = progressive_view
                     .as_ref()
-                    .map_or(outer_header_snapshot, |view| &view.header_snapshot);
+                    .map_or(outer_header_snapshot, |view| view.header_snapshot);
                 self.restore_scan_header_state(header_snapshot);
                 if let Err(e) = self.stream.set_position(view.stream_position) {
                     self.scan_state = taken_state; // stoker: put the state back
@@ -2956,7 +2957,7 @@ where
                     comp.dc_diff = dc_diff;
                 }
             } else if let Some(view) = progressive_view {
-                self.restore_scan_header_state(&view.header_snapshot);
+                self.restore_scan_header_state(view.header_snapshot);
                 if let Err(e) = self.stream.set_position(view.stream_position) {
                     self.scan_state = taken_state; // stoker: put the state back
                     return Err(e.into());
