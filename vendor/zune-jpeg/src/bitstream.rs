@@ -432,9 +432,16 @@ impl BitStreamHuffman {
         // Decode AC coefficients
         let mut pos: usize = 1;
 
+        // stoker: the bit buffer in locals on the fast path, as in `decode_mcu_block`.
+        let (mut buf, mut left) = (self.aligned_buffer, self.bits_left);
         while pos < 64 {
-            self.refill(reader)?;
-            symbol = self.peek_bits::<HUFF_LOOKAHEAD>();
+            if left < 32 {
+                self.aligned_buffer = buf;
+                self.bits_left = left;
+                self.refill(reader)?;
+                (buf, left) = (self.aligned_buffer, self.bits_left);
+            }
+            symbol = (buf >> (64 - HUFF_LOOKAHEAD)) as i32;
             fast_ac = ac_lookup[symbol as usize];
             symbol = ac_table.lookup[symbol as usize];
 
@@ -443,10 +450,18 @@ impl BitStreamHuffman {
                 pos += ((fast_ac >> 4) & 15) as usize; // run
 
                 // nothing is written, but strict mode must reject the same streams
-                self.ac_position(pos)?;
-                self.drop_bits((fast_ac & 15) as u8);
+                if let Err(e) = self.ac_position(pos) {
+                    self.aligned_buffer = buf;
+                    self.bits_left = left;
+                    return Err(e);
+                }
+                let n = (fast_ac & 15) as u8;
+                left = left.saturating_sub(n);
+                buf <<= n;
                 pos += 1;
             } else {
+                self.aligned_buffer = buf;
+                self.bits_left = left;
                 decode_huff!(self, symbol, ac_table);
 
                 r = symbol >> 4;
@@ -464,8 +479,11 @@ impl BitStreamHuffman {
                 } else {
                     pos += 16;
                 }
+                (buf, left) = (self.aligned_buffer, self.bits_left);
             }
         }
+        self.aligned_buffer = buf;
+        self.bits_left = left;
 
         return Ok(64);
     }
@@ -844,21 +862,53 @@ impl BitStream for BitStreamHuffman {
         // set dc to be the dc prediction.
         block[0] = dc_prediction.wrapping_mul(qt_table[0]);
 
+        // stoker: the fast path keeps the bit buffer and its count in locals, written back
+        // before anything else reads them (refill, the slow path, every return). Kept in
+        // `self`, each coefficient stored them and the next loaded them back (the block's
+        // stores may alias `self` for all the compiler knows): a store-to-load round trip on
+        // the loop's critical path.
+        let (mut buf, mut left) = (self.aligned_buffer, self.bits_left);
+        macro_rules! sync {
+            () => {
+                self.aligned_buffer = buf;
+                self.bits_left = left;
+            };
+        }
+        macro_rules! load {
+            () => {
+                buf = self.aligned_buffer;
+                left = self.bits_left;
+            };
+        }
         while pos < 64 {
-            self.refill(reader)?;
-            symbol = self.peek_bits::<HUFF_LOOKAHEAD>();
+            if left < 32 {
+                sync!();
+                self.refill(reader)?;
+                load!();
+            }
+            symbol = (buf >> (64 - HUFF_LOOKAHEAD)) as i32;
             fast_ac = ac_lookup[symbol as usize];
             symbol = ac_table.lookup[symbol as usize];
 
             if fast_ac != 0 {
                 //  FAST AC path
                 pos += ((fast_ac >> 4) & 15) as usize; // run
-                let t_pos = UN_ZIGZAG[self.ac_position(pos)?] & 63;
+                let t_pos = match self.ac_position(pos) {
+                    Ok(p) => UN_ZIGZAG[p] & 63,
+                    Err(e) => {
+                        sync!();
+                        return Err(e);
+                    }
+                };
 
                 block[t_pos] = i32::from(fast_ac >> 8).wrapping_mul (qt_table[t_pos]); // Value
-                self.drop_bits((fast_ac & 15) as u8);
+                // drop_bits
+                let n = (fast_ac & 15) as u8;
+                left = left.saturating_sub(n);
+                buf <<= n;
                 pos += 1;
             } else {
+                sync!();
                 decode_huff!(self, symbol, ac_table);
 
                 r = symbol >> 4;
@@ -878,8 +928,10 @@ impl BitStream for BitStreamHuffman {
                 } else {
                     pos += 16;
                 }
+                load!();
             }
         }
+        sync!();
 
         return Ok(64);
     }
