@@ -3,7 +3,6 @@
 
 use std::io::Cursor;
 
-use zune_jpeg::zune_core::bytestream::ZCursor;
 use zune_jpeg::JpegDecoder;
 
 use super::footprint::{self, Header};
@@ -71,7 +70,7 @@ pub fn sniff(data: &[u8]) -> Result<Format, ImageError> {
 #[allow(clippy::large_enum_variant)]
 pub(super) enum Opened<'a> {
     /// Headers read by zune-jpeg.
-    Jpeg(JpegDecoder<ZCursor<&'a [u8]>>),
+    Jpeg(JpegDecoder<super::jpeg::JpegInput<'a>>),
     /// Headers read by png; `gray16_clips` marks 16-bit grayscale, which PIL opens as `I;16`
     /// and converts to RGB by clipping at 255 instead of keeping the high byte.
     Png(png::Reader<Cursor<&'a [u8]>>, bool),
@@ -211,7 +210,7 @@ pub(super) fn open<'a>(
 
 /// What a JPEG's headers say: its size, its output (a byte per component and pixel) and its
 /// codec buffers (planes, and coefficients when the scans are buffered).
-fn jpeg_header(d: &mut JpegDecoder<ZCursor<&[u8]>>, data: &[u8]) -> Result<Header, ImageError> {
+fn jpeg_header(d: &mut JpegDecoder<super::jpeg::JpegInput<'_>>, data: &[u8]) -> Result<Header, ImageError> {
     let (w, h) = d.dimensions().ok_or_else(|| ImageError::Corrupt("JPEG: no frame header".into()))?;
     let (width, height) = (w as u32, h as u32); // at most 65535 each (JPEG stores u16)
     let progressive = d.info().is_some_and(|i| i.sof.is_progressive());

@@ -10,7 +10,6 @@
 //!
 //! Throughput against the alternatives is in the parent module's docs.
 
-use zune_jpeg::zune_core::bytestream::ZCursor;
 use zune_jpeg::zune_core::colorspace::ColorSpace;
 use zune_jpeg::zune_core::options::DecoderOptions;
 use zune_jpeg::{DecoderBuffers, JpegDecoder, RawImcuRowStatus};
@@ -70,11 +69,71 @@ pub(super) fn first_scan_components(data: &[u8]) -> Option<usize> {
     }
 }
 
+/// The JPEG decoder's input: a byte slice read as zune-core's `ZCursor` reads one (a position
+/// that may pass the end, reads there give nothing), with a `read` the compiler can see
+/// through. zune-jpeg refills its bit buffer through `Read::read` 4 bytes at a time, and
+/// `ZCursor`'s read copies a length known only at run time: a `memcpy` call per refill, 2% of
+/// a cropped decode. Here a whole read is a copy of the caller's length, a constant there.
+#[derive(Clone, Copy)]
+pub(super) struct JpegInput<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl JpegInput<'_> {
+    #[inline(always)]
+    fn rest(&self) -> &[u8] {
+        self.data.get(self.pos..).unwrap_or(&[])
+    }
+}
+
+impl std::io::Read for JpegInput<'_> {
+    #[inline(always)]
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let rest = self.rest();
+        let n = match rest.get(..buf.len()) {
+            Some(whole) => {
+                buf.copy_from_slice(whole);
+                buf.len()
+            }
+            None => {
+                buf[..rest.len()].copy_from_slice(rest);
+                rest.len()
+            }
+        };
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+impl std::io::BufRead for JpegInput<'_> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        Ok(self.rest())
+    }
+
+    fn consume(&mut self, amount: usize) {
+        self.pos += amount;
+    }
+}
+
+impl std::io::Seek for JpegInput<'_> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let (base, offset) = match to {
+            std::io::SeekFrom::Start(n) => (0, i64::try_from(n).unwrap_or(i64::MAX)),
+            std::io::SeekFrom::End(n) => (self.data.len(), n),
+            std::io::SeekFrom::Current(n) => (self.pos, n),
+        };
+        let offset = isize::try_from(offset).map_err(|_| std::io::Error::other("seek out of range"))?;
+        self.pos = base.checked_add_signed(offset).ok_or_else(|| std::io::Error::other("negative seek"))?;
+        Ok(self.pos as u64)
+    }
+}
+
 /// A decoder for `data` on the buffers the thread's last JPEG decoder left; hand them back
 /// with [`recycle`] when done, failed or not.
-pub(super) fn decoder<'a>(data: &'a [u8], js: &mut JpegScratch) -> JpegDecoder<ZCursor<&'a [u8]>> {
+pub(super) fn decoder<'a>(data: &'a [u8], js: &mut JpegScratch) -> JpegDecoder<JpegInput<'a>> {
     let buffers = std::mem::take(&mut js.decoder);
-    let mut d = JpegDecoder::new_with_buffers(ZCursor::new(data), jpeg_options(), buffers);
+    let mut d = JpegDecoder::new_with_buffers(JpegInput { data, pos: 0 }, jpeg_options(), buffers);
     // EXIF, ICC and XMP are never read (PIL's convert("RGB") ignores them too): skipping
     // them spares a copy of each, up to 64 KiB a segment.
     d.set_skip_metadata(true);
@@ -82,7 +141,7 @@ pub(super) fn decoder<'a>(data: &'a [u8], js: &mut JpegScratch) -> JpegDecoder<Z
 }
 
 /// Keep `d`'s buffers for the thread's next JPEG.
-pub(super) fn recycle(d: JpegDecoder<ZCursor<&[u8]>>, js: &mut JpegScratch) {
+pub(super) fn recycle(d: JpegDecoder<JpegInput<'_>>, js: &mut JpegScratch) {
     js.decoder = d.into_buffers();
 }
 
@@ -90,7 +149,7 @@ pub(super) fn recycle(d: JpegDecoder<ZCursor<&[u8]>>, js: &mut JpegScratch) {
 /// axis into `pixels` (RGB8, `need.width() x need.height()`). `Ok(false)`: not such a JPEG
 /// (gray, CMYK, RGB, odd sampling), decode it whole instead.
 pub(super) fn decode_region(
-    d: &mut JpegDecoder<ZCursor<&[u8]>>,
+    d: &mut JpegDecoder<JpegInput<'_>>,
     data: &[u8],
     need: Rect,
     js: &mut JpegScratch,
@@ -344,8 +403,35 @@ pub(super) fn jpeg_options() -> DecoderOptions {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_region, decoder, ends_complete, first_scan_components, recycle, JpegScratch, Rect};
+    use super::{decode_region, decoder, ends_complete, first_scan_components, recycle, JpegInput, JpegScratch, Rect};
     use crate::decode::image::ImageError;
+    use std::io::{BufRead, Read, Seek, SeekFrom};
+
+    /// The input reads as zune-core's `ZCursor` does: whole reads, a short one at the end,
+    /// nothing past it, seeks from each base (past the end allowed, before the start not).
+    #[test]
+    fn the_input_reads_and_seeks_as_a_cursor() {
+        let data: Vec<u8> = (0..10).collect();
+        let mut r = JpegInput { data: &data, pos: 0 };
+        let mut four = [0u8; 4];
+        assert_eq!(r.read(&mut four).unwrap(), 4);
+        assert_eq!(four, [0, 1, 2, 3]);
+        assert_eq!(r.seek(SeekFrom::Current(4)).unwrap(), 8);
+        four = [9; 4];
+        assert_eq!(r.read(&mut four).unwrap(), 2);
+        assert_eq!(four, [8, 9, 9, 9]);
+        assert_eq!(r.read(&mut four).unwrap(), 0);
+        assert!(r.fill_buf().unwrap().is_empty());
+        assert_eq!(r.seek(SeekFrom::Start(20)).unwrap(), 20);
+        assert_eq!(r.read(&mut four).unwrap(), 0);
+        assert_eq!(r.seek(SeekFrom::End(-3)).unwrap(), 7);
+        assert_eq!(r.fill_buf().unwrap(), &[7, 8, 9]);
+        r.consume(1);
+        let mut one = [0u8];
+        assert_eq!((r.read(&mut one).unwrap(), one[0]), (1, 8));
+        assert!(r.seek(SeekFrom::Current(-20)).is_err());
+        assert_eq!(r.stream_position().unwrap(), 9);
+    }
 
     /// A photo-like JPEG of `w` x `h`: gradients with texture, so every block has AC terms.
     fn jpeg(w: u16, h: u16, sampling: jpeg_encoder::SamplingFactor, restart: u16) -> Vec<u8> {
