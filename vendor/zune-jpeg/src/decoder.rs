@@ -50,7 +50,7 @@ use crate::upsampler::{
 pub(crate) const MAX_COMPONENTS: usize = 4;
 
 // stoker: buffer reuse across decoders (PATCHED.md).
-mod reuse;
+pub(crate) mod reuse; // stoker: pub(crate) for the Huffman key (headers.rs)
 pub use reuse::DecoderBuffers;
 
 /// DCT block side, in samples. JPEG always uses 8x8 blocks.

@@ -176,13 +176,21 @@ where
             // symbols in increasing code length
             let mut symbols = [0; 256];
             cursor.read_exact(&mut symbols[0..(symbols_sum as usize)])?;
-            let table = if dc_or_ac == 0
-                && (!decoder.seen_sof || decoder.info.sof.is_lossless())
-            {
-                HuffmanTable::new_lossless(&num_symbols, symbols)?
-            } else {
-                HuffmanTable::new(&num_symbols, symbols, dc_or_ac == 0, is_progressive)?
+            let lossless = dc_or_ac == 0
+                && (!decoder.seen_sof || decoder.info.sof.is_lossless());
+            // stoker: a table built for an earlier image with the same definition is reused
+            let key = crate::decoder::reuse::HuffmanKey {
+                counts:  num_symbols,
+                symbols,
+                kind:    u8::from(lossless) | u8::from(dc_or_ac == 0) << 1 | u8::from(is_progressive) << 2
             };
+            let table = decoder.recycled.huffman_table(key, || {
+                if lossless {
+                    HuffmanTable::new_lossless(&num_symbols, symbols)
+                } else {
+                    HuffmanTable::new(&num_symbols, symbols, dc_or_ac == 0, is_progressive)
+                }
+            })?;
             new_tables[usize::from(dc_or_ac) * MAX_COMPONENTS + index] = Some(table); // stoker
         }
         if cursor.remaining() > 0 {

@@ -15,11 +15,14 @@ use zune_core::options::DecoderOptions;
 
 use super::{JpegDecoder, ScanDecodeState, MAX_COMPONENTS};
 use crate::components::Components;
+use crate::errors::DecodeErrors;
+use crate::huffman::HuffmanTable;
 
 /// Storage a finished [`JpegDecoder`] hands back (see [`JpegDecoder::into_buffers`]) for
 /// the next one to draw on (see [`JpegDecoder::new_with_buffers`]): component rows,
-/// coefficient buffers, marker and upsampling scratch, scan state. It holds no image data
-/// that a decoder reads (every buffer is emptied, its capacity kept) and borrows nothing.
+/// coefficient buffers, marker and upsampling scratch, scan state, Huffman tables built
+/// before. It holds no image data that a decoder reads (every buffer is emptied, its capacity
+/// kept; a kept table is used only for an identical definition) and borrows nothing.
 #[derive(Default)]
 pub struct DecoderBuffers {
     /// The component list (empty; its capacity is what is kept).
@@ -33,7 +36,41 @@ pub struct DecoderBuffers {
     /// Throwaway planes for the first stripe of a buffered raw pull.
     pub(crate) raw_planes:        [Vec<u8>; MAX_COMPONENTS],
     /// The scan state's box, overwritten rather than reallocated.
-    pub(crate) scan_state:        Option<Box<ScanDecodeState>>
+    pub(crate) scan_state:        Option<Box<ScanDecodeState>>,
+    /// Huffman tables built for earlier images, by their definition (at most
+    /// [`HUFFMAN_KEPT`], oldest first): a dataset's images mostly come from one encoder with
+    /// the same tables, and building one (its lookup tables) cost 1% of a cropped decode. A
+    /// table is a function of its definition, so a decoder given one gives the same output.
+    pub(crate) huffman:           Vec<(HuffmanKey, HuffmanTable)>
+}
+
+/// Huffman tables [`DecoderBuffers`] keeps.
+pub(crate) const HUFFMAN_KEPT: usize = 8;
+
+/// What a Huffman table is built from: a DHT entry's code-length counts and symbols (unread
+/// symbols zero), and how it is built (bit 0 lossless DC, 1 DC, 2 progressive).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct HuffmanKey {
+    pub(crate) counts:  [u8; 17],
+    pub(crate) symbols: [u8; 256],
+    pub(crate) kind:    u8
+}
+
+impl DecoderBuffers {
+    /// The table for `key`: a clone of the kept one, or `build`'s (then kept).
+    pub(crate) fn huffman_table(
+        &mut self, key: HuffmanKey, build: impl FnOnce() -> Result<HuffmanTable, DecodeErrors>
+    ) -> Result<HuffmanTable, DecodeErrors> {
+        if let Some((_, table)) = self.huffman.iter().find(|(k, _)| *k == key) {
+            return Ok(table.clone());
+        }
+        let table = build()?;
+        if self.huffman.len() >= HUFFMAN_KEPT {
+            self.huffman.remove(0);
+        }
+        self.huffman.push((key, table.clone()));
+        Ok(table)
+    }
 }
 
 /// One component's buffers (see `Components`).
@@ -112,6 +149,7 @@ impl DecoderBuffers {
             + 2 * self.upsampler_scratch.capacity()
             + self.raw_planes.iter().map(Vec::capacity).sum::<usize>()
             + self.scan_state.as_ref().map_or(0, |_| core::mem::size_of::<ScanDecodeState>())
+            + self.huffman.capacity() * core::mem::size_of::<(HuffmanKey, HuffmanTable)>()
     }
 }
 
