@@ -38,10 +38,13 @@ pub struct DecoderBuffers {
     /// The scan state's box, overwritten rather than reallocated.
     pub(crate) scan_state:        Option<Box<ScanDecodeState>>,
     /// Huffman tables built for earlier images, by their definition (at most
-    /// [`HUFFMAN_KEPT`], oldest first): a dataset's images mostly come from one encoder with
-    /// the same tables, and building one (its lookup tables) cost 1% of a cropped decode. A
-    /// table is a function of its definition, so a decoder given one gives the same output.
-    pub(crate) huffman:           Vec<(HuffmanKey, HuffmanTable)>
+    /// [`HUFFMAN_KEPT`], the oldest replaced first): a dataset's images mostly come from one
+    /// encoder with the same tables, and building one (its lookup tables) cost 1% of a
+    /// cropped decode. A table is a function of its definition, so a decoder given one gives
+    /// the same output.
+    pub(crate) huffman:           Vec<(HuffmanKey, HuffmanTable)>,
+    /// Tables built since the first: the next to replace is this modulo [`HUFFMAN_KEPT`].
+    pub(crate) huffman_built:     usize
 }
 
 /// Huffman tables [`DecoderBuffers`] keeps.
@@ -65,10 +68,14 @@ impl DecoderBuffers {
             return Ok(table.clone());
         }
         let table = build()?;
-        if self.huffman.len() >= HUFFMAN_KEPT {
-            self.huffman.remove(0);
+        // Replaced in turn, not shifted down: a dataset whose every image has its own tables
+        // (optimised Huffman coding) misses every time, and a shift moved all the kept ones.
+        let slot = self.huffman_built % HUFFMAN_KEPT;
+        self.huffman_built = self.huffman_built.wrapping_add(1);
+        match self.huffman.get_mut(slot) {
+            Some(kept) => *kept = (key, table.clone()),
+            None => self.huffman.push((key, table.clone())),
         }
-        self.huffman.push((key, table.clone()));
         Ok(table)
     }
 }

@@ -319,6 +319,37 @@ mod tests {
         pixels
     }
 
+    /// Huffman tables kept from earlier images (our zune-jpeg patch) change nothing, also when
+    /// every image has tables of its own (optimised coding) and the kept ones are replaced in
+    /// turn: 12 such JPEGs decoded twice on one thread's scratch equal each decoded on a fresh one.
+    #[test]
+    fn kept_huffman_tables_decode_the_same_pixels() {
+        let images: Vec<Vec<u8>> = (0..12u16)
+            .map(|i| {
+                let (w, h) = (40 + 8 * i, 24 + 4 * i);
+                let px: Vec<u8> = (0..usize::from(w) * usize::from(h) * 3)
+                    .map(|k| ((k * (7 + usize::from(i))) % 253) as u8)
+                    .collect();
+                let mut out = Vec::new();
+                let mut e = jpeg_encoder::Encoder::new(&mut out, 70 + i as u8);
+                e.set_optimized_huffman_tables(true);
+                e.encode(&px, w, h, jpeg_encoder::ColorType::Rgb).unwrap();
+                out
+            })
+            .collect();
+        let mut shared = JpegScratch::default();
+        for _ in 0..2 {
+            for data in &images {
+                let mut d = decoder(data, &mut JpegScratch::default());
+                d.decode_headers().unwrap();
+                let (w, h) = d.dimensions().unwrap();
+                let need = Rect { x0: 0, y0: 0, x1: w, y1: h };
+                let fresh = region(data, need, &mut JpegScratch::default());
+                assert_eq!(region(data, need, &mut shared), fresh);
+            }
+        }
+    }
+
     #[test]
     fn windows_decode_the_same_pixels_as_the_whole_image() {
         // The row path transforms only the blocks under the window (and the chroma around
