@@ -166,7 +166,7 @@ fn float_lut(spec: &ImageSpec) -> [[f32; 256]; 3] {
     lut
 }
 
-/// Float CHW output computed in registers, 16 pixels at a time, where the CPU has AVX2 and
+/// Float CHW output computed in registers, 8 pixels at a time, where the CPU has AVX2 and
 /// FMA: a table lookup per element cannot be vectorised, and the scalar lookups were a twentieth
 /// of a whole augmentation chain's time.
 ///
@@ -180,6 +180,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::super::super::spec::ImageSpec;
+    use super::super::color::x86::{load, BLOCK};
 
     /// The constants of the vector formula for one spec.
     #[derive(Clone, Copy, PartialEq)]
@@ -238,23 +239,6 @@ mod x86 {
         static CHECKED: std::cell::Cell<Option<(Consts, bool)>> = const { std::cell::Cell::new(None) };
     }
 
-    /// For each 16-byte third of 16 interleaved RGB pixels, and each channel: which of the
-    /// third's bytes is the channel's byte of each pixel (-1: none, `pshufb` gives a zero).
-    const PICK: [[[i8; 16]; 3]; 3] = {
-        let mut m = [[[-1i8; 16]; 3]; 3];
-        let mut px = 0;
-        while px < 16 {
-            let mut c = 0;
-            while c < 3 {
-                let at = px * 3 + c;
-                m[at / 16][c][px] = (at % 16) as i8;
-                c += 1;
-            }
-            px += 1;
-        }
-        m
-    };
-
     /// Write `img` (RGB8, `w` pixels a row) as float32 CHW into `out` (native-endian), mirrored
     /// when `flip`, if this CPU has AVX2 and FMA and the vector formula is exact for `spec`
     /// (`lut` is the table it must equal). False: nothing was written.
@@ -293,41 +277,24 @@ mod x86 {
         // The caller checked: `out` holds 3 planes of `pixels` floats, `img` whole rows.
         let out = &mut out[..pixels * 3 * 4];
         let reverse = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
-        let pick = |m: &[i8; 16]| unsafe { _mm_loadu_si128(m.as_ptr().cast()) };
         for y in 0..h {
             let src = &img[y * w * 3..(y + 1) * w * 3];
             // The float index in `out` of channel `c`'s element for column `pos` of this row.
             let at = |c: usize, pos: usize| (c * pixels + y * w + pos) * 4;
-            let mut x = 0;
-            while x + 16 <= w {
-                // SAFETY: 48 bytes from pixel x (x + 16 <= w), and 16 floats per plane at
-                // columns [x, x + 16) or their mirror [w - x - 16, w - x), all inside `out`.
-                unsafe {
-                    let third = |t: usize| _mm_loadu_si128(src.as_ptr().add(x * 3 + t * 16).cast());
-                    let (a, b, c) = (third(0), third(1), third(2));
-                    for ch in 0..3 {
-                        let bytes = _mm_or_si128(
-                            _mm_or_si128(
-                                _mm_shuffle_epi8(a, pick(&PICK[0][ch])),
-                                _mm_shuffle_epi8(b, pick(&PICK[1][ch])),
-                            ),
-                            _mm_shuffle_epi8(c, pick(&PICK[2][ch])),
-                        );
-                        let lo = element(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), ch, k);
-                        let hi = element(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8))), ch, k);
-                        let (first, second, pos) = if flip {
-                            (_mm256_permutevar8x32_ps(hi, reverse), _mm256_permutevar8x32_ps(lo, reverse), w - x - 16)
-                        } else {
-                            (lo, hi, x)
-                        };
-                        let dst = out[at(ch, pos)..at(ch, pos + 16)].as_mut_ptr();
-                        _mm256_storeu_ps(dst.cast(), first);
-                        _mm256_storeu_ps(dst.add(32).cast(), second);
-                    }
+            let blocks = src.chunks_exact(BLOCK);
+            let done = blocks.len() * 8;
+            for (i, block) in blocks.enumerate() {
+                // The colour code's deinterleave: the block's R, G and B as floats.
+                let channels = load(block.try_into().expect("chunks_exact gives whole blocks"));
+                let pos = if flip { w - i * 8 - 8 } else { i * 8 };
+                for (ch, v) in channels.into_iter().enumerate() {
+                    let e = element(v, ch, k);
+                    let e = if flip { _mm256_permutevar8x32_ps(e, reverse) } else { e };
+                    // SAFETY: 8 floats at columns [pos, pos + 8) of the row, inside `out`.
+                    unsafe { _mm256_storeu_ps(out[at(ch, pos)..at(ch, pos + 8)].as_mut_ptr().cast(), e) };
                 }
-                x += 16;
             }
-            for (px, rgb) in src.chunks_exact(3).enumerate().skip(x) {
+            for (px, rgb) in src.chunks_exact(3).enumerate().skip(done) {
                 let pos = if flip { w - 1 - px } else { px };
                 for (ch, &v) in rgb.iter().enumerate() {
                     out[at(ch, pos)..at(ch, pos) + 4].copy_from_slice(&lut[ch][usize::from(v)].to_ne_bytes());

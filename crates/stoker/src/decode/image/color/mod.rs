@@ -21,7 +21,7 @@
 #[macro_use]
 mod lanes;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(super) mod x86; // `load` also serves the float output (output.rs)
 #[cfg(target_arch = "x86_64")]
 mod x86_512;
 

@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 use super::Step;
 
 /// Bytes of one block: 8 RGB8 pixels.
-pub(super) const BLOCK: usize = 24;
+pub(in crate::decode::image) const BLOCK: usize = 24;
 
 /// Whether this CPU runs [`pass`].
 pub(super) fn available() -> bool {
@@ -157,7 +157,7 @@ const PICK: [[[i8; 16]; 2]; 3] = {
 
 /// The R, G and B values of a block's 8 pixels, as `f32` in 0..=255.
 #[target_feature(enable = "avx2")]
-pub(super) fn load(px: &[u8; BLOCK]) -> [__m256; 3] {
+pub(in crate::decode::image) fn load(px: &[u8; BLOCK]) -> [__m256; 3] {
     // SAFETY: 16 bytes at 0 and 8 at 16: inside the 24-byte block.
     let (lo, hi) = unsafe { (_mm_loadu_si128(px.as_ptr().cast()), _mm_loadl_epi64(px.as_ptr().add(16).cast())) };
     let channel = |c: usize| {
