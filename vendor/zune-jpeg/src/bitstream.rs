@@ -416,6 +416,20 @@ impl BitStreamHuffman {
         return Ok(true);
     }
 
+    // stoker: the bit buffer and its count, for the AC loops that hold them in locals on
+    // their fast path (see `decode_mcu_block`) and hand them back before anything else reads
+    // them.
+    #[inline(always)]
+    fn bits(&self) -> (u64, u8) {
+        (self.aligned_buffer, self.bits_left)
+    }
+
+    #[inline(always)]
+    fn set_bits(&mut self, (buffer, left): (u64, u8)) {
+        self.aligned_buffer = buffer;
+        self.bits_left = left;
+    }
+
     // stoker: `discard_mcu_block`'s AC loop (moved here unchanged), shared with
     // `skip_mcu_block`: advance over a block's AC coefficients without writing them.
     #[inline(always)]
@@ -433,13 +447,12 @@ impl BitStreamHuffman {
         let mut pos: usize = 1;
 
         // stoker: the bit buffer in locals on the fast path, as in `decode_mcu_block`.
-        let (mut buf, mut left) = (self.aligned_buffer, self.bits_left);
+        let (mut buf, mut left) = self.bits();
         while pos < 64 {
             if left < 32 {
-                self.aligned_buffer = buf;
-                self.bits_left = left;
+                self.set_bits((buf, left));
                 self.refill(reader)?;
-                (buf, left) = (self.aligned_buffer, self.bits_left);
+                (buf, left) = self.bits();
             }
             symbol = (buf >> (64 - HUFF_LOOKAHEAD)) as i32;
             fast_ac = ac_lookup[symbol as usize];
@@ -451,8 +464,7 @@ impl BitStreamHuffman {
 
                 // nothing is written, but strict mode must reject the same streams
                 if let Err(e) = self.ac_position(pos) {
-                    self.aligned_buffer = buf;
-                    self.bits_left = left;
+                    self.set_bits((buf, left));
                     return Err(e);
                 }
                 let n = (fast_ac & 15) as u8;
@@ -460,8 +472,7 @@ impl BitStreamHuffman {
                 buf <<= n;
                 pos += 1;
             } else {
-                self.aligned_buffer = buf;
-                self.bits_left = left;
+                self.set_bits((buf, left));
                 decode_huff!(self, symbol, ac_table);
 
                 r = symbol >> 4;
@@ -479,11 +490,10 @@ impl BitStreamHuffman {
                 } else {
                     pos += 16;
                 }
-                (buf, left) = (self.aligned_buffer, self.bits_left);
+                (buf, left) = self.bits();
             }
         }
-        self.aligned_buffer = buf;
-        self.bits_left = left;
+        self.set_bits((buf, left));
 
         return Ok(64);
     }
@@ -867,24 +877,12 @@ impl BitStream for BitStreamHuffman {
         // `self`, each coefficient stored them and the next loaded them back (the block's
         // stores may alias `self` for all the compiler knows): a store-to-load round trip on
         // the loop's critical path.
-        let (mut buf, mut left) = (self.aligned_buffer, self.bits_left);
-        macro_rules! sync {
-            () => {
-                self.aligned_buffer = buf;
-                self.bits_left = left;
-            };
-        }
-        macro_rules! load {
-            () => {
-                buf = self.aligned_buffer;
-                left = self.bits_left;
-            };
-        }
+        let (mut buf, mut left) = self.bits();
         while pos < 64 {
             if left < 32 {
-                sync!();
+                self.set_bits((buf, left));
                 self.refill(reader)?;
-                load!();
+                (buf, left) = self.bits();
             }
             symbol = (buf >> (64 - HUFF_LOOKAHEAD)) as i32;
             fast_ac = ac_lookup[symbol as usize];
@@ -896,7 +894,7 @@ impl BitStream for BitStreamHuffman {
                 let t_pos = match self.ac_position(pos) {
                     Ok(p) => UN_ZIGZAG[p] & 63,
                     Err(e) => {
-                        sync!();
+                        self.set_bits((buf, left));
                         return Err(e);
                     }
                 };
@@ -908,7 +906,7 @@ impl BitStream for BitStreamHuffman {
                 buf <<= n;
                 pos += 1;
             } else {
-                sync!();
+                self.set_bits((buf, left));
                 decode_huff!(self, symbol, ac_table);
 
                 r = symbol >> 4;
@@ -928,10 +926,10 @@ impl BitStream for BitStreamHuffman {
                 } else {
                     pos += 16;
                 }
-                load!();
+                (buf, left) = self.bits();
             }
         }
-        sync!();
+        self.set_bits((buf, left));
 
         return Ok(64);
     }
