@@ -269,6 +269,38 @@ impl Batch {
         ))
     }
 
+    /// A token batch's columns in one call (`stoker.TokenLoader`): `(input_ids, position_ids,
+    /// loss_mask, cu_seqlens, max_seqlen)`, exporters typed as the loader hands them out (the
+    /// mask's 0/1 bytes as bool, cu_seqlens' bytes as the int32 offsets `[segments + 1]`) and
+    /// the longest segment. The per-column calls, views and a numpy diff for `max_seqlen` cost
+    /// as much per batch as building it.
+    fn token_columns(&self) -> PyResult<(DlPack, DlPack, DlPack, DlPack, i64)> {
+        let col = |name: &str| {
+            self.batch.field(name).ok_or_else(|| InvalidInputError::new_err(format!("not a token batch: no `{name}`")))
+        };
+        // Each row's values as the column's type; the mask's 0/1 bytes as DLPack bool.
+        let rows = |name: &str, as_bool: bool| -> PyResult<DlPack> {
+            let c = col(name)?;
+            let ty = c.ty.ok_or_else(|| InvalidInputError::new_err(format!("not a token batch: `{name}` is raw")))?;
+            let mut shape = vec![c.len() as i64];
+            shape.extend(ty.shape.iter().map(|&d| d as i64));
+            let (code, bits) = if as_bool { (6, 8) } else { ty.dtype.dlpack() };
+            Ok(DlPack { owner: self.batch.clone(), ptr: c.data.as_ptr() as *mut c_void, shape, code, bits })
+        };
+        let cu = col("cu_seqlens")?;
+        let offsets: Vec<i32> =
+            cu.data.chunks_exact(4).map(|b| i32::from_ne_bytes(b.try_into().unwrap_or_default())).collect();
+        let max_seqlen = offsets.windows(2).map(|w| i64::from(w[1]) - i64::from(w[0])).max().unwrap_or(0);
+        let cu_seqlens = DlPack {
+            owner: self.batch.clone(),
+            ptr: cu.data.as_ptr() as *mut c_void,
+            shape: vec![offsets.len() as i64],
+            code: 0,
+            bits: 32,
+        };
+        Ok((rows("input_ids", false)?, rows("position_ids", false)?, rows("loss_mask", true)?, cu_seqlens, max_seqlen))
+    }
+
     /// Every value of field `name` as text (UTF-8, invalid bytes replaced): a mix's
     /// `__source__` names, one per sample.
     fn texts(&self, name: &str) -> PyResult<Vec<String>> {

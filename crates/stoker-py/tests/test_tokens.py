@@ -62,6 +62,22 @@ def test_rows_are_the_documents_joined_with_exact_boundaries(corpus):
     assert n == len(loader) == ((len(stream) - 65) // 64 + 1) // 4
 
 
+def test_numpy_output_is_the_torch_batches_with_the_same_types(corpus):
+    path, _ = corpus
+    make = lambda output: stoker.TokenLoader(str(path), seq_len=48, global_batch=3, labels=True, shuffle=True,
+                                             eos=EOS, int64=True, mask_boundaries=True, output=output)
+    torch_batches, numpy_batches = list(make("torch")), list(make("numpy"))
+    assert len(numpy_batches) == len(torch_batches) > 3
+    types = {"input_ids": numpy.int64, "position_ids": numpy.int32, "loss_mask": numpy.bool_,
+             "cu_seqlens": numpy.int32}
+    for t, n in zip(torch_batches, numpy_batches):
+        assert set(n) == set(t) == set(types) | {"max_seqlen"}
+        for name, dtype in types.items():
+            assert isinstance(n[name], numpy.ndarray) and n[name].dtype == dtype, name
+            assert n[name].tolist() == t[name].tolist(), name
+        assert n["max_seqlen"] == t["max_seqlen"] == int(numpy.diff(n["cu_seqlens"]).max())
+
+
 def test_global_batches_are_the_same_at_world_sizes_1_to_4(corpus):
     path, _ = corpus
     make = lambda r, w: stoker.TokenLoader(str(path), seq_len=32, global_batch=12, shuffle=True, seed=5, eos=EOS,

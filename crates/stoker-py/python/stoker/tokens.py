@@ -131,30 +131,25 @@ class TokenLoader:
             yield self._convert(batch)
 
     def _convert(self, batch: Any) -> Dict[str, Any]:
-        # Zero-copy views: the mask's 0/1 bytes are valid bools, and cu_seqlens' bytes (the
-        # last row holds the end too) are the whole int32 offsets.
+        # Zero-copy views, typed in Rust (the mask as bool, cu_seqlens as the int32 offsets),
+        # with max_seqlen: one call per batch instead of a call, a view and array arithmetic
+        # per column.
+        ids, pos, mask, cu, max_seqlen = batch.token_columns()
         if self.output == "torch":
             import torch
 
-            convert, i32, as_bool = torch.from_dlpack, torch.int32, torch.bool
+            convert = torch.from_dlpack
         else:
             import numpy
 
-            convert, i32, as_bool = numpy.from_dlpack, numpy.int32, numpy.bool_
-        out: Dict[str, Any] = {}
-        for name in ("input_ids", "position_ids", "loss_mask"):
-            data, _offsets, _dtype = batch.column(name)
-            out[name] = convert(data)
-        out["loss_mask"] = out["loss_mask"].view(as_bool)
-        data, _offsets, _dtype = batch.column("cu_seqlens")
-        # max_seqlen from a numpy view of the same bytes: four torch calls on a small tensor
-        # cost more than the rest of the batch's conversion.
-        import numpy
-
-        cu = numpy.from_dlpack(data).view(numpy.int32)
-        out["max_seqlen"] = int(numpy.diff(cu).max()) if len(cu) > 1 else 0
-        out["cu_seqlens"] = cu if self.output == "numpy" else convert(data).view(i32)
-        return out
+            convert = numpy.from_dlpack
+        return {
+            "input_ids": convert(ids),
+            "position_ids": convert(pos),
+            "loss_mask": convert(mask),
+            "cu_seqlens": convert(cu),
+            "max_seqlen": max_seqlen,
+        }
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the run stands: the epoch and the next global batch (any world size resumes it)."""

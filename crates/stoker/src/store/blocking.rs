@@ -8,6 +8,7 @@
 //! retries and their sleeps on a runtime that may be shutting down.
 
 use std::io::{self, Read, Seek, SeekFrom};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -230,6 +231,40 @@ impl Store {
             Backend::Remote { .. } => None,
         };
         Ok(RangeReader { store: self.clone(), obj: obj.clone(), rt: tokio::runtime::Handle::current(), local })
+    }
+}
+
+impl Store {
+    /// Whether [`read_local_into`](Self::read_local_into) serves this store's objects (a
+    /// local directory: no network, no cache).
+    pub(crate) fn reads_in_place(&self) -> bool {
+        matches!(self.0.backend, Backend::Local(_))
+    }
+
+    /// The bytes of each of `spans` of a local `obj`, appended to `out` back to back, read in
+    /// place by the calling blocking thread (one `open`, a `pread` per span, no hop to the
+    /// runtime and no buffer per span): what a loader that cuts many small spans per batch
+    /// (token documents) reads with. Spans past the object's end are damage, as in
+    /// [`Store::read`]; a file shorter now than it was at open is an error naming it. A
+    /// remote store is refused (read it with [`Store::read`]).
+    pub(crate) fn read_local_into(&self, obj: &Object, spans: &[Range<u64>], out: &mut Vec<u8>) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let Backend::Local(l) = &self.0.backend else {
+            return Err(Error::internal("read_local_into on a remote store"));
+        };
+        self.within(obj, spans)?;
+        let full = l.file(&self.obj_path(obj.path()))?;
+        let file = std::fs::File::open(&full).map_err(|e| Error::io(self.describe(obj.path()), e))?;
+        let want: u64 = spans.iter().map(|s| s.end - s.start).sum();
+        let mut at = out.len();
+        out.resize(at + usize::try_from(want).map_err(|_| Error::internal("a read larger than memory"))?, 0);
+        for s in spans {
+            let n = (s.end - s.start) as usize;
+            file.read_exact_at(&mut out[at..at + n], s.start).map_err(|e| Error::io(self.describe(obj.path()), e))?;
+            at += n;
+        }
+        self.count(spans.len() as u64, want);
+        Ok(())
     }
 }
 

@@ -190,7 +190,7 @@ impl Store {
     /// Refuse spans that do not lie inside `obj` before anything is allocated for them: they
     /// come from an index, a footer or an offset table, and one that claims more than the
     /// object holds is damage (or a lie), never a reason to allocate it.
-    fn within(&self, obj: &Object, spans: &[Range<u64>]) -> Result<()> {
+    pub(super) fn within(&self, obj: &Object, spans: &[Range<u64>]) -> Result<()> {
         match spans.iter().find(|s| s.start > s.end || s.end > obj.size()) {
             None => Ok(()),
             Some(s) => Err(Error::CorruptData {

@@ -78,7 +78,11 @@ pub(crate) fn fill(
         }
     }
     // Ids: each row's pieces in turn, document tokens from `tokens`.
-    if tokens.iter().any(|&t| cfg.ids == IdType::Int32 && i32::try_from(t).is_err()) {
+    // An OR of the bits above int32's range once shifted into 0..2^32, not an early-exit
+    // search: adds, shifts and ORs of 64-bit lanes vectorize on any x86-64 (the search, and a
+    // min/max fold, which does not, were half of this function's time).
+    let outside = tokens.iter().fold(0u64, |acc, &t| acc | ((t as u64).wrapping_add(1 << 31) >> 32));
+    if cfg.ids == IdType::Int32 && outside != 0 {
         let bad = tokens.iter().find(|&&t| i32::try_from(t).is_err()).copied().unwrap_or_default();
         return Err(Error::invalid_option(format!("token id {bad} does not fit int32 ids: ask for int64 ids")));
     }

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::build::{fill, Columns};
 use super::mix::{MixPart, Segments, SourceDocs, TokenMix};
-use super::plan::{EpochPlan, Piece};
+use super::plan::{EpochPlan, Piece, Placed};
 use super::{tokenized, PackConfig, TextTokenizer};
 use crate::batch::{Batch, BatchPool};
 use crate::error::{Error, Result};
@@ -49,6 +49,10 @@ pub struct TokenState {
     #[serde(default)]
     pub weights: Vec<(u64, Vec<f64>)>,
 }
+
+/// At most this many threads build one loader's batches of local documents (each a loop over
+/// every `n`th batch; see [`TokenLoader::epoch`]).
+const MAX_PRODUCERS: usize = 4;
 
 /// An epoch planned: its number, the mixture weights it was planned under, the plan.
 type Planned = (u64, Box<Segments>, Arc<EpochPlan>);
@@ -303,8 +307,7 @@ impl TokenLoader {
             p.0.weights = weights;
             start
         };
-        let (tx, rx) = mpsc::channel(self.cfg.prefetch.max(1));
-        let job = Job {
+        let job = Arc::new(Job {
             docs: self.docs.clone(),
             mix: self.mix.clone(),
             source_tokens: self.source_tokens.clone(),
@@ -313,28 +316,57 @@ impl TokenLoader {
             pool: self.pool.clone(),
             plan,
             epoch,
-        };
-        let prefetch = self.cfg.prefetch.max(1);
-        let task = self.runtime.spawn(async move {
-            let job = Arc::new(job);
-            // Each batch its own task, so the runtime's threads build `prefetch` of them at once
-            // (in one task they would take turns on one thread); delivered in order.
-            let mut batches = futures::stream::iter(start..end)
-                .map(|b| {
-                    let job = job.clone();
-                    let built = tokio::spawn(async move { job.batch(b).await });
-                    async move { built.await.map_err(Error::task)? }
-                })
-                .buffered(prefetch);
-            while let Some(item) = batches.next().await {
-                let failed = item.is_err();
-                if tx.send(item).await.is_err() || failed {
-                    break;
-                }
-            }
         });
+        let prefetch = self.cfg.prefetch.max(1);
+        let (rx, task) = if self.docs.reads_in_place() {
+            // Local documents are read in place, so a batch is a few dozen `pread`s and some
+            // arithmetic: handing every batch between the runtime and a blocking thread cost
+            // more than building it. Instead `producers` blocking threads each build every
+            // `producers`th batch in a loop, each into its own channel, taken in turn.
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let producers = prefetch.min(cores).clamp(1, MAX_PRODUCERS);
+            let mut rx = Vec::with_capacity(producers);
+            for w in 0..producers {
+                let (tx, r) = mpsc::channel(prefetch.div_ceil(producers));
+                let job = job.clone();
+                self.runtime.spawn_blocking(move || {
+                    for b in (start + w as u64..end).step_by(producers) {
+                        let item = job.batch_now(b);
+                        let failed = item.is_err();
+                        // The consumer gone (the epoch dropped) ends the loop.
+                        if tx.blocking_send(item).is_err() || failed {
+                            break;
+                        }
+                    }
+                });
+                rx.push(r);
+            }
+            (rx, None)
+        } else {
+            let (tx, rx) = mpsc::channel(prefetch);
+            let task = self.runtime.spawn(async move {
+                // Each batch its own task, so the runtime's threads build `prefetch` of them at
+                // once (in one task they would take turns on one thread); delivered in order.
+                let mut batches = futures::stream::iter(start..end)
+                    .map(|b| {
+                        let job = job.clone();
+                        let built = tokio::spawn(async move { job.batch(b).await });
+                        async move { built.await.map_err(Error::task)? }
+                    })
+                    .buffered(prefetch);
+                while let Some(item) = batches.next().await {
+                    let failed = item.is_err();
+                    if tx.send(item).await.is_err() || failed {
+                        break;
+                    }
+                }
+            });
+            (vec![rx], Some(task))
+        };
         Ok(TokenEpoch {
             rx,
+            turn: 0,
+            done: false,
             task,
             stats: self.stats.clone(),
             progress: self.progress.clone(),
@@ -369,9 +401,35 @@ struct Job {
     epoch: u64,
 }
 
+/// A batch's rows (global sequence number and pieces) and the document spans they read.
+type RowPlan = (Vec<(u64, Vec<Placed>)>, Vec<(u64, std::ops::Range<u64>)>);
+
 impl Job {
     /// This rank's rows of global batch `b`.
     async fn batch(&self, b: u64) -> Result<Batch> {
+        let (planned, wanted) = self.plan_rows(b);
+        let mut tokens = Vec::with_capacity(planned.len() * self.cfg.window());
+        self.docs.read_into(&wanted, &mut tokens).await?;
+        self.build(b, &planned, &tokens)
+    }
+
+    /// [`batch`](Self::batch) on a blocking thread, for documents read in place.
+    fn batch_now(&self, b: u64) -> Result<Batch> {
+        let (planned, wanted) = self.plan_rows(b);
+        let mut tokens = Vec::with_capacity(planned.len() * self.cfg.window());
+        self.docs.read_now(&wanted, &mut tokens)?;
+        self.build(b, &planned, &tokens)
+    }
+
+    fn build(&self, b: u64, planned: &[(u64, Vec<Placed>)], tokens: &[i64]) -> Result<Batch> {
+        let mut out = self.pool.builder();
+        fill(&mut out, &self.cols, &self.cfg, planned, tokens)?;
+        Ok(out.finish(self.epoch, b))
+    }
+
+    /// The pieces of this rank's rows of global batch `b`, and the document spans to read for
+    /// them (counted per mixture source).
+    fn plan_rows(&self, b: u64) -> RowPlan {
         let docs = &*self.docs;
         let rows = self.cfg.rows() as u64;
         let first = b * self.cfg.global_batch as u64 + self.cfg.partition.rank * rows;
@@ -400,19 +458,21 @@ impl Job {
                 self.source_tokens[m.source_of(*doc)].fetch_add(span.end - span.start, Relaxed);
             }
         }
-        let mut tokens = Vec::with_capacity(rows as usize * window as usize);
-        docs.read_into(&wanted, &mut tokens).await?;
-        let mut out = self.pool.builder();
-        fill(&mut out, &self.cols, &self.cfg, &planned, &tokens)?;
-        Ok(out.finish(self.epoch, b))
+        (planned, wanted)
     }
 }
 
 /// One epoch's batches for this rank, in order: an async stream or a blocking iterator.
 /// Dropping it stops the reading.
 pub struct TokenEpoch {
-    rx: mpsc::Receiver<Result<Batch>>,
-    task: tokio::task::JoinHandle<()>,
+    /// The producers' channels: batch `k` of the run comes from `rx[k % rx.len()]`.
+    rx: Vec<mpsc::Receiver<Result<Batch>>>,
+    /// Batches taken so far (whose channel is next).
+    turn: usize,
+    /// An error was delivered or a channel ended: the epoch gives nothing more.
+    done: bool,
+    /// The async producer, aborted on drop (blocking producers stop at their next send).
+    task: Option<tokio::task::JoinHandle<()>>,
     stats: Arc<Stats>,
     progress: Arc<Mutex<(TokenState, Option<TokenState>)>>,
     epoch: u64,
@@ -423,6 +483,20 @@ impl TokenEpoch {
     /// Batches this run still delivers.
     pub fn remaining(&self) -> u64 {
         self.left.load(Relaxed)
+    }
+
+    /// Account for what a channel gave: the next turn, or the end after an error or a
+    /// channel's end (the others may still hold batches past the failed one: never delivered
+    /// out of order).
+    fn took(&mut self, item: &Option<Result<Batch>>) {
+        match item {
+            Some(i) => {
+                self.turn += 1;
+                self.done = i.is_err();
+                self.delivered(i);
+            }
+            None => self.done = true,
+        }
     }
 
     fn delivered(&self, item: &Result<Batch>) {
@@ -441,11 +515,15 @@ impl TokenEpoch {
     /// The next batch (async).
     pub async fn next_batch(&mut self) -> Option<Result<Batch>> {
         let t = Instant::now();
-        let item = self.rx.recv().await;
+        let item = match self.done {
+            true => None,
+            false => {
+                let n = self.rx.len();
+                self.rx[self.turn % n].recv().await
+            }
+        };
         add_ns(&self.stats.consumer_wait_ns, t.elapsed());
-        if let Some(i) = &item {
-            self.delivered(i);
-        }
+        self.took(&item);
         item
     }
 
@@ -465,17 +543,23 @@ impl Iterator for TokenEpoch {
     /// The next batch, waiting for it (from a plain thread, not inside an async task).
     fn next(&mut self) -> Option<Result<Batch>> {
         let t = Instant::now();
-        let item = self.rx.blocking_recv();
+        let item = match self.done {
+            true => None,
+            false => {
+                let n = self.rx.len();
+                self.rx[self.turn % n].blocking_recv()
+            }
+        };
         add_ns(&self.stats.consumer_wait_ns, t.elapsed());
-        if let Some(i) = &item {
-            self.delivered(i);
-        }
+        self.took(&item);
         item
     }
 }
 
 impl Drop for TokenEpoch {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(t) = &self.task {
+            t.abort();
+        }
     }
 }

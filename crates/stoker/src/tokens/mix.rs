@@ -161,6 +161,28 @@ impl TokenMix {
     }
 }
 
+/// A document and a span of its tokens.
+type Span = (u64, Range<u64>);
+
+impl TokenMix {
+    /// Runs of `pieces` from one source, in order, each with its source and the pieces in
+    /// that source's own document numbers (one read call per run).
+    fn runs(&self, pieces: &[Span]) -> Vec<(usize, Vec<Span>)> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < pieces.len() {
+            let k = self.source_of(pieces[at].0);
+            let mut end = at + 1;
+            while end < pieces.len() && self.source_of(pieces[end].0) == k {
+                end += 1;
+            }
+            out.push((k, pieces[at..end].iter().map(|(d, r)| (d - self.starts[k], r.clone())).collect()));
+            at = end;
+        }
+        out
+    }
+}
+
 /// Weights must be positive and finite.
 pub(crate) fn check_weights(w: &[f64]) -> Result<()> {
     if let Some(bad) = w.iter().find(|x| !x.is_finite() || **x <= 0.0) {
@@ -185,18 +207,19 @@ impl TokenDocs for TokenMix {
     }
 
     async fn read_into(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()> {
-        // Runs of pieces from one source in one call each, in order.
-        let mut at = 0;
-        while at < pieces.len() {
-            let k = self.source_of(pieces[at].0);
-            let mut end = at + 1;
-            while end < pieces.len() && self.source_of(pieces[end].0) == k {
-                end += 1;
-            }
-            let local: Vec<(u64, Range<u64>)> =
-                pieces[at..end].iter().map(|(d, r)| (d - self.starts[k], r.clone())).collect();
+        for (k, local) in self.runs(pieces) {
             self.parts[k].docs.read_into(&local, out).await?;
-            at = end;
+        }
+        Ok(())
+    }
+
+    fn reads_in_place(&self) -> bool {
+        self.parts.iter().all(|p| p.docs.reads_in_place())
+    }
+
+    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()> {
+        for (k, local) in self.runs(pieces) {
+            self.parts[k].docs.read_now(&local, out)?;
         }
         Ok(())
     }
@@ -261,6 +284,14 @@ impl TokenDocs for SourceDocs {
 
     async fn read_into(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()> {
         self.docs().read_into(pieces, out).await
+    }
+
+    fn reads_in_place(&self) -> bool {
+        self.docs().reads_in_place()
+    }
+
+    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()> {
+        self.docs().read_now(pieces, out)
     }
 
     fn io_counters(&self) -> Option<IoCounters> {

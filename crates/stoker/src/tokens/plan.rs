@@ -11,9 +11,13 @@ use super::mix::{Segments, TokenMix};
 use super::{PackConfig, Packing};
 use crate::error::{Error, Result};
 
-/// Documents between two recorded offsets: the plan keeps one `u64` per this many documents
-/// (8 MiB for 256 million documents) and walks at most this many to find a token.
-const STRIDE: u64 = 256;
+/// The plan keeps one `u64` offset per `stride` documents and walks at most `stride`
+/// documents to find a token (each a document length and, shuffled, a permutation step:
+/// the walk at every batch's first row was a tenth of a loader's time at 256). The stride is
+/// the smallest power of two from `MIN_STRIDE` that keeps the offsets to `MAX_CHECKPOINTS`
+/// (16 MiB): 16 up to 32 million documents, 128 for 256 million.
+const MIN_STRIDE: u64 = 16;
+const MAX_CHECKPOINTS: u64 = 1 << 21;
 
 /// The documents of an epoch in order: a sampler's (one source), or a list (a mixture).
 enum DocOrder {
@@ -37,12 +41,13 @@ pub(crate) enum Piece {
 /// A piece and the document (epoch position) it belongs to, `None` for padding.
 pub(crate) type Placed = (Option<u64>, Piece);
 
-/// One epoch's documents in order, with every `STRIDE`th document's first token offset in
+/// One epoch's documents in order, with every `stride`th document's first token offset in
 /// the epoch's token stream.
 pub(crate) struct EpochPlan {
     order: DocOrder,
     /// Tokens each document takes in the stream: its own, plus BOS and EOS when configured.
     extra: u64,
+    stride: u64,
     checkpoints: Vec<u64>,
     total: u64,
     pub(crate) sequences: u64,
@@ -95,14 +100,15 @@ impl EpochPlan {
             DocOrder::Sampler(s) => s.len(),
             DocOrder::List(l) => l.len() as u64,
         };
-        let mut checkpoints = Vec::with_capacity((n / STRIDE + 1) as usize);
+        let stride = n.div_ceil(MAX_CHECKPOINTS).next_power_of_two().max(MIN_STRIDE);
+        let mut checkpoints = Vec::with_capacity((n / stride + 1) as usize);
         let mut total = 0u64;
         let docs_in_order: Box<dyn Iterator<Item = u64> + '_> = match &order {
             DocOrder::Sampler(s) => Box::new(s.iter()),
             DocOrder::List(l) => Box::new(l.iter().copied()),
         };
         for (k, doc) in docs_in_order.enumerate() {
-            if (k as u64).is_multiple_of(STRIDE) {
+            if (k as u64).is_multiple_of(stride) {
                 checkpoints.push(total);
             }
             total = total
@@ -117,7 +123,7 @@ impl EpochPlan {
             Packing::Concat if total >= window => (total - window) / cfg.seq_len as u64 + 1,
             Packing::Concat => 0,
         };
-        Ok(EpochPlan { order, extra, checkpoints, total, sequences, cfg: cfg.clone() })
+        Ok(EpochPlan { order, extra, stride, checkpoints, total, sequences, cfg: cfg.clone() })
     }
 
     /// Tokens in the epoch's stream (documents with their BOS and EOS).
@@ -136,7 +142,7 @@ impl EpochPlan {
     /// The epoch position whose stream range holds token `t` (`t < total`), and where it starts.
     fn position_of(&self, docs: &dyn TokenDocs, t: u64) -> (u64, u64) {
         let c = self.checkpoints.partition_point(|&o| o <= t).saturating_sub(1);
-        let (mut k, mut at) = (c as u64 * STRIDE, self.checkpoints[c]);
+        let (mut k, mut at) = (c as u64 * self.stride, self.checkpoints[c]);
         loop {
             let len = docs.tokens_in(self.doc_at(k)) + self.extra;
             if t < at + len {

@@ -208,6 +208,43 @@ async fn bad_configurations_and_sources_are_clear_errors() {
     assert!(e.contains("c.idx") && e.contains("past the end of the .bin"), "{e}");
 }
 
+/// Local documents are built by several producer threads, each into its own channel: a
+/// `.bin` cut short after the loader opened it fails at the first batch that reads past the
+/// cut, after every earlier batch in order, and nothing is delivered after the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bin_cut_short_while_reading_fails_in_order_and_ends_the_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let lens = vec![50u64; 200];
+    corpus(dir.path(), &lens);
+    let src = open(dir.path()).await;
+    let mut cfg = PackConfig::new(16, 2);
+    cfg.prefetch = 4;
+    let loader = TokenLoader::new(src, cfg).unwrap();
+    let whole = loader.epoch(0).unwrap().collect().await.unwrap();
+    assert_eq!(whole.len(), 10_000 / 32);
+    // Cut after document 100's tokens: sequences from token 5,000 on cannot be read.
+    let f = std::fs::OpenOptions::new().write(true).open(dir.path().join("c.bin")).unwrap();
+    f.set_len(5_000 * 2).unwrap();
+    let mut epoch = loader.epoch(0).unwrap();
+    let mut good = Vec::new();
+    let failure = loop {
+        match epoch.next_batch().await {
+            Some(Ok(b)) => good.push(b),
+            Some(Err(e)) => break e.to_string(),
+            None => panic!("the epoch ended without the read error"),
+        }
+    };
+    // Batch k holds tokens [32k, 32k + 32): 156 batches end before token 5,000.
+    assert_eq!(good.len(), 156, "{failure}");
+    for (k, b) in good.iter().enumerate() {
+        assert_eq!(b.number, k as u64);
+        assert_eq!(ids(b), ids(&whole[k]), "batch {k}");
+    }
+    assert!(failure.contains("c.bin"), "{failure}");
+    assert!(epoch.next_batch().await.is_none(), "a batch after the error");
+    assert_eq!(loader.state().batch, 156);
+}
+
 /// Two corpora told apart by their tokens (A below 40000, B from 40000), mixed 70/30 by
 /// tokens although B has more documents.
 async fn two_corpora() -> (tempfile::TempDir, TokenMix) {

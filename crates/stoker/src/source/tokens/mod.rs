@@ -47,6 +47,20 @@ pub trait TokenDocs: fmt::Debug + fmt::Display + Send + Sync {
     /// Spans past a document's end are an error.
     async fn read_into(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()>;
 
+    /// Whether [`read_now`](Self::read_now) serves every document (local files, read in
+    /// place): the loader then builds each batch whole on one blocking thread instead of
+    /// hopping between the runtime and a blocking thread for every read.
+    fn reads_in_place(&self) -> bool {
+        false
+    }
+
+    /// [`read_into`](Self::read_into) on the calling blocking thread, for documents that
+    /// [`reads_in_place`](Self::reads_in_place); refused otherwise.
+    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()> {
+        let _ = (pieces, out);
+        Err(Error::internal("read_now on token documents that are not read in place"))
+    }
+
     /// Requests and bytes the store under it has served.
     fn io_counters(&self) -> Option<IoCounters> {
         None
@@ -229,6 +243,20 @@ impl TokensSource {
             .collect()
     }
 
+    /// Each `(document, token span)` as `(file, document in it, span)`, checked against the
+    /// index.
+    fn located(&self, pieces: &[(u64, Range<u64>)]) -> Result<Vec<(usize, usize, Range<u64>)>> {
+        let mut located = Vec::with_capacity(pieces.len());
+        for (doc, span) in pieces {
+            let (f, s) = self.locate(*doc).ok_or_else(|| Error::internal(format!("document {doc} out of range")))?;
+            if span.start > span.end || span.end > self.files[f].index.size(s) {
+                return Err(Error::internal(format!("tokens {span:?} of document {doc} are past its end")));
+            }
+            located.push((f, s, span.clone()));
+        }
+        Ok(located)
+    }
+
     fn damaged(&self, f: usize, what: String) -> Error {
         Error::CorruptData {
             shard: self.store.describe(self.files[f].bin.path()),
@@ -256,18 +284,9 @@ impl TokenDocs for TokensSource {
     async fn read_into(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()> {
         // Pieces of one file are read in one call, so the store merges neighbours; the
         // tokens go out in the order asked.
-        let mut located = Vec::with_capacity(pieces.len());
-        for (doc, span) in pieces {
-            let (f, s) = self.locate(*doc).ok_or_else(|| Error::internal(format!("document {doc} out of range")))?;
-            if span.start > span.end || span.end > self.files[f].index.size(s) {
-                return Err(Error::internal(format!("tokens {span:?} of document {doc} are past its end")));
-            }
-            located.push((f, s, span.clone()));
-        }
+        let located = self.located(pieces)?;
         let mut read: Vec<Option<Bytes>> = vec![None; pieces.len()];
-        let mut by_file: Vec<usize> = (0..located.len()).collect();
-        by_file.sort_by_key(|&i| located[i].0);
-        for group in by_file.chunk_by(|&a, &b| located[a].0 == located[b].0) {
+        for group in by_file(&located).chunk_by(|&a, &b| located[a].0 == located[b].0) {
             let f = located[group[0]].0;
             let spans = self.spans(f, group.iter().map(|&i| (located[i].1, located[i].2.clone())));
             let got = self.store.read(&self.files[f].bin, &spans).await?;
@@ -287,9 +306,44 @@ impl TokenDocs for TokensSource {
         Ok(())
     }
 
+    fn reads_in_place(&self) -> bool {
+        self.store.reads_in_place()
+    }
+
+    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()> {
+        // Each file's spans into one buffer (one open per file per batch), then the tokens in
+        // the order asked.
+        let located = self.located(pieces)?;
+        let mut bytes = Vec::new();
+        let mut at = vec![0usize; located.len()];
+        for group in by_file(&located).chunk_by(|&a, &b| located[a].0 == located[b].0) {
+            let f = located[group[0]].0;
+            let spans = self.spans(f, group.iter().map(|&i| (located[i].1, located[i].2.clone())));
+            let mut next = bytes.len();
+            for (&i, s) in group.iter().zip(&spans) {
+                at[i] = next;
+                next += (s.end - s.start) as usize;
+            }
+            self.store.read_local_into(&self.files[f].bin, &spans, &mut bytes)?;
+        }
+        for ((f, _, span), &start) in located.iter().zip(&at) {
+            let ty = self.files[*f].index.ty();
+            let n = (span.end - span.start) as usize * ty.size();
+            ty.extend(&bytes[start..start + n], out);
+        }
+        Ok(())
+    }
+
     fn io_counters(&self) -> Option<IoCounters> {
         Some(self.store.counters())
     }
+}
+
+/// Indices of `located` pieces, grouped by file (in asked order within a file).
+fn by_file(located: &[(usize, usize, Range<u64>)]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..located.len()).collect();
+    order.sort_by_key(|&i| located[i].0);
+    order
 }
 
 #[async_trait]
