@@ -14,7 +14,7 @@ use super::mix::{MixPart, Segments, SourceDocs, TokenMix};
 use super::plan::{EpochPlan, Piece, Placed};
 use super::{tokenized, PackConfig, TextTokenizer};
 use crate::batch::{Batch, BatchPool};
-use crate::error::{Error, Result};
+use crate::error::{panic_message, Error, Result};
 use crate::source::{DynSampleSource, TokenDocs};
 use crate::stats::{add_ns, Stats, StatsSnapshot};
 
@@ -321,24 +321,35 @@ impl TokenLoader {
         let (rx, task) = if self.docs.reads_in_place() {
             // Local documents are read in place, so a batch is a few dozen `pread`s and some
             // arithmetic: handing every batch between the runtime and a blocking thread cost
-            // more than building it. Instead `producers` blocking threads each build every
-            // `producers`th batch in a loop, each into its own channel, taken in turn.
+            // more than building it. Instead `producers` threads each build every
+            // `producers`th batch in a loop, each into its own channel, taken in turn. Plain
+            // threads, not the runtime's blocking pool: a runtime the loader owns waits for
+            // its blocking work when dropped, and a producer waits for room in its channel
+            // while the epoch lives, so dropping the loader before the epoch would hang.
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             let producers = prefetch.min(cores).clamp(1, MAX_PRODUCERS);
             let mut rx = Vec::with_capacity(producers);
             for w in 0..producers {
                 let (tx, r) = mpsc::channel(prefetch.div_ceil(producers));
                 let job = job.clone();
-                self.runtime.spawn_blocking(move || {
-                    for b in (start + w as u64..end).step_by(producers) {
-                        let item = job.batch_now(b);
-                        let failed = item.is_err();
-                        // The consumer gone (the epoch dropped) ends the loop.
-                        if tx.blocking_send(item).is_err() || failed {
-                            break;
+                std::thread::Builder::new()
+                    .name("stoker-tokens".into())
+                    .spawn(move || {
+                        for b in (start + w as u64..end).step_by(producers) {
+                            // A panic (a bug) is an error in its place, not a channel that
+                            // ends: that would end the epoch early without a word.
+                            let item = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.batch_now(b)))
+                                .unwrap_or_else(|p| {
+                                    Err(Error::internal(format!("building batch {b}: {}", panic_message(p))))
+                                });
+                            let failed = item.is_err();
+                            // The consumer gone (the epoch dropped) ends the loop.
+                            if tx.blocking_send(item).is_err() || failed {
+                                break;
+                            }
                         }
-                    }
-                });
+                    })
+                    .map_err(|e| Error::resource("a token producer thread", e))?;
                 rx.push(r);
             }
             (rx, None)

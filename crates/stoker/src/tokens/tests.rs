@@ -245,6 +245,28 @@ async fn a_bin_cut_short_while_reading_fails_in_order_and_ends_the_epoch() {
     assert_eq!(loader.state().batch, 156);
 }
 
+/// A loader made outside any runtime owns one, and a runtime waits for its blocking work when
+/// dropped: dropping the loader while one of its epochs is still held (its producers waiting
+/// for room in their channels) must still return at once, and the epoch end when dropped.
+#[test]
+fn a_loader_dropped_before_its_epoch_does_not_wait_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path(), &[50u64; 200]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let src = rt.block_on(open(dir.path()));
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let loader = TokenLoader::new(src, PackConfig::new(16, 2)).unwrap();
+        let mut epoch = loader.epoch(0).unwrap();
+        let first = epoch.next().unwrap().unwrap();
+        drop(loader);
+        drop(epoch);
+        done.send(first.number).unwrap();
+    });
+    let first = finished.recv_timeout(std::time::Duration::from_secs(60)).expect("dropping the loader hung");
+    assert_eq!(first, 0);
+}
+
 /// Two corpora told apart by their tokens (A below 40000, B from 40000), mixed 70/30 by
 /// tokens although B has more documents.
 async fn two_corpora() -> (tempfile::TempDir, TokenMix) {
