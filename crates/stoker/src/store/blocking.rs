@@ -245,8 +245,10 @@ impl Store {
     /// place by the calling blocking thread (one `open`, a `pread` per span, no hop to the
     /// runtime and no buffer per span): what a loader that cuts many small spans per batch
     /// (token documents) reads with. Spans past the object's end are damage, as in
-    /// [`Store::read`]; a file shorter now than it was at open is an error naming it. A
-    /// remote store is refused (read it with [`Store::read`]).
+    /// [`Store::read`]. A file whose size is not the one it had when listed was replaced or
+    /// rewritten since: its bytes at the indexed offsets are not the samples, so that is
+    /// [`Error::Changed`], as for [`Store::read_all`]. A remote store is refused (read it
+    /// with [`Store::read`]).
     pub(crate) fn read_local_into(&self, obj: &Object, spans: &[Range<u64>], out: &mut Vec<u8>) -> Result<()> {
         use std::os::unix::fs::FileExt;
         let Backend::Local(l) = &self.0.backend else {
@@ -255,6 +257,13 @@ impl Store {
         self.within(obj, spans)?;
         let full = l.file(&self.obj_path(obj.path()))?;
         let file = std::fs::File::open(&full).map_err(|e| Error::io(self.describe(obj.path()), e))?;
+        let now = file.metadata().map_err(|e| Error::io(self.describe(obj.path()), e))?.len();
+        if now != obj.size() {
+            return Err(Error::Changed {
+                object: self.describe(obj.path()),
+                reason: format!("it is {now} bytes now, {} when it was first read", obj.size()),
+            });
+        }
         let want: u64 = spans.iter().map(|s| s.end - s.start).sum();
         let mut at = out.len();
         out.resize(at + usize::try_from(want).map_err(|_| Error::internal("a read larger than memory"))?, 0);

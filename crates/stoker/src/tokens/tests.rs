@@ -208,41 +208,48 @@ async fn bad_configurations_and_sources_are_clear_errors() {
     assert!(e.contains("c.idx") && e.contains("past the end of the .bin"), "{e}");
 }
 
-/// Local documents are built by several producer threads, each into its own channel: a
-/// `.bin` cut short after the loader opened it fails at the first batch that reads past the
-/// cut, after every earlier batch in order, and nothing is delivered after the error.
+/// Local documents are built by several producer threads, each into its own channel: a batch
+/// that fails (here a token that does not fit the int32 ids asked for) ends the epoch after
+/// every earlier batch, in order, and nothing is delivered after the error. A `.bin` rewritten
+/// at another size under a running loader fails at once: its bytes are not the indexed ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bin_cut_short_while_reading_fails_in_order_and_ends_the_epoch() {
+async fn a_failing_batch_ends_the_epoch_in_order_and_a_rewritten_bin_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let lens = vec![50u64; 200];
-    corpus(dir.path(), &lens);
+    // int64 tokens `d * 1000 + i`, but document 100's are 2^40.
+    let token = |d: u64, i: u64| if d == 100 { 1i64 << 40 } else { (d * 1000 + i) as i64 };
+    let bin: Vec<u8> = (0..200u64).flat_map(|d| (0..50).flat_map(move |i| token(d, i).to_le_bytes())).collect();
+    std::fs::write(dir.path().join("c.bin"), &bin).unwrap();
+    std::fs::write(dir.path().join("c.idx"), write_idx(5, &lens, 8)).unwrap();
     let src = open(dir.path()).await;
     let mut cfg = PackConfig::new(16, 2);
     cfg.prefetch = 4;
     let loader = TokenLoader::new(src, cfg).unwrap();
-    let whole = loader.epoch(0).unwrap().collect().await.unwrap();
-    assert_eq!(whole.len(), 10_000 / 32);
-    // Cut after document 100's tokens: sequences from token 5,000 on cannot be read.
-    let f = std::fs::OpenOptions::new().write(true).open(dir.path().join("c.bin")).unwrap();
-    f.set_len(5_000 * 2).unwrap();
     let mut epoch = loader.epoch(0).unwrap();
     let mut good = Vec::new();
     let failure = loop {
         match epoch.next_batch().await {
             Some(Ok(b)) => good.push(b),
             Some(Err(e)) => break e.to_string(),
-            None => panic!("the epoch ended without the read error"),
+            None => panic!("the epoch ended without the error"),
         }
     };
-    // Batch k holds tokens [32k, 32k + 32): 156 batches end before token 5,000.
+    // Batch k holds tokens [32k, 32k + 32): document 100 starts at token 5,000, in batch 156.
     assert_eq!(good.len(), 156, "{failure}");
     for (k, b) in good.iter().enumerate() {
         assert_eq!(b.number, k as u64);
-        assert_eq!(ids(b), ids(&whole[k]), "batch {k}");
+        let want: Vec<Vec<i64>> = (0..2u64)
+            .map(|r| (0..16u64).map(|j| 32 * k as u64 + 16 * r + j).map(|p| token(p / 50, p % 50)).collect())
+            .collect();
+        assert_eq!(ids(b), want, "batch {k}");
     }
-    assert!(failure.contains("c.bin"), "{failure}");
+    assert!(failure.contains(&(1i64 << 40).to_string()) && failure.contains("int64"), "{failure}");
     assert!(epoch.next_batch().await.is_none(), "a batch after the error");
     assert_eq!(loader.state().batch, 156);
+    // Rewritten longer (another corpus in its place): no batch of it is read as this one's.
+    std::fs::write(dir.path().join("c.bin"), vec![7u8; 90_000]).unwrap();
+    let e = loader.epoch(0).unwrap().collect().await.err().unwrap().to_string();
+    assert!(e.contains("c.bin") && e.contains("90000 bytes now, 80000"), "{e}");
 }
 
 /// A loader made outside any runtime owns one, and a runtime waits for its blocking work when
