@@ -42,7 +42,7 @@ pub use self::mix::{MixSource, MixSpec};
 pub use self::objects::ObjectsSource;
 pub use self::read_ahead::ReadAhead;
 pub use self::tar::TarSource;
-pub use self::tokens::TokenDocs;
+pub use self::tokens::{TokenBuf, TokenDocs};
 
 /// What a source can do, so callers and the conformance suite adapt to it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -7,6 +7,7 @@ use super::plan::{piece_len, Piece, Placed};
 use super::{IdType, PackConfig};
 use crate::batch::{BatchBuilder, ColumnType, Dtype};
 use crate::error::{Error, Result};
+use crate::source::TokenBuf;
 
 /// Column names and types of a token batch, made once per loader.
 pub(crate) struct Columns {
@@ -52,14 +53,14 @@ fn segments(pieces: &[Placed]) -> impl Iterator<Item = (usize, usize, bool)> + '
 }
 
 /// Write `rows` (global sequence number and its pieces) into `out`, taking each row's
-/// document tokens from `tokens` in order (what [`crate::source::TokenDocs::read_into`] gave
+/// document tokens from `tokens` (at the ids' width) in order (what [`crate::source::TokenDocs::read_into`] gave
 /// for the rows' `Tokens` pieces, in the same order).
 pub(crate) fn fill(
     out: &mut BatchBuilder,
     cols: &Columns,
     cfg: &PackConfig,
     rows: &[(u64, Vec<Placed>)],
-    tokens: &[i64],
+    tokens: &TokenBuf,
 ) -> Result<()> {
     let w = cfg.window();
     for (i, (s, pieces)) in rows.iter().enumerate() {
@@ -77,16 +78,12 @@ pub(crate) fn fill(
             dst.copy_from_slice(&v.to_ne_bytes());
         }
     }
-    // Ids: each row's pieces in turn, document tokens from `tokens`.
-    // An OR of the bits above int32's range once shifted into 0..2^32, not an early-exit
-    // search: adds, shifts and ORs of 64-bit lanes vectorize on any x86-64 (the search, and a
-    // min/max fold, which does not, were half of this function's time).
-    let outside = tokens.iter().fold(0u64, |acc, &t| acc | ((t as u64).wrapping_add(1 << 31) >> 32));
-    if cfg.ids == IdType::Int32 && outside != 0 {
-        let bad = tokens.iter().find(|&&t| i32::try_from(t).is_err()).copied().unwrap_or_default();
-        return Err(Error::invalid_option(format!("token id {bad} does not fit int32 ids: ask for int64 ids")));
-    }
+    // Ids: each row's pieces in turn, document tokens from `tokens` (read at the ids' width;
+    // a token too big for int32 ids was refused when read).
     let width = cfg.ids_width();
+    if tokens.width() != width {
+        return Err(Error::internal("tokens read at another width than the ids"));
+    }
     let col = out.fixed(&cols.input_ids.0, &cols.input_ids.1);
     let mut next = 0usize;
     for ((_, pieces), row) in rows.iter().zip(col.chunks_exact_mut(w * width)) {
@@ -96,9 +93,9 @@ pub(crate) fn fill(
             let dst = &mut row[at * width..(at + n) * width];
             match p {
                 Piece::Tokens { .. } => {
-                    let src =
-                        tokens.get(next..next + n).ok_or_else(|| Error::internal("fewer tokens read than planned"))?;
-                    put_ids(dst, src, width);
+                    tokens
+                        .write_ne(next..next + n, dst)
+                        .ok_or_else(|| Error::internal("fewer tokens read than planned"))?;
                     next += n;
                 }
                 Piece::Bos => put_ids(dst, &[cfg.bos.unwrap_or(cfg.pad_id)], width),

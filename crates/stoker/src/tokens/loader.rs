@@ -15,7 +15,7 @@ use super::plan::{EpochPlan, Piece, Placed};
 use super::{tokenized, PackConfig, TextTokenizer};
 use crate::batch::{Batch, BatchPool};
 use crate::error::{panic_message, Error, Result};
-use crate::source::{DynSampleSource, TokenDocs};
+use crate::source::{DynSampleSource, TokenBuf, TokenDocs};
 use crate::stats::{add_ns, Stats, StatsSnapshot};
 
 /// How a source that does not hold token documents becomes them ([`TokenLoader::open`]).
@@ -419,7 +419,7 @@ impl Job {
     /// This rank's rows of global batch `b`.
     async fn batch(&self, b: u64) -> Result<Batch> {
         let (planned, wanted) = self.plan_rows(b);
-        let mut tokens = Vec::with_capacity(planned.len() * self.cfg.window());
+        let mut tokens = TokenBuf::with_capacity(self.cfg.ids_width(), planned.len() * self.cfg.window());
         self.docs.read_into(&wanted, &mut tokens).await?;
         self.build(b, &planned, &tokens)
     }
@@ -427,12 +427,12 @@ impl Job {
     /// [`batch`](Self::batch) on a blocking thread, for documents read in place.
     fn batch_now(&self, b: u64) -> Result<Batch> {
         let (planned, wanted) = self.plan_rows(b);
-        let mut tokens = Vec::with_capacity(planned.len() * self.cfg.window());
+        let mut tokens = TokenBuf::with_capacity(self.cfg.ids_width(), planned.len() * self.cfg.window());
         self.docs.read_now(&wanted, &mut tokens)?;
         self.build(b, &planned, &tokens)
     }
 
-    fn build(&self, b: u64, planned: &[(u64, Vec<Placed>)], tokens: &[i64]) -> Result<Batch> {
+    fn build(&self, b: u64, planned: &[(u64, Vec<Placed>)], tokens: &TokenBuf) -> Result<Batch> {
         let mut out = self.pool.builder();
         fill(&mut out, &self.cols, &self.cfg, planned, tokens)?;
         Ok(out.finish(self.epoch, b))

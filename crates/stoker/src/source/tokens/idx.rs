@@ -100,6 +100,35 @@ impl TokenType {
     }
 }
 
+impl TokenType {
+    /// Append every token of little-endian `bytes` to `out` as `i32`, or the first that does
+    /// not fit. Types narrower than 32 bits always fit (one tight loop each); for uint32 and
+    /// int64 the loop converts, ORs every token's bits above int32's range into one word (it
+    /// vectorizes), and looks for the culprit only when that word is not zero.
+    pub(crate) fn extend_i32(self, bytes: &[u8], out: &mut Vec<i32>) -> Result<(), i64> {
+        let outside = |t: i64| (t as u64).wrapping_add(1 << 31) >> 32;
+        match self {
+            TokenType::U8 => out.extend(bytes.iter().map(|&b| i32::from(b))),
+            TokenType::I8 => out.extend(bytes.iter().map(|&b| i32::from(b as i8))),
+            TokenType::I16 => out.extend(bytes.chunks_exact(2).map(|c| i32::from(i16::from_le_bytes([c[0], c[1]])))),
+            TokenType::U16 => out.extend(bytes.chunks_exact(2).map(|c| i32::from(u16::from_le_bytes([c[0], c[1]])))),
+            TokenType::I32 => out.extend(bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+            TokenType::U32 | TokenType::I64 => {
+                let wide = |c: &[u8]| match self {
+                    TokenType::U32 => i64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                    _ => i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
+                };
+                let chunks = bytes.chunks_exact(self.size());
+                if chunks.clone().fold(0u64, |acc, c| acc | outside(wide(c))) != 0 {
+                    return Err(chunks.map(wide).find(|&t| outside(t) != 0).unwrap_or_default());
+                }
+                out.extend(chunks.map(|c| wide(c) as i32));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A parsed index: its bytes are kept and read in place, so a corpus of a hundred million
 /// documents costs the index file's size once, not a second copy in vectors.
 #[derive(Clone, Debug)]
@@ -272,5 +301,35 @@ mod tests {
         assert_eq!(read(TokenType::I16), [-1, 1]);
         assert_eq!(read(TokenType::I32), [0x0001ffff]);
         assert_eq!(read(TokenType::I8), [-1, -1, 1, 0]);
+    }
+
+    /// Straight to int32 ids: the same values as through `i64` for every type, and the first
+    /// token outside int32's range named (from uint32 and int64 files), whatever its place.
+    #[test]
+    fn tokens_widen_to_int32_as_to_int64_and_refuse_what_does_not_fit() {
+        let types = [TokenType::U8, TokenType::I8, TokenType::I16, TokenType::U16, TokenType::I32, TokenType::U32];
+        let b: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37)).collect();
+        for ty in types.into_iter().chain([TokenType::I64]) {
+            let (mut wide, mut narrow) = (Vec::new(), Vec::new());
+            ty.extend(&b, &mut wide);
+            match ty.extend_i32(&b, &mut narrow) {
+                Ok(()) => assert_eq!(narrow.iter().map(|&t| i64::from(t)).collect::<Vec<_>>(), wide, "{ty:?}"),
+                Err(bad) => {
+                    assert!(matches!(ty, TokenType::U32 | TokenType::I64), "{ty:?}");
+                    assert_eq!(Some(bad), wide.iter().copied().find(|t| i32::try_from(*t).is_err()), "{ty:?}");
+                }
+            }
+        }
+        let le = |v: &[i64]| v.iter().flat_map(|t| t.to_le_bytes()).collect::<Vec<u8>>();
+        let mut out = Vec::new();
+        assert_eq!(TokenType::I64.extend_i32(&le(&[-5, i64::from(i32::MIN), i64::from(i32::MAX)]), &mut out), Ok(()));
+        assert_eq!(out, [-5, i32::MIN, i32::MAX]);
+        for at in 0..9 {
+            let mut v = vec![7i64; 9];
+            v[at] = 1 << 31;
+            assert_eq!(TokenType::I64.extend_i32(&le(&v), &mut Vec::new()), Err(1 << 31), "at {at}");
+        }
+        let big = [0x00, 0x00, 0x00, 0x80]; // uint32 2^31
+        assert_eq!(TokenType::U32.extend_i32(&big, &mut Vec::new()), Err(1 << 31));
     }
 }

@@ -7,6 +7,7 @@
 //! [`TokenDocs`]: any span of any document, so a sequence that takes 2,048 tokens of a long
 //! document reads those, not the document. Every byte comes through the [`Store`].
 
+mod buf;
 mod flat;
 mod idx;
 mod litdata;
@@ -18,6 +19,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+pub use self::buf::TokenBuf;
 use self::flat::FileDocs;
 pub(crate) use self::idx::write as write_idx;
 use self::idx::Index;
@@ -43,9 +45,9 @@ pub trait TokenDocs: fmt::Debug + fmt::Display + Send + Sync {
     /// Documents per shard (file), in order: shard shuffles keep a shard's documents together.
     fn shard_sizes(&self) -> Vec<u64>;
 
-    /// Append the tokens of each `(document, token span)` in turn to `out`, widened to `i64`.
-    /// Spans past a document's end are an error.
-    async fn read_into(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()>;
+    /// Append the tokens of each `(document, token span)` in turn to `out`, at its width (a
+    /// token too big for int32 ids is an error). Spans past a document's end are an error.
+    async fn read_into(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenBuf) -> Result<()>;
 
     /// Whether [`read_now`](Self::read_now) serves every document (local files, read in
     /// place): the loader then builds each batch whole on one blocking thread instead of
@@ -56,7 +58,7 @@ pub trait TokenDocs: fmt::Debug + fmt::Display + Send + Sync {
 
     /// [`read_into`](Self::read_into) on the calling blocking thread, for documents that
     /// [`reads_in_place`](Self::reads_in_place); refused otherwise.
-    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()> {
+    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenBuf) -> Result<()> {
         let _ = (pieces, out);
         Err(Error::internal("read_now on token documents that are not read in place"))
     }
@@ -281,7 +283,7 @@ impl TokenDocs for TokensSource {
         self.files.iter().map(|f| f.index.len() as u64).collect()
     }
 
-    async fn read_into(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()> {
+    async fn read_into(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenBuf) -> Result<()> {
         // Pieces of one file are read in one call, so the store merges neighbours; the
         // tokens go out in the order asked.
         let located = self.located(pieces)?;
@@ -301,7 +303,7 @@ impl TokenDocs for TokensSource {
             if bytes.len() != n * ty.size() {
                 return Err(self.damaged(*f, format!("read {} bytes for {n} tokens", bytes.len())));
             }
-            ty.extend(&bytes[..n * ty.size()], out);
+            out.extend(ty, &bytes[..n * ty.size()])?;
         }
         Ok(())
     }
@@ -310,7 +312,7 @@ impl TokenDocs for TokensSource {
         self.store.reads_in_place()
     }
 
-    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut Vec<i64>) -> Result<()> {
+    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenBuf) -> Result<()> {
         // Each file's spans into one buffer (one open per file per batch), then the tokens in
         // the order asked.
         let located = self.located(pieces)?;
@@ -329,7 +331,7 @@ impl TokenDocs for TokensSource {
         for ((f, _, span), &start) in located.iter().zip(&at) {
             let ty = self.files[*f].index.ty();
             let n = (span.end - span.start) as usize * ty.size();
-            ty.extend(&bytes[start..start + n], out);
+            out.extend(ty, &bytes[start..start + n])?;
         }
         Ok(())
     }
