@@ -288,13 +288,13 @@ impl Batch {
             Ok(DlPack { owner: self.batch.clone(), ptr: c.data.as_ptr() as *mut c_void, shape, code, bits })
         };
         let cu = col("cu_seqlens")?;
-        let offsets: Vec<i32> =
-            cu.data.chunks_exact(4).map(|b| i32::from_ne_bytes(b.try_into().unwrap_or_default())).collect();
-        let max_seqlen = offsets.windows(2).map(|w| i64::from(w[1]) - i64::from(w[0])).max().unwrap_or(0);
+        let offset = |b: &[u8]| i64::from(i32::from_ne_bytes(b.try_into().unwrap_or_default()));
+        let offsets = cu.data.chunks_exact(4).map(offset);
+        let max_seqlen = offsets.clone().zip(offsets.skip(1)).map(|(a, b)| b - a).max().unwrap_or(0);
         let cu_seqlens = DlPack {
             owner: self.batch.clone(),
             ptr: cu.data.as_ptr() as *mut c_void,
-            shape: vec![offsets.len() as i64],
+            shape: vec![(cu.data.len() / 4) as i64],
             code: 0,
             bits: 32,
         };

@@ -235,12 +235,6 @@ impl Store {
 }
 
 impl Store {
-    /// Whether [`read_local_into`](Self::read_local_into) serves this store's objects (a
-    /// local directory: no network, no cache).
-    pub(crate) fn reads_in_place(&self) -> bool {
-        matches!(self.0.backend, Backend::Local(_))
-    }
-
     /// The bytes of each of `spans` of a local `obj`, appended to `out` back to back, read in
     /// place by the calling blocking thread (one `open`, a `pread` per span, no hop to the
     /// runtime and no buffer per span): what a loader that cuts many small spans per batch
@@ -255,21 +249,14 @@ impl Store {
             return Err(Error::internal("read_local_into on a remote store"));
         };
         self.within(obj, spans)?;
-        let full = l.file(&self.obj_path(obj.path()))?;
-        let file = std::fs::File::open(&full).map_err(|e| Error::io(self.describe(obj.path()), e))?;
-        let now = file.metadata().map_err(|e| Error::io(self.describe(obj.path()), e))?.len();
-        if now != obj.size() {
-            return Err(Error::Changed {
-                object: self.describe(obj.path()),
-                reason: format!("it is {now} bytes now, {} when it was first read", obj.size()),
-            });
-        }
+        let shown = self.describe(obj.path());
+        let file = super::local::open_sized(&l.file(&self.obj_path(obj.path()))?, &shown, Some(obj.size()))?;
         let want: u64 = spans.iter().map(|s| s.end - s.start).sum();
         let mut at = out.len();
         out.resize(at + usize::try_from(want).map_err(|_| Error::internal("a read larger than memory"))?, 0);
         for s in spans {
             let n = (s.end - s.start) as usize;
-            file.read_exact_at(&mut out[at..at + n], s.start).map_err(|e| Error::io(self.describe(obj.path()), e))?;
+            file.read_exact_at(&mut out[at..at + n], s.start).map_err(|e| Error::io(&shown, e))?;
             at += n;
         }
         self.count(spans.len() as u64, want);

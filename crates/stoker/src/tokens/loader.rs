@@ -496,6 +496,12 @@ impl TokenEpoch {
         self.left.load(Relaxed)
     }
 
+    /// The channel the next batch comes from, none once the epoch is done.
+    fn next_channel(&mut self) -> Option<&mut mpsc::Receiver<Result<Batch>>> {
+        let n = self.rx.len();
+        (!self.done).then(|| &mut self.rx[self.turn % n])
+    }
+
     /// Account for what a channel gave: the next turn, or the end after an error or a
     /// channel's end (the others may still hold batches past the failed one: never delivered
     /// out of order).
@@ -526,12 +532,9 @@ impl TokenEpoch {
     /// The next batch (async).
     pub async fn next_batch(&mut self) -> Option<Result<Batch>> {
         let t = Instant::now();
-        let item = match self.done {
-            true => None,
-            false => {
-                let n = self.rx.len();
-                self.rx[self.turn % n].recv().await
-            }
+        let item = match self.next_channel() {
+            Some(rx) => rx.recv().await,
+            None => None,
         };
         add_ns(&self.stats.consumer_wait_ns, t.elapsed());
         self.took(&item);
@@ -554,12 +557,9 @@ impl Iterator for TokenEpoch {
     /// The next batch, waiting for it (from a plain thread, not inside an async task).
     fn next(&mut self) -> Option<Result<Batch>> {
         let t = Instant::now();
-        let item = match self.done {
-            true => None,
-            false => {
-                let n = self.rx.len();
-                self.rx[self.turn % n].blocking_recv()
-            }
+        let item = match self.next_channel() {
+            Some(rx) => rx.blocking_recv(),
+            None => None,
         };
         add_ns(&self.stats.consumer_wait_ns, t.elapsed());
         self.took(&item);

@@ -26,32 +26,11 @@ impl TokenBuf {
         }
     }
 
-    /// Tokens held.
-    pub fn len(&self) -> usize {
-        match self {
-            TokenBuf::I32(v) => v.len(),
-            TokenBuf::I64(v) => v.len(),
-        }
-    }
-
-    /// Whether it holds no token.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Bytes per token (4 or 8).
     pub fn width(&self) -> usize {
         match self {
             TokenBuf::I32(_) => 4,
             TokenBuf::I64(_) => 8,
-        }
-    }
-
-    /// Every token, widened to `i64` (for tests and tools).
-    pub fn to_i64(&self) -> Vec<i64> {
-        match self {
-            TokenBuf::I32(v) => v.iter().map(|&t| i64::from(t)).collect(),
-            TokenBuf::I64(v) => v.clone(),
         }
     }
 

@@ -79,28 +79,6 @@ impl TokenType {
         }
     }
 
-    /// Append every token of little-endian `bytes` to `out`: one tight loop per type, which
-    /// the compiler vectorizes (a match per token does not).
-    pub(crate) fn extend(self, bytes: &[u8], out: &mut Vec<i64>) {
-        match self {
-            TokenType::U8 => out.extend(bytes.iter().map(|&b| i64::from(b))),
-            TokenType::I8 => out.extend(bytes.iter().map(|&b| i64::from(b as i8))),
-            TokenType::I16 => out.extend(bytes.chunks_exact(2).map(|c| i64::from(i16::from_le_bytes([c[0], c[1]])))),
-            TokenType::U16 => out.extend(bytes.chunks_exact(2).map(|c| i64::from(u16::from_le_bytes([c[0], c[1]])))),
-            TokenType::I32 => {
-                out.extend(bytes.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))))
-            }
-            TokenType::U32 => {
-                out.extend(bytes.chunks_exact(4).map(|c| i64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))))
-            }
-            TokenType::I64 => out.extend(
-                bytes.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])),
-            ),
-        }
-    }
-}
-
-impl TokenType {
     /// Append every token of little-endian `bytes` to `out` as `i32`, or the first that does
     /// not fit. Types narrower than 32 bits always fit (one tight loop each); for uint32 and
     /// int64 the loop converts, ORs every token's bits above int32's range into one word (it
@@ -126,6 +104,26 @@ impl TokenType {
             }
         }
         Ok(())
+    }
+
+    /// Append every token of little-endian `bytes` to `out`: one tight loop per type, which
+    /// the compiler vectorizes (a match per token does not).
+    pub(crate) fn extend(self, bytes: &[u8], out: &mut Vec<i64>) {
+        match self {
+            TokenType::U8 => out.extend(bytes.iter().map(|&b| i64::from(b))),
+            TokenType::I8 => out.extend(bytes.iter().map(|&b| i64::from(b as i8))),
+            TokenType::I16 => out.extend(bytes.chunks_exact(2).map(|c| i64::from(i16::from_le_bytes([c[0], c[1]])))),
+            TokenType::U16 => out.extend(bytes.chunks_exact(2).map(|c| i64::from(u16::from_le_bytes([c[0], c[1]])))),
+            TokenType::I32 => {
+                out.extend(bytes.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))))
+            }
+            TokenType::U32 => {
+                out.extend(bytes.chunks_exact(4).map(|c| i64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))))
+            }
+            TokenType::I64 => out.extend(
+                bytes.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])),
+            ),
+        }
     }
 }
 

@@ -50,8 +50,8 @@ pub trait TokenDocs: fmt::Debug + fmt::Display + Send + Sync {
     async fn read_into(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenBuf) -> Result<()>;
 
     /// Whether [`read_now`](Self::read_now) serves every document (local files, read in
-    /// place): the loader then builds each batch whole on one blocking thread instead of
-    /// hopping between the runtime and a blocking thread for every read.
+    /// place): the loader then builds each batch whole on its own producer threads instead
+    /// of hopping between the runtime and a blocking thread for every read.
     fn reads_in_place(&self) -> bool {
         false
     }
@@ -309,7 +309,7 @@ impl TokenDocs for TokensSource {
     }
 
     fn reads_in_place(&self) -> bool {
-        self.store.reads_in_place()
+        !self.store.is_remote()
     }
 
     fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenBuf) -> Result<()> {
