@@ -226,7 +226,7 @@ impl Store {
         let local = match &self.0.backend {
             Backend::Local(l) => {
                 let full = l.file(&self.obj_path(obj.path()))?;
-                Some(std::fs::File::open(&full).map_err(|e| Error::io(full.display(), e))?)
+                Some(super::local::open_sized(&full, || self.describe(obj.path()), Some(obj.size()))?)
             }
             Backend::Remote { .. } => None,
         };
@@ -250,7 +250,7 @@ impl Store {
         };
         self.within(obj, spans)?;
         let shown = self.describe(obj.path());
-        let file = super::local::open_sized(&l.file(&self.obj_path(obj.path()))?, &shown, Some(obj.size()))?;
+        let file = super::local::open_sized(&l.file(&self.obj_path(obj.path()))?, || shown.clone(), Some(obj.size()))?;
         let want: u64 = spans.iter().map(|s| s.end - s.start).sum();
         let mut at = out.len();
         out.resize(at + usize::try_from(want).map_err(|_| Error::internal("a read larger than memory"))?, 0);
@@ -282,6 +282,9 @@ impl RangeReader {
         match &self.local {
             Some(file) => {
                 use std::os::unix::fs::FileExt;
+                // Held open for the object's life (an HDF5 file's): one rewritten in place
+                // since at another size is refused at its next read, not read at old offsets.
+                super::local::held_to(file, || self.store.describe(self.obj.path()), self.obj.size())?;
                 let mut v = vec![0u8; len];
                 file.read_exact_at(&mut v, span.start)
                     .map_err(|e| Error::io(self.store.describe(self.obj.path()), e))?;
@@ -323,5 +326,21 @@ mod tests {
         let mut rest = Vec::new();
         r.read_to_end(&mut rest).unwrap();
         assert_eq!(rest, &data[4100..]);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_range_reader_refuses_a_file_rewritten_at_another_size_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.h5");
+        std::fs::write(&path, b"0123456789").unwrap();
+        let s = Store::local(dir.path()).unwrap();
+        let r = s.range_reader(&s.open_object("f.h5").await.unwrap()).unwrap();
+        // A local file is read by the calling thread (no runtime hop), so here directly.
+        assert_eq!(&r.read(2..5).unwrap()[..], b"234");
+        // Rewritten in place (same inode, the handle the reader holds): other bytes at the
+        // old offsets, which must not be served as the file's.
+        std::fs::write(&path, b"ab0123456789").unwrap();
+        let e = r.read(2..5).unwrap_err();
+        assert!(matches!(e, Error::Changed { .. }) && e.to_string().contains("f.h5"), "{e}");
     }
 }

@@ -76,8 +76,10 @@ impl DirectReader {
         let path = obj.path();
         let opened = match &store.0.backend {
             Backend::Local(l) => {
+                // Held to the size it was listed at, as every local read is: a shard replaced
+                // or cut since holds other bytes at the indexed offsets.
                 let full = l.file(&store.obj_path(path))?;
-                Opened::File(std::fs::File::open(&full).map_err(|e| Error::io(store.describe(path), e))?)
+                Opened::File(super::local::open_sized(&full, || store.describe(path), Some(obj.size()))?)
             }
             Backend::Remote { reader, .. } => {
                 let cache = reader.cache().ok_or_else(|| gone(store, path))?;
@@ -155,15 +157,7 @@ impl DirectReader {
         };
         // Named only on failure: the success path allocates nothing.
         let shown = || store.describe(path);
-        let full = l.file(&store.obj_path(path))?;
-        let file = std::fs::File::open(&full).map_err(|e| Error::io(shown(), e))?;
-        let now = file.metadata().map_err(|e| Error::io(shown(), e))?.len();
-        if now != size {
-            return Err(Error::Changed {
-                object: shown(),
-                reason: format!("it is {now} bytes now, {size} when the source was opened"),
-            });
-        }
+        let file = super::local::open_sized(&l.file(&store.obj_path(path))?, shown, Some(size))?;
         file.read_exact_at(dst, 0).map_err(|e| Error::io(shown(), e))?;
         store.count(1, size);
         Ok(())

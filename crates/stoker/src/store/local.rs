@@ -101,7 +101,7 @@ impl Local {
     ) -> Result<Vec<Bytes>> {
         let full = self.file(&path)?;
         tokio::task::spawn_blocking(move || {
-            let file = open_sized(&full, &shown, size)?;
+            let file = open_sized(&full, || shown.clone(), size)?;
             let ranges = match ranges {
                 Some(r) => r,
                 None => std::iter::once(0..file.metadata().map_err(|e| Error::io(&shown, e))?.len()).collect(),
@@ -121,21 +121,32 @@ impl Local {
     }
 }
 
-/// Open the file at `full` (shown as `shown` in errors). With `size`, a file of another size
-/// is [`Error::Changed`]: it was replaced since it was looked up, and its bytes at the old
+/// Open the file at `full` (named by `shown()` in errors, which is called only on failure, so
+/// a batch's opens allocate nothing). With `size`, a file of another size is
+/// [`Error::Changed`]: it was replaced since it was looked up, and its bytes at the old
 /// offsets are not the samples indexed.
-pub(super) fn open_sized(full: &std::path::Path, shown: &str, size: Option<u64>) -> Result<std::fs::File> {
-    let file = std::fs::File::open(full).map_err(|e| Error::io(shown, e))?;
+pub(super) fn open_sized(
+    full: &std::path::Path,
+    shown: impl Fn() -> String,
+    size: Option<u64>,
+) -> Result<std::fs::File> {
+    let file = std::fs::File::open(full).map_err(|e| Error::io(shown(), e))?;
     if let Some(want) = size {
-        let now = file.metadata().map_err(|e| Error::io(shown, e))?.len();
-        if now != want {
-            return Err(Error::Changed {
-                object: shown.to_string(),
-                reason: format!("it is {now} bytes now, {want} when it was first read"),
-            });
-        }
+        held_to(&file, &shown, want)?;
     }
     Ok(file)
+}
+
+/// [`Error::Changed`] unless open `file` is still `want` bytes long (see [`open_sized`]).
+pub(super) fn held_to(file: &std::fs::File, shown: impl Fn() -> String, want: u64) -> Result<()> {
+    let now = file.metadata().map_err(|e| Error::io(shown(), e))?.len();
+    if now != want {
+        return Err(Error::Changed {
+            object: shown(),
+            reason: format!("it is {now} bytes now, {want} when it was first read"),
+        });
+    }
+    Ok(())
 }
 
 /// Fill `dst` from `at` until the end of the file; returns the bytes read.

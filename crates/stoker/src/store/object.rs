@@ -214,7 +214,10 @@ impl Store {
         let out = match &self.0.backend {
             Backend::Local(l) => {
                 let (path, shown) = (self.obj_path(obj.path()), self.describe(obj.path()));
-                l.read(path, shown, Some(reads.to_vec()), None).await?
+                // Held to its size, as `read_all` is: a file replaced since it was looked up
+                // (or since a manifest recorded it) at another size holds other bytes at the
+                // planned offsets, and formats without checksums would deliver them.
+                l.read(path, shown, Some(reads.to_vec()), Some(obj.size())).await?
             }
             Backend::Remote { reader, .. } => {
                 let (path, shown) = (&self.obj_path(obj.path()), &self.describe(obj.path()));
