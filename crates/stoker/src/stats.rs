@@ -454,7 +454,8 @@ pub struct SkippedByCause {
     pub damaged_header: u64,
     /// A payload that failed its checksum.
     pub checksum_mismatch: u64,
-    /// A shard or object that could not be read (missing, permissions, bad index).
+    /// A shard or object that could not be read (missing, permissions, bad index, or changed
+    /// since the source was opened).
     pub unreadable_shard: u64,
     /// A remote read that failed past its retries.
     pub remote_error: u64,

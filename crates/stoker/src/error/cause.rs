@@ -13,7 +13,8 @@ pub enum DamageCause {
     DamagedHeader = 0,
     /// Payload bytes that do not match their recorded checksum.
     ChecksumMismatch = 1,
-    /// A shard or object that is missing, unreadable, or not a tar at all.
+    /// A shard or object that is missing, unreadable, not a tar at all, or changed since the
+    /// source was opened.
     UnreadableShard = 2,
     /// A remote read that still failed after every retry.
     RemoteError = 3,

@@ -421,8 +421,12 @@ impl Error {
         match self {
             Error::CorruptTar { .. } => C::DamagedHeader,
             Error::CorruptData { .. } => C::ChecksumMismatch,
-            Error::Io { .. } | Error::NotFound { .. } | Error::BadIndex { .. } => C::UnreadableShard,
-            Error::Fetch { .. } | Error::Store { .. } | Error::Changed { .. } => C::RemoteError,
+            // A changed object (local or remote) is not a failed read but a file that is no
+            // longer the one indexed: unreadable as indexed.
+            Error::Io { .. } | Error::NotFound { .. } | Error::BadIndex { .. } | Error::Changed { .. } => {
+                C::UnreadableShard
+            }
+            Error::Fetch { .. } | Error::Store { .. } => C::RemoteError,
             Error::Shared(e) => e.skip_cause(),
             _ => C::Other,
         }

@@ -54,6 +54,12 @@ fn rewrite_keeping_metadata(path: &Path, new: &[Sample]) {
 /// Run one epoch with the Skip policy: the delivered samples (each checked against the bytes
 /// its key must hold) and the skip count.
 async fn skip_epoch(src: Arc<DynSampleSource>, len: usize) -> (Vec<String>, u64) {
+    let (keys, stats) = skip_epoch_stats(src, len).await;
+    (keys, stats.skipped)
+}
+
+/// [`skip_epoch`] with the loader's stats.
+async fn skip_epoch_stats(src: Arc<DynSampleSource>, len: usize) -> (Vec<String>, stoker::StatsSnapshot) {
     let mut cfg = LoaderConfig::new(4);
     cfg.on_error = ErrorPolicy::Skip;
     let loader = Loader::new(src, cfg).unwrap();
@@ -71,7 +77,7 @@ async fn skip_epoch(src: Arc<DynSampleSource>, len: usize) -> (Vec<String>, u64)
             keys.push(k.to_string());
         }
     }
-    (keys, loader.stats().skipped)
+    (keys, loader.stats())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,8 +155,8 @@ async fn damage_after_indexing_is_an_error_or_a_counted_skip() {
         assert!(matches!(e, Error::Changed { .. }), "{e:?}");
         assert!(e.to_string().contains("s.tar") && e.to_string().contains("28772 bytes now"), "{e}");
     }
-    let (keys, skipped) = skip_epoch(src, 3000).await;
-    assert_eq!((keys.len(), skipped), (0, 20), "{keys:?}");
+    let (keys, stats) = skip_epoch_stats(src, 3000).await;
+    assert_eq!((keys.len(), stats.skipped, stats.skipped_by_cause.unreadable_shard), (0, 20, 20), "{keys:?}");
     // Opened again, the shard as it is now is indexed, and its cut is the error.
     let e = stoker::open(shard.to_str().unwrap(), Default::default()).await.unwrap_err();
     assert!(matches!(e, Error::CorruptTar { .. }), "{e:?}");
