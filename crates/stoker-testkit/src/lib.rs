@@ -41,6 +41,10 @@ use tokio::task::JoinHandle;
 /// make a test suite (or a SIGTERM) wait for long.
 pub const GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// What a server's `serve` returns: a boxed future, so that the server's code is compiled in
+/// this crate once rather than in every binary that awaits it.
+pub type Boxed<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
 /// A running server: its address and the means to stop it.
 ///
 /// Dropping the handle does *not* stop the server (the accept loop is a

@@ -31,6 +31,11 @@ pub mod store;
 pub mod tokens;
 pub mod uri;
 
+// The public async entry points a binary awaits (open, index, pack, diagnose, the token
+// writers and loader) box their work in a plain function of this crate (`*_boxed`). An
+// `async fn`'s body is a generic item to rustc: each crate that awaits it compiles its own copy
+// of it and of everything it awaits, which for `open` is every layout's code. Boxed here, the
+// CLI and the Python extension compile a few lines each instead of the library again.
 pub use batch::Batch;
 pub use error::{Error, ErrorKind, Result};
 pub use loader::{ErrorPolicy, Loader, LoaderConfig, LoaderState};

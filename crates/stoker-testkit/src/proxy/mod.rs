@@ -220,7 +220,12 @@ impl ProxyHandle {
 ///
 /// # Errors
 /// An invalid fault config (as `InvalidInput`) or a bind failure.
-pub async fn serve(config: ProxyConfig) -> io::Result<ProxyHandle> {
+pub fn serve(config: ProxyConfig) -> crate::Boxed<io::Result<ProxyHandle>> {
+    Box::pin(serve_here(config))
+}
+
+/// [`serve`]'s body, boxed there for the reason `s3::serve` gives.
+async fn serve_here(config: ProxyConfig) -> io::Result<ProxyHandle> {
     config.faults.validate().map_err(|msg| io::Error::new(io::ErrorKind::InvalidInput, msg))?;
 
     let mut connector = HttpConnector::new();

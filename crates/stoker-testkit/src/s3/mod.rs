@@ -163,7 +163,13 @@ fn build_service(config: &S3ServerConfig) -> Result<S3Service, ServeError> {
 /// # Errors
 /// [`ServeError::Config`] for a missing root, bad bucket name or empty
 /// region; [`ServeError::Io`] if binding or creating a bucket fails.
-pub async fn serve(config: S3ServerConfig) -> Result<ServerHandle, ServeError> {
+pub fn serve(config: S3ServerConfig) -> crate::Boxed<Result<ServerHandle, ServeError>> {
+    Box::pin(serve_here(config))
+}
+
+/// [`serve`]'s body. Boxed there so that the server's code (hyper's and s3s's generics) is
+/// compiled with this crate, beside the library, not again in each binary that awaits it.
+async fn serve_here(config: S3ServerConfig) -> Result<ServerHandle, ServeError> {
     if !config.root.is_dir() {
         return Err(ServeError::Config(format!("root {} is not an existing directory", config.root.display())));
     }

@@ -91,6 +91,20 @@ impl fmt::Debug for DiagnoseConfig {
 /// configured. Source errors name what failed as everywhere else; an error of the consumer or
 /// the transform (a `Callback`, `InvalidOption` or `Internal` error) is prefixed with the step it failed in.
 pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) -> Result<Report> {
+    diagnose_boxed(uri, options, cfg).await
+}
+
+/// [`diagnose`], compiled here (see the note at the crate's `pub use`s).
+fn diagnose_boxed(
+    uri: &str,
+    options: SourceOptions,
+    cfg: DiagnoseConfig,
+) -> futures::future::BoxFuture<'_, Result<Report>> {
+    use futures::FutureExt;
+    diagnose_here(uri, options, cfg).boxed()
+}
+
+async fn diagnose_here(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) -> Result<Report> {
     if cfg.loader.batch_size == 0 {
         return Err(Error::invalid_option("batch_size must be at least 1"));
     }

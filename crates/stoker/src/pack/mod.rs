@@ -175,6 +175,28 @@ pub async fn pack(
     opts: &PackOptions,
     progress: &dyn PackProgress,
 ) -> Result<PackReport> {
+    pack_boxed(src, dest, opts, progress).await
+}
+
+/// [`pack`], compiled here (see the note at the crate's `pub use`s). Not `Send`-boxed: rustc
+/// cannot prove the writers' closures `Send` for every lifetime there (a known limitation of
+/// higher-ranked closures); callers await it where they are, as they always have.
+fn pack_boxed<'a>(
+    src: Arc<DynSampleSource>,
+    dest: &'a str,
+    opts: &'a PackOptions,
+    progress: &'a dyn PackProgress,
+) -> futures::future::LocalBoxFuture<'a, Result<PackReport>> {
+    use futures::FutureExt;
+    pack_here(src, dest, opts, progress).boxed_local()
+}
+
+async fn pack_here(
+    src: Arc<DynSampleSource>,
+    dest: &str,
+    opts: &PackOptions,
+    progress: &dyn PackProgress,
+) -> Result<PackReport> {
     let started = Instant::now();
     if !matches!(opts.layout, Layout::Tar | Layout::Lmdb) {
         return Err(Error::invalid_option(format!("pack writes `tar` or `lmdb` ({} is what it reads)", opts.layout)));

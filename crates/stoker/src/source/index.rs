@@ -43,7 +43,17 @@ pub async fn index_with_progress(
     options: SourceOptions,
     progress: &(dyn Fn(usize, usize) + Send + Sync),
 ) -> Result<IndexReport> {
-    index_with(uri, options, progress, &Default::default()).await
+    index_boxed(uri, options, progress).await
+}
+
+/// [`index_with_progress`], compiled here (see the note at the crate's `pub use`s).
+fn index_boxed<'a>(
+    uri: &'a str,
+    options: SourceOptions,
+    progress: &'a (dyn Fn(usize, usize) + Send + Sync),
+) -> futures::future::BoxFuture<'a, Result<IndexReport>> {
+    use futures::FutureExt;
+    async move { index_with(uri, options, progress, &Default::default()).await }.boxed()
 }
 
 /// [`index_with_progress`], given checksums already known per shard path (`pack` computed

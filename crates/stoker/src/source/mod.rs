@@ -6,7 +6,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::{StreamExt, TryStreamExt};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 
 use crate::batch::BatchBuilder;
 use crate::error::{Error, Result};
@@ -266,7 +267,12 @@ pub(crate) fn check_index(index: usize, len: usize) -> Result<()> {
 /// `mix:PATH` or `mix:{JSON}`) opens a [`MixSource`] over the sources it lists, with
 /// `options` under each source's own.
 pub async fn open(uri: &str, options: SourceOptions) -> Result<Arc<DynSampleSource>> {
-    resolve::Request::new(uri, options)?.open().await
+    open_boxed(uri, options).await
+}
+
+/// [`open`], compiled here (see the note at the crate's `pub use`s).
+fn open_boxed(uri: &str, options: SourceOptions) -> BoxFuture<'_, Result<Arc<DynSampleSource>>> {
+    async move { resolve::Request::new(uri, options)?.open().await }.boxed()
 }
 
 /// Open `uri` as [`open`] does and take a snapshot of what it listed (the layout, every
@@ -275,6 +281,18 @@ pub async fn open(uri: &str, options: SourceOptions) -> Result<Arc<DynSampleSour
 /// directory or prefix of 10^5 objects once between them instead of once each. `None` where
 /// opening lists nothing (named files, patterns, LMDB, mixes).
 pub async fn open_and_snapshot(uri: &str, options: SourceOptions) -> Result<(Arc<DynSampleSource>, Option<Vec<u8>>)> {
+    open_and_snapshot_boxed(uri, options).await
+}
+
+/// A source and the snapshot of its listing ([`open_and_snapshot`]).
+type Snapshotted = (Arc<DynSampleSource>, Option<Vec<u8>>);
+
+/// [`open_and_snapshot`], compiled here.
+fn open_and_snapshot_boxed(uri: &str, options: SourceOptions) -> BoxFuture<'_, Result<Snapshotted>> {
+    open_and_snapshot_here(uri, options).boxed()
+}
+
+async fn open_and_snapshot_here(uri: &str, options: SourceOptions) -> Result<Snapshotted> {
     let request = resolve::Request::new(uri, options)?;
     if request.is_mix() {
         return Ok((request.open().await?, None));
@@ -297,5 +315,14 @@ pub async fn open_and_snapshot(uri: &str, options: SourceOptions) -> Result<(Arc
 /// and versions included): a file removed or rewritten since fails its read, as it would
 /// after any open. Local shards are looked up again, as with a manifest.
 pub async fn open_with_listing(uri: &str, options: SourceOptions, snapshot: &[u8]) -> Result<Arc<DynSampleSource>> {
-    resolve::Request::new(uri, options)?.with_listing(snapshot)?.open().await
+    open_with_listing_boxed(uri, options, snapshot).await
+}
+
+/// [`open_with_listing`], compiled here.
+fn open_with_listing_boxed<'a>(
+    uri: &'a str,
+    options: SourceOptions,
+    snapshot: &'a [u8],
+) -> BoxFuture<'a, Result<Arc<DynSampleSource>>> {
+    async move { resolve::Request::new(uri, options)?.with_listing(snapshot)?.open().await }.boxed()
 }

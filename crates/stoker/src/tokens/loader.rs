@@ -103,6 +103,20 @@ impl TokenLoader {
     /// once, and arrays of ids copied once, into `$STOKER_CACHE_DIR/tokens` ([`tokenized`],
     /// reused by later runs); a mix's sources each so, the mix weighted by tokens.
     pub async fn open(source: Arc<DynSampleSource>, text: &TextInput, cfg: PackConfig) -> Result<Self> {
+        Self::open_boxed(source, text, cfg).await
+    }
+
+    /// [`open`](Self::open), compiled here (see the note at the crate's `pub use`s).
+    fn open_boxed(
+        source: Arc<DynSampleSource>,
+        text: &TextInput,
+        cfg: PackConfig,
+    ) -> futures::future::BoxFuture<'_, Result<Self>> {
+        use futures::FutureExt;
+        Self::open_here(source, text, cfg).boxed()
+    }
+
+    async fn open_here(source: Arc<DynSampleSource>, text: &TextInput, cfg: PackConfig) -> Result<Self> {
         let cache = crate::SourceOptions::tokens_cache_dir();
         let tokens = |s: Arc<DynSampleSource>| {
             let (tok, field, cache) = (text.tokenizer.clone(), text.field.clone(), cache.clone());

@@ -126,7 +126,20 @@ pub async fn pack_arrays(
     write_parts(src, Ids::Arrays, dest, opts, progress).await
 }
 
-async fn write_parts(
+/// The work of [`pretokenize`] and [`pack_arrays`], compiled here (see the note at the crate's
+/// `pub use`s).
+fn write_parts<'a>(
+    src: Arc<DynSampleSource>,
+    ids: Ids,
+    dest: &'a Path,
+    opts: &'a TokenizeOptions,
+    progress: &'a (dyn Fn(u64) + Send + Sync),
+) -> futures::future::BoxFuture<'a, Result<TokenizedManifest>> {
+    use futures::FutureExt;
+    write_parts_here(src, ids, dest, opts, progress).boxed()
+}
+
+async fn write_parts_here(
     src: Arc<DynSampleSource>,
     ids: Ids,
     dest: &Path,
@@ -471,6 +484,28 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// With `skip_errors`, documents whose bytes are bad are written empty (see
 /// [`TokenizeOptions::skip_errors`]); how many, and the first reasons, are said on stderr.
 pub async fn tokenized(
+    src: Arc<DynSampleSource>,
+    tok: Option<Arc<TextTokenizer>>,
+    field: Option<String>,
+    cache: &Path,
+    skip_errors: bool,
+) -> Result<Arc<DynSampleSource>> {
+    tokenized_boxed(src, tok, field, cache, skip_errors).await
+}
+
+/// [`tokenized`], compiled here (see the note at the crate's `pub use`s).
+fn tokenized_boxed(
+    src: Arc<DynSampleSource>,
+    tok: Option<Arc<TextTokenizer>>,
+    field: Option<String>,
+    cache: &Path,
+    skip_errors: bool,
+) -> futures::future::BoxFuture<'_, Result<Arc<DynSampleSource>>> {
+    use futures::FutureExt;
+    tokenized_here(src, tok, field, cache, skip_errors).boxed()
+}
+
+async fn tokenized_here(
     src: Arc<DynSampleSource>,
     tok: Option<Arc<TextTokenizer>>,
     field: Option<String>,
