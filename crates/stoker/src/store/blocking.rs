@@ -249,14 +249,15 @@ impl Store {
             return Err(Error::internal("read_local_into on a remote store"));
         };
         self.within(obj, spans)?;
-        let shown = self.describe(obj.path());
-        let file = super::local::open_sized(&l.file(&self.obj_path(obj.path()))?, || shown.clone(), Some(obj.size()))?;
+        // Named only on failure: a batch's reads allocate nothing for the name.
+        let shown = || self.describe(obj.path());
+        let file = super::local::open_sized(&l.file(&self.obj_path(obj.path()))?, shown, Some(obj.size()))?;
         let want: u64 = spans.iter().map(|s| s.end - s.start).sum();
         let mut at = out.len();
         out.resize(at + usize::try_from(want).map_err(|_| Error::internal("a read larger than memory"))?, 0);
         for s in spans {
             let n = (s.end - s.start) as usize;
-            file.read_exact_at(&mut out[at..at + n], s.start).map_err(|e| Error::io(&shown, e))?;
+            file.read_exact_at(&mut out[at..at + n], s.start).map_err(|e| Error::io(shown(), e))?;
             at += n;
         }
         self.count(spans.len() as u64, want);

@@ -102,9 +102,11 @@ impl Local {
         let full = self.file(&path)?;
         tokio::task::spawn_blocking(move || {
             let file = open_sized(&full, || shown.clone(), size)?;
-            let ranges = match ranges {
-                Some(r) => r,
-                None => std::iter::once(0..file.metadata().map_err(|e| Error::io(&shown, e))?.len()).collect(),
+            // A whole read of a file held to its size reads that size (open_sized has checked it).
+            let ranges = match (ranges, size) {
+                (Some(r), _) => r,
+                (None, Some(len)) => std::iter::once(0..len).collect(),
+                (None, None) => std::iter::once(0..file.metadata().map_err(|e| Error::io(&shown, e))?.len()).collect(),
             };
             ranges
                 .into_iter()
