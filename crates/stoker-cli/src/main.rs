@@ -22,17 +22,17 @@ use error::{CliError, Context, Result};
 use stoker::sample::{display_key, escape_controls};
 use stoker::{DynSampleSource, SourceOptions};
 
-/// jemalloc, as in the Python extension: formats stored in big pages (Parquet) allocate and
-/// free buffers of tens of MiB per shard, which glibc maps afresh each time (every page
-/// faults and is zeroed again); jemalloc reuses them.
+/// mimalloc, not glibc's malloc: formats stored in big pages (Parquet) allocate and free
+/// buffers of tens of MiB per shard, which glibc maps afresh each time (every page faults and
+/// is zeroed again); mimalloc keeps them for reuse. Built with `no_thp`: mimalloc would
+/// otherwise advise huge pages on its arenas, which some VMs serve erratically (a sequential
+/// Parquet pass went bimodal, 7.5k-48k samples/s); without the advice the kernel's own THP
+/// setting decides, as for any other allocator, and nothing process-wide is changed. The
+/// Python extension keeps jemalloc (see its lib.rs); here mimalloc is one C file where
+/// jemalloc's configure and make were a minute of the CLI's first build, and in same-run A/B
+/// runs against jemalloc the Parquet pass, JPEG decoding and the token loader matched it.
 #[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// jemalloc's options (a C `const char *`, read when it starts; `_RJEM_MALLOC_CONF` overrides):
-/// no arena of its own for requests over 8 MiB, which would return their pages at once.
-#[used]
-#[export_name = "_rjem_malloc_conf"]
-static MALLOC_CONF: &[u8; 21] = b"oversize_threshold:0\0";
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const URI_HELP: &str = "Where the samples are: a directory of files, a directory of .tar shards, \
 a brace pattern like 'shards/train-{000..127}.tar', an LMDB directory (with data.mdb), or the \
