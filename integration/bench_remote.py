@@ -216,6 +216,9 @@ def rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
         {"name": "stoker-shards-skip", "label": 'Stoker `shuffle="shards"`, `disk_cache_behind="skip"`',
          "reader": "stoker", "shuffle": "shards", "format": "wds", "options": {"disk_cache_behind": "skip"},
          "default": False},
+        # No disk cache: what epoch 1 costs without the cache's block writes (each epoch reads the store).
+        {"name": "stoker-shards-nocache", "label": 'Stoker `shuffle="shards"`, `disk_cache=False`', "reader": "stoker",
+         "shuffle": "shards", "format": "wds", "disk_cache": False, "default": False},
         {"name": "stoker-global", "label": "Stoker `Loader(shuffle=True)`, defaults", "reader": "stoker",
          "shuffle": True, "format": "wds"},
         {"name": "stoker-global-disk", "label": "Stoker `shuffle=True` + `disk_cache_dir`", "reader": "stoker",
