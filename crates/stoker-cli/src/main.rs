@@ -22,15 +22,14 @@ use error::{CliError, Context, Result};
 use stoker::sample::{display_key, escape_controls};
 use stoker::{DynSampleSource, SourceOptions};
 
-/// mimalloc, not glibc's malloc: formats stored in big pages (Parquet) allocate and free
-/// buffers of tens of MiB per shard, which glibc maps afresh each time (every page faults and
-/// is zeroed again); mimalloc keeps them for reuse. Built with `no_thp`: mimalloc would
-/// otherwise advise huge pages on its arenas, which some VMs serve erratically (a sequential
-/// Parquet pass went bimodal, 7.5k-48k samples/s); without the advice the kernel's own THP
-/// setting decides, as for any other allocator, and nothing process-wide is changed. The
-/// Python extension keeps jemalloc (see its lib.rs); here mimalloc is one C file where
-/// jemalloc's configure and make were a minute of the CLI's first build, and in same-run A/B
-/// runs against jemalloc the Parquet pass, JPEG decoding and the token loader matched it.
+/// mimalloc, not glibc's malloc, as in the Python extension: formats stored in big pages
+/// (Parquet) allocate and free buffers of tens of MiB per shard, which glibc maps afresh each
+/// time (every page faults and is zeroed again); mimalloc keeps them for reuse. Built with
+/// `no_thp`: mimalloc would otherwise advise huge pages on its arenas, which some VMs serve
+/// erratically (a sequential Parquet pass went bimodal, 7.5k-48k samples/s); without the advice
+/// the kernel's own THP setting decides, as for any other allocator, and nothing process-wide
+/// is changed. It replaced jemalloc, whose configure and make were a minute of a first build;
+/// in same-run A/B runs the Parquet pass, JPEG decoding and the token loader matched it.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

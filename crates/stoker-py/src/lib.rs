@@ -7,23 +7,17 @@
 
 use pyo3::prelude::*;
 
-/// jemalloc, not glibc's malloc, for the extension's own (Rust) allocations. Decoding formats
+/// mimalloc, not glibc's malloc, for the extension's own (Rust) allocations. Decoding formats
 /// stored in big pages (a Parquet column chunk of 64 KiB images is one 64 MiB page) allocates
 /// and frees buffers of tens of MiB per shard; glibc serves each from a fresh `mmap` (its
 /// threshold stops at 32 MiB), so every page of every buffer faults and is zeroed again, which
-/// took half the CPU of a sequential Parquet epoch. jemalloc keeps freed pages for reuse for a
-/// while (its decay time), as pyarrow's allocator does. Python's own objects keep using the
-/// interpreter's allocator: the symbols are prefixed, nothing is interposed.
+/// took half the CPU of a sequential Parquet epoch. mimalloc keeps freed pages for reuse, as
+/// pyarrow's allocator does. Built with `local_dynamic_tls` (the extension is `dlopen`ed, and
+/// the static TLS block is not its to claim) and `no_thp` (no huge-page advice on its arenas;
+/// nothing process-wide is changed, see the CLI's main.rs). Python's own objects keep using
+/// the interpreter's allocator: this is Rust's global allocator, nothing is interposed.
 #[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// jemalloc's options, read once when it starts (a C `const char *`; `_RJEM_MALLOC_CONF` in the
-/// environment still overrides). `oversize_threshold:0`: by default jemalloc gives requests
-/// over 8 MiB an arena of their own that returns freed pages to the kernel at once, which for
-/// those multi-MiB page buffers is glibc's behaviour again; this keeps them with the rest.
-#[used]
-#[export_name = "_rjem_malloc_conf"]
-static MALLOC_CONF: &[u8; 21] = b"oversize_threshold:0\0";
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod diagnose;
 mod dlpack;
