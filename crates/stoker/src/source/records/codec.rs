@@ -201,6 +201,16 @@ mod tests {
     }
 
     #[test]
+    fn a_legacy_zstd_frame_is_an_error_naming_zstd() {
+        // zstd is built without its pre-2016 (v0.1-v0.7) decoders: a frame with v0.7's magic
+        // number (0xFD2FB527, little-endian) is refused as damage, not decoded and not a panic.
+        let mut legacy = vec![0x27, 0xB5, 0x2F, 0xFD];
+        legacy.extend_from_slice(&[0u8; 60]);
+        let e = Codec::Zstd.decompress(&legacy, None, 1 << 20).unwrap_err();
+        assert!(matches!(&e, Inflate::Corrupt(w) if w.contains("Zstd")), "{e:?}");
+    }
+
+    #[test]
     fn bombs_and_lies_are_stopped_within_the_limit() {
         // 64 MiB of zeros compress to a few KB.
         let bomb = zstd::stream::encode_all(&vec![0u8; 64 << 20][..], 19).unwrap();
