@@ -43,7 +43,7 @@ pub use self::mix::{MixSource, MixSpec};
 pub use self::objects::ObjectsSource;
 pub use self::read_ahead::ReadAhead;
 pub use self::tar::TarSource;
-pub use self::tokens::{TokenBuf, TokenDocs};
+pub use self::tokens::{TokenBuf, TokenDocs, TokenSlots};
 
 /// What a source can do, so callers and the conformance suite adapt to it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

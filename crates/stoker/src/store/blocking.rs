@@ -8,7 +8,6 @@
 //! retries and their sleeps on a runtime that may be shutting down.
 
 use std::io::{self, Read, Seek, SeekFrom};
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -231,37 +230,6 @@ impl Store {
             Backend::Remote { .. } => None,
         };
         Ok(RangeReader { store: self.clone(), obj: obj.clone(), rt: tokio::runtime::Handle::current(), local })
-    }
-}
-
-impl Store {
-    /// The bytes of each of `spans` of a local `obj`, appended to `out` back to back, read in
-    /// place by the calling blocking thread (one `open`, a `pread` per span, no hop to the
-    /// runtime and no buffer per span): what a loader that cuts many small spans per batch
-    /// (token documents) reads with. Spans past the object's end are damage, as in
-    /// [`Store::read`]. A file whose size is not the one it had when listed was replaced or
-    /// rewritten since: its bytes at the indexed offsets are not the samples, so that is
-    /// [`Error::Changed`], as for [`Store::read_all`]. A remote store is refused (read it
-    /// with [`Store::read`]).
-    pub(crate) fn read_local_into(&self, obj: &Object, spans: &[Range<u64>], out: &mut Vec<u8>) -> Result<()> {
-        use std::os::unix::fs::FileExt;
-        let Backend::Local(l) = &self.0.backend else {
-            return Err(Error::internal("read_local_into on a remote store"));
-        };
-        self.within(obj, spans)?;
-        // Named only on failure: a batch's reads allocate nothing for the name.
-        let shown = || self.describe(obj.path());
-        let file = super::local::open_sized(&l.file(&self.obj_path(obj.path()))?, shown, Some(obj.size()))?;
-        let want: u64 = spans.iter().map(|s| s.end - s.start).sum();
-        let mut at = out.len();
-        out.resize(at + usize::try_from(want).map_err(|_| Error::internal("a read larger than memory"))?, 0);
-        for s in spans {
-            let n = (s.end - s.start) as usize;
-            file.read_exact_at(&mut out[at..at + n], s.start).map_err(|e| Error::io(shown(), e))?;
-            at += n;
-        }
-        self.count(spans.len() as u64, want);
-        Ok(())
     }
 }
 

@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 mod blocking;
 mod direct;
 mod local;
+mod mapped;
 mod object;
 mod remote;
 mod write;
@@ -38,6 +39,7 @@ pub use blocking::BlockReader;
 pub(crate) use blocking::{Cancel, RangeReader};
 pub(crate) use direct::{gone, is_gone, DirectReader};
 pub(crate) use local::{is_temp_name, publish, temp_name};
+pub(crate) use mapped::MappedObject;
 pub use object::Object;
 pub use write::ObjectWriter;
 

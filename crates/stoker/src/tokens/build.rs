@@ -7,7 +7,7 @@ use super::plan::{piece_len, Piece, Placed};
 use super::{IdType, PackConfig};
 use crate::batch::{BatchBuilder, ColumnType, Dtype};
 use crate::error::{Error, Result};
-use crate::source::TokenBuf;
+use crate::source::{TokenBuf, TokenDocs, TokenSlots};
 
 /// Column names and types of a token batch, made once per loader.
 pub(crate) struct Columns {
@@ -52,15 +52,22 @@ fn segments(pieces: &[Placed]) -> impl Iterator<Item = (usize, usize, bool)> + '
     })
 }
 
-/// Write `rows` (global sequence number and its pieces) into `out`, taking each row's
-/// document tokens from `tokens` (at the ids' width) in order (what [`crate::source::TokenDocs::read_into`] gave
-/// for the rows' `Tokens` pieces, in the same order).
+/// Where a batch's document tokens come from: read already ([`TokenDocs::read_into`], at the
+/// ids' width, in the order of the rows' `Tokens` pieces), or to be read in place straight
+/// into the batch ([`TokenDocs::read_now`] of these spans, in the same order).
+pub(crate) enum Tokens<'a> {
+    Read(&'a TokenBuf),
+    Now(&'a dyn TokenDocs, &'a [(u64, std::ops::Range<u64>)]),
+}
+
+/// Write `rows` (global sequence number and its pieces) into `out`, each row's document
+/// tokens from `tokens`.
 pub(crate) fn fill(
     out: &mut BatchBuilder,
     cols: &Columns,
     cfg: &PackConfig,
     rows: &[(u64, Vec<Placed>)],
-    tokens: &TokenBuf,
+    tokens: Tokens<'_>,
 ) -> Result<()> {
     let w = cfg.window();
     for (i, (s, pieces)) in rows.iter().enumerate() {
@@ -78,26 +85,30 @@ pub(crate) fn fill(
             dst.copy_from_slice(&v.to_ne_bytes());
         }
     }
-    // Ids: each row's pieces in turn, document tokens from `tokens` (read at the ids' width;
-    // a token too big for int32 ids was refused when read).
+    // Ids: each row's pieces in turn, document tokens from `tokens` (at the ids' width; a
+    // token too big for int32 ids is refused when read). Read in place, the document pieces'
+    // slots are noted here and filled by the read after the loop.
     let width = cfg.ids_width();
-    if tokens.width() != width {
+    if matches!(tokens, Tokens::Read(t) if t.width() != width) {
         return Err(Error::internal("tokens read at another width than the ids"));
     }
     let col = out.fixed(&cols.input_ids.0, &cols.input_ids.1);
     let mut next = 0usize;
-    for ((_, pieces), row) in rows.iter().zip(col.chunks_exact_mut(w * width)) {
+    let mut slots = Vec::new();
+    for (r, ((_, pieces), row)) in rows.iter().zip(col.chunks_exact_mut(w * width)).enumerate() {
         let mut at = 0usize;
         for (_, p) in pieces {
             let n = piece_len(p) as usize;
             let dst = &mut row[at * width..(at + n) * width];
             match p {
-                Piece::Tokens { .. } => {
-                    tokens
-                        .write_ne(next..next + n, dst)
-                        .ok_or_else(|| Error::internal("fewer tokens read than planned"))?;
-                    next += n;
-                }
+                Piece::Tokens { .. } => match tokens {
+                    Tokens::Read(t) => {
+                        t.write_ne(next..next + n, dst)
+                            .ok_or_else(|| Error::internal("fewer tokens read than planned"))?;
+                        next += n;
+                    }
+                    Tokens::Now(..) => slots.push(((r * w + at) * width, n)),
+                },
                 Piece::Bos => put_ids(dst, &[cfg.bos.unwrap_or(cfg.pad_id)], width),
                 Piece::Eos => put_ids(dst, &[cfg.eos.unwrap_or(cfg.pad_id)], width),
                 Piece::Pad(_) => {
@@ -107,6 +118,13 @@ pub(crate) fn fill(
                 }
             }
             at += n;
+        }
+    }
+    if let Tokens::Now(docs, wanted) = tokens {
+        let mut into = TokenSlots::new(col, &slots, width);
+        docs.read_now(wanted, &mut into)?;
+        if into.filled() != slots.len() {
+            return Err(Error::internal("fewer token pieces read than planned"));
         }
     }
     // Positions restart at every segment; the mask is 0 on padding and, with

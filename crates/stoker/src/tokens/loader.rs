@@ -9,7 +9,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::build::{fill, Columns};
+use super::build::{fill, Columns, Tokens};
 use super::mix::{MixPart, Segments, SourceDocs, TokenMix};
 use super::plan::{EpochPlan, Piece, Placed};
 use super::{tokenized, PackConfig, TextTokenizer};
@@ -435,18 +435,16 @@ impl Job {
         let (planned, wanted) = self.plan_rows(b);
         let mut tokens = TokenBuf::with_capacity(self.cfg.ids_width(), planned.len() * self.cfg.window());
         self.docs.read_into(&wanted, &mut tokens).await?;
-        self.build(b, &planned, &tokens)
+        self.build(b, &planned, Tokens::Read(&tokens))
     }
 
     /// [`batch`](Self::batch) on a blocking thread, for documents read in place.
     fn batch_now(&self, b: u64) -> Result<Batch> {
         let (planned, wanted) = self.plan_rows(b);
-        let mut tokens = TokenBuf::with_capacity(self.cfg.ids_width(), planned.len() * self.cfg.window());
-        self.docs.read_now(&wanted, &mut tokens)?;
-        self.build(b, &planned, &tokens)
+        self.build(b, &planned, Tokens::Now(&*self.docs, &wanted))
     }
 
-    fn build(&self, b: u64, planned: &[(u64, Vec<Placed>)], tokens: &TokenBuf) -> Result<Batch> {
+    fn build(&self, b: u64, planned: &[(u64, Vec<Placed>)], tokens: Tokens<'_>) -> Result<Batch> {
         let mut out = self.pool.builder();
         fill(&mut out, &self.cols, &self.cfg, planned, tokens)?;
         Ok(out.finish(self.epoch, b))

@@ -23,7 +23,7 @@ use async_trait::async_trait;
 
 use crate::error::{Error, Result};
 use crate::sampler::{Order, Permutation};
-use crate::source::{TokenBuf, TokenDocs};
+use crate::source::{TokenBuf, TokenDocs, TokenSlots};
 use crate::stats::IoCounters;
 
 /// A mixture's weights over an epoch: each from the global batch it applies to.
@@ -217,7 +217,7 @@ impl TokenDocs for TokenMix {
         self.parts.iter().all(|p| p.docs.reads_in_place())
     }
 
-    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenBuf) -> Result<()> {
+    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenSlots<'_>) -> Result<()> {
         for (k, local) in self.runs(pieces) {
             self.parts[k].docs.read_now(&local, out)?;
         }
@@ -290,7 +290,7 @@ impl TokenDocs for SourceDocs {
         self.docs().reads_in_place()
     }
 
-    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenBuf) -> Result<()> {
+    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenSlots<'_>) -> Result<()> {
         self.docs().read_now(pieces, out)
     }
 

@@ -66,3 +66,46 @@ impl TokenBuf {
         Some(())
     }
 }
+
+/// Where [`super::TokenDocs::read_now`] writes: each piece's tokens, in the order asked,
+/// straight into its place in a batch's ids column at the ids' width (no buffer between the
+/// file's bytes and the batch).
+pub struct TokenSlots<'a> {
+    col: &'a mut [u8],
+    /// Each piece's byte offset in `col` and its number of tokens.
+    slots: &'a [(usize, usize)],
+    next: usize,
+    width: usize,
+}
+
+impl<'a> TokenSlots<'a> {
+    /// Slots `slots` (byte offset, tokens) of `col`, ids `width` bytes wide (4 or 8).
+    pub(crate) fn new(col: &'a mut [u8], slots: &'a [(usize, usize)], width: usize) -> Self {
+        TokenSlots { col, slots, next: 0, width }
+    }
+
+    /// Pieces written so far.
+    pub(crate) fn filled(&self) -> usize {
+        self.next
+    }
+
+    /// The next piece's tokens, little-endian `bytes` of type `ty`, into its slot. More tokens
+    /// or pieces than planned is an internal error; a token that does not fit int32 ids is an
+    /// error naming it.
+    pub(crate) fn put(&mut self, ty: TokenType, bytes: &[u8]) -> Result<()> {
+        let &(at, n) =
+            self.slots.get(self.next).ok_or_else(|| Error::internal("more token pieces read than planned"))?;
+        if bytes.len() != n * ty.size() {
+            return Err(Error::internal(format!("{} bytes read for a piece of {n} tokens", bytes.len())));
+        }
+        let dst = self
+            .col
+            .get_mut(at..at + n * self.width)
+            .ok_or_else(|| Error::internal("a token piece outside its batch's column"))?;
+        ty.write_ne(bytes, dst, self.width).map_err(|bad| {
+            Error::invalid_option(format!("token id {bad} does not fit int32 ids: ask for int64 ids"))
+        })?;
+        self.next += 1;
+        Ok(())
+    }
+}

@@ -106,6 +106,62 @@ impl TokenType {
         Ok(())
     }
 
+    /// Write every token of little-endian `bytes` into `dst` native-endian, `width` bytes each
+    /// (4: int32 ids, 8: int64; `dst` holds exactly as many tokens as `bytes`), or return the
+    /// first token that does not fit int32 ids (only uint32 and int64 tokens can miss; they
+    /// are checked in one vectorized pass first, as [`extend_i32`](Self::extend_i32) does).
+    /// One tight loop per type, which the compiler vectorizes.
+    pub(crate) fn write_ne(self, bytes: &[u8], dst: &mut [u8], width: usize) -> Result<(), i64> {
+        fn conv<const S: usize>(
+            bytes: &[u8],
+            dst: &mut [u8],
+            width: usize,
+            read: impl Fn(&[u8]) -> i64,
+        ) -> Result<(), i64> {
+            let tokens = bytes.chunks_exact(S).map(&read);
+            if width == 8 {
+                for (d, t) in dst.chunks_exact_mut(8).zip(tokens) {
+                    d.copy_from_slice(&t.to_ne_bytes());
+                }
+                return Ok(());
+            }
+            if S >= 4 {
+                let outside = |t: i64| (t as u64).wrapping_add(1 << 31) >> 32;
+                if tokens.clone().fold(0u64, |acc, t| acc | outside(t)) != 0 {
+                    return Err(tokens.clone().find(|&t| outside(t) != 0).unwrap_or_default());
+                }
+            }
+            for (d, t) in dst.chunks_exact_mut(4).zip(tokens) {
+                d.copy_from_slice(&(t as i32).to_ne_bytes());
+            }
+            Ok(())
+        }
+        match self {
+            TokenType::U8 => conv::<1>(bytes, dst, width, |c| i64::from(c[0])),
+            TokenType::I8 => conv::<1>(bytes, dst, width, |c| i64::from(c[0] as i8)),
+            TokenType::I16 => conv::<2>(bytes, dst, width, |c| i64::from(i16::from_le_bytes([c[0], c[1]]))),
+            TokenType::U16 => conv::<2>(bytes, dst, width, |c| i64::from(u16::from_le_bytes([c[0], c[1]]))),
+            // int32 tokens always fit int32 ids: read as 4-byte values, no check.
+            TokenType::I32 => {
+                let tokens = bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+                if width == 8 {
+                    for (d, t) in dst.chunks_exact_mut(8).zip(tokens) {
+                        d.copy_from_slice(&i64::from(t).to_ne_bytes());
+                    }
+                } else {
+                    for (d, t) in dst.chunks_exact_mut(4).zip(tokens) {
+                        d.copy_from_slice(&t.to_ne_bytes());
+                    }
+                }
+                Ok(())
+            }
+            TokenType::U32 => conv::<4>(bytes, dst, width, |c| i64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+            TokenType::I64 => {
+                conv::<8>(bytes, dst, width, |c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            }
+        }
+    }
+
     /// Append every token of little-endian `bytes` to `out`: one tight loop per type, which
     /// the compiler vectorizes (a match per token does not).
     pub(crate) fn extend(self, bytes: &[u8], out: &mut Vec<i64>) {

@@ -19,14 +19,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-pub use self::buf::TokenBuf;
+pub use self::buf::{TokenBuf, TokenSlots};
 use self::flat::FileDocs;
 pub(crate) use self::idx::write as write_idx;
 use self::idx::Index;
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
-use crate::store::{Cancel, IoCounters, Object, ObjectInfo, Store};
+use crate::store::{Cancel, IoCounters, MappedObject, Object, ObjectInfo, Store};
 use crate::uri::{Layout, SourceOptions};
 
 /// The suffix of the index files this layout is opened from; the tokens are in the file of
@@ -57,8 +57,9 @@ pub trait TokenDocs: fmt::Debug + fmt::Display + Send + Sync {
     }
 
     /// [`read_into`](Self::read_into) on the calling blocking thread, for documents that
-    /// [`reads_in_place`](Self::reads_in_place); refused otherwise.
-    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenBuf) -> Result<()> {
+    /// [`reads_in_place`](Self::reads_in_place), each piece's tokens straight into its slot of
+    /// the batch ([`TokenSlots`]); refused otherwise.
+    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenSlots<'_>) -> Result<()> {
         let _ = (pieces, out);
         Err(Error::internal("read_now on token documents that are not read in place"))
     }
@@ -85,7 +86,17 @@ pub(crate) struct TokensSource {
     /// Where each file's documents start in the whole, then the total.
     starts: Vec<u64>,
     display: String,
+    /// Local files mapped for [`TokenDocs::read_now`], by file number: the most recently used
+    /// [`MAPPED_FILES`], so a corpus of thousands of files holds a bounded number of maps
+    /// and descriptors.
+    maps: std::sync::Mutex<lru::LruCache<usize, Arc<MappedObject>>>,
 }
+
+/// Local token files a source keeps mapped at once (each holds a descriptor).
+const MAPPED_FILES: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(64) {
+    Some(n) => n,
+    None => unreachable!(),
+};
 
 impl fmt::Debug for TokensSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -155,7 +166,7 @@ pub(crate) async fn open(
         starts.push(starts.last().copied().unwrap_or(0) + index.len() as u64);
         files.push(TokenFile { name, bin: store.object(&bin_info), index: FileDocs::Megatron(index) });
     }
-    Ok(Arc::new(TokensSource { store, files, starts, display }))
+    Ok(Arc::new(TokensSource::new(store, files, starts, display)))
 }
 
 /// The first index (by path) of the LitData dataset indexed by `listing`, with its bytes, if
@@ -190,7 +201,7 @@ pub(crate) async fn open_litdata(
             files.push(file);
         }
     }
-    Ok(Arc::new(TokensSource { store, files, starts, display }))
+    Ok(Arc::new(TokensSource::new(store, files, starts, display)))
 }
 
 /// A flat token file: its header (an `.npy`'s) read, then its documents found.
@@ -228,6 +239,23 @@ async fn open_flat(store: &Store, info: &ObjectInfo, separator: i64, opts: &Sour
 }
 
 impl TokensSource {
+    fn new(store: Store, files: Vec<TokenFile>, starts: Vec<u64>, display: String) -> Self {
+        let maps = std::sync::Mutex::new(lru::LruCache::new(MAPPED_FILES));
+        TokensSource { store, files, starts, display, maps }
+    }
+
+    /// Local file `f` mapped (see [`MappedObject`]), from the maps kept or mapped now.
+    fn mapped(&self, f: usize) -> Result<Arc<MappedObject>> {
+        if let Some(m) = self.maps.lock().unwrap_or_else(|e| e.into_inner()).get(&f) {
+            return Ok(m.clone());
+        }
+        // Mapped outside the lock: another thread mapping the same file meanwhile costs a
+        // second map, not a wait.
+        let m = Arc::new(self.store.map_local(&self.files[f].bin)?);
+        self.maps.lock().unwrap_or_else(|e| e.into_inner()).put(f, m.clone());
+        Ok(m)
+    }
+
     /// The file holding document `doc` and its number there.
     fn locate(&self, doc: u64) -> Option<(usize, usize)> {
         super::locate(&self.starts, doc)
@@ -312,26 +340,16 @@ impl TokenDocs for TokensSource {
         !self.store.is_remote()
     }
 
-    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenBuf) -> Result<()> {
-        // Each file's spans into one buffer (one open per file per batch), then the tokens in
-        // the order asked.
+    fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenSlots<'_>) -> Result<()> {
+        // Straight from each file's map into the batch, in the order asked: each run of
+        // pieces in one file is one size check, then one copy (widened to the ids' width) per
+        // piece.
         let located = self.located(pieces)?;
-        let mut bytes = Vec::new();
-        let mut at = vec![0usize; located.len()];
-        for group in by_file(&located).chunk_by(|&a, &b| located[a].0 == located[b].0) {
-            let f = located[group[0]].0;
-            let spans = self.spans(f, group.iter().map(|&i| (located[i].1, located[i].2.clone())));
-            let mut next = bytes.len();
-            for (&i, s) in group.iter().zip(&spans) {
-                at[i] = next;
-                next += (s.end - s.start) as usize;
-            }
-            self.store.read_local_into(&self.files[f].bin, &spans, &mut bytes)?;
-        }
-        for ((f, _, span), &start) in located.iter().zip(&at) {
-            let ty = self.files[*f].index.ty();
-            let n = (span.end - span.start) as usize * ty.size();
-            out.extend(ty, &bytes[start..start + n])?;
+        for run in located.chunk_by(|a, b| a.0 == b.0) {
+            let f = run[0].0;
+            let ty = self.files[f].index.ty();
+            let spans = self.spans(f, run.iter().map(|(_, s, span)| (*s, span.clone())));
+            self.mapped(f)?.spans(spans, |bytes| out.put(ty, bytes))?;
         }
         Ok(())
     }
