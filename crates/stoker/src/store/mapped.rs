@@ -62,31 +62,56 @@ impl MappedObject {
     /// Check that the file still has its listed size ([`Error::Changed`] otherwise), then give
     /// `each` the bytes of every span in turn (counted as the store's reads). A span past the
     /// object's end is an error naming it, as for every read of the store.
-    pub(crate) fn spans(
-        &self,
-        spans: impl IntoIterator<Item = Range<u64>>,
-        mut each: impl FnMut(&[u8]) -> Result<()>,
-    ) -> Result<()> {
+    ///
+    /// The bytes of the spans [`AHEAD`] places ahead are asked of the memory system while
+    /// `each` works on the current one: spans cut from random places in a file start with a
+    /// cache miss (and often a TLB miss) each, which the hardware's prefetcher, following
+    /// one stream at a time, does not hide. On the project's VM this took a shuffled epoch's
+    /// widening copy from 2.4 to 4.3 G tokens/s a core.
+    pub(crate) fn spans(&self, spans: &[Range<u64>], mut each: impl FnMut(&[u8]) -> Result<()>) -> Result<()> {
         super::local::held_to(&self.file, || self.store.describe(self.obj.path()), self.obj.size())?;
         let bytes: &[u8] = self.map.as_deref().unwrap_or(&[]);
-        let (mut n, mut total) = (0u64, 0u64);
-        for s in spans {
-            let Some(b) =
-                usize::try_from(s.start).ok().zip(usize::try_from(s.end).ok()).and_then(|(a, z)| bytes.get(a..z))
-            else {
+        let slice = |s: &Range<u64>| {
+            usize::try_from(s.start).ok().zip(usize::try_from(s.end).ok()).and_then(|(a, z)| bytes.get(a..z))
+        };
+        for s in spans.iter().take(AHEAD) {
+            slice(s).map(prefetch);
+        }
+        let mut total = 0u64;
+        for (i, s) in spans.iter().enumerate() {
+            let Some(b) = slice(s) else {
                 let why = format!("bytes {}..{} asked of {} bytes", s.start, s.end, self.obj.size());
                 return Err(Error::io(
                     self.store.describe(self.obj.path()),
                     std::io::Error::new(std::io::ErrorKind::UnexpectedEof, why),
                 ));
             };
+            spans.get(i + AHEAD).and_then(slice).map(prefetch);
             each(b)?;
-            n += 1;
             total += b.len() as u64;
         }
-        self.store.count(n, total);
+        self.store.count(spans.len() as u64, total);
         Ok(())
     }
+}
+
+/// How many spans ahead [`MappedObject::spans`] prefetches (4 was the best of 1, 2 and 4).
+const AHEAD: usize = 4;
+/// At most this much of a span is prefetched: past it, the hardware prefetcher has found the
+/// stream.
+const PREFETCH_CAP: usize = 4096;
+
+/// Ask for the cache lines of (the start of) `bytes` ahead of their use; no effect on the
+/// program's meaning, nothing on targets without the instruction.
+#[inline]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes[..bytes.len().min(PREFETCH_CAP)].chunks(64) {
+        // SAFETY: a prefetch is a hint that never faults, and the address is in `bytes`.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 #[cfg(test)]
@@ -101,18 +126,18 @@ mod tests {
         let s = Store::local(dir.path()).unwrap();
         let m = s.map_local(&s.open_object("t.bin").await.unwrap()).unwrap();
         let mut got = Vec::new();
-        m.spans([10..20, 9_990..10_000, 5..5], |b| {
+        m.spans(&[10..20, 9_990..10_000, 5..5], |b| {
             got.push(b.to_vec());
             Ok(())
         })
         .unwrap();
         assert_eq!(got, vec![data[10..20].to_vec(), data[9_990..].to_vec(), vec![]]);
         assert_eq!(s.counters().requests, 3);
-        let past = m.spans(std::iter::once(9_995..10_001), |_| Ok(())).unwrap_err();
+        let past = m.spans(std::slice::from_ref(&(9_995..10_001)), |_| Ok(())).unwrap_err();
         assert!(past.to_string().contains("t.bin"), "{past}");
         // Cut between batches: the next batch's check refuses it before any byte is touched.
         std::fs::File::options().write(true).open(dir.path().join("t.bin")).unwrap().set_len(5_000).unwrap();
-        let cut = m.spans(std::iter::once(0..10), |_| panic!("no byte of a cut file is read")).unwrap_err();
+        let cut = m.spans(std::slice::from_ref(&(0..10)), |_| panic!("no byte of a cut file is read")).unwrap_err();
         assert!(matches!(cut, Error::Changed { .. }), "{cut:?}");
     }
 
@@ -122,11 +147,11 @@ mod tests {
         std::fs::write(dir.path().join("e.bin"), b"").unwrap();
         let s = Store::local(dir.path()).unwrap();
         let m = s.map_local(&s.open_object("e.bin").await.unwrap()).unwrap();
-        m.spans(std::iter::once(0..0), |b| {
+        m.spans(std::slice::from_ref(&(0..0)), |b| {
             assert!(b.is_empty());
             Ok(())
         })
         .unwrap();
-        assert!(m.spans(std::iter::once(0..1), |_| Ok(())).is_err());
+        assert!(m.spans(std::slice::from_ref(&(0..1)), |_| Ok(())).is_err());
     }
 }

@@ -349,7 +349,7 @@ impl TokenDocs for TokensSource {
             let f = run[0].0;
             let ty = self.files[f].index.ty();
             let spans = self.spans(f, run.iter().map(|(_, s, span)| (*s, span.clone())));
-            self.mapped(f)?.spans(spans, |bytes| out.put(ty, bytes))?;
+            self.mapped(f)?.spans(&spans, |bytes| out.put(ty, bytes))?;
         }
         Ok(())
     }
