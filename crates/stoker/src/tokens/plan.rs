@@ -15,14 +15,23 @@ use crate::error::{Error, Result};
 /// documents to find a token (each a document length and, shuffled, a permutation step:
 /// the walk at every batch's first row was a tenth of a loader's time at 256). The stride is
 /// the smallest power of two from `MIN_STRIDE` that keeps the offsets to `MAX_CHECKPOINTS`
-/// (16 MiB): 16 up to 32 million documents, 128 for 256 million.
-const MIN_STRIDE: u64 = 16;
+/// (16 MiB): 4 up to 8 million documents, 128 for 256 million.
+const MIN_STRIDE: u64 = 4;
 const MAX_CHECKPOINTS: u64 = 1 << 21;
 
 /// The documents of an epoch in order: a sampler's (one source), or a list (a mixture).
 enum DocOrder {
     Sampler(Box<Sampler>),
     List(Vec<u64>),
+}
+
+/// Where the previous row of a batch ended: the epoch position `k` of a document at or before
+/// the next row's first token, where its stream starts, and the document itself.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cursor {
+    k: u64,
+    at: u64,
+    doc: u64,
 }
 
 /// One run of a sequence's tokens.
@@ -101,20 +110,8 @@ impl EpochPlan {
             DocOrder::List(l) => l.len() as u64,
         };
         let stride = n.div_ceil(MAX_CHECKPOINTS).next_power_of_two().max(MIN_STRIDE);
-        let mut checkpoints = Vec::with_capacity((n / stride + 1) as usize);
-        let mut total = 0u64;
-        let docs_in_order: Box<dyn Iterator<Item = u64> + '_> = match &order {
-            DocOrder::Sampler(s) => Box::new(s.iter()),
-            DocOrder::List(l) => Box::new(l.iter().copied()),
-        };
-        for (k, doc) in docs_in_order.enumerate() {
-            if (k as u64).is_multiple_of(stride) {
-                checkpoints.push(total);
-            }
-            total = total
-                .checked_add(docs.tokens_in(doc) + extra)
-                .ok_or_else(|| Error::invalid_option(format!("{docs}: more than 2^64 tokens")))?;
-        }
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as u64;
+        let (checkpoints, total) = checkpoints(docs, &order, n, stride, extra, (n / PLAN_CHUNK).clamp(1, cores))?;
         let window = cfg.window() as u64;
         let sequences = match cfg.packing {
             Packing::PerDocument => n,
@@ -159,7 +156,7 @@ impl EpochPlan {
     /// [`PackConfig::window`] tokens. With a `cursor` (the epoch position and stream offset of a
     /// document at or before the sequence's first token, as the previous sequence of a batch
     /// left it) the walk goes on from there instead of searching; it is left for `s + 1`.
-    pub(crate) fn pieces_after(&self, docs: &dyn TokenDocs, s: u64, cursor: &mut Option<(u64, u64)>) -> Vec<Placed> {
+    pub(crate) fn pieces_after(&self, docs: &dyn TokenDocs, s: u64, cursor: &mut Option<Cursor>) -> Vec<Placed> {
         let window = self.cfg.window() as u64;
         let mut out = Vec::new();
         match self.cfg.packing {
@@ -181,29 +178,39 @@ impl EpochPlan {
                 let mut t = s * self.cfg.seq_len as u64;
                 let end = (t + window).min(self.total);
                 if t < end {
-                    let (mut k, mut at) = match *cursor {
-                        Some((k, at)) if at <= t => (k, at),
-                        _ => self.position_of(docs, t),
+                    // Each epoch position's document is looked up once (a permutation step
+                    // when shuffled: the largest cost of planning a batch): the cursor
+                    // carries the one a row ends in to the next row.
+                    let Cursor { mut k, mut at, mut doc } = match *cursor {
+                        Some(c) if c.at <= t => c,
+                        _ => {
+                            let (k, at) = self.position_of(docs, t);
+                            Cursor { k, at, doc: self.doc_at(k) }
+                        }
                     };
                     // Documents wholly before `t` (the cursor may lag by a few).
                     loop {
-                        let stream = docs.tokens_in(self.doc_at(k)) + self.extra;
+                        let stream = docs.tokens_in(doc) + self.extra;
                         if t < at + stream {
                             break;
                         }
                         at += stream;
                         k += 1;
+                        doc = self.doc_at(k);
                     }
-                    while t < end {
-                        *cursor = Some((k, at));
-                        let doc = self.doc_at(k);
+                    loop {
+                        *cursor = Some(Cursor { k, at, doc });
                         let len = docs.tokens_in(doc);
                         let stream = len + self.extra;
                         let span = t - at..(end - at).min(stream);
                         t = at + span.end;
                         self.document(&mut out, k, doc, len, span);
+                        if t >= end {
+                            break;
+                        }
                         at += stream;
                         k += 1;
+                        doc = self.doc_at(k);
                     }
                 }
             }
@@ -233,11 +240,145 @@ impl EpochPlan {
     }
 }
 
+/// Below this many documents per thread, the plan's pass is not split (a thread costs more than
+/// it saves).
+const PLAN_CHUNK: u64 = 16 * 1024;
+
+/// Every `stride`th document's first token offset in the stream of the `n` documents of
+/// `order`, and the stream's length. A pass over every document's length (and, shuffled, a
+/// permutation step each: ~40 ns a document, 4 s an epoch for 100 million), so it is split
+/// over `threads` threads: each sums a run of documents that starts at a multiple of
+/// `stride`, then the runs' offsets are added up.
+fn checkpoints(
+    docs: &dyn TokenDocs,
+    order: &DocOrder,
+    n: u64,
+    stride: u64,
+    extra: u64,
+    threads: u64,
+) -> Result<(Vec<u64>, u64)> {
+    let too_many = || Error::invalid_option(format!("{docs}: more than 2^64 tokens"));
+    let run = |lo: u64, hi: u64| -> Result<(Vec<u64>, u64)> {
+        let in_order: Box<dyn Iterator<Item = u64> + '_> = match order {
+            DocOrder::Sampler(s) => Box::new(s.iter().skip(lo as usize).take((hi - lo) as usize)),
+            DocOrder::List(l) => Box::new(l[lo as usize..hi as usize].iter().copied()),
+        };
+        let mut cps = Vec::with_capacity((hi - lo).div_ceil(stride) as usize);
+        let mut total = 0u64;
+        for (i, doc) in in_order.enumerate() {
+            if (i as u64).is_multiple_of(stride) {
+                cps.push(total);
+            }
+            total = total.checked_add(docs.tokens_in(doc) + extra).ok_or_else(too_many)?;
+        }
+        Ok((cps, total))
+    };
+    if threads <= 1 {
+        return run(0, n);
+    }
+    let chunk = n.div_ceil(threads).div_ceil(stride) * stride;
+    let bounds: Vec<(u64, u64)> =
+        (0..threads).map(|t| (t * chunk, ((t + 1) * chunk).min(n))).filter(|(lo, hi)| lo < hi).collect();
+    let runs: Vec<Result<(Vec<u64>, u64)>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = bounds.iter().map(|&(lo, hi)| sc.spawn(move || run(lo, hi))).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|p| {
+                    Err(Error::internal(format!("planning an epoch: {}", crate::error::panic_message(p))))
+                })
+            })
+            .collect()
+    });
+    let mut checkpoints = Vec::with_capacity((n / stride + 1) as usize);
+    let mut total = 0u64;
+    for r in runs {
+        let (cps, sum) = r?;
+        let base = total;
+        total = total.checked_add(sum).ok_or_else(too_many)?;
+        // Each offset is at most its run's sum, so none passes the total just checked.
+        checkpoints.extend(cps.into_iter().map(|c| c + base));
+    }
+    Ok((checkpoints, total))
+}
+
 /// Tokens a piece fills.
 pub(crate) fn piece_len(p: &Piece) -> u64 {
     match p {
         Piece::Bos | Piece::Eos => 1,
         Piece::Tokens { span, .. } => span.end - span.start,
         Piece::Pad(n) => *n,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::TokenBuf;
+    use crate::store::IoCounters;
+
+    /// Document lengths only (the plan reads nothing else): `lens[d]` tokens in document `d`,
+    /// in shards of `shard` documents.
+    #[derive(Debug)]
+    struct Lengths {
+        lens: Vec<u64>,
+        shard: u64,
+    }
+
+    impl std::fmt::Display for Lengths {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{} documents", self.lens.len())
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl TokenDocs for Lengths {
+        fn documents(&self) -> u64 {
+            self.lens.len() as u64
+        }
+        fn tokens_in(&self, doc: u64) -> u64 {
+            self.lens[doc as usize]
+        }
+        fn shard_sizes(&self) -> Vec<u64> {
+            let n = self.lens.len() as u64;
+            (0..n.div_ceil(self.shard)).map(|s| self.shard.min(n - s * self.shard)).collect()
+        }
+        async fn read_into(&self, _: &[(u64, Range<u64>)], _: &mut TokenBuf) -> Result<()> {
+            unreachable!("planning reads no token")
+        }
+        fn io_counters(&self) -> Option<IoCounters> {
+            None
+        }
+    }
+
+    /// The pass split over threads gives the offsets and total of one pass in order, for
+    /// every order (a shard shuffle's iterator skipped into the middle included), and a
+    /// corpus large enough to be split whatever the cores.
+    #[test]
+    fn the_split_pass_over_document_lengths_equals_one_pass_in_order() {
+        let n = 5 * PLAN_CHUNK + 123;
+        let docs = Lengths { lens: (0..n).map(|d| (d * 7919) % 3001).collect(), shard: 1000 };
+        let orders = [Order::Sequential, Order::Shuffle { seed: 3 }, Order::ShardShuffle { seed: 5, window: 4 }];
+        for order in orders {
+            let mut cfg = PackConfig::new(2048, 8);
+            cfg.order = order.clone();
+            cfg.eos = Some(0);
+            let plan = EpochPlan::new(&docs, &cfg, 2, None).unwrap();
+            let DocOrder::Sampler(s) = &plan.order else { panic!("one source plans by its sampler") };
+            let (mut want, mut total) = (Vec::new(), 0u64);
+            for (k, d) in s.iter().enumerate() {
+                if (k as u64).is_multiple_of(plan.stride) {
+                    want.push(total);
+                }
+                total += docs.tokens_in(d) + 1;
+            }
+            assert_eq!((plan.checkpoints.len(), plan.total), (want.len(), total), "{order:?}");
+            assert!(plan.checkpoints == want, "{order:?}");
+            // Split over any number of threads, whatever this machine's cores: the same.
+            for threads in [1, 2, 3, 7] {
+                let got = checkpoints(&docs, &plan.order, s.len(), plan.stride, 1, threads).unwrap();
+                assert!(got == (want.clone(), total), "{order:?}, {threads} threads");
+            }
+        }
     }
 }
