@@ -56,6 +56,8 @@ const MAX_PRODUCERS: usize = 4;
 
 /// An epoch planned: its number, the mixture weights it was planned under, the plan.
 type Planned = (u64, Box<Segments>, Arc<EpochPlan>);
+/// An epoch being planned ahead: its number, weights, and the thread making the plan.
+type PlannedAhead = (u64, Box<Segments>, std::thread::JoinHandle<Result<Arc<EpochPlan>>>);
 
 /// Packs a token source's documents into training batches (see [`crate::tokens`]).
 pub struct TokenLoader {
@@ -71,6 +73,8 @@ pub struct TokenLoader {
     stats: Arc<Stats>,
     /// The last epoch planned, under which weights, and its plan.
     plan: Mutex<Option<Planned>>,
+    /// The next epoch's plan, being made on a thread of its own while this epoch runs.
+    ahead: Mutex<Option<PlannedAhead>>,
     progress: Arc<Mutex<(TokenState, Option<TokenState>)>>,
     runtime: tokio::runtime::Handle,
     _owned: Option<tokio::runtime::Runtime>,
@@ -177,6 +181,7 @@ impl TokenLoader {
             pool: BatchPool::new(cfg.prefetch + 2),
             stats: Arc::new(Stats::default()),
             plan: Mutex::new(None),
+            ahead: Mutex::new(None),
             progress: Arc::new(Mutex::new((state, None))),
             source,
             cfg,
@@ -199,10 +204,40 @@ impl TokenLoader {
                 return Ok(plan.clone());
             }
         }
-        let mix = self.mix.as_deref().map(|m| (m, segments.as_slice()));
-        let plan = Arc::new(EpochPlan::new(&*self.docs, &self.cfg, epoch, mix)?);
+        let ahead = self.ahead.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let plan = match ahead {
+            Some((e, s, made)) if e == epoch && *s == *segments => made.join().unwrap_or_else(|panic| {
+                Err(Error::internal(format!("planning epoch {e}: {}", panic_message(panic))))
+            })?,
+            // Another epoch's (or under weights changed since): its thread ends on its own.
+            _ => {
+                let mix = self.mix.as_deref().map(|m| (m, segments.as_slice()));
+                Arc::new(EpochPlan::new(&*self.docs, &self.cfg, epoch, mix)?)
+            }
+        };
         *p = Some((epoch, segments.into_boxed_slice(), plan.clone()));
         Ok(plan)
+    }
+
+    /// Start planning `epoch` on a thread of its own, so the pass over every document's length
+    /// (a permutation step each when shuffled) is done while the epoch before it runs rather
+    /// than between the two. One source only: a mixture's plan holds its whole document order,
+    /// which two at once would double.
+    fn plan_ahead(&self, epoch: u64) {
+        if self.mix.is_some() {
+            return;
+        }
+        let mut ahead = self.ahead.lock().unwrap_or_else(|e| e.into_inner());
+        if ahead.as_ref().is_some_and(|(e, _, _)| *e == epoch) {
+            return;
+        }
+        let segments = self.segments(epoch);
+        let (docs, cfg) = (self.docs.clone(), self.cfg.clone());
+        let made = std::thread::Builder::new()
+            .name("stoker-plan".into())
+            .spawn(move || Ok(Arc::new(EpochPlan::new(&*docs, &cfg, epoch, None)?)));
+        // Without a thread, the epoch is planned when it starts, as it would be anyway.
+        *ahead = made.ok().map(|h| (epoch, segments.into_boxed_slice(), h));
     }
 
     /// The mixture weights over `epoch`: a loaded state's, for its epoch; else the weights in
@@ -308,6 +343,7 @@ impl TokenLoader {
     /// This rank's batches of `epoch`, from a loaded state's batch when it is for this epoch.
     pub fn epoch(&self, epoch: u64) -> Result<TokenEpoch> {
         let plan = self.plan(epoch)?;
+        self.plan_ahead(epoch + 1);
         let end = self.batches(epoch)?;
         let start = {
             let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
