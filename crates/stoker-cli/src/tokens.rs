@@ -65,6 +65,10 @@ pub(crate) struct TokensArgs {
     /// `loss_mask` 0 on each document's first token after another document in its row.
     #[arg(long)]
     mask_boundaries: bool,
+    /// The columns each batch carries, input_ids among them [default: input_ids,
+    /// position_ids,loss_mask,cu_seqlens]: the others are neither computed nor copied.
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    columns: Option<Vec<String>>,
     #[command(flatten)]
     shuffle: crate::shuffle::ShuffleArgs,
     /// Seed of the shuffles.
@@ -125,6 +129,9 @@ impl TokensArgs {
         cfg.packing = if self.per_document { Packing::PerDocument } else { Packing::Concat };
         cfg.ids = if self.int64 { IdType::Int64 } else { IdType::Int32 };
         cfg.mask_boundaries = self.mask_boundaries;
+        if let Some(names) = &self.columns {
+            cfg.columns = stoker::tokens::TokenColumns::from_names(names)?;
+        }
         cfg.prefetch = self.prefetch;
         let env = Partition::from_env().map_err(|e| format!("RANK/WORLD_SIZE: {e}"))?;
         let (rank, world) = (self.rank.unwrap_or(env.rank), self.world_size.unwrap_or(env.world_size));

@@ -11,6 +11,10 @@ use stoker::loader::{EpochStream, Loader as RsLoader, LoaderConfig, LoaderState}
 use stoker::sampler::{Partition, Tail};
 
 use crate::dlpack::DlPack;
+
+/// A token batch's columns for Python: `input_ids`, then `position_ids`, `loss_mask`,
+/// `cu_seqlens` and `max_seqlen`, each `None` when the loader leaves it out.
+type TokenColumns = (DlPack, Option<DlPack>, Option<DlPack>, Option<DlPack>, Option<i64>);
 use crate::errors::{err, InvalidInputError, StokerError};
 use crate::runtime::{block_on, runtime};
 use crate::source::Source;
@@ -272,33 +276,37 @@ impl Batch {
     /// A token batch's columns in one call (`stoker.TokenLoader`): `(input_ids, position_ids,
     /// loss_mask, cu_seqlens, max_seqlen)`, exporters typed as the loader hands them out (the
     /// mask's 0/1 bytes as bool, cu_seqlens' bytes as the int32 offsets `[segments + 1]`) and
-    /// the longest segment. The per-column calls, views and a numpy diff for `max_seqlen` cost
-    /// as much per batch as building it.
-    fn token_columns(&self) -> PyResult<(DlPack, DlPack, DlPack, DlPack, i64)> {
-        let col = |name: &str| {
-            self.batch.field(name).ok_or_else(|| InvalidInputError::new_err(format!("not a token batch: no `{name}`")))
-        };
-        // Each row's values as the column's type; the mask's 0/1 bytes as DLPack bool.
-        let rows = |name: &str, as_bool: bool| -> PyResult<DlPack> {
-            let c = col(name)?;
+    /// the longest segment; `None` for the columns the loader leaves out (`columns=`). The
+    /// per-column calls, views and a numpy diff for `max_seqlen` cost as much per batch as
+    /// building it.
+    fn token_columns(&self) -> PyResult<TokenColumns> {
+        // Each row's values as the column's type; the mask's 0/1 bytes as DLPack bool. A
+        // column the loader was told to leave out is None.
+        let rows = |name: &str, as_bool: bool| -> PyResult<Option<DlPack>> {
+            let Some(c) = self.batch.field(name) else { return Ok(None) };
             let ty = c.ty.ok_or_else(|| InvalidInputError::new_err(format!("not a token batch: `{name}` is raw")))?;
             let mut shape = vec![c.len() as i64];
             shape.extend(ty.shape.iter().map(|&d| d as i64));
             let (code, bits) = if as_bool { (6, 8) } else { ty.dtype.dlpack() };
-            Ok(DlPack { owner: self.batch.clone(), ptr: c.data.as_ptr() as *mut c_void, shape, code, bits })
+            Ok(Some(DlPack { owner: self.batch.clone(), ptr: c.data.as_ptr() as *mut c_void, shape, code, bits }))
         };
-        let cu = col("cu_seqlens")?;
-        let offset = |b: &[u8]| i64::from(i32::from_ne_bytes(b.try_into().unwrap_or_default()));
-        let offsets = cu.data.chunks_exact(4).map(offset);
-        let max_seqlen = offsets.clone().zip(offsets.skip(1)).map(|(a, b)| b - a).max().unwrap_or(0);
-        let cu_seqlens = DlPack {
-            owner: self.batch.clone(),
-            ptr: cu.data.as_ptr() as *mut c_void,
-            shape: vec![(cu.data.len() / 4) as i64],
-            code: 0,
-            bits: 32,
-        };
-        Ok((rows("input_ids", false)?, rows("position_ids", false)?, rows("loss_mask", true)?, cu_seqlens, max_seqlen))
+        let ids =
+            rows("input_ids", false)?.ok_or_else(|| InvalidInputError::new_err("not a token batch: no `input_ids`"))?;
+        let cu = self.batch.field("cu_seqlens").map(|cu| {
+            let offset = |b: &[u8]| i64::from(i32::from_ne_bytes(b.try_into().unwrap_or_default()));
+            let offsets = cu.data.chunks_exact(4).map(offset);
+            let max_seqlen = offsets.clone().zip(offsets.skip(1)).map(|(a, b)| b - a).max().unwrap_or(0);
+            let dl = DlPack {
+                owner: self.batch.clone(),
+                ptr: cu.data.as_ptr() as *mut c_void,
+                shape: vec![(cu.data.len() / 4) as i64],
+                code: 0,
+                bits: 32,
+            };
+            (dl, max_seqlen)
+        });
+        let (cu_seqlens, max_seqlen) = cu.map_or((None, None), |(d, m)| (Some(d), Some(m)));
+        Ok((ids, rows("position_ids", false)?, rows("loss_mask", true)?, cu_seqlens, max_seqlen))
     }
 
     /// Every value of field `name` as text (UTF-8, invalid bytes replaced): a mix's

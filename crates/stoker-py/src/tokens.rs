@@ -61,7 +61,7 @@ impl TokenLoader {
     #[pyo3(signature = (source, seq_len, global_batch, labels=false, shuffle=None, seed=0, shuffle_window=None,
                         bos=None, eos=None, pad_id=0, pad_tail=false, per_document=false, int64=false,
                         mask_boundaries=false, prefetch=4, rank=None, world_size=None, tokenizer=None,
-                        field=None, skip_errors=false))]
+                        field=None, skip_errors=false, columns=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -85,6 +85,7 @@ impl TokenLoader {
         tokenizer: Option<std::path::PathBuf>,
         field: Option<String>,
         skip_errors: bool,
+        columns: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let vocab = match &tokenizer {
             Some(p) => Some(Arc::new(TextTokenizer::from_file(p).map_err(err)?)),
@@ -117,6 +118,9 @@ impl TokenLoader {
         cfg.packing = if per_document { Packing::PerDocument } else { Packing::Concat };
         cfg.ids = if int64 { IdType::Int64 } else { IdType::Int32 };
         cfg.mask_boundaries = mask_boundaries;
+        if let Some(names) = &columns {
+            cfg.columns = stoker::tokens::TokenColumns::from_names(names).map_err(err)?;
+        }
         cfg.prefetch = prefetch;
         cfg.partition = partition(rank, world_size)?;
         let text = TextInput { tokenizer: vocab, field, skip_errors };

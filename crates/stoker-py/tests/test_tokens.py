@@ -78,6 +78,23 @@ def test_numpy_output_is_the_torch_batches_with_the_same_types(corpus):
         assert n["max_seqlen"] == t["max_seqlen"] == int(numpy.diff(n["cu_seqlens"]).max())
 
 
+def test_columns_left_out_are_not_in_the_batch_and_the_ids_are_unchanged(corpus):
+    path, _ = corpus
+    kw = dict(seq_len=64, global_batch=4, labels=True, eos=EOS, shuffle=True, seed=3)
+    full = list(stoker.TokenLoader(str(path), **kw))
+    lean = list(stoker.TokenLoader(str(path), columns=("input_ids",), **kw))
+    assert len(lean) == len(full) > 0
+    for a, b in zip(lean, full):
+        assert list(a) == ["input_ids"]
+        assert torch.equal(a["input_ids"], b["input_ids"])
+    varlen = next(iter(stoker.TokenLoader(str(path), columns=["input_ids", "cu_seqlens"], output="numpy", **kw)))
+    assert sorted(varlen) == ["cu_seqlens", "input_ids", "max_seqlen"]
+    with pytest.raises(stoker.InvalidInputError, match="input_ids"):
+        stoker.TokenLoader(str(path), columns=("position_ids",), **kw)
+    with pytest.raises(stoker.InvalidInputError, match="loss_mask"):
+        stoker.TokenLoader(str(path), columns=("input_ids",), mask_boundaries=True, **kw)
+
+
 def test_global_batches_are_the_same_at_world_sizes_1_to_4(corpus):
     path, _ = corpus
     make = lambda r, w: stoker.TokenLoader(str(path), seq_len=32, global_batch=12, shuffle=True, seed=5, eos=EOS,

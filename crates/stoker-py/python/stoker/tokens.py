@@ -3,7 +3,7 @@
 
 import json
 import os
-from typing import Any, Dict, Iterator, Optional, Union
+from typing import Any, Dict, Iterator, Optional, Sequence, Union
 
 from . import _stoker
 
@@ -42,6 +42,8 @@ class TokenLoader:
     with ``mask_boundaries=True``, on a document's first token after another document in the
     row), ``cu_seqlens`` int32 ``[segments + 1]``, the segment boundaries of the flattened
     ``[B * L]`` batch as flash-attention's varlen functions take them, and ``max_seqlen``.
+    ``columns=("input_ids",)`` (or any subset with ``input_ids``) leaves the others out, neither
+    computed nor copied: Megatron's GPT defaults and nanoGPT train from ``input_ids`` alone.
     Padding (``pad_id``) happens only at the epoch's end with ``pad_tail=True``; otherwise the
     last partial sequence and global batch are dropped.
 
@@ -74,6 +76,7 @@ class TokenLoader:
         tokenizer: Union[str, "os.PathLike[str]", None] = None,
         field: Optional[str] = None,
         skip_errors: bool = False,
+        columns: Optional[Sequence[str]] = None,
         **options: Any,
     ) -> None:
         from . import _as_dataset, _output
@@ -106,6 +109,7 @@ class TokenLoader:
             tokenizer=None if tokenizer is None else os.fspath(tokenizer),
             field=field,
             skip_errors=skip_errors,
+            columns=None if columns is None else list(columns),
         )
 
     def __len__(self) -> int:
@@ -143,13 +147,15 @@ class TokenLoader:
             import numpy
 
             convert = numpy.from_dlpack
-        return {
-            "input_ids": convert(ids),
-            "position_ids": convert(pos),
-            "loss_mask": convert(mask),
-            "cu_seqlens": convert(cu),
-            "max_seqlen": max_seqlen,
-        }
+        out = {"input_ids": convert(ids)}
+        if pos is not None:
+            out["position_ids"] = convert(pos)
+        if mask is not None:
+            out["loss_mask"] = convert(mask)
+        if cu is not None:
+            out["cu_seqlens"] = convert(cu)
+            out["max_seqlen"] = max_seqlen
+        return out
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the run stands: the epoch and the next global batch (any world size resumes it)."""

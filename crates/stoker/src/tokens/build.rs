@@ -75,6 +75,9 @@ pub(crate) fn fill(
             return Err(Error::internal(format!("sequence {s} planned with the wrong length")));
         }
         out.begin(*s, &format!("seq-{s:012}"));
+        if !cfg.columns.cu_seqlens {
+            continue;
+        }
         // The last row also holds the end, so the column's bytes are the batch's whole
         // cu_seqlens as flash-attention takes it.
         let end = (i + 1 == rows.len()).then_some((rows.len() * w) as i32);
@@ -129,7 +132,16 @@ pub(crate) fn fill(
     }
     // Positions restart at every segment; the mask is 0 on padding and, with
     // mask_boundaries, on the first token of every document after the row's first.
-    let col = out.fixed(&cols.position_ids.0, &cols.position_ids.1);
+    if cfg.columns.position_ids {
+        positions(out.fixed(&cols.position_ids.0, &cols.position_ids.1), rows, w);
+    }
+    if cfg.columns.loss_mask {
+        mask(out.fixed(&cols.loss_mask.0, &cols.loss_mask.1), rows, w, cfg.mask_boundaries);
+    }
+    Ok(())
+}
+
+fn positions(col: &mut [u8], rows: &[(u64, Vec<Placed>)], w: usize) {
     for ((_, pieces), row) in rows.iter().zip(col.chunks_exact_mut(w * 4)) {
         for (start, len, _) in segments(pieces) {
             for (p, dst) in row[start * 4..(start + len) * 4].chunks_exact_mut(4).enumerate() {
@@ -137,16 +149,17 @@ pub(crate) fn fill(
             }
         }
     }
-    let col = out.fixed(&cols.loss_mask.0, &cols.loss_mask.1);
+}
+
+fn mask(col: &mut [u8], rows: &[(u64, Vec<Placed>)], w: usize, boundaries: bool) {
     for ((_, pieces), row) in rows.iter().zip(col.chunks_exact_mut(w)) {
         for (start, len, pad) in segments(pieces) {
             row[start..start + len].fill(u8::from(!pad));
-            if cfg.mask_boundaries && start > 0 && !pad {
+            if boundaries && start > 0 && !pad {
                 row[start] = 0;
             }
         }
     }
-    Ok(())
 }
 
 /// `src` ids written native-endian into `dst`, `width` bytes each (4: int32, checked by the

@@ -21,7 +21,8 @@
 //! column's bytes are the offsets flash-attention's varlen functions take). Padding happens
 //! only at the epoch's end
 //! (`pad_tail`; else the last partial sequence and global batch are dropped), or in
-//! one-document-per-sequence mode ([`Packing::PerDocument`]).
+//! one-document-per-sequence mode ([`Packing::PerDocument`]). [`TokenColumns`] leaves out the
+//! columns a model does not use (Megatron's GPT defaults and nanoGPT take `input_ids` alone).
 
 mod build;
 mod loader;
@@ -51,6 +52,60 @@ pub enum Packing {
     Concat,
     /// One document per sequence, truncated to the window or padded to it (fine-tuning).
     PerDocument,
+}
+
+/// Which columns a token batch carries besides `input_ids` (all of them by default). A
+/// column left out is neither computed nor copied: Megatron's GPT defaults and nanoGPT train
+/// from `input_ids` alone (positions `0..L` in every row, every token in the loss).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenColumns {
+    /// `position_ids`, restarting at every document.
+    pub position_ids: bool,
+    /// `loss_mask` (0 on padding and, with `mask_boundaries`, at document boundaries).
+    pub loss_mask: bool,
+    /// `cu_seqlens` (and, in Python, `max_seqlen`): the segments for varlen attention.
+    pub cu_seqlens: bool,
+}
+
+impl Default for TokenColumns {
+    fn default() -> Self {
+        TokenColumns { position_ids: true, loss_mask: true, cu_seqlens: true }
+    }
+}
+
+impl TokenColumns {
+    /// The column names a batch can carry, `input_ids` first.
+    pub const NAMES: [&'static str; 4] = ["input_ids", "position_ids", "loss_mask", "cu_seqlens"];
+
+    /// The columns named in `names` (each of [`NAMES`](Self::NAMES), `input_ids` among them).
+    pub fn from_names<S: AsRef<str>>(names: &[S]) -> Result<Self> {
+        let mut cols = TokenColumns { position_ids: false, loss_mask: false, cu_seqlens: false };
+        let mut ids = false;
+        for n in names {
+            match n.as_ref() {
+                "input_ids" => ids = true,
+                "position_ids" => cols.position_ids = true,
+                "loss_mask" => cols.loss_mask = true,
+                "cu_seqlens" => cols.cu_seqlens = true,
+                other => {
+                    return Err(Error::invalid_option(format!(
+                        "no token column {other:?}: the columns are {}",
+                        Self::NAMES.join(", ")
+                    )))
+                }
+            }
+        }
+        if !ids {
+            return Err(Error::invalid_option("the token columns must include input_ids"));
+        }
+        Ok(cols)
+    }
+
+    /// The names of the columns carried, `input_ids` first.
+    pub fn names(&self) -> Vec<&'static str> {
+        let on = [true, self.position_ids, self.loss_mask, self.cu_seqlens];
+        Self::NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect()
+    }
 }
 
 /// Integer type of `input_ids`.
@@ -96,6 +151,8 @@ pub struct PackConfig {
     pub mask_boundaries: bool,
     /// Global batches being read at once, ahead of the consumer.
     pub prefetch: usize,
+    /// The columns besides `input_ids` each batch carries.
+    pub columns: TokenColumns,
 }
 
 impl PackConfig {
@@ -116,6 +173,7 @@ impl PackConfig {
             ids: IdType::Int32,
             mask_boundaries: false,
             prefetch: 4,
+            columns: TokenColumns::default(),
         }
     }
 
@@ -155,6 +213,9 @@ impl PackConfig {
         }
         if (self.rows() as u64).saturating_mul(self.window() as u64) > i32::MAX as u64 {
             return Err(Error::invalid_option("a batch of more than 2^31 tokens (cu_seqlens are int32)"));
+        }
+        if self.mask_boundaries && !self.columns.loss_mask {
+            return Err(Error::invalid_option("mask_boundaries masks loss_mask, which the columns leave out"));
         }
         let ids = [self.bos, self.eos, Some(self.pad_id)];
         if self.ids == IdType::Int32 && ids.iter().flatten().any(|&t| i32::try_from(t).is_err()) {

@@ -360,3 +360,43 @@ async fn new_weights_between_epochs_are_the_ones_used_and_bad_saved_weights_are_
     }
     loader.load_state(wrong(vec![(0, vec![0.5, 0.5]), (4, vec![0.2, 0.8])])).unwrap();
 }
+
+/// Columns left out are not in the batch, and `input_ids` is the same as with every column;
+/// what cannot be asked is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columns_left_out_are_absent_and_the_ids_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let lens = [5u64, 0, 17, 3, 40, 1, 9, 33, 2];
+    corpus(dir.path(), &lens);
+    let src = open(dir.path()).await;
+    let mut cfg = PackConfig::new(8, 2);
+    cfg.eos = Some(9999);
+    cfg.labels = true;
+    cfg.order = Order::Shuffle { seed: 4 };
+    let full = run(&src, cfg.clone(), 1).await;
+    for names in [vec!["input_ids"], vec!["input_ids", "cu_seqlens"], vec!["loss_mask", "input_ids"]] {
+        let mut lean = cfg.clone();
+        lean.columns = TokenColumns::from_names(&names).unwrap();
+        assert_eq!(lean.columns.names().len(), names.len());
+        let got = run(&src, lean, 1).await;
+        assert_eq!(got.len(), full.len());
+        for (g, f) in got.iter().zip(&full) {
+            assert_eq!(ids(g), ids(f), "{names:?}");
+            for col in TokenColumns::NAMES {
+                assert_eq!(g.field(col).is_some(), names.contains(&col), "{col} with {names:?}");
+                if let (Some(a), Some(b)) = (g.field(col), f.field(col)) {
+                    assert_eq!(a.data, b.data, "{col} with {names:?}");
+                }
+            }
+        }
+    }
+    let no_ids = TokenColumns::from_names(&["position_ids"]).unwrap_err().to_string();
+    assert!(no_ids.contains("input_ids"), "{no_ids}");
+    let unknown = TokenColumns::from_names(&["input_ids", "labels"]).unwrap_err().to_string();
+    assert!(unknown.contains("\"labels\"") && unknown.contains("position_ids"), "{unknown}");
+    let mut masked = cfg.clone();
+    masked.mask_boundaries = true;
+    masked.columns = TokenColumns::from_names(&["input_ids"]).unwrap();
+    let refused = TokenLoader::new(src.clone(), masked).err().expect("mask_boundaries needs loss_mask").to_string();
+    assert!(refused.contains("loss_mask"), "{refused}");
+}
