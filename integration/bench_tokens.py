@@ -10,7 +10,9 @@ stoker row's first epoch counts opening the loader):
   raw        the .bin read whole, in one read, into a buffer already in memory (as a loader's
              reused buffers are; a fresh array's first touch is the machine's page-fault cost,
              which on a VM can be most of it): the bound
-  stoker     stoker.TokenLoader over the Megatron .bin/.idx
+  stoker     stoker.TokenLoader over the Megatron .bin/.idx (input_ids, position_ids, loss_mask,
+             cu_seqlens)
+  stoker-ids the same with columns=("input_ids",), what the two peers deliver
   memmap     nanoGPT's way: a map-style Dataset slicing numpy.memmap windows, in a torch
              DataLoader (2 workers)
   litdata    LitData StreamingDataset + TokensLoader(block_size=2049) over chunks written by
@@ -184,14 +186,14 @@ def row_raw(spec):
     return out
 
 
-def row_stoker(spec):
+def row_stoker(spec, columns=None):
     import torch  # noqa: F401  (imported before the clock, as the DataLoader rows import it)
 
     import stoker
 
     t = time.perf_counter()  # the first epoch counts opening the index and the loader
     loader = stoker.TokenLoader(spec["tokens_dir"], seq_len=SEQ, global_batch=spec["batch"], labels=True,
-                                shuffle=True, seed=1)
+                                shuffle=True, seed=1, columns=columns)
     opened = time.perf_counter() - t
 
     def epoch():
@@ -204,6 +206,10 @@ def row_stoker(spec):
     out["seconds"] += opened
     out["epoch_seconds"][0] += opened
     return out
+
+
+def row_stoker_ids(spec):
+    return row_stoker(spec, columns=("input_ids",))
 
 
 class _Memmap:
@@ -383,7 +389,7 @@ def row_dataloader_wheel(spec):
     return {"tokens": n, "seconds": time.perf_counter() - t, "documents": docs}
 
 
-ROWS = {"raw": row_raw, "stoker-decode": row_stoker_decode, "dataloader-wheel": row_dataloader_wheel, "stoker": row_stoker, "memmap": row_memmap, "litdata": row_litdata, "bound": row_bound,
+ROWS = {"raw": row_raw, "stoker-decode": row_stoker_decode, "dataloader-wheel": row_dataloader_wheel, "stoker": row_stoker, "stoker-ids": row_stoker_ids, "memmap": row_memmap, "litdata": row_litdata, "bound": row_bound,
         "wheel-1thread": row_wheel_1thread,
         "stoker-jsonl": row_stoker_jsonl, "stoker-parquet": row_stoker_parquet, "datasets": row_datasets}
 
@@ -424,7 +430,7 @@ def main() -> None:
         if not (work / "tokens" / "corpus.idx").exists():
             report["tokens_data"] = write_tokens(work / "tokens", int(a.tokens))
             write_litdata(work / "tokens", work / "litdata")
-        groups.append(["raw", "stoker", "memmap", "litdata"])
+        groups.append(["raw", "stoker", "stoker-ids", "memmap", "litdata"])
     if "tokenize" in parts:
         if not (work / "text" / "tokenizer.json").exists():
             report["text_data"] = write_text(work / "text", a.text_mb)

@@ -54,6 +54,11 @@ pub(crate) type Placed = (Option<u64>, Piece);
 /// the epoch's token stream.
 pub(crate) struct EpochPlan {
     order: DocOrder,
+    /// A sampler's order written out, for corpora of at most [`KEEP_ORDER`] documents: the
+    /// pass over the lengths computes every position's document anyway, and a batch then
+    /// looks each up in this array instead of taking a permutation step (which was a tenth
+    /// of a producer's time).
+    kept: Option<Vec<u32>>,
     /// Tokens each document takes in the stream: its own, plus BOS and EOS when configured.
     extra: u64,
     stride: u64,
@@ -111,7 +116,9 @@ impl EpochPlan {
         };
         let stride = n.div_ceil(MAX_CHECKPOINTS).next_power_of_two().max(MIN_STRIDE);
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as u64;
-        let (checkpoints, total) = checkpoints(docs, &order, n, stride, extra, (n / PLAN_CHUNK).clamp(1, cores))?;
+        let keep = matches!(order, DocOrder::Sampler(_)) && n <= KEEP_ORDER;
+        let Pass { checkpoints, total, kept } =
+            checkpoints(docs, &order, n, stride, extra, (n / PLAN_CHUNK).clamp(1, cores), keep)?;
         let window = cfg.window() as u64;
         let sequences = match cfg.packing {
             Packing::PerDocument => n,
@@ -120,7 +127,7 @@ impl EpochPlan {
             Packing::Concat if total >= window => (total - window) / cfg.seq_len as u64 + 1,
             Packing::Concat => 0,
         };
-        Ok(EpochPlan { order, extra, stride, checkpoints, total, sequences, cfg: cfg.clone() })
+        Ok(EpochPlan { order, kept, extra, stride, checkpoints, total, sequences, cfg: cfg.clone() })
     }
 
     /// Tokens in the epoch's stream (documents with their BOS and EOS).
@@ -130,6 +137,9 @@ impl EpochPlan {
 
     /// The document at epoch position `k`.
     fn doc_at(&self, k: u64) -> u64 {
+        if let Some(kept) = &self.kept {
+            return kept.get(k as usize).map_or(0, |&d| u64::from(d));
+        }
         match &self.order {
             DocOrder::Sampler(s) => s.get(k).unwrap_or(0),
             DocOrder::List(l) => l.get(k as usize).copied().unwrap_or(0),
@@ -244,11 +254,25 @@ impl EpochPlan {
 /// it saves).
 const PLAN_CHUNK: u64 = 16 * 1024;
 
+/// Sampler orders of at most this many documents are kept written out ([`EpochPlan`]'s `kept`):
+/// 16 MiB of `u32`s, as much as the checkpoints may take.
+const KEEP_ORDER: u64 = 1 << 22;
+
+/// What the pass over an epoch's documents finds.
+struct Pass {
+    /// Every `stride`th document's first token offset in the stream.
+    checkpoints: Vec<u64>,
+    /// The stream's length.
+    total: u64,
+    /// The documents in order, when asked to keep them.
+    kept: Option<Vec<u32>>,
+}
+
 /// Every `stride`th document's first token offset in the stream of the `n` documents of
-/// `order`, and the stream's length. A pass over every document's length (and, shuffled, a
-/// permutation step each: ~40 ns a document, 4 s an epoch for 100 million), so it is split
-/// over `threads` threads: each sums a run of documents that starts at a multiple of
-/// `stride`, then the runs' offsets are added up.
+/// `order`, the stream's length, and with `keep` the documents in order. A pass over every
+/// document's length (and, shuffled, a permutation step each: ~40 ns a document, 4 s an epoch
+/// for 100 million), so it is split over `threads` threads: each sums a run of documents that
+/// starts at a multiple of `stride`, then the runs' offsets are added up.
 fn checkpoints(
     docs: &dyn TokenDocs,
     order: &DocOrder,
@@ -256,22 +280,28 @@ fn checkpoints(
     stride: u64,
     extra: u64,
     threads: u64,
-) -> Result<(Vec<u64>, u64)> {
+    keep: bool,
+) -> Result<Pass> {
     let too_many = || Error::invalid_option(format!("{docs}: more than 2^64 tokens"));
-    let run = |lo: u64, hi: u64| -> Result<(Vec<u64>, u64)> {
+    let run = |lo: u64, hi: u64| -> Result<Pass> {
         let in_order: Box<dyn Iterator<Item = u64> + '_> = match order {
             DocOrder::Sampler(s) => Box::new(s.iter().skip(lo as usize).take((hi - lo) as usize)),
             DocOrder::List(l) => Box::new(l[lo as usize..hi as usize].iter().copied()),
         };
         let mut cps = Vec::with_capacity((hi - lo).div_ceil(stride) as usize);
+        let mut kept = keep.then(|| Vec::with_capacity((hi - lo) as usize));
         let mut total = 0u64;
         for (i, doc) in in_order.enumerate() {
             if (i as u64).is_multiple_of(stride) {
                 cps.push(total);
             }
+            if let Some(k) = &mut kept {
+                // Below KEEP_ORDER documents, every document number fits.
+                k.push(doc as u32);
+            }
             total = total.checked_add(docs.tokens_in(doc) + extra).ok_or_else(too_many)?;
         }
-        Ok((cps, total))
+        Ok(Pass { checkpoints: cps, total, kept })
     };
     if threads <= 1 {
         return run(0, n);
@@ -279,7 +309,7 @@ fn checkpoints(
     let chunk = n.div_ceil(threads).div_ceil(stride) * stride;
     let bounds: Vec<(u64, u64)> =
         (0..threads).map(|t| (t * chunk, ((t + 1) * chunk).min(n))).filter(|(lo, hi)| lo < hi).collect();
-    let runs: Vec<Result<(Vec<u64>, u64)>> = std::thread::scope(|sc| {
+    let runs: Vec<Result<Pass>> = std::thread::scope(|sc| {
         let handles: Vec<_> = bounds.iter().map(|&(lo, hi)| sc.spawn(move || run(lo, hi))).collect();
         handles
             .into_iter()
@@ -290,16 +320,22 @@ fn checkpoints(
             })
             .collect()
     });
-    let mut checkpoints = Vec::with_capacity((n / stride + 1) as usize);
-    let mut total = 0u64;
+    let mut all = Pass {
+        checkpoints: Vec::with_capacity((n / stride + 1) as usize),
+        total: 0,
+        kept: keep.then(|| Vec::with_capacity(n as usize)),
+    };
     for r in runs {
-        let (cps, sum) = r?;
-        let base = total;
-        total = total.checked_add(sum).ok_or_else(too_many)?;
+        let run = r?;
+        let base = all.total;
+        all.total = all.total.checked_add(run.total).ok_or_else(too_many)?;
         // Each offset is at most its run's sum, so none passes the total just checked.
-        checkpoints.extend(cps.into_iter().map(|c| c + base));
+        all.checkpoints.extend(run.checkpoints.into_iter().map(|c| c + base));
+        if let (Some(k), Some(more)) = (&mut all.kept, run.kept) {
+            k.extend(more);
+        }
     }
-    Ok((checkpoints, total))
+    Ok(all)
 }
 
 /// Tokens a piece fills.
@@ -365,19 +401,26 @@ mod tests {
             cfg.eos = Some(0);
             let plan = EpochPlan::new(&docs, &cfg, 2, None).unwrap();
             let DocOrder::Sampler(s) = &plan.order else { panic!("one source plans by its sampler") };
-            let (mut want, mut total) = (Vec::new(), 0u64);
+            let (mut want, mut total, mut order_want) = (Vec::new(), 0u64, Vec::new());
             for (k, d) in s.iter().enumerate() {
                 if (k as u64).is_multiple_of(plan.stride) {
                     want.push(total);
                 }
                 total += docs.tokens_in(d) + 1;
+                order_want.push(d as u32);
             }
             assert_eq!((plan.checkpoints.len(), plan.total), (want.len(), total), "{order:?}");
             assert!(plan.checkpoints == want, "{order:?}");
+            assert!(plan.kept.as_ref() == Some(&order_want), "{order:?}: the order is kept");
+            assert!((0..n).all(|k| plan.doc_at(k) == s.get(k).unwrap()), "{order:?}");
             // Split over any number of threads, whatever this machine's cores: the same.
             for threads in [1, 2, 3, 7] {
-                let got = checkpoints(&docs, &plan.order, s.len(), plan.stride, 1, threads).unwrap();
-                assert!(got == (want.clone(), total), "{order:?}, {threads} threads");
+                for keep in [false, true] {
+                    let got = checkpoints(&docs, &plan.order, s.len(), plan.stride, 1, threads, keep).unwrap();
+                    assert!(got.checkpoints == want && got.total == total, "{order:?}, {threads} threads");
+                    assert_eq!(got.kept.is_some(), keep);
+                    assert!(got.kept.is_none_or(|k| k == order_want), "{order:?}, {threads} threads");
+                }
             }
         }
     }
