@@ -9,13 +9,14 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::build::{fill, Columns, Tokens};
+use super::build::Columns;
+use super::job::Job;
 use super::mix::{MixPart, Segments, SourceDocs, TokenMix};
-use super::plan::{EpochPlan, Piece, Placed};
+use super::plan::EpochPlan;
 use super::{tokenized, PackConfig, TextTokenizer};
 use crate::batch::{Batch, BatchPool};
 use crate::error::{panic_message, Error, Result};
-use crate::source::{DynSampleSource, TokenBuf, TokenDocs};
+use crate::source::{DynSampleSource, TokenDocs};
 use crate::stats::{add_ns, Stats, StatsSnapshot};
 
 /// How a source that does not hold token documents becomes them ([`TokenLoader::open`]).
@@ -369,7 +370,7 @@ impl TokenLoader {
         });
         let prefetch = self.cfg.prefetch.max(1);
         let (rx, task) = if self.docs.reads_in_place() {
-            // Local documents are read in place, so a batch is a few dozen `pread`s and some
+            // Local documents are read in place, so a batch is a few dozen copies out of a map and some
             // arithmetic: handing every batch between the runtime and a blocking thread cost
             // more than building it. Instead `producers` threads each build every
             // `producers`th batch in a loop, each into its own channel, taken in turn. Plain
@@ -447,77 +448,6 @@ fn weights_for(p: &(TokenState, Option<TokenState>), epoch: u64) -> Vec<(u64, Ve
         Some(s) => last(s),
         None if p.0.epoch == epoch => p.0.weights.clone(),
         None => last(&p.0),
-    }
-}
-
-/// What a producer needs to build batches.
-struct Job {
-    docs: Arc<dyn TokenDocs>,
-    mix: Option<Arc<TokenMix>>,
-    source_tokens: Arc<Vec<AtomicU64>>,
-    cfg: PackConfig,
-    cols: Arc<Columns>,
-    pool: BatchPool,
-    plan: Arc<EpochPlan>,
-    epoch: u64,
-}
-
-/// A batch's rows (global sequence number and pieces) and the document spans they read.
-type RowPlan = (Vec<(u64, Vec<Placed>)>, Vec<(u64, std::ops::Range<u64>)>);
-
-impl Job {
-    /// This rank's rows of global batch `b`.
-    async fn batch(&self, b: u64) -> Result<Batch> {
-        let (planned, wanted) = self.plan_rows(b);
-        let mut tokens = TokenBuf::with_capacity(self.cfg.ids_width(), planned.len() * self.cfg.window());
-        self.docs.read_into(&wanted, &mut tokens).await?;
-        self.build(b, &planned, Tokens::Read(&tokens))
-    }
-
-    /// [`batch`](Self::batch) on a blocking thread, for documents read in place.
-    fn batch_now(&self, b: u64) -> Result<Batch> {
-        let (planned, wanted) = self.plan_rows(b);
-        self.build(b, &planned, Tokens::Now(&*self.docs, &wanted))
-    }
-
-    fn build(&self, b: u64, planned: &[(u64, Vec<Placed>)], tokens: Tokens<'_>) -> Result<Batch> {
-        let mut out = self.pool.builder();
-        fill(&mut out, &self.cols, &self.cfg, planned, tokens)?;
-        Ok(out.finish(self.epoch, b))
-    }
-
-    /// The pieces of this rank's rows of global batch `b`, and the document spans to read for
-    /// them (counted per mixture source).
-    fn plan_rows(&self, b: u64) -> RowPlan {
-        let docs = &*self.docs;
-        let rows = self.cfg.rows() as u64;
-        let first = b * self.cfg.global_batch as u64 + self.cfg.partition.rank * rows;
-        let window = self.cfg.window() as u64;
-        let mut cursor = None;
-        let planned: Vec<(u64, Vec<_>)> = (first..first + rows)
-            .map(|s| {
-                let pieces = if s < self.plan.sequences {
-                    self.plan.pieces_after(docs, s, &mut cursor)
-                } else {
-                    vec![(None, Piece::Pad(window))] // past the epoch's last sequence: the padded tail
-                };
-                (s, pieces)
-            })
-            .collect();
-        let wanted: Vec<(u64, std::ops::Range<u64>)> = planned
-            .iter()
-            .flat_map(|(_, p)| p.iter())
-            .filter_map(|(_, p)| match p {
-                Piece::Tokens { doc, span } => Some((*doc, span.clone())),
-                _ => None,
-            })
-            .collect();
-        if let Some(m) = &self.mix {
-            for (doc, span) in &wanted {
-                self.source_tokens[m.source_of(*doc)].fetch_add(span.end - span.start, Relaxed);
-            }
-        }
-        (planned, wanted)
     }
 }
 

@@ -25,6 +25,7 @@
 //! columns a model does not use (Megatron's GPT defaults and nanoGPT take `input_ids` alone).
 
 mod build;
+mod job;
 mod loader;
 mod mix;
 pub(crate) mod plan;
