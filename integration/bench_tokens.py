@@ -170,6 +170,11 @@ def _epochs(spec, one_epoch):
     return out
 
 
+def _rows_of(loader):
+    """One epoch of a DataLoader of [B, SEQ + 1] tensors: the tokens it delivered."""
+    return sum(b.shape[0] * SEQ for b in loader)
+
+
 def row_raw(spec):
     import numpy as np
 
@@ -237,14 +242,7 @@ def row_memmap(spec):
     ds = _Memmap(str(Path(spec["tokens_dir"]) / "corpus.bin"))
     loader = DataLoader(ds, batch_size=spec["batch"], shuffle=True, num_workers=2, drop_last=True,
                         persistent_workers=spec.get("epochs", 1) > 1)
-
-    def epoch():
-        n = 0
-        for b in loader:
-            n += b.shape[0] * SEQ
-        return n
-
-    return _epochs(spec, epoch)
+    return _epochs(spec, lambda: _rows_of(loader))
 
 
 def row_litdata(spec):
@@ -254,14 +252,7 @@ def row_litdata(spec):
     ds = StreamingDataset(spec["litdata_dir"], item_loader=TokensLoader(block_size=SEQ + 1), shuffle=True, seed=1)
     loader = StreamingDataLoader(ds, batch_size=spec["batch"], num_workers=2, drop_last=True,
                                  persistent_workers=spec.get("epochs", 1) > 1)
-
-    def epoch():
-        n = 0
-        for b in loader:
-            n += b.shape[0] * SEQ
-        return n
-
-    return _epochs(spec, epoch)
+    return _epochs(spec, lambda: _rows_of(loader))
 
 
 def _texts(spec):
