@@ -109,7 +109,8 @@ class TokenLoader:
             tokenizer=None if tokenizer is None else os.fspath(tokenizer),
             field=field,
             skip_errors=skip_errors,
-            columns=None if columns is None else list(columns),
+            # One name alone is one column, not its letters.
+            columns=None if columns is None else [columns] if isinstance(columns, str) else list(columns),
         )
 
     def __len__(self) -> int:

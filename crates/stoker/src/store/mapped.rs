@@ -3,13 +3,15 @@
 //! `pread` per span costs a system call and a page-cache lookup each (about 1.5 µs on the
 //! project's VM, a third of what the copy itself costs); a span of a mapping is a `memcpy`.
 //!
-//! What a mapping gives up, and what is kept: every batch still checks that the file has the
-//! size it was listed at (one `fstat` per file per batch, as every local read does), so a file
-//! cut, grown or replaced in place between batches is [`Error::Changed`], never other bytes at
-//! the indexed offsets. A file cut *while* a batch copies from it is the one case a `pread`
-//! would report and a mapping cannot: touching a page past a file's new end raises `SIGBUS`
-//! (as for numpy's `memmap`, Megatron's and nanoGPT's readers, and Arrow's memory-mapped
-//! files); `docs/reliability.md` says so.
+//! What a mapping gives up, and what is kept: every read still checks that the path has the
+//! size the file was listed at (a `stat`; a reader groups its spans by file, so one per file
+//! per batch), so a file cut, grown or replaced at another size between batches is
+//! [`Error::Changed`], never other bytes at the indexed offsets; one replaced at the same size
+//! goes on being read from the bytes mapped. No descriptor is held: a corpus of many files
+//! costs maps, not open files. A file cut *while* a batch copies from it is the one case a
+//! `pread` would report and a mapping cannot: touching a page past a file's new end raises
+//! `SIGBUS` (as for numpy's `memmap`, Megatron's and nanoGPT's readers, and Arrow's
+//! memory-mapped files); `docs/reliability.md` says so.
 
 use std::ops::Range;
 
@@ -20,8 +22,8 @@ use crate::error::{Error, Result};
 pub(crate) struct MappedObject {
     store: Store,
     obj: Object,
-    /// Held for the size check of every batch (`fstat` on it).
-    file: std::fs::File,
+    /// The file's path, for the size check of every read.
+    path: std::path::PathBuf,
     /// `None` for an empty file (a zero-length mapping is refused by the kernel).
     map: Option<memmap2::Mmap>,
 }
@@ -44,17 +46,18 @@ impl Store {
         let file = super::local::open_sized(&full, shown, Some(obj.size()))?;
         let map = match obj.size() {
             0 => None,
-            // SAFETY: the mapping is read-only and only ever read through `MappedObject::spans`,
-            // which checks the file's size first. Another process cutting the file while a
-            // span is copied raises SIGBUS (see the module docs); no Rust reference to the
-            // bytes outlives the copy, so a change of the bytes in place is a change of data,
-            // not of memory safety.
+            // SAFETY: the mapping is read-only and only read through `MappedObject::spans`,
+            // which checks the file's size first and hands out the bytes for the length of one
+            // call. Another process cutting the file during a call raises SIGBUS (see the
+            // module docs); one writing the bytes in place changes the data read, not the
+            // memory's validity (a token read twice, to check it and to convert it, may then
+            // differ between the two: a damaged value, not unsafety).
             _ => Some(
                 unsafe { memmap2::MmapOptions::new().len(obj.size() as usize).map(&file) }
                     .map_err(|e| Error::resource(format!("a memory map of {}", shown()), e))?,
             ),
         };
-        Ok(MappedObject { store: self.clone(), obj: obj.clone(), file, map })
+        Ok(MappedObject { store: self.clone(), obj: obj.clone(), path: full, map })
     }
 }
 
@@ -69,7 +72,16 @@ impl MappedObject {
     /// one stream at a time, does not hide. On the project's VM this took a shuffled epoch's
     /// widening copy from 2.4 to 4.3 G tokens/s a core.
     pub(crate) fn spans(&self, spans: &[Range<u64>], mut each: impl FnMut(&[u8]) -> Result<()>) -> Result<()> {
-        super::local::held_to(&self.file, || self.store.describe(self.obj.path()), self.obj.size())?;
+        let shown = || self.store.describe(self.obj.path());
+        let now = std::fs::metadata(&self.path).map_err(|e| Error::io(shown(), e))?.len();
+        if now != self.obj.size() {
+            return Err(Error::Changed {
+                object: shown(),
+                reason: format!("it is {now} bytes now, {} when it was first read", self.obj.size()),
+            });
+        }
+        // A span past the end is damage (an index that lies), as for every read of the store.
+        self.store.within(&self.obj, spans)?;
         let bytes: &[u8] = self.map.as_deref().unwrap_or(&[]);
         let slice = |s: &Range<u64>| {
             usize::try_from(s.start).ok().zip(usize::try_from(s.end).ok()).and_then(|(a, z)| bytes.get(a..z))
@@ -80,11 +92,7 @@ impl MappedObject {
         let mut total = 0u64;
         for (i, s) in spans.iter().enumerate() {
             let Some(b) = slice(s) else {
-                let why = format!("bytes {}..{} asked of {} bytes", s.start, s.end, self.obj.size());
-                return Err(Error::io(
-                    self.store.describe(self.obj.path()),
-                    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, why),
-                ));
+                return Err(Error::internal(format!("bytes {s:?} of a map of {} bytes", bytes.len())));
             };
             spans.get(i + AHEAD).and_then(slice).map(prefetch);
             each(b)?;

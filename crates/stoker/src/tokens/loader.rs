@@ -205,13 +205,23 @@ impl TokenLoader {
                 return Ok(plan.clone());
             }
         }
-        let ahead = self.ahead.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let plan = match ahead {
-            Some((e, s, made)) if e == epoch && *s == *segments => made.join().unwrap_or_else(|panic| {
-                Err(Error::internal(format!("planning epoch {e}: {}", panic_message(panic))))
+        let mut ahead = self.ahead.lock().unwrap_or_else(|e| e.into_inner());
+        let made = match ahead.take() {
+            Some((e, s, made)) if e == epoch && *s == *segments => Some(made),
+            // Planned under weights changed since: dropped (its thread ends on its own).
+            Some((e, _, _)) if e == epoch => None,
+            // Another epoch's (`batches()` of some other epoch was asked): kept for its epoch.
+            other => {
+                *ahead = other;
+                None
+            }
+        };
+        drop(ahead);
+        let plan = match made {
+            Some(made) => made.join().unwrap_or_else(|panic| {
+                Err(Error::internal(format!("planning epoch {epoch}: {}", panic_message(panic))))
             })?,
-            // Another epoch's (or under weights changed since): its thread ends on its own.
-            _ => {
+            None => {
                 let mix = self.mix.as_deref().map(|m| (m, segments.as_slice()));
                 Arc::new(EpochPlan::new(&*self.docs, &self.cfg, epoch, mix)?)
             }
@@ -344,7 +354,9 @@ impl TokenLoader {
     /// This rank's batches of `epoch`, from a loaded state's batch when it is for this epoch.
     pub fn epoch(&self, epoch: u64) -> Result<TokenEpoch> {
         let plan = self.plan(epoch)?;
-        self.plan_ahead(epoch + 1);
+        if let Some(next) = epoch.checked_add(1) {
+            self.plan_ahead(next);
+        }
         let end = self.batches(epoch)?;
         let start = {
             let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());

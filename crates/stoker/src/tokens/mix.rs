@@ -219,6 +219,7 @@ impl TokenDocs for TokenMix {
 
     fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenSlots<'_>) -> Result<()> {
         for (k, local) in self.runs(pieces) {
+            out.next_run();
             self.parts[k].docs.read_now(&local, out)?;
         }
         Ok(())

@@ -57,7 +57,9 @@ pub enum Packing {
 
 /// Which columns a token batch carries besides `input_ids` (all of them by default). A
 /// column left out is neither computed nor copied: Megatron's GPT defaults and nanoGPT train
-/// from `input_ids` alone (positions `0..L` in every row, every token in the loss).
+/// from `input_ids` alone (positions `0..L` in every row, every token in the loss). Without
+/// `loss_mask`, padding (`pad_tail`, one document per row) is not marked: leave it in for
+/// those.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenColumns {
     /// `position_ids`, restarting at every document.

@@ -115,7 +115,7 @@ impl EpochPlan {
             DocOrder::List(l) => l.len() as u64,
         };
         let stride = n.div_ceil(MAX_CHECKPOINTS).next_power_of_two().max(MIN_STRIDE);
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as u64;
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get()).min(PLAN_THREADS) as u64;
         let keep = matches!(order, DocOrder::Sampler(_)) && n <= KEEP_ORDER;
         let Pass { checkpoints, total, kept } =
             checkpoints(docs, &order, n, stride, extra, (n / PLAN_CHUNK).clamp(1, cores), keep)?;
@@ -253,6 +253,8 @@ impl EpochPlan {
 /// Below this many documents per thread, the plan's pass is not split (a thread costs more than
 /// it saves).
 const PLAN_CHUNK: u64 = 16 * 1024;
+/// At most this many threads split the pass (every rank of a node plans its own epochs).
+const PLAN_THREADS: usize = 8;
 
 /// Sampler orders of at most this many documents are kept written out ([`EpochPlan`]'s `kept`):
 /// 16 MiB of `u32`s, as much as the checkpoints may take.
@@ -310,13 +312,18 @@ fn checkpoints(
     let bounds: Vec<(u64, u64)> =
         (0..threads).map(|t| (t * chunk, ((t + 1) * chunk).min(n))).filter(|(lo, hi)| lo < hi).collect();
     let runs: Vec<Result<Pass>> = std::thread::scope(|sc| {
-        let handles: Vec<_> = bounds.iter().map(|&(lo, hi)| sc.spawn(move || run(lo, hi))).collect();
-        handles
+        // A run whose thread cannot be started (a pids limit) is summed here instead.
+        let started: Vec<_> = bounds
+            .iter()
+            .map(|&(lo, hi)| std::thread::Builder::new().spawn_scoped(sc, move || run(lo, hi)).map_err(|_| (lo, hi)))
+            .collect();
+        started
             .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|p| {
+            .map(|h| match h {
+                Ok(h) => h.join().unwrap_or_else(|p| {
                     Err(Error::internal(format!("planning an epoch: {}", crate::error::panic_message(p))))
-                })
+                }),
+                Err((lo, hi)) => run(lo, hi),
             })
             .collect()
     });

@@ -246,8 +246,11 @@ async fn a_failing_batch_ends_the_epoch_in_order_and_a_rewritten_bin_is_refused(
     assert!(failure.contains(&(1i64 << 40).to_string()) && failure.contains("int64"), "{failure}");
     assert!(epoch.next_batch().await.is_none(), "a batch after the error");
     assert_eq!(loader.state().batch, 156);
-    // Rewritten longer (another corpus in its place): no batch of it is read as this one's.
-    std::fs::write(dir.path().join("c.bin"), vec![7u8; 90_000]).unwrap();
+    // Another corpus renamed into its place (never a file cut under a reader: local token
+    // files are mapped): no batch of it is read as this one's.
+    drop(epoch);
+    std::fs::write(dir.path().join("c.bin.new"), vec![7u8; 90_000]).unwrap();
+    std::fs::rename(dir.path().join("c.bin.new"), dir.path().join("c.bin")).unwrap();
     let e = loader.epoch(0).unwrap().collect().await.err().unwrap().to_string();
     assert!(e.contains("c.bin") && e.contains("90000 bytes now, 80000"), "{e}");
 }

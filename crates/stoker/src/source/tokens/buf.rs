@@ -67,21 +67,25 @@ impl TokenBuf {
     }
 }
 
-/// Where [`super::TokenDocs::read_now`] writes: each piece's tokens, in the order asked,
-/// straight into its place in a batch's ids column at the ids' width (no buffer between the
-/// file's bytes and the batch).
+/// Where [`super::TokenDocs::read_now`] writes: each piece's tokens straight into its place in
+/// a batch's ids column at the ids' width (no buffer between the file's bytes and the batch),
+/// by the piece's number in the run of pieces read.
 pub struct TokenSlots<'a> {
     col: &'a mut [u8],
     /// Each piece's byte offset in `col` and its number of tokens.
     slots: &'a [(usize, usize)],
+    /// Pieces written so far.
     next: usize,
+    /// Where the current reader's pieces start among the slots (a mixture's sources read
+    /// their runs of pieces in turn, each numbering its own from 0).
+    base: usize,
     width: usize,
 }
 
 impl<'a> TokenSlots<'a> {
     /// Slots `slots` (byte offset, tokens) of `col`, ids `width` bytes wide (4 or 8).
     pub(crate) fn new(col: &'a mut [u8], slots: &'a [(usize, usize)], width: usize) -> Self {
-        TokenSlots { col, slots, next: 0, width }
+        TokenSlots { col, slots, next: 0, base: 0, width }
     }
 
     /// Pieces written so far.
@@ -89,12 +93,19 @@ impl<'a> TokenSlots<'a> {
         self.next
     }
 
-    /// The next piece's tokens, little-endian `bytes` of type `ty`, into its slot. More tokens
+    /// The pieces from here on are the next reader's, numbered from 0 by
+    /// [`put_at`](Self::put_at) (a mixture calls this before each source's run).
+    pub(crate) fn next_run(&mut self) {
+        self.base = self.next;
+    }
+
+    /// Piece `i` of the current run: its tokens, little-endian `bytes` of type `ty`, into its
+    /// slot. Each piece is written once ([`filled`](Self::filled) counts them). More tokens
     /// or pieces than planned is an internal error; a token that does not fit int32 ids is an
     /// error naming it.
-    pub(crate) fn put(&mut self, ty: TokenType, bytes: &[u8]) -> Result<()> {
+    pub(crate) fn put_at(&mut self, i: usize, ty: TokenType, bytes: &[u8]) -> Result<()> {
         let &(at, n) =
-            self.slots.get(self.next).ok_or_else(|| Error::internal("more token pieces read than planned"))?;
+            self.slots.get(self.base + i).ok_or_else(|| Error::internal("more token pieces read than planned"))?;
         if bytes.len() != n * ty.size() {
             return Err(Error::internal(format!("{} bytes read for a piece of {n} tokens", bytes.len())));
         }

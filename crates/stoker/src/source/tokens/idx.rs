@@ -309,6 +309,47 @@ pub(crate) fn write(code: u8, sizes: &[u64], item: usize) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    /// `write_ne` (the mapped path's copy into the batch) gives what `extend` and
+    /// `extend_i32` give, for every type at both widths, and refuses the same tokens.
+    #[test]
+    fn writing_native_ids_equals_widening_into_vectors() {
+        let types = [
+            TokenType::U8,
+            TokenType::I8,
+            TokenType::I16,
+            TokenType::U16,
+            TokenType::I32,
+            TokenType::U32,
+            TokenType::I64,
+        ];
+        for ty in types {
+            let bytes: Vec<u8> = (0..ty.size() * 37).map(|i| (i * 151 % 256) as u8).collect();
+            let n = bytes.len() / ty.size();
+            let mut wide = Vec::new();
+            ty.extend(&bytes, &mut wide);
+            let mut dst = vec![0u8; n * 8];
+            ty.write_ne(&bytes, &mut dst, 8).unwrap();
+            let got: Vec<i64> = dst.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap())).collect();
+            assert_eq!(got, wide, "{ty:?} as int64");
+            let mut narrow = Vec::new();
+            let want = ty.extend_i32(&bytes, &mut narrow);
+            let mut dst = vec![0u8; n * 4];
+            let got = ty.write_ne(&bytes, &mut dst, 4);
+            assert_eq!(got.is_err(), want.is_err(), "{ty:?} as int32");
+            if let (Err(a), Err(b)) = (got, want) {
+                assert_eq!(a, b, "{ty:?}: the same token refused");
+            } else {
+                let got: Vec<i32> = dst.chunks_exact(4).map(|c| i32::from_ne_bytes(c.try_into().unwrap())).collect();
+                assert_eq!(got, narrow, "{ty:?} as int32");
+            }
+        }
+        // Tokens that fit int32 ids from the wide types convert.
+        let small: Vec<u8> = [5u32, 70_000, i32::MAX as u32].iter().flat_map(|t| t.to_le_bytes()).collect();
+        let mut dst = vec![0u8; 12];
+        TokenType::U32.write_ne(&small, &mut dst, 4).unwrap();
+        assert_eq!(i32::from_ne_bytes(dst[4..8].try_into().unwrap()), 70_000);
+    }
+
     #[test]
     fn a_written_index_reads_back() {
         let idx = Index::parse(Bytes::from(write(8, &[3, 0, 5], 2)), 16).unwrap();

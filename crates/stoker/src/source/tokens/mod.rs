@@ -87,12 +87,12 @@ pub(crate) struct TokensSource {
     starts: Vec<u64>,
     display: String,
     /// Local files mapped for [`TokenDocs::read_now`], by file number: the most recently used
-    /// [`MAPPED_FILES`], so a corpus of thousands of files holds a bounded number of maps
-    /// and descriptors.
+    /// [`MAPPED_FILES`], so a corpus of thousands of files holds a bounded number of maps (a
+    /// map holds no descriptor).
     maps: std::sync::Mutex<lru::LruCache<usize, Arc<MappedObject>>>,
 }
 
-/// Local token files a source keeps mapped at once (each holds a descriptor).
+/// Local token files a source keeps mapped at once.
 const MAPPED_FILES: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(64) {
     Some(n) => n,
     None => unreachable!(),
@@ -252,7 +252,9 @@ impl TokensSource {
         // Mapped outside the lock: another thread mapping the same file meanwhile costs a
         // second map, not a wait.
         let m = Arc::new(self.store.map_local(&self.files[f].bin)?);
-        self.maps.lock().unwrap_or_else(|e| e.into_inner()).put(f, m.clone());
+        let evicted = self.maps.lock().unwrap_or_else(|e| e.into_inner()).push(f, m.clone());
+        // Unmapped outside the lock (an unmap makes every core drop its cached translations).
+        drop(evicted);
         Ok(m)
     }
 
@@ -341,15 +343,19 @@ impl TokenDocs for TokensSource {
     }
 
     fn read_now(&self, pieces: &[(u64, Range<u64>)], out: &mut TokenSlots<'_>) -> Result<()> {
-        // Straight from each file's map into the batch, in the order asked: each run of
-        // pieces in one file is one size check, then one copy (widened to the ids' width) per
-        // piece.
+        // Straight from each file's map into the batch: the pieces grouped by file (one map
+        // lookup and one size check per file per batch), each copied, widened to the ids'
+        // width, into its own slot.
         let located = self.located(pieces)?;
-        for run in located.chunk_by(|a, b| a.0 == b.0) {
-            let f = run[0].0;
+        for group in by_file(&located).chunk_by(|&a, &b| located[a].0 == located[b].0) {
+            let f = located[group[0]].0;
             let ty = self.files[f].index.ty();
-            let spans = self.spans(f, run.iter().map(|(_, s, span)| (*s, span.clone())));
-            self.mapped(f)?.spans(&spans, |bytes| out.put(ty, bytes))?;
+            let spans = self.spans(f, group.iter().map(|&i| (located[i].1, located[i].2.clone())));
+            let mut slot = group.iter();
+            self.mapped(f)?.spans(&spans, |bytes| match slot.next() {
+                Some(&i) => out.put_at(i, ty, bytes),
+                None => Err(Error::internal("more spans than pieces")),
+            })?;
         }
         Ok(())
     }
