@@ -141,7 +141,16 @@ pub(super) fn open_sized(
 
 /// [`Error::Changed`] unless open `file` is still `want` bytes long (see [`open_sized`]).
 pub(super) fn held_to(file: &std::fs::File, shown: impl Fn() -> String, want: u64) -> Result<()> {
-    let now = file.metadata().map_err(|e| Error::io(shown(), e))?.len();
+    sized(file.metadata().map_err(|e| Error::io(shown(), e))?.len(), shown, want)
+}
+
+/// [`Error::Changed`] unless the file at `path` is still `want` bytes long: the check of
+/// [`held_to`] for a reader that holds no descriptor (a memory map).
+pub(super) fn path_held_to(path: &std::path::Path, shown: impl Fn() -> String, want: u64) -> Result<()> {
+    sized(std::fs::metadata(path).map_err(|e| Error::io(shown(), e))?.len(), shown, want)
+}
+
+fn sized(now: u64, shown: impl Fn() -> String, want: u64) -> Result<()> {
     if now != want {
         return Err(Error::Changed {
             object: shown(),
