@@ -76,6 +76,14 @@ pub(crate) fn scan(dir: &Path) -> Vec<Found> {
     out
 }
 
+/// The most one `write` call hands the kernel. A larger write lets the page cache take
+/// large folios (2 MiB and up), and on a VM that gives free memory back to its host (virtio
+/// free page reporting, as Firecracker and many clouds do) exactly those high orders are
+/// the pages handed back, each faulted in again from the host on first touch: writing a
+/// 1.3 GB epoch of 8 MiB blocks whole took 3.3 s of system time on such a VM, in 1 MiB
+/// pieces 0.25-0.40 s. On other machines a 1 MiB write costs no more than a larger one.
+const WRITE_PIECE: usize = 1 << 20;
+
 /// Write entry `key` (its bytes, then their trailer) at `path` in cache directory `dir`: to a
 /// temporary file named after this writer's pid (so a dead writer's leftovers are
 /// recognised), then renamed into place, so readers see the whole entry or none.
@@ -86,7 +94,9 @@ pub(super) fn write_entry(path: &Path, dir: &Path, key: u128, data: &[u8]) -> st
     let tmp = parent.join(format!(".{key:032x}.{}.{:x}.tmp", std::process::id(), unique()));
     let trailer = super::seal::trailer(key, data);
     let written = std::fs::File::create(&tmp).and_then(|mut f| {
-        f.write_all(data)?;
+        for piece in data.chunks(WRITE_PIECE) {
+            f.write_all(piece)?;
+        }
         f.write_all(&trailer)
     });
     if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {

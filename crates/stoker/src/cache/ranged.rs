@@ -49,11 +49,14 @@ impl RemoteReader {
         let cache_cfg = cache;
         let cache = if cache_cfg.enabled() { Some(BlockCache::new(cache_cfg.clone())?) } else { None };
         // Blocks in use by reads come on top of the cache's own bytes (a block being fetched,
-        // or evicted while a read still cuts from it): half the memory cache's worth, or 64 MiB
-        // (reads through the disk cache alone hold blocks in memory only while in flight), at
-        // least 8 and at most one per request in flight, keeps that bounded and still parallel.
+        // or evicted while a read still cuts from it): half the memory cache's worth, or what
+        // the fetch layer may have in flight (reads through the disk cache alone hold blocks
+        // in memory only while in flight), at least 8 and at most one per request in flight,
+        // keeps that bounded and still parallel. Less than the fetch layer's bytes would
+        // serialise what it runs in parallel: at 64 MiB, a window of 64 MiB shards was read
+        // one shard at a time, at half the link's rate.
         let block = cache_cfg.block.max(1);
-        let held_bytes = (cache_cfg.memory_bytes / 2).max(64 << 20);
+        let held_bytes = (cache_cfg.memory_bytes / 2).max(cfg.max_bytes_in_flight).max(64 << 20);
         let held_blocks_max = ((held_bytes / block) as usize).clamp(8, cfg.max_in_flight.max(8));
         Ok(RemoteReader { cache, held_blocks: Semaphore::new(held_blocks_max), held_blocks_max, fetcher })
     }
