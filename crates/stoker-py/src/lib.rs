@@ -39,6 +39,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<source::Source>()?;
     m.add_function(wrap_pyfunction!(diagnose::diagnose, m)?)?;
+    m.add_function(wrap_pyfunction!(order::cache_block_for, m)?)?;
     m.add_function(wrap_pyfunction!(secrets::redact, m)?)?;
     m.add_function(wrap_pyfunction!(secrets::redact_text, m)?)?;
     m.add_function(wrap_pyfunction!(secrets::is_secret_option, m)?)?;

@@ -31,3 +31,14 @@ pub(crate) fn order(shuffle: Option<&Bound<'_, PyAny>>, window: Option<usize>, s
         ))),
     }
 }
+
+/// The `cache_block` a Loader reading in this order is opened with when its options do not
+/// choose one (`stoker::SourceOptions::for_order`): `None` for the default.
+#[pyfunction]
+#[pyo3(signature = (shuffle=None, shuffle_window=None))]
+pub(crate) fn cache_block_for(
+    shuffle: Option<&Bound<'_, PyAny>>,
+    shuffle_window: Option<usize>,
+) -> PyResult<Option<u64>> {
+    Ok(stoker::SourceOptions::default().for_order(&order(shuffle, shuffle_window, 0)?).cache_block)
+}

@@ -107,6 +107,25 @@ def test_bad_shuffle_values_name_the_choices(data, s3):
     assert sorted(indices(stoker.Loader(str(data / "bucket/tar"), batch_size=4, shuffle="shards"))) == list(range(N))
 
 
+def test_a_loader_walking_shards_takes_bigger_cache_blocks(s3, tmp_path):
+    """Storage order and the shard shuffle read shards front to back: such a Loader opens its
+    source with 8 MiB cache blocks unless told otherwise; a shuffle of all samples keeps the
+    default. Every sample still arrives, through the disk cache, and a second Loader with the
+    other block size on the same cache directory reads right too."""
+    opts = {"disk_cache_dir": str(tmp_path / "cache")}
+    walking = stoker.Loader(s3("tar"), batch_size=8, shuffle="shards", **opts)
+    assert walking.dataset.options["cache_block"] == 8 << 20
+    assert stoker.Loader(s3("tar"), batch_size=8, shuffle=False, **opts).dataset.options["cache_block"] == 8 << 20
+    told = stoker.Loader(s3("tar"), batch_size=8, shuffle="shards", cache_block=4096, **opts)
+    assert told.dataset.options["cache_block"] == 4096
+    each = stoker.Loader(s3("tar"), batch_size=8, shuffle=True, **opts)
+    assert "cache_block" not in each.dataset.options
+    for loader in (walking, each, told, walking):
+        assert sorted(indices(loader)) == list(range(N))
+    for loader in (walking, each, told):
+        assert loader.stats()["cache_corrupt"] == 0
+
+
 def test_diagnose_takes_the_shard_shuffle(s3):
     report = stoker.diagnose(s3("tar"), batch_size=8, shuffle="shards", shuffle_window=2, samples=40, seconds=5)
     assert len(report["steps"]) == 5 and all(s["samples_per_s"] > 0 for s in report["steps"]), report["text"]

@@ -186,13 +186,13 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(50);
 /// Child side of [`Job::Loader`].
 pub(crate) async fn loader_child(uri: &str, p: &LoaderParams) -> Result<()> {
     use stoker::loader::{Loader, LoaderConfig};
-    let options = crate::options(p.config.as_deref())?;
-    let opened = Instant::now();
-    let src = stoker::open(uri, options).await?;
-    let open_s = opened.elapsed().as_secs_f64();
     let mut cfg = LoaderConfig::new(p.batch);
     cfg.prefetch = p.prefetch;
     cfg.order = p.shuffle.order(0)?;
+    let options = crate::options(p.config.as_deref())?.for_order(&cfg.order);
+    let opened = Instant::now();
+    let src = stoker::open(uri, options).await?;
+    let open_s = opened.elapsed().as_secs_f64();
     if !p.decode.is_empty() {
         cfg.decode = Some(stoker::decode::DecodeSpec::from_args(&p.decode)?);
     }

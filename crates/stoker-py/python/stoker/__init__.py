@@ -667,6 +667,12 @@ class Loader:
             raise InvalidInputError(f"transform_threads must be at least 1, not {transform_threads}")
         if skip_errors:  # damage found while opening is skipped around too (and reported in stats())
             options = {"on_damage": "skip", **options}
+        if not isinstance(uri_or_dataset, _Dataset) and "cache_block" not in options:
+            # A source opened for this order: reads that walk shards front to back take
+            # bigger cache blocks (stoker::SourceOptions::for_order).
+            block = _stoker.cache_block_for(shuffle, shuffle_window)
+            if block is not None:
+                options = {**options, "cache_block": block}
         ds = _as_dataset(uri_or_dataset, output, options)
         self.dataset = ds
         self.output = output

@@ -5,6 +5,25 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime};
 
+use super::DEFAULT_BLOCK;
+
+/// The cache key of block number `block`, of `block_size` bytes, of one version of an object.
+/// Blocks of different sizes have different keys, so readers with different block sizes can
+/// share a disk cache (each finds its own blocks, neither takes the other's for damage); the
+/// default size is left out of the key, so caches written before sizes were keyed stay valid.
+pub fn block_key(object: &str, version: &str, block_size: u64, block: u64) -> u128 {
+    let size = (block_size != DEFAULT_BLOCK).then_some(block_size.to_le_bytes());
+    let h = |seed: u64| {
+        let mut x = seed;
+        let sized = size.iter().flatten().copied();
+        for b in object.bytes().chain([0]).chain(version.bytes()).chain([0]).chain(block.to_le_bytes()).chain(sized) {
+            x = (x ^ b as u64).wrapping_mul(0x100000001b3);
+        }
+        x
+    };
+    ((h(0xcbf29ce484222325) as u128) << 64) | h(0x84222325cbf29ce4) as u128
+}
+
 /// Temporary files older than this are removed at open even if a process of that pid lives
 /// (pids are reused, and a writer in another pid namespace is not visible in `/proc`).
 const STALE_TMP: Duration = Duration::from_secs(600);
@@ -109,6 +128,25 @@ pub(super) fn write_entry(path: &Path, dir: &Path, key: u128, data: &[u8]) -> st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocks_of_other_sizes_have_other_keys() {
+        let key = |size, b| block_key("shard-0.tar", "v1", size, b);
+        assert_ne!(key(DEFAULT_BLOCK, 0), key(super::super::ORDERED_BLOCK, 0));
+        assert_ne!(key(4096, 1), key(8192, 1));
+        assert_ne!(key(4096, 0), key(4096, 1));
+        assert_ne!(key(4096, 0), block_key("shard-0.tar", "v2", 4096, 0));
+        // The default size's keys are those written before sizes were keyed (FNV-1a over
+        // object, NUL, version, NUL, block number): existing caches stay valid.
+        let old = |seed: u64| {
+            let mut x = seed;
+            for b in b"shard-0.tar\0v1\0".iter().copied().chain(3u64.to_le_bytes()) {
+                x = (x ^ b as u64).wrapping_mul(0x100000001b3);
+            }
+            x
+        };
+        assert_eq!(key(DEFAULT_BLOCK, 3), ((old(0xcbf29ce484222325) as u128) << 64) | old(0x84222325cbf29ce4) as u128);
+    }
 
     #[test]
     fn temporary_names_carry_their_writer() {

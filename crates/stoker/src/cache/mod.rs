@@ -20,6 +20,7 @@ mod disk;
 #[cfg(test)]
 mod disk_room;
 mod files;
+pub use self::files::block_key;
 mod lease;
 pub mod policy;
 mod ranged;
@@ -49,6 +50,11 @@ use crate::error::{Error, Result};
 
 /// The block size unless the options say (`cache_block`): 1 MiB.
 pub const DEFAULT_BLOCK: u64 = 1 << 20;
+/// The block size for a Loader reading shards front to back (storage order, shard shuffle)
+/// unless the options say ([`SourceOptions::for_order`](crate::SourceOptions::for_order)):
+/// 8 MiB, one fetch part. Measured on a cold and a warm epoch of 64 MiB tar shards over S3:
+/// the warm epoch about 1.7x the 1 MiB blocks' rate, the cold one a little faster.
+pub const ORDERED_BLOCK: u64 = 8 << 20;
 
 /// Cache settings.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -216,18 +222,6 @@ impl std::fmt::Debug for BlockCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BlockCache").field("cfg", &self.cfg).finish_non_exhaustive()
     }
-}
-
-/// The cache key of one block of one version of an object.
-pub fn block_key(object: &str, version: &str, block: u64) -> u128 {
-    let h = |seed: u64| {
-        let mut x = seed;
-        for b in object.bytes().chain([0]).chain(version.bytes()).chain([0]).chain(block.to_le_bytes()) {
-            x = (x ^ b as u64).wrapping_mul(0x100000001b3);
-        }
-        x
-    };
-    ((h(0xcbf29ce484222325) as u128) << 64) | h(0x84222325cbf29ce4) as u128
 }
 
 impl BlockCache {

@@ -87,13 +87,14 @@ impl RemoteReader {
         if cache.disk_limit().is_none() || cache.config().eviction != super::Eviction::Future {
             return false;
         }
+        let block = cache.config().block.max(1);
         let keyers: Vec<_> = objects
             .iter()
-            .map(|(path, version, _)| move |b: u64| super::block_key(path.as_ref(), version, b))
+            .map(|(path, version, _)| move |b: u64| super::block_key(path.as_ref(), version, block, b))
             .collect();
         let planned: Vec<(&(dyn Fn(u64) -> u128 + Sync), u64)> =
             keyers.iter().zip(objects).map(|(k, (_, _, size))| (k as &(dyn Fn(u64) -> u128 + Sync), *size)).collect();
-        match super::Plan::build(cache.config().block.max(1), &planned, uses, clock) {
+        match super::Plan::build(block, &planned, uses, clock) {
             Some(plan) => cache.set_plan(Some(Arc::new(plan))),
             None => false,
         }
@@ -151,7 +152,7 @@ impl RemoteReader {
         let size = expect.size;
         let Some(cache) = &self.cache else { return self.get_ranges(path, shown, ranges, Some(expect)).await };
         let bs = cache.config().block.max(1);
-        let key = |b: u64| crate::cache::block_key(path.as_ref(), version, b);
+        let key = |b: u64| crate::cache::block_key(path.as_ref(), version, bs, b);
         // Bytes of each block the ranges need, for the missing blocks' worth.
         let mut need: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
         for r in ranges.iter().filter(|r| r.end > r.start) {
@@ -219,7 +220,7 @@ impl RemoteReader {
         // needing more than the bound takes all of it and goes alone.
         let want = blocks.len().clamp(1, self.held_blocks_max) as u32;
         let _held = self.held_blocks.acquire_many(want).await.ok(); // never closed
-        let key = |b: u64| crate::cache::block_key(path.as_ref(), version, b);
+        let key = |b: u64| crate::cache::block_key(path.as_ref(), version, bs, b);
         // Adjacent blocks missing together are one request (cut into blocks for the cache),
         // not one request each: a cold batch costs as many requests as without a cache. Blocks
         // cached (as far as this process knows) are left out of those runs, so a partly cached

@@ -83,7 +83,7 @@ impl CachedObject {
             let n = (dst.len() - done).min((self.block - within) as usize);
             let verified = self.file(b)?.read_verified(&mut dst[done..done + n], within).map_err(|_| gone())?;
             if !verified {
-                let key = block_key(&self.object, &self.version, b);
+                let key = block_key(&self.object, &self.version, self.block, b);
                 self.disk.refuse(key, super::seal::Refused::Damaged);
                 self.open.remove(&b);
                 return Err(gone());
@@ -97,7 +97,7 @@ impl CachedObject {
     fn file(&mut self, b: u64) -> io::Result<&BlockFile> {
         if !self.open.contains_key(&b) {
             let want = self.block.min(self.size.saturating_sub(b * self.block));
-            let key = block_key(&self.object, &self.version, b);
+            let key = block_key(&self.object, &self.version, self.block, b);
             let file = self.disk.open_block(key, want).ok_or_else(gone)?;
             // A disk hit like any other: counted, and it serves its planned use.
             self.disk.used(key, want);

@@ -335,7 +335,7 @@ impl Store {
         let (path, version) = (self.obj_path(obj.path()), obj.version_key());
         spans.into_iter().filter(|r| r.end > r.start).all(|r| {
             (r.start / bs..=(r.end - 1) / bs)
-                .all(|b| cache.on_disk(crate::cache::block_key(path.as_ref(), &version, b)))
+                .all(|b| cache.on_disk(crate::cache::block_key(path.as_ref(), &version, bs, b)))
         })
     }
 

@@ -243,3 +243,47 @@ async fn an_unusable_cache_directory_never_fails_a_read() {
     assert_eq!(src.io_counters().unwrap().disk_hits, 0);
     server.shutdown().await;
 }
+
+/// Readers with different block sizes (a Loader in storage order takes 8 MiB blocks, one in
+/// a shuffle of all samples 1 MiB) share one directory: each finds its own blocks, and
+/// neither takes the other's entry, of another length at the same offset, for damage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_with_other_block_sizes_share_one_directory() {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    use stoker::cache::block_key;
+    let dir = tempfile::tempdir().unwrap();
+    let sized = |block: u64| {
+        let cfg = CacheConfig {
+            block,
+            disk_dir: Some(dir.path().to_path_buf()),
+            disk_bytes: Some(1 << 20),
+            ..Default::default()
+        };
+        BlockCache::new(cfg).unwrap()
+    };
+    let fetches = Arc::new(AtomicUsize::new(0));
+    async fn read_in(c: &BlockCache, fetches: &Arc<AtomicUsize>, block: u64, fill: u8) -> Bytes {
+        let f = fetches.clone();
+        let fetch = move || async move {
+            f.fetch_add(1, Relaxed);
+            Ok(Bytes::from(vec![fill; block as usize]))
+        };
+        c.get_or_fetch(block_key("shard-0.tar", "v1", block, 0), block as usize, fetch).await.unwrap()
+    }
+    let read = |c, block, fill| read_in(c, &fetches, block, fill);
+    let (small, big) = (sized(4096), sized(16384));
+    assert_eq!(read(&small, 4096, 1).await, vec![1u8; 4096]);
+    small.flush().await;
+    assert_eq!(read(&big, 16384, 2).await, vec![2u8; 16384], "its own block, fetched");
+    big.flush().await;
+    assert_eq!(fetches.load(Relaxed), 2);
+    // Fresh caches on the same directory (the next run): both blocks from disk, none damaged.
+    let (small, big) = (sized(4096), sized(16384));
+    assert_eq!(read(&small, 4096, 9).await, vec![1u8; 4096]);
+    assert_eq!(read(&big, 16384, 9).await, vec![2u8; 16384]);
+    assert_eq!(fetches.load(Relaxed), 2, "both read from the disk cache");
+    for c in [&small, &big] {
+        let s = c.snapshot();
+        assert_eq!((s.disk_hits, s.disk_corrupt), (1, 0), "{s:?}");
+    }
+}

@@ -180,7 +180,7 @@ async fn disk_cache_entries_stay_in_the_cache_directory_whatever_the_object_name
     let names = ["../../escape", "/etc/passwd", "a/../../b", "..", "", long.as_str(), "nul\0byte", "ü/..\\..\\win"];
     for (i, n) in names.iter().enumerate() {
         let data = bytes::Bytes::from(vec![i as u8; 4096]);
-        let got = cache.get_or_fetch(block_key(n, "v1", 0), 4096, || async move { Ok(data) }).await.unwrap();
+        let got = cache.get_or_fetch(block_key(n, "v1", 4096, 0), 4096, || async move { Ok(data) }).await.unwrap();
         assert_eq!(got[0], i as u8);
     }
     cache.flush().await;
