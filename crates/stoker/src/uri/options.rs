@@ -387,21 +387,6 @@ impl SourceOptions {
         serde_json::from_value(serde_json::Value::Object(base)).unwrap_or(self)
     }
 
-    /// These options with the cache block size a Loader reading in `order` is best served
-    /// by, unless they choose one (`cache_block`): [`ORDERED_BLOCK`](crate::cache::ORDERED_BLOCK)
-    /// for storage order and the shard shuffle, which read shards front to back (a block
-    /// holds more samples read together, and the disk cache writes and opens eight times
-    /// fewer files), the 1 MiB default for a shuffle of all samples (each read takes one
-    /// sample from a block; a bigger block costs a cache smaller than the data more bytes per
-    /// sample kept).
-    pub fn for_order(mut self, order: &crate::sampler::Order) -> Self {
-        use crate::sampler::Order;
-        if self.cache_block.is_none() && matches!(order, Order::Sequential | Order::ShardShuffle { .. }) {
-            self.cache_block = Some(crate::cache::ORDERED_BLOCK);
-        }
-        self
-    }
-
     pub(crate) fn concurrency(&self) -> usize {
         // A batch of 64 all in flight at once: the fetch layer's limit, sized from latency, is
         // what bounds the store's load; this only bounds one call's demand.
@@ -536,19 +521,6 @@ mod tests {
             let o = SourceOptions::from_query(off).unwrap();
             assert_eq!(o.disk_cache_dir(), None, "{off}");
         }
-    }
-
-    #[test]
-    fn an_order_that_walks_shards_takes_bigger_blocks_unless_told() {
-        use crate::cache::ORDERED_BLOCK;
-        use crate::sampler::Order;
-        let block = |o: SourceOptions, order: Order| o.for_order(&order).cache_block;
-        assert_eq!(block(SourceOptions::default(), Order::Sequential), Some(ORDERED_BLOCK));
-        assert_eq!(block(SourceOptions::default(), Order::ShardShuffle { seed: 1, window: 4 }), Some(ORDERED_BLOCK));
-        assert_eq!(block(SourceOptions::default(), Order::Shuffle { seed: 1 }), None, "the 1 MiB default");
-        let told = SourceOptions { cache_block: Some(4096), ..Default::default() };
-        assert_eq!(block(told.clone(), Order::Sequential), Some(4096));
-        assert_eq!(block(told, Order::Shuffle { seed: 1 }), Some(4096));
     }
 
     #[test]
