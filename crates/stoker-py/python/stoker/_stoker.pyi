@@ -3,6 +3,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union, final
 
 __all__ = [
     "Batch",
+    "cache_block_for",
     "CorruptDataError",
     "CudaUnavailableError",
     "DecodeError",
