@@ -115,7 +115,6 @@ pub(crate) async fn run(args: DiagnoseArgs) -> Result<()> {
             args.seconds
         );
     }
-    let options = options.for_order(&cfg.loader.order);
     let report = diagnose(&args.source.uri, options, cfg).await?;
     let text = if args.json {
         serde_json::to_string_pretty(&report).context("writing the report as JSON")?

@@ -90,7 +90,10 @@ impl fmt::Debug for DiagnoseConfig {
 /// samples the earlier steps cache), once as configured (the pipeline step) when a cache is
 /// configured. Source errors name what failed as everywhere else; an error of the consumer or
 /// the transform (a `Callback`, `InvalidOption` or `Internal` error) is prefixed with the step it failed in.
+/// The options take the cache block size the loader's order is best served by, unless they
+/// choose one ([`SourceOptions::for_order`]), as the Loader it models would be opened with.
 pub async fn diagnose(uri: &str, options: SourceOptions, cfg: DiagnoseConfig) -> Result<Report> {
+    let options = options.for_order(&cfg.loader.order);
     diagnose_boxed(uri, options, cfg).await
 }
 
