@@ -8,10 +8,14 @@
 //! cache and each has its own Loader, so they must agree on what is needed when, and the
 //! cache's room is for all of their reads. Time is a rank's item number in the run (the rest
 //! of this epoch, then the next epoch after it; the ranks go at one pace); with
-//! [`Order::ShardShuffle`](crate::sampler::Order) a window's samples are all read when the
-//! window is read ahead, so they all count at the window's first item. The clock is the first
-//! item of the batch the consumer gets next: the batches being fetched and the windows read
-//! ahead are all at or after it.
+//! [`Order::ShardShuffle`](crate::sampler::Order) a window's samples all count at the
+//! window's last item: a window read ahead is read before the clock reaches it, and one whose
+//! blocks are all on disk is read from them by every batch of the window, so its blocks are
+//! needed until the window's end (counted at its first item, they looked used once the
+//! consumer passed the window's first batch, and the next window's writes evicted them under
+//! the batches still reading them). The clock is the first item of the batch the consumer
+//! gets next: the batches being fetched and the windows read ahead are all at or before
+//! their times.
 //!
 //! The plan is built on a blocking thread while the first batches are read (an epoch of a
 //! million samples takes about a second).
@@ -91,7 +95,7 @@ fn merged(samplers: &[Sampler], offset: u64, sink: &mut dyn FnMut(u64, usize)) {
     }
 }
 
-/// `(time, index)` for every item of `s`: its item number, or for the shard shuffle the first
+/// `(time, index)` for every item of `s`: its item number, or for the shard shuffle the last
 /// item of its window (Tail::Wrap padding, outside every window, is left out: it repeats the
 /// epoch's head).
 fn timed(s: &Sampler) -> Box<dyn Iterator<Item = (u64, usize)> + '_> {
@@ -103,9 +107,34 @@ fn timed(s: &Sampler) -> Box<dyn Iterator<Item = (u64, usize)> + '_> {
                 while w < windows.len() && windows[w].items.end <= k {
                     w += 1;
                 }
-                windows.get(w).filter(|win| win.items.contains(&k)).map(|win| (win.items.start, index as usize))
+                windows.get(w).filter(|win| win.items.contains(&k)).map(|win| (win.items.end - 1, index as usize))
             }))
         }
         None => Box::new(s.iter().enumerate().map(|(k, index)| (k as u64, index as usize))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::{Order, ShardLayout};
+
+    /// A shard-shuffled window's blocks are needed until its last batch (a window read from
+    /// disk is read by every one of its batches): every item counts at the window's last item,
+    /// so the clock (the next batch's first item) never passes a window still being read.
+    #[test]
+    fn a_windows_items_count_at_its_last_item() {
+        let mut cfg = SamplerConfig::new(40, Order::ShardShuffle { seed: 3, window: 2 });
+        cfg.shards = Some(Arc::new(ShardLayout::from_sizes(&[10, 10, 10, 10]).unwrap()));
+        let s = Sampler::new(cfg).unwrap();
+        let windows = s.shard_windows().unwrap();
+        assert_eq!(windows.len(), 2);
+        let times: Vec<(u64, usize)> = timed(&s).collect();
+        assert_eq!(times.len(), 40);
+        for (k, &(t, index)) in times.iter().enumerate() {
+            let w = windows.iter().find(|w| w.items.contains(&(k as u64))).unwrap();
+            assert_eq!(t, w.items.end - 1, "item {k}");
+            assert_eq!(Some(index as u64), s.get(k as u64));
+        }
     }
 }
