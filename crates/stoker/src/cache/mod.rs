@@ -53,7 +53,7 @@ pub const DEFAULT_BLOCK: u64 = 1 << 20;
 /// The block size for a Loader reading shards front to back (storage order, shard shuffle)
 /// unless the options say ([`SourceOptions::for_order`](crate::SourceOptions::for_order)):
 /// 8 MiB, one fetch part. Measured on a cold and a warm epoch of 64 MiB tar shards over S3:
-/// the warm epoch about 1.7x the 1 MiB blocks' rate, the cold one a little faster.
+/// the warm epoch 1.4-1.7x the 1 MiB blocks' rate, the cold one a little faster.
 pub const ORDERED_BLOCK: u64 = 8 << 20;
 
 /// Cache settings.
