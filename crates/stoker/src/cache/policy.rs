@@ -32,6 +32,10 @@ pub struct Plan {
     /// `times[starts[b]..starts[b + 1]]` are block `b`'s use times.
     starts: Vec<u32>,
     times: Vec<u32>,
+    /// One bit per use: set when the use is several reads of the block at its time (a shard
+    /// shuffle's window, read by each of its batches; ranks of a node at one pace), so a read
+    /// for it does not end it.
+    shared: Vec<u64>,
     clock: Arc<AtomicU64>,
     /// The block size, and per object its first block number and size: what a block holds.
     block: u64,
@@ -126,6 +130,7 @@ impl Plan {
         starts.push(at);
         // Pass 2: the times, in place.
         let mut times = vec![0u32; at as usize];
+        let mut shared = vec![0u64; (at as usize).div_ceil(64)];
         let mut fill: Vec<u32> = starts[..total as usize].to_vec();
         last.iter_mut().for_each(|l| *l = u32::MAX);
         uses(&mut |t, object, r| {
@@ -136,6 +141,9 @@ impl Plan {
                         last[b] = t as u32;
                         times[fill[b] as usize] = t as u32;
                         fill[b] += 1;
+                    } else if last[b] == t as u32 && fill[b] > starts[b] {
+                        let u = fill[b] as usize - 1;
+                        shared[u / 64] |= 1 << (u % 64);
                     }
                 }
             }
@@ -153,7 +161,7 @@ impl Plan {
         keyed.sort_unstable_by_key(|&(k, _)| k);
         let (keys, ids) = keyed.into_iter().unzip();
         let sizes = objects.iter().map(|(_, size)| *size).collect();
-        Some(Plan { keys, ids, starts, times, clock, block, base, sizes })
+        Some(Plan { keys, ids, starts, times, shared, clock, block, base, sizes })
     }
 
     /// The reader's current time.
@@ -162,19 +170,23 @@ impl Plan {
     }
 
     /// The first use of block `key` at or after the clock, if the plan knows one; with
-    /// `serving`, the one after that (the block is being read for that first use now).
+    /// `serving`, the one after that (the block is being read for that first use now), unless
+    /// that use is several reads (see [`Plan::use_index`]).
     pub fn next_use(&self, key: u128, serving: bool) -> Option<u64> {
         self.use_index(key, serving).map(|u| u64::from(self.times[u]))
     }
 
     /// How many uses of block `key` fall at or after the clock and before `horizon`; with
-    /// `serving`, not counting the first (the one the block is being read for now).
+    /// `serving`, not counting the first (the one the block is being read for now) unless it
+    /// is several reads.
     pub fn uses_before(&self, key: u128, serving: bool, horizon: u64) -> u64 {
         let Ok(i) = self.keys.binary_search(&key) else { return 0 };
         let b = self.ids[i] as usize;
-        let times = &self.times[self.starts[b] as usize..self.starts[b + 1] as usize];
+        let start = self.starts[b] as usize;
+        let times = &self.times[start..self.starts[b + 1] as usize];
         let now = self.now();
-        let from = times.partition_point(|&t| u64::from(t) < now) + usize::from(serving);
+        let first = times.partition_point(|&t| u64::from(t) < now);
+        let from = first + usize::from(serving && first < times.len() && !self.is_shared(start + first));
         let to = times.partition_point(|&t| u64::from(t) < horizon);
         to.saturating_sub(from) as u64
     }
@@ -185,14 +197,24 @@ impl Plan {
     }
 
     /// The planned use block `key` is read for now (the first at or after the clock; with
-    /// `serving`, the one after), as an index into all the plan's uses.
+    /// `serving`, the one after), as an index into all the plan's uses. A use that is several
+    /// reads of the block (a window of a shard shuffle, read by every batch of the window) is
+    /// not over when one of them is served: it stays the block's use until the clock passes
+    /// it, or the block, ranked by its use after, would be the first evicted under the
+    /// batches still reading it.
     pub(crate) fn use_index(&self, key: u128, serving: bool) -> Option<usize> {
         let i = self.keys.binary_search(&key).ok()?;
         let b = self.ids[i] as usize;
         let (from, to) = (self.starts[b] as usize, self.starts[b + 1] as usize);
         let now = self.now();
-        let at = from + self.times[from..to].partition_point(|&t| u64::from(t) < now) + usize::from(serving);
+        let first = from + self.times[from..to].partition_point(|&t| u64::from(t) < now);
+        let at = first + usize::from(serving && first < to && !self.is_shared(first));
         (at < to).then_some(at)
+    }
+
+    /// Whether use `u` is several reads of its block at its time.
+    fn is_shared(&self, u: usize) -> bool {
+        self.shared.get(u / 64).is_some_and(|w| w >> (u % 64) & 1 == 1)
     }
 
     /// All planned uses, over every block.
@@ -424,6 +446,22 @@ mod tests {
             }
         };
         Plan::build(10, &objects, &uses, clock.clone()).unwrap()
+    }
+
+    #[test]
+    fn a_use_of_several_reads_is_not_over_when_one_is_served() {
+        let clock = Arc::new(AtomicU64::new(0));
+        // Block 0 is read three times at time 10 (a window's batches), then at 30; block 1
+        // once at 10 and at 30.
+        let reads = [(10, 0, 0..1), (10, 0, 2..3), (10, 0, 10..11), (10, 0, 4..5), (30, 0, 0..1), (30, 0, 10..11)];
+        let p = plan(&[20], &reads, &clock);
+        assert_eq!(p.next_use(0, true), Some(10), "more reads of the use at 10 are to come");
+        assert_eq!(p.next_use(1, true), Some(30), "one read at 10: served, the next use is at 30");
+        assert_eq!(p.uses_before(0, true, 100), 2);
+        assert_eq!(p.uses_before(1, true, 100), 1);
+        clock.store(11, Relaxed);
+        assert_eq!(p.next_use(0, false), Some(30), "the clock passed the window");
+        assert_eq!(p.next_use(0, true), None, "read at 30 once: nothing after");
     }
 
     #[test]
