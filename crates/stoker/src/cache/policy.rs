@@ -171,7 +171,7 @@ impl Plan {
 
     /// The first use of block `key` at or after the clock, if the plan knows one; with
     /// `serving`, the one after that (the block is being read for that first use now), unless
-    /// that use is several reads (see [`Plan::use_index`]).
+    /// that use is several reads (see `use_index`).
     pub fn next_use(&self, key: u128, serving: bool) -> Option<u64> {
         self.use_index(key, serving).map(|u| u64::from(self.times[u]))
     }
