@@ -182,13 +182,9 @@ impl Plan {
     pub fn uses_before(&self, key: u128, serving: bool, horizon: u64) -> u64 {
         let Ok(i) = self.keys.binary_search(&key) else { return 0 };
         let b = self.ids[i] as usize;
-        let start = self.starts[b] as usize;
-        let times = &self.times[start..self.starts[b + 1] as usize];
-        let now = self.now();
-        let first = times.partition_point(|&t| u64::from(t) < now);
-        let from = first + usize::from(serving && first < times.len() && !self.is_shared(start + first));
-        let to = times.partition_point(|&t| u64::from(t) < horizon);
-        to.saturating_sub(from) as u64
+        let (from, to) = (self.current(b, serving), self.starts[b + 1] as usize);
+        let before = from + self.times[from.min(to)..to].partition_point(|&t| u64::from(t) < horizon);
+        before.saturating_sub(from) as u64
     }
 
     /// Blocks the plan knows a use of.
@@ -205,11 +201,17 @@ impl Plan {
     pub(crate) fn use_index(&self, key: u128, serving: bool) -> Option<usize> {
         let i = self.keys.binary_search(&key).ok()?;
         let b = self.ids[i] as usize;
+        let at = self.current(b, serving);
+        (at < self.starts[b + 1] as usize).then_some(at)
+    }
+
+    /// Block `b`'s use a read now is for, as [`use_index`](Self::use_index) says, or the end
+    /// of its uses.
+    fn current(&self, b: usize, serving: bool) -> usize {
         let (from, to) = (self.starts[b] as usize, self.starts[b + 1] as usize);
         let now = self.now();
         let first = from + self.times[from..to].partition_point(|&t| u64::from(t) < now);
-        let at = first + usize::from(serving && first < to && !self.is_shared(first));
-        (at < to).then_some(at)
+        first + usize::from(serving && first < to && !self.is_shared(first))
     }
 
     /// Whether use `u` is several reads of its block at its time.
