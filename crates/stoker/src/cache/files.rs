@@ -101,7 +101,7 @@ pub(crate) fn scan(dir: &Path) -> Vec<Found> {
 /// the pages handed back, each faulted in again from the host on first touch: writing a
 /// 1.3 GB epoch of 8 MiB blocks whole took 3.3 s of system time on such a VM, in 1 MiB
 /// pieces 0.25-0.40 s. On other machines a 1 MiB write costs no more than a larger one.
-const WRITE_PIECE: usize = 1 << 20;
+pub(crate) const WRITE_PIECE: usize = 1 << 20;
 
 /// Write entry `key` (its bytes, then their trailer) at `path` in cache directory `dir`: to a
 /// temporary file named after this writer's pid (so a dead writer's leftovers are

@@ -21,6 +21,7 @@ mod disk;
 mod disk_room;
 mod files;
 pub use self::files::block_key;
+pub(crate) use self::files::WRITE_PIECE;
 mod lease;
 pub mod policy;
 mod ranged;

@@ -260,7 +260,8 @@ struct At<'a>(&'a std::fs::File, u64);
 
 impl io::Write for At<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.0.write_at(buf, self.1)?;
+        // A piece at a time: a field larger than the BufWriter's buffer comes here whole.
+        let n = self.0.write_at(&buf[..buf.len().min(crate::cache::WRITE_PIECE)], self.1)?;
         self.1 += n as u64;
         Ok(n)
     }
