@@ -9,7 +9,7 @@
 //! cache holds), the range that needs it is fetched as asked instead, around the cache.
 
 use std::ops::Range;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -32,7 +32,9 @@ pub struct RemoteReader {
     cache: Option<BlockCache>,
     /// Cache blocks that cached reads may hold at once (see `get_blocks`).
     held_blocks: Semaphore,
-    held_blocks_max: usize,
+    held_blocks_max: AtomicUsize,
+    /// Bytes of blocks reads may hold at once (`held_blocks_max` of the block size in use).
+    held_bytes: u64,
 }
 
 impl std::fmt::Debug for RemoteReader {
@@ -55,10 +57,32 @@ impl RemoteReader {
         // keeps that bounded and still parallel. Less than the fetch layer's bytes would
         // serialise what it runs in parallel: at 64 MiB, a window of 64 MiB shards was read
         // one shard at a time, at half the link's rate.
-        let block = cache_cfg.block.max(1);
         let held_bytes = (cache_cfg.memory_bytes / 2).max(cfg.max_bytes_in_flight).max(64 << 20);
-        let held_blocks_max = ((held_bytes / block) as usize).clamp(8, cfg.max_in_flight.max(8));
-        Ok(RemoteReader { cache, held_blocks: Semaphore::new(held_blocks_max), held_blocks_max, fetcher })
+        let held_blocks_max = held_blocks(held_bytes, cache_cfg.block, &fetcher);
+        Ok(RemoteReader {
+            cache,
+            held_blocks: Semaphore::new(held_blocks_max),
+            held_blocks_max: AtomicUsize::new(held_blocks_max),
+            held_bytes,
+            fetcher,
+        })
+    }
+
+    /// Before a run that reads every block of objects totalling `data_bytes`: when they fit
+    /// whole in the disk cache, take [`ORDERED_BLOCK`](super::ORDERED_BLOCK)s (see
+    /// [`BlockCache::widen_block`]: only if the options left the block to Stoker and nothing
+    /// was read yet). Returns whether the block size changed.
+    pub fn widen_blocks_for(&self, data_bytes: u64) -> bool {
+        let Some(cache) = &self.cache else { return false };
+        if cache.disk_limit().is_none_or(|limit| data_bytes > limit) || !cache.widen_block(super::ORDERED_BLOCK) {
+            return false;
+        }
+        // As many bytes held as before, in fewer blocks. No read has run, so every permit is
+        // free to take back.
+        let now = held_blocks(self.held_bytes, cache.block(), &self.fetcher);
+        let before = self.held_blocks_max.swap(now, Relaxed);
+        self.held_blocks.forget_permits(before.saturating_sub(now));
+        true
     }
 
     /// The request layer.
@@ -87,7 +111,7 @@ impl RemoteReader {
         if cache.disk_limit().is_none() || cache.config().eviction != super::Eviction::Future {
             return false;
         }
-        let block = cache.config().block.max(1);
+        let block = cache.block();
         let keyers: Vec<_> = objects
             .iter()
             .map(|(path, version, _)| move |b: u64| super::block_key(path.as_ref(), version, block, b))
@@ -151,7 +175,7 @@ impl RemoteReader {
     ) -> Result<Vec<Bytes>> {
         let size = expect.size;
         let Some(cache) = &self.cache else { return self.get_ranges(path, shown, ranges, Some(expect)).await };
-        let bs = cache.config().block.max(1);
+        let bs = cache.block_for_read();
         let key = |b: u64| crate::cache::block_key(path.as_ref(), version, bs, b);
         // Bytes of each block the ranges need, for the missing blocks' worth.
         let mut need: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
@@ -211,14 +235,14 @@ impl RemoteReader {
         expect: &Expect,
     ) -> Result<Vec<Bytes>> {
         let size = expect.size;
-        let bs = cache.config().block.max(1);
+        let bs = cache.block_for_read();
         let mut blocks: Vec<u64> =
             ranges.iter().filter(|r| r.end > r.start).flat_map(|r| r.start / bs..=(r.end - 1) / bs).collect();
         blocks.sort_unstable();
         blocks.dedup();
         // Reads wait their turn rather than hold more blocks than the bound at once; a read
         // needing more than the bound takes all of it and goes alone.
-        let want = blocks.len().clamp(1, self.held_blocks_max) as u32;
+        let want = blocks.len().clamp(1, self.held_blocks_max.load(Relaxed)) as u32;
         let _held = self.held_blocks.acquire_many(want).await.ok(); // never closed
         let key = |b: u64| crate::cache::block_key(path.as_ref(), version, bs, b);
         // Adjacent blocks missing together are one request (cut into blocks for the cache),
@@ -346,4 +370,10 @@ impl RemoteReader {
             })
             .collect())
     }
+}
+
+/// Blocks of `block` bytes reads may hold at once for `held_bytes`: at least 8, at most one
+/// per request the fetch layer runs at once.
+fn held_blocks(held_bytes: u64, block: u64, fetcher: &Fetcher) -> usize {
+    ((held_bytes / block.max(1)) as usize).clamp(8, fetcher.config().max_in_flight.max(8))
 }

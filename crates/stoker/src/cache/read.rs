@@ -64,7 +64,7 @@ impl BlockCache {
             object: object.to_string(),
             version: version.to_string(),
             size,
-            block: self.cfg.block.max(1),
+            block: self.block_for_read(),
             open: HashMap::new(),
         })
     }

@@ -172,7 +172,8 @@ impl crate::uri::SourceOptions {
     /// holds more samples read together, and the disk cache writes and opens eight times
     /// fewer files), the 1 MiB default for a shuffle of all samples (each read takes one
     /// sample from a block; a bigger block costs a cache smaller than the data more bytes per
-    /// sample kept).
+    /// sample kept; over data the disk cache holds whole, the Loader widens it before its
+    /// first read, see [`BlockCache::widen_block`](crate::cache::BlockCache::widen_block)).
     pub fn for_order(mut self, order: &Order) -> Self {
         if self.cache_block.is_none() && matches!(order, Order::Sequential | Order::ShardShuffle { .. }) {
             self.cache_block = Some(crate::cache::ORDERED_BLOCK);

@@ -84,6 +84,7 @@ impl Producer {
     pub(super) async fn run(self, tx: mpsc::Sender<Result<Batch>>) {
         let batch = self.cfg.batch_size as u64;
         let total = batches_for(self.sampler.len(), batch, self.cfg.drop_last);
+        super::plan::fit_cache_blocks(&self.source, &self.sampler);
         let ahead =
             super::ahead::WindowAhead::start(&self.source, &self.sampler, batch, total, self.cfg.max_bytes_in_flight)
                 .map(Arc::new);

@@ -152,6 +152,15 @@ pub trait SampleSource: fmt::Debug + fmt::Display + Send + Sync + 'static {
         false
     }
 
+    /// Called by the Loader before the first read of a run that reads all of the source's
+    /// samples on this node: a source whose remote data fits whole in its disk cache may let
+    /// the cache take bigger blocks, as every block will be read whole anyway (see
+    /// [`crate::cache::BlockCache::widen_block`]). Returns whether it did; the provided
+    /// version has no cache (false).
+    fn fit_cache_blocks(&self) -> bool {
+        false
+    }
+
     /// The shard sample `index` lives in, so samplers and caches can keep shard locality.
     fn locality(&self, _index: usize) -> Option<usize> {
         None

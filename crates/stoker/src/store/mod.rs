@@ -325,13 +325,20 @@ impl Store {
         reader.plan_reads(&objects, uses, clock)
     }
 
+    /// Before a run that reads every block of `objects`: let the cache take bigger blocks
+    /// when they fit whole in the disk cache (see [`RemoteReader::widen_blocks_for`]).
+    /// Local stores have no cache: false.
+    pub fn widen_cache_blocks(&self, objects: &[&Object]) -> bool {
+        self.remote_reader().is_some_and(|r| r.widen_blocks_for(objects.iter().map(|o| o.size()).sum()))
+    }
+
     /// Whether `spans` of `obj` can be read with no request: a local file, or every block of
     /// them in the disk cache as far as this process knows (no file system call). What the
     /// hit path ([`Store::direct_reader`]) needs.
     pub(crate) fn servable_directly<'a>(&self, obj: &Object, spans: impl IntoIterator<Item = &'a Range<u64>>) -> bool {
         let Some(reader) = self.remote_reader() else { return true };
         let Some(cache) = reader.cache() else { return false };
-        let bs = cache.config().block.max(1);
+        let bs = cache.block_for_read();
         let (path, version) = (self.obj_path(obj.path()), obj.version_key());
         spans.into_iter().filter(|r| r.end > r.start).all(|r| {
             (r.start / bs..=(r.end - 1) / bs)

@@ -240,7 +240,9 @@ pub struct SourceOptions {
     /// Memory cache for remote shard bytes, in bytes (default 0: off).
     pub cache_bytes: Option<u64>,
     /// Cache block size in bytes (default 1 MiB; a Loader reading in storage order or by
-    /// shard windows takes 8 MiB unless this says, see [`SourceOptions::for_order`]).
+    /// shard windows takes 8 MiB unless this says, see [`SourceOptions::for_order`], and so
+    /// does one reading all of data the disk cache holds whole, see
+    /// [`BlockCache::widen_block`](crate::cache::BlockCache::widen_block)).
     pub cache_block: Option<u64>,
     /// Disk cache of remote shard bytes, shared by the processes of a node and reused by the
     /// next run (default true for remote sources; local paths never use one): `false` turns

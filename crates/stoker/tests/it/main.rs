@@ -13,6 +13,7 @@
 mod common;
 
 mod bad_input;
+mod cache_blocks;
 mod cache_damage;
 mod cache_eviction;
 mod color;

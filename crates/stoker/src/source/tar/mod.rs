@@ -363,6 +363,11 @@ impl SampleSource for TarSource {
         inner.store.plan_reads(&objects, &spans, clock)
     }
 
+    fn fit_cache_blocks(&self) -> bool {
+        let objects: Vec<&Object> = self.inner.shards.iter().map(|s| &s.obj).collect();
+        self.inner.store.widen_cache_blocks(&objects)
+    }
+
     fn locality(&self, index: usize) -> Option<usize> {
         self.inner.locate(index).ok().map(|(shard, _)| shard)
     }

@@ -1,0 +1,90 @@
+//! The block size a Loader's run takes when the options leave it to Stoker: a run that reads
+//! every sample of remote data that fits whole in the disk cache takes 8 MiB blocks (each is
+//! read whole before the epoch ends anyway, and there are fewer requests and files); a run over
+//! more data than the cache holds, one reading a rank's share across nodes, or one whose
+//! options choose a block keeps its block. Real Loader, real disk cache, embedded S3 server.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use common::s3::{serve, uri};
+use common::*;
+use stoker::loader::{Loader, LoaderConfig};
+use stoker::sampler::{Order, Partition};
+use stoker::DynSampleSource;
+
+/// Two shards of about 10 MiB: more than one 8 MiB block each.
+const SHARDS: usize = 2;
+const PER: usize = 160;
+const PAYLOAD: usize = 64 << 10;
+
+/// One per-sample shuffled epoch (this rank's share under `partition`) through a fresh disk
+/// cache opened with `extra` options, every row checked: the requests it made and the
+/// largest file it left in the cache (a block and its trailer).
+async fn epoch(endpoint: &str, samples: &[stoker::Sample], extra: &str, partition: Partition) -> (u64, u64) {
+    let cache = tempfile::tempdir().unwrap();
+    let extra = format!("&hedge_ms=0&disk_cache_dir={}{extra}", cache.path().display());
+    let src: Arc<DynSampleSource> = open(&uri(endpoint, "tar", &extra)).await;
+    let mut cfg = LoaderConfig::new(16);
+    cfg.order = Order::Shuffle { seed: 5 };
+    cfg.partition = partition;
+    let loader = Loader::new(src.clone(), cfg).unwrap();
+    let before = src.io_counters().unwrap();
+    let mut stream = loader.epoch(0).unwrap();
+    let mut seen = 0;
+    while let Some(b) = stream.next_batch().await {
+        let b = b.unwrap();
+        let col = b.field("bin").unwrap();
+        for (row, &i) in b.indices().iter().enumerate() {
+            assert_eq!(col.get(row).unwrap(), &samples[i as usize].fields[0].data[..], "sample {i}");
+        }
+        seen += b.len();
+    }
+    assert_eq!(seen, samples.len() / partition.world_size as usize);
+    drop(stream);
+    drop(loader);
+    let requests = src.io_counters().unwrap().remote_requests - before.remote_requests;
+    drop(src); // the cache's writes land
+    (requests, largest_file(cache.path()))
+}
+
+fn largest_file(dir: &std::path::Path) -> u64 {
+    let mut largest = 0;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = e.metadata().unwrap();
+        largest = largest.max(if meta.is_dir() { largest_file(&e.path()) } else { meta.len() });
+    }
+    largest
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_over_data_the_disk_cache_holds_takes_big_blocks_unless_told() {
+    let root = tempfile::tempdir().unwrap();
+    let (samples, data) = bin_shards(&root.path().join("data/tar"), SHARDS, PER, PAYLOAD);
+    let server = serve(root.path()).await;
+    let ep = server.endpoint();
+    let (one, mib) = (Partition::single(), 1u64 << 20);
+    let trailer = 64 << 10; // a block file's checksums, a few KiB
+
+    // Fits: 8 MiB blocks, a request or two per shard (a sample's first miss fetches its block).
+    let (requests, largest) = epoch(&ep, &samples, "&disk_cache_bytes=67108864", one).await;
+    assert!(requests <= 2 * SHARDS as u64, "{requests} requests for {data} bytes in {SHARDS} shards");
+    assert!(largest > mib + trailer && largest <= (8 << 20) + trailer, "largest cache file {largest}");
+
+    // Told 1 MiB: kept, a request per block.
+    let told = "&disk_cache_bytes=67108864&cache_block=1048576";
+    let (requests, largest) = epoch(&ep, &samples, told, one).await;
+    assert!(requests >= data / mib / 2, "{requests} requests for {} blocks", data / mib);
+    assert!(largest <= mib + trailer, "largest cache file {largest}");
+
+    // More data than the cache holds: the 1 MiB default.
+    let (requests, largest) = epoch(&ep, &samples, "&disk_cache_bytes=8388608", one).await;
+    assert!(requests > 2 * SHARDS as u64, "{requests} requests");
+    assert!(largest <= mib + trailer, "largest cache file {largest}");
+
+    // A rank of two on different nodes reads half the samples, from every block: 1 MiB.
+    let (_, largest) = epoch(&ep, &samples, "&disk_cache_bytes=67108864", Partition::new(0, 2).unwrap()).await;
+    assert!(largest <= mib + trailer, "largest cache file {largest}");
+    server.shutdown().await;
+}
