@@ -332,3 +332,19 @@ pub fn start_server(
     }
     panic!("{name} exited at start three times: see its log above");
 }
+
+/// Drain `epoch` of `loader`, checking every row of field `bin` against `samples` (by sample
+/// index); returns the rows delivered.
+pub async fn checked_epoch(loader: &stoker::loader::Loader, epoch: u64, samples: &[Sample]) -> usize {
+    let mut stream = loader.epoch(epoch).unwrap();
+    let mut seen = 0;
+    while let Some(b) = stream.next_batch().await {
+        let b = b.unwrap();
+        let col = b.field("bin").unwrap();
+        for (row, &i) in b.indices().iter().enumerate() {
+            assert_eq!(col.get(row).unwrap(), &samples[i as usize].fields[0].data[..], "sample {i}");
+        }
+        seen += b.len();
+    }
+    seen
+}

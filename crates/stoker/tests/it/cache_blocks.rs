@@ -31,18 +31,8 @@ async fn epoch(endpoint: &str, samples: &[stoker::Sample], extra: &str, partitio
     cfg.partition = partition;
     let loader = Loader::new(src.clone(), cfg).unwrap();
     let before = src.io_counters().unwrap();
-    let mut stream = loader.epoch(0).unwrap();
-    let mut seen = 0;
-    while let Some(b) = stream.next_batch().await {
-        let b = b.unwrap();
-        let col = b.field("bin").unwrap();
-        for (row, &i) in b.indices().iter().enumerate() {
-            assert_eq!(col.get(row).unwrap(), &samples[i as usize].fields[0].data[..], "sample {i}");
-        }
-        seen += b.len();
-    }
+    let seen = checked_epoch(&loader, 0, samples).await;
     assert_eq!(seen, samples.len() / partition.world_size as usize);
-    drop(stream);
     drop(loader);
     let requests = src.io_counters().unwrap().remote_requests - before.remote_requests;
     drop(src); // the cache's writes land

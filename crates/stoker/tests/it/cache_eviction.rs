@@ -46,17 +46,7 @@ async fn two_epochs(
     let (mut fetched, mut writes) = ([0; 2], [0; 2]);
     for e in 0..2 {
         let before = src.io_counters().unwrap();
-        let mut stream = loader.epoch(e as u64).unwrap();
-        let mut seen = 0;
-        while let Some(b) = stream.next_batch().await {
-            let b = b.unwrap();
-            let col = b.field("bin").unwrap();
-            for (row, &i) in b.indices().iter().enumerate() {
-                assert_eq!(col.get(row).unwrap(), &samples[i as usize].fields[0].data[..], "sample {i}");
-            }
-            seen += b.len();
-        }
-        assert_eq!(seen, samples.len());
+        assert_eq!(checked_epoch(&loader, e as u64, samples).await, samples.len());
         let after = src.io_counters().unwrap();
         fetched[e] = after.remote_bytes - before.remote_bytes;
         writes[e] = after.disk_writes - before.disk_writes;
