@@ -25,6 +25,7 @@
 //! columns a model does not use (Megatron's GPT defaults and nanoGPT take `input_ids` alone).
 
 mod build;
+mod epoch;
 mod job;
 mod loader;
 mod mix;
@@ -39,7 +40,8 @@ use crate::error::{Error, Result};
 use crate::sampler::{Order, Partition};
 
 pub use crate::decode::TextTokenizer;
-pub use loader::{TextInput, TokenEpoch, TokenLoader, TokenState};
+pub use epoch::TokenEpoch;
+pub use loader::{TextInput, TokenLoader, TokenState};
 pub use mix::{MixPart, SourceDocs, TokenMix};
 pub use write::{pack_arrays, pretokenize, tokenized, Part, TokenizeOptions, TokenizedManifest, MANIFEST};
 
