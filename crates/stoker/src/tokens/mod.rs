@@ -154,7 +154,9 @@ pub struct PackConfig {
     /// Whether `loss_mask` is 0 on a document's first token after another document in the
     /// same row.
     pub mask_boundaries: bool,
-    /// Global batches being read at once, ahead of the consumer.
+    /// Global batches being read at once, ahead of the consumer (local batches are handed
+    /// over in groups of up to 256k tokens, so small ones may be read up to two groups ahead
+    /// a producer thread).
     pub prefetch: usize,
     /// The columns besides `input_ids` each batch carries.
     pub columns: TokenColumns,
