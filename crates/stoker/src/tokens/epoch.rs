@@ -120,6 +120,24 @@ impl TokenEpoch {
         item
     }
 
+    /// The next batch if it is ready (built and handed over), without waiting: `None` when it
+    /// is not yet (then wait with [`next_batch`](Self::next_batch) or
+    /// [`next`](Iterator::next)), `Some(None)` at the end. For consumers whose every batch is
+    /// a few microseconds of work (small global batches fed to Python), where the wait's own
+    /// machinery costs as much as the batch.
+    pub fn try_next_batch(&mut self) -> Option<Option<Result<Batch>>> {
+        let item = match self.held_next() {
+            Ok(item) => item,
+            Err(c) => match self.rx[c].try_recv() {
+                Ok(group) => self.unpack(c, Some(group)),
+                Err(mpsc::error::TryRecvError::Empty) => return None,
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+            },
+        };
+        self.took(&item);
+        Some(item)
+    }
+
     /// All the remaining batches (async), for tests and tools.
     pub async fn collect(mut self) -> Result<Vec<Batch>> {
         let mut out = Vec::new();

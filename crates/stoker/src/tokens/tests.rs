@@ -403,3 +403,41 @@ async fn columns_left_out_are_absent_and_the_ids_unchanged() {
     let refused = TokenLoader::new(src.clone(), masked).err().expect("mask_boundaries needs loss_mask").to_string();
     assert!(refused.contains("loss_mask"), "{refused}");
 }
+
+/// Taking ready batches without waiting, and waiting for the others, delivers the epoch a
+/// plain iteration does: every batch once, in order, then the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_batches_taken_without_waiting_are_the_epoch_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path(), &[37u64; 150]);
+    let src = open(dir.path()).await;
+    let cfg = || {
+        let mut c = PackConfig::new(16, 2);
+        c.order = Order::Shuffle { seed: 4 };
+        c
+    };
+    let want = run(&src, cfg(), 1).await;
+    let loader = TokenLoader::new(src.clone(), cfg()).unwrap();
+    let mut epoch = loader.epoch(1).unwrap();
+    let (mut got, mut ready) = (Vec::new(), 0);
+    loop {
+        let item = match epoch.try_next_batch() {
+            Some(item) => {
+                // Batches come in groups: all but a group's first are ready when asked for.
+                ready += usize::from(item.is_some());
+                item
+            }
+            None => epoch.next_batch().await,
+        };
+        match item {
+            Some(b) => got.push(b.unwrap()),
+            None => break,
+        }
+    }
+    assert_eq!(epoch.try_next_batch().map(|i| i.is_none()), Some(true), "the end stays the end");
+    assert!(ready >= want.len() / 2, "{ready} of {} batches were ready", want.len());
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!((g.number, ids(g)), (w.number, ids(w)));
+    }
+}
