@@ -170,8 +170,13 @@ async fn memory_cache_serves_repeat_epochs_without_requests() {
         assert_eq!(g.unwrap(), s.tar[i]);
     }
     let after = cold.io_counters().unwrap();
-    assert_eq!(after.cache_misses - before.cache_misses, 7, "{after:?}");
-    assert_eq!(after.remote_requests - before.remote_requests, 1, "seven misses of one block, one request: {after:?}");
+    // A get that reaches the cache after the first one's block has landed is a hit, not a
+    // miss (on a loaded machine the local server can answer before the last get is polled):
+    // every get is one or the other, and there is one request whatever the timing.
+    let (misses, hits) = (after.cache_misses - before.cache_misses, after.cache_hits - before.cache_hits);
+    assert_eq!(misses + hits, 7, "{after:?}");
+    assert!(misses >= 1, "{after:?}");
+    assert_eq!(after.remote_requests - before.remote_requests, 1, "seven gets of one block, one request: {after:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
