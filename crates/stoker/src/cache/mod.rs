@@ -184,6 +184,12 @@ impl BlockCache {
     /// The block size, for a read about to use it: from now on it does not change (blocks
     /// of one size are keyed, cut and counted alike by every read of this cache).
     pub(crate) fn block_for_read(&self) -> u64 {
+        // Every read comes here: a plain load once frozen, so reads on many threads do not
+        // all write this one word.
+        let now = self.block.load(Relaxed);
+        if now & FROZEN != 0 {
+            return now & !FROZEN;
+        }
         self.block.fetch_or(FROZEN, Relaxed) & !FROZEN
     }
 

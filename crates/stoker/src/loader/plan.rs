@@ -26,7 +26,6 @@ use std::sync::Arc;
 use crate::sampler::{Partition, Sampler, SamplerConfig};
 use crate::source::DynSampleSource;
 
-/// The cache plan of one epoch run: the clock the producer advances.
 /// Before a run's first read: when this node's ranks read every sample (one node, or one
 /// rank), let the source's cache take bigger blocks if the data fits it whole (see
 /// [`SampleSource::fit_cache_blocks`](crate::SampleSource::fit_cache_blocks)). A node that
@@ -35,9 +34,10 @@ use crate::source::DynSampleSource;
 pub(super) fn fit_cache_blocks(source: &Arc<DynSampleSource>, sampler: &Sampler) -> bool {
     let p = sampler.config().partition;
     let ranks = p.node_ranks();
-    ranks.end - ranks.start >= p.world_size && !source.capability().local && source.fit_cache_blocks()
+    ranks.end - ranks.start >= p.world_size && source.fit_cache_blocks()
 }
 
+/// The cache plan of one epoch run: the clock the producer advances.
 pub(super) struct CachePlan {
     clock: Arc<AtomicU64>,
     worker: u64,

@@ -62,8 +62,8 @@ impl TokenEpoch {
         self.left.load(Relaxed)
     }
 
-    /// The next batch if its channel's last group holds it (`Some(None)` once the epoch is
-    /// done); `None` when the channel must be waited on, with its index.
+    /// The next batch if its channel's last group holds it (`Ok(None)` once the epoch is
+    /// done); `Err(channel)` when that channel must be waited on.
     fn held_next(&mut self) -> Result<Option<Result<Batch>>, usize> {
         if self.done {
             return Ok(None);

@@ -413,9 +413,7 @@ impl TokenLoader {
                     .name("stoker-tokens".into())
                     .spawn(move || {
                         let mut held = Vec::with_capacity(group);
-                        let mine = (start + w as u64..end).step_by(producers);
-                        let last = mine.clone().last();
-                        for b in mine {
+                        for b in (start + w as u64..end).step_by(producers) {
                             // A panic (a bug) is an error in its place, not a channel that
                             // ends: that would end the epoch early without a word.
                             let item = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.batch_now(b)))
@@ -424,7 +422,9 @@ impl TokenLoader {
                                 });
                             let failed = item.is_err();
                             held.push(item);
-                            if held.len() < group && !failed && Some(b) != last {
+                            // This producer's last batch of the run goes with its group.
+                            let last = b + producers as u64 >= end;
+                            if held.len() < group && !failed && !last {
                                 continue;
                             }
                             // The consumer gone (the epoch dropped) ends the loop.
