@@ -86,15 +86,11 @@ pub(crate) struct DlPack {
 unsafe impl Send for DlPack {}
 unsafe impl Sync for DlPack {}
 
-#[pymethods]
 impl DlPack {
-    #[pyo3(signature = (*_args, **_kwargs))]
-    fn __dlpack__(
-        &self,
-        py: Python<'_>,
-        _args: &Bound<'_, pyo3::types::PyTuple>,
-        _kwargs: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<Py<PyAny>> {
+    /// A `dltensor` capsule of this array: what `__dlpack__` returns, and what a converter that
+    /// takes capsules (`torch.from_dlpack`) is handed directly, skipping the protocol's
+    /// Python-level negotiation (half of a small batch's cost in the consumer).
+    pub(crate) fn capsule(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         // The keeper owns the batch and the shape the tensor points into, until the deleter.
         let keeper = Box::into_raw(Box::new(Keeper { _owner: self.owner.clone(), _shape: self.shape.clone() }));
         // SAFETY: `keeper` was just allocated here and nothing else refers to it yet.
@@ -123,6 +119,26 @@ impl DlPack {
             }
             Ok(Bound::from_owned_ptr(py, cap).unbind())
         }
+    }
+
+    /// This array handed to `convert`: as a capsule when `capsules` (torch), else as the
+    /// exporter object (numpy's `from_dlpack` takes only objects with `__dlpack__`).
+    pub(crate) fn convert(self, py: Python<'_>, convert: &Bound<'_, PyAny>, capsules: bool) -> PyResult<Py<PyAny>> {
+        let arg = if capsules { self.capsule(py)? } else { Py::new(py, self)?.into_any() };
+        Ok(convert.call1((arg,))?.unbind())
+    }
+}
+
+#[pymethods]
+impl DlPack {
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+        _kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        self.capsule(py)
     }
 
     fn __dlpack_device__(&self) -> (i32, i32) {

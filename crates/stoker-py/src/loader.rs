@@ -6,15 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::{PyIndexError, PyStopIteration};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 use stoker::loader::{EpochStream, Loader as RsLoader, LoaderConfig, LoaderState};
 use stoker::sampler::{Partition, Tail};
 
 use crate::dlpack::DlPack;
 
-/// A token batch's columns for Python: `input_ids`, then `position_ids`, `loss_mask`,
-/// `cu_seqlens` and `max_seqlen`, each `None` when the loader leaves it out.
-type TokenColumns = (DlPack, Option<DlPack>, Option<DlPack>, Option<DlPack>, Option<i64>);
 use crate::errors::{err, InvalidInputError, StokerError};
 use crate::runtime::{block_on, runtime};
 use crate::source::Source;
@@ -250,9 +247,17 @@ impl Batch {
     }
 
     /// `(data, offsets, dtype)`: DLPack exporters for the values and the offsets (int64,
-    /// len+1). A decoded column's values are one `[B, *shape]` array of `dtype` (its name is
-    /// returned); a raw column's are uint8 bytes back to back and `dtype` is None.
-    fn column(&self, name: &str) -> PyResult<(DlPack, DlPack, Option<&'static str>)> {
+    /// len+1), or with `capsules` their `dltensor` capsules (which `torch.from_dlpack` takes
+    /// without the protocol's per-call negotiation). A decoded column's values are one
+    /// `[B, *shape]` array of `dtype` (its name is returned); a raw column's are uint8 bytes
+    /// back to back and `dtype` is None.
+    #[pyo3(signature = (name, capsules = false))]
+    fn column(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        capsules: bool,
+    ) -> PyResult<(Py<PyAny>, Py<PyAny>, Option<&'static str>)> {
         let col = self.batch.field(name).ok_or_else(|| {
             InvalidInputError::new_err(format!("the batch has no field `{name}`; it has {:?}", self.fields()))
         })?;
@@ -266,33 +271,49 @@ impl Batch {
             }
             None => (vec![len as i64], (1, 8), None),
         };
-        Ok((
-            DlPack { owner: self.batch.clone(), ptr: ptr as *mut c_void, shape: data_shape, code, bits },
-            DlPack { owner: self.batch.clone(), ptr: optr as *mut c_void, shape: vec![olen as i64], code: 0, bits: 64 },
-            dtype,
-        ))
+        let data = DlPack { owner: self.batch.clone(), ptr: ptr as *mut c_void, shape: data_shape, code, bits };
+        let offsets =
+            DlPack { owner: self.batch.clone(), ptr: optr as *mut c_void, shape: vec![olen as i64], code: 0, bits: 64 };
+        let hand = |d: DlPack| -> PyResult<Py<PyAny>> {
+            if capsules {
+                d.capsule(py)
+            } else {
+                Ok(Py::new(py, d)?.into_any())
+            }
+        };
+        Ok((hand(data)?, hand(offsets)?, dtype))
     }
 
-    /// A token batch's columns in one call (`stoker.TokenLoader`): `(input_ids, position_ids,
-    /// loss_mask, cu_seqlens, max_seqlen)`, exporters typed as the loader hands them out (the
-    /// mask's 0/1 bytes as bool, cu_seqlens' bytes as the int32 offsets `[segments + 1]`) and
-    /// the longest segment; `None` for the columns the loader leaves out (`columns=`). The
-    /// per-column calls, views and a numpy diff for `max_seqlen` cost as much per batch as
-    /// building it.
-    fn token_columns(&self) -> PyResult<TokenColumns> {
-        // Each row's values as the column's type; the mask's 0/1 bytes as DLPack bool. A
-        // column the loader was told to leave out is None.
-        let rows = |name: &str, as_bool: bool| -> PyResult<Option<DlPack>> {
-            let Some(c) = self.batch.field(name) else { return Ok(None) };
+    /// A token batch as the dict `stoker.TokenLoader` yields, built in one call: `input_ids`,
+    /// then `position_ids`, `loss_mask`, `cu_seqlens` and `max_seqlen` unless the loader leaves
+    /// them out (`columns=`), each array handed to `convert` (`torch.from_dlpack` with
+    /// `capsules`, `numpy.from_dlpack` without) typed as the loader hands it out: the mask's
+    /// 0/1 bytes as bool, cu_seqlens' bytes as the int32 offsets `[segments + 1]`, and
+    /// `max_seqlen` the longest segment. At small batches the consumer's per-batch Python work
+    /// (a call, a tuple, a protocol negotiation per column) is what limits the rate.
+    fn token_dict<'py>(
+        &self,
+        py: Python<'py>,
+        convert: &Bound<'py, PyAny>,
+        capsules: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        let rows = |name: &'static str, as_bool: bool| -> PyResult<()> {
+            let Some(c) = self.batch.field(name) else { return Ok(()) };
             let ty = c.ty.ok_or_else(|| InvalidInputError::new_err(format!("not a token batch: `{name}` is raw")))?;
             let mut shape = vec![c.len() as i64];
             shape.extend(ty.shape.iter().map(|&d| d as i64));
             let (code, bits) = if as_bool { (6, 8) } else { ty.dtype.dlpack() };
-            Ok(Some(DlPack { owner: self.batch.clone(), ptr: c.data.as_ptr() as *mut c_void, shape, code, bits }))
+            let dl = DlPack { owner: self.batch.clone(), ptr: c.data.as_ptr() as *mut c_void, shape, code, bits };
+            out.set_item(name, dl.convert(py, convert, capsules)?)
         };
-        let ids =
-            rows("input_ids", false)?.ok_or_else(|| InvalidInputError::new_err("not a token batch: no `input_ids`"))?;
-        let cu = self.batch.field("cu_seqlens").map(|cu| {
+        if self.batch.field("input_ids").is_none() {
+            return Err(InvalidInputError::new_err("not a token batch: no `input_ids`"));
+        }
+        rows("input_ids", false)?;
+        rows("position_ids", false)?;
+        rows("loss_mask", true)?;
+        if let Some(cu) = self.batch.field("cu_seqlens") {
             let offset = |b: &[u8]| i64::from(i32::from_ne_bytes(b.try_into().unwrap_or_default()));
             let offsets = cu.data.chunks_exact(4).map(offset);
             let max_seqlen = offsets.clone().zip(offsets.skip(1)).map(|(a, b)| b - a).max().unwrap_or(0);
@@ -303,10 +324,10 @@ impl Batch {
                 code: 0,
                 bits: 32,
             };
-            (dl, max_seqlen)
-        });
-        let (cu_seqlens, max_seqlen) = cu.map_or((None, None), |(d, m)| (Some(d), Some(m)));
-        Ok((ids, rows("position_ids", false)?, rows("loss_mask", true)?, cu_seqlens, max_seqlen))
+            out.set_item("cu_seqlens", dl.convert(py, convert, capsules)?)?;
+            out.set_item("max_seqlen", max_seqlen)?;
+        }
+        Ok(out)
     }
 
     /// Every value of field `name` as text (UTF-8, invalid bytes replaced): a mix's

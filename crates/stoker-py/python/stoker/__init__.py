@@ -773,20 +773,22 @@ class Loader:
         return list
 
     def _convert(self, batch: Any) -> Dict[str, Any]:
+        # torch takes DLPack capsules directly (no per-column protocol negotiation in Python);
+        # numpy takes only objects with __dlpack__.
         if self.output == "torch":
             import torch
 
-            convert = torch.from_dlpack
+            convert, capsules = torch.from_dlpack, True
         else:
             import numpy
 
-            convert = numpy.from_dlpack
+            convert, capsules = numpy.from_dlpack, False
         out: Dict[str, Any] = {"__key__": batch.keys(), "__index__": batch.indices()}
         for name in batch.fields():
             if name == "__source__":  # a mix's source names: text, like the keys
                 out[name] = batch.texts(name)
                 continue
-            data, offsets, dtype = batch.column(name)
+            data, offsets, dtype = batch.column(name, capsules)
             out[name] = convert(data) if dtype else (convert(data), convert(offsets))
         return out
 
