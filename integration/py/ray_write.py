@@ -77,6 +77,19 @@ def main():
             )
             return ds if rows is None else ds.filter(lambda r: r["__index__"] < rows)
 
+        # A bare read is written with Ray Data's per-operator reservations off (one operator:
+        # nothing to split), on a copy; a pipeline with a map keeps them.
+        from stoker.ray import _write_plan
+
+        bare = dataset()
+        plan = _write_plan(bare)
+        found["bare_read_unreserved"] = (
+            plan is not bare and not plan.context.op_resource_reservation_enabled
+            and bare.context.op_resource_reservation_enabled
+        )
+        mapped = dataset().map_batches(lambda b: b)
+        found["mapped_kept"] = _write_plan(mapped) is mapped and mapped.context.op_resource_reservation_enabled
+
         tar = os.path.join(out, "tar")
 
         def node(batch):
