@@ -15,8 +15,7 @@ The goals: ray-1x1 >= 0.8x pack-1cpu (Ray's per-core cost), ray-2x1 >= 1.6x ray-
 scale). Cluster start-up is not timed, nor a warm-up write of the first 1,000 files (Ray starts
 its worker processes, which import Stoker, at their first task); opening the source (listing the
 files) is timed in every row, each Ray read task opening it too. Every row starts after `sync`
-has flushed the previous rows' output, so that the syncs a row makes as it publishes its shards
-wait for its own bytes only.
+has flushed the previous rows' output, so that no row pays for another's writeback.
 
 Data: N files (default 100,000) of 1-8 KiB in 100 directories, made once under --dir/files.
 Run with the venv that has Ray Data and a release build of stoker:
@@ -143,9 +142,8 @@ def main() -> None:
             order = list(rows) if r % 2 == 0 else list(reversed(rows))
             for name in order:
                 # The previous rows' output (some 450 MB each) is flushed to the disk before a
-                # row starts: every row syncs its own shards as it publishes them, and a sync
-                # behind another row's writeback paid for that row's bytes too (a row right
-                # after another took up to 1 s longer).
+                # row starts: its writeback (kernel threads, on any core) and the syncs a row
+                # makes as it publishes its shards then serve that row's bytes only.
                 os.sync()
                 results[name].append(args.files / rows[name](dest(name, r)))
     finally:
