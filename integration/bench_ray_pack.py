@@ -14,8 +14,9 @@ Rows (each writes every file once into a fresh destination; files/s and the rati
 The goals: ray-1x1 >= 0.8x pack-1cpu (Ray's per-core cost), ray-2x1 >= 1.6x ray-1x1 (two nodes
 scale). Cluster start-up is not timed, nor a warm-up write of the first 1,000 files (Ray starts
 its worker processes, which import Stoker, at their first task); opening the source (listing the
-files) is timed in every row, each Ray read task opening it too. Every row starts after `sync`
-has flushed the previous rows' output, so that no row pays for another's writeback.
+files) is timed in every row, each Ray read task opening it too. Each row's output is deleted
+and flushed right after it, and the next row starts --settle seconds later (5), so every row
+starts from the same state of memory and pays for no other row's writeback (see main()).
 
 Data: N files (default 100,000) of 1-8 KiB in 100 directories, made once under --dir/files.
 Run with the venv that has Ray Data and a release build of stoker:
@@ -62,7 +63,7 @@ def stoker_cli() -> str:
 
 
 def run_pack(files: Path, dest: Path, cpus: str | None) -> float:
-    shutil.rmtree(dest, ignore_errors=True)  # only with --reuse-dest is there one
+    shutil.rmtree(dest, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     cmd = [stoker_cli(), "pack", str(files), str(dest)]
     if cpus:
@@ -116,20 +117,22 @@ def main() -> None:
     ap.add_argument("--dir", required=True, type=Path)
     ap.add_argument("--files", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--reuse-dest", action="store_true",
-                    help="every row writes into one destination, deleted just before it (the old protocol)")
+    ap.add_argument("--settle", type=float, default=5.0,
+                    help="seconds between a row's output deleted and the next row (see below)")
     args = ap.parse_args()
     files = make_files(args.dir, args.files)
     out = args.dir / "out"
-    # Each row writes into a destination of its own, all deleted at the end: no row writes
-    # into the page-cache pages that deleting the previous row's output just freed. On a VM
-    # with free-page reporting those are cheaper to write into than pages the host took back,
-    # and the `stoker pack` rows started within milliseconds of that delete, the Ray rows after
-    # their cluster's start-up (`stoker pack` pinned to one core, 2026-11-28: 3.14 / 3.40 s
-    # right after the delete, 3.40 / 4.04 s into a fresh destination). --reuse-dest: the old
-    # protocol.
+    # Every row starts from the same state of the machine's memory. A row writes some 450 MB
+    # of new files into the page cache; kept, the outputs of the rows before it leave less
+    # memory the kernel has used before, and on a VM with free-page reporting the host takes
+    # freed memory back, so writing into it faults every page back in (in a slow round, the
+    # kernel's copy into page-cache pages was 30% of all samples, under 2% in a fast one): rows
+    # grew slower round by round when outputs were kept to the end (7 rounds: `stoker pack` on
+    # one core from 33-35k to 23-27k files/s). So each row's output is deleted right after it
+    # is timed, flushed, and left `--settle` seconds (past the kernel's 2 s reporting delay),
+    # so every row, `stoker pack` started at once or Ray after its cluster's start-up, writes
+    # into memory the host has taken back.
     shutil.rmtree(out, ignore_errors=True)
-    dest = (lambda name, r: out) if args.reuse_dest else (lambda name, r: out / f"{name}-{r}")  # noqa: E731
     rows = {
         "pack": lambda d: run_pack(files, d, None),
         "pack-1cpu": lambda d: run_pack(files, d, "0"),
@@ -141,11 +144,11 @@ def main() -> None:
         for r in range(args.rounds):
             order = list(rows) if r % 2 == 0 else list(reversed(rows))
             for name in order:
-                # The previous rows' output (some 450 MB each) is flushed to the disk before a
-                # row starts: its writeback (kernel threads, on any core) and the syncs a row
-                # makes as it publishes its shards then serve that row's bytes only.
+                dest = out / f"{name}-{r}"
+                results[name].append(args.files / rows[name](dest))
+                shutil.rmtree(out, ignore_errors=True)
                 os.sync()
-                results[name].append(args.files / rows[name](dest(name, r)))
+                time.sleep(args.settle)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     print(f"{args.files} files, {args.rounds} rounds, files/s per round")

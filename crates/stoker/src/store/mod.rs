@@ -31,6 +31,7 @@ mod local;
 mod mapped;
 mod object;
 mod remote;
+mod walk;
 mod write;
 
 /// Range merging and splitting (at the crate root: the fetch layer and the caches use it too).
@@ -225,7 +226,7 @@ impl Store {
         let mut out: Vec<ObjectInfo> = match &self.0.backend {
             Backend::Local(l) => {
                 let walks = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 8);
-                l.list_all(walks).await.map_err(|e| self.err("", e))?.into_iter().map(|m| info(m, 0)).collect()
+                l.list_all(walks).await?
             }
             Backend::Remote { reader, prefix } => {
                 let (under, strip) =
