@@ -89,6 +89,13 @@ def main():
         )
         mapped = dataset().map_batches(lambda b: b)
         found["mapped_kept"] = _write_plan(mapped) is mapped and mapped.context.op_resource_reservation_enabled
+        # A write with its own task-pool size, or remote args Ray will not fuse with the
+        # read's, is a second operator: reservations kept.
+        found["unfused_kept"] = [
+            _write_plan(bare, concurrency=2) is bare,
+            _write_plan(bare, ray_remote_args={"num_cpus": 0.5}) is bare,
+            (lambda d: _write_plan(d) is d)(dataset(concurrency=2)),
+        ]
 
         tar = os.path.join(out, "tar")
 

@@ -60,13 +60,13 @@ const DLTENSOR: &CStr = c"dltensor";
 
 unsafe extern "C" fn capsule_destructor(capsule: *mut pyo3::ffi::PyObject) {
     // SAFETY: called by Python with our capsule. A consumer renames it to "used_dltensor" and
-    // owns the tensor; only an unconsumed capsule still holds it.
+    // owns the tensor; only an unconsumed capsule still holds it. PyCapsule_IsValid never
+    // raises, and GetPointer is called only with the name it was checked for, so an
+    // exception pending while the capsule is collected is left as it is.
     unsafe {
         if pyo3::ffi::PyCapsule_IsValid(capsule, DLTENSOR.as_ptr()) == 1 {
             let t = pyo3::ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr()) as *mut DLManagedTensor;
             dl_deleter(t);
-        } else {
-            pyo3::ffi::PyErr_Clear();
         }
     }
 }

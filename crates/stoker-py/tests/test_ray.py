@@ -59,7 +59,7 @@ def test_ray_write_packs_every_row_resumes_after_a_killed_worker_and_refuses_wha
     assert got["tar_names"] == ["shard-000000-0000.tar", "shard-000000-0001.tar", "shard-000002-0004.tar"], got
     assert got["tar_stoker_equal"] and got["tar_webdataset_equal"] and got["tar_manifest"] and got["tar_verified"], got
     assert got["tar_write_nodes"] == 2, f"the write tasks ran on {got['tar_write_nodes']} of the 2 nodes"
-    assert got["bare_read_unreserved"] and got["mapped_kept"], got
+    assert got["bare_read_unreserved"] and got["mapped_kept"] and got["unfused_kept"] == [True, True, True], got
     # The killed write failed with the first task's 5 shards landed; the rerun kept them and
     # left the uninterrupted write's files, byte for byte.
     assert got["killed_failed"] and got["killed_left"] == 5 and got["killed_rerun_kept"] == 5, got

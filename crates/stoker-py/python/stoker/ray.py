@@ -265,7 +265,14 @@ def write(
         dest, layout=layout, shard_size=shard_size, samples_per_shard=samples_per_shard, prefix=prefix,
         field=field, token_dtype=token_dtype, force=force, **options,
     )
-    _write_plan(ds).write_datasink(sink, concurrency=concurrency, ray_remote_args=ray_remote_args)
+    plan = _write_plan(ds, concurrency, ray_remote_args)
+    plan.write_datasink(sink, concurrency=concurrency, ray_remote_args=ray_remote_args)
+    if plan is not ds:
+        # Ray keeps a write's statistics on the dataset written (``ds.stats()``): the caller's.
+        try:
+            ds._write_ds = plan._write_ds
+        except AttributeError:  # pragma: no cover - another Ray's internals
+            pass
     assert sink.report is not None  # set by on_write_complete
     return sink.report
 
@@ -383,24 +390,39 @@ class StokerDatasink(_ShownArgs, Datasink):
             self.report.update(shards=1, written_bytes=done["written_bytes"], staging=_stoker.redact(self._shards_uri()))
 
 
-def _write_plan(ds: "ray.data.Dataset") -> "ray.data.Dataset":
-    """The dataset :func:`write` executes: ``ds`` itself, or, when ``ds`` is a bare read (the
-    read and the write fuse into one operator), a copy whose context has Ray Data's
-    per-operator resource reservations off; the caller's dataset and context are left as they
-    are.
+def _write_plan(
+    ds: "ray.data.Dataset", concurrency: Optional[int] = None, ray_remote_args: Optional[Dict[str, Any]] = None
+) -> "ray.data.Dataset":
+    """The dataset :func:`write` executes: ``ds`` itself, or, when Ray will run the read and
+    the write as one operator, a copy whose context has Ray Data's per-operator resource
+    reservations off; the caller's dataset and context are left as they are.
 
     Reservations split the cluster between the operators of a pipeline, so that none starves
     the others. With one operator there is nothing to split, but in Ray Data 2.60 they start
     empty and are filled by its first resource update, a second in: until then, one task runs
     at a time. Four 0.4 s tasks on two one-CPU nodes took 1.48 s as a Ray Data job with them,
     0.86-0.95 s without, as plain Ray tasks (0.81-0.89 s); for a write that packs in a few
-    seconds that second is most of what a second node could give. A pipeline with other
-    operators (a map, a filter) keeps Ray's reservations and the user's settings."""
+    seconds that second is most of what a second node could give.
+
+    One operator means: ``ds`` is a bare read (no map, filter or other step after it), and
+    Ray fuses it with the write: neither sets a task-pool size (``concurrency``) and their
+    ``ray_remote_args`` are compatible by Ray's own rule. Anything else keeps Ray's
+    reservations and the user's settings."""
     try:
+        from ray.data._internal.compute import TaskPoolStrategy
         from ray.data._internal.logical.operators.read_operator import Read
+        from ray.data._internal.logical.rules.operator_fusion import are_remote_args_compatible
 
         dag = ds._logical_plan.dag
-        if not (isinstance(dag, Read) and not dag.input_dependencies and ds.context.op_resource_reservation_enabled):
+        fused = (
+            isinstance(dag, Read)
+            and not dag.input_dependencies
+            and concurrency is None
+            and isinstance(dag.compute, TaskPoolStrategy)
+            and dag.compute.size is None
+            and are_remote_args_compatible(dag.ray_remote_args or {}, ray_remote_args or {})
+        )
+        if not (fused and ds.context.op_resource_reservation_enabled):
             return ds
         bare = ray.data.Dataset.copy(ds, _deep_copy=True)  # its own context, a copy of ds's
         bare.context.op_resource_reservation_enabled = False

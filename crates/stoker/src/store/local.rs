@@ -215,6 +215,9 @@ mod tests {
         std::os::unix::fs::symlink(root.join("b/three.cls"), root.join("c/file-link.cls")).unwrap();
         std::os::unix::fs::symlink(root.join("nowhere"), root.join("c/broken")).unwrap();
         std::os::unix::fs::symlink(root.join("nowhere"), root.join("top-broken")).unwrap();
+        // A directory whose name is not UTF-8 fails a listing only when it holds a file.
+        use std::os::unix::ffi::OsStrExt;
+        std::fs::create_dir_all(root.join("c").join(std::ffi::OsStr::from_bytes(b"caf\xe9"))).unwrap();
     }
 
     #[tokio::test]
@@ -243,6 +246,20 @@ mod tests {
         assert!(names.contains(&"linked/deep/two.jpg") && names.contains(&"c/file-link.cls"), "{names:?}");
         assert!(names.contains(&"c/tag#v2") && !names.contains(&"c/upload#123"), "{names:?}");
         assert_eq!(want.len(), 11, "{names:?}");
+    }
+
+    #[tokio::test]
+    async fn a_file_whose_path_is_not_utf8_fails_the_walk_as_object_stores() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let odd = root.join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+        std::fs::create_dir_all(&odd).unwrap();
+        std::fs::write(odd.join("x.bin"), b"1").unwrap();
+        let local = Local::new(root).unwrap();
+        assert!(local.fs.list(None).try_collect::<Vec<_>>().await.is_err(), "object_store refuses it too");
+        let err = local.list_all(2).await.unwrap_err().to_string();
+        assert!(err.contains("x.bin") && err.contains("not UTF-8"), "{err}");
     }
 
     #[tokio::test]

@@ -14,12 +14,13 @@ use std::time::SystemTime;
 use super::ObjectInfo;
 use crate::error::{Error, Result};
 
-/// A directory to walk: where it is, its path relative to the root (empty for the root), and
-/// the (device, inode) of it and of every directory above it up to the root, to refuse a
-/// symlink that points back up (a loop object_store refuses too).
+/// A directory to walk: where it is, its path relative to the root (empty for the root; None
+/// below a name that is not UTF-8, which fails the listing only if a file is found there, as
+/// in object_store), and the (device, inode) of it and of every directory above it up to the
+/// root, to refuse a symlink that points back up (a loop object_store refuses too).
 pub(super) struct Dir {
     path: PathBuf,
-    rel: String,
+    rel: Option<String>,
     ancestors: Vec<(u64, u64)>,
 }
 
@@ -27,7 +28,7 @@ impl Dir {
     /// The root of a walk.
     pub(super) fn root(path: &Path) -> Result<Dir> {
         let md = std::fs::metadata(path).map_err(|e| Error::io(path.display(), e))?;
-        Ok(Dir { path: path.to_path_buf(), rel: String::new(), ancestors: vec![(md.dev(), md.ino())] })
+        Ok(Dir { path: path.to_path_buf(), rel: Some(String::new()), ancestors: vec![(md.dev(), md.ino())] })
     }
 }
 
@@ -49,10 +50,12 @@ pub(super) fn read_dir(dir: &Dir, out: &mut Vec<ObjectInfo>) -> Result<Vec<Dir>>
         };
         let Some(md) = resolved(&entry).map_err(|e| Error::io(entry.path().display(), e))? else { continue };
         let name = entry.file_name();
-        let Some(name) = name.to_str() else {
-            return Err(bad(&entry.path(), "a file name that is not UTF-8 (object paths are text): rename it"));
+        let name = name.to_str();
+        let rel = match (&dir.rel, name) {
+            (Some(up), Some(name)) if up.is_empty() => Some(name.to_string()),
+            (Some(up), Some(name)) => Some(format!("{up}/{name}")),
+            _ => None,
         };
-        let rel = if dir.rel.is_empty() { name.to_string() } else { format!("{}/{name}", dir.rel) };
         if md.is_dir() {
             let id = (md.dev(), md.ino());
             if dir.ancestors.contains(&id) {
@@ -64,11 +67,16 @@ pub(super) fn read_dir(dir: &Dir, out: &mut Vec<ObjectInfo>) -> Result<Vec<Dir>>
             let mut ancestors = dir.ancestors.clone();
             ancestors.push(id);
             subdirs.push(Dir { path: entry.path(), rel, ancestors });
-        } else if md.is_file() && !reserved_by_object_store(name) {
+        } else if md.is_file() {
+            let (Some(rel), Some(name)) = (rel, name) else {
+                return Err(bad(&entry.path(), "a path that is not UTF-8 (object paths are text): rename it"));
+            };
             // A name object_store's paths cannot hold (a control character) fails the listing,
-            // as it does there.
+            // as it does there, before its rule for reserved names.
             object_store::path::Path::parse(&rel).map_err(|e| bad(&entry.path(), &e.to_string()))?;
-            out.push(info(rel, &md));
+            if !reserved_by_object_store(name) {
+                out.push(info(rel, &md));
+            }
         }
     }
     Ok(subdirs)
@@ -83,12 +91,15 @@ fn resolved(entry: &DirEntry) -> io::Result<Option<Metadata>> {
         Err(e) => return Err(e),
     };
     // A symlink: its target's (path-based); anything else: one statx relative to the
-    // directory's descriptor (std's DirEntry::metadata), none for a directory.
-    let md = if ty.is_symlink() { std::fs::metadata(entry.path()) } else { entry.metadata() };
-    match md {
+    // directory's descriptor (std's DirEntry::metadata). As object_store: an entry that cannot
+    // be looked up (gone since, or in a directory that may be read but not searched) is
+    // skipped; a broken symlink is skipped, one whose target cannot be looked up for another
+    // reason (a loop of links, a target it may not reach) fails the listing.
+    if !ty.is_symlink() {
+        return Ok(entry.metadata().ok());
+    }
+    match std::fs::metadata(entry.path()) {
         Ok(m) => Ok(Some(m)),
-        // A broken symlink, or an entry gone since: skipped, as object_store skips them; any
-        // other failure (a target it may not look up) fails the listing, as there.
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
