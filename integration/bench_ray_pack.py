@@ -123,15 +123,14 @@ def main() -> None:
     files = make_files(args.dir, args.files)
     out = args.dir / "out"
     # Every row starts from the same state of the machine's memory. A row writes some 450 MB
-    # of new files into the page cache; kept, the outputs of the rows before it leave less
-    # memory the kernel has used before, and on a VM with free-page reporting the host takes
-    # freed memory back, so writing into it faults every page back in (in a slow round, the
-    # kernel's copy into page-cache pages was 30% of all samples, under 2% in a fast one): rows
-    # grew slower round by round when outputs were kept to the end (7 rounds: `stoker pack` on
-    # one core from 33-35k to 23-27k files/s). So each row's output is deleted right after it
-    # is timed, flushed, and left `--settle` seconds (past the kernel's 2 s reporting delay),
-    # so every row, `stoker pack` started at once or Ray after its cluster's start-up, writes
-    # into memory the host has taken back.
+    # of new files into the page cache. With every row's output kept to the end of the run,
+    # rows grew slower round by round (7 rounds: `stoker pack` on one core from 33-35k to
+    # 23-27k files/s, the Ray rows from 38-40k to 26-28k after round 1), and in a slow round
+    # the kernel's copy into page-cache pages was 30% of all samples, under 2% in a fast one;
+    # why those pages cost more (this VM's host reclaiming freed memory, the kernel's own
+    # reclaim) was not established. So each row's output is deleted right after it is timed,
+    # flushed, and left `--settle` seconds before the next row starts, whether that row starts
+    # at once (`stoker pack`) or after its cluster's start-up (Ray): rounds are then steady.
     shutil.rmtree(out, ignore_errors=True)
     rows = {
         "pack": lambda d: run_pack(files, d, None),
