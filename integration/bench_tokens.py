@@ -411,6 +411,14 @@ def main() -> None:
         print(json.dumps(ROWS[a.row](json.loads(a.spec))))
         return
     work = Path(a.work or tempfile.mkdtemp(prefix="stoker-bench-tokens-"))
+    try:
+        run(a, work)
+    finally:
+        if not a.work:  # data made for this run only (--work keeps it for the next)
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def run(a: argparse.Namespace, work: Path) -> None:
     spec: Dict[str, Any] = {"work": str(work), "tokens_dir": str(work / "tokens"), "litdata_dir": str(work / "litdata"),
                             "text_dir": str(work / "text"), "batch": a.batch,
                             "epochs": a.epochs}
