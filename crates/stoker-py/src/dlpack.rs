@@ -121,11 +121,20 @@ impl DlPack {
         }
     }
 
-    /// This array handed to `convert`: as a capsule when `capsules` (torch), else as the
-    /// exporter object (numpy's `from_dlpack` takes only objects with `__dlpack__`).
+    /// This array for Python: its capsule when `capsules` (what `torch.from_dlpack` takes
+    /// directly), else the exporter object (numpy's `from_dlpack` takes only objects with
+    /// `__dlpack__`).
+    pub(crate) fn handed(self, py: Python<'_>, capsules: bool) -> PyResult<Py<PyAny>> {
+        if capsules {
+            self.capsule(py)
+        } else {
+            Ok(Py::new(py, self)?.into_any())
+        }
+    }
+
+    /// This array [`handed`](Self::handed) to `convert`, and what it gives.
     pub(crate) fn convert(self, py: Python<'_>, convert: &Bound<'_, PyAny>, capsules: bool) -> PyResult<Py<PyAny>> {
-        let arg = if capsules { self.capsule(py)? } else { Py::new(py, self)?.into_any() };
-        Ok(convert.call1((arg,))?.unbind())
+        Ok(convert.call1((self.handed(py, capsules)?,))?.unbind())
     }
 }
 

@@ -274,14 +274,7 @@ impl Batch {
         let data = DlPack { owner: self.batch.clone(), ptr: ptr as *mut c_void, shape: data_shape, code, bits };
         let offsets =
             DlPack { owner: self.batch.clone(), ptr: optr as *mut c_void, shape: vec![olen as i64], code: 0, bits: 64 };
-        let hand = |d: DlPack| -> PyResult<Py<PyAny>> {
-            if capsules {
-                d.capsule(py)
-            } else {
-                Ok(Py::new(py, d)?.into_any())
-            }
-        };
-        Ok((hand(data)?, hand(offsets)?, dtype))
+        Ok((data.handed(py, capsules)?, offsets.handed(py, capsules)?, dtype))
     }
 
     /// A token batch as the dict `stoker.TokenLoader` yields, built in one call: `input_ids`,

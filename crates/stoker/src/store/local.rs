@@ -63,20 +63,18 @@ impl Local {
     /// the cores.
     pub(super) async fn list_all(&self, walks: usize) -> Result<Vec<super::ObjectInfo>> {
         use futures::{StreamExt, TryStreamExt};
-        let root = super::walk::Dir::root(&self.dir)?;
+        let dir = self.dir.clone();
         let (mut out, dirs) = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
-            super::walk::read_dir(&root, &mut out).map(|dirs| (out, dirs))
+            let dirs = super::walk::read_dir(&super::walk::Dir::root(&dir)?, &mut out)?;
+            Ok::<_, Error>((out, dirs))
         })
         .await
         .map_err(Error::task)??;
         let walked = dirs.into_iter().map(|dir| async move {
             tokio::task::spawn_blocking(move || {
-                let (mut found, mut stack) = (Vec::new(), vec![dir]);
-                while let Some(d) = stack.pop() {
-                    stack.extend(super::walk::read_dir(&d, &mut found)?);
-                }
-                Ok::<_, Error>(found)
+                let mut found = Vec::new();
+                super::walk::tree(dir, &mut found).map(|()| found)
             })
             .await
             .map_err(Error::task)?

@@ -32,6 +32,15 @@ impl Dir {
     }
 }
 
+/// Every file under `dir` into `out`, depth first.
+pub(super) fn tree(dir: Dir, out: &mut Vec<ObjectInfo>) -> Result<()> {
+    let mut stack = vec![dir];
+    while let Some(d) = stack.pop() {
+        stack.extend(read_dir(&d, out)?);
+    }
+    Ok(())
+}
+
 /// The files directly in `dir` into `out`, and its subdirectories (symlinked ones included)
 /// returned, to be walked in turn.
 pub(super) fn read_dir(dir: &Dir, out: &mut Vec<ObjectInfo>) -> Result<Vec<Dir>> {
