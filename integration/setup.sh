@@ -30,11 +30,12 @@ fi
 # The Python package's build and test tools, the real PyTorch its tests run against, and Pillow
 # and scikit-image (the reference and the real photos the image-decoding tests compare on),
 # pyarrow (the docs' examples write Parquet with it, as users do), pytest-xdist (one pytest process
-# keeps one core busy; two workers use both)
+# keeps one core busy; two workers use both), pytest-timeout (a test that hangs fails with every
+# thread's stack instead of holding the run until CI's limit ends it without a word)
 # (torch from PyPI is large: ~5 GB with its CUDA libraries, about a minute to install).
 py_need=(maturin==1.16.0 pytest==9.2.0 pytest-xdist==3.8.0 numpy==2.4.6 torch==2.15.0 mypy==1.19.0 Pillow==13.0.0 scikit-image==0.26.0
-  pyarrow==26.0.1)
-if ! .venv/bin/python -c "import maturin, pytest, xdist, numpy, torch, mypy, PIL, skimage, pyarrow" 2>/dev/null; then
+  pyarrow==26.0.1 pytest-timeout==2.4.0)
+if ! .venv/bin/python -c "import maturin, pytest, xdist, pytest_timeout, numpy, torch, mypy, PIL, skimage, pyarrow" 2>/dev/null; then
   echo "setup: installing ${py_need[*]} into .venv"
   .venv/bin/python -m pip install --quiet --no-cache-dir --disable-pip-version-check "${py_need[@]}"
 fi

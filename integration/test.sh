@@ -59,6 +59,8 @@ stub_pid=$bg_pid stub_log=$bg_log
 cargo test --workspace --exclude stoker-zune-jpeg --features stoker/cuda --locked --test it -- pinned:: gpu:: loader::
 collect "$stub_pid" "$stub_log" "the type stub's check against the compiled module (stubtest)"
 # Two workers, each test file in one of them (its module fixtures, such as a Ray cluster, started
-# once): about 0.7x the time of one on two cores.
+# once): about 0.7x the time of one on two cores. A test still running after 15 minutes (the
+# longest take about two) has hung: its worker prints every thread's stack and exits, and the
+# run goes on without it; the slowest tests are listed to show where the time goes.
 STOKER_S3_SERVER="$root/target/debug/s3_server" "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider \
-  -n 2 --dist loadfile crates/stoker-py/tests
+  -n 2 --dist loadfile --timeout 900 --timeout-method thread --durations 12 crates/stoker-py/tests
