@@ -26,7 +26,7 @@ def writers_python() -> str:
 def write(script: str, kind: str, out: Path):
     """Run integration/py/SCRIPT KIND OUT; the samples it reports: [(key, {field: bytes})]."""
     res = subprocess.run([writers_python(), str(ROOT / "integration/py" / script), kind, str(out)],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, f"{script} {kind} failed (run integration/setup.sh): {res.stderr[-2000:]}"
     return [(s["key"], {n: bytes.fromhex(h) for n, h in s["fields"]}) for s in json.loads(res.stdout)]
 

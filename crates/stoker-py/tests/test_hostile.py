@@ -16,7 +16,7 @@ HOSTILE = Path(__file__).resolve().parents[3] / "integration" / "py" / "hostile.
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     out = tmp_path_factory.mktemp("hostile")
-    cases = json.loads(subprocess.run([sys.executable, str(HOSTILE), str(out)], check=True, capture_output=True).stdout)
+    cases = json.loads(subprocess.run([sys.executable, str(HOSTILE), str(out)], check=True, capture_output=True, timeout=300).stdout)
     return out, cases
 
 
@@ -47,5 +47,5 @@ def test_a_hostile_file_in_a_child_interpreter_does_not_kill_it(corpus) -> None:
     for case in cases:
         if case["options"]:
             continue
-        run = subprocess.run([sys.executable, "-c", code, str(out / case["path"])], capture_output=True, text=True)
+        run = subprocess.run([sys.executable, "-c", code, str(out / case["path"])], capture_output=True, text=True, timeout=300)
         assert run.returncode == 0 and "raised" in run.stdout, (case["name"], run.returncode, run.stderr[-2000:])

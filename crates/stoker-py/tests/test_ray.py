@@ -84,7 +84,7 @@ def test_stoker_pack_on_ray_runs_the_python_package_and_resumes(tmp_path):
     assert cli.exists(), f"{cli} is missing: cargo build -p stoker-cli (integration/test.sh builds it)"
     env = {**peers_env(tmp_path, [ROOT / "integration/py"]), "STOKER_PYTHON": writers_python()}
     src, dest = tmp_path / "src", tmp_path / "dest"
-    subprocess.run([writers_python(), "-c", f"import ray_read; ray_read.write_shards({str(src)!r})"], check=True, env=env)
+    subprocess.run([writers_python(), "-c", f"import ray_read; ray_read.write_shards({str(src)!r})"], check=True, env=env, timeout=300)
     run = [str(cli), "pack", str(src), str(dest), "--ray", "local", "--samples-per-shard", "8", "--json"]
     first = subprocess.run(run, capture_output=True, text=True, env=env, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]

@@ -73,7 +73,7 @@ print(json.dumps(out))
 
 def test_shard_shuffle_resumes_in_a_new_process(s3, tmp_path):
     uri, state = s3("tar"), str(tmp_path / "state.json")
-    run = lambda mode: json.loads(subprocess.check_output([sys.executable, "-c", RESUME, uri, state, mode]))
+    run = lambda mode: json.loads(subprocess.check_output([sys.executable, "-c", RESUME, uri, state, mode], timeout=300))
     first, rest, whole = run("first"), run("rest"), run("whole")
     assert len(first) == 25
     assert first + rest == whole, "the resumed run continues the same epoch order"

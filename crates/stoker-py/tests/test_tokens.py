@@ -28,7 +28,7 @@ def writers_python() -> str:
 def corpus(tmp_path_factory):
     out = tmp_path_factory.mktemp("tokens") / "megatron"
     res = subprocess.run([writers_python(), str(ROOT / "integration/py/write_tokens.py"), "megatron", str(out)],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, f"write_tokens.py failed (run integration/setup.sh): {res.stderr[-2000:]}"
     docs = [numpy.frombuffer(bytes.fromhex(s["fields"][0][1]), dtype="<u2").astype(numpy.int64)
             for s in json.loads(res.stdout)]
@@ -125,7 +125,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_a_killed_run_resumes_at_another_world_size_with_the_next_global_batch(corpus, tmp_path):
     path, _ = corpus
     state_file = tmp_path / "state.json"
-    res = subprocess.run([sys.executable, "-c", KILLED, str(path), str(state_file)], capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-c", KILLED, str(path), str(state_file)], capture_output=True, text=True, timeout=300)
     assert res.returncode == -signal.SIGKILL, res.stderr
     state = json.loads(state_file.read_text())
     assert (state["epoch"], state["batch"]) == (1, 4)
@@ -165,7 +165,7 @@ def test_bad_input_is_a_clear_error(corpus, tmp_path):
 def text(tmp_path_factory):
     out = tmp_path_factory.mktemp("text") / "jsonl"
     res = subprocess.run([writers_python(), str(ROOT / "integration/py/write_text.py"), "jsonl", str(out)],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, f"write_text.py failed (run integration/setup.sh): {res.stderr[-2000:]}"
     return out, json.loads((out / "tokens.json").read_text())
 
@@ -188,7 +188,7 @@ def test_text_is_tokenized_in_rust_once_and_packed_like_the_wheels_ids(text, tmp
             "tokenizer=sys.argv[2], eos='<|endoftext|>', rank=1, world_size=2); "
             "print([r.tolist() for b in l for r in b['input_ids']])")
     res = subprocess.run([sys.executable, "-c", code, str(path), tok], capture_output=True, text=True,
-                         env={**os.environ, "STOKER_CACHE_DIR": str(tmp_path / "cache")})
+                         env={**os.environ, "STOKER_CACHE_DIR": str(tmp_path / "cache")}, timeout=300)
     assert res.returncode == 0, res.stderr
     rank1 = json.loads(res.stdout)
     assert rank1 == [got[k * 4 + r] for k in range(len(got) // 4) for r in (2, 3)]
@@ -207,7 +207,7 @@ def test_mds_ndarray_columns_and_litdata_token_chunks_pack_like_any_corpus(kind,
     monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / kind
     res = subprocess.run([writers_python(), str(ROOT / "integration/py/write_tokens.py"), kind, str(out)],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, f"write_tokens.py failed (run integration/setup.sh): {res.stderr[-2000:]}"
     dtype = "<u2" if kind == "mds" else "<i4"
     docs = [numpy.frombuffer(bytes.fromhex(s["fields"][0][1]), dtype=dtype).astype(numpy.int64)
@@ -274,7 +274,7 @@ def test_a_mix_weighted_by_tokens_keeps_its_shares_and_takes_new_weights_at_a_re
     for kind in ("megatron", "megatron-i32"):
         out = tmp_path / kind
         res = subprocess.run([writers_python(), str(ROOT / "integration/py/write_tokens.py"), kind, str(out)],
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr[-2000:]
         roots[kind] = str(out)
     mixed = stoker.mix({roots["megatron"]: 0.7, roots["megatron-i32"]: 0.3}, weight_by="tokens")

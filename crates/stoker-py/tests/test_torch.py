@@ -116,7 +116,7 @@ print(json.dumps(out))
 
 def test_resume_in_a_new_process(data, tmp_path):
     uri, state = str(data / "bucket/tar"), str(tmp_path / "state.json")
-    run = lambda mode: json.loads(subprocess.check_output([sys.executable, "-c", RESUME, uri, state, mode]))
+    run = lambda mode: json.loads(subprocess.check_output([sys.executable, "-c", RESUME, uri, state, mode], timeout=300))
     first, rest = run("first"), run("rest")
     assert len(first) == 25
     assert sorted(first + rest) == list(range(N)), "the union is the epoch exactly once"
