@@ -60,7 +60,10 @@ cargo test --workspace --exclude stoker-zune-jpeg --features stoker/cuda --locke
 collect "$stub_pid" "$stub_log" "the type stub's check against the compiled module (stubtest)"
 # Two workers, each test file in one of them (its module fixtures, such as a Ray cluster, started
 # once): about 0.7x the time of one on two cores. A test still running after 15 minutes (the
-# longest take about two) has hung: its worker prints every thread's stack and exits, and the
-# run goes on without it; the slowest tests are listed to show where the time goes.
+# longest take about two) has hung: it fails there with its stack (SIGALRM, which interrupts a
+# wait on a child and stoker's own waits, which check for signals) and the run goes on. A wait
+# that a signal cannot break prints every thread's stack a minute later (faulthandler). Not
+# --timeout-method=thread: its worker exits, and xdist gives the same file, hang first, to each
+# new worker it starts. The slowest tests are listed to show where the time goes.
 STOKER_S3_SERVER="$root/target/debug/s3_server" "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider \
-  -n 2 --dist loadfile --timeout 900 --timeout-method thread --durations 12 crates/stoker-py/tests
+  -n 2 --dist loadfile --timeout 900 -o faulthandler_timeout=960 --durations 12 crates/stoker-py/tests
