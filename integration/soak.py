@@ -117,6 +117,9 @@ def child(a: argparse.Namespace) -> int:
                 return 4
             epoch += 1
             print(json.dumps({"epoch": epoch, "stats": loader.stats()}), flush=True)
+    # The parent stops measuring here: the interpreter's exit after it (torch's teardown) briefly
+    # takes 50-120 MB more, which is not the reader's memory (the RSS is flat to this line).
+    print(json.dumps({"done": epoch}), flush=True)
     return 0
 
 
@@ -170,25 +173,30 @@ def soak(a: argparse.Namespace, work: Path, samples: int, uri: str) -> int:
     samples_rss: List[Tuple[float, int]] = []
     epochs: List[Tuple[float, dict]] = []
 
+    done = threading.Event()
+
     def read_progress() -> None:
         for line in proc.stdout:  # type: ignore[union-attr]
-            epochs.append((time.monotonic() - started, json.loads(line)))
+            report = json.loads(line)
+            if "done" in report:
+                done.set()
+            else:
+                epochs.append((time.monotonic() - started, report))
 
     reader = threading.Thread(target=read_progress, daemon=True)
     reader.start()
     peak = 0
-    while proc.poll() is None:
+    while proc.poll() is None and not done.is_set():
         try:
             rss, hwm = rss_kb(proc.pid)
         except (FileNotFoundError, KeyError, ProcessLookupError):
             break  # exited between poll and read
         samples_rss.append((time.monotonic() - started, rss))
         peak = max(peak, hwm)
-        time.sleep(1.0)  # sampling period, not synchronisation
+        done.wait(1.0)  # the sampling period; ends early when the reader is done
+    elapsed = time.monotonic() - started
     proc.wait()
     reader.join(timeout=10)
-
-    elapsed = time.monotonic() - started
     # Warm-up: a quarter of the run, and at least two epochs (the cache is full by then).
     warm = max(elapsed / 4, epochs[1][0] if len(epochs) > 1 else elapsed / 4)
     tenth = max(elapsed / 10, 2.0)
