@@ -163,22 +163,14 @@ def test_errors_are_stoker_exceptions(data):
 
 
 HANG = r"""
-import faulthandler, signal, socket, sys, stoker
+import faulthandler, signal, sys, stoker
 # SIGUSR1 prints every thread's Python stack: the test asks for it if Ctrl-C goes unanswered.
 faulthandler.register(signal.SIGUSR1)
 # A shell's background job inherits SIGINT ignored, and Python then leaves it ignored: this
 # child answers Ctrl-C however the suite was started.
 signal.signal(signal.SIGINT, signal.default_int_handler)
-srv = socket.socket()
-srv.bind(("127.0.0.1", 0))
-srv.listen(8)  # accepts connections, never answers
-port = srv.getsockname()[1]
-# The dataset class made now: it imports torch, which takes seconds on a loaded machine and is
-# not the native wait this test is about.
-stoker.Dataset
-print("ready", flush=True)
 try:
-    stoker.open(f"http://127.0.0.1:{port}/data/shard-{{0..1}}.tar", timeout_ms=600000, attempts=1)
+    stoker.open(f"http://127.0.0.1:{sys.argv[1]}/data/shard-{{0..1}}.tar", timeout_ms=600000, attempts=1)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
     sys.exit(3)
@@ -188,17 +180,27 @@ except KeyboardInterrupt:
 def test_a_blocked_call_answers_ctrl_c():
     import select
     import signal
+    import socket
     import time
 
-    proc = subprocess.Popen([sys.executable, "-c", HANG], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    time.sleep(1.0)  # let it block inside the native call
-    started = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    # The answer is the child's "interrupted" line (its exit after it, torch's teardown
-    # included, can take seconds on a loaded machine and is not what is measured).
-    answered = select.select([proc.stdout], [], [], 20)[0]
-    took = time.monotonic() - started
+    # A server that takes connections and never answers. The child's connection to it says
+    # the child is inside the native call (past `stoker.open`'s Python part, torch's import
+    # included, which takes seconds on a loaded machine).
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        srv.settimeout(120)
+        port = srv.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, "-c", HANG, str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        conn, _ = srv.accept()
+        with conn:
+            started = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            # The answer is the child's "interrupted" line (its exit after it, torch's teardown
+            # included, can take seconds on a loaded machine and is not what is measured).
+            answered = select.select([proc.stdout], [], [], 20)[0]
+            took = time.monotonic() - started
     if not answered:
         proc.send_signal(signal.SIGUSR1)  # where it waits: every thread's Python stack
         try:
