@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -81,7 +82,9 @@ def _epochs(spec: Dict[str, Any], result: Dict[str, Any], make_iter: Any, unpack
             _barrier(spec, e)
         before = meter.snapshot() if meter else None
         s0 = stats() if stats else None
+        perf = _perf_start(spec, e)
         ep = pc.consume(make_iter(), unpack)
+        _perf_stop(perf)
         io = pc.delta(before, meter.snapshot()) if meter and before else None
         extra: Dict[str, Any] = {}
         if stats:
@@ -97,6 +100,26 @@ def _epochs(spec: Dict[str, Any], result: Dict[str, Any], make_iter: Any, unpack
         if e == 0:
             np.save(Path(spec["work"]) / "order.npy", ep.ids)
             result["order"] = str(Path(spec["work"]) / "order.npy")
+
+
+def _perf_start(spec: Dict[str, Any], epoch: int) -> Optional[Any]:
+    """With ``--perf DIR``: a system-wide ``perf record`` (call graphs) around epoch 1 only, so the
+    profile holds the cold epoch and nothing of the set-up; one file per row and round."""
+    if not spec.get("perf") or epoch != 0:
+        return None
+    import subprocess
+
+    out = Path(spec["perf"]) / f"{Path(spec['result']).parent.name}.data"
+    proc = subprocess.Popen(["perf", "record", "-a", "--call-graph", "dwarf,16384", "-F", "499", "-o", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # perf's start-up, outside the measured epoch (a harness wait, not a sync)
+    return proc
+
+
+def _perf_stop(proc: Optional[Any]) -> None:
+    if proc is not None:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
 
 
 def _barrier(spec: Dict[str, Any], epoch: int) -> None:
@@ -298,6 +321,7 @@ def run_one(args: argparse.Namespace, row: Dict[str, Any], work: Path, servers: 
         "reader": row["reader"], "samples": args.samples, "size": args.size, "batch": args.batch,
         "workers": args.workers, "epochs": args.epochs, "proxy_addr": servers.proxy_addr,
         "proxy_pid": servers.proxy.pid if servers.proxy else 0,
+        "perf": str(Path(args.perf).resolve()) if args.perf else None,
     }
     # With --cache-fraction, every reader's cache holds that share of the data (peers too).
     limit = int(args.cache_fraction * args.samples * args.size) if args.cache_fraction else None
@@ -601,6 +625,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per row")
     ap.add_argument("--json", help="also write the full report here")
     ap.add_argument("--work-dir", help="where the temporary data goes (default: the system temp dir)")
+    ap.add_argument("--perf", help="record a system-wide perf profile of each row's epoch 1 into this directory")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
     if args.quick:

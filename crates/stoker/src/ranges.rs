@@ -51,7 +51,8 @@ impl Policy {
 /// Reads planned for a set of wanted ranges.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Merged {
-    /// The reads: sorted, disjoint, none empty.
+    /// The reads, none empty: sorted and disjoint from [`merge`], as given from
+    /// [`each`](Merged::each).
     pub reads: Vec<Range<u64>>,
     /// For each wanted range (in the order given), the read that covers it; `None` for an
     /// empty range, which needs no read.
@@ -63,6 +64,22 @@ impl Merged {
     pub fn locate(&self, i: usize, wanted: &Range<u64>) -> Option<(usize, usize)> {
         let r = self.of[i]?;
         Some((r, (wanted.start - self.reads[r].start) as usize))
+    }
+
+    /// The plan that reads each non-empty range of `ranges` as it is, unmerged (in order,
+    /// so possibly unsorted or overlapping: for a reader that merges on its own).
+    pub fn each(ranges: &[Range<u64>]) -> Merged {
+        let mut reads = Vec::with_capacity(ranges.len());
+        let of = ranges
+            .iter()
+            .map(|r| {
+                (r.end > r.start).then(|| {
+                    reads.push(r.clone());
+                    reads.len() - 1
+                })
+            })
+            .collect();
+        Merged { reads, of }
     }
 
     /// The bytes of each of `wanted` (the ranges this plan was made for, in order) cut out

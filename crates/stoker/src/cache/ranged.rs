@@ -141,22 +141,23 @@ impl RemoteReader {
         let parts = merged.reads.iter().flat_map(|m| ranges::split(m.clone(), part));
         let fetched: Vec<Bytes> =
             futures::future::try_join_all(parts.map(|p| self.fetcher.fetch_range(path, shown, p, expect))).await?;
+        // The parts are not joined: each range is a slice of the part it lies in, and only a
+        // range across a part's edge is copied (joining a whole-shard read copied every byte,
+        // into fresh memory, to save copying a few samples).
         let mut fetched = fetched.into_iter();
-        // A read fetched in several parts is joined once; most are one part, kept as is.
-        let whole: Vec<Bytes> = merged
+        let parts_of: Vec<Vec<Bytes>> = merged
             .reads
             .iter()
-            .map(|m| {
-                let n = ranges::split(m.clone(), part).count();
-                if n == 1 {
-                    return fetched.next().unwrap_or_default();
-                }
-                let mut b = BytesMut::with_capacity((m.end - m.start) as usize);
-                fetched.by_ref().take(n).for_each(|x| b.extend_from_slice(&x));
-                b.freeze()
-            })
+            .map(|m| fetched.by_ref().take(ranges::split(m.clone(), part).count()).collect())
             .collect();
-        Ok(merged.cut(ranges, &whole))
+        Ok(ranges
+            .iter()
+            .enumerate()
+            .map(|(i, w)| match merged.locate(i, w) {
+                Some((k, at)) => cut_parts(&parts_of[k], part as usize, at..at + (w.end - w.start) as usize),
+                None => Bytes::new(),
+            })
+            .collect())
     }
 
     /// Like [`get_ranges`](Self::get_ranges) for an object of a known version (`expect`,
@@ -319,6 +320,16 @@ impl RemoteReader {
             })
         }))
         .await?;
+        // Bytes of each block the ranges take (overlaps counted twice: an estimate).
+        let mut taken = vec![0usize; blocks.len()];
+        for r in ranges.iter().filter(|r| r.end > r.start) {
+            for b in r.start / bs..=(r.end - 1) / bs {
+                if let Ok(i) = blocks.binary_search(&b) {
+                    taken[i] += (r.end.min((b + 1) * bs) - r.start.max(b * bs)) as usize;
+                }
+            }
+        }
+        let used = |b: u64| blocks.binary_search(&b).map_or(0, |i| taken[i]);
         let index = |b: u64| blocks.binary_search(&b).expect("block planned");
         let run_start = |b: u64| runs[run_of[index(b)]].0 * bs;
         // The bytes of the request blocks first..=last all came from, if they did.
@@ -348,8 +359,10 @@ impl RemoteReader {
                     let blk = at(first);
                     let cut = (r.start - first * bs) as usize..(r.end - first * bs) as usize;
                     // A small piece is copied out, so it does not keep its whole block alive
-                    // after the cache evicts it (a 4 KiB sample pinning 1 MiB).
-                    if cut.len() < blk.len() / 4 {
+                    // after the cache evicts it (a 4 KiB sample pinning 1 MiB), unless this
+                    // read takes much of the block anyway (a window read ahead: its samples
+                    // are held and released together, and copying them would double them).
+                    if cut.len() < blk.len() / 4 && used(first) < blk.len() / 4 {
                         Bytes::copy_from_slice(&blk[cut])
                     } else {
                         blk.slice(cut)
@@ -370,6 +383,22 @@ impl RemoteReader {
             })
             .collect())
     }
+}
+
+/// Bytes `range` of a read fetched as `parts` (consecutive, each `part` bytes but the last):
+/// a slice of one part when it lies in one, else the pieces copied together.
+fn cut_parts(parts: &[Bytes], part: usize, range: Range<usize>) -> Bytes {
+    let (first, last) = (range.start / part, (range.end - 1) / part);
+    if first == last {
+        return parts[first].slice(range.start - first * part..range.end - first * part);
+    }
+    let mut out = BytesMut::with_capacity(range.len());
+    for (k, p) in parts.iter().enumerate().take(last + 1).skip(first) {
+        let lo = range.start.max(k * part) - k * part;
+        let hi = range.end.min((k + 1) * part) - k * part;
+        out.extend_from_slice(&p[lo..hi]);
+    }
+    out.freeze()
 }
 
 /// Blocks of `block` bytes reads may hold at once for `held_bytes`: at least 8, at most one

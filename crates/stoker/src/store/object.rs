@@ -108,10 +108,6 @@ impl Version {
     }
 }
 
-/// Spans at most this far apart are neighbours, merged into one read of a remote store: what
-/// separates a layout's consecutive samples (tar headers and padding, page headers).
-const NEIGHBOURS: u64 = 16 << 10;
-
 impl Store {
     /// `info`'s object, pinned to its version: one listed or looked up in this run is held
     /// to it; one [`recorded`](ObjectInfo::recorded) by a manifest or index is checked with
@@ -133,14 +129,11 @@ impl Store {
         self.within(obj, spans)?;
         let plan = ranges::merge(spans, &self.0.policy);
         // The remote path merges requests itself (runs of missing cache blocks, ranges closer
-        // than the gap) and cuts each span from what it fetched: merging across the whole gap
-        // here too would copy every gap's bytes into the merged read, and a rank of several on
-        // a node would copy the bytes of every rank's samples, not its own. Only neighbours (a
-        // tar header apart) are merged, so a window of one rank's samples is still one buffer
-        // per shard, not a buffer per sample. Reads are counted as planned, as requested.
-        let near = matches!(self.0.backend, Backend::Remote { .. }).then(|| {
-            ranges::merge(spans, &ranges::Policy::new(self.0.policy.gap.min(NEIGHBOURS), self.0.policy.max_merged))
-        });
+        // than the gap) and cuts each span from what it fetched, as a slice of the part or
+        // block it lies in: merging here too would join a window's samples into one buffer
+        // per shard, a copy of every byte (and of every gap's, and with several ranks on a
+        // node, of every rank's samples). Reads are counted as planned, as requested.
+        let near = matches!(self.0.backend, Backend::Remote { .. }).then(|| ranges::Merged::each(spans));
         let read = near.as_ref().unwrap_or(&plan);
         let got = self.read_planned(obj, &read.reads).await?;
         self.count(plan.reads.len() as u64, got.iter().map(|b| b.len() as u64).sum());
