@@ -213,6 +213,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_reads_every_range_as_given_and_cuts_it_back() {
+        let ranges = [10..20, 0..0, 15..30, 5..6];
+        let m = Merged::each(&ranges);
+        assert_eq!(m.reads, vec![10..20, 15..30, 5..6]);
+        assert_eq!(m.of, vec![Some(0), None, Some(1), Some(2)]);
+        let got: Vec<bytes::Bytes> = m.reads.iter().map(|r| (r.start as u8..r.end as u8).collect()).collect();
+        let cut = m.cut(&ranges, &got);
+        for (r, c) in ranges.iter().zip(&cut) {
+            assert_eq!(c.to_vec(), (r.start as u8..r.end as u8).collect::<Vec<u8>>());
+        }
+    }
+
+    #[test]
     fn merges_within_gap_and_cap_and_splits() {
         let m = merge(&[0..10, 15..20, 100..130, 12..14, 7..7], &Policy::uncapped(5));
         assert_eq!(m.reads, vec![0..20, 100..130]);

@@ -78,3 +78,47 @@ async fn a_run_over_data_the_disk_cache_holds_takes_big_blocks_unless_told() {
     assert!(largest <= mib + trailer, "largest cache file {largest}");
     server.shutdown().await;
 }
+
+/// The samples of a window read ahead are slices of the bytes fetched (a part of a request,
+/// or a run of disk cache blocks), one copy of the window in memory: consecutive samples lie
+/// one tar member apart in one buffer, not in a fresh allocation each, nor in a buffer the
+/// shard's parts were joined into; every sample's bytes are its own, including those across
+/// a part's or a block's edge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_read_ahead_is_held_once_as_slices_of_what_was_fetched() {
+    let root = tempfile::tempdir().unwrap();
+    let (samples, _) = bin_shards(&root.path().join("data/tar"), 1, PER, PAYLOAD);
+    let server = serve(root.path()).await;
+    let ep = server.endpoint();
+    let cache = tempfile::tempdir().unwrap();
+    let with_cache = format!("&hedge_ms=0&disk_cache_dir={}&disk_cache_bytes=67108864", cache.path().display());
+    // Parts and blocks of 1 MiB: a 10 MiB shard is ten of them, with samples across edges.
+    for extra in ["&hedge_ms=0&part_size=1048576".to_string(), format!("{with_cache}&cache_block=1048576")] {
+        let src: Arc<DynSampleSource> = open(&uri(&ep, "tar", &extra)).await;
+        let all: Vec<usize> = (0..PER).collect();
+        let held = src.read_ahead(&all).await.unwrap();
+        assert!(held.bytes() >= (PER * PAYLOAD) as u64, "{extra}: {} bytes held", held.bytes());
+        let requests = src.io_counters().unwrap().remote_requests;
+        let got = src.get_many(&all).await.unwrap();
+        assert_eq!(src.io_counters().unwrap().remote_requests, requests, "{extra}: served from the window");
+        let payload = |s: &stoker::Sample| s.field("bin").unwrap().clone();
+        for (g, want) in got.iter().zip(&samples) {
+            assert_eq!(payload(g), payload(want), "{extra}: sample {}", want.key);
+        }
+        // A tar member: a 512-byte header, then the payload (a multiple of 512).
+        let member = 512 + PAYLOAD;
+        let adjacent = got
+            .windows(2)
+            .filter(|w| payload(&w[1]).as_ptr() as usize == payload(&w[0]).as_ptr() as usize + member)
+            .count();
+        // Most neighbours share a buffer (no copy per sample), but not all: the parts or runs
+        // fetched are kept as they came, not joined into one buffer per shard (a copy of all).
+        assert!(
+            PER * 3 / 4 <= adjacent && adjacent < PER - 1,
+            "{extra}: {adjacent} of {} neighbours share a buffer",
+            PER - 1
+        );
+        drop(held);
+    }
+    server.shutdown().await;
+}
