@@ -114,7 +114,7 @@ async fn a_window_read_ahead_is_held_once_as_slices_of_what_was_fetched() {
         // Most neighbours share a buffer (no copy per sample), but not all: the parts or runs
         // fetched are kept as they came, not joined into one buffer per shard (a copy of all).
         assert!(
-            PER * 3 / 4 <= adjacent && adjacent < PER - 1,
+            (PER * 3 / 4..PER - 1).contains(&adjacent),
             "{extra}: {adjacent} of {} neighbours share a buffer",
             PER - 1
         );
