@@ -179,12 +179,7 @@ impl RemoteReader {
         let bs = cache.block_for_read();
         let key = |b: u64| crate::cache::block_key(path.as_ref(), version, bs, b);
         // Bytes of each block the ranges need, for the missing blocks' worth.
-        let mut need: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
-        for r in ranges.iter().filter(|r| r.end > r.start) {
-            for b in r.start / bs..=(r.end - 1) / bs {
-                *need.entry(b).or_default() += r.end.min((b + 1) * bs) - r.start.max(b * bs);
-            }
-        }
+        let need = bytes_per_block(ranges, bs);
         let block_len = |b: u64| bs.min(size.saturating_sub(b * bs));
         let pieces: std::collections::HashSet<u64> = need
             .iter()
@@ -320,16 +315,8 @@ impl RemoteReader {
             })
         }))
         .await?;
-        // Bytes of each block the ranges take (overlaps counted twice: an estimate).
-        let mut taken = vec![0usize; blocks.len()];
-        for r in ranges.iter().filter(|r| r.end > r.start) {
-            for b in r.start / bs..=(r.end - 1) / bs {
-                if let Ok(i) = blocks.binary_search(&b) {
-                    taken[i] += (r.end.min((b + 1) * bs) - r.start.max(b * bs)) as usize;
-                }
-            }
-        }
-        let used = |b: u64| blocks.binary_search(&b).map_or(0, |i| taken[i]);
+        let taken = bytes_per_block(ranges, bs);
+        let used = |b: u64| taken.get(&b).copied().unwrap_or(0) as usize;
         let index = |b: u64| blocks.binary_search(&b).expect("block planned");
         let run_start = |b: u64| runs[run_of[index(b)]].0 * bs;
         // The bytes of the request blocks first..=last all came from, if they did.
@@ -371,18 +358,25 @@ impl RemoteReader {
                     // Every block came from one request: the range is a slice of it, no copy.
                     whole.slice((r.start - run_start(first)) as usize..(r.end - run_start(first)) as usize)
                 } else {
-                    let mut out = BytesMut::with_capacity((r.end - r.start) as usize);
-                    for b in first..=last {
-                        let blk = at(b);
-                        let lo = r.start.max(b * bs) - b * bs;
-                        let hi = r.end.min((b + 1) * bs) - b * bs;
-                        out.extend_from_slice(&blk[lo as usize..hi as usize]);
-                    }
-                    out.freeze()
+                    // A range's blocks are neighbours in `blocks` (every one was planned).
+                    let cut = (r.start - first * bs) as usize..(r.end - first * bs) as usize;
+                    cut_parts(&fetched[index(first)..=index(last)], bs as usize, cut)
                 }
             })
             .collect())
     }
+}
+
+/// Bytes of each block of `block` bytes that `ranges` take (overlaps counted twice: an
+/// estimate of a block's worth to them).
+fn bytes_per_block(ranges: &[Range<u64>], block: u64) -> std::collections::BTreeMap<u64, u64> {
+    let mut per: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    for r in ranges.iter().filter(|r| r.end > r.start) {
+        for b in r.start / block..=(r.end - 1) / block {
+            *per.entry(b).or_default() += r.end.min((b + 1) * block) - r.start.max(b * block);
+        }
+    }
+    per
 }
 
 /// Bytes `range` of a read fetched as `parts` (consecutive, each `part` bytes but the last):

@@ -133,8 +133,8 @@ impl Store {
         // block it lies in: merging here too would join a window's samples into one buffer
         // per shard, a copy of every byte (and of every gap's, and with several ranks on a
         // node, of every rank's samples). Reads are counted as planned, as requested.
-        let near = matches!(self.0.backend, Backend::Remote { .. }).then(|| ranges::Merged::each(spans));
-        let read = near.as_ref().unwrap_or(&plan);
+        let asked = matches!(self.0.backend, Backend::Remote { .. }).then(|| ranges::Merged::each(spans));
+        let read = asked.as_ref().unwrap_or(&plan);
         let got = self.read_planned(obj, &read.reads).await?;
         self.count(plan.reads.len() as u64, got.iter().map(|b| b.len() as u64).sum());
         let got = self.lengths_checked(obj.path(), &read.reads, got)?;
