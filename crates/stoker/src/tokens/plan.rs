@@ -59,6 +59,11 @@ pub(crate) struct EpochPlan {
     /// looks each up in this array instead of taking a permutation step (which was a tenth
     /// of a producer's time).
     kept: Option<Vec<u32>>,
+    /// With `kept`, each position's document length ([`LONG`] for one of `u32::MAX` tokens
+    /// or more, looked up instead): a batch's rows walk positions in order, so their lengths
+    /// are read in order too, not looked up at random in the sources' indexes (which was
+    /// the largest cost of planning a batch after the permutation).
+    kept_lens: Option<Vec<u32>>,
     /// Tokens each document takes in the stream: its own, plus BOS and EOS when configured.
     extra: u64,
     stride: u64,
@@ -117,7 +122,7 @@ impl EpochPlan {
         let stride = n.div_ceil(MAX_CHECKPOINTS).next_power_of_two().max(MIN_STRIDE);
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get()).min(PLAN_THREADS) as u64;
         let keep = matches!(order, DocOrder::Sampler(_)) && n <= KEEP_ORDER;
-        let Pass { checkpoints, total, kept } =
+        let Pass { checkpoints, total, kept, kept_lens } =
             checkpoints(docs, &order, n, stride, extra, (n / PLAN_CHUNK).clamp(1, cores), keep)?;
         let window = cfg.window() as u64;
         let sequences = match cfg.packing {
@@ -127,7 +132,7 @@ impl EpochPlan {
             Packing::Concat if total >= window => (total - window) / cfg.seq_len as u64 + 1,
             Packing::Concat => 0,
         };
-        Ok(EpochPlan { order, kept, extra, stride, checkpoints, total, sequences, cfg: cfg.clone() })
+        Ok(EpochPlan { order, kept, kept_lens, extra, stride, checkpoints, total, sequences, cfg: cfg.clone() })
     }
 
     /// Tokens in the epoch's stream (documents with their BOS and EOS).
@@ -146,12 +151,21 @@ impl EpochPlan {
         }
     }
 
+    /// The length of `doc`, the document at epoch position `k`: kept, or from `docs`.
+    #[inline]
+    fn len_at(&self, docs: &dyn TokenDocs, k: u64, doc: u64) -> u64 {
+        match self.kept_lens.as_ref().and_then(|l| l.get(k as usize)) {
+            Some(&len) if len != LONG => u64::from(len),
+            _ => docs.tokens_in(doc),
+        }
+    }
+
     /// The epoch position whose stream range holds token `t` (`t < total`), and where it starts.
     fn position_of(&self, docs: &dyn TokenDocs, t: u64) -> (u64, u64) {
         let c = self.checkpoints.partition_point(|&o| o <= t).saturating_sub(1);
         let (mut k, mut at) = (c as u64 * self.stride, self.checkpoints[c]);
         loop {
-            let len = docs.tokens_in(self.doc_at(k)) + self.extra;
+            let len = self.len_at(docs, k, self.doc_at(k)) + self.extra;
             if t < at + len {
                 return (k, at);
             }
@@ -173,7 +187,7 @@ impl EpochPlan {
             Packing::PerDocument => {
                 let doc = self.doc_at(s);
                 // Truncated to the window, keeping BOS and EOS (as tokenizers truncate).
-                let keep = docs.tokens_in(doc).min(window.saturating_sub(self.extra));
+                let keep = self.len_at(docs, s, doc).min(window.saturating_sub(self.extra));
                 if self.cfg.bos.is_some() {
                     out.push((Some(s), Piece::Bos));
                 }
@@ -200,7 +214,7 @@ impl EpochPlan {
                     };
                     // Documents wholly before `t` (the cursor may lag by a few).
                     loop {
-                        let stream = docs.tokens_in(doc) + self.extra;
+                        let stream = self.len_at(docs, k, doc) + self.extra;
                         if t < at + stream {
                             break;
                         }
@@ -210,7 +224,7 @@ impl EpochPlan {
                     }
                     loop {
                         *cursor = Some(Cursor { k, at, doc });
-                        let len = docs.tokens_in(doc);
+                        let len = self.len_at(docs, k, doc);
                         let stream = len + self.extra;
                         let span = t - at..(end - at).min(stream);
                         t = at + span.end;
@@ -260,6 +274,9 @@ const PLAN_THREADS: usize = 8;
 /// 16 MiB of `u32`s, as much as the checkpoints may take.
 const KEEP_ORDER: u64 = 1 << 22;
 
+/// A kept length that does not fit: the document's length is looked up instead.
+const LONG: u32 = u32::MAX;
+
 /// What the pass over an epoch's documents finds.
 struct Pass {
     /// Every `stride`th document's first token offset in the stream.
@@ -268,6 +285,8 @@ struct Pass {
     total: u64,
     /// The documents in order, when asked to keep them.
     kept: Option<Vec<u32>>,
+    /// Their lengths, when kept ([`LONG`] for one that does not fit).
+    kept_lens: Option<Vec<u32>>,
 }
 
 /// Every `stride`th document's first token offset in the stream of the `n` documents of
@@ -292,18 +311,21 @@ fn checkpoints(
         };
         let mut cps = Vec::with_capacity((hi - lo).div_ceil(stride) as usize);
         let mut kept = keep.then(|| Vec::with_capacity((hi - lo) as usize));
+        let mut kept_lens = keep.then(|| Vec::with_capacity((hi - lo) as usize));
         let mut total = 0u64;
         for (i, doc) in in_order.enumerate() {
             if (i as u64).is_multiple_of(stride) {
                 cps.push(total);
             }
-            if let Some(k) = &mut kept {
+            let len = docs.tokens_in(doc);
+            if let (Some(k), Some(l)) = (&mut kept, &mut kept_lens) {
                 // Below KEEP_ORDER documents, every document number fits.
                 k.push(doc as u32);
+                l.push(u32::try_from(len).ok().filter(|&l| l != LONG).unwrap_or(LONG));
             }
-            total = total.checked_add(docs.tokens_in(doc) + extra).ok_or_else(too_many)?;
+            total = total.checked_add(len + extra).ok_or_else(too_many)?;
         }
-        Ok(Pass { checkpoints: cps, total, kept })
+        Ok(Pass { checkpoints: cps, total, kept, kept_lens })
     };
     if threads <= 1 {
         return run(0, n);
@@ -331,6 +353,7 @@ fn checkpoints(
         checkpoints: Vec::with_capacity((n / stride + 1) as usize),
         total: 0,
         kept: keep.then(|| Vec::with_capacity(n as usize)),
+        kept_lens: keep.then(|| Vec::with_capacity(n as usize)),
     };
     for r in runs {
         let run = r?;
@@ -340,6 +363,9 @@ fn checkpoints(
         all.checkpoints.extend(run.checkpoints.into_iter().map(|c| c + base));
         if let (Some(k), Some(more)) = (&mut all.kept, run.kept) {
             k.extend(more);
+        }
+        if let (Some(l), Some(more)) = (&mut all.kept_lens, run.kept_lens) {
+            l.extend(more);
         }
     }
     Ok(all)
@@ -419,6 +445,8 @@ mod tests {
             assert_eq!((plan.checkpoints.len(), plan.total), (want.len(), total), "{order:?}");
             assert!(plan.checkpoints == want, "{order:?}");
             assert!(plan.kept.as_ref() == Some(&order_want), "{order:?}: the order is kept");
+            let lens_want: Vec<u32> = order_want.iter().map(|&d| docs.lens[d as usize] as u32).collect();
+            assert!(plan.kept_lens.as_ref() == Some(&lens_want), "{order:?}: and its lengths");
             assert!((0..n).all(|k| plan.doc_at(k) == s.get(k).unwrap()), "{order:?}");
             // Split over any number of threads, whatever this machine's cores: the same.
             for threads in [1, 2, 3, 7] {
@@ -427,8 +455,36 @@ mod tests {
                     assert!(got.checkpoints == want && got.total == total, "{order:?}, {threads} threads");
                     assert_eq!(got.kept.is_some(), keep);
                     assert!(got.kept.is_none_or(|k| k == order_want), "{order:?}, {threads} threads");
+                    assert!(got.kept_lens.is_none_or(|l| l == lens_want), "{order:?}, {threads} threads");
                 }
             }
+        }
+    }
+
+    /// A document too long for a kept length is looked up instead, and every row is cut as
+    /// from the sources' own lengths.
+    #[test]
+    fn a_length_past_u32_is_looked_up_and_rows_are_cut_the_same() {
+        let mut lens: Vec<u64> = (0..3000u64).map(|d| 1 + (d * 7919) % 3001).collect();
+        lens[1234] = u64::from(u32::MAX) + 5;
+        let docs = Lengths { lens, shard: 100 };
+        let mut cfg = PackConfig::new(2048, 4);
+        cfg.order = Order::Shuffle { seed: 9 };
+        cfg.eos = Some(0);
+        let plan = EpochPlan::new(&docs, &cfg, 1, None).unwrap();
+        let kept = plan.kept_lens.as_ref().expect("a small corpus keeps its lengths");
+        for k in 0..docs.documents() {
+            let doc = plan.doc_at(k);
+            let want = if doc == 1234 { LONG } else { docs.lens[doc as usize] as u32 };
+            assert_eq!(kept[k as usize], want, "position {k}");
+            assert_eq!(plan.len_at(&docs, k, doc), docs.lens[doc as usize], "position {k}");
+        }
+        // The same rows as a plan that keeps nothing (every length looked up).
+        let mut bare = EpochPlan::new(&docs, &cfg, 1, None).unwrap();
+        bare.kept_lens = None;
+        let (mut a, mut b) = (None, None);
+        for s in (0..plan.sequences).step_by(997).chain([plan.sequences - 1]) {
+            assert_eq!(plan.pieces_after(&docs, s, &mut a), bare.pieces_after(&docs, s, &mut b), "sequence {s}");
         }
     }
 }
