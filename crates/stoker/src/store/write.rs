@@ -19,7 +19,16 @@ pub struct ObjectWriter {
     path: String,
     sink: Sink,
     written: u64,
+    /// Bytes of a local file whose write to the disk has been started (see [`WRITE_BEHIND`]).
+    behind: u64,
 }
+
+/// A local object's bytes are sent to the disk as they are written, this much at a time, not
+/// all at the `fsync` that publishes it: the disk then works while the writer makes the rest,
+/// and the final sync waits for the last piece only. A shard of 110 MB waited about a fifth of
+/// a second in its sync on the project's VM, and a Ray write task, which publishes its shard
+/// before its core takes the next task, sat idle that long each time.
+const WRITE_BEHIND: u64 = 8 << 20;
 
 enum Sink {
     /// The temporary file and the final one.
@@ -46,7 +55,7 @@ impl Store {
             }
             Backend::Remote { .. } => Sink::Memory(Vec::with_capacity(size_hint as usize)),
         };
-        Ok(ObjectWriter { store: self.clone(), path: path.to_string(), sink, written: 0 })
+        Ok(ObjectWriter { store: self.clone(), path: path.to_string(), sink, written: 0, behind: 0 })
     }
 
     /// Write `bytes` as `path`, whole or not at all, as an [`ObjectWriter`] does: a local file
@@ -96,7 +105,16 @@ impl Write for ObjectWriter {
             // At most a piece a call: a write larger than BufWriter's buffer goes straight
             // to the file, and one large write costs this much more on some VMs (see
             // `WRITE_PIECE`).
-            Sink::File(f, ..) => f.write(&buf[..buf.len().min(crate::cache::WRITE_PIECE)])?,
+            Sink::File(f, ..) => {
+                let n = f.write(&buf[..buf.len().min(crate::cache::WRITE_PIECE)])?;
+                // What the kernel holds: all written but what the buffer still has.
+                let handed = self.written + n as u64 - f.buffer().len() as u64;
+                if handed >= self.behind + WRITE_BEHIND {
+                    start_writeback(f.get_ref(), self.behind, handed - self.behind);
+                    self.behind = handed;
+                }
+                n
+            }
             Sink::Memory(v) => v.write(buf)?,
         };
         self.written += n as u64;
@@ -109,6 +127,21 @@ impl Write for ObjectWriter {
             Sink::Memory(_) => Ok(()),
         }
     }
+}
+
+/// Start writing bytes `offset..offset + len` of `file` to its disk, without waiting for them.
+/// Only a hint: a failure here (a file system without it) is left to the `fsync` that
+/// publishes the file, which writes and checks every byte anyway.
+fn start_writeback(file: &std::fs::File, offset: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else { return };
+        // SAFETY: a plain system call on a descriptor `file` holds open; no memory is passed.
+        unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE) };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset, len);
 }
 
 #[cfg(test)]
