@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt};
 
 use super::{check_index, copy_into, fill_blocking, get_concurrently, Capability, SampleSource, SourceInfo};
 use crate::batch::BatchBuilder;
@@ -75,6 +76,9 @@ impl fmt::Display for ObjectsSource {
     }
 }
 
+/// Local files a blocking task of [`ObjectsSource::get_many`] reads in turn.
+const LOCAL_RUN: usize = 32;
+
 #[async_trait]
 impl SampleSource for ObjectsSource {
     fn len(&self) -> usize {
@@ -105,33 +109,42 @@ impl SampleSource for ObjectsSource {
     }
 
     async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
-        // Local files are read one after another on one blocking thread, as `get_many_into`
-        // reads a batch: a blocking task a file cost two thread handoffs a file, and a packer
-        // reading small files spent more of its time switching threads than reading them.
+        // Local files are read in runs of `LOCAL_RUN`, each one after another on one blocking
+        // thread, as `get_many_into` reads a batch: a blocking task a file cost two thread
+        // handoffs a file, and a packer reading small files spent more of its time switching
+        // threads than reading them. Runs still go in parallel (up to the source's
+        // concurrency), which a network file system's latency needs.
         let mut jobs = Vec::with_capacity(indices.len());
         for &i in indices {
             check_index(i, self.objects.len())?;
             let e = &self.objects[i];
             let obj = self.store.object(&e.info);
-            if !self.store.servable_directly(&obj, [&(0..e.info.size)]) {
+            if !self.store.servable_directly(&obj, [&(0..e.info.size)]) || self.store.direct_reader().is_none() {
                 return get_concurrently(self, indices, self.concurrency).await;
             }
             jobs.push((obj, e.key().to_string(), e.field.clone()));
         }
-        let Some(mut reader) = self.store.direct_reader() else {
-            return get_concurrently(self, indices, self.concurrency).await;
-        };
-        tokio::task::spawn_blocking(move || {
-            jobs.into_iter()
-                .map(|(obj, key, name)| {
-                    let mut data = vec![0u8; obj.size() as usize];
-                    reader.read_whole(&obj, &mut data)?;
-                    Ok(Sample { key, fields: vec![Field { name, data: data.into() }] })
+        let runs: Vec<Vec<_>> = jobs.chunks(LOCAL_RUN).map(<[_]>::to_vec).collect();
+        let runs = runs.into_iter().map(|run| {
+            let store = self.store.clone();
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    let mut reader = store.direct_reader().ok_or_else(|| Error::internal("no direct reader"))?;
+                    run.into_iter()
+                        .map(|(obj, key, name)| {
+                            let mut data = vec![0u8; obj.size() as usize];
+                            reader.read_whole(&obj, &mut data)?;
+                            Ok(Sample { key, fields: vec![Field { name, data: data.into() }] })
+                        })
+                        .collect::<Result<Vec<Sample>>>()
                 })
-                .collect()
-        })
-        .await
-        .map_err(Error::task)?
+                .await
+                .map_err(Error::task)?
+            }
+        });
+        let read: Vec<Vec<Sample>> =
+            futures::stream::iter(runs).buffered(self.concurrency.max(1)).try_collect().await?;
+        Ok(read.into_iter().flatten().collect())
     }
 
     async fn get_many_into(&self, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
@@ -187,18 +200,19 @@ mod tests {
     async fn local_get_many_gives_each_file_in_the_order_asked_and_refuses_a_changed_one() {
         let dir = tempfile::tempdir().unwrap();
         let body = |i: usize| (0..100 + 37 * i).map(|b| (b * 7 + i) as u8).collect::<Vec<u8>>();
-        for i in 0..5 {
+        for i in 0..70 {
             std::fs::write(dir.path().join(format!("{i:02}.bin")), body(i)).unwrap();
         }
         let src = crate::source::open(dir.path().to_str().unwrap(), Default::default()).await.unwrap();
-        let asked = [3, 0, 3, 4, 1];
+        // More than two runs of LOCAL_RUN, in an order of their own.
+        let asked: Vec<usize> = [3, 0, 3, 4, 1].into_iter().chain((0..70).map(|i| (i * 31) % 70)).collect();
         let got = src.get_many(&asked).await.unwrap();
         assert_eq!(got.len(), asked.len());
         for (s, &i) in got.iter().zip(&asked) {
             assert_eq!(s.key, format!("{i:02}"));
             assert_eq!(&s.fields[0].data[..], &body(i)[..], "sample {i}");
         }
-        assert!(src.get_many(&[0, 9]).await.is_err(), "an index past the end");
+        assert!(src.get_many(&[0, 70]).await.is_err(), "an index past the end");
         std::fs::File::options().write(true).open(dir.path().join("04.bin")).unwrap().set_len(10).unwrap();
         let cut = src.get_many(&[0, 4]).await.unwrap_err();
         assert!(matches!(cut, Error::Changed { .. }) && cut.to_string().contains("04.bin"), "{cut:?}");
