@@ -114,15 +114,15 @@ impl SampleSource for ObjectsSource {
         // handoffs a file, and a packer reading small files spent more of its time switching
         // threads than reading them. Runs still go in parallel (up to the source's
         // concurrency), which a network file system's latency needs.
+        // Remote objects are read whole around the caches (`read_whole` reads local files only).
+        if self.store.local_root().is_none() {
+            return get_concurrently(self, indices, self.concurrency).await;
+        }
         let mut jobs = Vec::with_capacity(indices.len());
         for &i in indices {
             check_index(i, self.objects.len())?;
             let e = &self.objects[i];
-            let obj = self.store.object(&e.info);
-            if !self.store.servable_directly(&obj, [&(0..e.info.size)]) || self.store.direct_reader().is_none() {
-                return get_concurrently(self, indices, self.concurrency).await;
-            }
-            jobs.push((obj, e.key().to_string(), e.field.clone()));
+            jobs.push((self.store.object(&e.info), e.key().to_string(), e.field.clone()));
         }
         let runs: Vec<Vec<_>> = jobs.chunks(LOCAL_RUN).map(<[_]>::to_vec).collect();
         let runs = runs.into_iter().map(|run| {
@@ -148,16 +148,17 @@ impl SampleSource for ObjectsSource {
     }
 
     async fn get_many_into(&self, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
+        // Objects are read whole around the caches: only local files are read straight in
+        // (a remote object's blocks on disk, cached by some other reader, are not enough:
+        // `read_whole` reads local files only).
+        if self.store.local_root().is_none() {
+            return copy_into(self, indices, out).await;
+        }
         let mut jobs = Vec::with_capacity(indices.len());
         for &i in indices {
             check_index(i, self.objects.len())?;
             let e = &self.objects[i];
-            let obj = self.store.object(&e.info);
-            // Objects are read whole around the caches: only local files are read straight in.
-            if !self.store.servable_directly(&obj, [&(0..e.info.size)]) {
-                return copy_into(self, indices, out).await;
-            }
-            jobs.push((i as u64, obj, e.key_len, e.field.clone()));
+            jobs.push((i as u64, self.store.object(&e.info), e.key_len, e.field.clone()));
         }
         let Some(mut reader) = self.store.direct_reader() else { return copy_into(self, indices, out).await };
         fill_blocking(out, move |b| {
