@@ -5,9 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::{StreamExt, TryStreamExt};
 
-use super::{check_index, copy_into, fill_blocking, get_concurrently, Capability, SampleSource, SourceInfo};
+use super::{check_index, copy_into, fill_blocking, Capability, SampleSource, SourceInfo};
 use crate::batch::BatchBuilder;
 use crate::error::{Error, Result};
 use crate::sample::{split_key, Field, Sample, SampleMeta};
@@ -76,9 +75,6 @@ impl fmt::Display for ObjectsSource {
     }
 }
 
-/// Local files a blocking task of [`ObjectsSource::get_many`] reads in turn.
-const LOCAL_RUN: usize = 32;
-
 #[async_trait]
 impl SampleSource for ObjectsSource {
     fn len(&self) -> usize {
@@ -109,49 +105,26 @@ impl SampleSource for ObjectsSource {
     }
 
     async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
-        // Local files are read in runs of `LOCAL_RUN`, each one after another on one blocking
-        // thread, as `get_many_into` reads a batch: a blocking task a file cost two thread
-        // handoffs a file, and a packer reading small files spent more of its time switching
-        // threads than reading them. Runs still go in parallel (up to the source's
-        // concurrency), which a network file system's latency needs.
-        // Remote objects are read whole around the caches (`read_whole` reads local files only).
-        if self.store.local_root().is_none() {
-            return get_concurrently(self, indices, self.concurrency).await;
-        }
-        let mut jobs = Vec::with_capacity(indices.len());
+        let mut objs = Vec::with_capacity(indices.len());
         for &i in indices {
             check_index(i, self.objects.len())?;
-            let e = &self.objects[i];
-            jobs.push((self.store.object(&e.info), e.key().to_string(), e.field.clone()));
+            objs.push(self.store.object(&self.objects[i].info));
         }
-        let runs: Vec<Vec<_>> = jobs.chunks(LOCAL_RUN).map(<[_]>::to_vec).collect();
-        let runs = runs.into_iter().map(|run| {
-            let store = self.store.clone();
-            async move {
-                tokio::task::spawn_blocking(move || {
-                    let mut reader = store.direct_reader().ok_or_else(|| Error::internal("no direct reader"))?;
-                    run.into_iter()
-                        .map(|(obj, key, name)| {
-                            let mut data = vec![0u8; obj.size() as usize];
-                            reader.read_whole(&obj, &mut data)?;
-                            Ok(Sample { key, fields: vec![Field { name, data: data.into() }] })
-                        })
-                        .collect::<Result<Vec<Sample>>>()
-                })
-                .await
-                .map_err(Error::task)?
-            }
-        });
-        let read: Vec<Vec<Sample>> =
-            futures::stream::iter(runs).buffered(self.concurrency.max(1)).try_collect().await?;
-        Ok(read.into_iter().flatten().collect())
+        let data = self.store.read_all_many(objs, self.concurrency).await?;
+        Ok(indices
+            .iter()
+            .zip(data)
+            .map(|(&i, data)| {
+                let e = &self.objects[i];
+                Sample { key: e.key().to_string(), fields: vec![Field { name: e.field.clone(), data }] }
+            })
+            .collect())
     }
 
     async fn get_many_into(&self, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
         // Objects are read whole around the caches: only local files are read straight in
-        // (a remote object's blocks on disk, cached by some other reader, are not enough:
-        // `read_whole` reads local files only).
-        if self.store.local_root().is_none() {
+        // (a remote object's blocks on disk, cached by some other reader, are not enough).
+        if !self.store.reads_whole_directly() {
             return copy_into(self, indices, out).await;
         }
         let mut jobs = Vec::with_capacity(indices.len());

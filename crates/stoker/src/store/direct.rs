@@ -62,6 +62,13 @@ impl Store {
         }
         Some(DirectReader { store: self.clone(), open: HashMap::new() })
     }
+
+    /// Whether [`DirectReader::read_whole`] serves this store's objects: a local store's
+    /// files only (a remote object is read whole around the caches, so its blocks on disk,
+    /// cached by some other reader, do not make it servable).
+    pub(crate) fn reads_whole_directly(&self) -> bool {
+        matches!(self.0.backend, Backend::Local(_))
+    }
 }
 
 impl DirectReader {
