@@ -61,9 +61,11 @@ mod lmdb_out;
 mod names;
 mod plan;
 mod shard;
+mod stream;
 mod tar_out;
 
 pub use shard::{ShardWriter, ShardWritten, TokenDtype, JOB_FILE};
+pub use stream::ShardStream;
 
 use plan::{PlanFile, PLAN_FILE};
 

@@ -10,9 +10,10 @@
 use bytes::Bytes;
 
 use super::names;
+use super::stream::{sample_members, ShardStream, TAR_END};
 use crate::error::{Error, Result};
-use crate::sample::{display_key, Sample};
-use crate::source::tar_index;
+use crate::sample::Sample;
+use crate::source::tar_index::{self, ShardIndex};
 use crate::store::Store;
 use crate::uri::{self, SourceOptions};
 
@@ -178,8 +179,16 @@ impl ShardWriter {
         &self.shown
     }
 
+    /// Start writing the tar shard `name` (a plain file name ending in `.tar`) one sample at
+    /// a time (see [`ShardStream`]); `size_hint` is about the bytes it will have (a remote
+    /// shard is gathered in memory for its PUT; 0 if unknown).
+    pub fn shard(&self, name: &str, size_hint: u64) -> Result<ShardStream> {
+        check_name(name)?;
+        Ok(ShardStream::new(self.clone(), name, self.out.writer(name, size_hint)?))
+    }
+
     /// Write `samples`, in order, as the tar shard `name` (a plain file name ending in `.tar`),
-    /// and its sidecar index with every member's checksum.
+    /// and its sidecar index with every member's checksum: a [`ShardStream`] given them all.
     ///
     /// A sample key or field name that would not read back as written (see the
     /// [module docs](super)), two adjacent samples with one key (a reader would merge them), or
@@ -189,26 +198,32 @@ impl ShardWriter {
     pub async fn write(&self, name: &str, samples: &[Sample]) -> Result<ShardWritten> {
         check_name(name)?;
         let fail = |reason: String| Error::Pack { dest: self.shown.clone(), reason: format!("{name}: {reason}") };
-        let members = members(samples).map_err(fail)?;
-        let payload_bytes = samples.iter().flat_map(|s| &s.fields).map(|f| f.data.len() as u64).sum();
-        let bytes: u64 = members.iter().map(|(m, d)| names::member_bytes(m, d.len() as u64)).sum::<u64>() + 1024;
-        let (tar, sums) = tokio::task::spawn_blocking(move || build(members, bytes))
-            .await
-            .map_err(Error::task)?
-            .map_err(|e| Error::io(format!("{}/{name}", self.shown), e))?;
-        let kept = self.holds(name, &tar).await;
-        let tar = Bytes::from(tar);
-        if !kept {
-            self.out.put_whole(name, tar.clone()).await?;
+        // Every sample checked before a byte is written.
+        let mut previous = None;
+        let mut size = TAR_END;
+        for s in samples {
+            let members = sample_members(previous, &s.key, s.fields.iter().map(|f| &*f.name)).map_err(fail)?;
+            size +=
+                members.iter().zip(&s.fields).map(|(m, f)| names::member_bytes(m, f.data.len() as u64)).sum::<u64>();
+            previous = Some(&s.key);
         }
-        self.index(name, &tar, sums).await?;
-        Ok(ShardWritten {
-            name: name.to_string(),
-            bytes: tar.len() as u64,
-            samples: samples.len(),
-            payload_bytes,
-            kept,
+        let mut stream = self.shard(name, size)?;
+        let samples = samples.to_vec();
+        let stream = tokio::task::spawn_blocking(move || {
+            for s in &samples {
+                let fields: Vec<(&str, &[u8])> = s.fields.iter().map(|f| (&*f.name, &f.data[..])).collect();
+                stream.add(&s.key, &fields)?;
+            }
+            Ok::<_, Error>(stream)
         })
+        .await
+        .map_err(Error::task)??;
+        stream.finish().await
+    }
+
+    /// The destination's store.
+    pub(super) fn store(&self) -> &Store {
+        &self.out
     }
 
     /// Write `docs` (each a document's tokens, little-endian of `dtype`) as the Megatron
@@ -261,27 +276,26 @@ impl ShardWriter {
         }
     }
 
-    /// The shard's sidecar index, its headers walked in the bytes in hand and its checksums the
-    /// ones computed from them (nothing is read back), for the object now in the store (its
-    /// size, and version where the store gives one).
-    async fn index(&self, name: &str, tar: &[u8], sums: Vec<u64>) -> Result<()> {
+    /// Save the sidecar index of shard `name`, of `bytes` bytes: `idx`, walked in the bytes
+    /// written, with `sums`, the checksums computed from them (nothing is read back), made the
+    /// index of the object now in the store (its size, and version where the store gives one).
+    pub(super) async fn index(&self, name: &str, bytes: u64, mut idx: ShardIndex, sums: Vec<u64>) -> Result<()> {
         let info = self.out.head(name).await?;
-        if info.size != tar.len() as u64 {
+        if info.size != bytes {
             return Err(Error::Changed {
                 object: self.out.describe(name),
-                reason: format!("it holds {} bytes just after {} were written: another writer?", info.size, tar.len()),
+                reason: format!("it holds {} bytes just after {bytes} were written: another writer?", info.size),
             });
         }
-        let walk = tar_index::Walk { skip: false, checksums: false };
-        let mut idx = tar_index::build_with(std::io::Cursor::new(tar), &info, &self.out.describe(name), walk)?;
-        if idx.fields.len() != sums.len() || !idx.damage.is_empty() {
+        if idx.fields.len() != sums.len() {
             return Err(Error::internal(format!(
-                "{}: the shard just written reads back as {} members, not {}",
+                "{}: {} checksums for {} members",
                 self.out.describe(name),
-                idx.fields.len(),
-                sums.len()
+                sums.len(),
+                idx.fields.len()
             )));
         }
+        (idx.size, idx.modified_us, idx.e_tag) = (info.size, info.modified_us, info.e_tag);
         idx.sums = sums;
         idx.digest = tar_index::PayloadDigest::Xxh3;
         tar_index::save(&self.out, &idx, &self.options).await;
@@ -340,78 +354,9 @@ fn check_name(name: &str) -> Result<()> {
     }
 }
 
-/// Every member's name and payload, in order, or why the samples cannot be one shard.
-fn members(samples: &[Sample]) -> std::result::Result<Vec<(String, Bytes)>, String> {
-    let mut out = Vec::with_capacity(samples.iter().map(|s| s.fields.len()).sum());
-    let mut previous: Option<&str> = None;
-    for s in samples {
-        if previous == Some(s.key.as_str()) {
-            return Err(format!(
-                "two adjacent samples share the key `{}`; in one tar they would read back as one sample",
-                display_key(&s.key)
-            ));
-        }
-        previous = Some(&s.key);
-        if s.fields.is_empty() {
-            return Err(format!("sample `{}` has no fields; a tar holds a sample as its members", display_key(&s.key)));
-        }
-        let key = names::tar_key(&s.key);
-        let first = out.len();
-        for f in &s.fields {
-            let member = names::member(&key, &f.name)?;
-            if out[first..].iter().any(|(m, _): &(String, Bytes)| *m == member) {
-                return Err(format!(
-                    "sample `{}` has two `{}` fields (field names are compared lower-case, as readers do)",
-                    display_key(&s.key),
-                    display_key(&f.name.to_ascii_lowercase())
-                ));
-            }
-            out.push((member, f.data.clone()));
-        }
-    }
-    Ok(out)
-}
-
-/// The tar's bytes (members as [`super::tar_out`] writes them) and each payload's XXH3-64.
-fn build(members: Vec<(String, Bytes)>, size: u64) -> std::io::Result<(Vec<u8>, Vec<u64>)> {
-    let mut b = tar::Builder::new(Vec::with_capacity(size as usize));
-    let mut sums = Vec::with_capacity(members.len());
-    for (name, data) in &members {
-        super::tar_out::append_member(&mut b, name, data, &mut sums)?;
-    }
-    Ok((b.into_inner()?, sums))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Field;
-
-    fn sample(key: &str, fields: &[(&str, &'static [u8])]) -> Sample {
-        Sample {
-            key: key.into(),
-            fields: fields.iter().map(|(n, d)| Field { name: (*n).into(), data: Bytes::from_static(d) }).collect(),
-        }
-    }
-
-    #[test]
-    fn names_that_would_not_read_back_are_refused() {
-        let bad = [
-            (vec![sample("a", &[("jpg", b"1")]), sample("a", &[("cls", b"2")])], "share the key"),
-            (vec![sample("a", &[("jpg", b"1"), ("JPG", b"2")])], "two `jpg` fields"),
-            (vec![sample("../a", &[("jpg", b"1")])], "`..` component"),
-            (vec![sample("a.b", &[("jpg", b"1")])], "no dot"),
-            (vec![sample("a", &[])], "no fields"),
-        ];
-        for (samples, why) in bad {
-            let err = members(&samples).unwrap_err();
-            assert!(err.contains(why), "{err}");
-        }
-        let ok = members(&[sample("dir/a", &[("JPG", b"1")]), sample("b", &[("cls", b"2")])]).unwrap();
-        let names: Vec<&str> = ok.iter().map(|(m, _)| m.as_str()).collect();
-        assert_eq!(names, ["dir/a.jpg", "b.cls"]);
-    }
-
     #[test]
     fn only_the_names_a_job_gives_are_stale_candidates() {
         for ours in ["p-000001-0000.tar", "p-123456-9999.bin", "p-000000-0001.idx"] {

@@ -42,7 +42,7 @@ pub(crate) use direct::{gone, is_gone, DirectReader};
 pub(crate) use local::{is_temp_name, publish, temp_name};
 pub(crate) use mapped::MappedObject;
 pub use object::Object;
-pub use write::ObjectWriter;
+pub use write::{ObjectWriter, ReadSeek};
 
 /// An object in a store: its path relative to the store root and what identifies its version.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,9 +1,10 @@
 //! Streaming writes of whole objects, published atomically: a local file is written under a
 //! hidden temporary name, synced and renamed into place (a name in final form is always a
 //! whole file, even after a crash); a remote object is built in memory and sent as one PUT
-//! (it appears whole or not at all).
+//! (it appears whole or not at all). A writer dropped before [`ObjectWriter::finish`] leaves
+//! nothing: its temporary file is removed.
 
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Read, Seek, Write};
 use std::path::PathBuf;
 
 use bytes::Bytes;
@@ -17,7 +18,8 @@ use crate::error::{Error, Result};
 pub struct ObjectWriter {
     store: Store,
     path: String,
-    sink: Sink,
+    /// `None` once finished or discarded.
+    sink: Option<Sink>,
     written: u64,
     /// Bytes of a local file whose write to the disk has been started (see [`WRITE_BEHIND`]).
     behind: u64,
@@ -55,7 +57,7 @@ impl Store {
             }
             Backend::Remote { .. } => Sink::Memory(Vec::with_capacity(size_hint as usize)),
         };
-        Ok(ObjectWriter { store: self.clone(), path: path.to_string(), sink, written: 0, behind: 0 })
+        Ok(ObjectWriter { store: self.clone(), path: path.to_string(), sink: Some(sink), written: 0, behind: 0 })
     }
 
     /// Write `bytes` as `path`, whole or not at all, as an [`ObjectWriter`] does: a local file
@@ -84,17 +86,52 @@ impl ObjectWriter {
 
     /// Make the object visible under its name, whole (local: synced and renamed, the
     /// directory synced; remote: one PUT).
-    pub async fn finish(self) -> Result<()> {
+    pub async fn finish(mut self) -> Result<()> {
         let shown = self.store.describe(&self.path);
-        match self.sink {
-            Sink::File(f, tmp, to) => tokio::task::spawn_blocking(move || {
+        match self.sink.take() {
+            Some(Sink::File(f, tmp, to)) => tokio::task::spawn_blocking(move || {
                 let f = f.into_inner().map_err(|e| Error::io(&shown, e.into_error()))?;
                 f.sync_all().map_err(|e| Error::io(&shown, e))?;
                 publish(&tmp, &to)
             })
             .await
             .map_err(Error::task)?,
-            Sink::Memory(v) => self.store.put(&self.path, Bytes::from(v)).await,
+            Some(Sink::Memory(v)) => self.store.put(&self.path, Bytes::from(v)).await,
+            None => Err(Error::internal(format!("{shown}: finished twice"))),
+        }
+    }
+
+    /// Give the object up: nothing appears under its name, and a local temporary file is
+    /// removed (as when the writer is dropped).
+    pub fn discard(self) {}
+
+    /// Read back what has been written so far (blocking: a local file is read from its
+    /// temporary file through a handle of its own, so the write position is untouched). For
+    /// checks before [`finish`](Self::finish) publishes it: an index walked from the bytes
+    /// that will be published, or a comparison with the object already under the name.
+    pub fn read_back(&mut self) -> io::Result<Box<dyn ReadSeek + '_>> {
+        match &mut self.sink {
+            Some(Sink::File(f, tmp, _)) => {
+                f.flush()?;
+                Ok(Box::new(io::BufReader::with_capacity(1 << 16, std::fs::File::open(&*tmp)?)))
+            }
+            Some(Sink::Memory(v)) => Ok(Box::new(io::Cursor::new(&v[..]))),
+            None => Err(io::Error::other("the object was already finished")),
+        }
+    }
+}
+
+/// A blocking reader that can seek: what [`ObjectWriter::read_back`] gives.
+pub trait ReadSeek: Read + Seek {}
+impl<T: Read + Seek> ReadSeek for T {}
+
+impl Drop for ObjectWriter {
+    fn drop(&mut self) {
+        if let Some(Sink::File(f, tmp, _)) = self.sink.take() {
+            // Closed before removal; a failure leaves a hidden `.partial` file, which no
+            // listing takes for data and the next write of the name replaces.
+            drop(f.into_parts());
+            let _ = std::fs::remove_file(tmp);
         }
     }
 }
@@ -102,10 +139,11 @@ impl ObjectWriter {
 impl Write for ObjectWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = match &mut self.sink {
+            None => return Err(io::Error::other("the object was already finished")),
             // At most a piece a call: a write larger than BufWriter's buffer goes straight
             // to the file, and one large write costs this much more on some VMs (see
             // `WRITE_PIECE`).
-            Sink::File(f, ..) => {
+            Some(Sink::File(f, ..)) => {
                 let n = f.write(&buf[..buf.len().min(crate::cache::WRITE_PIECE)])?;
                 // What the kernel holds: all written but what the buffer still has.
                 let handed = self.written + n as u64 - f.buffer().len() as u64;
@@ -115,7 +153,7 @@ impl Write for ObjectWriter {
                 }
                 n
             }
-            Sink::Memory(v) => v.write(buf)?,
+            Some(Sink::Memory(v)) => v.write(buf)?,
         };
         self.written += n as u64;
         Ok(n)
@@ -123,8 +161,8 @@ impl Write for ObjectWriter {
 
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.sink {
-            Sink::File(f, ..) => f.flush(),
-            Sink::Memory(_) => Ok(()),
+            Some(Sink::File(f, ..)) => f.flush(),
+            Some(Sink::Memory(_)) | None => Ok(()),
         }
     }
 }

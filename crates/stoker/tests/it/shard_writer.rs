@@ -98,3 +98,47 @@ async fn foreign_destinations_bad_names_and_bad_keys_are_refused_and_nothing_is_
     let e = w.finish("p", &[]).await.unwrap_err();
     assert!(e.to_string().contains("`begin` was not called"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_streamed_to_s3_lands_in_one_put_and_an_equal_rerun_keeps_it() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("data")).unwrap();
+    let h = crate::common::s3::serve(root.path()).await;
+    let dest = crate::common::s3::uri(&h.endpoint(), "out", "");
+    let w = ShardWriter::open(&dest, Default::default()).unwrap();
+    let write = |tag: &'static str| {
+        let w = w.clone();
+        async move {
+            let mut s = w.shard("p-000000-0000.tar", 1 << 20).unwrap();
+            let s = tokio::task::spawn_blocking(move || {
+                for x in samples(0..6, tag) {
+                    let fields: Vec<(&str, &[u8])> = x.fields.iter().map(|f| (&*f.name, &f.data[..])).collect();
+                    s.add(&x.key, &fields).unwrap();
+                }
+                s
+            })
+            .await
+            .unwrap();
+            assert_eq!(s.samples(), 6);
+            let size = s.bytes();
+            let done = s.finish().await.unwrap();
+            assert_eq!(done.bytes, size, "the size announced is the size written");
+            done
+        }
+    };
+    let first = write("a").await;
+    assert!(!first.kept);
+    let on_disk = root.path().join("data/out/p-000000-0000.tar");
+    assert_eq!(std::fs::metadata(&on_disk).unwrap().len(), first.bytes);
+    let modified = std::fs::metadata(&on_disk).unwrap().modified().unwrap();
+    assert!(write("a").await.kept, "the same bytes again: the object there is kept");
+    assert_eq!(std::fs::metadata(&on_disk).unwrap().modified().unwrap(), modified, "and not written again");
+    // Same sizes, other bytes ("b" for "a"): replaced, and read back as the new samples.
+    assert!(!write("b").await.kept);
+    let opts = stoker::SourceOptions { checksums: Some(true), ..Default::default() };
+    let src = stoker::open(&dest, opts).await.unwrap();
+    let got = src.get_many(&(0..6).collect::<Vec<_>>()).await.unwrap();
+    for (g, want) in got.iter().zip(samples(0..6, "b")) {
+        assert_eq!((g.key.as_str(), &g.fields[0].data), (want.key.as_str(), &want.fields[0].data));
+    }
+}

@@ -1,0 +1,320 @@
+//! One tar shard written sample by sample ([`ShardStream`]): what [`ShardWriter::write`] and
+//! the Ray datasink's write tasks use, so a task holds the rows in hand, not its whole shard.
+//!
+//! The members go straight into the destination's [`ObjectWriter`] (a local file under a
+//! temporary name, written to the disk as it grows; a remote object in memory until its PUT),
+//! with each payload's checksum computed as it is written. At the end the shard's headers are
+//! walked in the bytes about to be published (as a reader will walk them), the shard already
+//! under the name is kept if its bytes are these, and the sidecar index is saved.
+
+use std::io::Read;
+
+use super::names;
+use super::shard::{ShardWriter, ShardWritten};
+use super::tar_out::append_member;
+use crate::error::{Error, Result};
+use crate::sample::display_key;
+use crate::source::tar_index::{self, ShardIndex};
+use crate::store::{Cancel, ObjectInfo, ObjectWriter, Store};
+
+/// A tar shard being written one sample at a time; see [`ShardWriter::shard`].
+///
+/// Nothing appears under the shard's name until [`finish`](Self::finish). A sample that cannot
+/// be written (a key or field name that would not read back, a write that failed) is an error,
+/// and the stream is then spent: `finish` refuses it, and dropping it removes what was written.
+pub struct ShardStream {
+    out: ShardWriter,
+    name: String,
+    tar: Option<tar::Builder<ObjectWriter>>,
+    sums: Vec<u64>,
+    samples: usize,
+    payload_bytes: u64,
+    last_key: Option<String>,
+    broken: Option<String>,
+}
+
+impl std::fmt::Debug for ShardStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardStream").field("name", &self.name).field("samples", &self.samples).finish_non_exhaustive()
+    }
+}
+
+/// The bytes of a tar's end: two zero blocks.
+pub(super) const TAR_END: u64 = 1024;
+
+impl ShardStream {
+    pub(super) fn new(out: ShardWriter, name: &str, writer: ObjectWriter) -> Self {
+        ShardStream {
+            out,
+            name: name.to_string(),
+            tar: Some(tar::Builder::new(writer)),
+            sums: Vec::new(),
+            samples: 0,
+            payload_bytes: 0,
+            last_key: None,
+            broken: None,
+        }
+    }
+
+    /// The shard's name in the destination.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Samples written so far.
+    pub fn samples(&self) -> usize {
+        self.samples
+    }
+
+    /// The shard's size were it finished now: the members written and the tar's end.
+    pub fn bytes(&self) -> u64 {
+        self.tar.as_ref().map_or(0, |t| t.get_ref().written()) + TAR_END
+    }
+
+    /// Write one sample: its key and its fields (name and payload), in order. Blocking (the
+    /// bytes go to a file): call it from a thread that may block.
+    ///
+    /// The same refusals as [`ShardWriter::write`]: a key equal to the previous sample's (a
+    /// reader would merge the two), no fields, a field twice (names compared lower-case), a
+    /// key or field name that would not read back as written.
+    pub fn add(&mut self, key: &str, fields: &[(&str, &[u8])]) -> Result<()> {
+        if let Some(why) = &self.broken {
+            return Err(self.fail(format!("an earlier sample could not be written ({why}); nothing was kept")));
+        }
+        let written = match sample_members(self.last_key.as_deref(), key, fields.iter().map(|(n, _)| *n)) {
+            Ok(members) => self.append(&members, fields),
+            Err(reason) => Err(reason),
+        };
+        match written {
+            Ok(()) => {
+                self.samples += 1;
+                self.last_key = Some(key.to_string());
+                Ok(())
+            }
+            Err(reason) => {
+                self.broken = Some(reason.clone());
+                Err(self.fail(reason))
+            }
+        }
+    }
+
+    fn append(&mut self, members: &[String], fields: &[(&str, &[u8])]) -> std::result::Result<(), String> {
+        let tar = self.tar.as_mut().ok_or("the shard was already finished")?;
+        for (member, (_, data)) in members.iter().zip(fields) {
+            append_member(tar, member, data, &mut self.sums).map_err(|e| format!("cannot write `{member}`: {e}"))?;
+            self.payload_bytes += data.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn fail(&self, reason: String) -> Error {
+        Error::Pack { dest: self.out.dest().to_string(), reason: format!("{}: {reason}", self.name) }
+    }
+
+    /// End the shard: its end blocks written, its headers walked in the bytes written, and
+    /// then either the shard already under the name kept (it holds exactly these bytes:
+    /// [`ShardWritten::kept`]) or this one published; its sidecar index saved with the
+    /// checksums computed while writing.
+    pub async fn finish(mut self) -> Result<ShardWritten> {
+        if let Some(why) = self.broken.take() {
+            return Err(self.fail(format!("an earlier sample could not be written ({why}); nothing was kept")));
+        }
+        let tar = self.tar.take().ok_or_else(|| self.fail("the shard was already finished".into()))?;
+        let store = self.out.store().clone();
+        let existing = store.head(&self.name).await.ok();
+        let (name, shown) = (self.name.clone(), store.describe(&self.name));
+        let expected = self.sums.len();
+        let (writer, idx, kept) = tokio::task::spawn_blocking(move || -> Result<(ObjectWriter, ShardIndex, bool)> {
+            let mut writer = tar.into_inner().map_err(|e| Error::io(&shown, e))?;
+            let info = ObjectInfo { path: name, size: writer.written(), modified_us: 0, e_tag: None, recorded: false };
+            let mut back = writer.read_back().map_err(|e| Error::io(&shown, e))?;
+            let walk = tar_index::Walk { skip: false, checksums: false };
+            let idx = tar_index::build_with(&mut back, &info, &shown, walk)?;
+            if idx.fields.len() != expected || !idx.damage.is_empty() {
+                return Err(Error::internal(format!(
+                    "{shown}: the shard just written reads back as {} members, not {expected}",
+                    idx.fields.len()
+                )));
+            }
+            let kept = match existing {
+                Some(old) if old.size == info.size => same_bytes(&store, &old, &mut back),
+                _ => false,
+            };
+            drop(back);
+            Ok((writer, idx, kept))
+        })
+        .await
+        .map_err(Error::task)??;
+        let bytes = writer.written();
+        if kept {
+            writer.discard();
+        } else {
+            writer.finish().await?;
+        }
+        self.out.index(&self.name, bytes, idx, std::mem::take(&mut self.sums)).await?;
+        Ok(ShardWritten {
+            name: self.name.clone(),
+            bytes,
+            samples: self.samples,
+            payload_bytes: self.payload_bytes,
+            kept,
+        })
+    }
+}
+
+/// Whether the object `old` holds exactly the bytes `new` reads (from its start); an object
+/// that cannot be read does not. Blocking; bounded memory (a piece of each at a time).
+fn same_bytes(store: &Store, old: &ObjectInfo, new: &mut dyn crate::store::ReadSeek) -> bool {
+    let Ok(mut reader) = store.blocking_reader(&store.object(old), true, Cancel::default()) else { return false };
+    if new.rewind().is_err() {
+        return false;
+    }
+    let (mut a, mut b) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let n = match read_full(&mut reader, &mut a) {
+            Ok(n) => n,
+            Err(_) => return false,
+        };
+        match read_full(new, &mut b[..n.max(1)]) {
+            Ok(m) if m == n && a[..n] == b[..n] => {}
+            _ => return false,
+        }
+        if n < a.len() {
+            // Both ended here (the new one read no further than the old one's length, and
+            // the sizes are equal): the same bytes.
+            return reader.failure().is_none();
+        }
+    }
+}
+
+/// Fill `buf` from `r` unless it ends first; the bytes read.
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// The member names of one sample (after the sample keyed `previous`), or why it cannot be
+/// written: see [`ShardStream::add`].
+pub(super) fn sample_members<'a>(
+    previous: Option<&str>,
+    key: &str,
+    fields: impl Iterator<Item = &'a str>,
+) -> std::result::Result<Vec<String>, String> {
+    if previous == Some(key) {
+        return Err(format!(
+            "two adjacent samples share the key `{}`; in one tar they would read back as one sample",
+            display_key(key)
+        ));
+    }
+    let tar_key = names::tar_key(key);
+    let mut out: Vec<String> = Vec::new();
+    for field in fields {
+        let member = names::member(&tar_key, field)?;
+        if out.contains(&member) {
+            return Err(format!(
+                "sample `{}` has two `{}` fields (field names are compared lower-case, as readers do)",
+                display_key(key),
+                display_key(&field.to_ascii_lowercase())
+            ));
+        }
+        out.push(member);
+    }
+    if out.is_empty() {
+        return Err(format!("sample `{}` has no fields; a tar holds a sample as its members", display_key(key)));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_would_not_read_back_are_refused() {
+        let bad: [(Option<&str>, &str, &[&str], &str); 5] = [
+            (Some("a"), "a", &["cls"], "share the key"),
+            (None, "a", &["jpg", "JPG"], "two `jpg` fields"),
+            (None, "../a", &["jpg"], "`..` component"),
+            (None, "a.b", &["jpg"], "no dot"),
+            (None, "a", &[], "no fields"),
+        ];
+        for (previous, key, fields, why) in bad {
+            let err = sample_members(previous, key, fields.iter().copied()).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+        assert_eq!(sample_members(None, "dir/a", ["JPG", "cls"].into_iter()).unwrap(), ["dir/a.jpg", "dir/a.cls"]);
+        assert_eq!(sample_members(Some("a"), "b", ["cls"].into_iter()).unwrap(), ["b.cls"]);
+    }
+
+    fn shard_of(dir: &std::path::Path, name: &str) -> Vec<u8> {
+        std::fs::read(dir.join(name)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_shard_lands_whole_or_not_at_all_and_an_equal_one_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = ShardWriter::open(dir.path().to_str().unwrap(), Default::default()).unwrap();
+        let mut s = out.shard("a.tar", 0).unwrap();
+        let big = vec![7u8; 3000];
+        s.add("k/1", &[("jpg", b"one"), ("cls", b"1")]).unwrap();
+        s.add("k/2", &[("jpg", &big)]).unwrap();
+        assert_eq!(s.bytes(), 2 * 1024 + (512 + 3072) + 1024, "three members and the tar's end");
+        let listed = |d: &std::path::Path| {
+            let mut v: Vec<String> =
+                std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(listed(dir.path()), [".a.tar.partial"], "nothing under the name before finish");
+        let done = s.finish().await.unwrap();
+        assert_eq!((done.samples, done.payload_bytes, done.kept), (2, 3 + 1 + 3000, false));
+        let first = shard_of(dir.path(), "a.tar");
+        assert_eq!(first.len() as u64, done.bytes);
+        let mut members = tar::Archive::new(&first[..]);
+        let names: Vec<String> =
+            members.entries().unwrap().map(|e| e.unwrap().path().unwrap().to_string_lossy().into()).collect();
+        assert_eq!(names, ["k/1.jpg", "k/1.cls", "k/2.jpg"]);
+        assert!(listed(dir.path()).contains(&"a.tar.stoker-idx.json".to_string()));
+
+        // The same samples again: the shard there is kept, untouched (same inode).
+        let ino = |p: std::path::PathBuf| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        let before = ino(dir.path().join("a.tar"));
+        let mut s = out.shard("a.tar", 0).unwrap();
+        s.add("k/1", &[("jpg", b"one"), ("cls", b"1")]).unwrap();
+        s.add("k/2", &[("jpg", &big)]).unwrap();
+        assert!(s.finish().await.unwrap().kept);
+        assert_eq!(ino(dir.path().join("a.tar")), before);
+        assert!(!listed(dir.path()).iter().any(|n| n.ends_with(".partial")), "the unneeded copy is removed");
+
+        // Same size, one byte changed: replaced.
+        let mut s = out.shard("a.tar", 0).unwrap();
+        s.add("k/1", &[("jpg", b"onE"), ("cls", b"1")]).unwrap();
+        s.add("k/2", &[("jpg", &big)]).unwrap();
+        assert!(!s.finish().await.unwrap().kept);
+        let second = shard_of(dir.path(), "a.tar");
+        assert_eq!(second.len(), first.len());
+        assert_ne!(second, first);
+
+        // A sample that cannot be written spends the stream; dropped, it leaves nothing.
+        let mut s = out.shard("b.tar", 0).unwrap();
+        s.add("x", &[("jpg", b"1")]).unwrap();
+        let err = s.add("x", &[("jpg", b"2")]).unwrap_err().to_string();
+        assert!(err.contains("b.tar") && err.contains("share the key"), "{err}");
+        assert!(s.add("y", &[("jpg", b"3")]).unwrap_err().to_string().contains("nothing was kept"));
+        let err = s.finish().await.unwrap_err().to_string();
+        assert!(err.contains("nothing was kept"), "{err}");
+        assert!(
+            !listed(dir.path()).iter().any(|n| n.starts_with(".b.tar") || n.starts_with("b.tar")),
+            "{:?}",
+            listed(dir.path())
+        );
+    }
+}
