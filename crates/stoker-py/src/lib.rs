@@ -50,6 +50,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tokens::TokenEpoch>()?;
     m.add_class::<dlpack::DlPack>()?;
     m.add_class::<write::ShardWriter>()?;
+    m.add_class::<write::ShardStream>()?;
     m.add_function(wrap_pyfunction!(write::index, m)?)?;
     m.add_function(wrap_pyfunction!(write::pack, m)?)?;
     m.add_function(wrap_pyfunction!(write::demo, m)?)?;

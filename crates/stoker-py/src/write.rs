@@ -1,13 +1,11 @@
-//! Writing: tar shards from rows in hand (`ShardWriter`, the Ray datasink's write tasks),
+//! Writing: tar shards from Arrow rows (`ShardWriter`, `ShardStream`: the Ray datasink's write tasks),
 //! `pack` (any source into tar shards or LMDB), and `index` (a destination's manifest).
-
-use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyDict;
 use stoker::pack::PackOptions;
-use stoker::{Field, Layout, Sample, SourceOptions};
+use stoker::{Layout, SourceOptions};
 
 use crate::errors::{err, InvalidInputError, StokerError};
 use crate::runtime::block_on;
@@ -74,42 +72,164 @@ impl ShardWriter {
         written(py, done)
     }
 
-    /// Write shard `name` from `keys` and `columns` (field name, one value per key, `None`
-    /// where a sample lacks the field); returns what was written.
-    fn write<'py>(
-        &self,
-        py: Python<'py>,
-        name: &str,
-        keys: Vec<String>,
-        columns: Vec<(String, Vec<Option<PyBackedBytes>>)>,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        if let Some((field, values)) = columns.iter().find(|(_, v)| v.len() != keys.len()) {
-            return Err(InvalidInputError::new_err(format!(
-                "column `{field}` has {} values for {} keys",
-                values.len(),
-                keys.len()
-            )));
+    /// Start writing shard `name` (about `size_hint` bytes; 0 if unknown) one block of rows at
+    /// a time: a [`ShardStream`].
+    #[pyo3(signature = (name, size_hint = 0))]
+    fn shard(&self, name: &str, size_hint: u64) -> PyResult<ShardStream> {
+        Ok(ShardStream { inner: Some(self.inner.shard(name, size_hint).map_err(err)?) })
+    }
+}
+
+/// One tar shard being written from Arrow arrays (see `stoker::pack::ShardStream`); nothing
+/// is under its name until `finish`, and one dropped unfinished leaves nothing.
+#[pyclass(module = "stoker._stoker")]
+pub(crate) struct ShardStream {
+    inner: Option<stoker::pack::ShardStream>,
+}
+
+#[pymethods]
+impl ShardStream {
+    fn __repr__(&self) -> String {
+        self.inner.as_ref().map_or("ShardStream(finished)".into(), |s| format!("ShardStream({:?})", s.name()))
+    }
+
+    /// The shard's size were it finished now.
+    #[getter]
+    fn bytes(&self) -> u64 {
+        self.inner.as_ref().map_or(0, |s| s.bytes())
+    }
+
+    /// Samples written so far.
+    #[getter]
+    fn samples(&self) -> usize {
+        self.inner.as_ref().map_or(0, |s| s.samples())
+    }
+
+    /// Write one sample per row: its key from `keys` (an Arrow string array, no nulls) and a
+    /// member per column of `columns` (member name, an Arrow binary or string array of the
+    /// same length; a null is a member left out). The arrays are read in place (the Arrow C
+    /// data interface), with the GIL released.
+    fn add(
+        &mut self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        columns: Vec<(String, Bound<'_, PyAny>)>,
+    ) -> PyResult<()> {
+        let keys = Column::import(keys, "__key__")?;
+        if matches!(keys, Column::Binary(_) | Column::LargeBinary(_)) {
+            return Err(InvalidInputError::new_err("__key__ must be a string column (each row's sample key)"));
         }
-        let names: Vec<Arc<str>> = columns.iter().map(|(n, _)| Arc::from(n.as_str())).collect();
-        let mut columns: Vec<std::vec::IntoIter<Option<PyBackedBytes>>> =
-            columns.into_iter().map(|(_, v)| v.into_iter()).collect();
-        let samples: Vec<Sample> = keys
-            .into_iter()
-            .map(|key| {
-                let fields = names
-                    .iter()
-                    .zip(columns.iter_mut())
-                    .filter_map(|(n, c)| {
-                        c.next().flatten().map(|v| Field { name: n.clone(), data: bytes::Bytes::from_owner(v) })
-                    })
-                    .collect();
-                Sample { key, fields }
-            })
-            .collect();
-        let w = self.inner.clone();
-        let name = name.to_string();
-        let done = block_on(py, async move { w.write(&name, &samples).await })?.map_err(err)?;
+        let columns: Vec<(String, Column)> =
+            columns.into_iter().map(|(n, a)| Column::import(&a, &n).map(|c| (n, c))).collect::<PyResult<_>>()?;
+        let rows = keys.len();
+        if let Some((name, c)) = columns.iter().find(|(_, c)| c.len() != rows) {
+            return Err(InvalidInputError::new_err(format!("column `{name}` has {} rows for {rows} keys", c.len())));
+        }
+        let stream = self.inner.as_mut().ok_or_else(|| InvalidInputError::new_err("the shard was already finished"))?;
+        // A null key is the caller's mistake; a sample refused or a failed write is the
+        // writer's error, with its kind.
+        let written = py.detach(|| {
+            let mut fields: Vec<(&str, &[u8])> = Vec::with_capacity(columns.len());
+            for row in 0..rows {
+                let key = keys.text(row).ok_or_else(|| Err(format!("row {row} has no __key__ (null)")))?;
+                fields.clear();
+                fields.extend(columns.iter().filter_map(|(n, c)| c.bytes(row).map(|v| (n.as_str(), v))));
+                stream.add(key, &fields).map_err(Ok)?;
+            }
+            Ok::<_, Result<stoker::Error, String>>(())
+        });
+        match written {
+            Ok(()) => Ok(()),
+            Err(Ok(e)) => Err(err(e)),
+            Err(Err(why)) => Err(InvalidInputError::new_err(why)),
+        }
+    }
+
+    /// Publish the shard (or keep an equal one already there) and index it; returns what was
+    /// written.
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let stream = self.inner.take().ok_or_else(|| InvalidInputError::new_err("the shard was already finished"))?;
+        let done = block_on(py, async move { stream.finish().await })?.map_err(err)?;
         written(py, done)
+    }
+}
+
+/// An Arrow binary or string array taken from Python through the Arrow PyCapsule interface
+/// (`__arrow_c_array__`, pyarrow 14 and later): the array's buffers stay pyarrow's, kept
+/// alive by the imported array until it is dropped.
+enum Column {
+    Binary(arrow_array::BinaryArray),
+    LargeBinary(arrow_array::LargeBinaryArray),
+    Text(arrow_array::StringArray),
+    LargeText(arrow_array::LargeStringArray),
+}
+
+impl Column {
+    fn import(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Self> {
+        use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
+        use arrow_array::Array;
+        use pyo3::types::{PyCapsule, PyCapsuleMethods};
+        let bad = |why: String| InvalidInputError::new_err(format!("column `{name}`: {why}"));
+        if !obj.hasattr("__arrow_c_array__")? {
+            return Err(bad("not an Arrow array (pyarrow 14 or later)".into()));
+        }
+        let (schema, array): (Bound<'_, PyCapsule>, Bound<'_, PyCapsule>) =
+            obj.call_method0("__arrow_c_array__")?.extract()?;
+        let schema = schema.pointer_checked(Some(c"arrow_schema"))?.cast::<FFI_ArrowSchema>();
+        let array = array.pointer_checked(Some(c"arrow_array"))?.cast::<FFI_ArrowArray>();
+        // SAFETY: the capsules are the Arrow PyCapsule interface's, named as it names them, so
+        // they hold an initialised, aligned FFI_ArrowSchema and FFI_ArrowArray. The array is
+        // moved out (its capsule then holds a released one, which its destructor skips) and
+        // owns its buffers through the producer's release callback; the schema is only read
+        // while its capsule is alive.
+        let data = unsafe { arrow_array::ffi::from_ffi(FFI_ArrowArray::from_raw(array.as_ptr()), schema.as_ref()) }
+            .map_err(|e| bad(format!("cannot import it: {e}")))?;
+        // Offsets in bounds and increasing, text valid UTF-8: whatever the producer sent.
+        data.validate_full().map_err(|e| bad(format!("an invalid Arrow array: {e}")))?;
+        let a = arrow_array::make_array(data);
+        let any = a.as_any();
+        if let Some(a) = any.downcast_ref::<arrow_array::BinaryArray>() {
+            Ok(Column::Binary(a.clone()))
+        } else if let Some(a) = any.downcast_ref::<arrow_array::LargeBinaryArray>() {
+            Ok(Column::LargeBinary(a.clone()))
+        } else if let Some(a) = any.downcast_ref::<arrow_array::StringArray>() {
+            Ok(Column::Text(a.clone()))
+        } else if let Some(a) = any.downcast_ref::<arrow_array::LargeStringArray>() {
+            Ok(Column::LargeText(a.clone()))
+        } else {
+            Err(bad(format!("type {}, not binary or string", a.data_type())))
+        }
+    }
+
+    fn len(&self) -> usize {
+        use arrow_array::Array;
+        match self {
+            Column::Binary(a) => a.len(),
+            Column::LargeBinary(a) => a.len(),
+            Column::Text(a) => a.len(),
+            Column::LargeText(a) => a.len(),
+        }
+    }
+
+    /// Row `i`'s bytes, `None` for a null.
+    fn bytes(&self, i: usize) -> Option<&[u8]> {
+        use arrow_array::Array;
+        match self {
+            Column::Binary(a) => a.is_valid(i).then(|| a.value(i)),
+            Column::LargeBinary(a) => a.is_valid(i).then(|| a.value(i)),
+            Column::Text(a) => a.is_valid(i).then(|| a.value(i).as_bytes()),
+            Column::LargeText(a) => a.is_valid(i).then(|| a.value(i).as_bytes()),
+        }
+    }
+
+    /// Row `i` as text, `None` for a null or a binary column.
+    fn text(&self, i: usize) -> Option<&str> {
+        use arrow_array::Array;
+        match self {
+            Column::Text(a) => a.is_valid(i).then(|| a.value(i)),
+            Column::LargeText(a) => a.is_valid(i).then(|| a.value(i)),
+            Column::Binary(_) | Column::LargeBinary(_) => None,
+        }
     }
 }
 

@@ -79,6 +79,48 @@ def test_ray_write_packs_every_row_resumes_after_a_killed_worker_and_refuses_wha
     assert "member `a.b.jpg` would read back as key `a`" in got["refused_key"], got
 
 
+WRITE_TASK_MEMORY = r"""
+import json, resource, sys, types
+import pyarrow as pa
+import stoker.ray
+from ray.data.block import BlockAccessor
+
+dest, shard = sys.argv[1], int(sys.argv[2])
+sink = stoker.ray.StokerDatasink(dest, shard_size=shard)
+sink.on_write_start()
+payload = bytes(range(256)) * 64  # 16 KiB
+def blocks():
+    # Three shards' worth of rows, made a block at a time (as Ray hands a write task its blocks).
+    for b in range(3 * shard // (256 * 8192) + 1):
+        keys = [f"k/{b:05d}{r:03d}" for r in range(256)]
+        vals = [payload[r:r + 8000 + r] for r in range(256)]
+        yield pa.table({"__key__": pa.array(keys), "jpg": pa.array(vals, pa.large_binary())})
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+written = sink.write(blocks(), types.SimpleNamespace(task_idx=0))
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(json.dumps({"shards": len(written), "samples": sum(w["samples"] for w in written), "grown_kib": grown}))
+"""
+
+
+def test_a_write_task_holds_a_block_of_rows_not_its_shard(tmp_path):
+    # Shards of 128 MiB, three and a bit from one task: the task's memory grows by less than
+    # half a shard (30-40 MiB here whatever the shard size, from 16 to 192 MiB; a task that
+    # gathered its shard in memory grew by more than two shards: the rows as Python bytes and
+    # the tar built from them).
+    env = peers_env(tmp_path)
+    shard = 128 << 20
+    out = subprocess.run(
+        [writers_python(), "-c", WRITE_TASK_MEMORY, str(tmp_path / "out"), str(shard)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["shards"] == 4 and got["samples"] == 256 * (3 * shard // (256 * 8192) + 1), got
+    assert got["grown_kib"] * 1024 < shard // 2, f"the write task grew by {got['grown_kib'] // 1024} MiB"
+    back = stoker.open(str(tmp_path / "out"))
+    assert len(back) == got["samples"]
+
+
 def test_stoker_pack_on_ray_runs_the_python_package_and_resumes(tmp_path):
     cli = ROOT / "target/debug/stoker"
     assert cli.exists(), f"{cli} is missing: cargo build -p stoker-cli (integration/test.sh builds it)"

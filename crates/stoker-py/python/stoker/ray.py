@@ -33,6 +33,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 try:
     import numpy
     import pyarrow
+    import pyarrow.compute
     import ray.data
     from ray.data.block import BlockAccessor, BlockMetadata
     from ray.data.datasource import Datasink, Datasource, ReadTask
@@ -582,19 +583,15 @@ def _token_rows(block: Any, table: "pyarrow.Table", name: str) -> Iterator["nump
     )
 
 
-#: A tar's end: two zero blocks after the last member (what ``stoker pack`` counts too).
-TAR_END = 1024
-
-
 class _Shards:
-    """The shards of one write task: rows gathered until the next would take the shard past
-    its size (or row count), then written."""
+    """The shards of one write task: each block's rows go into the shard being written as
+    they come (read in place by Stoker's writer, which streams the shard to its file), and a
+    shard closes before the row that would take it past its size (or row count). A task holds
+    a block of rows, not its shard."""
 
     def __init__(self, writer: Any, stem: str, shard_size: int, per_shard: Optional[int]) -> None:
         self._writer, self._stem, self._size, self._per = writer, stem, shard_size, per_shard
-        self._keys: List[str] = []
-        self._cols: Dict[str, List[Optional[bytes]]] = {}
-        self._bytes = TAR_END
+        self._stream: Any = None
         self.written: List[Dict[str, Any]] = []
 
     def add(self, block: Any) -> None:
@@ -606,71 +603,73 @@ class _Shards:
                 f"stoker.ray.write needs a __key__ column (each row's sample key); the dataset has "
                 f"{table.column_names}: add one with map_batches"
             )
-        keys = table.column("__key__").to_pylist()
-        bad = next((i for i, k in enumerate(keys) if not isinstance(k, str) or not k), None)
-        if bad is not None:
-            raise InvalidInputError(f"row {bad} of a block has __key__ {keys[bad]!r}; keys are non-empty strings")
-        cols: Dict[str, List[Optional[bytes]]] = {}
+        keys = _keys(table.column("__key__"))
+        cols: List[tuple] = []
         for name in table.column_names:
             if name in ROW_COLUMNS:
                 continue
             member = _member_name(name, table.schema.field(name).type)
-            if member.lower() in {c.lower() for c in cols}:
+            if member.lower() in {c.lower() for c, _ in cols}:
                 raise InvalidInputError(
                     f"two columns would both be written as member {member!r} (a list or tensor column is "
                     f"written as COLUMN.npy; field names are compared lower-case): rename one"
                 )
-            cols[member] = _values(block, table, name)
+            cols.append((member, _values(block, table, name)))
         sizes = _row_bytes(keys, cols)
         n, start = len(keys), 0
         while start < n:
             # The rows that fit in what is left of the shard (by size, then count); a row
             # bigger than a whole shard gets one of its own.
+            stream = self._open()
             held = numpy.cumsum(sizes[start:])
-            fit = int(numpy.searchsorted(held, self._size - self._bytes, side="right"))
+            fit = int(numpy.searchsorted(held, self._size - stream.bytes, side="right"))
             if self._per is not None:
-                fit = min(fit, self._per - len(self._keys))
-            if fit == 0 and self._keys:
+                fit = min(fit, self._per - stream.samples)
+            if fit == 0 and stream.samples:
                 self._flush()
                 continue
             end = start + max(fit, 1)
-            self._take(keys[start:end], {name: vals[start:end] for name, vals in cols.items()}, int(held[end - start - 1]))
+            stream.add(keys.slice(start, end - start), [(m, a.slice(start, end - start)) for m, a in cols])
             start = end
             if start < n:
                 self._flush()
 
-    def _take(self, keys: List[str], cols: Dict[str, List[Optional[bytes]]], size: int) -> None:
-        """Add rows to the shard being gathered (a column new to it, or missing from these rows,
-        is padded with nulls)."""
-        held = len(self._keys)
-        for name, vals in cols.items():
-            if name not in self._cols:
-                self._cols[name] = [None] * held
-            self._cols[name].extend(vals)
-        for name, vals in self._cols.items():
-            if name not in cols:
-                vals.extend([None] * len(keys))
-        self._keys.extend(keys)
-        self._bytes += size
+    def _open(self) -> Any:
+        if self._stream is None:
+            name = f"{self._stem}-{len(self.written):04d}.tar"
+            self._stream = self._writer.shard(name, self._size)
+        return self._stream
 
     def close(self) -> None:
-        if self._keys:
+        if self._stream is not None and self._stream.samples:
             self._flush()
 
     def _flush(self) -> None:
-        name = f"{self._stem}-{len(self.written):04d}.tar"
-        self.written.append(self._writer.write(name, self._keys, list(self._cols.items())))
-        self._keys, self._cols, self._bytes = [], {}, TAR_END
+        self.written.append(self._stream.finish())
+        self._stream = None
 
 
-def _row_bytes(keys: List[str], cols: Dict[str, List[Optional[bytes]]]) -> "numpy.ndarray":
+def _keys(col: Any) -> "pyarrow.Array":
+    """The ``__key__`` column as one string array, or why it cannot name samples."""
+    keys = col.combine_chunks()
+    if not (pyarrow.types.is_string(keys.type) or pyarrow.types.is_large_string(keys.type)):
+        raise InvalidInputError(f"row 0 of a block has __key__ {keys[0].as_py()!r}; keys are non-empty strings")
+    lengths = pyarrow.compute.binary_length(keys)
+    bad = pyarrow.compute.fill_null(pyarrow.compute.equal(lengths, 0), True)
+    if pyarrow.compute.any(bad).as_py():
+        first = int(numpy.flatnonzero(bad.to_numpy(zero_copy_only=False))[0])
+        raise InvalidInputError(f"row {first} of a block has __key__ {keys[first].as_py()!r}; keys are non-empty strings")
+    return keys
+
+
+def _row_bytes(keys: "pyarrow.Array", cols: List[tuple]) -> "numpy.ndarray":
     """Bytes each row's members take in a tar (as ``stoker pack`` counts them: a header, a
     long-name entry for a name over 100 bytes, the payload padded to 512)."""
-    n = len(keys)
-    key_len = numpy.fromiter((len(k.encode()) for k in keys), dtype=numpy.int64, count=n)
-    total = numpy.zeros(n, dtype=numpy.int64)
-    for name, vals in cols.items():
-        size = numpy.fromiter((-1 if v is None else len(v) for v in vals), dtype=numpy.int64, count=n)
+    lengths = lambda a: pyarrow.compute.binary_length(a).fill_null(-1).to_numpy(zero_copy_only=False).astype(numpy.int64)  # noqa: E731
+    key_len = lengths(keys)
+    total = numpy.zeros(len(keys), dtype=numpy.int64)
+    for name, vals in cols:
+        size = lengths(vals)
         name_len = key_len + 1 + len(name.encode())
         long = numpy.where(name_len > 100, 512 + -(-(name_len + 1) // 512) * 512, 0)
         total += numpy.where(size >= 0, long + 512 + -(-size // 512) * 512, 0)
@@ -692,32 +691,36 @@ def _npy(value: Any) -> bytes:
     return buf.getvalue()
 
 
-def _values(block: Any, table: "pyarrow.Table", name: str) -> List[Optional[bytes]]:
-    """A column's values as member payloads, ``None`` for nulls."""
+def _values(block: Any, table: "pyarrow.Table", name: str) -> "pyarrow.Array":
+    """A column's values as member payloads: a binary or string array (what the shard writer
+    reads in place), a null where a row has no member."""
     col = table.column(name)
     t = col.type
     T = pyarrow.types
-    if T.is_binary(t) or T.is_large_binary(t) or T.is_fixed_size_binary(t):
-        return col.to_pylist()  # type: ignore[no-any-return]
-    if T.is_string(t) or T.is_large_string(t):
-        return [None if v is None else v.encode() for v in col.to_pylist()]
-    if T.is_boolean(t):
-        return [None if v is None else b"1" if v else b"0" for v in col.to_pylist()]
-    if T.is_integer(t):
-        return [None if v is None else str(v).encode() for v in col.to_pylist()]
-    if T.is_floating(t):
-        return [None if v is None else repr(float(v)).encode() for v in col.to_pylist()]
-    if _is_array(t):
+    if T.is_binary(t) or T.is_large_binary(t) or T.is_string(t) or T.is_large_string(t):
+        return col.combine_chunks()
+    if T.is_fixed_size_binary(t):
+        vals: List[Optional[bytes]] = col.to_pylist()
+    elif T.is_boolean(t):
+        vals = [None if v is None else b"1" if v else b"0" for v in col.to_pylist()]
+    elif T.is_integer(t):
+        vals = [None if v is None else str(v).encode() for v in col.to_pylist()]
+    elif T.is_floating(t):
+        vals = [None if v is None else repr(float(v)).encode() for v in col.to_pylist()]
+    elif _is_array(t):
         if isinstance(t, pyarrow.ExtensionType):
             values = block.to_numpy(name)
             nulls = [False] * len(values) if col.null_count == 0 else col.is_null().to_pylist()
-            return [None if null else _npy(v) for v, null in zip(values, nulls)]
-        dtype = t.value_type.to_pandas_dtype()  # the list's own type, not numpy's guess
-        return [None if v is None else _npy(numpy.asarray(v, dtype=dtype)) for v in col.to_pylist()]
-    raise InvalidInputError(
-        f"column {name!r} has type {t}, which stoker.ray.write cannot store as a member: map it to bytes, a "
-        "string, a number or a tensor first"
-    )
+            vals = [None if null else _npy(v) for v, null in zip(values, nulls)]
+        else:
+            dtype = t.value_type.to_pandas_dtype()  # the list's own type, not numpy's guess
+            vals = [None if v is None else _npy(numpy.asarray(v, dtype=dtype)) for v in col.to_pylist()]
+    else:
+        raise InvalidInputError(
+            f"column {name!r} has type {t}, which stoker.ray.write cannot store as a member: map it to bytes, a "
+            "string, a number or a tensor first"
+        )
+    return pyarrow.array(vals, pyarrow.large_binary())
 
 
 __all__ = [

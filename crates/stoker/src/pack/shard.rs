@@ -10,10 +10,11 @@
 use bytes::Bytes;
 
 use super::names;
+pub use super::stream::ShardWritten;
 use super::stream::{sample_members, ShardStream, TAR_END};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
-use crate::source::tar_index::{self, ShardIndex};
+use crate::source::tar_index;
 use crate::store::Store;
 use crate::uri::{self, SourceOptions};
 
@@ -54,23 +55,6 @@ struct JobFile {
     prefix: Option<String>,
     /// Whether [`ShardWriter::finish`] completed.
     complete: bool,
-}
-
-/// What [`ShardWriter::write`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ShardWritten {
-    /// The shard's name in the destination.
-    pub name: String,
-    /// Its size in bytes.
-    pub bytes: u64,
-    /// Samples in it.
-    pub samples: usize,
-    /// Payload bytes over its members.
-    pub payload_bytes: u64,
-    /// The shard was already there with exactly these bytes (an earlier run wrote it) and was
-    /// left as it was.
-    pub kept: bool,
 }
 
 impl ShardWriter {
@@ -184,7 +168,8 @@ impl ShardWriter {
     /// shard is gathered in memory for its PUT; 0 if unknown).
     pub fn shard(&self, name: &str, size_hint: u64) -> Result<ShardStream> {
         check_name(name)?;
-        Ok(ShardStream::new(self.clone(), name, self.out.writer(name, size_hint)?))
+        let writer = self.out.writer(name, size_hint)?;
+        Ok(ShardStream::new(self.out.clone(), self.shown.clone(), self.options.clone(), name, writer))
     }
 
     /// Write `samples`, in order, as the tar shard `name` (a plain file name ending in `.tar`),
@@ -219,11 +204,6 @@ impl ShardWriter {
         .await
         .map_err(Error::task)??;
         stream.finish().await
-    }
-
-    /// The destination's store.
-    pub(super) fn store(&self) -> &Store {
-        &self.out
     }
 
     /// Write `docs` (each a document's tokens, little-endian of `dtype`) as the Megatron
@@ -274,32 +254,6 @@ impl ShardWriter {
             Ok(info) if info.size == tar.len() as u64 => self.out.get(name).await.is_ok_and(|b| b[..] == *tar),
             _ => false,
         }
-    }
-
-    /// Save the sidecar index of shard `name`, of `bytes` bytes: `idx`, walked in the bytes
-    /// written, with `sums`, the checksums computed from them (nothing is read back), made the
-    /// index of the object now in the store (its size, and version where the store gives one).
-    pub(super) async fn index(&self, name: &str, bytes: u64, mut idx: ShardIndex, sums: Vec<u64>) -> Result<()> {
-        let info = self.out.head(name).await?;
-        if info.size != bytes {
-            return Err(Error::Changed {
-                object: self.out.describe(name),
-                reason: format!("it holds {} bytes just after {bytes} were written: another writer?", info.size),
-            });
-        }
-        if idx.fields.len() != sums.len() {
-            return Err(Error::internal(format!(
-                "{}: {} checksums for {} members",
-                self.out.describe(name),
-                sums.len(),
-                idx.fields.len()
-            )));
-        }
-        (idx.size, idx.modified_us, idx.e_tag) = (info.size, info.modified_us, info.e_tag);
-        idx.sums = sums;
-        idx.digest = tar_index::PayloadDigest::Xxh3;
-        tar_index::save(&self.out, &idx, &self.options).await;
-        Ok(())
     }
 }
 

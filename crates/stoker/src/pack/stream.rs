@@ -1,4 +1,5 @@
-//! One tar shard written sample by sample ([`ShardStream`]): what [`ShardWriter::write`] and
+//! One tar shard written sample by sample ([`ShardStream`]): what
+//! [`ShardWriter::write`](super::ShardWriter::write) and
 //! the Ray datasink's write tasks use, so a task holds the rows in hand, not its whole shard.
 //!
 //! The members go straight into the destination's [`ObjectWriter`] (a local file under a
@@ -10,20 +11,24 @@
 use std::io::Read;
 
 use super::names;
-use super::shard::{ShardWriter, ShardWritten};
 use super::tar_out::append_member;
 use crate::error::{Error, Result};
 use crate::sample::display_key;
 use crate::source::tar_index::{self, ShardIndex};
 use crate::store::{Cancel, ObjectInfo, ObjectWriter, Store};
+use crate::uri::SourceOptions;
 
-/// A tar shard being written one sample at a time; see [`ShardWriter::shard`].
+/// A tar shard being written one sample at a time; see
+/// [`ShardWriter::shard`](super::ShardWriter::shard).
 ///
 /// Nothing appears under the shard's name until [`finish`](Self::finish). A sample that cannot
 /// be written (a key or field name that would not read back, a write that failed) is an error,
 /// and the stream is then spent: `finish` refuses it, and dropping it removes what was written.
 pub struct ShardStream {
-    out: ShardWriter,
+    out: Store,
+    /// The destination, credentials redacted.
+    shown: String,
+    options: SourceOptions,
     name: String,
     tar: Option<tar::Builder<ObjectWriter>>,
     sums: Vec<u64>,
@@ -39,13 +44,32 @@ impl std::fmt::Debug for ShardStream {
     }
 }
 
+/// What [`ShardStream::finish`] (and [`ShardWriter::write`](super::ShardWriter::write)) did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShardWritten {
+    /// The shard's name in the destination.
+    pub name: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Samples in it.
+    pub samples: usize,
+    /// Payload bytes over its members.
+    pub payload_bytes: u64,
+    /// The shard was already there with exactly these bytes (an earlier run wrote it) and was
+    /// left as it was.
+    pub kept: bool,
+}
+
 /// The bytes of a tar's end: two zero blocks.
 pub(super) const TAR_END: u64 = 1024;
 
 impl ShardStream {
-    pub(super) fn new(out: ShardWriter, name: &str, writer: ObjectWriter) -> Self {
+    pub(super) fn new(out: Store, shown: String, options: SourceOptions, name: &str, writer: ObjectWriter) -> Self {
         ShardStream {
             out,
+            shown,
+            options,
             name: name.to_string(),
             tar: Some(tar::Builder::new(writer)),
             sums: Vec::new(),
@@ -74,7 +98,7 @@ impl ShardStream {
     /// Write one sample: its key and its fields (name and payload), in order. Blocking (the
     /// bytes go to a file): call it from a thread that may block.
     ///
-    /// The same refusals as [`ShardWriter::write`]: a key equal to the previous sample's (a
+    /// The same refusals as [`ShardWriter::write`](super::ShardWriter::write): a key equal to the previous sample's (a
     /// reader would merge the two), no fields, a field twice (names compared lower-case), a
     /// key or field name that would not read back as written.
     pub fn add(&mut self, key: &str, fields: &[(&str, &[u8])]) -> Result<()> {
@@ -108,7 +132,7 @@ impl ShardStream {
     }
 
     fn fail(&self, reason: String) -> Error {
-        Error::Pack { dest: self.out.dest().to_string(), reason: format!("{}: {reason}", self.name) }
+        Error::Pack { dest: self.shown.clone(), reason: format!("{}: {reason}", self.name) }
     }
 
     /// End the shard: its end blocks written, its headers walked in the bytes written, and
@@ -120,7 +144,7 @@ impl ShardStream {
             return Err(self.fail(format!("an earlier sample could not be written ({why}); nothing was kept")));
         }
         let tar = self.tar.take().ok_or_else(|| self.fail("the shard was already finished".into()))?;
-        let store = self.out.store().clone();
+        let store = self.out.clone();
         let existing = store.head(&self.name).await.ok();
         let (name, shown) = (self.name.clone(), store.describe(&self.name));
         let expected = self.sums.len();
@@ -151,7 +175,8 @@ impl ShardStream {
         } else {
             writer.finish().await?;
         }
-        self.out.index(&self.name, bytes, idx, std::mem::take(&mut self.sums)).await?;
+        let sums = std::mem::take(&mut self.sums);
+        self.index(bytes, idx, sums).await?;
         Ok(ShardWritten {
             name: self.name.clone(),
             bytes,
@@ -159,6 +184,33 @@ impl ShardStream {
             payload_bytes: self.payload_bytes,
             kept,
         })
+    }
+
+    /// Save the shard's sidecar index, of `bytes` bytes: `idx`, walked in the bytes
+    /// written, with `sums`, the checksums computed from them (nothing is read back), made the
+    /// index of the object now in the store (its size, and version where the store gives one).
+    async fn index(&self, bytes: u64, mut idx: ShardIndex, sums: Vec<u64>) -> Result<()> {
+        let name = &self.name;
+        let info = self.out.head(name).await?;
+        if info.size != bytes {
+            return Err(Error::Changed {
+                object: self.out.describe(name),
+                reason: format!("it holds {} bytes just after {bytes} were written: another writer?", info.size),
+            });
+        }
+        if idx.fields.len() != sums.len() {
+            return Err(Error::internal(format!(
+                "{}: {} checksums for {} members",
+                self.out.describe(name),
+                sums.len(),
+                idx.fields.len()
+            )));
+        }
+        (idx.size, idx.modified_us, idx.e_tag) = (info.size, info.modified_us, info.e_tag);
+        idx.sums = sums;
+        idx.digest = tar_index::PayloadDigest::Xxh3;
+        tar_index::save(&self.out, &idx, &self.options).await;
+        Ok(())
     }
 }
 
@@ -236,6 +288,7 @@ pub(super) fn sample_members<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pack::ShardWriter;
 
     #[test]
     fn names_that_would_not_read_back_are_refused() {

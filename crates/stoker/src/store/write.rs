@@ -55,7 +55,9 @@ impl Store {
                 let file = std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
                 Sink::File(BufWriter::with_capacity(1 << 20, file), tmp, to)
             }
-            Backend::Remote { .. } => Sink::Memory(Vec::with_capacity(size_hint as usize)),
+            // At most 1 GiB reserved ahead: a hint is not a promise, and a reservation too
+            // large to make would abort the process.
+            Backend::Remote { .. } => Sink::Memory(Vec::with_capacity(size_hint.min(1 << 30) as usize)),
         };
         Ok(ObjectWriter { store: self.clone(), path: path.to_string(), sink: Some(sink), written: 0, behind: 0 })
     }
@@ -113,7 +115,9 @@ impl ObjectWriter {
         match &mut self.sink {
             Some(Sink::File(f, tmp, _)) => {
                 f.flush()?;
-                Ok(Box::new(io::BufReader::with_capacity(1 << 16, std::fs::File::open(&*tmp)?)))
+                // Unbuffered: a walk of the headers reads 512 bytes a member and seeks past
+                // the payloads, which a buffer would read (and copy) whole.
+                Ok(Box::new(std::fs::File::open(&*tmp)?))
             }
             Some(Sink::Memory(v)) => Ok(Box::new(io::Cursor::new(&v[..]))),
             None => Err(io::Error::other("the object was already finished")),
