@@ -75,8 +75,11 @@ impl ShardWriter {
     /// Start writing shard `name` (about `size_hint` bytes; 0 if unknown) one block of rows at
     /// a time: a [`ShardStream`].
     #[pyo3(signature = (name, size_hint = 0))]
-    fn shard(&self, name: &str, size_hint: u64) -> PyResult<ShardStream> {
-        Ok(ShardStream { inner: Some(self.inner.shard(name, size_hint).map_err(err)?) })
+    fn shard(&self, py: Python<'_>, name: String, size_hint: u64) -> PyResult<ShardStream> {
+        // Made on the runtime, whose requests send a remote shard's parts as it grows.
+        let w = self.inner.clone();
+        let stream = block_on(py, async move { w.shard(&name, size_hint) })?.map_err(err)?;
+        Ok(ShardStream { inner: Some(stream) })
     }
 }
 
@@ -142,6 +145,14 @@ impl ShardStream {
             Ok(()) => Ok(()),
             Err(Ok(e)) => Err(err(e)),
             Err(Err(why)) => Err(InvalidInputError::new_err(why)),
+        }
+    }
+
+    /// Give the shard up: nothing appears under its name (what dropping it does, but now).
+    fn abort(&mut self, py: Python<'_>) -> PyResult<()> {
+        match self.inner.take() {
+            Some(stream) => block_on(py, stream.abort()),
+            None => Ok(()),
         }
     }
 

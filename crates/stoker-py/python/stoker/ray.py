@@ -360,9 +360,13 @@ class StokerDatasink(_ShownArgs, Datasink):
         if self._layout == "tokens":
             return _write_tokens(writer, stem, blocks, self._field, self._dtype, self._shard_size, self._per_shard)
         shards = _Shards(writer, stem, self._shard_size, self._per_shard)
-        for block in blocks:
-            shards.add(BlockAccessor.for_block(block))
-        shards.close()
+        try:
+            for block in blocks:
+                shards.add(BlockAccessor.for_block(block))
+            shards.close()
+        except BaseException:
+            shards.abort()  # the shard being written leaves nothing (a remote upload is aborted)
+            raise
         return shards.written
 
     def on_write_complete(self, write_result: Any) -> None:
@@ -643,6 +647,11 @@ class _Shards:
     def close(self) -> None:
         if self._stream is not None and self._stream.samples:
             self._flush()
+
+    def abort(self) -> None:
+        if self._stream is not None:
+            self._stream.abort()
+            self._stream = None
 
     def _flush(self) -> None:
         self.written.append(self._stream.finish())

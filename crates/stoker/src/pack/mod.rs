@@ -63,6 +63,7 @@ mod plan;
 mod shard;
 mod stream;
 mod tar_out;
+mod tar_sink;
 
 pub use shard::{ShardWriter, ShardWritten, TokenDtype, JOB_FILE};
 pub use stream::ShardStream;

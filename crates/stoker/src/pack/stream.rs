@@ -3,15 +3,16 @@
 //! the Ray datasink's write tasks use, so a task holds the rows in hand, not its whole shard.
 //!
 //! The members go straight into the destination's [`ObjectWriter`] (a local file under a
-//! temporary name, written to the disk as it grows; a remote object in memory until its PUT),
-//! with each payload's checksum computed as it is written. At the end the shard's headers are
-//! walked in the bytes about to be published (as a reader will walk them), the shard already
-//! under the name is kept if its bytes are these, and the sidecar index is saved.
+//! temporary name, written to the disk as it grows; a remote object in parts of a multipart
+//! upload), with each payload's checksum computed as it is written and each member's headers
+//! kept aside. At the end the shard's headers are walked in those (as a reader will walk them
+//! in the shard), the shard already under the name is kept if it hashes as this one, and the
+//! sidecar index is saved.
 
 use std::io::Read;
 
 use super::names;
-use super::tar_out::append_member;
+use super::tar_sink::TarSink;
 use crate::error::{Error, Result};
 use crate::sample::display_key;
 use crate::source::tar_index::{self, ShardIndex};
@@ -30,8 +31,8 @@ pub struct ShardStream {
     shown: String,
     options: SourceOptions,
     name: String,
-    tar: Option<tar::Builder<ObjectWriter>>,
-    sums: Vec<u64>,
+    /// `None` once finished.
+    sink: Option<TarSink>,
     samples: usize,
     payload_bytes: u64,
     last_key: Option<String>,
@@ -71,8 +72,7 @@ impl ShardStream {
             shown,
             options,
             name: name.to_string(),
-            tar: Some(tar::Builder::new(writer)),
-            sums: Vec::new(),
+            sink: Some(TarSink::new(writer)),
             samples: 0,
             payload_bytes: 0,
             last_key: None,
@@ -92,7 +92,7 @@ impl ShardStream {
 
     /// The shard's size were it finished now: the members written and the tar's end.
     pub fn bytes(&self) -> u64 {
-        self.tar.as_ref().map_or(0, |t| t.get_ref().written()) + TAR_END
+        self.sink.as_ref().map_or(0, |t| t.written()) + TAR_END
     }
 
     /// Write one sample: its key and its fields (name and payload), in order. Blocking (the
@@ -123,9 +123,9 @@ impl ShardStream {
     }
 
     fn append(&mut self, members: &[String], fields: &[(&str, &[u8])]) -> std::result::Result<(), String> {
-        let tar = self.tar.as_mut().ok_or("the shard was already finished")?;
+        let sink = self.sink.as_mut().ok_or("the shard was already finished")?;
         for (member, (_, data)) in members.iter().zip(fields) {
-            append_member(tar, member, data, &mut self.sums).map_err(|e| format!("cannot write `{member}`: {e}"))?;
+            sink.member(member, data).map_err(|e| format!("cannot write `{member}`: {e}"))?;
             self.payload_bytes += data.len() as u64;
         }
         Ok(())
@@ -133,6 +133,15 @@ impl ShardStream {
 
     fn fail(&self, reason: String) -> Error {
         Error::Pack { dest: self.shown.clone(), reason: format!("{}: {reason}", self.name) }
+    }
+
+    /// Give the shard up: nothing appears under its name (a local temporary file is removed,
+    /// a remote upload aborted once the parts being sent have ended). Dropping the stream does
+    /// the same, a remote abort then running on after the drop.
+    pub async fn abort(mut self) {
+        if let Some(sink) = self.sink.take() {
+            sink.into_writer().discard().await;
+        }
     }
 
     /// End the shard: its end blocks written, its headers walked in the bytes written, and
@@ -143,17 +152,16 @@ impl ShardStream {
         if let Some(why) = self.broken.take() {
             return Err(self.fail(format!("an earlier sample could not be written ({why}); nothing was kept")));
         }
-        let tar = self.tar.take().ok_or_else(|| self.fail("the shard was already finished".into()))?;
+        let sink = self.sink.take().ok_or_else(|| self.fail("the shard was already finished".into()))?;
         let store = self.out.clone();
         let existing = store.head(&self.name).await.ok();
         let (name, shown) = (self.name.clone(), store.describe(&self.name));
-        let expected = self.sums.len();
-        let (writer, idx, kept) = tokio::task::spawn_blocking(move || -> Result<(ObjectWriter, ShardIndex, bool)> {
-            let mut writer = tar.into_inner().map_err(|e| Error::io(&shown, e))?;
+        let expected = sink.members();
+        let walked = tokio::task::spawn_blocking(move || -> Result<(ObjectWriter, ShardIndex, Vec<u64>, bool)> {
+            let (writer, headers, sums, hash) = sink.end().map_err(|e| Error::io(&shown, e))?;
             let info = ObjectInfo { path: name, size: writer.written(), modified_us: 0, e_tag: None, recorded: false };
-            let mut back = writer.read_back().map_err(|e| Error::io(&shown, e))?;
             let walk = tar_index::Walk { skip: false, checksums: false };
-            let idx = tar_index::build_with(&mut back, &info, &shown, walk)?;
+            let idx = tar_index::build_with(headers.reader(info.size), &info, &shown, walk)?;
             if idx.fields.len() != expected || !idx.damage.is_empty() {
                 return Err(Error::internal(format!(
                     "{shown}: the shard just written reads back as {} members, not {expected}",
@@ -161,21 +169,18 @@ impl ShardStream {
                 )));
             }
             let kept = match existing {
-                Some(old) if old.size == info.size => same_bytes(&store, &old, &mut back),
+                Some(old) if old.size == info.size => hash_of(&store, &old) == Some(hash),
                 _ => false,
             };
-            drop(back);
-            Ok((writer, idx, kept))
-        })
-        .await
-        .map_err(Error::task)??;
+            Ok((writer, idx, sums, kept))
+        });
+        let (writer, idx, sums, kept) = walked.await.map_err(Error::task)??;
         let bytes = writer.written();
         if kept {
-            writer.discard();
+            writer.discard().await;
         } else {
             writer.finish().await?;
         }
-        let sums = std::mem::take(&mut self.sums);
         self.index(bytes, idx, sums).await?;
         Ok(ShardWritten {
             name: self.name.clone(),
@@ -214,43 +219,22 @@ impl ShardStream {
     }
 }
 
-/// Whether the object `old` holds exactly the bytes `new` reads (from its start); an object
-/// that cannot be read does not. Blocking; bounded memory (a piece of each at a time).
-fn same_bytes(store: &Store, old: &ObjectInfo, new: &mut dyn crate::store::ReadSeek) -> bool {
-    let Ok(mut reader) = store.blocking_reader(&store.object(old), true, Cancel::default()) else { return false };
-    if new.rewind().is_err() {
-        return false;
-    }
-    let (mut a, mut b) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+/// The XXH3-128 of the object `old`, read a piece at a time (blocking); `None` if it cannot be
+/// read. A shard already under the name is kept when it hashes as the one just written: the
+/// same bytes, short of a collision nobody but the destination's own writers could arrange.
+fn hash_of(store: &Store, old: &ObjectInfo) -> Option<u128> {
+    let mut reader = store.blocking_reader(&store.object(old), true, Cancel::default()).ok()?;
+    let mut hash = twox_hash::XxHash3_128::new();
+    let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = match read_full(&mut reader, &mut a) {
-            Ok(n) => n,
-            Err(_) => return false,
-        };
-        match read_full(new, &mut b[..n.max(1)]) {
-            Ok(m) if m == n && a[..n] == b[..n] => {}
-            _ => return false,
-        }
-        if n < a.len() {
-            // Both ended here (the new one read no further than the old one's length, and
-            // the sizes are equal): the same bytes.
-            return reader.failure().is_none();
-        }
-    }
-}
-
-/// Fill `buf` from `r` unless it ends first; the bytes read.
-fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
+        match reader.read(&mut buf) {
             Ok(0) => break,
-            Ok(k) => n += k,
+            Ok(n) => hash.write(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(_) => return None,
         }
     }
-    Ok(n)
+    reader.failure().is_none().then(|| hash.finish_128())
 }
 
 /// The member names of one sample (after the sample keyed `previous`), or why it cannot be

@@ -31,6 +31,7 @@ mod local;
 mod mapped;
 mod object;
 mod remote;
+mod upload;
 mod walk;
 mod write;
 
@@ -42,7 +43,7 @@ pub(crate) use direct::{gone, is_gone, DirectReader};
 pub(crate) use local::{is_temp_name, publish, temp_name};
 pub(crate) use mapped::MappedObject;
 pub use object::Object;
-pub use write::{ObjectWriter, ReadSeek};
+pub use write::ObjectWriter;
 
 /// An object in a store: its path relative to the store root and what identifies its version.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,15 +1,17 @@
 //! Streaming writes of whole objects, published atomically: a local file is written under a
 //! hidden temporary name, synced and renamed into place (a name in final form is always a
-//! whole file, even after a crash); a remote object is built in memory and sent as one PUT
-//! (it appears whole or not at all). A writer dropped before [`ObjectWriter::finish`] leaves
-//! nothing: its temporary file is removed.
+//! whole file, even after a crash); a remote object is sent in parts of a multipart upload as
+//! it grows, or in one PUT when it is smaller than a part, and appears whole or not at all. A
+//! writer dropped before [`ObjectWriter::finish`] leaves nothing: its temporary file is
+//! removed, its upload aborted.
 
-use std::io::{self, BufWriter, Read, Seek, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
 use bytes::Bytes;
 
 use super::local::{publish, temp_name};
+use super::upload::Parts;
 use super::{Backend, Store};
 use crate::error::{Error, Result};
 
@@ -35,6 +37,9 @@ const WRITE_BEHIND: u64 = 8 << 20;
 enum Sink {
     /// The temporary file and the final one.
     File(BufWriter<std::fs::File>, PathBuf, PathBuf),
+    /// A remote object, sent as it grows.
+    Parts(Parts),
+    /// A remote object written where no runtime runs its requests: gathered for one PUT.
     Memory(Vec<u8>),
 }
 
@@ -45,7 +50,10 @@ impl std::fmt::Debug for ObjectWriter {
 }
 
 impl Store {
-    /// Start writing `path` (about `size_hint` bytes: remote objects are held in memory).
+    /// Start writing `path` (about `size_hint` bytes; 0 if unknown). Writes block (a local
+    /// file, or a remote part being sent): make them from a thread that may block, not an
+    /// async task. A remote object is sent in parts on the runtime this is called on; called
+    /// outside one, it is gathered in memory (about `size_hint` reserved) for one PUT.
     pub fn writer(&self, path: &str, size_hint: u64) -> Result<ObjectWriter> {
         let sink = match &self.0.backend {
             Backend::Local(l) => {
@@ -55,9 +63,12 @@ impl Store {
                 let file = std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
                 Sink::File(BufWriter::with_capacity(1 << 20, file), tmp, to)
             }
-            // At most 1 GiB reserved ahead: a hint is not a promise, and a reservation too
-            // large to make would abort the process.
-            Backend::Remote { .. } => Sink::Memory(Vec::with_capacity(size_hint.min(1 << 30) as usize)),
+            Backend::Remote { reader, .. } => match tokio::runtime::Handle::try_current() {
+                Ok(handle) => Sink::Parts(Parts::new(handle, reader.fetcher().objects().clone(), self.obj_path(path))),
+                // At most 1 GiB reserved ahead: a hint is not a promise, and a reservation
+                // too large to make would abort the process.
+                Err(_) => Sink::Memory(Vec::with_capacity(size_hint.min(1 << 30) as usize)),
+            },
         };
         Ok(ObjectWriter { store: self.clone(), path: path.to_string(), sink: Some(sink), written: 0, behind: 0 })
     }
@@ -98,36 +109,22 @@ impl ObjectWriter {
             })
             .await
             .map_err(Error::task)?,
+            Some(Sink::Parts(p)) => p.finish().await.map_err(|e| self.store.err(&self.path, e)),
             Some(Sink::Memory(v)) => self.store.put(&self.path, Bytes::from(v)).await,
             None => Err(Error::internal(format!("{shown}: finished twice"))),
         }
     }
 
-    /// Give the object up: nothing appears under its name, and a local temporary file is
-    /// removed (as when the writer is dropped).
-    pub fn discard(self) {}
-
-    /// Read back what has been written so far (blocking: a local file is read from its
-    /// temporary file through a handle of its own, so the write position is untouched). For
-    /// checks before [`finish`](Self::finish) publishes it: an index walked from the bytes
-    /// that will be published, or a comparison with the object already under the name.
-    pub fn read_back(&mut self) -> io::Result<Box<dyn ReadSeek + '_>> {
-        match &mut self.sink {
-            Some(Sink::File(f, tmp, _)) => {
-                f.flush()?;
-                // Unbuffered: a walk of the headers reads 512 bytes a member and seeks past
-                // the payloads, which a buffer would read (and copy) whole.
-                Ok(Box::new(std::fs::File::open(&*tmp)?))
-            }
-            Some(Sink::Memory(v)) => Ok(Box::new(io::Cursor::new(&v[..]))),
-            None => Err(io::Error::other("the object was already finished")),
+    /// Give the object up: nothing appears under its name, a local temporary file is removed
+    /// and a remote upload aborted (dropping the writer does the same, the abort then running
+    /// on after the drop).
+    pub async fn discard(mut self) {
+        // A local file is left to `drop`, which removes it.
+        if let Some(Sink::Parts(p)) = self.sink.take_if(|s| matches!(s, Sink::Parts(_))) {
+            p.abort().await;
         }
     }
 }
-
-/// A blocking reader that can seek: what [`ObjectWriter::read_back`] gives.
-pub trait ReadSeek: Read + Seek {}
-impl<T: Read + Seek> ReadSeek for T {}
 
 impl Drop for ObjectWriter {
     fn drop(&mut self) {
@@ -157,6 +154,7 @@ impl Write for ObjectWriter {
                 }
                 n
             }
+            Some(Sink::Parts(p)) => p.write(buf)?,
             Some(Sink::Memory(v)) => v.write(buf)?,
         };
         self.written += n as u64;
@@ -166,7 +164,7 @@ impl Write for ObjectWriter {
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.sink {
             Some(Sink::File(f, ..)) => f.flush(),
-            Some(Sink::Memory(_)) | None => Ok(()),
+            Some(Sink::Parts(_) | Sink::Memory(_)) | None => Ok(()),
         }
     }
 }

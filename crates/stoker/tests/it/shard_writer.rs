@@ -142,3 +142,46 @@ async fn a_shard_streamed_to_s3_lands_in_one_put_and_an_equal_rerun_keeps_it() {
         assert_eq!((g.key.as_str(), &g.fields[0].data), (want.key.as_str(), &want.fields[0].data));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_larger_than_a_part_goes_to_s3_in_parts_and_one_given_up_leaves_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("data")).unwrap();
+    let h = crate::common::s3::serve(root.path()).await;
+    let w = ShardWriter::open(&crate::common::s3::uri(&h.endpoint(), "big", ""), Default::default()).unwrap();
+    // 25 samples of 1 MiB: three whole 8 MiB parts and a last one.
+    let big: Vec<Sample> = (0..25u8)
+        .map(|i| Sample {
+            key: format!("s/{i:03}"),
+            fields: vec![Field { name: "bin".into(), data: Bytes::from(vec![i; 1 << 20]) }],
+        })
+        .collect();
+    let done = w.write("p-000000-0000.tar", &big).await.unwrap();
+    assert!(done.bytes > 3 * (8 << 20) && !done.kept, "{done:?}");
+    // The object is the tar a local write of the same samples gives.
+    let local = tempfile::tempdir().unwrap();
+    let lw = ShardWriter::open(&local.path().display().to_string(), Default::default()).unwrap();
+    lw.write("p-000000-0000.tar", &big).await.unwrap();
+    let remote = std::fs::read(root.path().join("data/big/p-000000-0000.tar")).unwrap();
+    assert!(remote == std::fs::read(local.path().join("p-000000-0000.tar")).unwrap(), "the same bytes");
+    assert!(w.write("p-000000-0000.tar", &big).await.unwrap().kept, "a rerun keeps it");
+
+    // A shard given up after two parts were sent: nothing under its name, no part kept.
+    let mut s = w.shard("p-000000-0001.tar", 0).unwrap();
+    let s = tokio::task::spawn_blocking(move || {
+        for x in &big[..20] {
+            s.add(&x.key, &[("bin", &x.fields[0].data[..])]).unwrap();
+        }
+        s
+    })
+    .await
+    .unwrap();
+    s.abort().await;
+    assert!(!root.path().join("data/big/p-000000-0001.tar").exists());
+    let parts: Vec<String> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".upload_id-"))
+        .collect();
+    assert!(parts.is_empty(), "parts left on the server: {parts:?}");
+}

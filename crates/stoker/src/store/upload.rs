@@ -1,0 +1,160 @@
+//! A remote object written in parts as it grows ([`Parts`], behind
+//! [`ObjectWriter`](super::ObjectWriter)): a multipart upload, so a writer holds a few parts,
+//! not the object. It still appears whole or not at all (the store publishes it at the
+//! upload's completion, and an upload given up is aborted).
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use object_store::path::Path as ObjPath;
+use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload};
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+/// Bytes a part: above every store's minimum (5 MiB on S3), and every part but the last the
+/// same size, as some stores (R2) require.
+pub(crate) const PART: usize = 8 << 20;
+
+/// Parts sent at once; with the one being filled, what a writer holds.
+const IN_FLIGHT: usize = 3;
+
+/// A remote object being written; see the module docs.
+pub(crate) struct Parts {
+    handle: Handle,
+    objects: Arc<dyn ObjectStore>,
+    location: ObjPath,
+    /// The part being filled.
+    buf: Vec<u8>,
+    state: State,
+    in_flight: VecDeque<JoinHandle<object_store::Result<()>>>,
+}
+
+enum State {
+    /// No part is full yet: an object smaller than a part is sent in one PUT.
+    Unstarted,
+    /// In a mutex only to make the writer `Sync` (an upload is `Send` alone); reached through
+    /// `&mut`, never locked.
+    Uploading(Mutex<Box<dyn MultipartUpload>>),
+    /// The store has no multipart uploads (HTTP): the object is gathered here for one PUT.
+    Whole(Vec<u8>),
+    Done,
+}
+
+impl Parts {
+    /// A writer of `location` in `objects`, its requests run on `handle`'s runtime (the writes
+    /// come from threads that may block, outside it).
+    pub(crate) fn new(handle: Handle, objects: Arc<dyn ObjectStore>, location: ObjPath) -> Self {
+        Parts { handle, objects, location, buf: Vec::new(), state: State::Unstarted, in_flight: VecDeque::new() }
+    }
+
+    /// Take some of `data`; blocking (waits while [`IN_FLIGHT`] parts are being sent).
+    pub(crate) fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if let State::Whole(v) = &mut self.state {
+            v.extend_from_slice(data);
+            return Ok(data.len());
+        }
+        if self.buf.capacity() == 0 {
+            self.buf.reserve_exact(PART);
+        }
+        let n = data.len().min(PART - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == PART {
+            self.send_part()?;
+        }
+        Ok(n)
+    }
+
+    fn send_part(&mut self) -> io::Result<()> {
+        if let State::Unstarted = self.state {
+            let (objects, location) = (self.objects.clone(), self.location.clone());
+            // Spawned, not run here: on a current-thread runtime only its own thread drives
+            // the requests' IO.
+            let start = self.handle.spawn(async move { objects.put_multipart(&location).await });
+            match self.handle.block_on(start).map_err(io::Error::other)? {
+                Ok(upload) => self.state = State::Uploading(Mutex::new(upload)),
+                Err(object_store::Error::NotImplemented { .. }) => {
+                    let mut whole = std::mem::take(&mut self.buf);
+                    whole.reserve(PART);
+                    self.state = State::Whole(whole);
+                    return Ok(());
+                }
+                Err(e) => return Err(io::Error::other(e)),
+            }
+        }
+        let State::Uploading(upload) = &mut self.state else { return Err(io::Error::other("the upload ended")) };
+        let upload = upload.get_mut().unwrap_or_else(|e| e.into_inner());
+        let part = PutPayload::from(Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(PART))));
+        self.in_flight.push_back(self.handle.spawn(upload.put_part(part)));
+        while self.in_flight.len() > IN_FLIGHT {
+            let oldest = self.in_flight.pop_front().expect("more than IN_FLIGHT parts");
+            self.handle.block_on(oldest).map_err(io::Error::other)?.map_err(io::Error::other)?;
+        }
+        Ok(())
+    }
+
+    /// Send what is left and publish the object.
+    pub(crate) async fn finish(mut self) -> object_store::Result<()> {
+        let last = std::mem::take(&mut self.buf);
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Unstarted => self.objects.put(&self.location, PutPayload::from(Bytes::from(last))).await.map(drop),
+            State::Whole(mut v) => {
+                v.extend_from_slice(&last);
+                self.objects.put(&self.location, PutPayload::from(Bytes::from(v))).await.map(drop)
+            }
+            State::Uploading(upload) => {
+                let mut upload = upload.into_inner().unwrap_or_else(|e| e.into_inner());
+                let r = async {
+                    if !last.is_empty() {
+                        self.in_flight
+                            .push_back(self.handle.spawn(upload.put_part(PutPayload::from(Bytes::from(last)))));
+                    }
+                    while let Some(part) = self.in_flight.pop_front() {
+                        part.await.map_err(|e| object_store::Error::JoinError { source: e })??;
+                    }
+                    upload.complete().await.map(drop)
+                }
+                .await;
+                if r.is_err() {
+                    // The parts sent so far are the store's until aborted (S3 keeps and bills
+                    // them); a failure to abort leaves them to the bucket's lifecycle rules.
+                    let _ = upload.abort().await;
+                }
+                r
+            }
+            State::Done => Ok(()),
+        }
+    }
+}
+
+impl Parts {
+    /// Give the object up: nothing appears, and the parts sent are discarded once those still
+    /// being sent have ended (a part that lands after the abort would be kept, and billed).
+    pub(crate) async fn abort(mut self) {
+        if let Some(stop) = self.stopper() {
+            stop.await;
+        }
+    }
+
+    fn stopper(&mut self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let State::Uploading(upload) = std::mem::replace(&mut self.state, State::Done) else { return None };
+        let mut upload = upload.into_inner().unwrap_or_else(|e| e.into_inner());
+        let parts: Vec<_> = self.in_flight.drain(..).collect();
+        Some(async move {
+            for part in parts {
+                let _ = part.await;
+            }
+            let _ = upload.abort().await;
+        })
+    }
+}
+
+impl Drop for Parts {
+    fn drop(&mut self) {
+        // Given up without `finish` or `abort` (an error, a panic): the abort runs on.
+        if let Some(stop) = self.stopper() {
+            self.handle.spawn(stop);
+        }
+    }
+}
