@@ -235,3 +235,27 @@ async fn a_blob_replaced_after_indexing_fails_its_etag_precondition() {
     let fresh = open(&s.uri("tar", KEY)).await;
     assert_eq!(fresh.get(1).await.unwrap(), tar_samples(9, 7)[1]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_larger_than_a_part_is_written_to_azure_in_blocks() {
+    use bytes::Bytes;
+    let s = server().await;
+    let dest = s.uri("written", KEY);
+    let w = stoker::pack::ShardWriter::open(&dest, Default::default()).unwrap();
+    // 18 samples of 1 MiB: two whole 8 MiB parts (Azure blocks) and a last one.
+    let big: Vec<Sample> = (0..18u8)
+        .map(|i| Sample {
+            key: format!("s/{i:03}"),
+            fields: vec![stoker::Field { name: "bin".into(), data: Bytes::from(vec![i; 1 << 20]) }],
+        })
+        .collect();
+    let done = w.write("p-000000-0000.tar", &big).await.unwrap();
+    assert!(done.bytes > 2 * (8 << 20) && !done.kept, "{done:?}");
+    let opts = SourceOptions { checksums: Some(true), ..Default::default() };
+    let back = stoker::open(&dest, opts).await.unwrap();
+    let got = back.get_many(&(0..18).collect::<Vec<_>>()).await.unwrap();
+    for (g, want) in got.iter().zip(&big) {
+        assert!(g.key == want.key && g.fields[0].data == want.fields[0].data, "{}", g.key);
+    }
+    assert!(w.write("p-000000-0000.tar", &big).await.unwrap().kept, "a rerun keeps it");
+}
