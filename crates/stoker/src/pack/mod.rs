@@ -7,8 +7,10 @@
 //! - **tar**: `PREFIX-000000.tar`, … in WebDataset layout (member `KEY.FIELD`, members of a
 //!   sample adjacent), readable by the `webdataset` Python library and by `tar`, then each
 //!   shard's sidecar index and the dataset manifest (as [`crate::index`] writes them). Remote
-//!   destinations (`s3://…`) work: each shard is built in memory and sent as one PUT (an
-//!   object appears whole or not at all), with at most 1 GiB of shards in flight.
+//!   destinations (`s3://…`) work: each shard is sent in 8 MiB parts of a multipart upload
+//!   as it is written (an object appears whole or not at all), a few parts in flight; a store
+//!   without multipart uploads (HTTP) gets each shard in one PUT, at most 1 GiB of shards in
+//!   flight.
 //! - **lmdb**: `data.mdb` in the destination directory, one record per sample: key = the
 //!   sample key's bytes ([`unescape_key`](crate::sample::unescape_key): an LMDB source's keys,
 //!   UTF-8 or not, are written back exactly), value = the raw bytes of its one field. Records are in key byte order, which
@@ -316,7 +318,8 @@ pub(crate) fn check_plain(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Remote shards are built in memory for one PUT each: bound how many are in flight.
+/// A store without multipart uploads (HTTP) gets each shard gathered in memory for one PUT:
+/// bound how many shards are written at once to a remote destination.
 const REMOTE_BYTES_IN_FLIGHT: u64 = 1 << 30;
 
 /// What the writers report back.

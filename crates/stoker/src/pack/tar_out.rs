@@ -34,7 +34,7 @@ pub(crate) async fn write(
     }
     let written_samples = todo.iter().map(|s| s.samples).sum();
     let field = opts.field.as_deref();
-    // Remote shards are built in memory for one PUT each.
+    // Some remote stores take a shard in one PUT (see REMOTE_BYTES_IN_FLIGHT).
     let jobs = match out.is_remote() {
         false => opts.jobs,
         true => opts.jobs.min((super::REMOTE_BYTES_IN_FLIGHT / opts.shard_size.max(1)) as usize),
