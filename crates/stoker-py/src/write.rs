@@ -118,20 +118,27 @@ impl ShardStream {
         keys: &Bound<'_, PyAny>,
         columns: Vec<(String, Bound<'_, PyAny>)>,
     ) -> PyResult<()> {
-        let keys = Column::import(keys, "__key__")?;
-        if matches!(keys, Column::Binary(_) | Column::LargeBinary(_)) {
-            return Err(InvalidInputError::new_err("__key__ must be a string column (each row's sample key)"));
-        }
-        let columns: Vec<(String, Column)> =
-            columns.into_iter().map(|(n, a)| Column::import(&a, &n).map(|c| (n, c))).collect::<PyResult<_>>()?;
-        let rows = keys.len();
-        if let Some((name, c)) = columns.iter().find(|(_, c)| c.len() != rows) {
-            return Err(InvalidInputError::new_err(format!("column `{name}` has {} rows for {rows} keys", c.len())));
-        }
+        let keys = import(keys, "__key__")?;
+        let columns: Vec<(String, arrow_array::ArrayRef)> =
+            columns.into_iter().map(|(n, a)| import(&a, &n).map(|c| (n, c))).collect::<PyResult<_>>()?;
         let stream = self.inner.as_mut().ok_or_else(|| InvalidInputError::new_err("the shard was already finished"))?;
-        // A null key is the caller's mistake; a sample refused or a failed write is the
-        // writer's error, with its kind.
+        // Checked and written with the GIL released. A bad array or a null key is the
+        // caller's mistake; a sample refused or a failed write is the writer's error, with
+        // its kind.
         let written = py.detach(|| {
+            let keys = Column::of(keys, "__key__").map_err(Err)?;
+            if matches!(keys, Column::Binary(_) | Column::LargeBinary(_)) {
+                return Err(Err("__key__ must be a string column (each row's sample key)".to_string()));
+            }
+            let columns: Vec<(String, Column)> = columns
+                .into_iter()
+                .map(|(n, a)| Column::of(a, &n).map(|c| (n, c)))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(Err)?;
+            let rows = keys.len();
+            if let Some((name, c)) = columns.iter().find(|(_, c)| c.len() != rows) {
+                return Err(Err(format!("column `{name}` has {} rows for {rows} keys", c.len())));
+            }
             let mut fields: Vec<(&str, &[u8])> = Vec::with_capacity(columns.len());
             for row in 0..rows {
                 let key = keys.text(row).ok_or_else(|| Err(format!("row {row} has no __key__ (null)")))?;
@@ -165,9 +172,38 @@ impl ShardStream {
     }
 }
 
-/// An Arrow binary or string array taken from Python through the Arrow PyCapsule interface
-/// (`__arrow_c_array__`, pyarrow 14 and later): the array's buffers stay pyarrow's, kept
-/// alive by the imported array until it is dropped.
+/// An Arrow array from Python through the Arrow PyCapsule interface (`__arrow_c_array__`,
+/// pyarrow 14 and later), without a copy: its buffers stay the producer's, kept alive by the
+/// imported array until it is dropped. Checked by [`Column::of`].
+fn import(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<arrow_array::ArrayRef> {
+    use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
+    use pyo3::types::{PyCapsule, PyCapsuleMethods};
+    let bad = |why: String| InvalidInputError::new_err(format!("column `{name}`: {why}"));
+    if !obj.hasattr("__arrow_c_array__")? {
+        return Err(bad("not an Arrow array (pyarrow 14 or later)".into()));
+    }
+    let (schema, array): (Bound<'_, PyCapsule>, Bound<'_, PyCapsule>) =
+        obj.call_method0("__arrow_c_array__")?.extract()?;
+    let schema = schema.pointer_checked(Some(c"arrow_schema"))?.cast::<FFI_ArrowSchema>();
+    let array = array.pointer_checked(Some(c"arrow_array"))?.cast::<FFI_ArrowArray>();
+    // SAFETY: capsules named as the Arrow PyCapsule interface names them hold an initialised,
+    // aligned FFI_ArrowSchema and FFI_ArrowArray, valid while the capsules live (they do, for
+    // this call). A released array (no release callback) is refused; a live one is moved out
+    // (its capsule then holds a released one, which its destructor skips) and owns its buffers
+    // through the producer's release callback. The buffers' sizes are the producer's word, as
+    // the C data interface has it: the soundness of what follows rests on a producer that
+    // keeps the interface (pyarrow), which `Column::of`'s full validation then checks within.
+    let data = unsafe {
+        if (*array.as_ptr()).is_released() {
+            return Err(bad("a released Arrow array".into()));
+        }
+        arrow_array::ffi::from_ffi(FFI_ArrowArray::from_raw(array.as_ptr()), schema.as_ref())
+    }
+    .map_err(|e| bad(format!("cannot import it: {e}")))?;
+    Ok(arrow_array::make_array(data))
+}
+
+/// A binary or string column of a block, imported by [`import`].
 enum Column {
     Binary(arrow_array::BinaryArray),
     LargeBinary(arrow_array::LargeBinaryArray),
@@ -176,28 +212,12 @@ enum Column {
 }
 
 impl Column {
-    fn import(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Self> {
-        use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
+    /// The array as a column, checked in full first (offsets in bounds and increasing, text
+    /// valid UTF-8: whatever the producer sent), or why it cannot be one.
+    fn of(a: arrow_array::ArrayRef, name: &str) -> std::result::Result<Self, String> {
         use arrow_array::Array;
-        use pyo3::types::{PyCapsule, PyCapsuleMethods};
-        let bad = |why: String| InvalidInputError::new_err(format!("column `{name}`: {why}"));
-        if !obj.hasattr("__arrow_c_array__")? {
-            return Err(bad("not an Arrow array (pyarrow 14 or later)".into()));
-        }
-        let (schema, array): (Bound<'_, PyCapsule>, Bound<'_, PyCapsule>) =
-            obj.call_method0("__arrow_c_array__")?.extract()?;
-        let schema = schema.pointer_checked(Some(c"arrow_schema"))?.cast::<FFI_ArrowSchema>();
-        let array = array.pointer_checked(Some(c"arrow_array"))?.cast::<FFI_ArrowArray>();
-        // SAFETY: the capsules are the Arrow PyCapsule interface's, named as it names them, so
-        // they hold an initialised, aligned FFI_ArrowSchema and FFI_ArrowArray. The array is
-        // moved out (its capsule then holds a released one, which its destructor skips) and
-        // owns its buffers through the producer's release callback; the schema is only read
-        // while its capsule is alive.
-        let data = unsafe { arrow_array::ffi::from_ffi(FFI_ArrowArray::from_raw(array.as_ptr()), schema.as_ref()) }
-            .map_err(|e| bad(format!("cannot import it: {e}")))?;
-        // Offsets in bounds and increasing, text valid UTF-8: whatever the producer sent.
-        data.validate_full().map_err(|e| bad(format!("an invalid Arrow array: {e}")))?;
-        let a = arrow_array::make_array(data);
+        let bad = |why: String| format!("column `{name}`: {why}");
+        a.to_data().validate_full().map_err(|e| bad(format!("an invalid Arrow array: {e}")))?;
         let any = a.as_any();
         if let Some(a) = any.downcast_ref::<arrow_array::BinaryArray>() {
             Ok(Column::Binary(a.clone()))

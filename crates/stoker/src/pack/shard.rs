@@ -1,11 +1,12 @@
-//! One tar shard from samples in hand: the writer behind distributed packing (the Ray
-//! datasink), where each task holds its own rows and no plan of the whole dataset exists.
+//! Tar shards from samples in hand: the writer behind distributed packing (the Ray datasink),
+//! where each task holds its own rows and no plan of the whole dataset exists.
 //!
-//! The shard is the same WebDataset tar [`pack`](super::pack) writes (same member names, same
-//! refusals, fixed metadata so the same samples always give the same bytes), written under a
-//! temporary name and renamed whole, then indexed with the payload checksums computed from the
-//! bytes in hand. Writing a shard that is already there with the same bytes leaves it alone,
-//! so a rerun of an interrupted job rewrites only what did not land.
+//! A shard is the same WebDataset tar [`pack`](super::pack) writes (same member names, same
+//! refusals, fixed metadata so the same samples always give the same bytes), streamed as it is
+//! written ([`ShardStream`]: a local file under a temporary name renamed whole, a remote object
+//! in parts of a multipart upload), then indexed with the payload checksums computed from the
+//! bytes as they passed. A shard already there with the same bytes is left alone, so a rerun
+//! of an interrupted job replaces only what did not land.
 
 use bytes::Bytes;
 
@@ -110,6 +111,12 @@ impl ShardWriter {
     /// Remove the files named as a job with `prefix` names them, but for the stems in `keep`.
     async fn remove_job_files(&self, prefix: &str, keep: &std::collections::HashSet<String>) -> Result<()> {
         for name in self.out.entries().await? {
+            // A job file's temporary file, left by a task killed while writing it (a local
+            // destination's; a remote one's unfinished upload is the store's to expire).
+            if crate::store::temp_target(&name).is_some_and(|t| is_job_file_name(t, prefix)) {
+                self.out.delete(&name).await?;
+                continue;
+            }
             if is_job_file_name(&name, prefix) && !keep.contains(&stem(&name)) {
                 if name.ends_with(".tar") {
                     self.out.delete(&tar_index::sidecar_path(&name)).await?;
@@ -164,8 +171,9 @@ impl ShardWriter {
     }
 
     /// Start writing the tar shard `name` (a plain file name ending in `.tar`) one sample at
-    /// a time (see [`ShardStream`]); `size_hint` is about the bytes it will have (a remote
-    /// shard is gathered in memory for its PUT; 0 if unknown).
+    /// a time (see [`ShardStream`]); `size_hint` is about the bytes it will have (0 if
+    /// unknown: what is reserved where a remote shard must be gathered for one PUT). Call it
+    /// on the runtime that is to send a remote shard's parts (see [`Store::writer`]).
     pub fn shard(&self, name: &str, size_hint: u64) -> Result<ShardStream> {
         check_name(name)?;
         let writer = self.out.writer(name, size_hint)?;

@@ -57,8 +57,8 @@ pub struct ShardWritten {
     pub samples: usize,
     /// Payload bytes over its members.
     pub payload_bytes: u64,
-    /// The shard was already there with exactly these bytes (an earlier run wrote it) and was
-    /// left as it was.
+    /// The shard was already there with these bytes (an earlier run wrote it: its XXH3-128 is
+    /// the new shard's) and was left as it was.
     pub kept: bool,
 }
 
@@ -72,7 +72,7 @@ impl ShardStream {
             shown,
             options,
             name: name.to_string(),
-            sink: Some(TarSink::new(writer)),
+            sink: Some(TarSink::new(writer, true)),
             samples: 0,
             payload_bytes: 0,
             last_key: None,
@@ -105,27 +105,27 @@ impl ShardStream {
         if let Some(why) = &self.broken {
             return Err(self.fail(format!("an earlier sample could not be written ({why}); nothing was kept")));
         }
-        let written = match sample_members(self.last_key.as_deref(), key, fields.iter().map(|(n, _)| *n)) {
-            Ok(members) => self.append(&members, fields),
-            Err(reason) => Err(reason),
-        };
-        match written {
-            Ok(()) => {
-                self.samples += 1;
-                self.last_key = Some(key.to_string());
-                Ok(())
-            }
+        let members = match sample_members(self.last_key.as_deref(), key, fields.iter().map(|(n, _)| *n)) {
+            Ok(members) => members,
             Err(reason) => {
                 self.broken = Some(reason.clone());
-                Err(self.fail(reason))
+                return Err(self.fail(reason));
             }
+        };
+        if let Err(e) = self.append(&members, fields) {
+            self.broken = Some(e.to_string());
+            return Err(e);
         }
+        self.samples += 1;
+        self.last_key = Some(key.to_string());
+        Ok(())
     }
 
-    fn append(&mut self, members: &[String], fields: &[(&str, &[u8])]) -> std::result::Result<(), String> {
-        let sink = self.sink.as_mut().ok_or("the shard was already finished")?;
+    /// A failed write is the store's error (a remote part: its kind and redacted text).
+    fn append(&mut self, members: &[String], fields: &[(&str, &[u8])]) -> Result<()> {
+        let Some(sink) = self.sink.as_mut() else { return Err(self.fail("the shard was already finished".into())) };
         for (member, (_, data)) in members.iter().zip(fields) {
-            sink.member(member, data).map_err(|e| format!("cannot write `{member}`: {e}"))?;
+            sink.member(member, data).map_err(|e| self.out.write_error(&self.name, e))?;
             self.payload_bytes += data.len() as u64;
         }
         Ok(())
@@ -158,7 +158,7 @@ impl ShardStream {
         let (name, shown) = (self.name.clone(), store.describe(&self.name));
         let expected = sink.members();
         let walked = tokio::task::spawn_blocking(move || -> Result<(ObjectWriter, ShardIndex, Vec<u64>, bool)> {
-            let (writer, headers, sums, hash) = sink.end().map_err(|e| Error::io(&shown, e))?;
+            let (writer, headers, sums, hash) = sink.end().map_err(|e| store.write_error(&name, e))?;
             let info = ObjectInfo { path: name, size: writer.written(), modified_us: 0, e_tag: None, recorded: false };
             let walk = tar_index::Walk { skip: false, checksums: false };
             let idx = tar_index::build_with(headers.reader(info.size), &info, &shown, walk)?;

@@ -1,17 +1,18 @@
 //! Writing the tar shards of a plan: several shards at once, each read in chunks while the
 //! previous chunk is written, under a temporary name until it is whole and synced.
 
-use std::io::{self, Write};
+use std::io;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 
 use super::plan::{Plan, ShardPlan};
+use super::tar_sink::TarSink;
 use super::{chunks, fetch, PackOptions, PackProgress, Written};
 use crate::error::{Error, Result};
 use crate::sample::Field;
 use crate::source::DynSampleSource;
-use crate::store::{ObjectWriter, Store};
+use crate::store::Store;
 
 pub(crate) async fn write(
     src: &Arc<DynSampleSource>,
@@ -69,61 +70,46 @@ async fn write_shard(
     shown: &str,
 ) -> Result<Vec<u64>> {
     let outs = &plan.outs[s.first..s.first + s.samples];
-    let sink: ObjectWriter = out.writer(&s.name, s.bytes)?;
-    let mut builder = tar::Builder::new(sink);
-    let io_err = |e: io::Error| Error::Io { path: format!("{shown}/{}", s.name), source: e };
+    // Members go out as tar::Builder writes them, but nothing is written when the sink is
+    // dropped (an error, a cancelled pack): a remote part's send waits on a blocking thread,
+    // never on the runtime's.
+    let mut sink = TarSink::new(out.writer(&s.name, s.bytes)?, false);
     let mut fetched = futures::stream::iter(chunks(outs).into_iter().map(|r| {
         let part = &outs[r];
         async move { Ok::<_, Error>((part, fetch(&**src, part, field, shown).await?)) }
     }))
     .buffered(2);
-    let mut sums: Vec<u64> = Vec::new();
     while let Some((part, fields)) = fetched.try_next().await? {
         let keys: Vec<String> = part.iter().map(|o| o.key.clone()).collect();
         let bytes: u64 = part.iter().map(|o| o.payload()).sum();
-        let (b, c, res) = tokio::task::spawn_blocking(move || {
-            let r = keys.iter().zip(&fields).try_for_each(|(k, f)| append(&mut builder, k, f, &mut sums));
-            (builder, sums, r)
+        let (back, res) = tokio::task::spawn_blocking(move || {
+            let r = keys.iter().zip(&fields).try_for_each(|(k, f)| append(&mut sink, k, f));
+            (sink, r)
         })
         .await
         .map_err(Error::task)?;
-        (builder, sums) = (b, c);
-        res.map_err(io_err)?;
+        sink = back;
+        res.map_err(|e| out.write_error(&s.name, e))?;
         progress.advance(part.len() as u64, bytes);
     }
-    let sink = tokio::task::spawn_blocking(move || builder.into_inner()).await.map_err(Error::task)?.map_err(io_err)?;
-    let len = sink.written();
+    let (writer, _, sums, _) = tokio::task::spawn_blocking(move || sink.end())
+        .await
+        .map_err(Error::task)?
+        .map_err(|e| out.write_error(&s.name, e))?;
+    let len = writer.written();
     if len != s.bytes {
         return Err(Error::internal(format!("{}: wrote {len} bytes, the plan said {}", s.name, s.bytes)));
     }
-    sink.finish().await?;
+    writer.finish().await?;
     Ok(sums)
 }
 
 /// One sample's members, with fixed metadata (mode 0644, owner 0, mtime 0) so the same input
-/// always gives the same bytes; each payload's XXH3-64 goes to `sums` (pack has the bytes in
+/// always gives the same bytes; the sink records each payload's XXH3-64 (pack has the bytes in
 /// hand, so recording them costs no read).
-fn append<W: Write>(b: &mut tar::Builder<W>, key: &str, fields: &[Field], sums: &mut Vec<u64>) -> io::Result<()> {
+fn append(sink: &mut TarSink, key: &str, fields: &[Field]) -> io::Result<()> {
     for f in fields {
-        append_member(b, &format!("{key}.{}", f.name), &f.data, sums)?;
+        sink.member(&format!("{key}.{}", f.name), &f.data)?;
     }
     Ok(())
-}
-
-/// One member, as [`append`] writes it.
-pub(crate) fn append_member<W: Write>(
-    b: &mut tar::Builder<W>,
-    name: &str,
-    data: &[u8],
-    sums: &mut Vec<u64>,
-) -> io::Result<()> {
-    sums.push(twox_hash::XxHash3_64::oneshot(data));
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(tar::EntryType::Regular);
-    h.set_size(data.len() as u64);
-    h.set_mode(0o644);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_mtime(0);
-    b.append_data(&mut h, name, data)
 }

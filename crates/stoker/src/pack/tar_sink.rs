@@ -20,17 +20,20 @@ pub(super) struct TarSink {
     writer: ObjectWriter,
     /// Makes each member's header blocks (its buffer is cleared for every member).
     scratch: tar::Builder<Vec<u8>>,
-    headers: HeaderLog,
+    /// Kept only where the index is walked in them (about 512 bytes a member).
+    headers: Option<HeaderLog>,
     hash: XxHash3_128,
     sums: Vec<u64>,
 }
 
 impl TarSink {
-    pub(super) fn new(writer: ObjectWriter) -> Self {
+    /// A sink into `writer`, keeping each member's headers for [`end`](Self::end) if
+    /// `keep_headers`.
+    pub(super) fn new(writer: ObjectWriter, keep_headers: bool) -> Self {
         TarSink {
             writer,
             scratch: tar::Builder::new(Vec::with_capacity(2048)),
-            headers: HeaderLog::default(),
+            headers: keep_headers.then(HeaderLog::default),
             hash: XxHash3_128::new(),
             sums: Vec::new(),
         }
@@ -61,7 +64,9 @@ impl TarSink {
         // included), and pads nothing.
         self.scratch.append_data(&mut h, name, io::empty())?;
         let head = std::mem::take(self.scratch.get_mut());
-        self.headers.push(self.writer.written(), &head);
+        if let Some(log) = &mut self.headers {
+            log.push(self.writer.written(), &head);
+        }
         self.emit(&head)?;
         *self.scratch.get_mut() = head;
         self.emit(data)?;
@@ -81,11 +86,11 @@ impl TarSink {
         self.writer
     }
 
-    /// Write the tar's end; returns the writer, the headers, the payloads' checksums and the
-    /// whole shard's XXH3-128.
+    /// Write the tar's end; returns the writer, the headers (empty unless kept), the
+    /// payloads' checksums and the whole shard's XXH3-128.
     pub(super) fn end(mut self) -> io::Result<(ObjectWriter, HeaderLog, Vec<u64>, u128)> {
         self.emit(&ZEROS)?;
-        Ok((self.writer, self.headers, self.sums, self.hash.finish_128()))
+        Ok((self.writer, self.headers.unwrap_or_default(), self.sums, self.hash.finish_128()))
     }
 }
 
@@ -176,12 +181,21 @@ mod tests {
         let long = format!("{}/x.jpg", "d".repeat(120));
         let members: [(&str, Vec<u8>); 4] =
             [("a.jpg", vec![1; 700]), (&long, vec![2; 512]), ("b.cls", b"7".to_vec()), ("c.txt", vec![])];
-        let mut sink = TarSink::new(store.writer("s.tar", 0).unwrap());
+        let mut sink = TarSink::new(store.writer("s.tar", 0).unwrap(), true);
         let mut want = tar::Builder::new(Vec::new());
         let mut sums = Vec::new();
         for (name, data) in &members {
             sink.member(name, data).unwrap();
-            super::super::tar_out::append_member(&mut want, name, data, &mut sums).unwrap();
+            // What the tar crate writes for the same member.
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_mtime(0);
+            want.append_data(&mut h, name, &data[..]).unwrap();
+            sums.push(twox_hash::XxHash3_64::oneshot(data));
         }
         assert_eq!(sink.members(), 4);
         let (w, log, got_sums, hash) = sink.end().unwrap();

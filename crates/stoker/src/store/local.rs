@@ -26,6 +26,11 @@ pub(crate) fn is_temp_name(name: &str) -> bool {
     name.starts_with('.') && name.ends_with(TEMP_SUFFIX)
 }
 
+/// The name a temporary file is written for, if `name` is one ([`temp_name`]).
+pub(crate) fn temp_target(name: &str) -> Option<&str> {
+    name.strip_prefix('.')?.strip_suffix(TEMP_SUFFIX)
+}
+
 /// Rename a synced temporary file to its final name and sync the directory entry: readers
 /// see the old file or the whole new one, even after a crash.
 pub(crate) fn publish(tmp: &Path, to: &Path) -> Result<()> {

@@ -94,37 +94,45 @@ impl Parts {
         Ok(())
     }
 
-    /// Send what is left and publish the object.
+    /// Send what is left and publish the object. An upload that fails, or whose `finish` is
+    /// dropped before it ends, is aborted (once its parts in flight have ended).
     pub(crate) async fn finish(mut self) -> object_store::Result<()> {
         let last = std::mem::take(&mut self.buf);
+        if let State::Uploading(_) = self.state {
+            let r = self.complete(last).await;
+            match &r {
+                Ok(()) => self.state = State::Done,
+                Err(_) => {
+                    // The parts sent so far are the store's until aborted (S3 keeps and bills
+                    // them); a failure to abort leaves them to the bucket's lifecycle rules.
+                    if let Some(stop) = self.stopper() {
+                        stop.await;
+                    }
+                }
+            }
+            return r;
+        }
         match std::mem::replace(&mut self.state, State::Done) {
-            State::Unstarted => self.objects.put(&self.location, PutPayload::from(Bytes::from(last))).await.map(drop),
             State::Whole(mut v) => {
                 v.extend_from_slice(&last);
                 self.objects.put(&self.location, PutPayload::from(Bytes::from(v))).await.map(drop)
             }
-            State::Uploading(upload) => {
-                let mut upload = upload.into_inner().unwrap_or_else(|e| e.into_inner());
-                let r = async {
-                    if !last.is_empty() {
-                        self.in_flight
-                            .push_back(self.handle.spawn(upload.put_part(PutPayload::from(Bytes::from(last)))));
-                    }
-                    while let Some(part) = self.in_flight.pop_front() {
-                        part.await.map_err(|e| object_store::Error::JoinError { source: e })??;
-                    }
-                    upload.complete().await.map(drop)
-                }
-                .await;
-                if r.is_err() {
-                    // The parts sent so far are the store's until aborted (S3 keeps and bills
-                    // them); a failure to abort leaves them to the bucket's lifecycle rules.
-                    let _ = upload.abort().await;
-                }
-                r
-            }
-            State::Done => Ok(()),
+            _ => self.objects.put(&self.location, PutPayload::from(Bytes::from(last))).await.map(drop),
         }
+    }
+
+    /// The last part sent, every part waited for (a failed one leaves the others in flight,
+    /// for the abort to wait for), the upload completed.
+    async fn complete(&mut self, last: Vec<u8>) -> object_store::Result<()> {
+        let State::Uploading(upload) = &mut self.state else { return Ok(()) };
+        let upload = upload.get_mut().unwrap_or_else(|e| e.into_inner());
+        if !last.is_empty() {
+            self.in_flight.push_back(self.handle.spawn(upload.put_part(PutPayload::from(Bytes::from(last)))));
+        }
+        while let Some(part) = self.in_flight.pop_front() {
+            part.await??;
+        }
+        upload.complete().await.map(drop)
     }
 }
 

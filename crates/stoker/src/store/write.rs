@@ -52,8 +52,10 @@ impl std::fmt::Debug for ObjectWriter {
 impl Store {
     /// Start writing `path` (about `size_hint` bytes; 0 if unknown). Writes block (a local
     /// file, or a remote part being sent): make them from a thread that may block, not an
-    /// async task. A remote object is sent in parts on the runtime this is called on; called
-    /// outside one, it is gathered in memory (about `size_hint` reserved) for one PUT.
+    /// async task. A remote object is sent in parts on the runtime this is called on, which
+    /// must run until [`ObjectWriter::finish`] (a writer made before a `fork` does not work in
+    /// the child); called outside a runtime, it is gathered in memory (about `size_hint`
+    /// reserved) for one PUT.
     pub fn writer(&self, path: &str, size_hint: u64) -> Result<ObjectWriter> {
         let sink = match &self.0.backend {
             Backend::Local(l) => {
@@ -91,6 +93,21 @@ impl Store {
     }
 }
 
+impl Store {
+    /// What a failed write of `path` is: the store's own error when a remote request failed
+    /// (its kind, retryable or not, and its text redacted, as for every store error), else the
+    /// I/O error.
+    pub(crate) fn write_error(&self, path: &str, e: io::Error) -> Error {
+        if !e.get_ref().is_some_and(|inner| inner.is::<object_store::Error>()) {
+            return Error::io(self.describe(path), e);
+        }
+        match e.into_inner().map(|inner| inner.downcast::<object_store::Error>()) {
+            Some(Ok(store)) => self.err(path, *store),
+            _ => Error::internal(format!("{}: a write failed", self.describe(path))),
+        }
+    }
+}
+
 impl ObjectWriter {
     /// Bytes written so far.
     pub fn written(&self) -> u64 {
@@ -98,14 +115,21 @@ impl ObjectWriter {
     }
 
     /// Make the object visible under its name, whole (local: synced and renamed, the
-    /// directory synced; remote: one PUT).
+    /// directory synced; remote: the upload completed, or one PUT).
     pub async fn finish(mut self) -> Result<()> {
         let shown = self.store.describe(&self.path);
         match self.sink.take() {
             Some(Sink::File(f, tmp, to)) => tokio::task::spawn_blocking(move || {
-                let f = f.into_inner().map_err(|e| Error::io(&shown, e.into_error()))?;
-                f.sync_all().map_err(|e| Error::io(&shown, e))?;
-                publish(&tmp, &to)
+                let done = f
+                    .into_inner()
+                    .map_err(|e| Error::io(&shown, e.into_error()))
+                    .and_then(|f| f.sync_all().map_err(|e| Error::io(&shown, e)))
+                    .and_then(|()| publish(&tmp, &to));
+                if done.is_err() {
+                    // Nothing is left behind, as when the writer is dropped.
+                    let _ = std::fs::remove_file(&tmp);
+                }
+                done
             })
             .await
             .map_err(Error::task)?,

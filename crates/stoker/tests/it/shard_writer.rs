@@ -37,7 +37,14 @@ async fn shards_read_back_reruns_keep_what_landed_and_finish_drops_stale_shards(
     assert!(again.kept && again.bytes == a.bytes);
     let changed = w.write("p-000000-0001.tar", &samples(4..8, "b")).await.unwrap();
     assert!(!changed.kept);
+    // What a task killed while writing leaves: its shard's temporary file. Finish removes a
+    // job file's, and leaves another's.
+    std::fs::write(dir.path().join(".p-000003-0000.tar.partial"), b"cut").unwrap();
+    std::fs::write(dir.path().join(".mine.tar.partial"), b"x").unwrap();
     let report = w.finish("p", &["p-000000-0000.tar".into(), "p-000000-0001.tar".into()]).await.unwrap();
+    assert!(!dir.path().join(".p-000003-0000.tar.partial").exists());
+    assert!(dir.path().join(".mine.tar.partial").exists());
+    std::fs::remove_file(dir.path().join(".mine.tar.partial")).unwrap();
     assert_eq!((report.objects, report.samples), (2, 8));
     assert!(report.checksums, "every member's checksum recorded");
     assert!(
