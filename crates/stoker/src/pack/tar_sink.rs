@@ -52,13 +52,7 @@ impl TarSink {
     /// Write one member (fixed metadata: mode 0644, owner 0, mtime 0, so the same input always
     /// gives the same bytes). Blocking.
     pub(super) fn member(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Regular);
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        h.set_uid(0);
-        h.set_gid(0);
-        h.set_mtime(0);
+        let mut h = header(data.len() as u64);
         self.scratch.get_mut().clear();
         // No payload: the tar crate writes the header blocks alone (a long name's entry
         // included), and pads nothing.
@@ -92,6 +86,19 @@ impl TarSink {
         self.emit(&ZEROS)?;
         Ok((self.writer, self.headers.unwrap_or_default(), self.sums, self.hash.finish_128()))
     }
+}
+
+/// A member's header before its name: a regular file of `size` bytes, mode 0644, owner 0,
+/// mtime 0.
+fn header(size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_size(size);
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h
 }
 
 /// Each member's header blocks and where they lie in the shard.
@@ -187,14 +194,7 @@ mod tests {
         for (name, data) in &members {
             sink.member(name, data).unwrap();
             // What the tar crate writes for the same member.
-            let mut h = tar::Header::new_gnu();
-            h.set_entry_type(tar::EntryType::Regular);
-            h.set_size(data.len() as u64);
-            h.set_mode(0o644);
-            h.set_uid(0);
-            h.set_gid(0);
-            h.set_mtime(0);
-            want.append_data(&mut h, name, &data[..]).unwrap();
+            want.append_data(&mut header(data.len() as u64), name, &data[..]).unwrap();
             sums.push(twox_hash::XxHash3_64::oneshot(data));
         }
         assert_eq!(sink.members(), 4);
