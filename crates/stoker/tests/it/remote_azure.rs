@@ -134,6 +134,9 @@ fn files(dir: &Path, rel: &str, out: &mut Vec<(String, PathBuf)>) {
 
 /// Write the fixtures, start a server and upload them into container `data`.
 async fn server() -> Azurite {
+    // The fixtures' own client (below) is built before any of Stoker's, which install the
+    // process's TLS provider: without one, reqwest panics (these tests run alone then failed).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
     std::fs::create_dir_all(data.join("tar")).unwrap();
