@@ -103,7 +103,7 @@ impl ShardStream {
     /// key or field name that would not read back as written.
     pub fn add(&mut self, key: &str, fields: &[(&str, &[u8])]) -> Result<()> {
         if let Some(why) = &self.broken {
-            return Err(self.fail(format!("an earlier sample could not be written ({why}); nothing was kept")));
+            return Err(self.spent(why));
         }
         let members = match sample_members(self.last_key.as_deref(), key, fields.iter().map(|(n, _)| *n)) {
             Ok(members) => members,
@@ -135,6 +135,11 @@ impl ShardStream {
         Error::Pack { dest: self.shown.clone(), reason: format!("{}: {reason}", self.name) }
     }
 
+    /// What a stream an earlier sample broke (`why`) answers.
+    fn spent(&self, why: &str) -> Error {
+        self.fail(format!("an earlier sample could not be written ({why}); nothing was kept"))
+    }
+
     /// Give the shard up: nothing appears under its name (a local temporary file is removed,
     /// a remote upload aborted once the parts being sent have ended). Dropping the stream does
     /// the same, a remote abort then running on after the drop.
@@ -149,8 +154,8 @@ impl ShardStream {
     /// [`ShardWritten::kept`]) or this one published; its sidecar index saved with the
     /// checksums computed while writing.
     pub async fn finish(mut self) -> Result<ShardWritten> {
-        if let Some(why) = self.broken.take() {
-            return Err(self.fail(format!("an earlier sample could not be written ({why}); nothing was kept")));
+        if let Some(why) = &self.broken {
+            return Err(self.spent(why));
         }
         let sink = self.sink.take().ok_or_else(|| self.fail("the shard was already finished".into()))?;
         let store = self.out.clone();
@@ -158,7 +163,8 @@ impl ShardStream {
         let (name, shown) = (self.name.clone(), store.describe(&self.name));
         let expected = sink.members();
         let walked = tokio::task::spawn_blocking(move || -> Result<(ObjectWriter, ShardIndex, Vec<u64>, bool)> {
-            let (writer, headers, sums, hash) = sink.end().map_err(|e| store.write_error(&name, e))?;
+            let (writer, sums, aside) = sink.end().map_err(|e| store.write_error(&name, e))?;
+            let (headers, hash) = aside.ok_or_else(|| Error::internal("a shard stream's sink keeps its headers"))?;
             let info = ObjectInfo { path: name, size: writer.written(), modified_us: 0, e_tag: None, recorded: false };
             let walk = tar_index::Walk { skip: false, checksums: false };
             let idx = tar_index::build_with(headers.reader(info.size), &info, &shown, walk)?;
@@ -192,7 +198,7 @@ impl ShardStream {
     }
 
     /// Save the shard's sidecar index, of `bytes` bytes: `idx`, walked in the bytes
-    /// written, with `sums`, the checksums computed from them (nothing is read back), made the
+    /// written (a checksum a member: `finish` checked the count), with `sums`, the checksums computed from them (nothing is read back), made the
     /// index of the object now in the store (its size, and version where the store gives one).
     async fn index(&self, bytes: u64, mut idx: ShardIndex, sums: Vec<u64>) -> Result<()> {
         let name = &self.name;
@@ -202,14 +208,6 @@ impl ShardStream {
                 object: self.out.describe(name),
                 reason: format!("it holds {} bytes just after {bytes} were written: another writer?", info.size),
             });
-        }
-        if idx.fields.len() != sums.len() {
-            return Err(Error::internal(format!(
-                "{}: {} checksums for {} members",
-                self.out.describe(name),
-                sums.len(),
-                idx.fields.len()
-            )));
         }
         (idx.size, idx.modified_us, idx.e_tag) = (info.size, info.modified_us, info.e_tag);
         idx.sums = sums;

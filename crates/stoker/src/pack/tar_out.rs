@@ -92,7 +92,7 @@ async fn write_shard(
         res.map_err(|e| out.write_error(&s.name, e))?;
         progress.advance(part.len() as u64, bytes);
     }
-    let (writer, _, sums, _) = tokio::task::spawn_blocking(move || sink.end())
+    let (writer, sums, _) = tokio::task::spawn_blocking(move || sink.end())
         .await
         .map_err(Error::task)?
         .map_err(|e| out.write_error(&s.name, e))?;

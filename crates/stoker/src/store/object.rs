@@ -174,7 +174,7 @@ impl Store {
     /// them. The runs still go in parallel, which a network file system's latency needs.
     pub async fn read_all_many(&self, objs: Vec<Object>, concurrency: usize) -> Result<Vec<Bytes>> {
         use futures::{StreamExt, TryStreamExt};
-        if !matches!(self.0.backend, Backend::Local(_)) {
+        if !self.reads_whole_directly() {
             let reads: Vec<_> = objs.iter().map(|o| self.read_all(o)).collect();
             return futures::stream::iter(reads).buffered(concurrency.max(1)).try_collect().await;
         }

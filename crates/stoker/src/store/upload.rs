@@ -1,7 +1,9 @@
 //! A remote object written in parts as it grows ([`Parts`], behind
 //! [`ObjectWriter`](super::ObjectWriter)): a multipart upload, so a writer holds a few parts,
 //! not the object. It still appears whole or not at all (the store publishes it at the
-//! upload's completion, and an upload given up is aborted).
+//! upload's completion, and an upload given up is aborted). Where parts cannot be sent (no
+//! runtime to send them on, or a store without multipart uploads) the object is gathered
+//! for one PUT.
 
 use std::collections::VecDeque;
 use std::io;
@@ -22,7 +24,8 @@ const IN_FLIGHT: usize = 3;
 
 /// A remote object being written; see the module docs.
 pub(crate) struct Parts {
-    handle: Handle,
+    /// The runtime the parts are sent on; `None`: the object is gathered whole.
+    handle: Option<Handle>,
     objects: Arc<dyn ObjectStore>,
     location: ObjPath,
     /// The part being filled.
@@ -37,16 +40,29 @@ enum State {
     /// In a mutex only to make the writer `Sync` (an upload is `Send` alone); reached through
     /// `&mut`, never locked.
     Uploading(Mutex<Box<dyn MultipartUpload>>),
-    /// The store has no multipart uploads (HTTP): the object is gathered here for one PUT.
+    /// No runtime, or a store without multipart uploads (HTTP): the object is gathered here
+    /// for one PUT.
     Whole(Vec<u8>),
     Done,
 }
 
 impl Parts {
-    /// A writer of `location` in `objects`, its requests run on `handle`'s runtime (the writes
-    /// come from threads that may block, outside it).
-    pub(crate) fn new(handle: Handle, objects: Arc<dyn ObjectStore>, location: ObjPath) -> Self {
-        Parts { handle, objects, location, buf: Vec::new(), state: State::Unstarted, in_flight: VecDeque::new() }
+    /// A writer of `location` in `objects` (about `size_hint` bytes), its requests run on
+    /// `handle`'s runtime (the writes come from threads that may block, outside it); without
+    /// one, the object is gathered for one PUT.
+    pub(crate) fn new(
+        handle: Option<Handle>,
+        objects: Arc<dyn ObjectStore>,
+        location: ObjPath,
+        size_hint: u64,
+    ) -> Self {
+        let state = match handle {
+            Some(_) => State::Unstarted,
+            // At most 1 GiB reserved ahead: a hint is not a promise, and a reservation too
+            // large to make would abort the process.
+            None => State::Whole(Vec::with_capacity(size_hint.min(1 << 30) as usize)),
+        };
+        Parts { handle, objects, location, buf: Vec::new(), state, in_flight: VecDeque::new() }
     }
 
     /// Take some of `data`; blocking (waits while [`IN_FLIGHT`] parts are being sent).
@@ -67,12 +83,14 @@ impl Parts {
     }
 
     fn send_part(&mut self) -> io::Result<()> {
+        // Only a writer with a runtime fills parts (one without gathers the object whole).
+        let Some(handle) = self.handle.clone() else { return Err(io::Error::other("no runtime to send parts on")) };
         if let State::Unstarted = self.state {
             let (objects, location) = (self.objects.clone(), self.location.clone());
             // Spawned, not run here: on a current-thread runtime only its own thread drives
             // the requests' IO.
-            let start = self.handle.spawn(async move { objects.put_multipart(&location).await });
-            match self.handle.block_on(start).map_err(io::Error::other)? {
+            let start = handle.spawn(async move { objects.put_multipart(&location).await });
+            match handle.block_on(start).map_err(io::Error::other)? {
                 Ok(upload) => self.state = State::Uploading(Mutex::new(upload)),
                 Err(object_store::Error::NotImplemented { .. }) => {
                     let mut whole = std::mem::take(&mut self.buf);
@@ -86,10 +104,10 @@ impl Parts {
         let State::Uploading(upload) = &mut self.state else { return Err(io::Error::other("the upload ended")) };
         let upload = upload.get_mut().unwrap_or_else(|e| e.into_inner());
         let part = PutPayload::from(Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(PART))));
-        self.in_flight.push_back(self.handle.spawn(upload.put_part(part)));
+        self.in_flight.push_back(handle.spawn(upload.put_part(part)));
         while self.in_flight.len() > IN_FLIGHT {
             let oldest = self.in_flight.pop_front().expect("more than IN_FLIGHT parts");
-            self.handle.block_on(oldest).map_err(io::Error::other)?.map_err(io::Error::other)?;
+            handle.block_on(oldest).map_err(io::Error::other)?.map_err(io::Error::other)?;
         }
         Ok(())
     }
@@ -127,7 +145,14 @@ impl Parts {
         let State::Uploading(upload) = &mut self.state else { return Ok(()) };
         let upload = upload.get_mut().unwrap_or_else(|e| e.into_inner());
         if !last.is_empty() {
-            self.in_flight.push_back(self.handle.spawn(upload.put_part(PutPayload::from(Bytes::from(last)))));
+            // An upload was started on the writer's runtime, so it has one.
+            let Some(handle) = &self.handle else {
+                return Err(object_store::Error::Generic {
+                    store: "stoker",
+                    source: "no runtime to send parts on".into(),
+                });
+            };
+            self.in_flight.push_back(handle.spawn(upload.put_part(PutPayload::from(Bytes::from(last)))));
         }
         while let Some(part) = self.in_flight.pop_front() {
             part.await??;
@@ -161,8 +186,9 @@ impl Parts {
 impl Drop for Parts {
     fn drop(&mut self) {
         // Given up without `finish` or `abort` (an error, a panic): the abort runs on.
-        if let Some(stop) = self.stopper() {
-            self.handle.spawn(stop);
+        // (Only an upload has something to stop, and only a writer with a runtime uploads.)
+        if let (Some(stop), Some(handle)) = (self.stopper(), &self.handle) {
+            handle.spawn(stop);
         }
     }
 }

@@ -37,10 +37,8 @@ const WRITE_BEHIND: u64 = 8 << 20;
 enum Sink {
     /// The temporary file and the final one.
     File(BufWriter<std::fs::File>, PathBuf, PathBuf),
-    /// A remote object, sent as it grows.
+    /// A remote object, sent as it grows (or gathered for one PUT: see [`Parts`]).
     Parts(Parts),
-    /// A remote object written where no runtime runs its requests: gathered for one PUT.
-    Memory(Vec<u8>),
 }
 
 impl std::fmt::Debug for ObjectWriter {
@@ -65,12 +63,10 @@ impl Store {
                 let file = std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
                 Sink::File(BufWriter::with_capacity(1 << 20, file), tmp, to)
             }
-            Backend::Remote { reader, .. } => match tokio::runtime::Handle::try_current() {
-                Ok(handle) => Sink::Parts(Parts::new(handle, reader.fetcher().objects().clone(), self.obj_path(path))),
-                // At most 1 GiB reserved ahead: a hint is not a promise, and a reservation
-                // too large to make would abort the process.
-                Err(_) => Sink::Memory(Vec::with_capacity(size_hint.min(1 << 30) as usize)),
-            },
+            Backend::Remote { reader, .. } => {
+                let handle = tokio::runtime::Handle::try_current().ok();
+                Sink::Parts(Parts::new(handle, reader.fetcher().objects().clone(), self.obj_path(path), size_hint))
+            }
         };
         Ok(ObjectWriter { store: self.clone(), path: path.to_string(), sink: Some(sink), written: 0, behind: 0 })
     }
@@ -91,9 +87,7 @@ impl Store {
             .map_err(|e| Error::io(shown, e))?;
         w.finish().await
     }
-}
 
-impl Store {
     /// What a failed write of `path` is: the store's own error when a remote request failed
     /// (its kind, retryable or not, and its text redacted, as for every store error), else the
     /// I/O error.
@@ -134,7 +128,6 @@ impl ObjectWriter {
             .await
             .map_err(Error::task)?,
             Some(Sink::Parts(p)) => p.finish().await.map_err(|e| self.store.err(&self.path, e)),
-            Some(Sink::Memory(v)) => self.store.put(&self.path, Bytes::from(v)).await,
             None => Err(Error::internal(format!("{shown}: finished twice"))),
         }
     }
@@ -179,7 +172,6 @@ impl Write for ObjectWriter {
                 n
             }
             Some(Sink::Parts(p)) => p.write(buf)?,
-            Some(Sink::Memory(v)) => v.write(buf)?,
         };
         self.written += n as u64;
         Ok(n)
@@ -188,7 +180,7 @@ impl Write for ObjectWriter {
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.sink {
             Some(Sink::File(f, ..)) => f.flush(),
-            Some(Sink::Parts(_) | Sink::Memory(_)) | None => Ok(()),
+            Some(Sink::Parts(_)) | None => Ok(()),
         }
     }
 }
