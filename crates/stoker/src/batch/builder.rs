@@ -128,8 +128,18 @@ impl BatchBuilder {
             return;
         }
         if let Storage::Heap(v) = &mut col.buf {
-            // Grows to the largest column seen (doubling), then is reused as is.
-            v.resize(end.max(v.len() * 2), 0);
+            // Grows to the largest column seen (doubling), then is reused as is; new storage
+            // starts at the size the column had in the pool's last batch. A new buffer is
+            // allocated zeroed, not zero-filled (memory fresh from the system is zero
+            // already, and the allocator knows it), and only the bytes in use are copied.
+            let want = if v.is_empty() {
+                end.max(self.pool.as_ref().map_or(0, |p| p.size_of(c)))
+            } else {
+                end.max(v.len() * 2)
+            };
+            let mut grown = vec![0u8; want];
+            grown[..col.len].copy_from_slice(&v[..col.len]);
+            *v = grown;
         }
     }
 
@@ -184,6 +194,9 @@ impl BatchBuilder {
     pub fn finish(mut self, epoch: u64, number: u64) -> Batch {
         self.close_row();
         let shell = std::mem::take(&mut self.shell);
+        if let Some(pool) = &self.pool {
+            pool.note_sizes(&shell);
+        }
         Batch {
             epoch,
             number,

@@ -1,6 +1,6 @@
 //! The pool batches are built in and return their storage to.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use super::storage::Shell;
@@ -15,12 +15,27 @@ pub struct BatchPool {
     max_kept: usize,
     pub(super) host: Option<HostPool>,
     pub(super) spills: Arc<AtomicU64>,
+    /// Bytes of the first [`SIZED_COLUMNS`] columns of the last batch finished: a batch
+    /// built in new storage (none idle, because the consumer holds its batches: a Ray
+    /// block, a list of batches) gives each column that size at once, instead of growing it
+    /// by doubling from nothing (a copy of what it holds, and the fresh memory written
+    /// twice, at each step).
+    sizes: Arc<[AtomicUsize; SIZED_COLUMNS]>,
 }
+
+/// Columns whose size a pool remembers ([`BatchPool`]'s `sizes`); later ones start empty.
+const SIZED_COLUMNS: usize = 8;
 
 impl BatchPool {
     /// A pool that keeps up to `max_kept` idle batches' storage.
     pub fn new(max_kept: usize) -> Self {
-        BatchPool { free: Arc::default(), max_kept: max_kept.max(1), host: None, spills: Arc::default() }
+        BatchPool {
+            free: Arc::default(),
+            max_kept: max_kept.max(1),
+            host: None,
+            spills: Arc::default(),
+            sizes: Arc::default(),
+        }
     }
 
     /// Like [`new`](Self::new), with columns written straight into buffers of `host` (pinned
@@ -62,6 +77,18 @@ impl BatchPool {
             b.push_sample(i, s);
         }
         b.finish(epoch, number)
+    }
+
+    /// Remember the column sizes of a batch just finished (see `sizes`).
+    pub(super) fn note_sizes(&self, shell: &Shell) {
+        for (size, col) in self.sizes.iter().zip(&shell.columns[..shell.used]) {
+            size.store(col.len, Relaxed);
+        }
+    }
+
+    /// The size column `c` had in the last batch finished (0 if unknown).
+    pub(super) fn size_of(&self, c: usize) -> usize {
+        self.sizes.get(c).map_or(0, |s| s.load(Relaxed))
     }
 
     pub(super) fn give(&self, shell: Shell) {

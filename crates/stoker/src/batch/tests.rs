@@ -59,3 +59,25 @@ fn storage_is_recycled_and_abandoned_rows_vanish() {
     let other = pool.assemble(0, 2, &[1], &[s("b", &[("y", b"z")])]);
     assert_eq!(other.field_names().collect::<Vec<_>>(), ["y"]);
 }
+
+#[test]
+fn new_storage_takes_the_size_of_the_last_batch_at_once() {
+    let pool = BatchPool::new(1);
+    let big = s("a", &[("x", &[7u8; 5000]), ("cls", b"1")]);
+    let first = pool.assemble(0, 0, &[0], std::slice::from_ref(&big));
+    // `first` is held, so the next batch is built in new storage: its columns start at the
+    // sizes `first` finished with, not at the first sample's.
+    let mut b = pool.builder();
+    b.begin(1, "b");
+    b.field(&"x".into(), 10).copy_from_slice(&[1u8; 10]);
+    b.field(&"cls".into(), 1).copy_from_slice(b"2");
+    assert_eq!(b.shell.columns[0].buf.capacity(), 5000);
+    assert_eq!(b.shell.columns[1].buf.capacity(), 1);
+    // Growing past it keeps what was written.
+    b.begin(2, "c");
+    b.field(&"x".into(), 6000).copy_from_slice(&[2u8; 6000]);
+    let second = b.finish(0, 1);
+    let x = second.field("x").unwrap();
+    assert_eq!((x.get(0).unwrap(), x.get(1).unwrap()), (&[1u8; 10][..], &[2u8; 6000][..]));
+    assert_eq!(first.field("x").unwrap().get(0).unwrap(), &[7u8; 5000][..]);
+}
