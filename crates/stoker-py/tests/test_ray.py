@@ -126,6 +126,48 @@ def test_a_write_task_holds_a_block_of_rows_not_its_shard(tmp_path, s3, dest):
     assert len(back) == got["samples"]
 
 
+CHUNKED_BLOCK = r"""
+import json, sys, types
+import pyarrow as pa
+import stoker.ray
+
+dest, n = sys.argv[1], 40
+keys = [f"s{i:03d}" for i in range(n)]
+jpg = [bytes([i]) * (i * 37 % 500 + 1) for i in range(n)]
+txt = [None if i == 5 else f"label {i % 3}" for i in range(n)]
+def chunked(vals, typ, cuts):
+    edges = [0, *cuts, n]
+    return pa.chunked_array([pa.array(vals[a:b], typ) for a, b in zip(edges, edges[1:])], typ)
+# A block as Ray assembles one from several tables, each column chunked its own way (a
+# dictionary column too, one chunk a row long).
+table = pa.table({
+    "__key__": chunked(keys, pa.string(), [11, 30]),
+    "jpg": chunked(jpg, pa.large_binary(), [3, 4, 25]),
+    "txt": pa.chunked_array([pa.array(txt[a:b]).dictionary_encode() for a, b in [(0, 17), (17, 18), (18, n)]]),
+})
+sink = stoker.ray.StokerDatasink(dest, samples_per_shard=7)
+sink.on_write_start()
+written = sink.write([table], types.SimpleNamespace(task_idx=0))
+print(json.dumps({"samples": [w["samples"] for w in written], "keys": keys, "jpg": [j.hex() for j in jpg], "txt": txt}))
+"""
+
+
+def test_a_block_of_many_chunks_is_written_row_for_row_across_shard_ends(tmp_path):
+    # The write task takes each chunk where it lies (no combined copy of the block); shards of 7
+    # rows end inside chunks, and chunk ends differ between columns.
+    out = subprocess.run(
+        [writers_python(), "-c", CHUNKED_BLOCK, str(tmp_path / "out")],
+        capture_output=True, text=True, env=peers_env(tmp_path), timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    want = json.loads(out.stdout.strip().splitlines()[-1])
+    assert want["samples"] == [7, 7, 7, 7, 7, 5]
+    back = list(stoker.open(tmp_path / "out"))
+    assert [s["__key__"] for s in back] == want["keys"]
+    assert [bytes(s["jpg"]).hex() for s in back] == want["jpg"]
+    assert [bytes(s["txt"]).decode() if "txt" in s else None for s in back] == want["txt"]
+
+
 def test_stoker_pack_on_ray_runs_the_python_package_and_resumes(tmp_path):
     cli = ROOT / "target/debug/stoker"
     assert cli.exists(), f"{cli} is missing: cargo build -p stoker-cli (integration/test.sh builds it)"

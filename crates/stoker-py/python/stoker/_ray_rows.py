@@ -4,6 +4,7 @@ place) or Megatron token files. Imported by :mod:`stoker.ray`, which checks for 
 
 from __future__ import annotations
 
+import bisect
 import io
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -141,6 +142,10 @@ class _Shards:
                 )
             cols.append((member, _values(block, table, name)))
         sizes = _row_bytes(keys, cols)
+        # A block Ray assembled from several tables has columns of several chunks: they are
+        # written a chunk at a time where they lie, not combined into one copy first.
+        starts = [_chunk_starts(c) for _, c in cols]
+        cuts = sorted({o for s in starts for o in s[1:]})
         n, start = len(keys), 0
         while start < n:
             # The rows that fit in what is left of the shard (by size, then count); a row
@@ -154,7 +159,8 @@ class _Shards:
                 self._flush()
                 continue
             end = start + max(fit, 1)
-            stream.add(keys.slice(start, end - start), [(m, a.slice(start, end - start)) for m, a in cols])
+            for a, b in _pieces(start, end, cuts):
+                stream.add(keys.slice(a, b - a), [(m, _piece(c, s, a, b)) for (m, c), s in zip(cols, starts)])
             start = end
             if start < n:
                 self._flush()
@@ -192,13 +198,41 @@ def _keys(col: Any) -> "pyarrow.Array":
     return keys
 
 
-def _plain(arr: "pyarrow.Array") -> "pyarrow.Array":
-    """A dictionary-encoded array decoded, and a view array (``string_view``, ``binary_view``)
-    as its large type: the layouts the shard writer reads in place."""
+def _plain(arr: Any) -> Any:
+    """A dictionary-encoded array (or chunked array) decoded, and a view array
+    (``string_view``, ``binary_view``) as its large type: the layouts the shard writer reads
+    in place."""
     if pyarrow.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
+        if isinstance(arr, pyarrow.ChunkedArray):
+            arr = pyarrow.chunked_array([c.dictionary_decode() for c in arr.chunks], arr.type.value_type)
+        else:
+            arr = arr.dictionary_decode()
     view = {"string_view": pyarrow.large_string, "binary_view": pyarrow.large_binary}.get(str(arr.type))
     return arr.cast(view()) if view else arr
+
+
+def _chunk_starts(col: "pyarrow.ChunkedArray") -> List[int]:
+    """Where each chunk of ``col`` starts, and its end."""
+    starts = [0]
+    for c in col.chunks:
+        starts.append(starts[-1] + len(c))
+    return starts
+
+
+def _pieces(start: int, end: int, cuts: List[int]) -> Iterator[tuple]:
+    """``[start, end)`` cut at ``cuts`` (the chunk starts of every column, sorted)."""
+    i = bisect.bisect_right(cuts, start)
+    while i < len(cuts) and cuts[i] < end:
+        yield start, cuts[i]
+        start, i = cuts[i], i + 1
+    yield start, end
+
+
+def _piece(col: "pyarrow.ChunkedArray", starts: List[int], a: int, b: int) -> "pyarrow.Array":
+    """Rows ``[a, b)`` of ``col`` (its chunks starting at ``starts``), which lie in one of its
+    chunks, as a slice of that chunk."""
+    i = bisect.bisect_right(starts, a) - 1
+    return col.chunk(i).slice(a - starts[i], b - a)
 
 
 def _row_bytes(keys: "pyarrow.Array", cols: List[tuple]) -> "numpy.ndarray":
@@ -230,13 +264,13 @@ def _npy(value: Any) -> bytes:
     return buf.getvalue()
 
 
-def _values(block: Any, table: "pyarrow.Table", name: str) -> "pyarrow.Array":
-    """A column's values as member payloads: a binary or string array (what the shard writer
+def _values(block: Any, table: "pyarrow.Table", name: str) -> "pyarrow.ChunkedArray":
+    """A column's values as member payloads: binary or string chunks (what the shard writer
     reads in place), a null where a row has no member."""
     col = table.column(name)
     t = col.type
     T = pyarrow.types
-    plain = _plain(col.combine_chunks())
+    plain = _plain(col)
     if any(f(plain.type) for f in (T.is_binary, T.is_large_binary, T.is_string, T.is_large_string)):
         return plain
     if T.is_fixed_size_binary(t):
@@ -260,4 +294,4 @@ def _values(block: Any, table: "pyarrow.Table", name: str) -> "pyarrow.Array":
             f"column {name!r} has type {t}, which stoker.ray.write cannot store as a member: map it to bytes, a "
             "string, a number or a tensor first"
         )
-    return pyarrow.array(vals, pyarrow.large_binary())
+    return pyarrow.chunked_array([pyarrow.array(vals, pyarrow.large_binary())])
