@@ -52,14 +52,16 @@ impl Manifest {
         }
     }
 
-    pub(crate) fn listing(&self) -> Vec<ObjectInfo> {
-        self.objects
-            .iter()
+    /// The objects as a listing, moved out (a snapshot of 10^5 objects is opened by every
+    /// Ray read task: its paths and tags are not copied again).
+    pub(crate) fn take_listing(&mut self) -> Vec<ObjectInfo> {
+        std::mem::take(&mut self.objects)
+            .into_iter()
             .map(|o| ObjectInfo {
-                path: o.path.clone(),
+                path: o.path,
                 size: o.size,
                 modified_us: o.modified_us,
-                e_tag: o.e_tag.clone(),
+                e_tag: o.e_tag,
                 recorded: true,
             })
             .collect()

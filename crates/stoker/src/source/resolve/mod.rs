@@ -368,9 +368,9 @@ async fn listed(
         None if opts.manifest.unwrap_or(true) => manifest::load(store).await?,
         given => given,
     };
-    if let Some(m) = found {
+    if let Some(mut m) = found {
         let layout = opts.layout.unwrap_or(m.layout);
-        let mut listing: Vec<ObjectInfo> = m.listing().into_iter().filter(|o| layout.holds(&o.path)).collect();
+        let mut listing: Vec<ObjectInfo> = m.take_listing().into_iter().filter(|o| layout.holds(&o.path)).collect();
         if layout != Layout::Objects && store.local_root().is_some() {
             // Local shards are stat'ed again (cheap, concurrent): one rewritten since
             // `stoker index` no longer matches its index and is re-indexed, not read at its
