@@ -139,15 +139,16 @@ def chunked(vals, typ, cuts):
     edges = [0, *cuts, n]
     return pa.chunked_array([pa.array(vals[a:b], typ) for a, b in zip(edges, edges[1:])], typ)
 # A block as Ray assembles one from several tables, each column chunked its own way (a
-# dictionary column too, one chunk a row long).
+# dictionary column too, one chunk a row long; an empty chunk; a chunk ending where a shard does).
 table = pa.table({
     "__key__": chunked(keys, pa.string(), [11, 30]),
-    "jpg": chunked(jpg, pa.large_binary(), [3, 4, 25]),
+    "jpg": chunked(jpg, pa.large_binary(), [3, 4, 14, 25, 25]),
     "txt": pa.chunked_array([pa.array(txt[a:b]).dictionary_encode() for a, b in [(0, 17), (17, 18), (18, n)]]),
 })
 sink = stoker.ray.StokerDatasink(dest, samples_per_shard=7)
 sink.on_write_start()
 written = sink.write([table], types.SimpleNamespace(task_idx=0))
+assert [len(c) for c in table.column("jpg").chunks] == [3, 1, 10, 11, 0, 15]
 print(json.dumps({"samples": [w["samples"] for w in written], "keys": keys, "jpg": [j.hex() for j in jpg], "txt": txt}))
 """
 

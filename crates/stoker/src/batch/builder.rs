@@ -129,11 +129,17 @@ impl BatchBuilder {
         }
         if let Storage::Heap(v) = &mut col.buf {
             // Grows to the largest column seen (doubling), then is reused as is; new storage
-            // starts at the size the column had in the pool's last batch. A new buffer is
-            // allocated zeroed, not zero-filled (memory fresh from the system is zero
-            // already, and the allocator knows it), and only the bytes in use are copied.
+            // starts at the size the field's column had in the pool's last batch, and an
+            // eighth more (batches of varying samples would otherwise double half the time).
+            // A new buffer is allocated zeroed, not zero-filled (memory fresh from the system
+            // is zero already, and the allocator knows it), and only the bytes in use are
+            // copied.
             let want = if v.is_empty() {
-                end.max(self.pool.as_ref().map_or(0, |p| p.size_of(c)))
+                let last = match (&self.pool, &col.name) {
+                    (Some(p), Some(name)) => p.size_of(name),
+                    _ => 0,
+                };
+                end.max(last + last / 8)
             } else {
                 end.max(v.len() * 2)
             };

@@ -1,6 +1,6 @@
 //! The pool batches are built in and return their storage to.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use super::storage::Shell;
@@ -15,15 +15,18 @@ pub struct BatchPool {
     max_kept: usize,
     pub(super) host: Option<HostPool>,
     pub(super) spills: Arc<AtomicU64>,
-    /// Bytes of the first [`SIZED_COLUMNS`] columns of the last batch finished: a batch
-    /// built in new storage (none idle, because the consumer holds its batches: a Ray
-    /// block, a list of batches) gives each column that size at once, instead of growing it
-    /// by doubling from nothing (a copy of what it holds, and the fresh memory written
-    /// twice, at each step).
-    sizes: Arc<[AtomicUsize; SIZED_COLUMNS]>,
+    /// The fields and bytes of the columns of the last batch finished (up to
+    /// [`SIZED_COLUMNS`]): a batch built in new storage (none idle, because the consumer
+    /// holds its batches: a Ray block, a list of batches) gives a column of the same field
+    /// that size at once, instead of growing it by doubling from nothing (a copy of what it
+    /// holds, and the fresh memory written twice, at each step).
+    sizes: Arc<Mutex<ColumnSizes>>,
 }
 
-/// Columns whose size a pool remembers ([`BatchPool`]'s `sizes`); later ones start empty.
+/// Each remembered column's field and bytes.
+type ColumnSizes = Vec<(Arc<str>, usize)>;
+
+/// Columns whose size a pool remembers ([`BatchPool`]'s `sizes`); others start empty.
 const SIZED_COLUMNS: usize = 8;
 
 impl BatchPool {
@@ -81,14 +84,16 @@ impl BatchPool {
 
     /// Remember the column sizes of a batch just finished (see `sizes`).
     pub(super) fn note_sizes(&self, shell: &Shell) {
-        for (size, col) in self.sizes.iter().zip(&shell.columns[..shell.used]) {
-            size.store(col.len, Relaxed);
-        }
+        let mut sizes = self.sizes.lock().unwrap_or_else(|e| e.into_inner());
+        sizes.clear();
+        let named = shell.columns[..shell.used].iter().filter_map(|c| Some((c.name.clone()?, c.len)));
+        sizes.extend(named.take(SIZED_COLUMNS));
     }
 
-    /// The size column `c` had in the last batch finished (0 if unknown).
-    pub(super) fn size_of(&self, c: usize) -> usize {
-        self.sizes.get(c).map_or(0, |s| s.load(Relaxed))
+    /// The bytes field `name`'s column had in the last batch finished (0 if it had none).
+    pub(super) fn size_of(&self, name: &str) -> usize {
+        let sizes = self.sizes.lock().unwrap_or_else(|e| e.into_inner());
+        sizes.iter().find(|(n, _)| &**n == name).map_or(0, |&(_, len)| len)
     }
 
     pub(super) fn give(&self, shell: Shell) {

@@ -71,7 +71,7 @@ fn new_storage_takes_the_size_of_the_last_batch_at_once() {
     b.begin(1, "b");
     b.field(&"x".into(), 10).copy_from_slice(&[1u8; 10]);
     b.field(&"cls".into(), 1).copy_from_slice(b"2");
-    assert_eq!(b.shell.columns[0].buf.capacity(), 5000);
+    assert_eq!(b.shell.columns[0].buf.capacity(), 5000 + 5000 / 8);
     assert_eq!(b.shell.columns[1].buf.capacity(), 1);
     // Growing past it keeps what was written.
     b.begin(2, "c");
@@ -80,4 +80,14 @@ fn new_storage_takes_the_size_of_the_last_batch_at_once() {
     let x = second.field("x").unwrap();
     assert_eq!((x.get(0).unwrap(), x.get(1).unwrap()), (&[1u8; 10][..], &[2u8; 6000][..]));
     assert_eq!(first.field("x").unwrap().get(0).unwrap(), &[7u8; 5000][..]);
+
+    // The size goes with the field, not the column's place: a batch whose first field is
+    // `cls` does not give it `x`'s size.
+    let mut b = pool.builder();
+    b.begin(3, "d");
+    b.field(&"cls".into(), 1).copy_from_slice(b"3");
+    b.field(&"x".into(), 10).copy_from_slice(&[3u8; 10]);
+    assert_eq!(b.shell.columns[0].buf.capacity(), 1);
+    assert_eq!(b.shell.columns[1].buf.capacity(), 6010 + 6010 / 8);
+    drop(second);
 }

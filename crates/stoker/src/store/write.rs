@@ -308,4 +308,16 @@ mod tests {
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left, vec![std::ffi::OsString::from("big.bin")]);
     }
+
+    #[test]
+    fn a_background_syncs_error_is_kept_for_the_publishing_sync() {
+        // The first error is kept, past syncs that succeed after it; `wait` reports it.
+        let mut syncs = BackgroundSyncs::default();
+        syncs.running = Some(std::thread::spawn(|| Err(io::Error::other("EIO in writeback"))));
+        syncs.collect();
+        syncs.running = Some(std::thread::spawn(|| Ok(())));
+        let err = syncs.wait().unwrap_err();
+        assert_eq!(err.to_string(), "EIO in writeback");
+        assert!(BackgroundSyncs::default().wait().is_ok());
+    }
 }
