@@ -312,8 +312,10 @@ mod tests {
     #[test]
     fn a_background_syncs_error_is_kept_for_the_publishing_sync() {
         // The first error is kept, past syncs that succeed after it; `wait` reports it.
-        let mut syncs = BackgroundSyncs::default();
-        syncs.running = Some(std::thread::spawn(|| Err(io::Error::other("EIO in writeback"))));
+        let mut syncs = BackgroundSyncs {
+            running: Some(std::thread::spawn(|| Err(io::Error::other("EIO in writeback")))),
+            ..Default::default()
+        };
         syncs.collect();
         syncs.running = Some(std::thread::spawn(|| Ok(())));
         let err = syncs.wait().unwrap_err();
