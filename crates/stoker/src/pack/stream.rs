@@ -197,9 +197,10 @@ impl ShardStream {
         })
     }
 
-    /// Save the shard's sidecar index, of `bytes` bytes: `idx`, walked in the bytes
-    /// written (a checksum a member: `finish` checked the count), with `sums`, the checksums computed from them (nothing is read back), made the
-    /// index of the object now in the store (its size, and version where the store gives one).
+    /// Save the shard's sidecar index, of `bytes` bytes: `idx`, walked in the bytes written
+    /// (a checksum a member: `finish` checked the count), with `sums`, the checksums computed
+    /// from them (nothing is read back), made the index of the object now in the store (its
+    /// size, and version where the store gives one).
     async fn index(&self, bytes: u64, mut idx: ShardIndex, sums: Vec<u64>) -> Result<()> {
         let name = &self.name;
         let info = self.out.head(name).await?;
