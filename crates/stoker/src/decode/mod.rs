@@ -39,7 +39,7 @@ pub use spec::{
     Blur, ColorJitter, Crop, DecodeSpec, Dtype, FieldDecode, FixedSpec, ImageLayout, ImageSpec, Normalize, NpySpec,
     TokenRef, TokensSpec,
 };
-pub use text::TextTokenizer;
+pub use text::{TextTokenizer, MAX_TOKENIZER_BYTES};
 pub use tokens::MAX_SEQ_LEN;
 
 /// One decoded field as the decoder runs it.

@@ -5,6 +5,9 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+/// The largest `tokenizer.json` loaded (1 GiB; the largest published are tens of MB).
+pub const MAX_TOKENIZER_BYTES: u64 = 1 << 30;
+
 /// A loaded `tokenizer.json`.
 pub struct TextTokenizer {
     inner: tokenizers::Tokenizer,
@@ -19,9 +22,10 @@ impl std::fmt::Debug for TextTokenizer {
 }
 
 impl TextTokenizer {
-    /// Load `path` (a Hugging Face `tokenizer.json`).
+    /// Load `path` (a Hugging Face `tokenizer.json`; the largest are tens of MB, and a file
+    /// over [`MAX_TOKENIZER_BYTES`] is refused unread: a corpus given in its place).
     pub fn from_file(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| {
+        let bytes = crate::store::read_capped(path, MAX_TOKENIZER_BYTES).map_err(|e| {
             Error::invalid_option(format!(
                 "cannot read the tokenizer {}: {e} (give the path of a Hugging Face tokenizer.json)",
                 path.display()

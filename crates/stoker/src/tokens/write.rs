@@ -12,6 +12,7 @@ use crate::decode::TextTokenizer;
 use crate::error::{Error, Result};
 use crate::source::tokens::write_idx;
 use crate::source::DynSampleSource;
+use crate::store::Store;
 
 /// The manifest a pre-tokenized directory keeps, written after every part.
 pub const MANIFEST: &str = ".stoker-tokens.json";
@@ -150,6 +151,7 @@ async fn write_parts_here(
         return Err(Error::invalid_option(format!("append_eos {e}: token ids are below 2^31")));
     }
     std::fs::create_dir_all(dest).map_err(|e| Error::io(dest.display(), e))?;
+    let out = Store::local(dest)?;
     let n = src.len() as u64;
     let per = opts.documents_per_part.max(1);
     let want = TokenizedManifest {
@@ -165,7 +167,10 @@ async fn write_parts_here(
         parts: Vec::new(),
     };
     let mut done = match read_manifest(dest)? {
-        Some(m) if TokenizedManifest { parts: Vec::new(), ..m.clone() } == want => kept_parts(dest, m)?,
+        Some(m) if TokenizedManifest { parts: Vec::new(), ..m.clone() } == want => {
+            let dir = dest.to_path_buf();
+            tokio::task::spawn_blocking(move || kept_parts(&dir, m)).await.map_err(Error::task)?
+        }
         Some(m) => {
             return Err(Error::Pack {
                 dest: dest.display().to_string(),
@@ -188,7 +193,7 @@ async fn write_parts_here(
     for p in done.parts.len() as u64..n.div_ceil(per) {
         let docs = p * per..((p + 1) * per).min(n);
         let name = format!("{}-{p:05}", opts.name);
-        let part = write_part(&src, &ids, dest, &name, docs, wide, opts, progress).await?;
+        let part = write_part(&src, &ids, (&out, dest), &name, docs, wide, opts, progress).await?;
         done.parts.push(part);
         write_manifest(dest, &done)?;
     }
@@ -202,16 +207,18 @@ async fn write_parts_here(
 async fn write_part(
     src: &Arc<DynSampleSource>,
     how: &Ids,
-    dest: &Path,
+    (out, dest): (&Store, &Path),
     name: &str,
     docs: std::ops::Range<u64>,
     wide: bool,
     opts: &TokenizeOptions,
     progress: &(dyn Fn(u64) + Send + Sync),
 ) -> Result<Part> {
-    let bin_path = dest.join(format!("{name}.bin"));
-    let tmp = dest.join(format!(".{name}.bin.tmp"));
-    let mut bin = std::io::BufWriter::new(std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?);
+    let bin_name = format!("{name}.bin");
+    // Through the store's writer: sent to the disk and synced in the background as it grows
+    // (a part is gigabytes: its publishing sync then waits for the last stretch only),
+    // published whole (synced, renamed, the directory synced), and removed if the part fails.
+    let mut bin = out.writer(&bin_name, 0)?;
     let mut hasher = twox_hash::XxHash64::with_seed(0);
     let (mut sizes, mut bytes) = (Vec::with_capacity((docs.end - docs.start) as usize), 0u64);
     let mut at = docs.start;
@@ -274,19 +281,17 @@ async fn write_part(
                 }
             }
             hasher.write(&buf);
-            bin.write_all(&buf).map_err(|e| Error::io(tmp.display(), e))?;
+            bin.write_all(&buf).map_err(|e| out.write_error(&bin_name, e))?;
             bytes += buf.len() as u64;
         }
         progress(upto - at);
         at = upto;
     }
-    let file = bin.into_inner().map_err(|e| Error::io(tmp.display(), e.into_error()))?;
-    file.sync_all().map_err(|e| Error::io(tmp.display(), e))?;
     if sizes.iter().any(|&s| s > i32::MAX as u64) {
         return Err(Error::invalid_option(format!("{name}: a document of more than 2^31 tokens")));
     }
     let (code, item) = if wide { (4, 4) } else { (8, 2) };
-    std::fs::rename(&tmp, &bin_path).map_err(|e| Error::io(bin_path.display(), e))?;
+    bin.finish().await?;
     let idx = dest.join(format!("{name}.idx"));
     write_atomic(&idx, &write_idx(code, &sizes, item))?;
     use std::hash::Hasher;
@@ -440,18 +445,46 @@ fn read_manifest(dest: &Path) -> Result<Option<TokenizedManifest>> {
 
 /// The manifest's parts whose files are whole (size and checksum); the first that is not ends
 /// the list (it and those after it are written again).
-fn kept_parts(dest: &Path, mut m: TokenizedManifest) -> Result<TokenizedManifest> {
+fn kept_parts(dest: &Path, mut m: TokenizedManifest) -> TokenizedManifest {
     let whole = m
         .parts
         .iter()
         .take_while(|p| {
-            std::fs::read(dest.join(format!("{}.bin", p.name))).is_ok_and(|b| {
-                b.len() as u64 == p.bin_bytes && format!("{:016x}", twox_hash::XxHash64::oneshot(0, &b)) == p.bin_xxh64
-            }) && dest.join(format!("{}.idx", p.name)).exists()
+            holds(&dest.join(format!("{}.bin", p.name)), p.bin_bytes, &p.bin_xxh64)
+                && dest.join(format!("{}.idx", p.name)).exists()
         })
         .count();
     m.parts.truncate(whole);
-    Ok(m)
+    m
+}
+
+/// Whether `path` is a file of `len` bytes whose xxh64 is `xxh64` (hex), read a MiB at a time:
+/// a part is gigabytes (a million documents by default), and a rerun checks every kept one.
+/// A file of another size is not read at all.
+fn holds(path: &Path, len: u64, xxh64: &str) -> bool {
+    use std::hash::Hasher;
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(path) else { return false };
+    if f.metadata().map(|m| m.len()).ok() != Some(len) {
+        return false;
+    }
+    let (mut hasher, mut buf, mut seen) = (twox_hash::XxHash64::with_seed(0), vec![0u8; 1 << 20], 0u64);
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                hasher.write(&buf[..n]);
+                seen += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+        // Grown since its size was read: not the part the manifest recorded.
+        if seen > len {
+            return false;
+        }
+    }
+    seen == len && format!("{:016x}", hasher.finish()) == xxh64
 }
 
 fn write_manifest(dest: &Path, m: &TokenizedManifest) -> Result<()> {
@@ -463,7 +496,8 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp: PathBuf = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
     f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| Error::io(tmp.display(), e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path.display(), e))
+    // Renamed and the directory synced: the manifest never names a part a crash could lose.
+    crate::store::publish(&tmp, path)
 }
 
 /// The token source for a text source: its documents tokenized with `tok` once, into a

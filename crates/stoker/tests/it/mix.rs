@@ -301,6 +301,12 @@ fn mix_file_forms_and_refusals() {
     assert!(e.contains("unknown field") && !e.contains("hunter2"), "{e}");
     let e = err(&MIX_TOML.replace("uri = \"lmdb\"", "uri = \"inner.mix.json\""));
     assert!(e.contains("itself a mix"), "{e}");
+    // A corpus named where the mix file goes is refused unread (a sparse 1 GiB file).
+    let big = f.root.join("big.mix.toml");
+    std::fs::File::create(&big).unwrap().set_len(1 << 30).unwrap();
+    let e = rt.block_on(stoker::open(&format!("mix:{}", big.display()), SourceOptions::default()));
+    let e = e.unwrap_err().to_string();
+    assert!(e.contains("big.mix.toml") && e.contains("larger than"), "{e}");
 
     // Shard shuffle cannot order a mix.
     let src = rt.block_on(open_mix(&f.root, MIX_TOML)).unwrap();

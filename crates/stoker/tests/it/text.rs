@@ -95,6 +95,30 @@ async fn rust_tokens_equal_the_python_wheels_and_a_rerun_keeps_finished_parts() 
     assert_eq!(std::fs::metadata(out.join("tokens-00000.bin")).unwrap().modified().unwrap(), before);
     assert_eq!(done.into_inner(), docs.len() as u64, "kept parts count as done, the rest tokenized again");
     check(open(out.to_str().unwrap()).await).await;
+    // A part cut short is not read (its size is not the recorded one) and is written again,
+    // with every part after it.
+    let bin = out.join("tokens-00001.bin");
+    let cut = std::fs::metadata(&bin).unwrap().len() - 1;
+    std::fs::OpenOptions::new().write(true).open(&bin).unwrap().set_len(cut).unwrap();
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let again = pretokenize(src.clone(), tok.clone(), &out, &opts, &|n| {
+        done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    })
+    .await
+    .unwrap();
+    assert_eq!(again, m);
+    assert_eq!(std::fs::metadata(out.join("tokens-00000.bin")).unwrap().modified().unwrap(), before);
+    assert_eq!(done.into_inner(), docs.len() as u64);
+    check(open(out.to_str().unwrap()).await).await;
+    // Nothing but the parts and the manifest is left: no temporary file of any write.
+    let mut names: Vec<String> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    let mut want_names: Vec<String> =
+        m.parts.iter().flat_map(|p| [format!("{}.bin", p.name), format!("{}.idx", p.name)]).collect();
+    want_names.push(stoker::tokens::MANIFEST.into());
+    want_names.sort();
+    assert_eq!(names, want_names);
     // Another job's directory is refused.
     let other = TokenizeOptions { append_eos: None, ..opts.clone() };
     let e = pretokenize(src, tok, &out, &other, &|_| {}).await.unwrap_err().to_string();
@@ -114,6 +138,11 @@ async fn bad_text_and_bad_tokenizers_are_clear_errors() {
     assert!(e.contains("no field `text`") && e.contains("text_field"), "{e}");
     let e = TextTokenizer::from_file(&dir.path().join("missing.json")).unwrap_err().to_string();
     assert!(e.contains("missing.json") && e.contains("tokenizer.json"), "{e}");
+    // A corpus given in the tokenizer's place is refused unread (a sparse file past the cap).
+    let huge = dir.path().join("corpus.jsonl");
+    std::fs::File::create(&huge).unwrap().set_len(stoker::decode::MAX_TOKENIZER_BYTES + 1).unwrap();
+    let e = TextTokenizer::from_file(&huge).unwrap_err().to_string();
+    assert!(e.contains("corpus.jsonl") && e.contains("larger than") && e.contains("tokenizer.json"), "{e}");
     std::fs::write(dir.path().join("broken.json"), "{\"model\": 5}").unwrap();
     let e = TextTokenizer::from_file(&dir.path().join("broken.json")).unwrap_err().to_string();
     assert!(e.contains("broken.json") && e.contains("not a tokenizer.json"), "{e}");
@@ -279,6 +308,9 @@ async fn bad_documents_are_packed_empty_and_listed_under_skip_errors() {
     let strict = TokenizeOptions { append_eos: Some(3), ..Default::default() };
     let e = pretokenize(src.clone(), tok.clone(), &out, &strict, &|_| {}).await.unwrap_err().to_string();
     assert!(e.contains("a.jsonl") && e.contains("not a JSON object"), "{e}");
+    // The part the error stopped left nothing behind: no part, no temporary file.
+    let left: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "{left:?}");
     let skip = TokenizeOptions { skip_errors: true, ..strict };
     let m = pretokenize(src, tok, &out, &skip, &|_| {}).await.unwrap();
     let skipped: Vec<u64> = m.parts.iter().flat_map(|p| p.skipped.iter().map(|(d, _)| *d)).collect();

@@ -71,6 +71,9 @@ pub enum WeightBy {
 
 const MIX_PREFIX: &str = "mix:";
 
+/// The largest mix file read (a mix of thousands of sources is some hundred KB).
+const MAX_MIX_FILE_BYTES: u64 = 64 << 20;
+
 /// Whether `uri` names a mix: `mix:...`, or a path ending `.mix.json` or `.mix.toml`.
 pub fn is_mix_uri(uri: &str) -> bool {
     let path = uri.split('?').next().unwrap_or(uri);
@@ -92,7 +95,10 @@ impl MixSpec {
     /// Read a mix file (`.json` or `.toml`; otherwise JSON if it starts with `{`). Relative
     /// local paths in it are taken relative to the file's directory.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display(), e))?;
+        // A mix file is text of a few KB; a path given by mistake (a corpus) is refused unread.
+        let text = crate::store::read_capped(path, MAX_MIX_FILE_BYTES)
+            .and_then(|b| String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+            .map_err(|e| Error::io(path.display(), e))?;
         let name = path.to_string_lossy();
         let json = name.ends_with(".json") || (!name.ends_with(".toml") && text.trim_start().starts_with('{'));
         let parsed = if json { Self::from_json(&text) } else { Self::from_toml(&text) };
