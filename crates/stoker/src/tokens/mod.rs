@@ -28,6 +28,7 @@ mod build;
 mod epoch;
 mod job;
 mod loader;
+mod manifest;
 mod mix;
 pub(crate) mod plan;
 #[cfg(test)]
@@ -42,8 +43,9 @@ use crate::sampler::{Order, Partition};
 pub use crate::decode::TextTokenizer;
 pub use epoch::TokenEpoch;
 pub use loader::{TextInput, TokenLoader, TokenState};
+pub use manifest::{Part, TokenizedManifest, MANIFEST};
 pub use mix::{MixPart, SourceDocs, TokenMix};
-pub use write::{pack_arrays, pretokenize, tokenized, Part, TokenizeOptions, TokenizedManifest, MANIFEST};
+pub use write::{pack_arrays, pretokenize, tokenized, TokenizeOptions};
 
 /// How documents become sequences.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
