@@ -44,6 +44,20 @@ struct Inner {
 struct OpenEnv {
     env: Env<WithoutTls>,
     db: Database<'static, RawBytes, RawBytes>,
+    /// Where the map starts and how many of its bytes the file backs (see [`OpenEnv::holds`]).
+    map: (usize, usize),
+}
+
+impl OpenEnv {
+    /// Whether `b`, a key or value LMDB handed out, lies in the part of the map the file
+    /// backs. LMDB takes a node's sizes as written: a damaged node can claim a value of up to
+    /// 4 GiB (or a key of 64 KiB) and gets a slice that long from where it points, past the
+    /// end of the file (touching it ends the process with SIGBUS) or of the map.
+    fn holds(&self, b: &[u8]) -> bool {
+        let (base, len) = self.map;
+        let at = b.as_ptr() as usize;
+        b.is_empty() || (at >= base && at.checked_add(b.len()).is_some_and(|end| end <= base.saturating_add(len)))
+    }
 }
 
 /// heed refuses to open one environment twice in a process (its registry survives fork, so
@@ -58,6 +72,34 @@ fn registry() -> &'static Mutex<HashMap<PathBuf, &'static OpenEnv>> {
 
 fn lmdb_err(path: &Path, reason: impl fmt::Display) -> Error {
     Error::Lmdb { path: path.display().to_string(), reason: reason.to_string() }
+}
+
+/// Where `file` is mapped in this process and for how many bytes, from `/proc/self/maps`
+/// (LMDB does not say: its `mdb_env_info` gives a map's address only when it is fixed).
+fn mapped_at(file: &Path) -> Option<(usize, usize)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| {
+        // `start-end perms offset dev inode path`, the path (which may hold spaces) last.
+        let mut rest = line;
+        let mut fields = [""; 5];
+        for f in &mut fields {
+            rest = rest.trim_start();
+            let end = rest.find(' ').unwrap_or(rest.len());
+            *f = &rest[..end];
+            rest = &rest[end..];
+        }
+        if Path::new(rest.trim_start()) != file || !fields[2].trim_start_matches('0').is_empty() {
+            return None;
+        }
+        let (a, z) = fields[0].split_once('-')?;
+        let (a, z) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(z, 16).ok()?);
+        Some((a, z.checked_sub(a)?))
+    })
+}
+
+/// A node of `data.mdb` whose sizes point past the file.
+fn damaged(path: &Path, what: &str) -> Error {
+    lmdb_err(path, format!("{what}, past the end of data.mdb: the file is damaged; copy it again"))
 }
 
 impl LmdbSource {
@@ -80,6 +122,9 @@ impl LmdbSource {
         let iter = env.db.remap_data_type::<DecodeIgnore>().iter(&txn).map_err(|e| lmdb_err(dir, e))?;
         for item in iter {
             let (k, ()) = item.map_err(|e| lmdb_err(dir, e))?;
+            if !env.holds(k) {
+                return Err(damaged(dir, &format!("key {} claims {} bytes", ends.len(), k.len())));
+            }
             keys.extend_from_slice(k);
             ends.push(keys.len());
         }
@@ -114,7 +159,14 @@ fn open_env(canonical: &Path) -> Result<&'static OpenEnv> {
         .map_err(|e| lmdb_err(canonical, e))?
         .unwrap_commit()
         .ok_or_else(|| lmdb_err(canonical, "the environment has no unnamed database"))?;
-    let open: &'static OpenEnv = Box::leak(Box::new(OpenEnv { env: env.clone(), db }));
+    let data = canonical.join(DATA_FILE);
+    let file = std::fs::metadata(&data).map_err(|e| Error::io(data.display(), e))?.len();
+    let map = match mapped_at(&data) {
+        Some((base, len)) => (base, len.min(usize::try_from(file).unwrap_or(usize::MAX))),
+        // Where the process's maps cannot be read, nothing is refused on this ground.
+        None => (0, usize::MAX),
+    };
+    let open: &'static OpenEnv = Box::leak(Box::new(OpenEnv { env: env.clone(), db, map }));
     reg.insert(key, open);
     Ok(open)
 }
@@ -173,7 +225,18 @@ impl Inner {
         let path = Path::new(&self.display);
         let txn = self.env.env.read_txn().map_err(|e| lmdb_err(path, e))?;
         let v = self.env.db.get(&txn, self.key(i)).map_err(|e| lmdb_err(path, e))?;
-        Ok(v.ok_or_else(|| self.missing(i))?.len() as u64)
+        Ok(self.held(i, v.ok_or_else(|| self.missing(i))?)?.len() as u64)
+    }
+
+    /// Value `v` of sample `i` if the file holds it (see [`OpenEnv::holds`]), before a byte
+    /// of it is touched or its length trusted for an allocation.
+    fn held<'t>(&self, i: usize, v: &'t [u8]) -> Result<&'t [u8]> {
+        if self.env.holds(v) {
+            return Ok(v);
+        }
+        let what =
+            format!("the value of key `{}` (sample {i}) claims {} bytes", display_key(&self.key_string(i)), v.len());
+        Err(damaged(Path::new(&self.display), &what))
     }
 
     fn missing(&self, i: usize) -> Error {
@@ -249,7 +312,7 @@ impl Inner {
             let first = indices[at];
             if run.len() == 1 {
                 let v = self.env.db.get(txn, self.key(first)).map_err(|e| lmdb_err(path, e))?;
-                f(first, v.ok_or_else(|| self.missing(first))?)?;
+                f(first, self.held(first, v.ok_or_else(|| self.missing(first))?)?)?;
             } else {
                 let last = first + run.len() - 1;
                 let bounds = (Bound::Included(self.key(first)), Bound::Included(self.key(last)));
@@ -259,7 +322,7 @@ impl Inner {
                     if k != self.key(i) {
                         return Err(self.missing(i));
                     }
-                    f(i, v)?;
+                    f(i, self.held(i, v)?)?;
                 }
             }
             at += run.len();

@@ -280,6 +280,52 @@ async fn lmdb_cut_anywhere_fails_at_open_or_reads_right() {
     }
 }
 
+/// A node of `data.mdb` whose value size is damaged (claiming 16 MiB or 4 GiB in a file of a
+/// few pages): LMDB hands out a slice that long from the node; touching it past the file's
+/// end would kill the process with SIGBUS. The read is an error naming the key and the file,
+/// and every other record still reads right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_lmdb_value_claiming_bytes_past_the_file_is_an_error_not_a_crash() {
+    let records: Vec<_> = (0..10)
+        .map(|i| (if i == 4 { b"MARKERKEY".to_vec() } else { format!("k{i:03}").into_bytes() }, payload(i, 100)))
+        .collect();
+    for hi in [0x00ffu16, 0xffff] {
+        let dir = tempfile::tempdir().unwrap();
+        write_lmdb(dir.path(), &records);
+        let path = dir.path().join("data.mdb");
+        let mut data = std::fs::read(&path).unwrap();
+        let at = data.windows(9).position(|w| w == b"MARKERKEY").unwrap();
+        // The node's header: size low and high halves, flags, key size (9).
+        assert_eq!(u16::from_le_bytes([data[at - 2], data[at - 1]]), 9);
+        data[at - 8..at - 6].copy_from_slice(&0xffffu16.to_le_bytes());
+        data[at - 6..at - 4].copy_from_slice(&hi.to_le_bytes());
+        std::fs::write(&path, &data).unwrap();
+        let src = stoker::open(dir.path().to_str().unwrap(), Default::default()).await.unwrap();
+        let order: Vec<usize> = (0..src.len()).collect();
+        // LMDB orders keys bytewise.
+        let mut keys: Vec<&[u8]> = records.iter().map(|(k, _)| &k[..]).collect();
+        keys.sort_unstable();
+        let marker = keys.iter().position(|k| k == b"MARKERKEY").unwrap();
+        for i in order {
+            match src.get(i).await {
+                Ok(s) => {
+                    assert_ne!(i, marker, "the damaged value was read");
+                    let want = &records.iter().find(|(k, _)| k == s.key.as_bytes()).unwrap().1;
+                    assert_eq!(&s.fields[0].data[..], &want[..], "record {i}");
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    assert_eq!(i, marker, "{msg}");
+                    assert!(msg.contains("data.mdb") && msg.contains("MARKERKEY") && msg.contains("damaged"), "{msg}");
+                }
+            }
+        }
+        // A batch holding it fails the same way, without touching the bytes.
+        let e = src.get_many(&(0..src.len()).collect::<Vec<_>>()).await.unwrap_err().to_string();
+        assert!(e.contains("MARKERKEY") && e.contains("damaged"), "{e}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_s3_shard_replaced_after_indexing_is_an_etag_mismatch_not_other_bytes() {
     use common::s3::{uri, SK};
