@@ -82,7 +82,7 @@ impl Inner {
             .collect::<Result<_>>()?;
         let got = self.read_ranges(path, &heads).await.map_err(|e| self.short(shard, e))?;
         let mut batches = Vec::with_capacity(blocks.len());
-        let mut first = 0usize;
+        let mut counts = Vec::with_capacity(blocks.len());
         for ((b, head), meta) in blocks.iter().zip(&heads).zip(&got) {
             if head.is_empty() {
                 return Err(bad("an empty batch header".into()));
@@ -92,11 +92,13 @@ impl Inner {
                 if meta.len() >= 8 && meta[..4] == [0xff; 4] { &meta[8..] } else { meta.get(4..).unwrap_or(&[]) };
             let message = arrow_ipc::root_as_message(body).map_err(|e| bad(e.to_string()))?;
             let header = message.header_as_record_batch().ok_or_else(|| bad("a block is not a record batch".into()))?;
-            batches.push((*b, range(b)?, first));
-            first += usize::try_from(header.length()).map_err(|_| bad("a negative row count".into()))?;
+            let bytes = range(b)?;
+            counts.push((header.length(), bytes.end - bytes.start));
+            batches.push((*b, bytes, 0));
         }
-        if first != self.shards[shard].samples {
-            return Err(bad(format!("its batches hold {first} rows, its index says {}", self.shards[shard].samples)));
+        let firsts = batch_starts(&counts, self.shards[shard].samples).map_err(bad)?;
+        for (batch, first) in batches.iter_mut().zip(firsts) {
+            batch.2 = first;
         }
         Ok(ArrowIndex { schema, version: footer.version(), dictionaries, batches })
     }
@@ -221,5 +223,50 @@ impl Inner {
         if let Ok(samples) = self.arrow_rows(shard, index, k, bytes, &all).await {
             spill.put((shard, k), samples).await;
         }
+    }
+}
+
+/// The first row of each record batch, from each batch's claimed row count and its size in
+/// bytes, checked against the `samples` the index gives the chunk. Every count is checked
+/// before anything is sized by it: a row takes a bit of some buffer at least, so a batch
+/// claiming more rows than its bytes hold lies, and the running sum must stay within
+/// `samples` (a sum that wrapped could otherwise match it and size a batch's bookkeeping by
+/// the wrapped starts).
+fn batch_starts(counts: &[(i64, u64)], samples: usize) -> std::result::Result<Vec<usize>, String> {
+    let mut firsts = Vec::with_capacity(counts.len());
+    let mut first = 0usize;
+    for &(rows, bytes) in counts {
+        let rows = usize::try_from(rows).map_err(|_| "a negative row count".to_string())?;
+        if rows as u128 > u128::from(bytes) * 8 + 8 {
+            return Err(format!("a record batch claims {rows} rows in {bytes} bytes"));
+        }
+        firsts.push(first);
+        first = first
+            .checked_add(rows)
+            .filter(|&f| f <= samples)
+            .ok_or_else(|| format!("its batches hold more rows than the {samples} its index says"))?;
+    }
+    if first != samples {
+        return Err(format!("its batches hold {first} rows, its index says {samples}"));
+    }
+    Ok(firsts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::batch_starts;
+
+    #[test]
+    fn batch_starts_refuse_counts_that_lie_or_wrap() {
+        assert_eq!(batch_starts(&[(3, 100), (2, 100)], 5).unwrap(), [0, 3]);
+        assert!(batch_starts(&[(3, 100), (2, 100)], 6).unwrap_err().contains("hold 5 rows"));
+        assert!(batch_starts(&[(-1, 100)], 5).unwrap_err().contains("negative"));
+        // Three batches whose counts sum to 2 modulo 2^64 (the same message three times).
+        let third = ((u128::from(u64::MAX) + 3) / 3) as i64;
+        let e = batch_starts(&[(third, u64::MAX / 8); 3], 2).unwrap_err();
+        assert!(e.contains("more rows than the 2"), "{e}");
+        // A count its bytes cannot hold, however many samples the index claims.
+        let e = batch_starts(&[(1 << 40, 4096)], 1 << 40).unwrap_err();
+        assert!(e.contains("claims 1099511627776 rows in 4096 bytes"), "{e}");
     }
 }
