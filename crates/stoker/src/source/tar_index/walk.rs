@@ -204,7 +204,7 @@ impl<'a> Builder<'a> {
         if let Err(e) = reader.seek(SeekFrom::Start(base)) {
             return Found::header(base, format!("cannot read the shard: {e}"));
         }
-        let mut archive = tar::Archive::new(FromBase { inner: reader, base });
+        let mut archive = tar::Archive::new(FromBase { inner: reader, base, at: 0 });
         let entries = match archive.entries_with_seek() {
             Ok(e) => e,
             Err(e) => return Found::header(base, describe_tar_error(&e)),
@@ -366,11 +366,41 @@ impl<'a> Builder<'a> {
 struct FromBase<'r, R> {
     inner: &'r mut R,
     base: u64,
+    /// Where the next read starts, relative to `base`.
+    at: u64,
 }
+
+/// The largest PAX or GNU long-name body the walk lets the tar crate read. It reads such a
+/// body whole into memory before the walk sees the entry (and its size check): a damaged or
+/// hostile header claiming the rest of a 50 GB shard would be read into memory. Real ones
+/// hold a path and a few attributes: bytes to kilobytes.
+const MAX_EXTENSION: u64 = 1 << 20;
 
 impl<R: Read> Read for FromBase<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.inner.read(buf)
+        let n = self.inner.read(buf)?;
+        // The tar crate reads each header block alone, at a block boundary.
+        if buf.len() == HEADER as usize && n == buf.len() && self.at % HEADER == 0 {
+            refuse_long_extension(buf)?;
+        }
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
+/// An error for `block` if it is a valid header of a PAX (`x`, `g`) or GNU long-name (`L`,
+/// `K`) extension whose body is over [`MAX_EXTENSION`].
+fn refuse_long_extension(block: &[u8]) -> io::Result<()> {
+    if !matches!(block[156], b'x' | b'g' | b'L' | b'K') {
+        return Ok(());
+    }
+    let h = tar::Header::from_byte_slice(block);
+    match h.entry_size() {
+        Ok(size) if size > MAX_EXTENSION && h.cksum().ok() == Some(header_checksum(block)) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a PAX or long-name header of {size} bytes (at most {MAX_EXTENSION})"),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -381,7 +411,10 @@ impl<R: Seek> Seek for FromBase<'_, R> {
             other => other,
         };
         let at = self.inner.seek(pos)?;
-        at.checked_sub(self.base).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before the segment"))
+        self.at = at
+            .checked_sub(self.base)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before the segment"))?;
+        Ok(self.at)
     }
 }
 
@@ -439,5 +472,73 @@ fn describe_tar_error(e: &io::Error) -> String {
         format!("header checksum mismatch: {advice}")
     } else {
         format!("cannot parse the header ({msg}): {advice}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shard of `prefix` then zeros up to `size` bytes, counting the bytes read from it.
+    struct Zeros {
+        prefix: Vec<u8>,
+        size: u64,
+        at: u64,
+        read: u64,
+    }
+
+    impl Read for Zeros {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = (self.size.saturating_sub(self.at)).min(buf.len() as u64) as usize;
+            for (i, b) in buf[..n].iter_mut().enumerate() {
+                *b = self.prefix.get(self.at as usize + i).copied().unwrap_or(0);
+            }
+            self.at += n as u64;
+            self.read += n as u64;
+            Ok(n)
+        }
+    }
+
+    impl Seek for Zeros {
+        fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+            self.at = match pos {
+                SeekFrom::Start(n) => n,
+                SeekFrom::Current(d) => self.at.saturating_add_signed(d),
+                SeekFrom::End(d) => self.size.saturating_add_signed(d),
+            };
+            Ok(self.at)
+        }
+    }
+
+    fn header(path: &str, kind: tar::EntryType, size: u64) -> Vec<u8> {
+        let mut h = tar::Header::new_ustar();
+        h.set_path(path).unwrap();
+        h.set_entry_type(kind);
+        h.set_size(size);
+        h.set_mode(0o644);
+        h.set_cksum();
+        h.as_bytes().to_vec()
+    }
+
+    #[test]
+    fn a_pax_or_long_name_header_claiming_megabytes_is_damage_not_read() {
+        for kind in [tar::EntryType::XHeader, tar::EntryType::GNULongName] {
+            let mut prefix = header("a.txt", tar::EntryType::Regular, 100);
+            prefix.resize(1024, b'a');
+            prefix.extend(header("b.txt", kind, 64 << 20));
+            let size = prefix.len() as u64 + (64 << 20) + 1024;
+            let info = ObjectInfo { path: "s.tar".into(), size, modified_us: 0, e_tag: None, recorded: false };
+            // Strict: an error at the header, the extension's body never read (the tar crate
+            // reads one whole into memory).
+            let mut shard = Zeros { prefix: prefix.clone(), size, at: 0, read: 0 };
+            let e = build_with(&mut shard, &info, "s.tar", Walk::default()).unwrap_err().to_string();
+            assert!(e.contains("s.tar") && e.contains("PAX or long-name header of 67108864 bytes"), "{e}");
+            assert!(shard.read < 1 << 20, "{} bytes read", shard.read);
+            // Skipping damage: the sample before it is kept, the damage recorded.
+            let mut shard = Zeros { prefix, size, at: 0, read: 0 };
+            let idx = build_with(&mut shard, &info, "s.tar", Walk { skip: true, ..Walk::default() }).unwrap();
+            assert_eq!(idx.keys, ["a"]);
+            assert!(format!("{:?}", idx.damage).contains("PAX or long-name header"), "{:?}", idx.damage);
+        }
     }
 }
