@@ -380,7 +380,7 @@ impl<R: Read> Read for FromBase<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         // The tar crate reads each header block alone, at a block boundary.
-        if buf.len() == HEADER as usize && n == buf.len() && self.at % HEADER == 0 {
+        if buf.len() == HEADER as usize && n == buf.len() && self.at.is_multiple_of(HEADER) {
             refuse_long_extension(buf)?;
         }
         self.at += n as u64;
