@@ -47,10 +47,11 @@ impl StoreStorage {
     }
 }
 
-/// The filters Stoker decodes besides the reader's own: LZF, h5py's fast compressor.
-fn filters() -> FilterRegistry {
+/// The filters Stoker decodes besides the reader's own: LZF, h5py's fast compressor, held
+/// to `cap` bytes a chunk (the reader's own limit is checked only after a filter returns).
+fn filters(cap: usize) -> FilterRegistry {
     let mut r = FilterRegistry::new();
-    r.register(LZF_FILTER, Box::new(|desc, data, _| lzf_filter(desc, data)));
+    r.register(LZF_FILTER, Box::new(move |desc, data, _| lzf_filter(desc, data, cap)));
     r
 }
 
@@ -58,15 +59,17 @@ fn filters() -> FilterRegistry {
 const LZF_FILTER: u16 = 32000;
 
 /// Decompress an LZF chunk to the size its filter parameters announce (h5py stores the
-/// chunk's byte size as the third parameter), never past the reader's chunk limit.
+/// chunk's byte size as the third parameter), never past `cap` (the source's chunk limit:
+/// a few KB of LZF announcing 256 MiB would otherwise take that much).
 fn lzf_filter(
     desc: &hdf5_reader::messages::filter_pipeline::FilterDescription,
     data: &[u8],
+    cap: usize,
 ) -> hdf5_reader::error::Result<Vec<u8>> {
     let bad = |why: String| hdf5_reader::error::Error::DecompressionError(format!("LZF: {why}"));
     let size = desc.client_data.get(2).copied().filter(|&s| s > 0).ok_or_else(|| bad("no chunk size given".into()))?;
-    if size as usize > hdf5_reader::DEFAULT_MAX_CHUNK_BYTES {
-        return Err(bad(format!("a chunk of {size} bytes announced")));
+    if size as usize > cap.min(hdf5_reader::DEFAULT_MAX_CHUNK_BYTES) {
+        return Err(bad(format!("a chunk of {size} bytes announced, over the {cap} allowed (decoded_bytes)")));
     }
     super::lzf::decompress(data, size as usize).map_err(bad)
 }
@@ -77,7 +80,7 @@ fn lzf_filter(
 pub(super) fn options(cache: usize, cap: usize) -> OpenOptions {
     OpenOptions {
         chunk_cache_bytes: cache,
-        filter_registry: Some(filters()),
+        filter_registry: Some(filters(cap)),
         max_chunk_bytes: cap,
         max_read_bytes: cap,
         max_object_header_bytes: 16 << 20,
@@ -109,5 +112,21 @@ pub(super) fn bad_file(s: &StoreStorage, shown: &str, e: &hdf5_reader::error::Er
             "not a readable HDF5 file ({e}): it is truncated, damaged or not HDF5; write it again, or leave it out of the \
              source"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hdf5_reader::messages::filter_pipeline::FilterDescription;
+
+    #[test]
+    fn an_lzf_chunk_announcing_more_than_the_cap_is_refused_before_it_is_decoded() {
+        let desc = |size| FilterDescription { id: LZF_FILTER, name: None, client_data: vec![0, 0, size] };
+        let e = lzf_filter(&desc(1 << 20), &[0u8; 16], 4096).unwrap_err().to_string();
+        assert!(e.contains("1048576 bytes announced, over the 4096 allowed"), "{e}");
+        // Within the cap the bytes are decoded (these are not LZF: refused for that).
+        let e = lzf_filter(&desc(4096), &[0xffu8; 16], 4096).unwrap_err().to_string();
+        assert!(!e.contains("allowed"), "{e}");
     }
 }
