@@ -114,8 +114,19 @@ pub(crate) async fn open(
                 .map(|c| u64::try_from(c.uncompressed_size()).unwrap_or(0))
                 .sum();
             groups.push(Group { file, group: g, first_row: row, rows, coarse, bytes });
-            row += rows;
-            starts.push(starts.last().copied().unwrap_or(0) + rows);
+            // A footer's row counts are its own claims: summed checked, not wrapped into a
+            // small count that would read as a real one.
+            let next = starts.last().copied().unwrap_or(0).checked_add(rows);
+            let (Some(r), Some(next)) = (row.checked_add(rows), next) else {
+                return Err(Error::BadIndex {
+                    path: store.describe(f.path()),
+                    reason: "its row groups claim more rows than can be counted: the footer is damaged; write the \
+                             file again"
+                        .into(),
+                });
+            };
+            row = r;
+            starts.push(next);
         }
         let stem = file_stem(f.path());
         let mask = ProjectionMask::roots(

@@ -129,7 +129,8 @@ fn whole_pages<'m>(meta: &'m ParquetMetaData, r: &Range<u64>) -> Option<(u64, &'
                 (
                     r.start == start || p.iter().any(|l| at(l.offset) == Some(r.start)),
                     p.iter().any(|l| {
-                        at(l.offset + i64::from(l.compressed_page_size)) == Some(r.end) || at(l.offset) == Some(r.end)
+                        l.offset.checked_add(i64::from(l.compressed_page_size)).and_then(at) == Some(r.end)
+                            || at(l.offset) == Some(r.end)
                     }),
                 )
             });

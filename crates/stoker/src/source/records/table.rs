@@ -208,7 +208,11 @@ impl Inner {
             return Ok(b);
         }
         let s = &self.shards[shard];
-        let z = self.read_range(&s.path, frame.at..frame.at + frame.len).await.map_err(|e| self.short(shard, e))?;
+        let end = frame
+            .at
+            .checked_add(frame.len)
+            .ok_or_else(|| self.corrupt(shard, String::new(), format!("frame {f} claims bytes past 2^64")))?;
+        let z = self.read_range(&s.path, frame.at..end).await.map_err(|e| self.short(shard, e))?;
         let raw = Codec::Zstd
             .decompress(&z, Some(frame.raw_len), self.decoded_budget)
             .map_err(|why| why.error(self.store.describe(&s.path), format!("frame {f}")))?;

@@ -77,8 +77,11 @@ fn check(spans: &[(u64, u64)], read: ReadRanges) -> Checked {
         let (data, end) = spans[r];
         let len = head.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
         let crc = head.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes);
-        let framed =
-            len.zip(crc).is_some_and(|(len, crc)| masked_crc(&len.to_le_bytes()) == crc && len + 4 == end - data);
+        let framed = len.zip(crc).is_some_and(|(len, crc)| {
+            // Checked: both lengths are the file's and the index's, either may lie.
+            masked_crc(&len.to_le_bytes()) == crc
+                && len.checked_add(4).is_some_and(|l| Some(l) == end.checked_sub(data))
+        });
         if !framed {
             return Err(format!("record {r} at byte {}: the file's framing there disagrees", data - 12));
         }
@@ -111,5 +114,17 @@ mod tests {
             assert!(e.contains(why), "{text:?}: {e}");
         }
         assert!(max_len(36) >= b"0 20\n20 16\n".len() as u64);
+    }
+
+    #[test]
+    fn a_record_length_near_2_to_the_64_disagrees_with_the_index_and_does_not_overflow() {
+        // One record of 24 bytes (12 of header, 8 of data, 4 of data CRC) whose length field,
+        // with its CRC right, claims 2^64 - 2 bytes.
+        let len = u64::MAX - 1;
+        let mut head = len.to_le_bytes().to_vec();
+        head.extend(masked_crc(&len.to_le_bytes()).to_le_bytes());
+        let read = |_: &[std::ops::Range<u64>]| Ok(vec![bytes::Bytes::from(head.clone())]);
+        let e = check(&[(12, 24)], &read).unwrap_err();
+        assert!(e.contains("framing there disagrees"), "{e}");
     }
 }
