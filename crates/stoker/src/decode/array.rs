@@ -140,6 +140,12 @@ mod tests {
         assert_eq!(&b[..want.len()], want);
         assert_eq!((b.len() - 12) % 64, 0);
         assert_eq!(b[b.len() - 13], b'\n');
+        // A header past 65,535 bytes (25,000 dimensions) is written as format 2.0, as numpy does.
+        let many = vec![1usize; 25_000];
+        let b = crate::source::npy::npy("|u1", &many, &[7]);
+        assert_eq!(&b[6..8], b"\x02\x00");
+        let h = parse_npy(&b).unwrap();
+        assert_eq!((h.shape.len(), h.data_offset % 64, &b[h.data_offset..]), (25_000, 0, &[7u8][..]));
         for (shape, n) in [(vec![2usize, 3], 6usize), (vec![], 1), (vec![0], 0)] {
             let b = crate::source::npy::npy("<i8", &shape, &vec![1u8; n * 8]);
             let h = parse_npy(&b).unwrap();
