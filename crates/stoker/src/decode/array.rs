@@ -140,7 +140,13 @@ mod tests {
         assert_eq!(&b[..want.len()], want);
         assert_eq!((b.len() - 12) % 64, 0);
         assert_eq!(b[b.len() - 13], b'\n');
-        // A header past 65,535 bytes (25,000 dimensions) is written as format 2.0, as numpy does.
+        // Where the data starts, as `numpy.save` of float32 zeros puts it (numpy 2.x): its
+        // spare spaces after the dict and its 1 to 64 bytes of padding.
+        for (shape, offset) in [(vec![3usize], 128), (vec![1; 15], 192), (vec![2, 3], 128), (vec![], 128)] {
+            let b = crate::source::npy::npy("<f4", &shape, &vec![0u8; shape.iter().product::<usize>() * 4]);
+            assert_eq!(parse_npy(&b).unwrap().data_offset, offset, "{shape:?}");
+        }
+        // A header past 65,535 bytes (25,000 dimensions) is written as format 2.0.
         let many = vec![1usize; 25_000];
         let b = crate::source::npy::npy("|u1", &many, &[7]);
         assert_eq!(&b[6..8], b"\x02\x00");

@@ -44,19 +44,29 @@ struct Inner {
 struct OpenEnv {
     env: Env<WithoutTls>,
     db: Database<'static, RawBytes, RawBytes>,
-    /// Where the map starts and how many of its bytes the file backs (see [`OpenEnv::holds`]).
-    map: (usize, usize),
+    /// Where the map starts, its length, and how many of its bytes the file backed when it
+    /// was opened (see [`OpenEnv::holds`]).
+    map: (usize, usize, usize),
+    /// The file, to ask its size again before calling a value damaged.
+    data: PathBuf,
 }
 
 impl OpenEnv {
     /// Whether `b`, a key or value LMDB handed out, lies in the part of the map the file
     /// backs. LMDB takes a node's sizes as written: a damaged node can claim a value of up to
     /// 4 GiB (or a key of 64 KiB) and gets a slice that long from where it points, past the
-    /// end of the file (touching it ends the process with SIGBUS) or of the map.
+    /// end of the file (touching it ends the process with SIGBUS) or of the map. A slice past
+    /// the size the file had at open is checked again against its size now (an environment
+    /// that grew since, then opened again in this process, is not damaged).
     fn holds(&self, b: &[u8]) -> bool {
-        let (base, len) = self.map;
-        let at = b.as_ptr() as usize;
-        b.is_empty() || (at >= base && at.checked_add(b.len()).is_some_and(|end| end <= base.saturating_add(len)))
+        let (base, mapped, backed) = self.map;
+        let within = |len: usize| {
+            let at = b.as_ptr() as usize;
+            b.is_empty() || (at >= base && at.checked_add(b.len()).is_some_and(|end| end <= base.saturating_add(len)))
+        };
+        within(backed)
+            || std::fs::metadata(&self.data)
+                .is_ok_and(|m| within(usize::try_from(m.len()).unwrap_or(usize::MAX).min(mapped)))
     }
 }
 
@@ -74,26 +84,21 @@ fn lmdb_err(path: &Path, reason: impl fmt::Display) -> Error {
     Error::Lmdb { path: path.display().to_string(), reason: reason.to_string() }
 }
 
-/// Where `file` is mapped in this process and for how many bytes, from `/proc/self/maps`
-/// (LMDB does not say: its `mdb_env_info` gives a map's address only when it is fixed).
-fn mapped_at(file: &Path) -> Option<(usize, usize)> {
+/// The mapping of this process holding `at` (a byte LMDB handed out from its map), if it maps
+/// file `inode` from its start: where it starts and its length, from `/proc/self/maps` (LMDB
+/// does not say: its `mdb_env_info` gives a map's address only when it is fixed). Found by
+/// address and inode, not path: a `data.mdb` that is a symlink (a hub or DVC cache) is listed
+/// under its target, and another mapping of the same file elsewhere is not this one.
+fn mapping_of(at: usize, inode: u64) -> Option<(usize, usize)> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     maps.lines().find_map(|line| {
-        // `start-end perms offset dev inode path`, the path (which may hold spaces) last.
-        let mut rest = line;
-        let mut fields = [""; 5];
-        for f in &mut fields {
-            rest = rest.trim_start();
-            let end = rest.find(' ').unwrap_or(rest.len());
-            *f = &rest[..end];
-            rest = &rest[end..];
-        }
-        if Path::new(rest.trim_start()) != file || !fields[2].trim_start_matches('0').is_empty() {
-            return None;
-        }
-        let (a, z) = fields[0].split_once('-')?;
+        // `start-end perms offset dev inode path`.
+        let mut fields = line.split_ascii_whitespace();
+        let (range, offset, ino) = (fields.next()?, fields.nth(1)?, fields.nth(1)?);
+        let (a, z) = range.split_once('-')?;
         let (a, z) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(z, 16).ok()?);
-        Some((a, z.checked_sub(a)?))
+        let whole_file = offset.trim_start_matches('0').is_empty() && ino.parse::<u64>().ok() == Some(inode);
+        ((a..z).contains(&at) && whole_file).then_some((a, z - a))
     })
 }
 
@@ -160,13 +165,18 @@ fn open_env(canonical: &Path) -> Result<&'static OpenEnv> {
         .unwrap_commit()
         .ok_or_else(|| lmdb_err(canonical, "the environment has no unnamed database"))?;
     let data = canonical.join(DATA_FILE);
-    let file = std::fs::metadata(&data).map_err(|e| Error::io(data.display(), e))?.len();
-    let map = match mapped_at(&data) {
-        Some((base, len)) => (base, len.min(usize::try_from(file).unwrap_or(usize::MAX))),
-        // Where the process's maps cannot be read, nothing is refused on this ground.
-        None => (0, usize::MAX),
+    let meta = std::fs::metadata(&data).map_err(|e| Error::io(data.display(), e))?;
+    // The first key lies in the map (LMDB checks a page's number against the file's last).
+    let txn = env.read_txn().map_err(|e| lmdb_err(canonical, e))?;
+    let first = db.first(&txn).map_err(|e| lmdb_err(canonical, e))?.map(|(k, _)| k.as_ptr() as usize);
+    drop(txn);
+    let map = match first.and_then(|at| mapping_of(at, std::os::unix::fs::MetadataExt::ino(&meta))) {
+        Some((base, len)) => (base, len, len.min(usize::try_from(meta.len()).unwrap_or(usize::MAX))),
+        // Where the process's maps cannot be read (or the database is empty), nothing is
+        // refused on this ground.
+        None => (0, usize::MAX, usize::MAX),
     };
-    let open: &'static OpenEnv = Box::leak(Box::new(OpenEnv { env: env.clone(), db, map }));
+    let open: &'static OpenEnv = Box::leak(Box::new(OpenEnv { env: env.clone(), db, map, data }));
     reg.insert(key, open);
     Ok(open)
 }

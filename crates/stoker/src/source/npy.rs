@@ -3,22 +3,28 @@
 //! back, and the bytes equal what `numpy.save` writes for it.
 
 /// An `.npy` file holding `data` (C order, already in the byte order `descr` names, e.g.
-/// `<f4`, `|u1`) with `shape`. The header is laid out as numpy lays it out: a Python dict
-/// literal padded with spaces to a multiple of 64 bytes, ending in a newline; format 1.0,
-/// or 2.0 (a 4-byte header length) when the header is over 1.0's 65,535 bytes, as numpy
-/// chooses (an array of some 20,000 dimensions; the length written in 1.0's two bytes was cut).
+/// `<f4`, `|u1`) with `shape`, laid out as `numpy.save` lays it out: the header's dict literal,
+/// numpy's spare spaces after it (21 less the digits of the first dimension, room for an
+/// array grown in place), then spaces to a multiple of 64 bytes with 1 to 64 of them, and a
+/// newline. Format 1.0; 2.0 (a four-byte header length) when the header does not fit 1.0's two
+/// bytes, as numpy's writer chooses: a shape of thousands of dimensions, which numpy itself
+/// cannot hold (at most 64), but Stoker's own reader parses.
 pub(crate) fn npy(descr: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
+    /// numpy's `GROWTH_AXIS_MAX_DIGITS`.
+    const GROWTH: usize = 21;
     let dims = match shape {
         [one] => format!("({one},)"),
         _ => format!("({})", shape.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")),
     };
     let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {dims}, }}");
-    // Magic (6) + version (2) + length (2, or 4 in 2.0) + header + '\n', rounded up to 64.
-    let padded = |prefix: usize| (prefix + header.len() + 1).next_multiple_of(64) - prefix;
-    let v1 = u16::try_from(padded(10)).ok();
+    if let Some(first) = shape.first() {
+        header.extend(std::iter::repeat_n(' ', GROWTH.saturating_sub(first.to_string().len())));
+    }
+    // Magic (6) + version (2) + length (2, or 4 in 2.0) + header + padding + '\n'.
+    let pad = |prefix: usize| 64 - (prefix + header.len() + 1) % 64;
+    let v1 = u16::try_from(header.len() + 1 + pad(10)).ok();
     let prefix = if v1.is_some() { 10 } else { 12 };
-    let unpadded = prefix + header.len() + 1;
-    header.extend(std::iter::repeat_n(' ', unpadded.next_multiple_of(64) - unpadded));
+    header.extend(std::iter::repeat_n(' ', pad(prefix)));
     header.push('\n');
     let mut out = Vec::with_capacity(prefix + header.len() + data.len());
     match v1 {

@@ -112,8 +112,13 @@ pub(super) fn write_manifest(dest: &Path, m: &TokenizedManifest) -> Result<()> {
 
 pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp: PathBuf = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
-    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| Error::io(tmp.display(), e))?;
-    // Renamed and the directory synced: the manifest never names a part a crash could lose.
-    crate::store::publish(&tmp, path)
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+        .map_err(|e| Error::io(tmp.display(), e))
+        // Renamed and the directory synced: the manifest never names a part a crash could lose.
+        .and_then(|()| crate::store::publish(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }

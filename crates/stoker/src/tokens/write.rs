@@ -177,6 +177,9 @@ async fn write_part(
     // (a part is gigabytes: its publishing sync then waits for the last stretch only),
     // published whole (synced, renamed, the directory synced), and removed if the part fails.
     let mut bin = out.writer(&bin_name, 0)?;
+    // What an earlier version left of a part it failed to write (it named its temporary files
+    // so); this version's writer removes its own.
+    let _ = std::fs::remove_file(dest.join(format!(".{name}.bin.tmp")));
     let mut hasher = twox_hash::XxHash64::with_seed(0);
     let (mut sizes, mut bytes) = (Vec::with_capacity((docs.end - docs.start) as usize), 0u64);
     let mut at = docs.start;

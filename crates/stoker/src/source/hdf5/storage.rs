@@ -68,8 +68,11 @@ fn lzf_filter(
 ) -> hdf5_reader::error::Result<Vec<u8>> {
     let bad = |why: String| hdf5_reader::error::Error::DecompressionError(format!("LZF: {why}"));
     let size = desc.client_data.get(2).copied().filter(|&s| s > 0).ok_or_else(|| bad("no chunk size given".into()))?;
-    if size as usize > cap.min(hdf5_reader::DEFAULT_MAX_CHUNK_BYTES) {
-        return Err(bad(format!("a chunk of {size} bytes announced, over the {cap} allowed (decoded_bytes)")));
+    let limit = cap.min(hdf5_reader::DEFAULT_MAX_CHUNK_BYTES);
+    if size as usize > limit {
+        // Only the source's own cap is the user's to raise.
+        let whose = if cap < hdf5_reader::DEFAULT_MAX_CHUNK_BYTES { " (decoded_bytes)" } else { "" };
+        return Err(bad(format!("a chunk of {size} bytes announced, over the {limit} allowed{whose}")));
     }
     super::lzf::decompress(data, size as usize).map_err(bad)
 }
@@ -124,7 +127,12 @@ mod tests {
     fn an_lzf_chunk_announcing_more_than_the_cap_is_refused_before_it_is_decoded() {
         let desc = |size| FilterDescription { id: LZF_FILTER, name: None, client_data: vec![0, 0, size] };
         let e = lzf_filter(&desc(1 << 20), &[0u8; 16], 4096).unwrap_err().to_string();
-        assert!(e.contains("1048576 bytes announced, over the 4096 allowed"), "{e}");
+        assert!(e.contains("1048576 bytes announced, over the 4096 allowed (decoded_bytes)"), "{e}");
+        // Past the reader's own limit, which no option raises, the message does not send the
+        // user to `decoded_bytes`.
+        let big = hdf5_reader::DEFAULT_MAX_CHUNK_BYTES as u32 + 1;
+        let e = lzf_filter(&desc(big), &[0u8; 16], usize::MAX).unwrap_err().to_string();
+        assert!(e.contains("allowed") && !e.contains("decoded_bytes"), "{e}");
         // Within the cap the bytes are decoded (these are not LZF: refused for that).
         let e = lzf_filter(&desc(4096), &[0xffu8; 16], 4096).unwrap_err().to_string();
         assert!(!e.contains("allowed"), "{e}");

@@ -204,7 +204,8 @@ impl<'a> Builder<'a> {
         if let Err(e) = reader.seek(SeekFrom::Start(base)) {
             return Found::header(base, format!("cannot read the shard: {e}"));
         }
-        let mut archive = tar::Archive::new(FromBase { inner: reader, base, at: 0 });
+        let in_payload = std::rc::Rc::new(std::cell::Cell::new(false));
+        let mut archive = tar::Archive::new(FromBase { inner: reader, base, at: 0, in_payload: in_payload.clone() });
         let entries = match archive.entries_with_seek() {
             Ok(e) => e,
             Err(e) => return Found::header(base, describe_tar_error(&e)),
@@ -260,7 +261,11 @@ impl<'a> Builder<'a> {
                 );
             }
             let crc = if self.walk.checksums {
-                match digest_of(self.idx.digest, &mut entry, &mut self.buf) {
+                // A payload's bytes are not headers, whatever they look like.
+                in_payload.set(true);
+                let got = digest_of(self.idx.digest, &mut entry, &mut self.buf);
+                in_payload.set(false);
+                match got {
                     Ok(c) => Some(c),
                     Err(e) => return Found::header(header_at, format!("cannot read member `{name}`: {e}")),
                 }
@@ -368,19 +373,22 @@ struct FromBase<'r, R> {
     base: u64,
     /// Where the next read starts, relative to `base`.
     at: u64,
+    /// Set while the walk reads a member's payload (for its checksum).
+    in_payload: std::rc::Rc<std::cell::Cell<bool>>,
 }
 
 /// The largest PAX or GNU long-name body the walk lets the tar crate read. It reads such a
 /// body whole into memory before the walk sees the entry (and its size check): a damaged or
-/// hostile header claiming the rest of a 50 GB shard would be read into memory. Real ones
-/// hold a path and a few attributes: bytes to kilobytes.
+/// hostile header claiming the rest of a 50 GB shard would be read into memory. Most hold a
+/// path and a few attributes (bytes to kilobytes); macOS's tar can store a file's extended
+/// attributes there (a resource fork: megabytes), which the refusal's message names.
 const MAX_EXTENSION: u64 = 1 << 20;
 
 impl<R: Read> Read for FromBase<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         // The tar crate reads each header block alone, at a block boundary.
-        if buf.len() == HEADER as usize && n == buf.len() && self.at.is_multiple_of(HEADER) {
+        if buf.len() == HEADER as usize && n == buf.len() && self.at.is_multiple_of(HEADER) && !self.in_payload.get() {
             refuse_long_extension(buf)?;
         }
         self.at += n as u64;
@@ -388,10 +396,11 @@ impl<R: Read> Read for FromBase<'_, R> {
     }
 }
 
-/// An error for `block` if it is a valid header of a PAX (`x`, `g`) or GNU long-name (`L`,
-/// `K`) extension whose body is over [`MAX_EXTENSION`].
+/// An error for `block` if it is a valid header of an extension the tar crate reads into
+/// memory (PAX `x`, GNU long name `L` or link `K`, in a POSIX or GNU header) whose body is over
+/// [`MAX_EXTENSION`].
 fn refuse_long_extension(block: &[u8]) -> io::Result<()> {
-    if !matches!(block[156], b'x' | b'g' | b'L' | b'K') {
+    if !matches!(block[156], b'x' | b'L' | b'K') || &block[257..262] != b"ustar" {
         return Ok(());
     }
     let h = tar::Header::from_byte_slice(block);
@@ -466,7 +475,12 @@ fn describe_tar_error(e: &io::Error) -> String {
     let msg: String = e.to_string().chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(80).collect();
     let advice = "not a tar file, or a damaged header; re-pack the shard or leave it out (on_damage=skip keeps the \
                   samples around it)";
-    if msg.contains("entire block") {
+    if msg.contains("long-name header of") {
+        format!(
+            "{msg}: damaged, or extended attributes stored in the shard (macOS tar: pack again with \
+             COPYFILE_DISABLE=1 or --no-xattrs)"
+        )
+    } else if msg.contains("entire block") {
         "the shard ends in the middle of a header: it is truncated; re-copy or re-pack it".into()
     } else if msg.contains("checksum mismatch") {
         format!("header checksum mismatch: {advice}")
@@ -533,6 +547,7 @@ mod tests {
             let mut shard = Zeros { prefix: prefix.clone(), size, at: 0, read: 0 };
             let e = build_with(&mut shard, &info, "s.tar", Walk::default()).unwrap_err().to_string();
             assert!(e.contains("s.tar") && e.contains("PAX or long-name header of 67108864 bytes"), "{e}");
+            assert!(e.contains("COPYFILE_DISABLE=1"), "{e}");
             assert!(shard.read < 1 << 20, "{} bytes read", shard.read);
             // Skipping damage: the sample before it is kept, the damage recorded.
             let mut shard = Zeros { prefix, size, at: 0, read: 0 };
@@ -540,5 +555,18 @@ mod tests {
             assert_eq!(idx.keys, ["a"]);
             assert!(format!("{:?}", idx.damage).contains("PAX or long-name header"), "{:?}", idx.damage);
         }
+    }
+
+    #[test]
+    fn a_payload_that_looks_like_a_long_extension_header_is_read_as_a_payload() {
+        // A member (a tar inside the tar) whose 512 bytes are a valid PAX header claiming
+        // 64 MiB: its checksum is read through the walk's reader, and it is data, not refused.
+        let mut prefix = header("n.tar", tar::EntryType::Regular, 512);
+        prefix.extend(header("inner", tar::EntryType::XHeader, 64 << 20));
+        let size = prefix.len() as u64 + 1024;
+        let info = ObjectInfo { path: "s.tar".into(), size, modified_us: 0, e_tag: None, recorded: false };
+        let mut shard = Zeros { prefix, size, at: 0, read: 0 };
+        let idx = build_with(&mut shard, &info, "s.tar", Walk { checksums: true, ..Walk::default() }).unwrap();
+        assert_eq!((idx.keys.as_slice(), idx.sums.len()), (&["n".to_string()][..], 1));
     }
 }
