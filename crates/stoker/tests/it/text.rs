@@ -85,31 +85,27 @@ async fn rust_tokens_equal_the_python_wheels_and_a_rerun_keeps_finished_parts() 
     b[10] ^= 0xff;
     std::fs::write(&bin, b).unwrap();
     let before = std::fs::metadata(out.join("tokens-00000.bin")).unwrap().modified().unwrap();
-    let done = std::sync::atomic::AtomicU64::new(0);
-    let again = pretokenize(src.clone(), tok.clone(), &out, &opts, &|n| {
-        done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-    })
-    .await
-    .unwrap();
-    assert_eq!(again, m);
-    assert_eq!(std::fs::metadata(out.join("tokens-00000.bin")).unwrap().modified().unwrap(), before);
-    assert_eq!(done.into_inner(), docs.len() as u64, "kept parts count as done, the rest tokenized again");
-    check(open(out.to_str().unwrap()).await).await;
+    // A rerun keeps part 0 (its file untouched) and writes the rest again: the same manifest
+    // and tokens, every document counted as done.
+    let rerun = || async {
+        let done = std::sync::atomic::AtomicU64::new(0);
+        let again = pretokenize(src.clone(), tok.clone(), &out, &opts, &|n| {
+            done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        })
+        .await
+        .unwrap();
+        assert_eq!(again, m);
+        assert_eq!(std::fs::metadata(out.join("tokens-00000.bin")).unwrap().modified().unwrap(), before);
+        assert_eq!(done.into_inner(), docs.len() as u64, "kept parts count as done, the rest tokenized again");
+        check(open(out.to_str().unwrap()).await).await;
+    };
+    rerun().await;
     // A part cut short is not read (its size is not the recorded one) and is written again,
     // with every part after it.
     let bin = out.join("tokens-00001.bin");
     let cut = std::fs::metadata(&bin).unwrap().len() - 1;
     std::fs::OpenOptions::new().write(true).open(&bin).unwrap().set_len(cut).unwrap();
-    let done = std::sync::atomic::AtomicU64::new(0);
-    let again = pretokenize(src.clone(), tok.clone(), &out, &opts, &|n| {
-        done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-    })
-    .await
-    .unwrap();
-    assert_eq!(again, m);
-    assert_eq!(std::fs::metadata(out.join("tokens-00000.bin")).unwrap().modified().unwrap(), before);
-    assert_eq!(done.into_inner(), docs.len() as u64);
-    check(open(out.to_str().unwrap()).await).await;
+    rerun().await;
     // Nothing but the parts and the manifest is left: no temporary file of any write.
     let mut names: Vec<String> =
         std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
