@@ -9,14 +9,12 @@
 //! in the shard), the shard already under the name is kept if it hashes as this one, and the
 //! sidecar index is saved.
 
-use std::io::Read;
-
 use super::names;
 use super::tar_sink::TarSink;
 use crate::error::{Error, Result};
 use crate::sample::display_key;
 use crate::source::tar_index::{self, ShardIndex};
-use crate::store::{Cancel, ObjectInfo, ObjectWriter, Store};
+use crate::store::{ObjectInfo, ObjectWriter, Store};
 use crate::uri::SourceOptions;
 
 /// A tar shard being written one sample at a time; see
@@ -222,18 +220,8 @@ impl ShardStream {
 /// read. A shard already under the name is kept when it hashes as the one just written: the
 /// same bytes, short of a collision nobody but the destination's own writers could arrange.
 fn hash_of(store: &Store, old: &ObjectInfo) -> Option<u128> {
-    let mut reader = store.blocking_reader(&store.object(old), true, Cancel::default()).ok()?;
     let mut hash = twox_hash::XxHash3_128::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        match reader.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => hash.write(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-    reader.failure().is_none().then(|| hash.finish_128())
+    store.read_pieces(old, |b| hash.write(b)).then(|| hash.finish_128())
 }
 
 /// The member names of one sample (after the sample keyed `previous`), or why it cannot be

@@ -231,6 +231,23 @@ impl Store {
         };
         Ok(RangeReader { store: self.clone(), obj: obj.clone(), rt: tokio::runtime::Handle::current(), local })
     }
+
+    /// Give `each` every byte of the object `info` names, in order, a MiB at a time (to hash
+    /// a file gigabytes long in bounded memory); false if it could not all be read, or changed
+    /// meanwhile. Blocking: call it from a blocking thread.
+    pub(crate) fn read_pieces(&self, info: &super::ObjectInfo, mut each: impl FnMut(&[u8])) -> bool {
+        let Ok(mut reader) = self.blocking_reader(&self.object(info), true, Cancel::default()) else { return false };
+        let mut buf = vec![0u8; BIG_BLOCK];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => each(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        reader.failure().is_none()
+    }
 }
 
 impl RangeReader {

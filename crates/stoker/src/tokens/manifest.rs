@@ -1,12 +1,12 @@
 //! The manifest of a pre-tokenized directory (what made it, its finished parts) and the checks
 //! that tell a rerun which parts to keep.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::store::Store;
 
 /// The manifest a pre-tokenized directory keeps, written after every part.
 pub const MANIFEST: &str = ".stoker-tokens.json";
@@ -61,64 +61,35 @@ pub(super) fn read_manifest(dest: &Path) -> Result<Option<TokenizedManifest>> {
     }
 }
 
-/// The manifest's parts whose files are whole (size and checksum); the first that is not ends
-/// the list (it and those after it are written again).
-pub(super) fn kept_parts(dest: &Path, mut m: TokenizedManifest) -> TokenizedManifest {
-    let whole = m
-        .parts
-        .iter()
-        .take_while(|p| {
-            holds(&dest.join(format!("{}.bin", p.name)), p.bin_bytes, &p.bin_xxh64)
-                && dest.join(format!("{}.idx", p.name)).exists()
+/// The manifest's parts whose files are whole (size, then checksum, read through `out` a MiB
+/// at a time: a part is gigabytes, a million documents by default); the first that is not
+/// ends the list (it and those after it are written again). A part of another size is not
+/// read.
+pub(super) async fn kept_parts(out: &Store, mut m: TokenizedManifest) -> Result<TokenizedManifest> {
+    let mut whole = 0;
+    for p in &m.parts {
+        let (bin, idx) = (out.head(&format!("{}.bin", p.name)).await, out.head(&format!("{}.idx", p.name)).await);
+        let Some(bin) = bin.ok().filter(|b| b.size == p.bin_bytes && idx.is_ok()) else { break };
+        let (store, want) = (out.clone(), p.bin_xxh64.clone());
+        let same = tokio::task::spawn_blocking(move || {
+            use std::hash::Hasher;
+            let mut hasher = twox_hash::XxHash64::with_seed(0);
+            store.read_pieces(&bin, |b| hasher.write(b)) && format!("{:016x}", hasher.finish()) == want
         })
-        .count();
+        .await
+        .map_err(Error::task)?;
+        if !same {
+            break;
+        }
+        whole += 1;
+    }
     m.parts.truncate(whole);
-    m
+    Ok(m)
 }
 
-/// Whether `path` is a file of `len` bytes whose xxh64 is `xxh64` (hex), read a MiB at a time:
-/// a part is gigabytes (a million documents by default), and a rerun checks every kept one.
-/// A file of another size is not read at all.
-fn holds(path: &Path, len: u64, xxh64: &str) -> bool {
-    use std::hash::Hasher;
-    use std::io::Read;
-    let Ok(mut f) = std::fs::File::open(path) else { return false };
-    if f.metadata().map(|m| m.len()).ok() != Some(len) {
-        return false;
-    }
-    let (mut hasher, mut buf, mut seen) = (twox_hash::XxHash64::with_seed(0), vec![0u8; 1 << 20], 0u64);
-    loop {
-        match f.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                hasher.write(&buf[..n]);
-                seen += n as u64;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return false,
-        }
-        // Grown since its size was read: not the part the manifest recorded.
-        if seen > len {
-            return false;
-        }
-    }
-    seen == len && format!("{:016x}", hasher.finish()) == xxh64
-}
-
-pub(super) fn write_manifest(dest: &Path, m: &TokenizedManifest) -> Result<()> {
+/// Write the manifest, whole or not at all (synced, renamed, the directory synced: it never
+/// names a part a crash could lose).
+pub(super) async fn write_manifest(out: &Store, m: &TokenizedManifest) -> Result<()> {
     let json = serde_json::to_vec_pretty(m).map_err(|e| Error::internal(e.to_string()))?;
-    write_atomic(&dest.join(MANIFEST), &json)
-}
-
-pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp: PathBuf = path.with_extension("tmp");
-    let written = std::fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
-        .map_err(|e| Error::io(tmp.display(), e))
-        // Renamed and the directory synced: the manifest never names a part a crash could lose.
-        .and_then(|()| crate::store::publish(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    out.put_whole(MANIFEST, json.into()).await
 }

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::manifest::{kept_parts, read_manifest, write_atomic, write_manifest, Part, TokenizedManifest};
+use super::manifest::{kept_parts, read_manifest, write_manifest, Part, TokenizedManifest};
 use crate::decode::TextTokenizer;
 use crate::error::{Error, Result};
 use crate::source::tokens::write_idx;
@@ -125,10 +125,7 @@ async fn write_parts_here(
         parts: Vec::new(),
     };
     let mut done = match read_manifest(dest)? {
-        Some(m) if TokenizedManifest { parts: Vec::new(), ..m.clone() } == want => {
-            let dir = dest.to_path_buf();
-            tokio::task::spawn_blocking(move || kept_parts(&dir, m)).await.map_err(Error::task)?
-        }
+        Some(m) if TokenizedManifest { parts: Vec::new(), ..m.clone() } == want => kept_parts(&out, m).await?,
         Some(m) => {
             return Err(Error::Pack {
                 dest: dest.display().to_string(),
@@ -153,10 +150,10 @@ async fn write_parts_here(
         let name = format!("{}-{p:05}", opts.name);
         let part = write_part(&src, &ids, (&out, dest), &name, docs, wide, opts, progress).await?;
         done.parts.push(part);
-        write_manifest(dest, &done)?;
+        write_manifest(&out, &done).await?;
     }
     if n == 0 {
-        write_manifest(dest, &done)?;
+        write_manifest(&out, &done).await?;
     }
     Ok(done)
 }
@@ -253,8 +250,7 @@ async fn write_part(
     }
     let (code, item) = if wide { (4, 4) } else { (8, 2) };
     bin.finish().await?;
-    let idx = dest.join(format!("{name}.idx"));
-    write_atomic(&idx, &write_idx(code, &sizes, item))?;
+    out.put_whole(&format!("{name}.idx"), write_idx(code, &sizes, item).into()).await?;
     use std::hash::Hasher;
     Ok(Part {
         name: name.to_string(),

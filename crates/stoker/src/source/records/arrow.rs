@@ -148,12 +148,12 @@ impl Inner {
                 let s = &self.shards[shard];
                 let range = index.batches[k].1.clone();
                 let b = self.read_range(&s.path, range).await.map_err(|e| self.short(shard, e))?;
-                // The rows read of it are kept track of, one flag a row: for at most eight rows
-                // a byte of the batch, whatever its header claims (a batch of nulls claims more
-                // in a few bytes; its rows past the flags only go untracked, so it is spilled
-                // when dropped, not forgotten).
+                // The rows read of it are kept track of, one flag a row, for as many rows as
+                // its bytes plausibly hold, whatever its header claims (a batch of nulls claims
+                // more in a few bytes; its rows past the flags only go untracked, so it is
+                // spilled when dropped, not forgotten).
                 let n = (index.batches.get(k + 1).map_or(s.samples, |b| b.2) - index.batches[k].2)
-                    .min(b.len().saturating_mul(8).saturating_add(64));
+                    .min(plausible_rows(b.len()));
                 let dropped =
                     self.kept.lock().unwrap_or_else(|e| e.into_inner()).put((shard, k), b.clone(), b.len(), n, rows);
                 for ((d_shard, d_k), d_bytes) in dropped {
@@ -223,10 +223,10 @@ impl Inner {
         let Ok(table) = self.table(shard).await else { return };
         let Table::Arrow(index) = &*table else { return };
         let n = index.batches.get(k + 1).map_or(self.shards[shard].samples, |b| b.2) - index.batches[k].2;
-        // A batch claiming more than eight rows a byte (nulls, or a lie) is not spilled: its
-        // rows are read from the store again when asked, and a list of its claimed rows is
-        // not made.
-        if n > bytes.len().saturating_mul(8).saturating_add(64) {
+        // A batch claiming more rows than its bytes plausibly hold (nulls, or a lie) is not
+        // spilled: its rows are read from the store again when asked, and a list of its
+        // claimed rows is not made.
+        if n > plausible_rows(bytes.len()) {
             return;
         }
         let all: Vec<usize> = (0..n).collect();
@@ -234,6 +234,12 @@ impl Inner {
             spill.put((shard, k), samples).await;
         }
     }
+}
+
+/// The rows a record batch of `bytes` bytes is taken to hold at most when sizing what is
+/// kept per row: eight a byte (a row takes a bit of some buffer, but for null columns).
+fn plausible_rows(bytes: usize) -> usize {
+    bytes.saturating_mul(8).saturating_add(64)
 }
 
 /// The first row of each record batch, from each batch's claimed row count, checked against

@@ -175,12 +175,16 @@ pub(crate) fn resync<R: Read + Seek>(reader: &mut R, from: u64, size: u64) -> Op
 /// checksum verifies and whose member ends inside the shard. Old v7 headers carry no magic
 /// and are not resumed at: a payload's bytes match too easily.
 pub(crate) fn plausible_header(block: &[u8], at: u64, size: u64) -> bool {
-    if block.len() != HEADER as usize || block[0] == 0 || &block[257..262] != b"ustar" {
+    if block.len() != HEADER as usize || block[0] == 0 || !verifies(block) {
         return false;
     }
     let h = tar::Header::from_byte_slice(block);
-    h.cksum().ok() == Some(header_checksum(block))
-        && h.entry_size().ok().and_then(|n| (at + HEADER).checked_add(n)).is_some_and(|end| end <= size)
+    h.entry_size().ok().and_then(|n| (at + HEADER).checked_add(n)).is_some_and(|end| end <= size)
+}
+
+/// Whether a 512-byte `block` is a POSIX or GNU header (`ustar` magic) whose checksum verifies.
+fn verifies(block: &[u8]) -> bool {
+    &block[257..262] == b"ustar" && tar::Header::from_byte_slice(block).cksum().ok() == Some(header_checksum(block))
 }
 
 /// The index being built.
@@ -400,12 +404,11 @@ impl<R: Read> Read for FromBase<'_, R> {
 /// memory (PAX `x`, GNU long name `L` or link `K`, in a POSIX or GNU header) whose body is over
 /// [`MAX_EXTENSION`].
 fn refuse_long_extension(block: &[u8]) -> io::Result<()> {
-    if !matches!(block[156], b'x' | b'L' | b'K') || &block[257..262] != b"ustar" {
+    if !matches!(block[156], b'x' | b'L' | b'K') || !verifies(block) {
         return Ok(());
     }
-    let h = tar::Header::from_byte_slice(block);
-    match h.entry_size() {
-        Ok(size) if size > MAX_EXTENSION && h.cksum().ok() == Some(header_checksum(block)) => Err(io::Error::new(
+    match tar::Header::from_byte_slice(block).entry_size() {
+        Ok(size) if size > MAX_EXTENSION => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("a PAX or long-name header of {size} bytes (at most {MAX_EXTENSION})"),
         )),
