@@ -151,4 +151,28 @@ async fn bad_indexes_and_shards_are_clear_errors() {
     std::fs::write(&lindex, lgood.replace("\"PyTreeLoader\"", "\"TokensLoader\"")).unwrap();
     let e = open_err(&ldir).await;
     assert!(matches!(e, Error::BadIndex { .. }) && e.to_string().contains("one array an item, not 6 leaves"), "{e}");
+
+    // A framed-zstd chunk (LitData's default for compression="zstd") whose frame table puts a
+    // frame at an offset that, plus its length, passes 2^64: an error naming the chunk, not
+    // an overflow (a panic in a debug build, a wrapped range in a release one).
+    let fdir = root.path().join("lit-zstd");
+    let fwant = fixture("litdata-zstd", &fdir);
+    let findex: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fdir.join("index.json")).unwrap()).unwrap();
+    let first = &findex["chunks"][0];
+    let (name, items) = (first["filename"].as_str().unwrap(), first["chunk_size"].as_u64().unwrap() as usize);
+    let chunk = fdir.join(name);
+    let mut framed = std::fs::read(&chunk).unwrap();
+    assert_eq!(&framed[..8], b"LDFZ01\0\0", "litdata.optimize(compression=\"zstd\") writes framed chunks");
+    // The first frame's entry: after the 24-byte prefix and the n + 1 item offsets; its
+    // offset is the u64 at 8.
+    let at = 24 + 4 * (items + 1) + 8;
+    framed[at..at + 8].copy_from_slice(&(u64::MAX - 3).to_le_bytes());
+    std::fs::write(&chunk, &framed).unwrap();
+    let src = open(fdir.to_str().unwrap()).await;
+    let e = src.get(0).await.unwrap_err();
+    assert!(matches!(e, Error::CorruptData { .. }) && e.to_string().contains(name), "{e:?}");
+    assert!(e.to_string().contains("past 2^64"), "{e}");
+    // The other chunks still read.
+    assert_eq!(src.get(items).await.unwrap(), fwant[items]);
 }
