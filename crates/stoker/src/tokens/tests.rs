@@ -206,6 +206,17 @@ async fn bad_configurations_and_sources_are_clear_errors() {
     f.set_len(20).unwrap();
     let e = crate::source::open(dir.path().to_str().unwrap(), Default::default()).await.err().unwrap().to_string();
     assert!(e.contains("c.idx") && e.contains("past the end of the .bin"), "{e}");
+    // A part whose .idx is missing beside indexed ones (a partial copy): refused, naming the
+    // index, not left out with its documents. A Megatron .npy index cache there is left out.
+    let two = tempfile::tempdir().unwrap();
+    corpus(two.path(), &[3, 4, 5]);
+    std::fs::write(two.path().join("c_doc_idx.npy"), b"not tokens").unwrap();
+    assert_eq!(open(two.path()).await.len(), 3, "the .npy beside the data is not a token file");
+    std::fs::write(two.path().join("d.bin"), [1u8, 0, 2, 0]).unwrap();
+    let e = crate::source::open(two.path().to_str().unwrap(), Default::default()).await.err().unwrap();
+    assert!(matches!(e, Error::BadIndex { .. }), "{e:?}");
+    let e = e.to_string();
+    assert!(e.contains("d.bin") && e.contains("d.idx is missing") && e.contains("separator="), "{e}");
 }
 
 /// Local documents are built by several producer threads, each into its own channel: a batch

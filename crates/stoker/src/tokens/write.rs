@@ -474,13 +474,14 @@ async fn tokenized_here(
         .map_err(Error::task)?
         .map_err(|e| Error::io(lock_path.display(), e))?;
     let opts = TokenizeOptions { field, skip_errors, ..TokenizeOptions::default() };
-    // A finished directory opens at once, its parts held to their sizes (checksums are
-    // checked when a run resumes, which reads them anyway).
+    // A finished directory opens at once, its parts held to their sizes and their indexes
+    // there (checksums are checked when a run resumes, which reads them anyway).
     let finished = read_manifest(&dir).ok().flatten().filter(|m| {
         m.parts.iter().map(|p| p.documents).sum::<u64>() == n as u64
-            && m.parts
-                .iter()
-                .all(|p| std::fs::metadata(dir.join(format!("{}.bin", p.name))).is_ok_and(|md| md.len() == p.bin_bytes))
+            && m.parts.iter().all(|p| {
+                std::fs::metadata(dir.join(format!("{}.bin", p.name))).is_ok_and(|md| md.len() == p.bin_bytes)
+                    && dir.join(format!("{}{}", p.name, crate::source::tokens::IDX_SUFFIX)).is_file()
+            })
     });
     let ids = tok.map_or(Ids::Arrays, Ids::Text);
     let done = match finished {
@@ -499,5 +500,18 @@ async fn tokenized_here(
             if skipped.len() > 5 { "\n  ..." } else { "" }
         );
     }
-    crate::source::open(&dir.display().to_string(), Default::default()).await
+    let opened = crate::source::open(&dir.display().to_string(), Default::default()).await?;
+    // What was opened must be the source's documents, one for one: a part changed since
+    // would otherwise shift every document after it.
+    if opened.len() != n {
+        return Err(Error::BadIndex {
+            path: dir.display().to_string(),
+            reason: format!(
+                "the tokenized copy of {src} holds {} documents where the source has {n}: it was changed since it \
+                 was written; remove the directory to tokenize again",
+                opened.len()
+            ),
+        });
+    }
+    Ok(opened)
 }

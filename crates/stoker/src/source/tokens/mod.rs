@@ -133,6 +133,23 @@ pub(crate) async fn open(
             store.describe(&flat[0].path)
         )));
     }
+    // Without a separator, a .bin beside indexed ones is a dataset part whose .idx is missing
+    // (a partial copy), not something to leave out: its documents would be missing from every
+    // epoch without a word. (.npy files are left out: Megatron keeps its own index caches as
+    // .npy beside the data.)
+    if opts.separator.is_none() {
+        if let Some(lone) = flat.iter().find(|o| o.path.ends_with(".bin")) {
+            let name = lone.path.strip_suffix(".bin").unwrap_or(&lone.path);
+            return Err(Error::BadIndex {
+                path: store.describe(&lone.path),
+                reason: format!(
+                    "it has no index beside it ({} is missing): copy the dataset's .idx files too; or, for a flat \
+                     token array, give separator= (the token that ends each document)",
+                    store.describe(&format!("{name}{IDX_SUFFIX}"))
+                ),
+            });
+        }
+    }
     let mut files = Vec::with_capacity(listing.len());
     let mut starts = vec![0u64];
     for info in &listing {
