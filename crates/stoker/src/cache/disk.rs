@@ -40,7 +40,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
-use super::files::{remove_stale_tmp, scan, write_entry};
+use super::files::{open_entry, remove_stale_tmp, scan, write_entry};
 use super::policy::{Plan, Ranks};
 use super::room::{default_limit, disk_of, SpaceQuery};
 use super::seal::{self, BlockFile, FileId, Refused, Verified};
@@ -231,7 +231,14 @@ impl DiskCache {
         if let Some(f) = self.files.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Some(f.clone());
         }
-        let file = std::fs::File::open(self.path(key)).ok()?;
+        let file = match open_entry(&self.path(key), false) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                self.refuse(key, Refused::Damaged);
+                return None;
+            }
+            Err(_) => return None,
+        };
         let meta = file.metadata().ok()?;
         let on_disk = meta.len();
         let checked = if on_disk == len {
@@ -263,10 +270,17 @@ impl DiskCache {
     /// damaged read), in a recycled buffer.
     pub(crate) fn read(&self, key: u128, len: usize) -> Option<Bytes> {
         let path = self.path(key);
-        let Ok(file) = std::fs::File::open(&path) else {
-            // Another process evicted it.
-            self.ranks().remove(key);
-            return None;
+        let file = match open_entry(&path, false) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                self.refuse(key, Refused::Damaged);
+                return None;
+            }
+            Err(_) => {
+                // Another process evicted it.
+                self.ranks().remove(key);
+                return None;
+            }
         };
         let Ok(meta) = file.metadata() else { return None };
         let on_disk = meta.len();
@@ -303,7 +317,12 @@ impl DiskCache {
         self.verified.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
         self.files.lock().unwrap_or_else(|e| e.into_inner()).pop(&key);
         if !self.read_only {
-            let _ = std::fs::remove_file(self.path(key));
+            // An empty directory in a block's place goes too, or every write of the block
+            // would fail on it (one that holds files is left: it is not the cache's).
+            let path = self.path(key);
+            if std::fs::remove_file(&path).is_err() {
+                let _ = std::fs::remove_dir(&path);
+            }
         }
     }
 
@@ -335,7 +354,7 @@ impl DiskCache {
             }
         }
         if !self.read_only && self.stamped.lock().unwrap_or_else(|e| e.into_inner()).insert(key) {
-            if let Ok(f) = std::fs::File::options().write(true).open(self.path(key)) {
+            if let Ok(f) = open_entry(&self.path(key), true) {
                 let _ = f.set_modified(SystemTime::now());
             }
         }
@@ -382,6 +401,11 @@ impl DiskCache {
         }
         if let Err(e) = write_entry(&self.path(key), &self.dir, key, data) {
             self.ranks().remove(key);
+            // A directory holding files in this block's place (not the cache's to remove)
+            // costs this block, not every write for a while.
+            if matches!(e.kind(), std::io::ErrorKind::IsADirectory | std::io::ErrorKind::DirectoryNotEmpty) {
+                return;
+            }
             let now = self.born.elapsed().as_millis() as u64;
             self.writes_paused_until.store(now + WRITE_PAUSE.as_millis() as u64, Relaxed);
             warn_once(&WARNED_WRITE, || {

@@ -88,11 +88,33 @@ pub(crate) fn scan(dir: &Path) -> Vec<Found> {
             let Some(hex) = name.to_str().and_then(|n| n.strip_suffix(".blk")).filter(|h| h.len() == 32) else {
                 continue;
             };
+            // Only regular files are entries (what else bears the name is refused when read).
+            if !f.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
             let (Ok(key), Ok(m)) = (u128::from_str_radix(hex, 16), f.metadata()) else { continue };
             out.push(Found { key, len: m.len(), modified: m.modified().unwrap_or(std::time::UNIX_EPOCH) });
         }
     }
     out
+}
+
+/// Open cache entry `path` for reading (or, with `write`, for writing its metadata), as a
+/// regular file only: a FIFO or device put in a block's place must not block the read
+/// forever (an `open` of a FIFO waits for a writer), and a symlink is not followed (the cache
+/// writes none). A symlink fails to open, like a missing entry; anything that is not a
+/// regular file is `InvalidData`, for the caller to refuse.
+pub(crate) fn open_entry(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::File::options()
+        .read(!write)
+        .write(write)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "not a regular file"));
+    }
+    Ok(file)
 }
 
 /// The most one `write` call hands the kernel. A larger write lets the page cache take

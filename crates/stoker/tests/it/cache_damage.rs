@@ -1,9 +1,9 @@
 //! A damaged disk cache costs requests, never wrong bytes: block files flipped, cut short,
-//! deleted, swapped with each other, or left half-written by a killed writer between two
-//! runs over the embedded S3 server are refused, counted (`cache_corrupt`), fetched again
-//! from the store and replaced; what the source delivers is exactly what the shards hold,
-//! through the batch hit path (`get_many`, straight from block files) and the block path
-//! (`get`, whole blocks read and verified).
+//! deleted, swapped with each other, replaced by a FIFO or a directory, or left half-written
+//! by a killed writer between two runs over the embedded S3 server are refused, counted
+//! (`cache_corrupt`), fetched again from the store and replaced; what the source delivers is
+//! exactly what the shards hold, through the batch hit path (`get_many`, straight from block
+//! files) and the block path (`get`, whole blocks read and verified).
 
 use crate::common;
 
@@ -59,7 +59,7 @@ async fn damage_is_refused_and_refetched(batched: bool) {
     drop(first);
 
     let files = block_files(cache.path());
-    assert!(files.len() >= 12, "only {} blocks cached", files.len());
+    assert!(files.len() >= 14, "only {} blocks cached", files.len());
     // Flip a byte in the middle of one, cut one short, delete one, swap two (each is now a
     // whole, well-formed block of another key), and leave one half-written as a writer
     // killed between write and rename would if it had written in place.
@@ -84,11 +84,22 @@ async fn damage_is_refused_and_refetched(batched: bool) {
     let n = b.len();
     b[n - 20..n - 10].fill(0);
     std::fs::write(tail, b).unwrap();
-    let damaged = 6; // flip, cut, two swapped, half, tail (the deleted one is a plain miss)
+    // A FIFO in a block's place (an open for reading would wait for a writer forever), and
+    // an empty directory in another's (every write of that block would fail on it).
+    std::fs::remove_file(&files[12]).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(&files[12]).status().unwrap();
+    assert!(made.success());
+    std::fs::remove_file(&files[13]).unwrap();
+    std::fs::create_dir(&files[13]).unwrap();
+    // flip, cut, two swapped, half, tail, the FIFO, the directory (the deleted one is a
+    // plain miss)
+    let damaged = 8;
 
     let second = open(&uri).await;
     let before = second.io_counters().unwrap();
-    let got = read_all(&second, batched).await;
+    let got = tokio::time::timeout(std::time::Duration::from_secs(120), read_all(&second, batched))
+        .await
+        .expect("the run over the damaged cache finished");
     for (i, (g, want)) in got.iter().zip(&samples).enumerate() {
         assert!(g == want, "sample {i} ({}) is not the shard's: a damaged block was served", want.key);
     }
