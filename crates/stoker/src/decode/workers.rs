@@ -59,12 +59,15 @@ impl Workers {
             done: Condvar::new(),
             turn: Mutex::new(()),
         });
-        let mut handles = Vec::with_capacity(threads);
+        // The pool is made first and the threads pushed into it, so a thread that cannot be
+        // started drops the pool, whose drop stops and joins the ones already running (they
+        // would otherwise wait for work forever).
+        let mut workers = Workers { shared, handles: Vec::new() };
         for i in 0..threads {
-            let s = shared.clone();
-            handles.push(std::thread::Builder::new().name(format!("stoker-decode-{i}")).spawn(move || serve(&s))?);
+            let s = workers.shared.clone();
+            let handle = std::thread::Builder::new().name(format!("stoker-decode-{i}")).spawn(move || serve(&s))?;
+            workers.handles.push(handle);
         }
-        let workers = Workers { shared, handles };
         // Every thread has started and run once before the first batch: a thread's own
         // start-up allocations belong to making the pool, not to decoding.
         workers.run(&|_: &mut ImageScratch| {});

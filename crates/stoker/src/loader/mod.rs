@@ -72,6 +72,7 @@ impl Loader {
         if cfg.batch_size == 0 {
             return Err(Error::invalid_option("batch_size must be at least 1"));
         }
+        check_counts(cfg.prefetch, cfg.transform_threads)?;
         if source.as_mix().is_some_and(|m| m.weight_by() == crate::source::mix::WeightBy::Tokens) {
             return Err(Error::invalid_option(
                 "a mix weighted by tokens is packed into sequences by TokenLoader (stoker.TokenLoader), not batched by \
@@ -260,7 +261,16 @@ impl Loader {
             budget: Arc::new(Semaphore::new(kib(self.cfg.max_bytes_in_flight).max(1) as usize)),
             transform_slots: Arc::new(Semaphore::new(self.cfg.transform_threads.max(1))),
         };
-        let task = self.runtime.handle().spawn(producer.run(tx));
+        // A panic in the producer (a bug) is an error in the batches' place: a channel that
+        // just ended would end the epoch early without a word.
+        let task = self.runtime.handle().spawn(async move {
+            use futures::FutureExt;
+            let failed = tx.clone();
+            if let Err(p) = std::panic::AssertUnwindSafe(producer.run(tx)).catch_unwind().await {
+                let e = Error::internal(format!("the loader's producer: {}", crate::error::panic_message(p)));
+                let _ = failed.send(Err(e)).await;
+            }
+        });
         Ok(EpochStream {
             rx,
             task,
@@ -277,6 +287,30 @@ impl Loader {
     pub fn epoch_blocking(&self, epoch: u64) -> Result<EpochIter<'_>> {
         Ok(EpochIter { stream: self.epoch(epoch)?, _loader: self })
     }
+}
+
+/// The most batches read ahead, and the most transform or decode threads, a loader takes:
+/// far past any use (memory is bounded by the byte budget well before), and below the sizes
+/// where a channel or a thread pool cannot be made (an abort, not an error).
+pub(crate) const MAX_PREFETCH: usize = 1 << 16;
+/// See [`MAX_PREFETCH`].
+pub(crate) const MAX_THREADS: usize = 1024;
+
+/// `prefetch` and `threads` within [`MAX_PREFETCH`] and [`MAX_THREADS`], or an error naming
+/// the one that is not.
+pub(crate) fn check_counts(prefetch: usize, threads: usize) -> Result<()> {
+    if prefetch > MAX_PREFETCH {
+        return Err(Error::invalid_option(format!(
+            "prefetch {prefetch} is more than {MAX_PREFETCH} batches ahead: the byte budget bounds what is read \
+             ahead, a few batches are enough"
+        )));
+    }
+    if threads > MAX_THREADS {
+        return Err(Error::invalid_option(format!(
+            "{threads} transform or decode threads are more than {MAX_THREADS}: give about one a core"
+        )));
+    }
+    Ok(())
 }
 
 fn batches_for(positions: u64, batch: u64, drop_last: bool) -> u64 {

@@ -63,7 +63,8 @@ impl CachePlan {
             let rank_cfg = SamplerConfig { worker: 0, num_workers: 1, partition, ..cfg.clone() };
             now.push(Sampler::resume(rank_cfg, &state).ok()?);
         }
-        let next: Vec<Sampler> = now.iter().filter_map(|s| s.with_epoch(cfg.epoch + 1).ok()).collect();
+        let next: Vec<Sampler> =
+            now.iter().filter_map(|s| cfg.epoch.checked_add(1).and_then(|e| s.with_epoch(e).ok())).collect();
         let len = now.iter().map(Sampler::len).max().unwrap_or(0);
         let clock = Arc::new(AtomicU64::new(0));
         let gone = Arc::new(AtomicBool::new(false));

@@ -197,6 +197,10 @@ async fn bad_configurations_and_sources_are_clear_errors() {
     c.partition = crate::sampler::Partition::new(0, 2).unwrap();
     let e = TokenLoader::new(src.clone(), c).err().unwrap().to_string();
     assert!(e.contains("multiple of the world size 2"), "{e}");
+    let mut c = PackConfig::new(8, 2);
+    c.prefetch = usize::MAX;
+    let e = TokenLoader::new(src.clone(), c).err().unwrap().to_string();
+    assert!(e.contains("prefetch"), "{e}");
     let files = tempfile::tempdir().unwrap();
     std::fs::write(files.path().join("a.txt"), "x").unwrap();
     let e = TokenLoader::new(open(files.path()).await, PackConfig::new(8, 1)).err().unwrap().to_string();

@@ -273,6 +273,17 @@ fn bad_configs_are_errors() {
     let dir = tempfile::tempdir().unwrap();
     let (src, _) = rt.block_on(tar_source(dir.path(), 10));
     assert!(Loader::new(src.clone(), LoaderConfig::new(0)).is_err());
+    // Counts past any use are errors naming them, not a channel or a thread pool that cannot
+    // be made (a panic, or an abort of the whole process for 2^40 decode threads).
+    let mut huge = LoaderConfig::new(2);
+    huge.prefetch = usize::MAX;
+    let e = Loader::new(src.clone(), huge).err().unwrap().to_string();
+    assert!(e.contains("prefetch"), "{e}");
+    let mut huge = LoaderConfig::new(2);
+    huge.transform_threads = 1 << 40;
+    huge.decode = Some(stoker::decode::DecodeSpec::from_args(&["__key__=int"]).unwrap());
+    let e = Loader::new(src.clone(), huge).err().unwrap().to_string();
+    assert!(e.contains("threads"), "{e}");
     let l = Loader::new(src.clone(), LoaderConfig::new(2)).unwrap();
     let wrong = LoaderState {
         sampler: stoker::sampler::SamplerState { n: 11, order: Order::Sequential, epoch: 0, consumed: 0, mix: None },
@@ -348,4 +359,46 @@ fn asking_for_a_gpu_without_a_driver_is_a_clear_error() {
         }
         Ok(_) => assert!(stoker::pinned::cuda_driver_available(), "a loader on device 0 without a driver must fail"),
     }
+}
+
+/// A source with a bug: it panics when the loader asks it to fit its cache to the run, which
+/// the epoch's producer does before reading anything.
+#[derive(Debug)]
+struct PanicsAtStart;
+
+impl std::fmt::Display for PanicsAtStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("panics-at-start")
+    }
+}
+
+#[async_trait::async_trait]
+impl stoker::SampleSource for PanicsAtStart {
+    fn len(&self) -> usize {
+        4
+    }
+    fn capability(&self) -> stoker::source::Capability {
+        Default::default()
+    }
+    fn info(&self) -> stoker::source::SourceInfo {
+        stoker::source::SourceInfo::new("panics-at-start", 1)
+    }
+    async fn get(&self, index: usize) -> stoker::Result<Sample> {
+        Err(stoker::Error::IndexOutOfRange { index, len: 4 })
+    }
+    fn fit_cache_blocks(&self) -> bool {
+        panic!("a bug in the source")
+    }
+}
+
+/// A panic in the epoch's producer is an error in the batches' place, naming it: not a
+/// stream that ends as if the epoch were over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_the_producer_is_an_error_not_an_empty_epoch() {
+    let loader = Loader::new(Arc::new(PanicsAtStart), LoaderConfig::new(2)).unwrap();
+    let mut epoch = loader.epoch(0).unwrap();
+    let first = epoch.next().await.expect("an item, not the end of the epoch");
+    let e = first.err().unwrap().to_string();
+    assert!(e.contains("a bug in the source"), "{e}");
+    assert!(epoch.next().await.is_none(), "nothing after the error");
 }
