@@ -48,6 +48,32 @@ pub struct TokenState {
     /// applies to (the first from batch 0); empty otherwise.
     #[serde(default)]
     pub weights: Vec<(u64, Vec<f64>)>,
+    /// What orders and cuts the token stream besides `seq_len` (the document order, BOS, EOS,
+    /// packing, labels), in words: a resume under other settings would continue at the same
+    /// batch number of another stream. Absent in states of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
+    /// Tokens in the documents (every source's, without BOS or EOS), once an epoch has
+    /// started: other data with as many documents (a corpus tokenized again) is caught by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+}
+
+/// `cfg`'s [`TokenState::stream`].
+fn stream_of(cfg: &PackConfig) -> String {
+    use crate::sampler::Order;
+    let order = match cfg.order {
+        Order::Sequential => "in order".to_string(),
+        Order::Shuffle { seed } => format!("shuffled with seed {seed}"),
+        Order::ShardShuffle { seed, window } => format!("shard-shuffled with seed {seed} in windows of {window}"),
+    };
+    let id = |name: &str, t: Option<i64>| t.map_or(format!("no {name}"), |t| format!("{name} {t}"));
+    let packing = match cfg.packing {
+        super::Packing::Concat => "documents joined",
+        super::Packing::PerDocument => "a document a row",
+    };
+    let labels = if cfg.labels { "labels" } else { "no labels" };
+    format!("{order}, {}, {}, {packing}, {labels}", id("BOS", cfg.bos), id("EOS", cfg.eos))
 }
 
 /// At most this many threads build one loader's batches of local documents (each a loop over
@@ -89,6 +115,8 @@ pub struct TokenLoader {
     /// The next epoch's plan, being made on a thread of its own while this epoch runs.
     ahead: Mutex<Option<PlannedAhead>>,
     progress: Arc<Mutex<(TokenState, Option<TokenState>)>>,
+    /// See [`TokenLoader::data_tokens`].
+    data_tokens: std::sync::OnceLock<u64>,
     runtime: tokio::runtime::Handle,
     _owned: Option<tokio::runtime::Runtime>,
 }
@@ -184,8 +212,16 @@ impl TokenLoader {
                 (rt.handle().clone(), Some(rt))
             }
         };
-        let state =
-            TokenState { epoch: 0, batch: 0, documents, seq_len: cfg.seq_len, global_batch: cfg.global_batch, weights };
+        let state = TokenState {
+            epoch: 0,
+            batch: 0,
+            documents,
+            seq_len: cfg.seq_len,
+            global_batch: cfg.global_batch,
+            weights,
+            stream: Some(stream_of(&cfg)),
+            tokens: None,
+        };
         Ok(TokenLoader {
             docs,
             mix,
@@ -197,11 +233,20 @@ impl TokenLoader {
             plan: Mutex::new(None),
             ahead: Mutex::new(None),
             progress: Arc::new(Mutex::new((state, None))),
+            data_tokens: std::sync::OnceLock::new(),
             source,
             cfg,
             runtime,
             _owned: owned,
         })
+    }
+
+    /// Tokens in all the documents (see [`TokenState::tokens`]): one pass over their lengths,
+    /// made once.
+    fn data_tokens(&self) -> u64 {
+        *self
+            .data_tokens
+            .get_or_init(|| (0..self.docs.documents()).fold(0u64, |n, d| n.saturating_add(self.docs.tokens_in(d))))
     }
 
     /// The configuration in use.
@@ -353,6 +398,20 @@ impl TokenLoader {
                 return bad("changes out of order".into());
             }
         }
+        let mine = stream_of(&self.cfg);
+        if let Some(theirs) = state.stream.as_ref().filter(|s| **s != mine) {
+            return Err(Error::invalid_option(format!(
+                "the saved state is for a token stream {theirs}; this loader's is {mine}: resume with the same order, \
+                 seed, BOS/EOS, packing and labels"
+            )));
+        }
+        if let Some(tokens) = state.tokens.filter(|&t| t != self.data_tokens()) {
+            return Err(Error::invalid_option(format!(
+                "the saved state is for documents of {tokens} tokens in all; this loader's hold {}: the data changed \
+                 (tokenized again, or other files of as many documents); resume with the data it was saved with",
+                self.data_tokens()
+            )));
+        }
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         *p = (state.clone(), Some(state));
         Ok(())
@@ -367,6 +426,7 @@ impl TokenLoader {
     /// This rank's batches of `epoch`, from a loaded state's batch when it is for this epoch.
     pub fn epoch(&self, epoch: u64) -> Result<TokenEpoch> {
         let plan = self.plan(epoch)?;
+        let data_tokens = self.data_tokens();
         if let Some(next) = epoch.checked_add(1) {
             self.plan_ahead(next);
         }
@@ -381,6 +441,7 @@ impl TokenLoader {
             p.0.epoch = epoch;
             p.0.batch = start;
             p.0.weights = weights;
+            p.0.tokens = Some(data_tokens);
             start
         };
         let job = Arc::new(Job {

@@ -140,7 +140,31 @@ async fn global_batches_do_not_depend_on_the_world_size_and_resume_anywhere() {
     }
     // A state for other data or other global batches is refused.
     let other = TokenLoader::new(src.clone(), PackConfig::new(32, 12)).unwrap();
-    assert!(other.load_state(state).unwrap_err().to_string().contains("seq_len"));
+    assert!(other.load_state(state.clone()).unwrap_err().to_string().contains("seq_len"));
+    // So is one for another stream of the same documents: another order or seed, BOS/EOS,
+    // packing or labels would resume at batch 4 of other batches, skipping and repeating.
+    type Change = fn(&mut PackConfig);
+    let changes: [(&str, Change); 5] = [
+        ("seed 8", |c| c.order = Order::Shuffle { seed: 8 }),
+        ("in order", |c| c.order = Order::Sequential),
+        ("no EOS", |c| c.eos = None),
+        ("a document a row", |c| c.packing = Packing::PerDocument),
+        ("labels", |c| c.labels = true),
+    ];
+    for (said, change) in changes {
+        let mut c = base(3, 0);
+        change(&mut c);
+        let e = TokenLoader::new(src.clone(), c).unwrap().load_state(state.clone()).unwrap_err().to_string();
+        assert!(e.contains("seed 7") && e.contains(said), "{said}: {e}");
+    }
+    // And one for other documents, as many of them: a corpus tokenized again.
+    let again = tempfile::tempdir().unwrap();
+    corpus(again.path(), &lens.iter().map(|l| l + 1).collect::<Vec<_>>());
+    let e = TokenLoader::new(open(again.path()).await, base(3, 0)).unwrap().load_state(state.clone());
+    assert!(e.unwrap_err().to_string().contains("tokens in all"));
+    // A state of an earlier version (neither recorded) is taken as it is.
+    let earlier = TokenState { stream: None, tokens: None, ..state };
+    TokenLoader::new(src.clone(), base(3, 0)).unwrap().load_state(earlier).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
