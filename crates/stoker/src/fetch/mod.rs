@@ -297,7 +297,12 @@ impl Fetcher {
             || async {
                 self.counters.requests.fetch_add(1, Relaxed);
                 let mut pages = self.store.list(prefix);
-                let mut all = Vec::new();
+                let mut all: Vec<object_store::ObjectMeta> = Vec::new();
+                // Where each name was listed, by a hash of it: a listing names each object
+                // once, and one that names an object again is not moving on (a server that
+                // repeats a page or its continuation token): it would list forever, or list
+                // those objects twice, their samples twice an epoch.
+                let mut seen: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
                 loop {
                     match tokio::time::timeout(self.cfg.stall, pages.next()).await {
                         Err(_) => {
@@ -309,7 +314,22 @@ impl Fetcher {
                         }
                         Ok(None) => return Ok(all),
                         Ok(Some(Err(e))) => return Err(retry::classify_listing(e)),
-                        Ok(Some(Ok(meta))) => all.push(meta),
+                        Ok(Some(Ok(meta))) => {
+                            let key = twox_hash::XxHash3_64::oneshot(meta.location.as_ref().as_bytes());
+                            if let Some(&i) = seen.get(&key) {
+                                if all[i].location == meta.location {
+                                    return Err(retry::Failure::fatal(format!(
+                                        "the listing named {} twice, after {} names: the store's listing does not move \
+                                         on (it repeats a page or its continuation token); name the objects instead \
+                                         (a brace pattern, or list= a file of names)",
+                                        meta.location,
+                                        all.len()
+                                    )));
+                                }
+                            }
+                            seen.insert(key, all.len());
+                            all.push(meta);
+                        }
                     }
                 }
             },

@@ -181,3 +181,87 @@ async fn an_s3_endpoint_that_redirects_to_another_host_is_refused() {
     }
     assert_eq!(other.control.stats().requests, 0, "nothing reached the other host");
 }
+
+/// An S3-compatible server whose listing never moves on: every `ListObjectsV2` answer is the
+/// same page of three objects with the same continuation token (RunPod's, Huawei OBS's and
+/// some Ceph versions' listings have done so). `pages` counts the pages served.
+async fn repeating_lister(pages: Arc<std::sync::atomic::AtomicU64>) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else { return };
+            let pages = pages.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    // One request at a time on the connection (keep-alive): headers only.
+                    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                    let listing = got[..end]
+                        .split(|&b| b == b'\n')
+                        .next()
+                        .is_some_and(|line| line.windows(11).any(|w| w == b"list-type=2"));
+                    got.drain(..end);
+                    if !listing {
+                        // Anything else (a manifest looked for): not there.
+                        let none = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+                        if conn.write_all(none.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let contents: String = (0..3)
+                        .map(|i| {
+                            format!(
+                                "<Contents><Key>p/o{i}.bin</Key><Size>10</Size>\
+                                 <LastModified>2026-01-01T00:00:00.000Z</LastModified><ETag>\"e{i}\"</ETag></Contents>"
+                            )
+                        })
+                        .collect();
+                    let body = format!(
+                        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>b</Name><Prefix>p/</Prefix>\
+                         <KeyCount>3</KeyCount><IsTruncated>true</IsTruncated>{contents}\
+                         <NextContinuationToken>again</NextContinuationToken></ListBucketResult>"
+                    );
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    if conn.write_all(head.as_bytes()).await.is_err() || conn.write_all(body.as_bytes()).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A listing that repeats its page is an error naming the object listed twice, after one
+/// page more: before, it listed forever (memory growing a page at a time) or, repeating once,
+/// gave those objects' samples twice an epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_that_repeats_its_page_is_an_error_not_a_loop() {
+    let pages = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let addr = repeating_lister(pages.clone()).await;
+    let uri = format!("s3://b/p/?endpoint=http://{addr}&anonymous=true&disk_cache=false&layout=objects");
+    let opened = tokio::time::timeout(Duration::from_secs(60), stoker::open(&uri, Default::default()))
+        .await
+        .expect("the open ended instead of listing forever");
+    let e = opened.err().unwrap();
+    let msg = e.to_string();
+    assert!(msg.contains("p/o0.bin twice") && msg.contains("does not move on"), "{msg}");
+    assert!(!e.is_retryable(), "{e:?}");
+    let pages = pages.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(pages, 2, "the second page gave it away, and a retry would list the same");
+}
