@@ -47,6 +47,9 @@ pub enum Tags {
     Weak,
     /// None at all: only `Last-Modified` and the size tell versions apart.
     None,
+    /// Neither a tag nor a `Last-Modified` (as Go's `http.ServeContent` with a zero time):
+    /// only the size tells versions apart.
+    Nothing,
 }
 
 /// How the server answers a listing (`PROPFIND`).
@@ -285,7 +288,7 @@ fn answer(config: &HttpConfig, control: &Arc<HttpControl>, req: &Request<Incomin
     let tag = match config.tags {
         Tags::Strong => Some(opaque.clone()),
         Tags::Weak => Some(format!("W/{opaque}")),
-        Tags::None => None,
+        Tags::None | Tags::Nothing => None,
     };
     if let Some(want) = req.headers().get(header::IF_MATCH).and_then(|v| v.to_str().ok()) {
         control.if_match_sent.fetch_add(1, Relaxed);
@@ -335,7 +338,9 @@ fn answer(config: &HttpConfig, control: &Arc<HttpControl>, req: &Request<Incomin
         }
     };
     set(header::CONTENT_LENGTH, len.to_string());
-    set(header::LAST_MODIFIED, http_date(modified.as_secs()));
+    if config.tags != Tags::Nothing {
+        set(header::LAST_MODIFIED, http_date(modified.as_secs()));
+    }
     set(header::ACCEPT_RANGES, "bytes".into());
     if let Some(t) = tag {
         set(header::ETAG, t);

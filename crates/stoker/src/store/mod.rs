@@ -375,12 +375,27 @@ impl Store {
 /// An object's listing entry, its path relative to the root (the first `strip` bytes of
 /// its location are the prefix and its `/`).
 /// What the block cache keys an object's bytes by: its entity tag when the store gives one,
-/// else its modification time, with its size.
+/// else its modification time, with its size. A server that gives neither (object_store reads
+/// a missing time as the epoch) leaves nothing to tell this version from the next of the same
+/// size: such an object's key is this process's own, so what is kept of it (disk cache
+/// blocks, indexes) serves this run and no later one, which could be reading a replaced object.
 pub(crate) fn version_key(e_tag: Option<&str>, modified_us: i64, size: u64) -> String {
     match e_tag {
         Some(tag) => format!("{tag}/{size}"),
+        None if modified_us == 0 => format!("unversioned-{:016x}/{size}", run_nonce()),
         None => format!("{modified_us}/{size}"),
     }
+}
+
+/// A number of this process's own, the same for its whole life (see [`version_key`]).
+fn run_nonce() -> u64 {
+    static N: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        twox_hash::XxHash3_64::oneshot(
+            &[now.as_nanos().to_le_bytes(), u128::from(std::process::id()).to_le_bytes()].concat(),
+        )
+    })
 }
 
 fn info(m: object_store::ObjectMeta, strip: usize) -> ObjectInfo {

@@ -265,3 +265,81 @@ async fn a_listing_that_repeats_its_page_is_an_error_not_a_loop() {
     let pages = pages.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(pages, 2, "the second page gave it away, and a retry would list the same");
 }
+
+/// A server that tells versions apart by nothing but their size (no entity tag, no
+/// `Last-Modified`): what one run cached of a shard is not served to the next, which may be
+/// reading a replaced shard of the same size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_tag_or_time_a_cached_block_serves_its_run_only() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("tar")).unwrap();
+    let want = tar_dir(&root.path().join("tar"), 3, 8);
+    let server = http::serve(HttpConfig::new(root.path()).with_tags(http::Tags::Nothing)).await.unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let uri = format!(
+        "{}/tar/shard-{{0000..0002}}.tar?disk_cache_dir={}&index_dir={}&hedge_ms=0",
+        server.endpoint(),
+        cache.path().join("blocks").display(),
+        cache.path().join("index").display()
+    );
+    let first = open(&uri).await;
+    assert_eq!(first.get_many(&(0..want.len()).collect::<Vec<_>>()).await.unwrap(), want);
+    first.flush().await;
+    drop(first);
+    let blocks = walk_files(cache.path()).into_iter().filter(|p| p.extension().is_some_and(|e| e == "blk")).count();
+    assert!(blocks > 0, "the run cached what it read");
+    // Shard 1 replaced by other payloads of the same sizes (the same headers): nothing the
+    // server says tells it from the first.
+    let replaced: Vec<stoker::Sample> = want[8..16]
+        .iter()
+        .map(|s| {
+            let mut s = s.clone();
+            for f in &mut s.fields {
+                f.data = f.data.iter().map(|b| b ^ 0x5a).collect::<Vec<u8>>().into();
+            }
+            s
+        })
+        .collect();
+    let shard = root.path().join("tar/shard-0001.tar");
+    let size = std::fs::metadata(&shard).unwrap().len();
+    write_tar(&shard, &replaced);
+    assert_eq!(std::fs::metadata(&shard).unwrap().len(), size);
+    // A later run (another process) over the same cache reads the shard as it is now.
+    let later = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "hostile_servers::without_tag_or_time_the_later_run", "--nocapture"])
+        .env("STOKER_LATER_RUN_URI", &uri)
+        .env("STOKER_LATER_RUN_WANT", hex(&replaced[0].fields[0].data))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&later.stdout).to_string() + &String::from_utf8_lossy(&later.stderr);
+    assert!(later.status.success() && out.contains("1 passed"), "{out}");
+}
+
+/// Every file under `dir`.
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk_files(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The later run of [`without_tag_or_time_a_cached_block_serves_its_run_only`], in a process
+/// of its own (skipped when run alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_tag_or_time_the_later_run() {
+    let (Ok(uri), Ok(want)) = (std::env::var("STOKER_LATER_RUN_URI"), std::env::var("STOKER_LATER_RUN_WANT")) else {
+        return;
+    };
+    let src = open(&uri).await;
+    let got = src.get_many(&[8]).await.unwrap();
+    assert!(hex(data(&got[0])) == want, "the later run was served the earlier run's cached bytes");
+}
