@@ -110,11 +110,14 @@ impl MixPlan {
         if let Some(s) = sizes.iter().position(|&n| n == 0) {
             return Err(mix_error(format!("source {s} has no samples")));
         }
-        let total_w: f64 = weights.iter().sum();
+        // Only ratios matter: scaled by the largest first, so weights near f64::MAX do not sum
+        // to infinity (every share 0, then 1 part each: equal shares).
+        let top = weights.iter().fold(0.0f64, |a, &w| a.max(w));
+        let total_w: f64 = weights.iter().map(|w| w / top).sum();
         let mut parts = vec![0u64];
         for w in weights {
             // At least one part each: a tiny weight still gets its (tiny) share, never none.
-            let p = ((w / total_w) * WEIGHT_SCALE).round().max(1.0) as u64;
+            let p = ((w / top / total_w) * WEIGHT_SCALE).round().max(1.0) as u64;
             parts.push(parts.last().copied().unwrap_or(0) + p);
         }
         let mut offsets = vec![0u64];

@@ -335,9 +335,18 @@ impl TokenLoader {
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         // Not resuming: the change applies from where the run stands (the next epoch() starts
         // there: its batch when the epoch is unfinished, else batch 0 of the next).
-        let mut state = p.1.take().unwrap_or_else(|| p.0.clone());
+        let pending = p.1.take();
+        let mut state = pending.clone().unwrap_or_else(|| p.0.clone());
         let at = state.batch;
         state.weights.retain(|(b, _)| *b < at);
+        if state.weights.len() >= super::mix::MAX_WEIGHT_CHANGES {
+            p.1 = pending;
+            return Err(Error::invalid_option(format!(
+                "more than {} weight changes in one epoch: a data schedule changes weights at a resume or an epoch's \
+                 start, not at every batch",
+                super::mix::MAX_WEIGHT_CHANGES
+            )));
+        }
         state.weights.push((at, weights.to_vec()));
         p.1 = Some(state.clone());
         Ok(state)
@@ -388,6 +397,14 @@ impl TokenLoader {
             (_, None) => return bad(format!("none, for a mix of {sources} sources")),
             (_, Some((first, _))) if *first != 0 => return bad("the first does not start at batch 0".into()),
             _ => {}
+        }
+        if state.weights.len() > super::mix::MAX_WEIGHT_CHANGES {
+            return bad(format!(
+                "{} changes in one epoch, more than {}: a data schedule changes weights at a resume or an epoch's \
+                 start, not at every batch",
+                state.weights.len(),
+                super::mix::MAX_WEIGHT_CHANGES
+            ));
         }
         for (i, (b, w)) in state.weights.iter().enumerate() {
             if w.len() != sources {

@@ -125,6 +125,15 @@ impl TokenMix {
             .collect();
         let mut out: Vec<u64> = Vec::new();
         for (i, (_, weights)) in segments.iter().enumerate() {
+            // Every document placed (the changes left apply past the epoch's end): each
+            // would cost a copy of the order for nothing.
+            if queues.iter().all(VecDeque::is_empty) {
+                break;
+            }
+            // A change followed by another at the same batch never applies.
+            if segments.get(i + 1).is_some_and(|(next, _)| *next == segments[i].0) {
+                continue;
+            }
             if let Some((next_batch, _)) = segments.get(i + 1) {
                 // Plan this segment whole, keep what the stream reaches before the next
                 // change's batch, and put the rest back in its sources' queues.
@@ -148,6 +157,10 @@ impl TokenMix {
     /// Take documents from `queues` into `out` by token share until the source to take from
     /// is empty.
     fn schedule(&self, out: &mut Vec<u64>, queues: &mut [VecDeque<u64>], weights: &[f64]) {
+        // Only ratios matter: scaled by the largest, so tiny weights (1e-320 each) do not
+        // divide every count to infinity and tie, draining the first source alone.
+        let top = weights.iter().fold(0.0f64, |a, &w| a.max(w));
+        let weights: Vec<f64> = weights.iter().map(|w| w / top).collect();
         let mut taken = vec![0u64; self.parts.len()];
         loop {
             let k = (0..self.parts.len())
@@ -182,6 +195,11 @@ impl TokenMix {
         out
     }
 }
+
+/// The most weight changes an epoch may carry (each costs a pass over the epoch's documents
+/// when it is planned): far more than any data schedule makes, and few enough that a saved
+/// state cannot make planning run for hours.
+pub(crate) const MAX_WEIGHT_CHANGES: usize = 1000;
 
 /// Weights must be positive and finite.
 pub(crate) fn check_weights(w: &[f64]) -> Result<()> {

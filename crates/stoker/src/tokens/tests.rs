@@ -8,6 +8,7 @@ use super::*;
 use crate::batch::Batch;
 use crate::sampler::Order;
 use crate::source::tokens::write_idx;
+use crate::tokens::mix::MAX_WEIGHT_CHANGES;
 use crate::DynSampleSource;
 
 /// A corpus of documents (document `d` has `lens[d]` tokens `d * 1000 + i`; keep `d` below 65
@@ -401,6 +402,43 @@ async fn new_weights_between_epochs_are_the_ones_used_and_bad_saved_weights_are_
         assert!(loader.load_state(wrong(bad.clone())).is_err(), "{bad:?}");
     }
     loader.load_state(wrong(vec![(0, vec![0.5, 0.5]), (4, vec![0.2, 0.8])])).unwrap();
+    // More changes than any schedule makes (each a pass over the documents when planned):
+    // refused, not hours of planning.
+    let many: Vec<(u64, Vec<f64>)> = (0..=MAX_WEIGHT_CHANGES as u64).map(|b| (b, vec![0.5, 0.5])).collect();
+    let e = loader.load_state(wrong(many)).unwrap_err().to_string();
+    assert!(e.contains("more than 1000"), "{e}");
+    // Changes at one batch: the last is the one in force, as if it were the only one.
+    let epoch = |weights: Vec<(u64, Vec<f64>)>| {
+        let state = TokenState { epoch: 1, batch: 0, weights, ..state.clone() };
+        async {
+            loader.load_state(state).unwrap();
+            loader.epoch(1).unwrap().collect().await.unwrap().iter().map(ids).collect::<Vec<_>>()
+        }
+    };
+    let once = epoch(vec![(0, vec![0.5, 0.5]), (4, vec![0.2, 0.8])]).await;
+    let twice = epoch(vec![(0, vec![0.5, 0.5]), (4, vec![0.9, 0.1]), (4, vec![0.2, 0.8])]).await;
+    assert_eq!(once, twice);
+}
+
+/// Only the ratios of weights matter, however small or large they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiny_and_huge_weights_mix_as_their_ratios() {
+    let mut cfg = PackConfig::new(16, 8);
+    cfg.order = Order::Shuffle { seed: 3 };
+    let share = |weights: [f64; 2]| {
+        let cfg = cfg.clone();
+        async move {
+            let (_dir, mix) = two_corpora().await;
+            let loader = TokenLoader::from_mix(mix, cfg).unwrap();
+            loader.set_weights(&weights).unwrap();
+            share_a(&loader.epoch(0).unwrap().collect().await.unwrap())
+        }
+    };
+    let even = share([1.0, 1.0]).await;
+    for w in [[1e-320, 1e-320], [1e300, 1e300], [f64::MAX, f64::MAX]] {
+        let got = share(w).await;
+        assert!((got - even).abs() < 0.02, "{w:?}: share {got}, {even} with [1, 1]");
+    }
 }
 
 /// Columns left out are not in the batch, and `input_ids` is the same as with every column;

@@ -253,6 +253,11 @@ fn bad_mixes_are_refused_with_reasons() {
     // With replacement the same length is fine, and the small source repeats evenly.
     let p = plan(&[100, 10], &[0.5, 0.5], EpochLength::Fixed(40), true);
     assert_eq!(p.counts().collect::<Vec<_>>(), [20, 20]);
+    // Only ratios matter, even for weights whose sum is past f64::MAX (they summed to
+    // infinity, every share became one part: thirds).
+    let p = plan(&[1000; 3], &[1e308, 1e308, 1.0], EpochLength::Fixed(999), true);
+    let counts: Vec<u64> = p.counts().collect();
+    assert!(counts[0].abs_diff(499) <= 1 && counts[1].abs_diff(499) <= 1 && counts[2] <= 1, "{counts:?}");
     let mut cfg = config(&p, Order::Shuffle { seed: 3 }, 0);
     cfg.order = Order::ShardShuffle { seed: 3, window: 2 };
     assert!(Sampler::new(cfg).unwrap_err().to_string().contains("use shuffle"));
