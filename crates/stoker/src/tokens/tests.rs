@@ -246,6 +246,16 @@ async fn bad_configurations_and_sources_are_clear_errors() {
     assert!(matches!(e, Error::BadIndex { .. }), "{e:?}");
     let e = e.to_string();
     assert!(e.contains("d.bin") && e.contains("d.idx is missing") && e.contains("separator="), "{e}");
+    // A flat file split at nearly every token (a uint32 file read as uint16 with separator=0:
+    // here all zeros) is refused, naming the likely cause, not indexed at 8 bytes a document.
+    let flat = tempfile::tempdir().unwrap();
+    std::fs::write(flat.path().join("t.bin"), vec![0u8; 1 << 20]).unwrap();
+    let uri = format!("{}?layout=tokens&separator=0", flat.path().display());
+    let e = crate::source::open(&uri, Default::default()).await.err().unwrap().to_string();
+    assert!(e.contains("t.bin") && e.contains("token_dtype") && e.contains("likely wrong"), "{e}");
+    // Short documents in a small file are fine.
+    std::fs::write(flat.path().join("t.bin"), [5u8, 0, 0, 0, 7, 0, 0, 0]).unwrap();
+    assert_eq!(crate::source::open(&uri, Default::default()).await.unwrap().len(), 2);
 }
 
 /// Local documents are built by several producer threads, each into its own channel: a batch

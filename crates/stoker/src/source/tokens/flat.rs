@@ -154,6 +154,10 @@ fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     Some(rest.split(',').next()?.trim())
 }
 
+/// Fewer tokens a document on average than this, over a whole flat file, is refused (see
+/// [`walk`]).
+const MIN_DOC_TOKENS: u64 = 8;
+
 /// Walk flat token file `obj` (`header` bytes first, then tokens of `ty`), cutting documents
 /// after every `separator`.
 pub(crate) fn walk(
@@ -194,6 +198,19 @@ pub(crate) fn walk(
             }
         }
         n += tokens.len() as u64;
+        // A document costs 8 bytes of index in memory for the source's life: documents this
+        // short mean the separator or the token type is wrong (a uint32 file read as uint16
+        // with separator=0 ends a document at every high half), and would take more memory
+        // than the file.
+        if starts.len() as u64 > n / MIN_DOC_TOKENS + 1024 {
+            return Err(Error::invalid_option(format!(
+                "{shown}: {} documents in its first {n} tokens, one separator ({separator}) in fewer than {MIN_DOC_TOKENS} \
+                 tokens: the separator or token_dtype= ({}) is likely wrong (a uint32 file read as uint16 ends a \
+                 document at every high half equal to the separator)",
+                starts.len() - 1,
+                ty.name()
+            )));
+        }
         buf.copy_within(whole..have, 0);
         at = have - whole;
     }
