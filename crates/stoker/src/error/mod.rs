@@ -72,13 +72,13 @@ pub enum Error {
     },
 
     /// A store (local file system or object store) request failed.
-    #[error("store error reading {path}: {}", redact_text(&.source.to_string()))]
+    #[error("store error reading {path}: {source}")]
     Store {
         /// The object, relative to the store root, with the store URI.
         path: String,
-        /// The object_store error.
+        /// The object_store error, redacted wherever it is shown.
         #[source]
-        source: object_store::Error,
+        source: StoreError,
     },
 
     /// A remote read failed for good: not transient, or still failing after every attempt.
@@ -362,7 +362,9 @@ impl Error {
             | Error::Sampler(_) => K::InvalidInput,
             Error::NotFound { .. } => K::NotFound,
             Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => K::NotFound,
-            Error::Store { source: object_store::Error::NotFound { .. }, .. } => K::NotFound,
+            Error::Store { source, .. } if matches!(source.inner(), object_store::Error::NotFound { .. }) => {
+                K::NotFound
+            }
             Error::Empty { .. } => K::Empty,
             Error::NotSupported { .. } => K::Unsupported,
             Error::CorruptTar { .. } | Error::CorruptData { .. } | Error::BadIndex { .. } | Error::Lmdb { .. } => {
@@ -397,7 +399,7 @@ impl Error {
             // A generic store failure is how object_store reports transport errors; the retry
             // layer decides how often to try, this only says whether trying can help.
             Error::Store { source, .. } => {
-                matches!(source, object_store::Error::Generic { .. } | object_store::Error::JoinError { .. })
+                matches!(source.inner(), object_store::Error::Generic { .. } | object_store::Error::JoinError { .. })
             }
             Error::Fetch { transient, .. } => *transient,
             Error::Shared(e) => e.is_retryable(),
@@ -480,6 +482,41 @@ fn io_retryable(e: &std::io::Error) -> bool {
         Interrupted | TimedOut | WouldBlock | ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
     )
 }
+
+/// An object_store error as [`Error::Store`] keeps it: shown only redacted. Its `Display` and
+/// its `Debug` (what `unwrap` prints) are the error's text with every URL's userinfo and
+/// secret query values removed, and it names no source below it (object_store's chain holds
+/// the request URL as given, an endpoint's `user:password@` included).
+pub struct StoreError(object_store::Error);
+
+impl StoreError {
+    /// The object_store error (unredacted: do not print it).
+    pub fn inner(&self) -> &object_store::Error {
+        &self.0
+    }
+}
+
+impl From<object_store::Error> for StoreError {
+    fn from(e: object_store::Error) -> Self {
+        StoreError(e)
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact_text(&self.0.to_string()))
+    }
+}
+
+impl fmt::Debug for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The redacted text, not object_store's own Debug: that prints URLs field by field
+        // (a password among them), which no text redaction can find.
+        f.debug_tuple("StoreError").field(&self.to_string()).finish()
+    }
+}
+
+impl std::error::Error for StoreError {}
 
 #[cfg(test)]
 mod tests {

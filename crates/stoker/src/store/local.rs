@@ -70,7 +70,7 @@ impl Local {
     pub(super) fn new(dir: &Path) -> Result<Self> {
         let canonical = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
         let fs = LocalFileSystem::new_with_prefix(&canonical)
-            .map_err(|e| Error::Store { path: dir.display().to_string(), source: e })?;
+            .map_err(|e| Error::Store { path: dir.display().to_string(), source: e.into() })?;
         Ok(Local { fs, dir: canonical })
     }
 
@@ -112,7 +112,7 @@ impl Local {
 
     /// The file behind `path` (relative to the root).
     pub(super) fn file(&self, path: &ObjPath) -> Result<PathBuf> {
-        self.fs.path_to_filesystem(path).map_err(|e| Error::Store { path: path.to_string(), source: e })
+        self.fs.path_to_filesystem(path).map_err(|e| Error::Store { path: path.to_string(), source: e.into() })
     }
 
     /// Names directly in the directory, hidden ones included.

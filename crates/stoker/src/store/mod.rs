@@ -218,7 +218,7 @@ impl Store {
                 what: self.describe(path),
                 hint: Some("the object disappeared or was renamed since the source was opened".into()),
             },
-            source => Error::Store { path: self.describe(path), source },
+            source => Error::Store { path: self.describe(path), source: source.into() },
         }
     }
 
