@@ -146,7 +146,7 @@ fn byte(key: u128) -> i64 {
 /// Lock block `key`'s byte of `file`, waiting for it with `wait`: `Ok(false)` when another
 /// open file holds it and `wait` is off.
 #[cfg(target_os = "linux")]
-fn lock(file: &File, key: u128, wait: bool) -> std::io::Result<bool> {
+fn lock(file: &File, key: u128) -> std::io::Result<bool> {
     use std::os::fd::AsRawFd;
     // SAFETY: all-zero is a valid `flock` (plain integers); the fields that matter are set.
     let mut l: libc::flock = unsafe { std::mem::zeroed() };
@@ -154,27 +154,26 @@ fn lock(file: &File, key: u128, wait: bool) -> std::io::Result<bool> {
     l.l_whence = libc::SEEK_SET as _;
     l.l_start = byte(key);
     l.l_len = 1;
-    let cmd = if wait { libc::F_OFD_SETLKW } else { libc::F_OFD_SETLK };
     // SAFETY: `file` is open for the call's length, and `l` outlives it.
-    if unsafe { libc::fcntl(file.as_raw_fd(), cmd, &l) } == 0 {
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &l) } == 0 {
         return Ok(true);
     }
     let e = std::io::Error::last_os_error();
     match e.raw_os_error() {
-        Some(libc::EAGAIN | libc::EACCES) if !wait => Ok(false),
+        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
         _ => Err(e),
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn lock(_: &File, _: u128, _: bool) -> std::io::Result<bool> {
+fn lock(_: &File, _: u128) -> std::io::Result<bool> {
     Err(std::io::ErrorKind::Unsupported.into())
 }
 
 /// Block `key`'s lease in cache directory `dir` if nobody holds it, without waiting.
 fn try_take(dir: &Path, key: u128) -> Claim {
     let Some(file) = open(dir) else { return Claim::Unleased };
-    match lock(&file, key, false) {
+    match lock(&file, key) {
         Ok(true) => Claim::Mine(Lease { _file: file }),
         Ok(false) => Claim::Theirs,
         Err(_) => Claim::Unleased,
@@ -191,14 +190,29 @@ pub(crate) async fn take(dir: &Path, key: u128) -> Took {
         Claim::Unleased => return Took::Without,
     }
     let Some(file) = open(dir) else { return Took::Without };
-    // The waiting thread outlives a wait that ran out: it takes the lock when it comes free,
-    // finds nobody to hand it to, and drops it at once.
-    let waiting = tokio::task::spawn_blocking(move || lock(&file, key, true).map(|_| file));
-    match tokio::time::timeout(WAIT, waiting).await {
-        Ok(Ok(Ok(file))) => Took::AfterWait(Lease { _file: file }),
-        _ => Took::Without,
+    // Asked again and again without blocking, on a timer: a blocking wait on a thread of its
+    // own outlived a wait that ran out (a holder stopped, not dead), and a runtime being shut
+    // down waits for its blocking threads: it hung until the holder went on. The first looks
+    // are soon after (a fetch of one block by another process takes tens of milliseconds).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match lock(&file, key) {
+            Ok(true) => return Took::AfterWait(Lease { _file: file }),
+            Ok(false) => {}
+            Err(_) => return Took::Without,
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Took::Without;
+        }
+        tokio::time::sleep(pause.min(deadline - now)).await;
+        pause = (pause * 2).min(POLL_MAX);
     }
 }
+
+/// The longest pause between two looks at a lease another process holds.
+const POLL_MAX: Duration = Duration::from_millis(25);
 
 #[cfg(test)]
 mod tests {
@@ -218,6 +232,27 @@ mod tests {
         assert!(matches!(take(dir.path(), 8).await, Took::Free(_)));
         drop(first);
         assert!(matches!(second.await, Took::AfterWait(_)));
+    }
+
+    /// A runtime shut down while one of its reads waits for a lease another process holds
+    /// (stopped, not dead) ends at once: the wait is no blocking thread it must wait for.
+    #[test]
+    fn a_wait_for_a_lease_held_elsewhere_does_not_hold_up_shutdown() {
+        let dir = tempfile::tempdir().unwrap();
+        let holder = tokio::runtime::Runtime::new().unwrap();
+        let Took::Free(held) = holder.block_on(take(dir.path(), 7)) else { panic!("nobody held it") };
+        let waiter = tokio::runtime::Runtime::new().unwrap();
+        let path = dir.path().to_path_buf();
+        waiter.spawn(async move { take(&path, 7).await });
+        std::thread::sleep(Duration::from_millis(50));
+        let (done, ended) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(waiter);
+            let _ = done.send(());
+        });
+        let quick = ended.recv_timeout(Duration::from_secs(5)).is_ok();
+        drop(held); // lets a blocked waiter (the previous design) go, so the test ends either way
+        assert!(quick, "the runtime's shutdown waited for the lease's holder");
     }
 
     #[tokio::test]
