@@ -134,6 +134,13 @@ impl FetchConfig {
     }
 }
 
+/// The most one write of `bytes` may take: the attempt limit `timeout` (`timeout_ms`) plus
+/// the bytes at 256 KiB/s, so a large part on a slow link is not cut off, and a write that
+/// gets no answer ends.
+pub fn write_limit(timeout: Duration, bytes: usize) -> Duration {
+    timeout.saturating_add(Duration::from_secs((bytes as u64) >> 18))
+}
+
 /// A limit of `ms` milliseconds, where 0 turns it off (a wait past any run's length).
 fn off_at_zero(ms: u64) -> Duration {
     if ms == 0 {
@@ -264,6 +271,30 @@ impl Fetcher {
                     Err(_) => {}
                 }
                 r
+            },
+        )
+        .await
+    }
+
+    /// Write a whole object (one PUT), retried as reads are (a PUT of the same bytes is
+    /// idempotent), each attempt within [`write_limit`]: a write whose answer never comes is
+    /// an error, not a wait without end (object_store's own timeouts are off here).
+    pub async fn put(&self, path: &ObjPath, shown: &str, bytes: Bytes) -> Result<()> {
+        let payload = object_store::PutPayload::from(bytes);
+        let limit = write_limit(self.cfg.timeout, payload.content_length());
+        self.retrying(
+            shown,
+            || "write".to_string(),
+            None,
+            || async {
+                self.counters.requests.fetch_add(1, Relaxed);
+                match tokio::time::timeout(limit, self.store.put(path, payload.clone())).await {
+                    Err(_) => {
+                        Err(retry::Failure::transient(format!("no answer to the write within {limit:?} (timeout_ms)")))
+                    }
+                    Ok(Err(e)) => Err(retry::classify(e)),
+                    Ok(Ok(_)) => Ok(()),
+                }
             },
         )
         .await

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path as ObjPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStoreExt, PutPayload};
 
 use crate::cache::RemoteReader;
 use crate::error::{Error, Result};
@@ -351,12 +351,16 @@ impl Store {
     /// Write a whole object atomically (local: a staged file renamed into place; remote: one
     /// PUT). Not synced: for files that can be rebuilt (indexes); [`Store::writer`] syncs.
     pub async fn put(&self, path: &str, bytes: Bytes) -> Result<()> {
-        let objects: &dyn ObjectStore = match &self.0.backend {
-            Backend::Local(l) => l.fs(),
-            Backend::Remote { reader, .. } => reader.fetcher().objects().as_ref(),
-        };
-        objects.put(&self.obj_path(path), PutPayload::from(bytes)).await.map_err(|e| self.err(path, e))?;
-        Ok(())
+        match &self.0.backend {
+            Backend::Local(l) => {
+                l.fs().put(&self.obj_path(path), PutPayload::from(bytes)).await.map_err(|e| self.err(path, e))?;
+                Ok(())
+            }
+            // Retried, each attempt within a time limit, as reads are.
+            Backend::Remote { reader, .. } => {
+                reader.fetcher().put(&self.obj_path(path), &self.describe(path), bytes).await
+            }
+        }
     }
 
     /// Remove an object; one that is not there is no error.

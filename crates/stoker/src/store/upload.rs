@@ -8,12 +8,15 @@
 use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use object_store::path::Path as ObjPath;
 use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
+
+use crate::fetch::write_limit;
 
 /// Bytes a part: above every store's minimum (5 MiB on S3), and every part but the last the
 /// same size, as some stores (R2) require.
@@ -32,6 +35,25 @@ pub(crate) struct Parts {
     buf: Vec<u8>,
     state: State,
     in_flight: VecDeque<JoinHandle<object_store::Result<()>>>,
+    /// The fetch layer's attempt limit (`timeout_ms`), from which each request's comes
+    /// ([`crate::fetch::write_limit`]).
+    timeout: Duration,
+}
+
+/// `request` (what it is: `what`) within `limit`, else an error saying so: object_store's
+/// own timeouts are off for Stoker's stores, and a write whose answer never comes (a
+/// stalled proxy, a black-holed connection) would otherwise be waited for without end.
+async fn within<T>(
+    limit: Duration,
+    what: &str,
+    request: impl std::future::Future<Output = object_store::Result<T>>,
+) -> object_store::Result<T> {
+    tokio::time::timeout(limit, request).await.unwrap_or_else(|_| {
+        Err(object_store::Error::Generic {
+            store: "stoker",
+            source: format!("no answer to {what} within {limit:?} (timeout_ms)").into(),
+        })
+    })
 }
 
 enum State {
@@ -55,6 +77,7 @@ impl Parts {
         objects: Arc<dyn ObjectStore>,
         location: ObjPath,
         size_hint: u64,
+        timeout: Duration,
     ) -> Self {
         let state = match handle {
             Some(_) => State::Unstarted,
@@ -62,7 +85,7 @@ impl Parts {
             // large to make would abort the process.
             None => State::Whole(Vec::with_capacity(size_hint.min(1 << 30) as usize)),
         };
-        Parts { handle, objects, location, buf: Vec::new(), state, in_flight: VecDeque::new() }
+        Parts { handle, objects, location, buf: Vec::new(), state, in_flight: VecDeque::new(), timeout }
     }
 
     /// Take some of `data`; blocking (waits while [`IN_FLIGHT`] parts are being sent).
@@ -87,9 +110,11 @@ impl Parts {
         let Some(handle) = self.handle.clone() else { return Err(io::Error::other("no runtime to send parts on")) };
         if let State::Unstarted = self.state {
             let (objects, location) = (self.objects.clone(), self.location.clone());
+            let limit = self.timeout;
             // Spawned, not run here: on a current-thread runtime only its own thread drives
             // the requests' IO.
-            let start = handle.spawn(async move { objects.put_multipart(&location).await });
+            let start = handle
+                .spawn(async move { within(limit, "starting the upload", objects.put_multipart(&location)).await });
             match handle.block_on(start).map_err(io::Error::other)? {
                 Ok(upload) => self.state = State::Uploading(Mutex::new(upload)),
                 Err(object_store::Error::NotImplemented { .. }) => {
@@ -104,7 +129,8 @@ impl Parts {
         let State::Uploading(upload) = &mut self.state else { return Err(io::Error::other("the upload ended")) };
         let upload = upload.get_mut().unwrap_or_else(|e| e.into_inner());
         let part = PutPayload::from(Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(PART))));
-        self.in_flight.push_back(handle.spawn(upload.put_part(part)));
+        let limit = write_limit(self.timeout, part.content_length());
+        self.in_flight.push_back(handle.spawn(within(limit, "a part", upload.put_part(part))));
         while self.in_flight.len() > IN_FLIGHT {
             let oldest = self.in_flight.pop_front().expect("more than IN_FLIGHT parts");
             handle.block_on(oldest).map_err(io::Error::other)?.map_err(io::Error::other)?;
@@ -133,9 +159,17 @@ impl Parts {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Whole(mut v) => {
                 v.extend_from_slice(&last);
-                self.objects.put(&self.location, PutPayload::from(Bytes::from(v))).await.map(drop)
+                let limit = write_limit(self.timeout, v.len());
+                within(limit, "the write", self.objects.put(&self.location, PutPayload::from(Bytes::from(v))))
+                    .await
+                    .map(drop)
             }
-            _ => self.objects.put(&self.location, PutPayload::from(Bytes::from(last))).await.map(drop),
+            _ => {
+                let limit = write_limit(self.timeout, last.len());
+                within(limit, "the write", self.objects.put(&self.location, PutPayload::from(Bytes::from(last))))
+                    .await
+                    .map(drop)
+            }
         }
     }
 
@@ -152,12 +186,17 @@ impl Parts {
                     source: "no runtime to send parts on".into(),
                 });
             };
-            self.in_flight.push_back(handle.spawn(upload.put_part(PutPayload::from(Bytes::from(last)))));
+            let limit = write_limit(self.timeout, last.len());
+            self.in_flight.push_back(handle.spawn(within(
+                limit,
+                "a part",
+                upload.put_part(PutPayload::from(Bytes::from(last))),
+            )));
         }
         while let Some(part) = self.in_flight.pop_front() {
             part.await??;
         }
-        upload.complete().await.map(drop)
+        within(self.timeout, "completing the upload", upload.complete()).await.map(drop)
     }
 }
 
@@ -174,11 +213,12 @@ impl Parts {
         let State::Uploading(upload) = std::mem::replace(&mut self.state, State::Done) else { return None };
         let mut upload = upload.into_inner().unwrap_or_else(|e| e.into_inner());
         let parts: Vec<_> = self.in_flight.drain(..).collect();
+        let limit = self.timeout;
         Some(async move {
             for part in parts {
                 let _ = part.await;
             }
-            let _ = upload.abort().await;
+            let _ = within(limit, "aborting the upload", upload.abort()).await;
         })
     }
 }

@@ -75,7 +75,13 @@ impl Store {
             }
             Backend::Remote { reader, .. } => {
                 let handle = tokio::runtime::Handle::try_current().ok();
-                Sink::Parts(Parts::new(handle, reader.fetcher().objects().clone(), self.obj_path(path), size_hint))
+                Sink::Parts(Parts::new(
+                    handle,
+                    reader.fetcher().objects().clone(),
+                    self.obj_path(path),
+                    size_hint,
+                    reader.fetcher().config().timeout,
+                ))
             }
         };
         Ok(ObjectWriter {

@@ -343,3 +343,101 @@ async fn without_tag_or_time_the_later_run() {
     let got = src.get_many(&[8]).await.unwrap();
     assert!(hex(data(&got[0])) == want, "the later run was served the earlier run's cached bytes");
 }
+
+/// A server that takes writes and answers each with the next of `answers` (status lines), or
+/// never answers once they run out; `writes` counts the requests whose body it read.
+async fn writes_answered(
+    answers: Vec<&'static str>,
+    writes: Arc<std::sync::atomic::AtomicU64>,
+) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let answers = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(answers)));
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else { return };
+            let (answers, writes) = (answers.clone(), writes.clone());
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let end = loop {
+                        if let Some(p) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break p + 4;
+                        }
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+                        .unwrap_or(0);
+                    while got.len() < end + len {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    got.drain(..end + len);
+                    writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(status) = answers.lock().unwrap().pop_front() else {
+                        // No answer, ever: the connection stays open.
+                        std::future::pending::<()>().await;
+                        return;
+                    };
+                    let reply = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nETag: \"w\"\r\n\r\n");
+                    if conn.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A remote store over `addr` with `extra` options.
+fn store_at(addr: std::net::SocketAddr, extra: &str) -> stoker::store::Store {
+    let parsed = stoker::uri::parse(&format!("http://{addr}/data/x.bin?{extra}")).unwrap();
+    let stoker::uri::Location::Remote(loc) = &parsed.location else { panic!("a remote URI") };
+    stoker::store::Store::remote(loc, &parsed.options, &parsed.display).unwrap()
+}
+
+/// A write is retried as a read is (a 503 costs an attempt, not the write), and a write
+/// whose answer never comes fails at its time limit instead of waiting without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_are_retried_and_one_never_answered_ends() {
+    let writes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let addr = writes_answered(vec!["503 Service Unavailable", "201 Created"], writes.clone()).await;
+    let store = store_at(addr, "backoff_ms=5");
+    store.put("y.bin", bytes::Bytes::from_static(b"y")).await.unwrap();
+    assert_eq!(writes.load(std::sync::atomic::Ordering::Relaxed), 2, "the 503 was retried");
+
+    let writes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let addr = writes_answered(vec![], writes.clone()).await;
+    let store = store_at(addr, "timeout_ms=300&attempts=2&backoff_ms=5");
+    let started = Instant::now();
+    let e = tokio::time::timeout(Duration::from_secs(30), store.put("y.bin", bytes::Bytes::from_static(b"y")))
+        .await
+        .expect("the write ended")
+        .unwrap_err();
+    assert!(e.to_string().contains("no answer to the write"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert_eq!(writes.load(std::sync::atomic::Ordering::Relaxed), 2, "both attempts");
+    // A writer's requests have the same limit: an object whose write is never answered fails
+    // too.
+    let mut w = store.writer("z.bin", 1024).unwrap();
+    // Written from a thread that may block, as the writer's users do.
+    let w = tokio::task::spawn_blocking(move || {
+        std::io::Write::write_all(&mut w, &[7u8; 1024]).unwrap();
+        w
+    })
+    .await
+    .unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(60), w.finish()).await.expect("the write ended").unwrap_err();
+    assert!(e.to_string().contains("no answer to"), "{e}");
+}

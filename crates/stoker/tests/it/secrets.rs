@@ -91,21 +91,26 @@ async fn credentials_stay_out_of_options_uris_and_errors() {
     // error, printed as `unwrap` prints it (Debug) and with its chain of sources, does not
     // show it (object_store's own Debug held the request URL as given).
     let parsed = stoker::uri::parse(&format!(
-        "s3://data/x?endpoint=http://user:{sk}@127.0.0.1:{}&access_key_id={ak}&secret_access_key={sk}",
+        "s3://data/x?endpoint=http://user:{sk}@127.0.0.1:{}&access_key_id={ak}&secret_access_key={sk}&attempts=1",
         free_port()
     ))
     .unwrap();
     let stoker::uri::Location::Remote(loc) = &parsed.location else { panic!("a remote URI") };
     let store = stoker::store::Store::remote(loc, &parsed.options, &parsed.display).unwrap();
+    let shown = |e: &stoker::Error| {
+        let mut shown = format!("{e} {e:?}");
+        let mut next: Option<&dyn std::error::Error> = std::error::Error::source(e);
+        while let Some(cause) = next {
+            shown += &format!(" / {cause} {cause:?}");
+            next = cause.source();
+        }
+        shown
+    };
     let e = store.put("y.bin", bytes::Bytes::from_static(b"y")).await.unwrap_err();
-    let mut shown = format!("{e} {e:?}");
-    let mut next: Option<&dyn std::error::Error> = std::error::Error::source(&e);
-    while let Some(cause) = next {
-        shown += &format!(" / {cause} {cause:?}");
-        next = cause.source();
-    }
-    assert!(matches!(e, stoker::Error::Store { .. }), "{shown}");
-    assert_clean("write error", &shown);
+    assert_clean("write error", &shown(&e));
+    let e = store.delete("y.bin").await.unwrap_err();
+    assert!(matches!(e, stoker::Error::Store { .. }), "{}", shown(&e));
+    assert_clean("delete error", &shown(&e));
 
     // A source that opened and then fails: Display, Debug and the read error.
     let ok = stoker::open(
