@@ -27,6 +27,7 @@ pub(crate) mod client;
 mod expect;
 mod hedge;
 pub(crate) mod limit;
+mod list;
 mod request;
 mod retry;
 
@@ -309,60 +310,6 @@ impl Fetcher {
             || async {
                 self.counters.requests.fetch_add(1, Relaxed);
                 self.answer(self.store.head(path)).await
-            },
-        )
-        .await
-    }
-
-    /// Every object under `prefix` (the whole listing is retried on a transient failure). A
-    /// server that answers that it cannot list (405, 501: a plain HTTP server has no listing)
-    /// is not asked again: the error says how to name the data instead.
-    pub async fn list(&self, prefix: Option<&ObjPath>, shown: &str) -> Result<Vec<object_store::ObjectMeta>> {
-        use futures::StreamExt;
-        self.retrying(
-            shown,
-            || "listing".to_string(),
-            // A listing may page through millions of names: no deadline over all of it, but
-            // each page must come within the stall timeout.
-            None,
-            || async {
-                self.counters.requests.fetch_add(1, Relaxed);
-                let mut pages = self.store.list(prefix);
-                let mut all: Vec<object_store::ObjectMeta> = Vec::new();
-                // Where each name was listed, by a hash of it: a listing names each object
-                // once, and one that names an object again is not moving on (a server that
-                // repeats a page or its continuation token): it would list forever, or list
-                // those objects twice, their samples twice an epoch.
-                let mut seen: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
-                loop {
-                    match tokio::time::timeout(self.cfg.stall, pages.next()).await {
-                        Err(_) => {
-                            return Err(retry::Failure::transient(format!(
-                                "the listing stalled: nothing for {:?} after {} names (stall_ms); abandoned",
-                                self.cfg.stall,
-                                all.len()
-                            )))
-                        }
-                        Ok(None) => return Ok(all),
-                        Ok(Some(Err(e))) => return Err(retry::classify_listing(e)),
-                        Ok(Some(Ok(meta))) => {
-                            let key = twox_hash::XxHash3_64::oneshot(meta.location.as_ref().as_bytes());
-                            if let Some(&i) = seen.get(&key) {
-                                if all[i].location == meta.location {
-                                    return Err(retry::Failure::fatal(format!(
-                                        "the listing named {} twice, after {} names: the store's listing does not move \
-                                         on (it repeats a page or its continuation token); name the objects instead \
-                                         (a brace pattern, or list= a file of names)",
-                                        meta.location,
-                                        all.len()
-                                    )));
-                                }
-                            }
-                            seen.insert(key, all.len());
-                            all.push(meta);
-                        }
-                    }
-                }
             },
         )
         .await

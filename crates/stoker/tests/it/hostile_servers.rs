@@ -441,3 +441,23 @@ async fn writes_are_retried_and_one_never_answered_ends() {
     let e = tokio::time::timeout(Duration::from_secs(60), w.finish()).await.expect("the write ended").unwrap_err();
     assert!(e.to_string().contains("no answer to"), "{e}");
 }
+
+/// A listing of many pages through a store that answers 503 to two requests in five: each
+/// failed page is asked again from the last name listed, so the listing completes (restarted
+/// from the start on every failure, ten pages almost never all passed in six attempts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_listing_picks_up_after_a_failed_page() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("data/many");
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..10_000 {
+        std::fs::write(dir.join(format!("o{i:05}.bin")), [i as u8]).unwrap();
+    }
+    let s3 = common::s3::serve(root.path()).await;
+    let faults = FaultPatch { slowdown: Some(0.4), seed: Some(7), ..Default::default() };
+    let front = with_proxy(&s3, faults).await;
+    let uri = s3_uri(&front.endpoint(), "many", "&layout=objects&manifest=false&backoff_ms=1");
+    let src = open(&uri).await;
+    assert_eq!(src.len(), 10_000, "every object listed once");
+    assert!(src.io_counters().unwrap().retries > 0, "pages failed and were asked again");
+}
