@@ -178,7 +178,26 @@ pub(super) fn classify(e: object_store::Error) -> Failure {
         _ => (false, None),
     };
     let missing = matches!(e, E::NotFound { .. }) || http_status(&message) == Some(404);
-    Failure { transient, missing, changed: false, message, hint }
+    Failure { transient, missing, changed: false, message: clipped(message), hint }
+}
+
+/// The most of a store's error text a failure keeps: object_store quotes an error answer's
+/// whole body (a proxy's HTML page, or megabytes a broken server sends), which would then be
+/// in every error message and log line.
+const MESSAGE_MAX: usize = 4 << 10;
+
+/// `message` cut to [`MESSAGE_MAX`] bytes (at a character's edge), saying how much was left out.
+fn clipped(mut message: String) -> String {
+    if message.len() > MESSAGE_MAX {
+        let mut end = MESSAGE_MAX;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        let left = message.len() - end;
+        message.truncate(end);
+        message.push_str(&format!("... ({left} bytes more of the server's answer left out)"));
+    }
+    message
 }
 
 /// [`classify`] for a listing: a server that says it cannot list (405 Method Not Allowed,
@@ -227,6 +246,14 @@ mod tests {
         }
         assert!(classify_listing(e("503 Service Unavailable")).transient);
         assert!(classify(e("501 Not Implemented")).transient, "a read's 501 is still the server's trouble");
+    }
+
+    #[test]
+    fn a_huge_error_answer_is_clipped_and_still_classified() {
+        let page = format!("Server returned non-2xx status code: 503 Service Unavailable: {}", "é".repeat(1 << 20));
+        let f = classify(object_store::Error::Generic { store: "HTTP", source: page.into() });
+        assert!(f.transient, "still a 503");
+        assert!(f.message.len() < 5 << 10 && f.message.ends_with("left out)"), "{} bytes", f.message.len());
     }
 
     #[test]
