@@ -19,11 +19,15 @@ struct Listed {
     all: Vec<ObjectMeta>,
     /// Where each name was listed, by a hash of it (see [`Fetcher::list_from`]).
     seen: HashMap<u64, usize>,
+    /// A name came after a greater one: the store does not list in name order (S3 Express
+    /// directory buckets), so a failed page cannot be picked up after the last name.
+    unordered: bool,
 }
 
 impl Fetcher {
     /// Every object under `prefix`. A page that fails is asked again from the last name
-    /// listed (stores list in name order), not the whole listing from the start: a listing of
+    /// listed (stores list in name order; one found not to is listed again from the start),
+    /// not the whole listing from the start: a listing of
     /// thousands of pages would otherwise fail at a failure rate of a fraction of a percent.
     /// Attempts are counted between names: a run of attempts that ran out having listed more
     /// starts anew from there. A server that answers that it cannot list (405, 501: a plain
@@ -48,7 +52,13 @@ impl Fetcher {
     /// One attempt: the objects under `prefix` after the last one in `state`, into it.
     async fn list_from(&self, prefix: Option<&ObjPath>, state: &Mutex<Listed>) -> std::result::Result<(), Failure> {
         self.counters.requests.fetch_add(1, Relaxed);
-        let last = state.lock().unwrap_or_else(|e| e.into_inner()).all.last().map(|m| m.location.clone());
+        let last = {
+            let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+            if s.unordered {
+                *s = Listed::default();
+            }
+            s.all.last().map(|m| m.location.clone())
+        };
         let mut pages = match &last {
             None => self.store.list(prefix),
             Some(after) => self.store.list_with_offset(prefix, after),
@@ -81,6 +91,9 @@ impl Fetcher {
                         s.all.len()
                     )));
                 }
+            }
+            if s.all.last().is_some_and(|prev| prev.location.as_ref() >= meta.location.as_ref()) {
+                s.unordered = true;
             }
             let at = s.all.len();
             s.seen.insert(key, at);

@@ -136,10 +136,10 @@ impl FetchConfig {
 }
 
 /// The most one write of `bytes` may take: the attempt limit `timeout` (`timeout_ms`) plus
-/// the bytes at 256 KiB/s, so a large part on a slow link is not cut off, and a write that
-/// gets no answer ends.
-pub fn write_limit(timeout: Duration, bytes: usize) -> Duration {
-    timeout.saturating_add(Duration::from_secs((bytes as u64) >> 18))
+/// the bytes at 64 KiB/s (a slow uplink shared by a writer's parts in flight is not cut
+/// off), so that a write that gets no answer ends.
+pub fn write_limit(timeout: Duration, bytes: u64) -> Duration {
+    timeout.saturating_add(Duration::from_secs(bytes >> 16))
 }
 
 /// A limit of `ms` milliseconds, where 0 turns it off (a wait past any run's length).
@@ -282,7 +282,7 @@ impl Fetcher {
     /// an error, not a wait without end (object_store's own timeouts are off here).
     pub async fn put(&self, path: &ObjPath, shown: &str, bytes: Bytes) -> Result<()> {
         let payload = object_store::PutPayload::from(bytes);
-        let limit = write_limit(self.cfg.timeout, payload.content_length());
+        let limit = write_limit(self.cfg.timeout, payload.content_length() as u64);
         self.retrying(
             shown,
             || "write".to_string(),
@@ -293,7 +293,7 @@ impl Fetcher {
                     Err(_) => {
                         Err(retry::Failure::transient(format!("no answer to the write within {limit:?} (timeout_ms)")))
                     }
-                    Ok(Err(e)) => Err(retry::classify(e)),
+                    Ok(Err(e)) => Err(retry::classify_write(e)),
                     Ok(Ok(_)) => Ok(()),
                 }
             },

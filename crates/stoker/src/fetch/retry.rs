@@ -200,6 +200,17 @@ fn clipped(mut message: String) -> String {
     message
 }
 
+/// [`classify`] for a write: a server that does not take writes (405 Method Not Allowed,
+/// 501 Not Implemented: a plain HTTP server's answer to a PUT) fails at once; asking again
+/// would only add seconds to every index saved beside its shards.
+pub(super) fn classify_write(e: object_store::Error) -> Failure {
+    let mut f = classify(e);
+    if matches!(http_status(&f.message), Some(405 | 501)) {
+        f.transient = false;
+    }
+    f
+}
+
 /// [`classify`] for a listing: a server that says it cannot list (405 Method Not Allowed,
 /// 501 Not Implemented: what plain HTTP servers answer a WebDAV `PROPFIND`) fails at once
 /// with what to do instead; asking again would only add seconds to every open.

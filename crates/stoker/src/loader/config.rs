@@ -141,7 +141,7 @@ impl LoaderConfig {
             tail: Tail::default(),
             on_error: ErrorPolicy::Raise,
             transform: None,
-            transform_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            transform_threads: std::thread::available_parallelism().map_or(2, |n| n.get()).min(super::MAX_THREADS),
             decode: None,
             decode_memory_bytes: None,
             augment_seed: 0,

@@ -110,14 +110,14 @@ impl MixPlan {
         if let Some(s) = sizes.iter().position(|&n| n == 0) {
             return Err(mix_error(format!("source {s} has no samples")));
         }
-        // Only ratios matter: scaled by the largest first, so weights near f64::MAX do not sum
-        // to infinity (every share 0, then 1 part each: equal shares).
-        let top = weights.iter().fold(0.0f64, |a, &w| a.max(w));
-        let total_w: f64 = weights.iter().map(|w| w / top).sum();
+        // Only ratios matter (see `scaled_weights`): weights near f64::MAX summed to infinity,
+        // every share 0, then 1 part each: equal shares.
+        let weights = scaled_weights(weights);
+        let total_w: f64 = weights.iter().sum();
         let mut parts = vec![0u64];
-        for w in weights {
+        for w in &weights {
             // At least one part each: a tiny weight still gets its (tiny) share, never none.
-            let p = ((w / top / total_w) * WEIGHT_SCALE).round().max(1.0) as u64;
+            let p = ((w / total_w) * WEIGHT_SCALE).round().max(1.0) as u64;
             parts.push(parts.last().copied().unwrap_or(0) + p);
         }
         let mut offsets = vec![0u64];
@@ -327,4 +327,55 @@ pub(super) struct MixEpoch {
     draws: Draws,
     seed: u64,
     epoch: u64,
+}
+/// `weights` times one power of two that brings the largest near 1. Only ratios matter, and
+/// a power of two scales every weight, and every sum and quotient of them, exactly: ordinary
+/// weights give the same shares and orders, bit for bit, as unscaled ones, while tiny weights
+/// (1e-320) no longer divide counts to infinity and huge ones no longer sum past f64::MAX.
+pub(crate) fn scaled_weights(weights: &[f64]) -> Vec<f64> {
+    let top = weights.iter().fold(0.0f64, |a, &w| a.max(w));
+    if !(top.is_finite() && top > 0.0) {
+        return weights.to_vec();
+    }
+    let shift = -(top.log2().floor() as i32);
+    weights.iter().map(|&w| times_pow2(w, shift)).collect()
+}
+
+/// `x * 2^k`, in steps that stay in range (exact while the result is normal).
+fn times_pow2(mut x: f64, mut k: i32) -> f64 {
+    while k > 1000 {
+        x *= 2f64.powi(1000);
+        k -= 1000;
+    }
+    while k < -1000 {
+        x *= 2f64.powi(-1000);
+        k += 1000;
+    }
+    x * 2f64.powi(k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Scaling by a power of two changes no comparison of counts over weights: a mix's order
+    /// under ordinary weights is the one it had unscaled, bit for bit.
+    #[test]
+    fn scaled_weights_keep_every_comparison_and_tame_the_extremes() {
+        for w in [[0.7, 0.3], [0.6, 0.4], [3.0, 1e-3], [123.456, 7.0]] {
+            let s = scaled_weights(&w);
+            for t in (0u64..200_000).step_by(997) {
+                for u in (0u64..200_000).step_by(1009) {
+                    let before = (t as f64 / w[0]).total_cmp(&(u as f64 / w[1]));
+                    assert_eq!((t as f64 / s[0]).total_cmp(&(u as f64 / s[1])), before, "{w:?} {t} {u}");
+                }
+            }
+            let (a, b) = (w[0] / (w[0] + w[1]), s[0] / (s[0] + s[1]));
+            assert_eq!(a.to_bits(), b.to_bits(), "{w:?}: shares");
+        }
+        let tiny = scaled_weights(&[1e-320, 1e-320]);
+        assert!(tiny[0] == tiny[1] && tiny[0].is_normal(), "{tiny:?}");
+        let huge = scaled_weights(&[f64::MAX, f64::MAX]);
+        assert!((huge[0] + huge[1]).is_finite(), "{huge:?}");
+    }
 }

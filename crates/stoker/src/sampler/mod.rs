@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 mod config;
 
-mod mix;
+pub(crate) mod mix;
 mod permutation;
 mod shards;
 

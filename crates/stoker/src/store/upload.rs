@@ -38,6 +38,8 @@ pub(crate) struct Parts {
     /// The fetch layer's attempt limit (`timeout_ms`), from which each request's comes
     /// ([`crate::fetch::write_limit`]).
     timeout: Duration,
+    /// Bytes handed to the upload's parts so far.
+    sent: u64,
 }
 
 /// `request` (what it is: `what`) within `limit`, else an error saying so: object_store's
@@ -85,7 +87,7 @@ impl Parts {
             // large to make would abort the process.
             None => State::Whole(Vec::with_capacity(size_hint.min(1 << 30) as usize)),
         };
-        Parts { handle, objects, location, buf: Vec::new(), state, in_flight: VecDeque::new(), timeout }
+        Parts { handle, objects, location, buf: Vec::new(), state, in_flight: VecDeque::new(), timeout, sent: 0 }
     }
 
     /// Take some of `data`; blocking (waits while [`IN_FLIGHT`] parts are being sent).
@@ -129,7 +131,8 @@ impl Parts {
         let State::Uploading(upload) = &mut self.state else { return Err(io::Error::other("the upload ended")) };
         let upload = upload.get_mut().unwrap_or_else(|e| e.into_inner());
         let part = PutPayload::from(Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(PART))));
-        let limit = write_limit(self.timeout, part.content_length());
+        let limit = write_limit(self.timeout, part.content_length() as u64);
+        self.sent += part.content_length() as u64;
         self.in_flight.push_back(handle.spawn(within(limit, "a part", upload.put_part(part))));
         while self.in_flight.len() > IN_FLIGHT {
             let oldest = self.in_flight.pop_front().expect("more than IN_FLIGHT parts");
@@ -159,13 +162,13 @@ impl Parts {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Whole(mut v) => {
                 v.extend_from_slice(&last);
-                let limit = write_limit(self.timeout, v.len());
+                let limit = write_limit(self.timeout, v.len() as u64);
                 within(limit, "the write", self.objects.put(&self.location, PutPayload::from(Bytes::from(v))))
                     .await
                     .map(drop)
             }
             _ => {
-                let limit = write_limit(self.timeout, last.len());
+                let limit = write_limit(self.timeout, last.len() as u64);
                 within(limit, "the write", self.objects.put(&self.location, PutPayload::from(Bytes::from(last))))
                     .await
                     .map(drop)
@@ -186,7 +189,8 @@ impl Parts {
                     source: "no runtime to send parts on".into(),
                 });
             };
-            let limit = write_limit(self.timeout, last.len());
+            let limit = write_limit(self.timeout, last.len() as u64);
+            self.sent += last.len() as u64;
             self.in_flight.push_back(handle.spawn(within(
                 limit,
                 "a part",
@@ -196,7 +200,10 @@ impl Parts {
         while let Some(part) = self.in_flight.pop_front() {
             part.await??;
         }
-        within(self.timeout, "completing the upload", upload.complete()).await.map(drop)
+        // A store may take minutes to put a large object's parts together: the limit grows
+        // with the object.
+        let limit = write_limit(self.timeout, self.sent);
+        within(limit, "completing the upload", upload.complete()).await.map(drop)
     }
 }
 

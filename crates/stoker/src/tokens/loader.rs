@@ -5,13 +5,13 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::build::Columns;
 use super::job::Job;
 use super::mix::{MixPart, Segments, SourceDocs, TokenMix};
 use super::plan::EpochPlan;
+use super::state::{count_tokens, DataTokens, TokenState, TokenStream};
 use super::{tokenized, PackConfig, TextTokenizer, TokenEpoch};
 use crate::batch::BatchPool;
 use crate::error::{panic_message, Error, Result};
@@ -28,52 +28,6 @@ pub struct TextInput {
     /// Write a document that cannot be read or tokenized empty, with a warning, instead of
     /// failing ([`super::TokenizeOptions::skip_errors`]).
     pub skip_errors: bool,
-}
-
-/// Where a token run stands: the next global batch of an epoch. The same at every rank and
-/// world size, so a job restarted on another number of ranks resumes from it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TokenState {
-    /// The epoch in progress.
-    pub epoch: u64,
-    /// Global batches of it already delivered.
-    pub batch: u64,
-    /// Documents in the source, to catch a changed dataset on restore.
-    pub documents: u64,
-    /// Tokens per sequence and sequences per global batch, which define the global batches.
-    pub seq_len: usize,
-    /// Sequences per global batch.
-    pub global_batch: usize,
-    /// For a mixture: the weights in force over this epoch, each from the global batch it
-    /// applies to (the first from batch 0); empty otherwise.
-    #[serde(default)]
-    pub weights: Vec<(u64, Vec<f64>)>,
-    /// What orders and cuts the token stream besides `seq_len` (the document order, BOS, EOS,
-    /// packing, labels), in words: a resume under other settings would continue at the same
-    /// batch number of another stream. Absent in states of earlier versions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream: Option<String>,
-    /// Tokens in the documents (every source's, without BOS or EOS), once an epoch has
-    /// started: other data with as many documents (a corpus tokenized again) is caught by it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokens: Option<u64>,
-}
-
-/// `cfg`'s [`TokenState::stream`].
-fn stream_of(cfg: &PackConfig) -> String {
-    use crate::sampler::Order;
-    let order = match cfg.order {
-        Order::Sequential => "in order".to_string(),
-        Order::Shuffle { seed } => format!("shuffled with seed {seed}"),
-        Order::ShardShuffle { seed, window } => format!("shard-shuffled with seed {seed} in windows of {window}"),
-    };
-    let id = |name: &str, t: Option<i64>| t.map_or(format!("no {name}"), |t| format!("{name} {t}"));
-    let packing = match cfg.packing {
-        super::Packing::Concat => "documents joined",
-        super::Packing::PerDocument => "a document a row",
-    };
-    let labels = if cfg.labels { "labels" } else { "no labels" };
-    format!("{order}, {}, {}, {packing}, {labels}", id("BOS", cfg.bos), id("EOS", cfg.eos))
 }
 
 /// At most this many threads build one loader's batches of local documents (each a loop over
@@ -116,7 +70,7 @@ pub struct TokenLoader {
     ahead: Mutex<Option<PlannedAhead>>,
     progress: Arc<Mutex<(TokenState, Option<TokenState>)>>,
     /// See [`TokenLoader::data_tokens`].
-    data_tokens: std::sync::OnceLock<u64>,
+    data_tokens: Mutex<DataTokens>,
     runtime: tokio::runtime::Handle,
     _owned: Option<tokio::runtime::Runtime>,
 }
@@ -219,9 +173,10 @@ impl TokenLoader {
             seq_len: cfg.seq_len,
             global_batch: cfg.global_batch,
             weights,
-            stream: Some(stream_of(&cfg)),
+            stream: Some(TokenStream::of(&cfg)),
             tokens: None,
         };
+        let data_tokens = Mutex::new(DataTokens::start(&docs));
         Ok(TokenLoader {
             docs,
             mix,
@@ -233,7 +188,7 @@ impl TokenLoader {
             plan: Mutex::new(None),
             ahead: Mutex::new(None),
             progress: Arc::new(Mutex::new((state, None))),
-            data_tokens: std::sync::OnceLock::new(),
+            data_tokens,
             source,
             cfg,
             runtime,
@@ -242,11 +197,20 @@ impl TokenLoader {
     }
 
     /// Tokens in all the documents (see [`TokenState::tokens`]): one pass over their lengths,
-    /// made once.
+    /// made once, on a thread of its own started with the loader (a billion documents take
+    /// seconds), waited for here when it has not ended.
     fn data_tokens(&self) -> u64 {
-        *self
-            .data_tokens
-            .get_or_init(|| (0..self.docs.documents()).fold(0u64, |n, d| n.saturating_add(self.docs.tokens_in(d))))
+        let mut d = self.data_tokens.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(*d, DataTokens::Counting(_)) {
+            if let DataTokens::Counting(h) = std::mem::replace(&mut *d, DataTokens::Counted(0)) {
+                let n = h.join().unwrap_or_else(|_| count_tokens(&*self.docs));
+                *d = DataTokens::Counted(n);
+            }
+        }
+        match *d {
+            DataTokens::Counted(n) => n,
+            DataTokens::Counting(_) => unreachable!("counted above"),
+        }
     }
 
     /// The configuration in use.
@@ -332,6 +296,8 @@ impl TokenLoader {
             )));
         }
         super::mix::check_weights(weights)?;
+        // Where the epoch in progress ends (the plan's lock is not the progress's: taken first).
+        let epoch_end = self.batches(self.state().epoch).ok();
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         // Not resuming: the change applies from where the run stands (the next epoch() starts
         // there: its batch when the epoch is unfinished, else batch 0 of the next).
@@ -339,7 +305,9 @@ impl TokenLoader {
         let mut state = pending.clone().unwrap_or_else(|| p.0.clone());
         let at = state.batch;
         state.weights.retain(|(b, _)| *b < at);
-        if state.weights.len() >= super::mix::MAX_WEIGHT_CHANGES {
+        // Counted within the epoch the change falls in: one after its last batch starts the
+        // next epoch, with the weights alone.
+        if state.weights.len() >= super::mix::MAX_WEIGHT_CHANGES && epoch_end.is_none_or(|end| at < end) {
             p.1 = pending;
             return Err(Error::invalid_option(format!(
                 "more than {} weight changes in one epoch: a data schedule changes weights at a resume or an epoch's \
@@ -415,7 +383,7 @@ impl TokenLoader {
                 return bad("changes out of order".into());
             }
         }
-        let mine = stream_of(&self.cfg);
+        let mine = TokenStream::of(&self.cfg);
         if let Some(theirs) = state.stream.as_ref().filter(|s| **s != mine) {
             return Err(Error::invalid_option(format!(
                 "the saved state is for a token stream {theirs}; this loader's is {mine}: resume with the same order, \
@@ -429,6 +397,10 @@ impl TokenLoader {
                 self.data_tokens()
             )));
         }
+        // A state of an earlier version, taken as it is, carries this loader's stream from here
+        // on: the run's next states are checked at their resume.
+        let mut state = state;
+        state.stream.get_or_insert(mine);
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         *p = (state.clone(), Some(state));
         Ok(())

@@ -157,10 +157,9 @@ impl TokenMix {
     /// Take documents from `queues` into `out` by token share until the source to take from
     /// is empty.
     fn schedule(&self, out: &mut Vec<u64>, queues: &mut [VecDeque<u64>], weights: &[f64]) {
-        // Only ratios matter: scaled by the largest, so tiny weights (1e-320 each) do not
-        // divide every count to infinity and tie, draining the first source alone.
-        let top = weights.iter().fold(0.0f64, |a, &w| a.max(w));
-        let weights: Vec<f64> = weights.iter().map(|w| w / top).collect();
+        // Only ratios matter (see `scaled_weights`): tiny weights (1e-320 each) divided every
+        // count to infinity and tied, draining the first source alone.
+        let weights = crate::sampler::mix::scaled_weights(weights);
         let mut taken = vec![0u64; self.parts.len()];
         loop {
             let k = (0..self.parts.len())

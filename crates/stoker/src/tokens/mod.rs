@@ -31,6 +31,7 @@ mod loader;
 mod manifest;
 mod mix;
 pub(crate) mod plan;
+mod state;
 #[cfg(test)]
 mod tests;
 mod write;
@@ -42,9 +43,10 @@ use crate::sampler::{Order, Partition};
 
 pub use crate::decode::TextTokenizer;
 pub use epoch::TokenEpoch;
-pub use loader::{TextInput, TokenLoader, TokenState};
+pub use loader::{TextInput, TokenLoader};
 pub use manifest::{Part, TokenizedManifest, MANIFEST};
 pub use mix::{MixPart, SourceDocs, TokenMix};
+pub use state::{TokenState, TokenStream};
 pub use write::{pack_arrays, pretokenize, tokenized, TokenizeOptions};
 
 /// How documents become sequences.

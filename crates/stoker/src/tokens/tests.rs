@@ -165,7 +165,9 @@ async fn global_batches_do_not_depend_on_the_world_size_and_resume_anywhere() {
     assert!(e.unwrap_err().to_string().contains("tokens in all"));
     // A state of an earlier version (neither recorded) is taken as it is.
     let earlier = TokenState { stream: None, tokens: None, ..state };
-    TokenLoader::new(src.clone(), base(3, 0)).unwrap().load_state(earlier).unwrap();
+    let resumed = TokenLoader::new(src.clone(), base(3, 0)).unwrap();
+    resumed.load_state(earlier).unwrap();
+    assert_eq!(resumed.state().stream, Some(TokenStream::of(&base(3, 0))), "its next states carry the stream");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

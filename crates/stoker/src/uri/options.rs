@@ -487,6 +487,17 @@ fn user_cache_dir(name: &str) -> PathBuf {
 /// or that others may write, or anything else under that name, is not used: a fresh private
 /// directory is made beside it for this process (said once on standard error).
 fn private_tmp_dir(tmp: &Path, name: &str) -> PathBuf {
+    // Chosen once a process for each name: a fresh directory per call would put an index
+    // where the next look does not find it, and a disk cache per source.
+    static CHOSEN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<PathBuf, PathBuf>>> =
+        std::sync::OnceLock::new();
+    let key = tmp.join(name);
+    let mut chosen = CHOSEN.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    chosen.entry(key).or_insert_with(|| choose_tmp_dir(tmp, name)).clone()
+}
+
+/// [`private_tmp_dir`]'s choice, made once a name.
+fn choose_tmp_dir(tmp: &Path, name: &str) -> PathBuf {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };

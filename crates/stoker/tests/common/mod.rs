@@ -348,3 +348,16 @@ pub async fn checked_epoch(loader: &stoker::loader::Loader, epoch: u64, samples:
     }
     seen
 }
+
+/// Every file under `dir`, in no order.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            out.extend(files_under(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}

@@ -286,7 +286,7 @@ async fn without_tag_or_time_a_cached_block_serves_its_run_only() {
     assert_eq!(first.get_many(&(0..want.len()).collect::<Vec<_>>()).await.unwrap(), want);
     first.flush().await;
     drop(first);
-    let blocks = walk_files(cache.path()).into_iter().filter(|p| p.extension().is_some_and(|e| e == "blk")).count();
+    let blocks = files_under(cache.path()).into_iter().filter(|p| p.extension().is_some_and(|e| e == "blk")).count();
     assert!(blocks > 0, "the run cached what it read");
     // Shard 1 replaced by other payloads of the same sizes (the same headers): nothing the
     // server says tells it from the first.
@@ -313,19 +313,6 @@ async fn without_tag_or_time_a_cached_block_serves_its_run_only() {
         .unwrap();
     let out = String::from_utf8_lossy(&later.stdout).to_string() + &String::from_utf8_lossy(&later.stderr);
     assert!(later.status.success() && out.contains("1 passed"), "{out}");
-}
-
-/// Every file under `dir`.
-fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        if e.file_type().unwrap().is_dir() {
-            out.extend(walk_files(&e.path()));
-        } else {
-            out.push(e.path());
-        }
-    }
-    out
 }
 
 fn hex(b: &[u8]) -> String {

@@ -87,9 +87,9 @@ async fn credentials_stay_out_of_options_uris_and_errors() {
         let e = stoker::open(&uri, Default::default()).await.expect_err(&uri);
         assert_clean(&format!("open error for {}", stoker::uri::redact(&uri)), &format!("{e} {e:?}"));
     }
-    // A write to an endpoint whose userinfo holds a secret, nothing listening: the store's
-    // error, printed as `unwrap` prints it (Debug) and with its chain of sources, does not
-    // show it (object_store's own Debug held the request URL as given).
+    // A write and a delete to an endpoint whose userinfo holds a secret, nothing listening:
+    // the errors, printed as `unwrap` prints them (Debug) and with their chains of sources,
+    // do not show it (object_store's own Debug held the request URL as given).
     let parsed = stoker::uri::parse(&format!(
         "s3://data/x?endpoint=http://user:{sk}@127.0.0.1:{}&access_key_id={ak}&secret_access_key={sk}&attempts=1",
         free_port()

@@ -287,26 +287,13 @@ async fn text_from_txt_files_tar_mds_litdata_and_parquet_tokenizes_like_the_whee
     let txt_dir = root.path().join("txt").to_str().unwrap().to_string();
     let txt = || open(&txt_dir);
     tokenized(txt().await, Some(tok.clone()), Some("txt".into()), &alone, false).await.unwrap();
-    let idx: Vec<_> = walk(&alone).into_iter().filter(|p| p.extension().is_some_and(|e| e == "idx")).collect();
+    let idx: Vec<_> = files_under(&alone).into_iter().filter(|p| p.extension().is_some_and(|e| e == "idx")).collect();
     assert_eq!(idx.len(), 1, "{idx:?}");
     std::fs::remove_file(&idx[0]).unwrap();
     let tokens = tokenized(txt().await, Some(tok.clone()), Some("txt".into()), &alone, false).await.unwrap();
     assert!(idx[0].exists(), "the part's index written again");
     let got = tokens.get_many(&(0..tokens.len()).collect::<Vec<_>>()).await.unwrap();
     assert_eq!(got.iter().map(ids_u16).collect::<Vec<_>>(), want);
-}
-
-/// Every file under `dir`.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        if e.file_type().unwrap().is_dir() {
-            out.extend(walk(&e.path()));
-        } else {
-            out.push(e.path());
-        }
-    }
-    out
 }
 
 /// Bad documents under `skip_errors`: a line that is not JSON, one without the field and one

@@ -154,9 +154,9 @@ fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     Some(rest.split(',').next()?.trim())
 }
 
-/// Fewer tokens a document on average than this, over a whole flat file, is refused (see
-/// [`walk`]).
-const MIN_DOC_TOKENS: u64 = 8;
+/// How far a flat file's document index may grow past the file's own size before it is
+/// refused (see [`walk`]): small files of short documents are fine.
+const INDEX_SLACK: u64 = 1 << 20;
 
 /// Walk flat token file `obj` (`header` bytes first, then tokens of `ty`), cutting documents
 /// after every `separator`.
@@ -198,15 +198,16 @@ pub(crate) fn walk(
             }
         }
         n += tokens.len() as u64;
-        // A document costs 8 bytes of index in memory for the source's life: documents this
-        // short mean the separator or the token type is wrong (a uint32 file read as uint16
-        // with separator=0 ends a document at every high half), and would take more memory
-        // than the file.
-        if starts.len() as u64 > n / MIN_DOC_TOKENS + 1024 {
+        // A document costs 8 bytes of index in memory for the source's life. An index larger
+        // than the whole file means documents of a token or two: the separator or the token
+        // type is wrong (a uint32 file read as uint16 with separator=0 ends a document at every
+        // high half), and the index would take more memory than the data.
+        let index_bytes = (starts.len() as u64).saturating_mul(8);
+        if index_bytes > bytes.saturating_add(INDEX_SLACK) {
             return Err(Error::invalid_option(format!(
-                "{shown}: {} documents in its first {n} tokens, one separator ({separator}) in fewer than {MIN_DOC_TOKENS} \
-                 tokens: the separator or token_dtype= ({}) is likely wrong (a uint32 file read as uint16 ends a \
-                 document at every high half equal to the separator)",
+                "{shown}: {} documents in its first {n} tokens, an index of {index_bytes} bytes for a file of {bytes}: \
+                 the separator ({separator}) or token_dtype= ({}) is likely wrong (a uint32 file read as uint16 \
+                 ends a document at every high half equal to the separator)",
                 starts.len() - 1,
                 ty.name()
             )));
