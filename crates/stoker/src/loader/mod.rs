@@ -72,7 +72,8 @@ impl Loader {
         if cfg.batch_size == 0 {
             return Err(Error::invalid_option("batch_size must be at least 1"));
         }
-        check_counts(cfg.prefetch, cfg.transform_threads)?;
+        check_prefetch(cfg.prefetch)?;
+        check_threads(cfg.transform_threads)?;
         if source.as_mix().is_some_and(|m| m.weight_by() == crate::source::mix::WeightBy::Tokens) {
             return Err(Error::invalid_option(
                 "a mix weighted by tokens is packed into sequences by TokenLoader (stoker.TokenLoader), not batched by \
@@ -296,15 +297,19 @@ pub(crate) const MAX_PREFETCH: usize = 1 << 16;
 /// See [`MAX_PREFETCH`].
 pub(crate) const MAX_THREADS: usize = 1024;
 
-/// `prefetch` and `threads` within [`MAX_PREFETCH`] and [`MAX_THREADS`], or an error naming
-/// the one that is not.
-pub(crate) fn check_counts(prefetch: usize, threads: usize) -> Result<()> {
+/// `prefetch` within [`MAX_PREFETCH`], or an error saying so.
+pub(crate) fn check_prefetch(prefetch: usize) -> Result<()> {
     if prefetch > MAX_PREFETCH {
         return Err(Error::invalid_option(format!(
             "prefetch {prefetch} is more than {MAX_PREFETCH} batches ahead: the byte budget bounds what is read \
              ahead, a few batches are enough"
         )));
     }
+    Ok(())
+}
+
+/// `threads` within [`MAX_THREADS`], or an error saying so.
+fn check_threads(threads: usize) -> Result<()> {
     if threads > MAX_THREADS {
         return Err(Error::invalid_option(format!(
             "{threads} transform or decode threads are more than {MAX_THREADS}: give about one a core"

@@ -42,6 +42,20 @@ pub(crate) struct Parts {
     sent: u64,
 }
 
+/// Send `part` of `upload` on `handle`'s runtime, within its time limit, counting its bytes
+/// into `sent`.
+fn send_part(
+    handle: &Handle,
+    upload: &mut dyn MultipartUpload,
+    part: PutPayload,
+    timeout: Duration,
+    sent: &mut u64,
+) -> JoinHandle<object_store::Result<()>> {
+    let len = part.content_length() as u64;
+    *sent += len;
+    handle.spawn(within(write_limit(timeout, len), "a part", upload.put_part(part)))
+}
+
 /// `request` (what it is: `what`) within `limit`, else an error saying so: object_store's
 /// own timeouts are off for Stoker's stores, and a write whose answer never comes (a
 /// stalled proxy, a black-holed connection) would otherwise be waited for without end.
@@ -131,9 +145,8 @@ impl Parts {
         let State::Uploading(upload) = &mut self.state else { return Err(io::Error::other("the upload ended")) };
         let upload = upload.get_mut().unwrap_or_else(|e| e.into_inner());
         let part = PutPayload::from(Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(PART))));
-        let limit = write_limit(self.timeout, part.content_length() as u64);
-        self.sent += part.content_length() as u64;
-        self.in_flight.push_back(handle.spawn(within(limit, "a part", upload.put_part(part))));
+        let task = send_part(&handle, upload.as_mut(), part, self.timeout, &mut self.sent);
+        self.in_flight.push_back(task);
         while self.in_flight.len() > IN_FLIGHT {
             let oldest = self.in_flight.pop_front().expect("more than IN_FLIGHT parts");
             handle.block_on(oldest).map_err(io::Error::other)?.map_err(io::Error::other)?;
@@ -159,21 +172,17 @@ impl Parts {
             }
             return r;
         }
-        match std::mem::replace(&mut self.state, State::Done) {
+        let whole = match std::mem::replace(&mut self.state, State::Done) {
             State::Whole(mut v) => {
                 v.extend_from_slice(&last);
-                let limit = write_limit(self.timeout, v.len() as u64);
-                within(limit, "the write", self.objects.put(&self.location, PutPayload::from(Bytes::from(v))))
-                    .await
-                    .map(drop)
+                v
             }
-            _ => {
-                let limit = write_limit(self.timeout, last.len() as u64);
-                within(limit, "the write", self.objects.put(&self.location, PutPayload::from(Bytes::from(last))))
-                    .await
-                    .map(drop)
-            }
-        }
+            _ => last,
+        };
+        let limit = write_limit(self.timeout, whole.len() as u64);
+        within(limit, "the write", self.objects.put(&self.location, PutPayload::from(Bytes::from(whole))))
+            .await
+            .map(drop)
     }
 
     /// The last part sent, every part waited for (a failed one leaves the others in flight,
@@ -189,13 +198,9 @@ impl Parts {
                     source: "no runtime to send parts on".into(),
                 });
             };
-            let limit = write_limit(self.timeout, last.len() as u64);
-            self.sent += last.len() as u64;
-            self.in_flight.push_back(handle.spawn(within(
-                limit,
-                "a part",
-                upload.put_part(PutPayload::from(Bytes::from(last))),
-            )));
+            let part = PutPayload::from(Bytes::from(last));
+            let task = send_part(handle, upload.as_mut(), part, self.timeout, &mut self.sent);
+            self.in_flight.push_back(task);
         }
         while let Some(part) = self.in_flight.pop_front() {
             part.await??;

@@ -11,7 +11,7 @@ use super::build::Columns;
 use super::job::Job;
 use super::mix::{MixPart, Segments, SourceDocs, TokenMix};
 use super::plan::EpochPlan;
-use super::state::{count_tokens, DataTokens, TokenState, TokenStream};
+use super::state::{DataTokens, TokenState, TokenStream};
 use super::{tokenized, PackConfig, TextTokenizer, TokenEpoch};
 use crate::batch::BatchPool;
 use crate::error::{panic_message, Error, Result};
@@ -200,17 +200,7 @@ impl TokenLoader {
     /// made once, on a thread of its own started with the loader (a billion documents take
     /// seconds), waited for here when it has not ended.
     fn data_tokens(&self) -> u64 {
-        let mut d = self.data_tokens.lock().unwrap_or_else(|e| e.into_inner());
-        if matches!(*d, DataTokens::Counting(_)) {
-            if let DataTokens::Counting(h) = std::mem::replace(&mut *d, DataTokens::Counted(0)) {
-                let n = h.join().unwrap_or_else(|_| count_tokens(&*self.docs));
-                *d = DataTokens::Counted(n);
-            }
-        }
-        match *d {
-            DataTokens::Counted(n) => n,
-            DataTokens::Counting(_) => unreachable!("counted above"),
-        }
+        self.data_tokens.lock().unwrap_or_else(|e| e.into_inner()).get(&*self.docs)
     }
 
     /// The configuration in use.
@@ -296,8 +286,13 @@ impl TokenLoader {
             )));
         }
         super::mix::check_weights(weights)?;
-        // Where the epoch in progress ends (the plan's lock is not the progress's: taken first).
-        let epoch_end = self.batches(self.state().epoch).ok();
+        // Where the epoch in progress ends, asked only near the cap (it may plan the epoch; the
+        // plan's lock is not the progress's: taken first).
+        let near_cap = {
+            let p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+            p.1.as_ref().unwrap_or(&p.0).weights.len() >= super::mix::MAX_WEIGHT_CHANGES
+        };
+        let epoch_end = if near_cap { self.batches(self.state().epoch).ok() } else { None };
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         // Not resuming: the change applies from where the run stands (the next epoch() starts
         // there: its batch when the epoch is unfinished, else batch 0 of the next).
@@ -309,11 +304,7 @@ impl TokenLoader {
         // next epoch, with the weights alone.
         if state.weights.len() >= super::mix::MAX_WEIGHT_CHANGES && epoch_end.is_none_or(|end| at < end) {
             p.1 = pending;
-            return Err(Error::invalid_option(format!(
-                "more than {} weight changes in one epoch: a data schedule changes weights at a resume or an epoch's \
-                 start, not at every batch",
-                super::mix::MAX_WEIGHT_CHANGES
-            )));
+            return Err(Error::invalid_option(super::mix::too_many_changes(state.weights.len() + 1)));
         }
         state.weights.push((at, weights.to_vec()));
         p.1 = Some(state.clone());
@@ -367,12 +358,7 @@ impl TokenLoader {
             _ => {}
         }
         if state.weights.len() > super::mix::MAX_WEIGHT_CHANGES {
-            return bad(format!(
-                "{} changes in one epoch, more than {}: a data schedule changes weights at a resume or an epoch's \
-                 start, not at every batch",
-                state.weights.len(),
-                super::mix::MAX_WEIGHT_CHANGES
-            ));
+            return bad(super::mix::too_many_changes(state.weights.len()));
         }
         for (i, (b, w)) in state.weights.iter().enumerate() {
             if w.len() != sources {

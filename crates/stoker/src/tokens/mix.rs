@@ -200,6 +200,14 @@ impl TokenMix {
 /// state cannot make planning run for hours.
 pub(crate) const MAX_WEIGHT_CHANGES: usize = 1000;
 
+/// What is said of `n` weight changes in one epoch, more than [`MAX_WEIGHT_CHANGES`].
+pub(crate) fn too_many_changes(n: usize) -> String {
+    format!(
+        "{n} weight changes in one epoch, more than {MAX_WEIGHT_CHANGES}: a data schedule changes weights at a resume \
+         or an epoch's start, not at every batch"
+    )
+}
+
 /// Weights must be positive and finite.
 pub(crate) fn check_weights(w: &[f64]) -> Result<()> {
     if let Some(bad) = w.iter().find(|x| !x.is_finite() || **x <= 0.0) {

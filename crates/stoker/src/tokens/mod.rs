@@ -225,7 +225,7 @@ impl PackConfig {
         if (self.rows() as u64).saturating_mul(self.window() as u64) > i32::MAX as u64 {
             return Err(Error::invalid_option("a batch of more than 2^31 tokens (cu_seqlens are int32)"));
         }
-        crate::loader::check_counts(self.prefetch, 0)?;
+        crate::loader::check_prefetch(self.prefetch)?;
         if self.mask_boundaries && !self.columns.loss_mask {
             return Err(Error::invalid_option("mask_boundaries masks loss_mask, which the columns leave out"));
         }

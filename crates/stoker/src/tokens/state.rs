@@ -38,10 +38,10 @@ pub struct TokenState {
     pub tokens: Option<u64>,
 }
 
-/// The documents' tokens in all: being counted, or counted.
-pub(super) enum DataTokens {
-    Counting(std::thread::JoinHandle<u64>),
-    Counted(u64),
+/// The documents' tokens in all: counted on a thread of its own, taken from it once.
+pub(super) struct DataTokens {
+    counting: Option<std::thread::JoinHandle<u64>>,
+    counted: u64,
 }
 
 impl DataTokens {
@@ -49,9 +49,17 @@ impl DataTokens {
     pub(super) fn start(docs: &Arc<dyn TokenDocs>) -> Self {
         let d = docs.clone();
         match std::thread::Builder::new().name("stoker-count".into()).spawn(move || count_tokens(&*d)) {
-            Ok(h) => DataTokens::Counting(h),
-            Err(_) => DataTokens::Counted(count_tokens(&**docs)),
+            Ok(h) => DataTokens { counting: Some(h), counted: 0 },
+            Err(_) => DataTokens { counting: None, counted: count_tokens(&**docs) },
         }
+    }
+
+    /// The count, waiting for the thread the first time (counted here if it failed).
+    pub(super) fn get(&mut self, docs: &dyn TokenDocs) -> u64 {
+        if let Some(h) = self.counting.take() {
+            self.counted = h.join().unwrap_or_else(|_| count_tokens(docs));
+        }
+        self.counted
     }
 }
 
