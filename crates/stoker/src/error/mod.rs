@@ -407,6 +407,20 @@ impl Error {
         }
     }
 
+    /// A file read whole (`shown`: an index, a manifest, a list of names) that is `len`
+    /// bytes, more than the `most` it may be (see
+    /// [`Store::get_at_most`](crate::store::Store::get_at_most)).
+    pub(crate) fn too_large(shown: &str, len: u64, most: u64) -> Self {
+        Error::BadIndex {
+            path: shown.to_string(),
+            reason: format!(
+                "it is {len} bytes, more than the {most} Stoker reads whole of a file that describes data (an \
+                 index, a manifest, a list of names): it is not such a file, or it is damaged; name the dataset's \
+                 own, or split a dataset this large into directories with an index each"
+            ),
+        }
+    }
+
     pub(crate) fn io(path: impl fmt::Display, source: std::io::Error) -> Self {
         if source.kind() == std::io::ErrorKind::NotFound {
             return Error::NotFound {

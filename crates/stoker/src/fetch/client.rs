@@ -10,6 +10,9 @@
 //! a redirect anywhere else fails the request, naming where it led ([`RedirectRefused`]).
 //! Plain HTTP(S) sources follow redirects anywhere (mirrors and CDNs answer that way): they
 //! carry no credentials, and reqwest would drop `Authorization` and cookies at another origin.
+//!
+//! The answers object_store reads whole (errors, listing pages) come to it bounded
+//! ([`super::answers`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -119,7 +122,7 @@ impl HttpConnector for Connector {
             .redirect(policy(self.redirects))
             .build()
             .map_err(config_error)?;
-        Ok(HttpClient::new(client))
+        Ok(HttpClient::new(super::answers::BoundedAnswers(client)))
     }
 }
 

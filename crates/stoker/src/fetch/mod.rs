@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 
+mod answers;
 mod body;
 pub(crate) mod client;
 mod expect;
@@ -223,7 +224,10 @@ impl Fetcher {
 
     /// A whole object (one request, retried, within the read's deadline); with `expect`, only
     /// that version of it (see [`Expect`]): another is an [`Error::Changed`](crate::Error::Changed).
-    pub async fn get(&self, path: &ObjPath, shown: &str, expect: Option<&Expect>) -> Result<Bytes> {
+    /// An object said to be larger than `most` bytes is an
+    /// [`Error::BadIndex`](crate::Error::BadIndex), its body not read: a file read whole only
+    /// to describe data has a size it cannot outgrow (`u64::MAX` for none).
+    pub async fn get(&self, path: &ObjPath, shown: &str, expect: Option<&Expect>, most: u64) -> Result<Bytes> {
         self.retrying(
             shown,
             || "whole object".to_string(),
@@ -250,6 +254,9 @@ impl Fetcher {
                     // No range was asked for: the answer's own size bounds the body, and
                     // memory follows the bytes that arrive, not the size claimed.
                     let size = g.meta.size;
+                    if size > most {
+                        return Err(retry::Failure::too_large(size, most));
+                    }
                     let reserve = usize::try_from(size).unwrap_or(usize::MAX).min(body::RESERVE_UNASKED);
                     let b = body::read(g.into_stream(), body::Bound { most: size, reserve }, self.cfg.stall).await?;
                     if (b.len() as u64) < size {

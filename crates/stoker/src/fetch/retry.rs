@@ -19,6 +19,9 @@ pub(super) struct Failure {
     /// The object is not the version the read expects (a failed precondition, or an answer
     /// of another size, tag or time): reported as `Error::Changed`, never retried.
     pub(super) changed: bool,
+    /// The object is larger than a whole read of it may be: reported as `Error::BadIndex`
+    /// (its size, then the most), never retried.
+    pub(super) too_large: Option<(u64, u64)>,
     pub(super) message: String,
     pub(super) hint: Option<String>,
 }
@@ -26,7 +29,19 @@ pub(super) struct Failure {
 impl Failure {
     /// A failure trying again cannot help.
     pub(super) fn fatal(message: impl Into<String>) -> Self {
-        Failure { transient: false, missing: false, changed: false, message: message.into(), hint: None }
+        Failure {
+            transient: false,
+            missing: false,
+            changed: false,
+            too_large: None,
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    /// The object is `size` bytes, more than the `most` a whole read of it takes.
+    pub(super) fn too_large(size: u64, most: u64) -> Self {
+        Failure { too_large: Some((size, most)), ..Failure::fatal(format!("{size} bytes, more than {most}")) }
     }
 
     /// A failure worth another attempt.
@@ -65,6 +80,9 @@ impl Fetcher {
             self.counters.failures.fetch_add(1, Relaxed);
             if fail.changed {
                 return Error::Changed { object: shown.to_string(), reason: fail.message };
+            }
+            if let Some((size, most)) = fail.too_large {
+                return Error::too_large(shown, size, most);
             }
             if fail.missing {
                 return Error::NotFound { what: format!("{shown} ({})", what()), hint: fail.hint };
@@ -178,7 +196,7 @@ pub(super) fn classify(e: object_store::Error) -> Failure {
         _ => (false, None),
     };
     let missing = matches!(e, E::NotFound { .. }) || http_status(&message) == Some(404);
-    Failure { transient, missing, changed: false, message: clipped(message), hint }
+    Failure { transient, missing, changed: false, too_large: None, message: clipped(message), hint }
 }
 
 /// The most of a store's error text a failure keeps: object_store quotes an error answer's

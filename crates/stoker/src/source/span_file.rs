@@ -252,7 +252,8 @@ fn from_sidecar(store: &Store, info: &ObjectInfo, sidecar: &Sidecar) -> Option<V
     let (name, found) =
         (sidecar.names)(&info.path).into_iter().find_map(|n| Some((n.clone(), rt.block_on(store.head(&n)).ok()?)))?;
     let fits = || -> SpansOr {
-        // Checked before the read (by its listed size) and after (by what came).
+        // Checked by its listed size, and the read refuses an answer of more (the file may
+        // have grown since, or a server may say otherwise).
         let most = (sidecar.max_len)(info.size);
         let too_big = |len: u64| {
             (len > most)
@@ -261,10 +262,7 @@ fn from_sidecar(store: &Store, info: &ObjectInfo, sidecar: &Sidecar) -> Option<V
         if let Some(why) = too_big(found.size) {
             return Err(why);
         }
-        let bytes = rt.block_on(store.get(&name)).map_err(|e| e.to_string())?;
-        if let Some(why) = too_big(bytes.len() as u64) {
-            return Err(why);
-        }
+        let bytes = rt.block_on(store.get_at_most(&name, most)).map_err(|e| e.to_string())?;
         let spans = (sidecar.parse)(&bytes, info.size)?;
         let reader = store.range_reader(&store.object(info)).map_err(|e| e.to_string())?;
         (sidecar.check)(&spans, &|ranges| reader.read_many(ranges))?;

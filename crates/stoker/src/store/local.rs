@@ -155,6 +155,38 @@ impl Local {
         .await
         .map_err(Error::task)?
     }
+
+    /// The whole file at `path` if it is at most `most` bytes long (see
+    /// [`Store::get_at_most`](super::Store::get_at_most)): its size is checked before it is
+    /// read, and the read stops at the size found (a file growing meanwhile gives its start).
+    /// Only a regular file is read: a FIFO or a device in a dataset's place would block the
+    /// open, or never end.
+    pub(super) async fn read_whole_at_most(&self, path: ObjPath, shown: String, most: u64) -> Result<Bytes> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let full = self.file(&path)?;
+        tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::options()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&full)
+                .map_err(|e| Error::io(&shown, e))?;
+            let meta = file.metadata().map_err(|e| Error::io(&shown, e))?;
+            if !meta.file_type().is_file() {
+                let why = "not a regular file (a FIFO, a device or a directory): name the dataset's own file";
+                return Err(Error::io(&shown, io::Error::new(io::ErrorKind::InvalidData, why)));
+            }
+            let len = meta.len();
+            if len > most {
+                return Err(Error::too_large(&shown, len, most));
+            }
+            let want = usize::try_from(len).unwrap_or(usize::MAX);
+            let mut buf = crate::buffer::try_take(want).map_err(|e| Error::io(&shown, e))?;
+            let done = read_at_most(&file, &mut buf[..want], 0).map_err(|e| Error::io(&shown, e))?;
+            Ok(crate::buffer::freeze(buf, done))
+        })
+        .await
+        .map_err(Error::task)?
+    }
 }
 
 /// Open the file at `full` (named by `shown()` in errors, which is called only on failure, so

@@ -63,6 +63,11 @@ pub struct ObjectInfo {
 
 pub use crate::stats::IoCounters;
 
+/// The most bytes [`Store::get`] reads of one file: an index, a manifest or a list of names
+/// is read whole into memory, and a dataset whose index is larger (a million MDS shards take
+/// about 450 MB) is better split into directories with an index each.
+pub const MAX_WHOLE_FILE: u64 = 1 << 30;
+
 /// A cheaply cloneable handle on a store rooted at a directory or prefix.
 #[derive(Clone)]
 pub struct Store(Arc<Inner>);
@@ -281,15 +286,22 @@ impl Store {
     }
 
     /// A whole small file read once (an index, a manifest, a list of names): no version to
-    /// hold it to. Data goes through [`Store::read`].
+    /// hold it to, and at most [`MAX_WHOLE_FILE`] bytes (see [`Store::get_at_most`]). Data
+    /// goes through [`Store::read`].
     pub async fn get(&self, path: &str) -> Result<Bytes> {
+        self.get_at_most(path, MAX_WHOLE_FILE).await
+    }
+
+    /// [`Store::get`] of a file that may be at most `most` bytes long. A longer one is
+    /// [`Error::BadIndex`], refused by its size before its bytes are read (a remote answer's
+    /// body is cut off at the size it claims): a file that only describes data is never
+    /// larger, so one that is is the wrong file or a hostile one, and reading it whole would
+    /// take its size in memory.
+    pub async fn get_at_most(&self, path: &str, most: u64) -> Result<Bytes> {
+        let shown = self.describe(path);
         let bytes = match &self.0.backend {
-            Backend::Local(l) => {
-                l.read(self.obj_path(path), self.describe(path), None, None).await?.pop().unwrap_or_default()
-            }
-            Backend::Remote { reader, .. } => {
-                reader.fetcher().get(&self.obj_path(path), &self.describe(path), None).await?
-            }
+            Backend::Local(l) => l.read_whole_at_most(self.obj_path(path), shown, most).await?,
+            Backend::Remote { reader, .. } => reader.fetcher().get(&self.obj_path(path), &shown, None, most).await?,
         };
         self.count(1, bytes.len() as u64);
         Ok(bytes)
@@ -446,5 +458,27 @@ mod tests {
         // check's to find (tar members' headers and the formats' checksums find it).
         std::fs::write(dir.path().join("sub/b.bin"), b"0123456789").unwrap();
         assert_eq!(&s.read_span(&b, 2..5).await.unwrap()[..], b"234");
+    }
+
+    #[tokio::test]
+    async fn a_file_read_whole_is_held_to_its_most() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index.json"), b"0123456789").unwrap();
+        let s = Store::local(dir.path()).unwrap();
+        assert_eq!(&s.get_at_most("index.json", 10).await.unwrap()[..], b"0123456789");
+        let e = s.get_at_most("index.json", 9).await.unwrap_err();
+        assert!(matches!(e, Error::BadIndex { .. }) && e.kind() == crate::ErrorKind::Corrupt, "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("index.json") && text.contains("10 bytes, more than the 9"), "{text}");
+        // Refused before a byte of it was read.
+        assert_eq!(s.counters().bytes, 10);
+        // A FIFO in an index's place is refused at once (opening it to read would wait for a
+        // writer without end), and so is a directory.
+        let fifo = dir.path().join("fifo.json");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let e = s.get("fifo.json").await.unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        std::fs::create_dir(dir.path().join("d.json")).unwrap();
+        assert!(s.get("d.json").await.unwrap_err().to_string().contains("not a regular file"));
     }
 }

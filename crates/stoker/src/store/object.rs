@@ -160,8 +160,10 @@ impl Store {
             }
             Backend::Remote { reader, .. } => {
                 let (path, shown) = (&self.obj_path(obj.path()), &self.describe(obj.path()));
-                self.under_version(obj, |v| async move { reader.fetcher().get(path, shown, Some(&v.expect)).await })
-                    .await?
+                self.under_version(obj, |v| async move {
+                    reader.fetcher().get(path, shown, Some(&v.expect), u64::MAX).await
+                })
+                .await?
             }
         };
         Ok(self.checked(obj.path(), std::slice::from_ref(&(0..obj.size())), vec![out])?.pop().unwrap_or_default())

@@ -388,7 +388,7 @@ async fn writes_answered(
 }
 
 /// A remote store over `addr` with `extra` options.
-fn store_at(addr: std::net::SocketAddr, extra: &str) -> stoker::store::Store {
+pub(crate) fn store_at(addr: std::net::SocketAddr, extra: &str) -> stoker::store::Store {
     let parsed = stoker::uri::parse(&format!("http://{addr}/data/x.bin?{extra}")).unwrap();
     let stoker::uri::Location::Remote(loc) = &parsed.location else { panic!("a remote URI") };
     stoker::store::Store::remote(loc, &parsed.options, &parsed.display).unwrap()

@@ -30,6 +30,7 @@ mod fuzz_corpus;
 mod gpu;
 mod hdf5;
 mod hostile;
+mod hostile_answers;
 mod hostile_servers;
 mod http_store;
 mod keys;

@@ -444,7 +444,11 @@ pub(crate) async fn for_open(
 /// [`ShardIndex::keep_checksums_of`]). One without header digests predates them: rebuilding
 /// it costs one header walk.
 async fn load_checked(store: &Store, path: &str, info: &ObjectInfo) -> Option<ShardIndex> {
-    let bytes = store.get(path).await.ok()?;
+    // Every field costs the shard a 512-byte header, and its sidecar entry less than twice
+    // that even with a name escaped to six bytes a character: a sidecar larger than this is
+    // not one, and is rebuilt unread.
+    let most = info.size.saturating_mul(2).saturating_add(1 << 20);
+    let bytes = store.get_at_most(path, most).await.ok()?;
     let idx: ShardIndex = serde_json::from_slice(&bytes).ok()?;
     (idx.shard == info.path && (idx.fields.is_empty() || !idx.headers.is_empty()) && idx.validate().is_ok())
         .then_some(idx)
