@@ -210,6 +210,16 @@ async fn tokens(
     args: &PackArgs,
 ) -> Result<()> {
     use stoker::tokens::{pack_arrays, pretokenize, TextTokenizer, TokenizeOptions};
+    // DEST is a URI as for the other layouts: its path, and its display (credentials
+    // redacted) in what is printed. The parts are written to a local directory only.
+    let parsed = stoker::uri::parse(&args.dest)?;
+    let shown = parsed.display;
+    let stoker::uri::Location::Local(dest) = parsed.location else {
+        return Err(CliError::Message(format!(
+            "{shown}: --layout tokens writes Megatron parts to a local directory; write them there, then copy the \
+             directory to the store"
+        )));
+    };
     let started = std::time::Instant::now();
     let tokenizer = match tok {
         Some(t) => Some(std::sync::Arc::new(TextTokenizer::from_file(t)?)),
@@ -239,10 +249,9 @@ async fn tokens(
     };
     let pb = crate::index::bar(args.quiet, "{spinner} tokenizing [{bar:40}] {pos}/{len} documents {per_sec} eta {eta}");
     pb.set_length(src.len() as u64);
-    let dest = std::path::Path::new(&args.dest);
     let m = match tokenizer {
-        Some(t) => pretokenize(src, t, dest, &opts, &|n| pb.inc(n)).await,
-        None => pack_arrays(src, dest, &opts, &|n| pb.inc(n)).await,
+        Some(t) => pretokenize(src, t, &dest, &opts, &|n| pb.inc(n)).await,
+        None => pack_arrays(src, &dest, &opts, &|n| pb.inc(n)).await,
     };
     pb.finish_and_clear();
     let m = m?;
@@ -252,7 +261,7 @@ async fn tokens(
     let text = if args.json {
         let skipped: Vec<_> = skipped.iter().map(|(d, why)| serde_json::json!({"document": d, "error": why})).collect();
         serde_json::json!({
-            "dest": args.dest, "layout": "tokens", "documents": m.documents, "tokens": tokens,
+            "dest": shown, "layout": "tokens", "documents": m.documents, "tokens": tokens,
             "parts": m.parts.len(), "seconds": secs, "skipped": skipped,
         })
         .to_string()
@@ -261,7 +270,7 @@ async fn tokens(
             "tokenized {} documents into {tokens} tokens: {} Megatron part(s) at {}, in {}",
             m.documents,
             m.parts.len(),
-            args.dest,
+            shown,
             human_duration(std::time::Duration::from_secs_f64(secs))
         );
         if !skipped.is_empty() {

@@ -10,5 +10,6 @@ mod diagnose;
 mod hostile;
 mod keys;
 mod pack;
+mod pack_hostile;
 mod secrets;
 mod tokens;

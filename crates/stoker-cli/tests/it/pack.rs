@@ -10,11 +10,11 @@ use stoker::{Field, Sample, SourceOptions};
 
 use crate::common::python;
 
-fn stoker(args: &[&str]) -> Output {
+pub(crate) fn stoker(args: &[&str]) -> Output {
     stoker_env(args, None)
 }
 
-fn stoker_env(args: &[&str], abort_after: Option<u64>) -> Output {
+pub(crate) fn stoker_env(args: &[&str], abort_after: Option<u64>) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_stoker"));
     c.args(args);
     if let Some(n) = abort_after {
@@ -23,17 +23,17 @@ fn stoker_env(args: &[&str], abort_after: Option<u64>) -> Output {
     c.output().expect("run stoker")
 }
 
-fn ok(out: &Output) -> serde_json::Value {
+pub(crate) fn ok(out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "stoker failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
 }
 
-fn err(out: &Output) -> String {
+pub(crate) fn err(out: &Output) -> String {
     assert!(!out.status.success(), "stoker should have failed: {}", String::from_utf8_lossy(&out.stdout));
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn s(p: &Path) -> &str {
+pub(crate) fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
@@ -50,7 +50,7 @@ fn sample(key: &str, fields: &[(&str, Vec<u8>)]) -> Sample {
 
 /// A directory of files, two per sample (`KEY.cls`, `KEY.jpg`) in nested directories, and
 /// the samples `--group` should make of them (in sorted path order, `cls` before `jpg`).
-fn image_dir(dir: &Path, n: usize) -> Vec<Sample> {
+pub(crate) fn image_dir(dir: &Path, n: usize) -> Vec<Sample> {
     (0..n)
         .map(|i| {
             let key = format!("part{}/img{i:04}", i / 10);
@@ -117,7 +117,7 @@ fn make_lmdb(dir: &Path, records: &[(&str, Vec<u8>)]) {
     py("make-lmdb", dir, Some(json));
 }
 
-fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+pub(crate) fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(dir)
         .unwrap()
         .flatten()
@@ -126,7 +126,7 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-fn names_of(dir: &Path) -> Vec<String> {
+pub(crate) fn names_of(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> =
         std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     v.sort();

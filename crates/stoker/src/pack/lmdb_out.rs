@@ -197,6 +197,9 @@ fn writer(
     }
     let dir = to.parent().ok_or("destination has no parent directory")?;
     let tmp = dir.join(temp_name(DATA));
+    // heed opens the copy's path with create and truncate: a link planted there would be
+    // followed. A fresh file is made first, and the copy opens that.
+    drop(crate::store::create_fresh(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?);
     let file = env.copy_to_path(&tmp, CompactionOption::Enabled).map_err(|e| format!("compacting: {e}"))?;
     file.sync_all().map_err(|e| e.to_string())?;
     let len = file.metadata().map_err(|e| e.to_string())?.len();

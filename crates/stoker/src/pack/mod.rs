@@ -223,7 +223,19 @@ async fn pack_here(
 
     let previous = read_plan(&out).await.map_err(|r| fail(format!("{PLAN_FILE}: {r}")))?;
     let resume = match previous {
-        Some(old) if old.fingerprint == plan.file.fingerprint => true,
+        Some(old) if old.fingerprint == plan.file.fingerprint => {
+            // What else came into the destination since would be indexed into the pack's
+            // manifest as its own.
+            if !opts.force {
+                if let Some(found) = foreign_to(&out, &old).await? {
+                    return Err(fail(format!(
+                        "it holds `{found}`, which the unfinished pack there did not write; move it away (or pass \
+                         --force to keep it, and index it with the pack)"
+                    )));
+                }
+            }
+            true
+        }
         Some(old) if opts.force => {
             remove_pack(&out, &old).await.map_err(fail)?;
             false
@@ -338,7 +350,9 @@ async fn read_plan(out: &Store) -> std::result::Result<Option<PlanFile>, String>
         Err(e) if e.kind() == crate::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
-    PlanFile::parse(&bytes).map(Some).map_err(|e| format!("{e}; delete it (and the pack) or use --force"))
+    PlanFile::parse(&bytes)
+        .map(Some)
+        .map_err(|e| format!("{e}; delete it and the pack it describes, or choose another destination"))
 }
 
 /// Save the plan, synced and renamed into place (see [`Store::writer`]).
@@ -349,6 +363,14 @@ async fn write_plan(out: &Store, p: &PlanFile) -> Result<()> {
 /// Something in the destination that `pack` did not write, if any.
 async fn foreign_entry(out: &Store) -> Result<Option<String>> {
     Ok(out.entries().await?.into_iter().find(|name| !is_own_temp(name)))
+}
+
+/// Something in the destination that neither `pack` nor the pack `plan` describes wrote.
+async fn foreign_to(out: &Store, plan: &PlanFile) -> Result<Option<String>> {
+    let shards = plan.shards.iter().flat_map(|s| [s.name.clone(), crate::source::tar_index::sidecar_path(&s.name)]);
+    let own: std::collections::HashSet<String> =
+        shards.chain([crate::source::manifest::MANIFEST.into(), lmdb_out::DATA.into()]).collect();
+    Ok(out.entries().await?.into_iter().find(|name| !is_own_temp(name) && !own.contains(name)))
 }
 
 /// Remove what an earlier pack wrote (its plan names it all), for `force`.

@@ -130,7 +130,7 @@ pub(crate) fn make(metas: Vec<SampleMeta>, opts: &PackOptions, source: &str, des
         version: VERSION,
         layout: opts.layout,
         source: source.to_string(),
-        fingerprint: fingerprint(&outs, opts),
+        fingerprint: fingerprint(&outs, opts, source),
         samples: outs.len(),
         payload_bytes: outs.iter().map(Out::payload).sum(),
         fields: field_names,
@@ -291,8 +291,12 @@ fn shard(outs: &[Out], opts: &PackOptions) -> Vec<ShardPlan> {
     shards
 }
 
-/// FNV-1a over everything that shapes the output, two lanes for 128 bits.
-fn fingerprint(outs: &[Out], opts: &PackOptions) -> String {
+/// FNV-1a over everything that shapes the output, two lanes for 128 bits: the options, every
+/// key, field name and size, and where the source is (its display without the options, which
+/// may change between runs: credentials, concurrency). Keys and sizes alone let a rerun from
+/// another directory of samples of the same names and sizes keep the first run's shards as
+/// its own.
+fn fingerprint(outs: &[Out], opts: &PackOptions, source: &str) -> String {
     let mut h = [0xcbf29ce484222325u64, 0x84222325cbf29ce4u64];
     let mut eat = |bytes: &[u8]| {
         for (lane, h) in h.iter_mut().enumerate() {
@@ -307,6 +311,7 @@ fn fingerprint(outs: &[Out], opts: &PackOptions) -> String {
         opts.layout, opts.shard_size, opts.samples_per_shard, opts.prefix, opts.group, opts.field
     );
     eat(shaping.as_bytes());
+    eat(source.split('?').next().unwrap_or_default().as_bytes());
     for o in outs {
         eat(o.key.as_bytes());
         for (name, size) in &o.fields {
@@ -325,6 +330,13 @@ impl PlanFile {
         let p: PlanFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         if p.format != FORMAT || p.version != VERSION {
             return Err(format!("format {} v{} is not {FORMAT} v{VERSION}", p.format, p.version));
+        }
+        // The names are what `--force` deletes and what a resume keeps: a plan written by
+        // `pack` names its own tar shards only, and one naming anything else (another file of
+        // the destination, a path into a linked directory) was not written by it.
+        if let Some(s) = p.shards.iter().find(|s| !s.name.ends_with(".tar") || super::check_plain("", &s.name).is_err())
+        {
+            return Err(format!("it names `{}` as a shard, which pack never writes", s.name.escape_debug()));
         }
         Ok(p)
     }
@@ -401,5 +413,10 @@ mod tests {
         assert_eq!(base, fp(m(), &opts(Layout::Tar)));
         assert_ne!(base, fp(vec![meta("a", &[("jpg", 1)]), meta("b", &[("jpg", 3)])], &opts(Layout::Tar)));
         assert_ne!(base, fp(m(), &PackOptions { prefix: "train".into(), ..opts(Layout::Tar) }));
+        // Another source of the same names and sizes is another pack; the same source with
+        // other options (credentials, concurrency) is the same.
+        let at = |src| make(m(), &opts(Layout::Tar), src, "d").unwrap().file.fingerprint;
+        assert_eq!(base, at("s?concurrency=8"));
+        assert_ne!(base, at("other"));
     }
 }

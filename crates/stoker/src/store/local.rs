@@ -51,6 +51,20 @@ pub(crate) fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// A new file at `path`, whatever was there: an earlier run's temporary file is removed first,
+/// and so is a link planted in its place. Opening it instead (`File::create`) would follow
+/// such a link and truncate its target, anywhere the user may write, and the rename that
+/// publishes the file would then publish the link. `O_EXCL` makes the open fail rather than
+/// follow one planted between the removal and the open.
+pub(crate) fn create_fresh(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::File::options().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).open(path)
+}
+
 /// Rename a synced temporary file to its final name and sync the directory entry: readers
 /// see the old file or the whole new one, even after a crash.
 pub(crate) fn publish(tmp: &Path, to: &Path) -> Result<()> {

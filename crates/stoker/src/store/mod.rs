@@ -40,7 +40,7 @@ pub use crate::ranges;
 pub use blocking::BlockReader;
 pub(crate) use blocking::{Cancel, RangeReader};
 pub(crate) use direct::{gone, is_gone, DirectReader};
-pub(crate) use local::{is_temp_name, publish, read_capped, temp_name, temp_target};
+pub(crate) use local::{create_fresh, is_temp_name, publish, read_capped, temp_name, temp_target};
 pub(crate) use mapped::MappedObject;
 pub use object::Object;
 pub use write::ObjectWriter;

@@ -188,9 +188,13 @@ impl Store {
                     let mut reader = store.direct_reader().ok_or_else(|| Error::internal("a local store's reader"))?;
                     run.iter()
                         .map(|obj| {
-                            let mut data = vec![0u8; obj.size() as usize];
-                            reader.read_whole(obj, &mut data)?;
-                            Ok(Bytes::from(data))
+                            // Allocated fallibly: a file too large for memory is an error
+                            // naming it, not an abort.
+                            let len = usize::try_from(obj.size()).unwrap_or(usize::MAX);
+                            let mut data =
+                                crate::buffer::try_take(len).map_err(|e| Error::io(store.describe(obj.path()), e))?;
+                            reader.read_whole(obj, &mut data[..len])?;
+                            Ok(crate::buffer::freeze(data, len))
                         })
                         .collect::<Result<Vec<Bytes>>>()
                 })

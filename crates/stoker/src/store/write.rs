@@ -70,7 +70,7 @@ impl Store {
                 let to = l.file(&self.obj_path(path))?;
                 let name = to.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                 let tmp = to.with_file_name(temp_name(&name));
-                let file = std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
+                let file = super::create_fresh(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
                 Sink::File(BufWriter::with_capacity(1 << 20, file), tmp, to)
             }
             Backend::Remote { reader, .. } => {

@@ -49,27 +49,46 @@ pub struct Part {
     pub bin_xxh64: String,
 }
 
-pub(super) fn read_manifest(dest: &Path) -> Result<Option<TokenizedManifest>> {
-    let path = dest.join(MANIFEST);
-    match std::fs::read(&path) {
-        Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| Error::BadIndex {
-            path: path.display().to_string(),
-            reason: format!("not a token manifest ({e}); remove the directory and run again"),
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(path.display(), e)),
+/// The manifest in `dest`, if there is one: read as a store reads every file it holds whole
+/// (a regular file, of bounded size: see [`Store::get`]).
+pub(super) async fn read_manifest(dest: &Path) -> Result<Option<TokenizedManifest>> {
+    if !dest.is_dir() {
+        return Ok(None);
     }
+    let b = match Store::local(dest)?.get(MANIFEST).await {
+        Ok(b) => b,
+        Err(e) if e.kind() == crate::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    serde_json::from_slice(&b).map(Some).map_err(|e| Error::BadIndex {
+        path: dest.join(MANIFEST).display().to_string(),
+        reason: format!("not a token manifest ({e}); remove the directory and run again"),
+    })
 }
 
 /// The manifest's parts whose files are whole (size, then checksum, read through `out` a MiB
-/// at a time: a part is gigabytes, a million documents by default); the first that is not
-/// ends the list (it and those after it are written again). A part of another size is not
-/// read.
+/// at a time: a part is gigabytes, a million documents by default), each with an index of
+/// its documents that fits its tokens; the first that is not ends the list (it and those
+/// after it are written again). A part of another size is not read.
 pub(super) async fn kept_parts(out: &Store, mut m: TokenizedManifest) -> Result<TokenizedManifest> {
+    use crate::source::tokens::{Index, IDX_SUFFIX};
     let mut whole = 0;
     for p in &m.parts {
-        let (bin, idx) = (out.head(&format!("{}.bin", p.name)).await, out.head(&format!("{}.idx", p.name)).await);
-        let Some(bin) = bin.ok().filter(|b| b.size == p.bin_bytes && idx.is_ok()) else { break };
+        let Some(bin) = out.head(&format!("{}.bin", p.name)).await.ok().filter(|b| b.size == p.bin_bytes) else {
+            break;
+        };
+        // The checksum covers the tokens only: an index from another part (or none) would cut
+        // them into other documents. This part's counts its documents and every token.
+        let fits = |i: Index| {
+            let tokens = (0..i.len()).try_fold(0u64, |n, k| n.checked_add(i.size(k)));
+            i.len() as u64 == p.documents
+                && tokens == Some(p.tokens)
+                && p.tokens.checked_mul(i.ty.size() as u64) == Some(bin.size)
+        };
+        let idx = out.get(&format!("{}{IDX_SUFFIX}", p.name)).await.ok();
+        if !idx.is_some_and(|b| Index::parse(b, bin.size).is_ok_and(fits)) {
+            break;
+        }
         let (store, want) = (out.clone(), p.bin_xxh64.clone());
         let same = tokio::task::spawn_blocking(move || {
             use std::hash::Hasher;

@@ -124,7 +124,7 @@ async fn write_parts_here(
         documents_per_part: per,
         parts: Vec::new(),
     };
-    let mut done = match read_manifest(dest)? {
+    let mut done = match read_manifest(dest).await? {
         Some(m) if TokenizedManifest { parts: Vec::new(), ..m.clone() } == want => kept_parts(&out, m).await?,
         Some(m) => {
             return Err(Error::Pack {
@@ -135,7 +135,19 @@ async fn write_parts_here(
                 ),
             })
         }
-        None => want.clone(),
+        None => {
+            // A directory with no manifest holds nothing of a token pack but an interrupted
+            // first part: anything else is someone else's (and would be read as parts).
+            if let Some(found) =
+                out.entries().await?.into_iter().find(|e| !e.starts_with('.') && part_of(e, &opts.name).is_none())
+            {
+                return Err(Error::Pack {
+                    dest: dest.display().to_string(),
+                    reason: format!("it is not empty (it holds `{found}`); use an empty or new directory"),
+                });
+            }
+            want.clone()
+        }
     };
     // uint16 when every id fits (the vocabulary's size bounds them; the check below catches a
     // vocabulary with gaps), int32 otherwise.
@@ -155,7 +167,21 @@ async fn write_parts_here(
     if n == 0 {
         write_manifest(&out, &done).await?;
     }
+    // Parts past the last (of an earlier run with smaller parts whose manifest was lost)
+    // would be read with the dataset.
+    for e in out.entries().await? {
+        if part_of(&e, &opts.name).is_some_and(|p| p >= done.parts.len() as u64) {
+            out.delete(&e).await?;
+        }
+    }
     Ok(done)
+}
+
+/// The number of the part `file` (a `.bin` or `.idx` named `{name}-NNNNN`) is, if it is one.
+fn part_of(file: &str, name: &str) -> Option<u64> {
+    let stem = file.strip_suffix(".bin").or_else(|| file.strip_suffix(crate::source::tokens::IDX_SUFFIX))?;
+    let digits = stem.strip_prefix(name)?.strip_prefix('-')?;
+    (digits.len() >= 5 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok()).flatten()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -467,7 +493,17 @@ async fn tokenized_here(
     let dir = cache.join(format!("{:016x}", h.finish()));
     std::fs::create_dir_all(cache).map_err(|e| Error::io(cache.display(), e))?;
     let lock_path = cache.join(format!("{:016x}.lock", h.finish()));
-    let lock = std::fs::File::create(&lock_path).map_err(|e| Error::io(lock_path.display(), e))?;
+    // Not `File::create`: it truncates, and follows a link planted at the lock's name.
+    let lock = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::File::options()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&lock_path)
+    };
+    let lock = lock.map_err(|e| Error::io(lock_path.display(), e))?;
     // Blocking: another rank may hold it for the whole tokenizing pass.
     let lock = tokio::task::spawn_blocking(move || lock.lock().map(|()| lock))
         .await
@@ -476,7 +512,7 @@ async fn tokenized_here(
     let opts = TokenizeOptions { field, skip_errors, ..TokenizeOptions::default() };
     // A finished directory opens at once, its parts held to their sizes and their indexes
     // there (checksums are checked when a run resumes, which reads them anyway).
-    let finished = read_manifest(&dir).ok().flatten().filter(|m| {
+    let finished = read_manifest(&dir).await.ok().flatten().filter(|m| {
         m.parts.iter().map(|p| p.documents).sum::<u64>() == n as u64
             && m.parts.iter().all(|p| {
                 std::fs::metadata(dir.join(format!("{}.bin", p.name))).is_ok_and(|md| md.len() == p.bin_bytes)

@@ -22,7 +22,7 @@ use bytes::Bytes;
 pub use self::buf::{TokenBuf, TokenSlots};
 use self::flat::FileDocs;
 pub(crate) use self::idx::write as write_idx;
-use self::idx::Index;
+pub(crate) use self::idx::Index;
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::Sample;

@@ -1,0 +1,130 @@
+//! `stoker pack` against a destination someone else has touched: a link planted at a
+//! temporary name, a rerun from another source of the same names and sizes, a file added
+//! between runs, a plan naming files it never wrote, a token pack's parts and index
+//! tampered with. Each is refused, redone or removed; nothing is overwritten outside the
+//! destination, and nothing the pack did not write is kept as its own.
+
+use std::path::Path;
+
+use crate::bench::TOKENIZER;
+use crate::pack::{err, files, image_dir, names_of, ok, s, stoker, stoker_env};
+
+/// `pack SRC DEST --group` in shards of 10, one job, in JSON, aborted after `abort` samples.
+fn pack(src: &Path, dest: &Path, extra: &[&str], abort: Option<u64>) -> std::process::Output {
+    let mut args = vec!["pack", s(src), s(dest), "--group", "--samples-per-shard", "10", "--jobs", "1", "--json"];
+    args.extend_from_slice(extra);
+    stoker_env(&args, abort)
+}
+
+/// Rewrite every file under `dir`, in every directory below, with other bytes of the same size.
+fn same_names_and_sizes_other_bytes(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            same_names_and_sizes_other_bytes(&path);
+        } else {
+            let other: Vec<u8> = std::fs::read(&path).unwrap().iter().map(|b| b ^ 0x5a).collect();
+            std::fs::write(&path, other).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_link_at_a_temporary_name_is_replaced_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest, victim) = (dir.path().join("a"), dir.path().join("out"), dir.path().join("victim"));
+    image_dir(&src, 20);
+    std::fs::write(&victim, b"precious").unwrap();
+    std::fs::create_dir_all(&dest).unwrap();
+    std::os::unix::fs::symlink(&victim, dest.join(".shard-000000.tar.partial")).unwrap();
+    ok(&pack(&src, &dest, &[], None));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious", "the link's target was written");
+    let meta = std::fs::symlink_metadata(dest.join("shard-000000.tar")).unwrap();
+    assert!(meta.file_type().is_file(), "the shard is a file of its own, not the link");
+}
+
+#[test]
+fn a_rerun_keeps_only_what_this_pack_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    image_dir(&a, 30);
+    image_dir(&b, 30);
+    same_names_and_sizes_other_bytes(&b);
+
+    // Another source of the same names and sizes does not finish the first one's pack.
+    let dest = dir.path().join("out");
+    assert!(!pack(&a, &dest, &[], Some(15)).status.success(), "the injected abort");
+    assert!(names_of(&dest).contains(&"shard-000000.tar".to_string()));
+    let e = err(&pack(&b, &dest, &[], None));
+    assert!(e.contains("unfinished pack") && e.contains("--force"), "{e}");
+    ok(&pack(&b, &dest, &["--force"], None));
+    let clean = dir.path().join("clean");
+    ok(&pack(&b, &clean, &[], None));
+    let tars = |d: &Path| files(d).into_iter().filter(|(n, _)| n.ends_with(".tar")).collect::<Vec<_>>();
+    assert!(tars(&dest) == tars(&clean), "every shard is the second source's");
+
+    // A file that came into the destination between the runs is not indexed as the pack's.
+    let dest = dir.path().join("out2");
+    assert!(!pack(&a, &dest, &[], Some(15)).status.success());
+    std::fs::copy(dest.join("shard-000000.tar"), dest.join("shard-000099.tar")).unwrap();
+    let e = err(&pack(&a, &dest, &[], None));
+    assert!(e.contains("shard-000099.tar") && e.contains("did not write"), "{e}");
+    std::fs::remove_file(dest.join("shard-000099.tar")).unwrap();
+    let r = ok(&pack(&a, &dest, &[], None));
+    assert_eq!((r["samples"].as_u64(), r["resumed_shards"].as_u64()), (Some(30), Some(1)), "{r}");
+
+    // A plan naming a file pack never writes is not obeyed, even under --force: the file stays.
+    let dest = dir.path().join("out3");
+    ok(&pack(&a, &dest, &[], None));
+    std::fs::write(dest.join("notes.txt"), b"mine").unwrap();
+    let plan = dest.join(".stoker-pack.json");
+    let text = std::fs::read_to_string(&plan).unwrap().replace("shard-000001.tar", "notes.txt");
+    std::fs::write(&plan, text).unwrap();
+    let e = err(&pack(&b, &dest, &["--force"], None));
+    assert!(e.contains("`notes.txt` as a shard"), "{e}");
+    assert_eq!(std::fs::read(dest.join("notes.txt")).unwrap(), b"mine");
+}
+
+/// `pack TEXT DEST --layout tokens --tokenize TOK` in parts of `per` documents.
+fn tokens(text: &Path, dest: &str, tok: &Path, per: &str) -> std::process::Output {
+    stoker(&["pack", s(text), dest, "--layout", "tokens", "--tokenize", s(tok), "--documents-per-part", per, "--json"])
+}
+
+#[test]
+fn a_token_pack_redoes_or_removes_parts_it_cannot_vouch_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text");
+    std::fs::create_dir(&text).unwrap();
+    let lines: String = (0..40).map(|i| format!("{{\"text\": \"{}\"}}\n", "hello world ".repeat(i % 7 + 1))).collect();
+    std::fs::write(text.join("a.jsonl"), lines).unwrap();
+    let tok = dir.path().join("tokenizer.json");
+    std::fs::write(&tok, TOKENIZER).unwrap();
+
+    // A remote destination is refused by name, its credentials not printed.
+    let e = err(&tokens(&text, "s3://bucket/tok?secret_access_key=SEKRET", &tok, "10"));
+    assert!(e.contains("local directory") && !e.contains("SEKRET"), "{e}");
+    assert!(!Path::new("s3:").exists(), "nothing was written under a directory named after the URI");
+
+    let dest = dir.path().join("tok");
+    ok(&tokens(&text, s(&dest), &tok, "10"));
+    let clean = files(&dest);
+    assert_eq!(clean.keys().filter(|n| n.ends_with(".idx")).count(), 4);
+
+    // Part 1's index replaced by part 0's: the rerun writes part 1 again.
+    std::fs::copy(dest.join("tokens-00000.idx"), dest.join("tokens-00001.idx")).unwrap();
+    ok(&tokens(&text, s(&dest), &tok, "10"));
+    assert!(files(&dest) == clean, "every part and index as an uninterrupted run's");
+
+    // Its manifest lost, a rerun in larger parts leaves no part of the first run behind.
+    std::fs::remove_file(dest.join(".stoker-tokens.json")).unwrap();
+    ok(&tokens(&text, s(&dest), &tok, "20"));
+    let parts: Vec<String> = names_of(&dest).into_iter().filter(|n| !n.starts_with('.')).collect();
+    assert_eq!(parts, ["tokens-00000.bin", "tokens-00000.idx", "tokens-00001.bin", "tokens-00001.idx"]);
+
+    // A directory holding anything else is not a token pack's.
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), b"mine").unwrap();
+    let e = err(&tokens(&text, s(&other), &tok, "10"));
+    assert!(e.contains("notes.txt") && e.contains("not empty"), "{e}");
+}
