@@ -700,6 +700,8 @@ class Loader:
         self._started = False
         # With a transform: the position after the last batch yielded (see `_transformed`).
         self._delivered: Optional[str] = None
+        # The epoch set_epoch() asked for since the last iteration began, if any.
+        self._asked: Optional[int] = None
 
     def __len__(self) -> int:
         return len(self._loader)
@@ -707,10 +709,19 @@ class Loader:
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration reads (as DistributedSampler.set_epoch)."""
         self.epoch = epoch
+        self._asked = epoch
         self._started = False
 
     def __iter__(self) -> Iterator[Any]:
         resume = self._loader.resume_epoch()
+        if resume is not None and self._asked is not None and self._asked != resume:
+            # Reading the resumed epoch would read another than the one asked for, and the
+            # asked one would then be skipped; reading the asked one would drop the resume.
+            raise InvalidInputError(
+                f"set_epoch({self._asked}) after load_state_dict() of a state for epoch {resume}: "
+                f"call set_epoch({resume}) to resume there (a state taken at an epoch's end is the next epoch's start)"
+            )
+        self._asked = None
         if resume is not None:
             self.epoch = resume
         elif self._started:
@@ -740,6 +751,7 @@ class Loader:
             return out
 
         self._delivered = self._loader.state()
+        finished = False
         try:
             with ThreadPoolExecutor(self.transform_threads, thread_name_prefix="stoker-transform") as pool:
                 for batch in batches:
@@ -748,7 +760,13 @@ class Loader:
                         yield deliver()
                 while pending:
                     yield deliver()
+            finished = True
         finally:
+            if not finished and self._delivered is not None:
+                # Left early (a `break`, an error): the Rust loader has read past the batches
+                # the pool still held, which were never yielded. It goes back to the last batch
+                # yielded, so that state_dict() and the next iteration continue from there.
+                self._loader.load_state(self._delivered)
             self._delivered = None
 
     def _rows(self, batch: Any) -> Iterator[Dict[str, Any]]:
@@ -795,7 +813,10 @@ class Loader:
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader stands (as torchdata's StatefulDataLoader: a plain dict)."""
         state = self._loader.state() if self._delivered is None else self._delivered
-        return {"epoch": self.epoch, "loader": json.loads(state) if state else None}
+        loader = json.loads(state) if state else None
+        # The epoch the state resumes in: after an epoch's last batch, the next one.
+        epoch = loader["sampler"]["epoch"] if loader else self.epoch
+        return {"epoch": epoch, "loader": loader}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from ``state_dict()``: the next iteration delivers exactly the samples not
@@ -803,6 +824,7 @@ class Loader:
         self.epoch = int(state["epoch"])
         self._started = False
         self._delivered = None
+        self._asked = None
         if state.get("loader"):
             self._loader.load_state(json.dumps(state["loader"]))
 

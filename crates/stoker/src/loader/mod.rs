@@ -200,10 +200,18 @@ impl Loader {
 
     /// Where the loader stands: resume with [`load_state`](Self::load_state), also in another
     /// process or at another world size.
+    ///
+    /// The state after an epoch's last batch is the start of the next epoch: resumed as the
+    /// epoch it was taken in, it would give an empty epoch (and a training loop that then
+    /// asks for the next epoch would have skipped one).
     pub fn state(&self) -> Option<LoaderState> {
         let p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((sampler, delivered)) = &p.run {
-            return Some(LoaderState { sampler: sampler.state_after(*delivered), batch_size: self.cfg.batch_size });
+            let bs = self.cfg.batch_size.max(1) as u64;
+            let done = delivered.div_ceil(bs) >= batches_for(sampler.len(), bs, self.cfg.drop_last);
+            let state = sampler.state_after(*delivered);
+            let state = if done { next_epoch(state) } else { state };
+            return Some(LoaderState { sampler: state, batch_size: self.cfg.batch_size });
         }
         p.pending.clone().map(|sampler| LoaderState { sampler, batch_size: self.cfg.batch_size })
     }
@@ -223,9 +231,34 @@ impl Loader {
             let (state_is_mix, is_mix) = (state.sampler.mix.is_some(), self.mix.is_some());
             return Err(SamplerError::MixMismatch { state_is_mix, is_mix }.into());
         }
+        // The resume reads in the state's order: another than this loader's (its shuffle, its
+        // seed) would continue another sequence of batches, skipping and repeating samples.
+        if state.sampler.order != self.cfg.order {
+            return Err(Error::invalid_option(format!(
+                "the saved state reads in the order {:?}, this loader in {:?}: resume with the shuffle and seed it \
+                 was saved with",
+                state.sampler.order, self.cfg.order
+            )));
+        }
+        if state.sampler.consumed > state.sampler.n {
+            return Err(Error::invalid_option(format!(
+                "the saved state has consumed {} of {} samples: it is not a state this loader wrote",
+                state.sampler.consumed, state.sampler.n
+            )));
+        }
+        // A state at an epoch's end (from an earlier version, which kept it there) is the next
+        // epoch's start, as `state` now gives it.
+        let cfg = self.sampler_config(state.sampler.epoch);
+        let bs = self.cfg.batch_size.max(1) as u64;
+        let left = Sampler::resume(cfg, &state.sampler)?.len();
+        let sampler = if batches_for(left, bs, self.cfg.drop_last) == 0 && state.sampler.consumed > 0 {
+            next_epoch(state.sampler)
+        } else {
+            state.sampler
+        };
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         p.run = None;
-        p.pending = Some(state.sampler);
+        p.pending = Some(sampler);
         Ok(())
     }
 
@@ -316,6 +349,11 @@ fn check_threads(threads: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The start of the epoch after the one `s` is in.
+fn next_epoch(s: SamplerState) -> SamplerState {
+    SamplerState { epoch: s.epoch.saturating_add(1), consumed: 0, ..s }
 }
 
 fn batches_for(positions: u64, batch: u64, drop_last: bool) -> u64 {

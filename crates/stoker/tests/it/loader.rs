@@ -111,6 +111,45 @@ fn resume_continues_with_exactly_the_rest() {
     assert_eq!([head, tail].concat(), full);
 }
 
+/// A state taken after an epoch's last batch (drop_last too) is the next epoch's start: resumed
+/// as its own epoch it gave an empty one. A state for another order, or past the data's
+/// end, is refused.
+#[test]
+fn a_state_at_an_epochs_end_is_the_next_epochs_start_and_a_foreign_one_is_refused() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (src, _) = rt.block_on(tar_source(dir.path(), 77));
+    for drop_last in [false, true] {
+        let mut cfg = LoaderConfig::new(6);
+        cfg.order = Order::Shuffle { seed: 4 };
+        cfg.drop_last = drop_last;
+        let l = Loader::new(src.clone(), cfg.clone()).unwrap();
+        blocking_indices(&l, 2, usize::MAX);
+        let state = l.state().unwrap();
+        assert_eq!((state.sampler.epoch, state.sampler.consumed), (3, 0), "drop_last {drop_last}");
+        // Kept at its end (as earlier versions wrote it), it is read the same way.
+        let mut old = state.clone();
+        old.sampler.epoch = 2;
+        old.sampler.consumed = 77 - if drop_last { 77 % 6 } else { 0 };
+        let resumed = Loader::new(src.clone(), cfg.clone()).unwrap();
+        resumed.load_state(old).unwrap();
+        assert_eq!(resumed.resume_epoch(), Some(3), "drop_last {drop_last}");
+    }
+    let mut cfg = LoaderConfig::new(6);
+    cfg.order = Order::Shuffle { seed: 4 };
+    let l = Loader::new(src.clone(), cfg.clone()).unwrap();
+    blocking_indices(&l, 0, 2);
+    let state = l.state().unwrap();
+    cfg.order = Order::Shuffle { seed: 5 };
+    let e = Loader::new(src.clone(), cfg.clone()).unwrap().load_state(state.clone()).unwrap_err();
+    assert!(e.to_string().contains("order"), "{e}");
+    cfg.order = Order::Shuffle { seed: 4 };
+    let mut past = state;
+    past.sampler.consumed = 78;
+    let e = Loader::new(src, cfg).unwrap().load_state(past).unwrap_err();
+    assert!(e.to_string().contains("consumed 78 of 77"), "{e}");
+}
+
 #[test]
 fn elastic_resume_from_four_ranks_to_three() {
     let rt = tokio::runtime::Runtime::new().unwrap();
