@@ -108,6 +108,16 @@ impl TokenLoader {
             }
         };
         let (bos, eos) = (id("bos", bos)?, id("eos", eos)?);
+        // An id past the vocabulary indexes past the model's embedding: refused here, not in
+        // the training step.
+        if let Some(tok) = &vocab {
+            let size = tok.vocab_size() as i64;
+            if let Some((what, t)) =
+                [("bos", bos), ("eos", eos)].into_iter().find_map(|(w, t)| Some((w, t?)).filter(|(_, t)| *t >= size))
+            {
+                return Err(InvalidInputError::new_err(format!("{what}={t} is past the tokenizer's {size} ids")));
+            }
+        }
         let mut cfg = PackConfig::new(seq_len, global_batch);
         cfg.labels = labels;
         cfg.order = crate::order::order(shuffle, shuffle_window, seed)?;

@@ -147,6 +147,18 @@ def test_mixes(server, tmp_path):
     with pytest.raises(stoker.InvalidInputError) as e:
         stoker.mix([(f"s3://bucket/tar?endpoint=http://{USER}:{SECRET}@h&x=1",)])
     _assert_clean("bad mix entry", str(e.value))
+    # As a JSON or YAML config gives them: lists, and a wrong one shown without its options.
+    with pytest.raises(stoker.InvalidInputError) as e:
+        stoker.mix([["s3://bucket/tar", 1, {"secret_access_key": SECRET}, "extra"]])
+    _assert_clean("bad mix list", str(e.value))
+    listed = stoker.mix([["s3://bucket/tar", 1, {**opts, "name": "a"}]])
+    assert len(listed) == 8
+    # A source without a scheme: its options, and an endpoint's user info, are redacted too.
+    spec = {"sources": [{"uri": f"/p/x.tar?session_token={SECRET}", "weight": 1,
+                         "options": {"endpoint": f"{USER}:{SECRET}@h:9000"}}]}
+    shown = stoker._stoker.redact("mix:" + json.dumps(spec))
+    _assert_clean("scheme-less mix", shown)
+    assert "/p/x.tar" in shown
     for i, text in enumerate(
         [
             f'[[sources]]\nuri = "s3://bucket/tar"\nweight = 1\noptions = {{ secret_access_key = "{SECRET}" junk }}\n',

@@ -1,6 +1,6 @@
 """A Loader's state_dict() as training loops take it: after a `break` with a transform's
 batches still in flight, at an epoch's end before the next set_epoch(), and loaded into a
-loader it does not fit."""
+loader it does not fit; and arguments a Loader must refuse rather than act on wrongly."""
 
 import json
 
@@ -87,3 +87,16 @@ def test_a_state_for_another_order_or_past_its_end_is_refused(data):
     past = {**state, "loader": {**state["loader"], "sampler": {**state["loader"]["sampler"], "consumed": 10**6}}}
     with pytest.raises(stoker.InvalidInputError, match="consumed"):
         stoker.Loader(uri, batch_size=8, output="numpy", shuffle=True, seed=7).load_state_dict(past)
+
+
+def test_a_loader_refuses_what_it_would_act_on_wrongly(data):
+    uri = str(data / "bucket/tar")
+    # It reads a dataset's source, not its __getitem__: the transform would be skipped.
+    ds = stoker.open(uri, transform=lambda s: s)
+    with pytest.raises(stoker.InvalidInputError, match="transform="):
+        stoker.Loader(ds, batch_size=4, output="numpy")
+    # A declared shape is allocated batch-size times before decoding: past any sample, refused
+    # (2**45 bytes aborted the process; 2**62 x 4 elements overflowed).
+    for spec in (stoker.Bytes(shape=[2**45]), stoker.Bytes(dtype="float32", shape=[2**62, 4])):
+        with pytest.raises(stoker.InvalidInputError, match="bytes a sample"):
+            stoker.Loader(uri, batch_size=8, output="numpy", decode={"bin": spec})

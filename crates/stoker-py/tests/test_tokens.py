@@ -194,6 +194,14 @@ def test_text_is_tokenized_in_rust_once_and_packed_like_the_wheels_ids(text, tmp
     assert rank1 == [got[k * 4 + r] for k in range(len(got) // 4) for r in (2, 3)]
     with pytest.raises(stoker.InvalidInputError, match="not a token of the tokenizer"):
         stoker.TokenLoader(str(path), seq_len=128, global_batch=4, tokenizer=tok, eos="<|nope|>")
+    # Ids the model's embedding cannot take fail here, not in the training step; a seq_len past
+    # any batch is an InvalidInputError, not a panic.
+    with pytest.raises(stoker.InvalidInputError, match="0 or more"):
+        stoker.TokenLoader(str(path), seq_len=128, global_batch=4, tokenizer=tok, eos=-5)
+    with pytest.raises(stoker.InvalidInputError, match="past the tokenizer's"):
+        stoker.TokenLoader(str(path), seq_len=128, global_batch=4, tokenizer=tok, bos=99999999)
+    with pytest.raises(stoker.InvalidInputError, match="2\\^31"):
+        stoker.TokenLoader(str(path), seq_len=2**64 - 1, global_batch=4, labels=True, tokenizer=tok)
     with pytest.raises(stoker.InvalidInputError, match="not a tokenizer.json"):
         bad = tmp_path / "bad.json"
         bad.write_text("{}")

@@ -159,7 +159,15 @@ fn redact_mix_json(json: &str) -> String {
                 }
             }
             serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
-            serde_json::Value::String(s) if s.contains("://") => *s = redact(s),
+            // A URI, a local path with options (`/data?secret_access_key=...`), an endpoint
+            // with user info and no scheme (`user:pw@host`).
+            serde_json::Value::String(s) if s.contains("://") || s.contains('?') || s.contains('@') => {
+                let bare = (!s.contains("://")).then(|| s.split_once('@')).flatten();
+                *s = match bare.filter(|(user, _)| !user.contains('/')) {
+                    Some((_, host)) => redact(&format!("***@{host}")),
+                    None => redact(s),
+                };
+            }
             _ => {}
         }
     }
@@ -417,6 +425,11 @@ mod tests {
         assert!(!["hunter2", "hunter3", "hunter4"].iter().any(|s| r.contains(s)), "{r}");
         assert!(r.starts_with("mix:{") && r.contains("s3://b/x"), "{r}");
         assert!(!redact("mix:{\"secret_access_key\": \"hunter2").contains("hunter2"));
+        // Without a scheme too: a local path's options, an endpoint's user info.
+        let mix = r#"mix:{"sources":[{"uri":"/data/x.tar?session_token=hunter5","weight":1,
+            "options":{"endpoint":"u:hunter6@h:9000"}}]}"#;
+        let r = redact(mix);
+        assert!(!r.contains("hunter5") && !r.contains("hunter6") && r.contains("/data/x.tar"), "{r}");
     }
 
     #[test]

@@ -455,6 +455,13 @@ def _as_dataset(uri_or_dataset: Any, output: str, options: Dict[str, Any]) -> "_
     """A loader's dataset: the one given, or one opened on ``uri_or_dataset`` with ``options``
     (a plain one, without importing torch, for a numpy loader while torch is not imported)."""
     if isinstance(uri_or_dataset, _Dataset):
+        if uri_or_dataset.transform is not None:
+            # The loader reads the dataset's source, not its __getitem__: the transform would
+            # be skipped without a word.
+            raise InvalidInputError(
+                f"{uri_or_dataset.uri}: a loader reads a dataset's samples without its transform; pass transform= "
+                "to the loader instead (it runs on its threads, ahead of the loop)"
+            )
         return uri_or_dataset
     return _dataset_class(torch=output == "torch")(os.fspath(uri_or_dataset), **options)  # type: ignore[no-any-return]
 
@@ -573,8 +580,11 @@ def mix(
     else:
         entries = []
         for item in sources:
-            if not isinstance(item, tuple) or len(item) not in (2, 3):
-                raise InvalidInputError(f"mix sources are (uri_or_dataset, weight[, options]) tuples, not {_shown(item)}")
+            # Lists too: what a JSON or YAML config gives for a tuple. The item is not shown:
+            # its options may hold credentials.
+            if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+                what = f"a {type(item).__name__}" + (f" of {len(item)}" if isinstance(item, (tuple, list)) else "")
+                raise InvalidInputError(f"mix sources are (uri_or_dataset, weight[, options]) tuples, not {what}")
             entries.append(_mix_entry(item[0], item[1], item[2] if len(item) == 3 else None))
     if weight_by not in ("samples", "tokens"):
         raise InvalidInputError(f"weight_by must be 'samples' or 'tokens', not {weight_by!r}")

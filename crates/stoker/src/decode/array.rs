@@ -78,6 +78,13 @@ pub fn parse_npy(data: &[u8]) -> Result<NpyHeader, String> {
     };
     let h = NpyHeader { dtype, big_endian: order && dtype.size() > 1, shape, data_offset: end };
     let want = h.data_bytes().ok_or("the .npy shape overflows")?;
+    // A zero anywhere makes the product 0 whatever the rest: each extent must still be one a
+    // tensor can have (DLPack's are i64; one past it became a negative dimension in torch),
+    // and so must the product of the others.
+    let nonzero = h.shape.iter().filter(|&&d| d > 0).try_fold(1usize, |a, &d| a.checked_mul(d));
+    if nonzero.is_none_or(|n| n > i64::MAX as usize) {
+        return Err(format!("the .npy shape {:?} has more elements than a tensor can", h.shape));
+    }
     let have = data.len() - end;
     if have != want {
         return Err(format!("the .npy payload has {have} bytes but its header promises {want}"));
@@ -205,5 +212,11 @@ mod tests {
         let mut f = npy("<f4", "(1,)", &[0u8; 4]);
         f.truncate(20);
         assert!(parse_npy(&f).is_err());
+        // A zero extent beside one no tensor can have (DLPack's extents are i64).
+        for shape in ["(0, 9223372036854775808)", "(0, 18446744073709551615)", "(0, 4294967296, 4294967296)"] {
+            let e = parse_npy(&npy("<u1", shape, &[])).unwrap_err();
+            assert!(e.contains("more elements than a tensor"), "{shape}: {e}");
+        }
+        assert_eq!(parse_npy(&npy("<u1", "(0, 9223372036854775807)", &[])).unwrap().shape, [0, i64::MAX as usize]);
     }
 }

@@ -240,9 +240,6 @@ impl Decoder {
             let ty = self.type_for(plan, samples)?;
             let width = ty.row_bytes();
             let out = b.fixed(&plan.name, &ty);
-            if width == 0 {
-                continue;
-            }
             // What a row holds before its padding (tokens only), written by whichever thread.
             let used: Vec<AtomicU32> = match plan.tokenize {
                 Some(_) => (0..samples.len()).map(|_| AtomicU32::new(0)).collect(),
@@ -300,7 +297,12 @@ impl Decoder {
                 }
                 _ => {
                     let scratch = &mut *self.inline.lock().unwrap_or_else(|e| e.into_inner());
-                    out.chunks_mut(width).enumerate().try_for_each(|(r, slot)| row(r, slot, scratch))?
+                    match width {
+                        // Values of no bytes (a declared shape with a 0): each is still checked,
+                        // so a value of another length is an error, not dropped.
+                        0 => (0..samples.len()).try_for_each(|r| row(r, &mut [], scratch))?,
+                        _ => out.chunks_mut(width).enumerate().try_for_each(|(r, slot)| row(r, slot, scratch))?,
+                    }
                 }
             }
             if let Some(t) = &plan.tokenize {

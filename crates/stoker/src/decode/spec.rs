@@ -333,6 +333,11 @@ impl DecodeSpec {
             let bad = |m: String| Error::invalid_option(format!("decode spec for `{name}`: {m}"));
             match d {
                 FieldDecode::Image(s) => s.validate().map_err(bad)?,
+                FieldDecode::Fixed(f) => check_value(f.dtype.size(), &f.shape).map_err(bad)?,
+                // The element type may come from the data: the widest is checked.
+                FieldDecode::Npy(NpySpec { dtype, shape: Some(shape) }) => {
+                    check_value(dtype.map_or(8, Dtype::size), shape).map_err(bad)?
+                }
                 FieldDecode::Tokens(t) => {
                     t.validate().map_err(bad)?;
                     let lengths = TokensSpec::lengths_field(name);
@@ -344,6 +349,22 @@ impl DecodeSpec {
             }
         }
         Ok(())
+    }
+}
+
+/// The most bytes one sample's declared value (`Fixed`, `Npy` with a shape) may take: a batch
+/// holds batch-size of them, allocated before a byte is decoded.
+pub(crate) const MAX_VALUE_BYTES: u64 = 1 << 30;
+
+/// A value of `shape` in `size`-byte elements within [`MAX_VALUE_BYTES`], or why not.
+fn check_value(size: usize, shape: &[usize]) -> std::result::Result<(), String> {
+    let bytes = shape.iter().try_fold(size as u64, |a, &d| a.checked_mul(d as u64));
+    match bytes {
+        Some(b) if b <= MAX_VALUE_BYTES => Ok(()),
+        _ => Err(format!(
+            "shape {shape:?} of {size}-byte elements is more than {MAX_VALUE_BYTES} bytes a sample: a batch is \
+             allocated at its size before anything is decoded"
+        )),
     }
 }
 

@@ -190,7 +190,8 @@ impl PackConfig {
 
     /// Tokens per row.
     pub fn window(&self) -> usize {
-        self.seq_len + usize::from(self.labels)
+        // Saturating: a seq_len at usize::MAX is refused by `check`, not an overflow before it.
+        self.seq_len.saturating_add(usize::from(self.labels))
     }
 
     /// Bytes per id of `input_ids`.
@@ -228,6 +229,11 @@ impl PackConfig {
         crate::loader::check_prefetch(self.prefetch)?;
         if self.mask_boundaries && !self.columns.loss_mask {
             return Err(Error::invalid_option("mask_boundaries masks loss_mask, which the columns leave out"));
+        }
+        // Token ids index an embedding: a negative one fails only in the training step (a
+        // pad id may be negative: labels are often padded with -100, which losses ignore).
+        if let Some(t) = [self.bos, self.eos].into_iter().flatten().find(|&t| t < 0) {
+            return Err(Error::invalid_option(format!("a BOS or EOS id of {t}: token ids are 0 or more")));
         }
         let ids = [self.bos, self.eos, Some(self.pad_id)];
         if self.ids == IdType::Int32 && ids.iter().flatten().any(|&t| i32::try_from(t).is_err()) {

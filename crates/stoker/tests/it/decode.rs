@@ -244,6 +244,11 @@ fn arrays_of_another_shape_and_wrong_fixed_widths_are_refused_by_name() {
         Some(DecodeSpec::new().with("cls", FieldDecode::Fixed(FixedSpec { dtype: Dtype::U8, shape: vec![4] })));
     let err = Loader::new(src.clone(), cfg.clone()).unwrap().epoch_blocking(0).unwrap().next().unwrap().unwrap_err();
     assert!(err.to_string().contains("declared uint8 [4]"), "{err}");
+    // A declared width of no bytes takes empty values only: the labels are not dropped.
+    cfg.decode =
+        Some(DecodeSpec::new().with("cls", FieldDecode::Fixed(FixedSpec { dtype: Dtype::U8, shape: vec![0] })));
+    let err = Loader::new(src.clone(), cfg.clone()).unwrap().epoch_blocking(0).unwrap().next().unwrap().unwrap_err();
+    assert!(err.to_string().contains("declared uint8 [0]"), "{err}");
     cfg.decode = Some(DecodeSpec::new().with("nope", FieldDecode::Int));
     let err = Loader::new(src, cfg).unwrap().epoch_blocking(0).unwrap().next().unwrap().unwrap_err();
     assert!(err.to_string().contains("has no such field") && err.to_string().contains("png"), "{err}");
@@ -261,6 +266,11 @@ fn bad_specs_are_refused_up_front() {
         ),
         (r#"{"jpg": {"kind": "video"}}"#, "video"),
         (r#"{"jpg": {"kind": "image", "sise": [1, 1]}}"#, "sise"),
+        // A declared shape is allocated batch-size times before anything is decoded: one that
+        // overflows, or is larger than a sample can be, is refused (it aborted the process).
+        (r#"{"e": {"kind": "fixed", "shape": [35184372088832]}}"#, "bytes a sample"),
+        (r#"{"e": {"kind": "fixed", "dtype": "float32", "shape": [4611686018427387904, 4]}}"#, "bytes a sample"),
+        (r#"{"e": {"kind": "npy", "shape": [1073741824, 2]}}"#, "bytes a sample"),
     ] {
         let err = DecodeSpec::from_json(json).unwrap_err();
         assert!(matches!(err, Error::InvalidOption { .. }) && err.to_string().contains(want), "{json}: {err}");
