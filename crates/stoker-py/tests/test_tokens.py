@@ -302,7 +302,40 @@ def test_a_mix_weighted_by_tokens_keeps_its_shares_and_takes_new_weights_at_a_re
     resumed = stoker.TokenLoader(mixed, seq_len=64, global_batch=4, shuffle=True, seed=2)
     resumed.load_state_dict(state)
     resumed.set_weights([0.2, 0.8])
-    rest = sum(1 for _ in resumed)
+    it = iter(resumed)
+    next(it)
+    assert resumed.state_dict()["weights"] == [[0, [0.7, 0.3]], [10, [0.2, 0.8]]], "the epoch's schedule"
+    rest = 1 + sum(1 for _ in it)
     per = resumed.stats()["source_tokens"]
     assert rest > 0 and abs(per[roots["megatron"]] / sum(per.values()) - 0.2) < 0.05, per
-    assert resumed.state_dict()["weights"] == [[0, [0.7, 0.3]], [10, [0.2, 0.8]]]
+    # At the epoch's end the state is the next epoch's start, with the weights last in force.
+    assert resumed.state_dict()["weights"] == [[0, [0.2, 0.8]]]
+
+
+def test_a_state_taken_at_an_epochs_end_resumes_at_the_next_epoch(corpus):
+    path, _ = corpus
+
+    def make():
+        return stoker.TokenLoader(str(path), seq_len=64, global_batch=4, shuffle=True, seed=2, eos=EOS, output="numpy")
+
+    whole = make()
+    whole.set_epoch(0)
+    assert sum(1 for _ in whole) == len(whole) > 0
+    state = whole.state_dict()
+    assert (state["epoch"], state["batch"]) == (1, 0), state
+    want = [b["input_ids"].tolist() for b in (lambda l: (l.set_epoch(1), l)[1])(make())]
+
+    resumed = make()
+    resumed.load_state_dict(state)
+    resumed.set_epoch(1)
+    assert [b["input_ids"].tolist() for b in resumed] == want, "epoch 1 whole, not an empty epoch 0"
+    # Kept at its end (as earlier versions wrote it): read the same way.
+    resumed = make()
+    resumed.load_state_dict({**state, "epoch": 0, "batch": len(whole)})
+    assert [b["input_ids"].tolist() for b in resumed] == want
+    # Another epoch asked for is an error, not an epoch read or skipped.
+    resumed = make()
+    resumed.load_state_dict(state)
+    resumed.set_epoch(0)
+    with pytest.raises(stoker.InvalidInputError, match=r"set_epoch\(0\).*epoch 1"):
+        next(iter(resumed))

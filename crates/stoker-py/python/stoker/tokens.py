@@ -6,6 +6,7 @@ import os
 from typing import Any, Dict, Iterator, Optional, Sequence, Union
 
 from . import _stoker
+from ._stoker import InvalidInputError
 
 
 class TokenLoader:
@@ -88,6 +89,8 @@ class TokenLoader:
         self.epoch = 0
         self._started = False
         self._resume_epoch: Optional[int] = None
+        # The epoch set_epoch() asked for since the last iteration began, if any.
+        self._asked: Optional[int] = None
         self._loader = _stoker.TokenLoader(
             ds._source,
             seq_len,
@@ -124,9 +127,17 @@ class TokenLoader:
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration reads."""
         self.epoch = epoch
+        self._asked = epoch
         self._started = False
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
+        asked, self._asked = self._asked, None
+        if self._resume_epoch is not None and asked is not None and asked != self._resume_epoch:
+            # Either choice would skip an epoch or drop the resume.
+            raise InvalidInputError(
+                f"set_epoch({asked}) after load_state_dict() of a state for epoch {self._resume_epoch}: call "
+                f"set_epoch({self._resume_epoch}) to resume there (a state taken at an epoch's end is the next epoch's start)"
+            )
         if self._resume_epoch is not None:
             self.epoch, self._resume_epoch = self._resume_epoch, None
         elif self._started:
@@ -154,8 +165,10 @@ class TokenLoader:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from ``state_dict()``: the next iteration delivers the next global batch."""
         self._loader.load_state(json.dumps(state))
-        self._resume_epoch = int(state["epoch"])
+        # The loader's reading of it: a state at an epoch's end resumes at the next one.
+        self._resume_epoch = int(json.loads(self._loader.state())["epoch"])
         self.epoch = self._resume_epoch
+        self._asked = None
         self._started = False
 
     def set_weights(self, weights: Any) -> None:

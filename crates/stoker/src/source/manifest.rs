@@ -114,10 +114,12 @@ pub(crate) fn is_clean_relative(path: &str) -> bool {
     !path.is_empty() && !path.contains('\0') && path.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
 }
 
-/// Write `m` at the store root.
+/// Write `m` at the store root, whole or not at all, synced before it is renamed into place:
+/// a manifest a crash left empty would not parse, and one that does not parse is an error
+/// at every open (a pack's plan, synced too, may already say it is complete).
 pub(crate) async fn save(store: &Store, m: &Manifest) -> Result<u64> {
     let json = serde_json::to_vec(m).map_err(|e| Error::internal(format!("cannot serialise the manifest: {e}")))?;
     let n = json.len() as u64;
-    store.put(MANIFEST, Bytes::from(json)).await?;
+    store.put_whole(MANIFEST, Bytes::from(json)).await?;
     Ok(n)
 }

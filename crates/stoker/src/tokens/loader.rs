@@ -330,8 +330,24 @@ impl TokenLoader {
     }
 
     /// Where the run stands (the next global batch to deliver).
+    ///
+    /// After an epoch's last global batch, it is the next epoch's start.
     pub fn state(&self) -> TokenState {
-        self.progress.lock().unwrap_or_else(|e| e.into_inner()).0.clone()
+        let s = self.progress.lock().unwrap_or_else(|e| e.into_inner()).0.clone();
+        self.past_its_epoch(s)
+    }
+
+    /// `s`, or the next epoch's start (with the weights last in force) when `s` is at its
+    /// epoch's end: resumed as it is, the epoch would give no batch, and a loop that then asks
+    /// for the next epoch would have skipped one.
+    fn past_its_epoch(&self, s: TokenState) -> TokenState {
+        match self.batches(s.epoch) {
+            Ok(end) if s.batch > 0 && s.batch >= end => {
+                let weights = s.weights.last().map(|(_, w)| vec![(0, w.clone())]).unwrap_or_default();
+                TokenState { epoch: s.epoch.saturating_add(1), batch: 0, weights, ..s }
+            }
+            _ => s,
+        }
     }
 
     /// Continue from `state`: the next [`epoch`](Self::epoch) call for its epoch starts at its
@@ -387,6 +403,8 @@ impl TokenLoader {
         // on: the run's next states are checked at their resume.
         let mut state = state;
         state.stream.get_or_insert(mine);
+        // One at its epoch's end (as earlier versions kept it) is the next epoch's start.
+        let state = self.past_its_epoch(state);
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         *p = (state.clone(), Some(state));
         Ok(())

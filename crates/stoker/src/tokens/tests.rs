@@ -381,20 +381,26 @@ async fn a_token_weighted_mix_keeps_its_shares_in_every_window_and_takes_new_wei
     let resumed = TokenLoader::from_mix(mix3, cfg.clone()).unwrap();
     resumed.load_state(state).unwrap();
     resumed.set_weights(&[0.3, 0.7]).unwrap();
-    let state_at_change = resumed.state();
-    let rest = resumed.epoch(0).unwrap().collect().await.unwrap();
+    let mut e = resumed.epoch(0).unwrap();
+    let mut rest = vec![e.next_batch().await.unwrap().unwrap()];
+    // The change is in the state: resuming from it again gives the same batches.
+    let mut s = resumed.state();
+    assert_eq!((s.epoch, s.batch), (0, 61));
+    assert_eq!(s.weights, vec![(0, vec![0.7, 0.3]), (60, vec![0.3, 0.7])]);
+    while let Some(b) = e.next_batch().await {
+        rest.push(b.unwrap());
+    }
     assert!((share_a(&rest) - 0.3).abs() < 0.03, "share after the change {}", share_a(&rest));
     assert_eq!(rest[0].number, 60);
-    // The change is in the state: resuming from it again gives the same batches.
-    assert_eq!(resumed.state().weights, vec![(0, vec![0.7, 0.3]), (60, vec![0.3, 0.7])]);
+    // After the epoch's last batch, the state is the next epoch's start, in the new weights.
+    let end = resumed.state();
+    assert_eq!((end.epoch, end.batch, end.weights), (1, 0, vec![(0, vec![0.3, 0.7])]));
     let (_dir4, mix4) = two_corpora().await;
     let again = TokenLoader::from_mix(mix4, cfg).unwrap();
-    let mut s = resumed.state();
     s.batch = 60;
     again.load_state(s).unwrap();
     let rest2 = again.epoch(0).unwrap().collect().await.unwrap();
     assert_eq!(rest.iter().map(ids).collect::<Vec<_>>(), rest2.iter().map(ids).collect::<Vec<_>>());
-    let _ = state_at_change;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -407,8 +413,9 @@ async fn new_weights_between_epochs_are_the_ones_used_and_bad_saved_weights_are_
     loader.set_weights(&[0.3, 0.7]).unwrap();
     let second = loader.epoch(1).unwrap().collect().await.unwrap();
     assert!((share_a(&second) - 0.3).abs() < 0.01, "share {}", share_a(&second));
+    // Epoch 1 read whole: the state is epoch 2's start, in the weights last in force.
     let state = loader.state();
-    assert_eq!((state.epoch, state.weights.clone()), (1, vec![(0, vec![0.3, 0.7])]));
+    assert_eq!((state.epoch, state.batch, state.weights.clone()), (2, 0, vec![(0, vec![0.3, 0.7])]));
     let wrong = |weights: Vec<(u64, Vec<f64>)>| TokenState { weights, ..state.clone() };
     for bad in [vec![], vec![(0, vec![1.0])], vec![(3, vec![0.5, 0.5])], vec![(0, vec![f64::NAN, 1.0])]] {
         assert!(loader.load_state(wrong(bad.clone())).is_err(), "{bad:?}");
