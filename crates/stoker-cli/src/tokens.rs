@@ -160,10 +160,10 @@ pub(crate) async fn run(args: TokensArgs) -> Result<()> {
     let text = TextInput { tokenizer: vocab, field: args.field.clone(), skip_errors: args.skip_errors };
     let loader = TokenLoader::open(src, &text, cfg.clone()).await?;
     let first = match resume {
+        // The loader's reading of it: a state at an epoch's end resumes at the next one.
         Some(s) => {
-            let epoch = s.epoch;
             loader.load_state(s)?;
-            epoch
+            loader.state().epoch
         }
         None => 0,
     };

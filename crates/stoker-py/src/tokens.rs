@@ -111,11 +111,10 @@ impl TokenLoader {
         // An id past the vocabulary indexes past the model's embedding: refused here, not in
         // the training step.
         if let Some(tok) = &vocab {
-            let size = tok.vocab_size() as i64;
-            if let Some((what, t)) =
-                [("bos", bos), ("eos", eos)].into_iter().find_map(|(w, t)| Some((w, t?)).filter(|(_, t)| *t >= size))
-            {
-                return Err(InvalidInputError::new_err(format!("{what}={t} is past the tokenizer's {size} ids")));
+            let unknown = |t: i64| u32::try_from(t).map_or(t >= 0, |t| !tok.has_id(t));
+            let found = [("bos", bos), ("eos", eos)].into_iter().find_map(|(w, t)| Some((w, t?)));
+            if let Some((what, t)) = found.filter(|&(_, t)| unknown(t)) {
+                return Err(InvalidInputError::new_err(format!("{what}={t} is no token of the tokenizer")));
             }
         }
         let mut cfg = PackConfig::new(seq_len, global_batch);

@@ -143,6 +143,16 @@ pub fn redact_text(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A mix's `uri` or `endpoint` value with its credentials masked, also without a scheme: a
+/// local path's options (`/data?session_token=...`), an endpoint's user info (`user:pw@host`).
+fn bare_redacted(s: &str) -> String {
+    let userinfo = (!s.contains("://")).then(|| s.split_once('@')).flatten();
+    match userinfo.filter(|(user, _)| !user.contains('/')) {
+        Some((_, host)) => redact(&format!("***@{host}")),
+        None => redact(s),
+    }
+}
+
 /// An inline mix's JSON with its credentials masked: secret option values, and the userinfo
 /// and secret query values of every URI and endpoint in it. Text that is not JSON is not
 /// shown at all: where its secrets are cannot be told.
@@ -153,21 +163,15 @@ fn redact_mix_json(json: &str) -> String {
                 for (k, v) in map.iter_mut() {
                     if is_secret_key(k) {
                         *v = serde_json::Value::String("***".into());
+                    } else if let (true, serde_json::Value::String(s)) = (k == "uri" || k == "endpoint", &mut *v) {
+                        *s = bare_redacted(s);
                     } else {
                         walk(v);
                     }
                 }
             }
             serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
-            // A URI, a local path with options (`/data?secret_access_key=...`), an endpoint
-            // with user info and no scheme (`user:pw@host`).
-            serde_json::Value::String(s) if s.contains("://") || s.contains('?') || s.contains('@') => {
-                let bare = (!s.contains("://")).then(|| s.split_once('@')).flatten();
-                *s = match bare.filter(|(user, _)| !user.contains('/')) {
-                    Some((_, host)) => redact(&format!("***@{host}")),
-                    None => redact(s),
-                };
-            }
+            serde_json::Value::String(s) if s.contains("://") => *s = redact(s),
             _ => {}
         }
     }

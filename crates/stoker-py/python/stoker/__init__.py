@@ -721,6 +721,7 @@ class Loader:
         self.epoch = epoch
         self._asked = epoch
         self._started = False
+        self._delivered = None
 
     def __iter__(self) -> Iterator[Any]:
         resume = self._loader.resume_epoch()
@@ -732,6 +733,7 @@ class Loader:
                 f"call set_epoch({resume}) to resume there (a state taken at an epoch's end is the next epoch's start)"
             )
         self._asked = None
+        self._delivered = None
         if resume is not None:
             self.epoch = resume
         elif self._started:
@@ -760,24 +762,18 @@ class Loader:
             self._delivered = state
             return out
 
+        # Kept after the loop ends, also when it is left early (a `break`, an error): the Rust
+        # loader has then read past the batches the pool still held, never yielded, and
+        # state_dict() must give the position after the last batch yielded. The next
+        # iteration, set_epoch() or load_state_dict() drops it.
         self._delivered = self._loader.state()
-        finished = False
-        try:
-            with ThreadPoolExecutor(self.transform_threads, thread_name_prefix="stoker-transform") as pool:
-                for batch in batches:
-                    pending.append(([pool.submit(fn, s) for s in self._rows(batch)], self._loader.state()))
-                    if len(pending) > self.prefetch:
-                        yield deliver()
-                while pending:
+        with ThreadPoolExecutor(self.transform_threads, thread_name_prefix="stoker-transform") as pool:
+            for batch in batches:
+                pending.append(([pool.submit(fn, s) for s in self._rows(batch)], self._loader.state()))
+                if len(pending) > self.prefetch:
                     yield deliver()
-            finished = True
-        finally:
-            if not finished and self._delivered is not None:
-                # Left early (a `break`, an error): the Rust loader has read past the batches
-                # the pool still held, which were never yielded. It goes back to the last batch
-                # yielded, so that state_dict() and the next iteration continue from there.
-                self._loader.load_state(self._delivered)
-            self._delivered = None
+            while pending:
+                yield deliver()
 
     def _rows(self, batch: Any) -> Iterator[Dict[str, Any]]:
         """A batch's samples as webdataset-style dicts: raw fields as bytes, decoded fields as

@@ -327,6 +327,8 @@ impl Decoder {
         };
         let h = parse_npy(data).map_err(|m| (r, plan.name.clone(), m))?;
         let t = ColumnType::new(spec.dtype.unwrap_or(h.dtype), spec.shape.clone().unwrap_or(h.shape));
+        // A declared shape in the data's element type (the array's own is within its bytes).
+        spec::check_value(t.dtype.size(), &t.shape).map_err(|m| (r, plan.name.clone(), m))?;
         *ty = Some(t.clone());
         Ok(t)
     }

@@ -334,9 +334,9 @@ impl DecodeSpec {
             match d {
                 FieldDecode::Image(s) => s.validate().map_err(bad)?,
                 FieldDecode::Fixed(f) => check_value(f.dtype.size(), &f.shape).map_err(bad)?,
-                // The element type may come from the data: the widest is checked.
+                // The element type may come from the data: checked again once it is known.
                 FieldDecode::Npy(NpySpec { dtype, shape: Some(shape) }) => {
-                    check_value(dtype.map_or(8, Dtype::size), shape).map_err(bad)?
+                    check_value(dtype.map_or(1, Dtype::size), shape).map_err(bad)?
                 }
                 FieldDecode::Tokens(t) => {
                     t.validate().map_err(bad)?;
@@ -357,7 +357,7 @@ impl DecodeSpec {
 pub(crate) const MAX_VALUE_BYTES: u64 = 1 << 30;
 
 /// A value of `shape` in `size`-byte elements within [`MAX_VALUE_BYTES`], or why not.
-fn check_value(size: usize, shape: &[usize]) -> std::result::Result<(), String> {
+pub(crate) fn check_value(size: usize, shape: &[usize]) -> std::result::Result<(), String> {
     let bytes = shape.iter().try_fold(size as u64, |a, &d| a.checked_mul(d as u64));
     match bytes {
         Some(b) if b <= MAX_VALUE_BYTES => Ok(()),

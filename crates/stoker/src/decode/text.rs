@@ -57,6 +57,11 @@ impl TextTokenizer {
         self.fingerprint
     }
 
+    /// Whether the vocabulary (added tokens included) has a token of id `id`.
+    pub fn has_id(&self, id: u32) -> bool {
+        self.inner.id_to_token(id).is_some()
+    }
+
     /// The id of token `text` (e.g. `<|endoftext|>`), if the vocabulary has it.
     pub fn token_id(&self, text: &str) -> Option<u32> {
         self.inner.token_to_id(text)

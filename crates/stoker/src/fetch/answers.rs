@@ -9,7 +9,8 @@
 //! - an error's body is cut at [`ERROR_BODY`]: only its text is wanted, and Stoker clips
 //!   that to 4 KiB anyway;
 //! - a listing page, or the answer to anything but a read, may be at most [`PAGE`]
-//!   (a page of 1,000 S3 keys, or 5,000 Azure blobs, takes a few MB): more is an error;
+//!   (a page of 1,000 S3 keys, or 5,000 Azure blobs, takes a few MB), a WebDAV listing
+//!   (one answer for the whole tree) [`WHOLE_LISTING`]: more is an error;
 //! - a read's body (a GET of an object, ranged or whole) is left alone.
 //!
 //! Each also claims at most its bound as the body's size, which is what object_store sizes
@@ -28,6 +29,9 @@ pub(crate) const ERROR_BODY: u64 = 64 << 10;
 /// The most a listing page or a write's answer may be: more fails the request.
 pub(crate) const PAGE: u64 = 64 << 20;
 
+/// The most a WebDAV listing (`PROPFIND`, the whole tree in one answer) may be.
+pub(crate) const WHOLE_LISTING: u64 = 1 << 30;
+
 /// An HTTP service whose answers are [`Bounded`] (see the module docs).
 #[derive(Debug)]
 pub(crate) struct BoundedAnswers<S>(pub(crate) S);
@@ -36,10 +40,13 @@ pub(crate) struct BoundedAnswers<S>(pub(crate) S);
 impl<S: HttpService> HttpService for BoundedAnswers<S> {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let read = matches!(req.method().as_str(), "GET" | "HEAD") && !is_listing(req.uri().query());
+        // A WebDAV listing (object_store's HTTP store) is one answer for the whole tree, not
+        // pages: as large as a file read whole may be.
+        let page = if req.method().as_str() == "PROPFIND" { WHOLE_LISTING } else { PAGE };
         let res = self.0.call(req).await?;
         let over = match (res.status().is_success(), read) {
             (false, _) => Over::Cut(ERROR_BODY),
-            (true, false) => Over::Fail(PAGE),
+            (true, false) => Over::Fail(page),
             (true, true) => return Ok(res),
         };
         let (parts, body) = res.into_parts();

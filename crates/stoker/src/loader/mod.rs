@@ -240,7 +240,8 @@ impl Loader {
                 state.sampler.order, self.cfg.order
             )));
         }
-        if state.sampler.consumed > state.sampler.n {
+        // Padding (`Tail::Wrap`) takes an epoch's end past `n` by less than the world size.
+        if state.sampler.consumed > state.sampler.n.saturating_add(MAX_PADDING) {
             return Err(Error::invalid_option(format!(
                 "the saved state has consumed {} of {} samples: it is not a state this loader wrote",
                 state.sampler.consumed, state.sampler.n
@@ -350,6 +351,10 @@ fn check_threads(threads: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// How far past the data's end a saved state may have consumed: the padding of the last
+/// global batch under `Tail::Wrap` is less than the world size, and no job has a million ranks.
+const MAX_PADDING: u64 = 1 << 20;
 
 /// The start of the epoch after the one `s` is in.
 fn next_epoch(s: SamplerState) -> SamplerState {

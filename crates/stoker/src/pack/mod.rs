@@ -224,13 +224,13 @@ async fn pack_here(
     let previous = read_plan(&out).await.map_err(|r| fail(format!("{PLAN_FILE}: {r}")))?;
     let resume = match previous {
         Some(old) if old.fingerprint == plan.file.fingerprint => {
-            // What else came into the destination since would be indexed into the pack's
-            // manifest as its own.
-            if !opts.force {
+            // A tar shard that came into the destination since would be indexed into the
+            // pack's manifest as its own.
+            if !opts.force && opts.layout == Layout::Tar {
                 if let Some(found) = foreign_to(&out, &old).await? {
                     return Err(fail(format!(
-                        "it holds `{found}`, which the unfinished pack there did not write; move it away (or pass \
-                         --force to keep it, and index it with the pack)"
+                        "it holds `{found}`, which the pack there did not write; move it away (or pass --force to \
+                         keep it, and index it with the pack)"
                     )));
                 }
             }
@@ -365,12 +365,12 @@ async fn foreign_entry(out: &Store) -> Result<Option<String>> {
     Ok(out.entries().await?.into_iter().find(|name| !is_own_temp(name)))
 }
 
-/// Something in the destination that neither `pack` nor the pack `plan` describes wrote.
+/// A shard in the destination (a file the tar layout reads as one) that the pack `plan`
+/// describes did not write: a README or notes beside the shards are not read, and stay.
 async fn foreign_to(out: &Store, plan: &PlanFile) -> Result<Option<String>> {
-    let shards = plan.shards.iter().flat_map(|s| [s.name.clone(), crate::source::tar_index::sidecar_path(&s.name)]);
-    let own: std::collections::HashSet<String> =
-        shards.chain([crate::source::manifest::MANIFEST.into(), lmdb_out::DATA.into()]).collect();
-    Ok(out.entries().await?.into_iter().find(|name| !is_own_temp(name) && !own.contains(name)))
+    let own: std::collections::HashSet<&str> = plan.shards.iter().map(|s| s.name.as_str()).collect();
+    let shard = |name: &str| Layout::of_shard_name(name).is_some() && !is_own_temp(name);
+    Ok(out.entries().await?.into_iter().find(|name| shard(name) && !own.contains(name.as_str())))
 }
 
 /// Remove what an earlier pack wrote (its plan names it all), for `force`.

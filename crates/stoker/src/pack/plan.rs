@@ -291,6 +291,14 @@ fn shard(outs: &[Out], opts: &PackOptions) -> Vec<ShardPlan> {
     shards
 }
 
+/// Where `source` (a source's display) is: without its options, and a local path made
+/// absolute with its links resolved, so a rerun from another directory, or naming it `./data`
+/// or `data/`, is the same pack.
+fn location(source: &str) -> String {
+    let bare = source.split('?').next().unwrap_or_default();
+    std::fs::canonicalize(bare).map_or_else(|_| bare.to_string(), |p| p.display().to_string())
+}
+
 /// FNV-1a over everything that shapes the output, two lanes for 128 bits: the options, every
 /// key, field name and size, and where the source is (its display without the options, which
 /// may change between runs: credentials, concurrency). Keys and sizes alone let a rerun from
@@ -311,7 +319,7 @@ fn fingerprint(outs: &[Out], opts: &PackOptions, source: &str) -> String {
         opts.layout, opts.shard_size, opts.samples_per_shard, opts.prefix, opts.group, opts.field
     );
     eat(shaping.as_bytes());
-    eat(source.split('?').next().unwrap_or_default().as_bytes());
+    eat(location(source).as_bytes());
     for o in outs {
         eat(o.key.as_bytes());
         for (name, size) in &o.fields {

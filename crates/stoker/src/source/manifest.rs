@@ -68,12 +68,22 @@ impl Manifest {
     }
 }
 
+/// The most bytes of a manifest read: a tar dataset's holds every sample's index (about 150
+/// bytes a sample of two fields), so 4 GiB is some 27 million samples; one larger is read
+/// whole into memory no more (`manifest=false` lists and indexes the shards instead).
+pub(crate) const MAX_MANIFEST: u64 = 4 << 30;
+
 /// The manifest at the store root, if there is a usable one. A manifest that does not parse
 /// is an error (it would otherwise silently cost a full listing on every start).
 pub(crate) async fn load(store: &Store) -> Result<Option<Manifest>> {
-    let bytes = match store.get(MANIFEST).await {
+    let bytes = match store.get_at_most(MANIFEST, MAX_MANIFEST).await {
         Ok(b) => b,
         Err(e) if e.kind() == crate::ErrorKind::NotFound => return Ok(None),
+        Err(Error::BadIndex { path, reason }) => {
+            let reason =
+                format!("{reason}; or open it with manifest=false, which lists and indexes its shards instead");
+            return Err(Error::BadIndex { path, reason });
+        }
         Err(e) => return Err(e),
     };
     parse(&bytes, &store.describe(MANIFEST)).map(Some)

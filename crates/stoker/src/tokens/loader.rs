@@ -290,9 +290,10 @@ impl TokenLoader {
         // plan's lock is not the progress's: taken first).
         let near_cap = {
             let p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-            p.1.as_ref().unwrap_or(&p.0).weights.len() >= super::mix::MAX_WEIGHT_CHANGES
+            let s = p.1.as_ref().unwrap_or(&p.0);
+            (s.weights.len() >= super::mix::MAX_WEIGHT_CHANGES).then_some(s.epoch)
         };
-        let epoch_end = if near_cap { self.batches(self.state().epoch).ok() } else { None };
+        let epoch_end = near_cap.and_then(|epoch| self.batches(epoch).ok());
         let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         // Not resuming: the change applies from where the run stands (the next epoch() starts
         // there: its batch when the epoch is unfinished, else batch 0 of the next).
@@ -403,10 +404,13 @@ impl TokenLoader {
         // on: the run's next states are checked at their resume.
         let mut state = state;
         state.stream.get_or_insert(mine);
-        // One at its epoch's end (as earlier versions kept it) is the next epoch's start.
-        let state = self.past_its_epoch(state);
-        let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-        *p = (state.clone(), Some(state));
+        *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = (state.clone(), Some(state.clone()));
+        // One at its epoch's end (as earlier versions kept it) is the next epoch's start: asked
+        // once it is in place, so that its own weights plan its epoch.
+        let next = self.state();
+        if next.epoch != state.epoch {
+            *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = (next.clone(), Some(next));
+        }
         Ok(())
     }
 

@@ -144,10 +144,16 @@ fn a_state_at_an_epochs_end_is_the_next_epochs_start_and_a_foreign_one_is_refuse
     let e = Loader::new(src.clone(), cfg.clone()).unwrap().load_state(state.clone()).unwrap_err();
     assert!(e.to_string().contains("order"), "{e}");
     cfg.order = Order::Shuffle { seed: 4 };
+    // Past the end by the padding of a last global batch (4 ranks, 77 samples: 80): the end.
+    let mut padded = state.clone();
+    padded.sampler.consumed = 80;
+    let resumed = Loader::new(src.clone(), cfg.clone()).unwrap();
+    resumed.load_state(padded).unwrap();
+    assert_eq!(resumed.resume_epoch(), Some(1));
     let mut past = state;
-    past.sampler.consumed = 78;
+    past.sampler.consumed = 77 + (1 << 20) + 1;
     let e = Loader::new(src, cfg).unwrap().load_state(past).unwrap_err();
-    assert!(e.to_string().contains("consumed 78 of 77"), "{e}");
+    assert!(e.to_string().contains(&format!("consumed {} of 77", 77 + (1 << 20) + 1)), "{e}");
 }
 
 #[test]
