@@ -216,7 +216,9 @@ impl Loader {
         p.pending.clone().map(|sampler| LoaderState { sampler, batch_size: self.cfg.batch_size })
     }
 
-    /// Continue from `state` on the next call to [`epoch`](Self::epoch) for its epoch.
+    /// Continue from `state` on the next call to [`epoch`](Self::epoch) for the epoch it
+    /// resumes in, which [`resume_epoch`](Self::resume_epoch) gives: a state at its epoch's end
+    /// resumes at the next epoch's start.
     pub fn load_state(&self, state: LoaderState) -> Result<()> {
         if state.sampler.n != self.positions() {
             return Err(Error::invalid_option(format!(

@@ -351,8 +351,9 @@ impl TokenLoader {
         }
     }
 
-    /// Continue from `state`: the next [`epoch`](Self::epoch) call for its epoch starts at its
-    /// batch. The world size may differ from the one that saved it.
+    /// Continue from `state`: the next [`epoch`](Self::epoch) call for the epoch it resumes in
+    /// (what [`state`](Self::state) then says: a state at its epoch's end resumes at the next
+    /// epoch's start) starts at its batch. The world size may differ from the one that saved it.
     pub fn load_state(&self, state: TokenState) -> Result<()> {
         let documents = self.docs.documents();
         if state.documents != documents

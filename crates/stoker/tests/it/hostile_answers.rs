@@ -25,6 +25,8 @@ enum Answer {
     /// 503, with a chunked body sent until the client stops reading (256 MiB at most, then
     /// nothing more).
     EndlessError,
+    /// 200 to a listing (404 to anything else), with a chunked body as [`Answer::EndlessError`]'s.
+    EndlessListing,
 }
 
 /// A server answering every request as `answer` says; `asked` counts requests, `sent` the
@@ -54,6 +56,10 @@ async fn server(answer: Answer, asked: Arc<AtomicU64>, sent: Arc<AtomicU64>) -> 
                     }
                     Answer::ListingClaims(_) => ("404 Not Found\r\nContent-Length: 0".into(), 0, false),
                     Answer::EndlessError => ("503 Slow Down\r\nTransfer-Encoding: chunked".into(), 0, false),
+                    Answer::EndlessListing if line.contains("list-type=2") => {
+                        ("200 OK\r\nContent-Type: application/xml\r\nTransfer-Encoding: chunked".into(), 0, false)
+                    }
+                    Answer::EndlessListing => ("404 Not Found\r\nContent-Length: 0".into(), 0, false),
                 };
                 let head = format!("HTTP/1.1 {head}\r\nETag: \"e\"\r\n\r\n");
                 if conn.write_all(head.as_bytes()).await.is_err() || conn.write_all(&vec![b'<'; first]).await.is_err() {
@@ -63,7 +69,9 @@ async fn server(answer: Answer, asked: Arc<AtomicU64>, sent: Arc<AtomicU64>) -> 
                 if then_wait {
                     std::future::pending::<()>().await;
                 }
-                if let Answer::EndlessError = answer {
+                let endless = matches!(answer, Answer::EndlessError)
+                    || matches!(answer, Answer::EndlessListing) && line.contains("list-type=2");
+                if endless {
                     let chunk = format!("10000\r\n{}\r\n", "x".repeat(1 << 16));
                     // Up to 256 MiB, then silence: enough to tell a body read to its end from
                     // one cut short, without a regression filling the test machine's memory.
@@ -133,4 +141,22 @@ async fn an_error_answer_without_end_is_cut_short() {
     assert_eq!(asked.load(Relaxed), 2, "{e}");
     let sent = sent.load(Relaxed);
     assert!(sent < 2 * (32 << 20), "{sent} bytes of error body were taken");
+}
+
+/// A listing page without end fails once past the most a page may be (64 MiB), each attempt:
+/// before, it was read until memory or the deadline ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_page_without_end_fails_at_its_bound() {
+    let (asked, sent) = counters();
+    let addr = server(Answer::EndlessListing, asked.clone(), sent.clone()).await;
+    let uri = format!(
+        "s3://b/p/?endpoint=http://{addr}&anonymous=true&disk_cache=false&layout=objects&attempts=1&backoff_ms=5"
+    );
+    let opened = tokio::time::timeout(Duration::from_secs(120), stoker::open(&uri, Default::default()))
+        .await
+        .expect("the open ended");
+    let Err(e) = opened else { panic!("a listing without end listed something") };
+    assert!(asked.load(Relaxed) >= 1, "{e}");
+    let sent = sent.load(Relaxed);
+    assert!(sent < 200 << 20, "{sent} bytes of one listing page were taken: {e}");
 }
