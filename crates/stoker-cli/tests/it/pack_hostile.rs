@@ -128,3 +128,24 @@ fn a_token_pack_redoes_or_removes_parts_it_cannot_vouch_for() {
     let e = err(&tokens(&text, s(&other), &tok, "10"));
     assert!(e.contains("notes.txt") && e.contains("not empty"), "{e}");
 }
+
+#[test]
+fn an_lmdb_that_is_not_the_packs_is_written_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("files"), dir.path().join("out"));
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..20 {
+        std::fs::write(src.join(format!("s{i:02}.bin")), format!("sample {i}").repeat(i + 1)).unwrap();
+    }
+    let run = || stoker(&["pack", s(&src), s(&dest), "--layout", "lmdb", "--json"]);
+    ok(&run());
+    let clean = std::fs::read(dest.join("data.mdb")).unwrap();
+    // An empty data.mdb (or another environment) in its place is not a finished pack.
+    std::fs::write(dest.join("data.mdb"), b"").unwrap();
+    let r = ok(&run());
+    assert_eq!((r["resumed_shards"].as_u64(), r["written_samples"].as_u64()), (Some(0), Some(20)), "{r}");
+    assert_eq!(std::fs::metadata(dest.join("data.mdb")).unwrap().len(), clean.len() as u64);
+    // The pack's own is kept.
+    let r = ok(&run());
+    assert_eq!(r["resumed_shards"].as_u64(), Some(1), "{r}");
+}

@@ -51,10 +51,15 @@ pub(crate) async fn write(
     let final_path = dir.join(DATA);
     let all: u64 = plan.file.payload_bytes;
     if resume {
-        // data.mdb is only ever renamed into place whole, after every record.
+        // data.mdb is only ever renamed into place whole, after every record: one there that
+        // is not an LMDB of as many records (an empty file, another environment) was not put
+        // there by this pack, and is written again.
         if let Ok(m) = std::fs::metadata(&final_path) {
-            progress.advance(plan.outs.len() as u64, all);
-            return Ok(Written { bytes: m.len(), resumed: 1, written_samples: 0, sums: Default::default() });
+            let records = crate::source::lmdb::check_data_file(&final_path).ok();
+            if records == Some(plan.outs.len() as u64) {
+                progress.advance(plan.outs.len() as u64, all);
+                return Ok(Written { bytes: m.len(), resumed: 1, written_samples: 0, sums: Default::default() });
+            }
         }
     } else {
         remove_work(dir).map_err(|e| Error::io(dir.join(WORK_DIR).display(), e))?;

@@ -183,7 +183,8 @@ fn open_env(canonical: &Path) -> Result<&'static OpenEnv> {
 
 /// Check `data.mdb`'s meta pages before mapping it: LMDB maps the size the meta page claims,
 /// and touching a page past the end of a truncated file kills the process with SIGBUS.
-fn check_data_file(data: &Path) -> Result<()> {
+/// Returns the records its unnamed database holds, as the live meta page says.
+pub(crate) fn check_data_file(data: &Path) -> Result<u64> {
     use std::io::Read;
     const MAGIC: u32 = 0xBEEF_C0DE;
     let bad = |reason: String| lmdb_err(data, reason);
@@ -218,7 +219,8 @@ fn check_data_file(data: &Path) -> Result<()> {
             "data.mdb is {len} bytes but its meta page says the data runs to {need} bytes: the file is truncated; copy it again"
         )));
     }
-    Ok(())
+    // The meta page's second database record (the unnamed one, at 88) counts its entries.
+    Ok(u64_at(live, 88 + 32))
 }
 
 impl Inner {
