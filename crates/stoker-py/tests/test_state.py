@@ -84,6 +84,9 @@ def test_a_state_for_another_order_or_past_its_end_is_refused(data):
         loader = stoker.Loader(uri, batch_size=8, output="numpy", **other)
         with pytest.raises(stoker.InvalidInputError, match="order"):
             loader.load_state_dict(state)
+    # Another dataset of as many samples (files, not tar shards): its state is not this one's.
+    with pytest.raises(stoker.InvalidInputError, match="tar, 3 shards"):
+        stoker.Loader(str(data / "bucket/files"), batch_size=8, output="numpy", shuffle=True, seed=7).load_state_dict(state)
     past = {**state, "loader": {**state["loader"], "sampler": {**state["loader"]["sampler"], "consumed": 10**7}}}
     with pytest.raises(stoker.InvalidInputError, match="consumed"):
         stoker.Loader(uri, batch_size=8, output="numpy", shuffle=True, seed=7).load_state_dict(past)

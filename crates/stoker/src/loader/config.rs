@@ -163,6 +163,10 @@ pub struct LoaderState {
     pub sampler: SamplerState,
     /// Batch size in use when saved (informational; a different one is allowed).
     pub batch_size: usize,
+    /// What the source was: its layout and shard count (`tar, 4 shards`). A state for another
+    /// is refused; one without (an earlier version's) is taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 impl crate::uri::SourceOptions {

@@ -333,6 +333,7 @@ fn bad_configs_are_errors() {
     let wrong = LoaderState {
         sampler: stoker::sampler::SamplerState { n: 11, order: Order::Sequential, epoch: 0, consumed: 0, mix: None },
         batch_size: 2,
+        source: None,
     };
     assert!(l.load_state(wrong).unwrap_err().to_string().contains("11"));
 }
