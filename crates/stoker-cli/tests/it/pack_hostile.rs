@@ -70,6 +70,13 @@ fn a_rerun_keeps_only_what_this_pack_wrote() {
     let e = err(&pack(&a, &dest, &[], None));
     assert!(e.contains("shard-000099.tar") && e.contains("did not write"), "{e}");
     std::fs::remove_file(dest.join("shard-000099.tar")).unwrap();
+    // Nor one in a directory below (the indexing lists the whole tree); notes are no shards.
+    std::fs::create_dir(dest.join("sub")).unwrap();
+    std::fs::copy(dest.join("shard-000000.tar"), dest.join("sub/extra.tar")).unwrap();
+    let e = err(&pack(&a, &dest, &[], None));
+    assert!(e.contains("sub/extra.tar"), "{e}");
+    std::fs::remove_dir_all(dest.join("sub")).unwrap();
+    std::fs::write(dest.join("README.md"), b"notes").unwrap();
     let r = ok(&pack(&a, &dest, &[], None));
     assert_eq!((r["samples"].as_u64(), r["resumed_shards"].as_u64()), (Some(30), Some(1)), "{r}");
 

@@ -721,7 +721,6 @@ class Loader:
         self.epoch = epoch
         self._asked = epoch
         self._started = False
-        self._delivered = None
 
     def __iter__(self) -> Iterator[Any]:
         resume = self._loader.resume_epoch()
@@ -765,7 +764,7 @@ class Loader:
         # Kept after the loop ends, also when it is left early (a `break`, an error): the Rust
         # loader has then read past the batches the pool still held, never yielded, and
         # state_dict() must give the position after the last batch yielded. The next
-        # iteration, set_epoch() or load_state_dict() drops it.
+        # iteration or load_state_dict() drops it.
         self._delivered = self._loader.state()
         with ThreadPoolExecutor(self.transform_threads, thread_name_prefix="stoker-transform") as pool:
             for batch in batches:

@@ -116,7 +116,8 @@ impl Tokenize {
         let resolve = |t: &Option<TokenRef>, what: &str| -> Result<Option<u32>> {
             match t {
                 None => Ok(None),
-                Some(TokenRef::Id(id)) if (*id as usize) < tok.vocab_size() => Ok(Some(*id)),
+                // By the vocabulary's ids, not its size: vocabularies have gaps.
+                Some(TokenRef::Id(id)) if tok.has_id(*id) => Ok(Some(*id)),
                 Some(TokenRef::Id(id)) => Err(Error::invalid_option(format!(
                     "decode spec for `{field}`: {what} id {id} is not in the vocabulary of {} ({} tokens)",
                     spec.tokenizer,

@@ -270,8 +270,9 @@ impl Loader {
             )));
         }
         // A state at an epoch's end (from an earlier version, which kept it there) is the next
-        // epoch's start, as `state` now gives it.
-        let cfg = self.sampler_config(state.sampler.epoch);
+        // epoch's start, as `state` now gives it. Judged for the rank, not this worker: every
+        // worker of a rank must resume in the same epoch (one whose share is done reads none).
+        let cfg = SamplerConfig { worker: 0, num_workers: 1, ..self.sampler_config(state.sampler.epoch) };
         let bs = self.cfg.batch_size.max(1) as u64;
         let left = Sampler::resume(cfg, &state.sampler)?.len();
         let sampler = if batches_for(left, bs, self.cfg.drop_last) == 0 && state.sampler.consumed > 0 {

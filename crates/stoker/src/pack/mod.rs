@@ -365,12 +365,13 @@ async fn foreign_entry(out: &Store) -> Result<Option<String>> {
     Ok(out.entries().await?.into_iter().find(|name| !is_own_temp(name)))
 }
 
-/// A shard in the destination (a file the tar layout reads as one) that the pack `plan`
-/// describes did not write: a README or notes beside the shards are not read, and stay.
+/// A shard anywhere under the destination (a file a sharded layout reads as one, as the
+/// indexing that ends the pack would) that the pack `plan` describes did not write: a README
+/// or notes beside the shards are not read, and stay.
 async fn foreign_to(out: &Store, plan: &PlanFile) -> Result<Option<String>> {
     let own: std::collections::HashSet<&str> = plan.shards.iter().map(|s| s.name.as_str()).collect();
-    let shard = |name: &str| Layout::of_shard_name(name).is_some() && !is_own_temp(name);
-    Ok(out.entries().await?.into_iter().find(|name| shard(name) && !own.contains(name.as_str())))
+    let shard = |p: &str| crate::source::resolve::is_dataset_file(p) && Layout::of_shard_name(p).is_some();
+    Ok(out.list().await?.into_iter().map(|o| o.path).find(|p| shard(p) && !own.contains(p.as_str())))
 }
 
 /// Remove what an earlier pack wrote (its plan names it all), for `force`.

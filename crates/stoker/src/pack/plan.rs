@@ -295,7 +295,12 @@ fn shard(outs: &[Out], opts: &PackOptions) -> Vec<ShardPlan> {
 /// absolute with its links resolved, so a rerun from another directory, or naming it `./data`
 /// or `data/`, is the same pack.
 fn location(source: &str) -> String {
-    let bare = source.split('?').next().unwrap_or_default();
+    // A source shows itself as `LAYOUT:URI` (`tar:./data`): the URI is the location.
+    let uri = match source.split_once(':') {
+        Some((head, rest)) if crate::uri::Layout::ALL.iter().any(|l| l.as_str() == head) => rest,
+        _ => source,
+    };
+    let bare = uri.split('?').next().unwrap_or_default();
     std::fs::canonicalize(bare).map_or_else(|_| bare.to_string(), |p| p.display().to_string())
 }
 
@@ -423,8 +428,15 @@ mod tests {
         assert_ne!(base, fp(m(), &PackOptions { prefix: "train".into(), ..opts(Layout::Tar) }));
         // Another source of the same names and sizes is another pack; the same source with
         // other options (credentials, concurrency) is the same.
-        let at = |src| make(m(), &opts(Layout::Tar), src, "d").unwrap().file.fingerprint;
+        let at = |src: &str| make(m(), &opts(Layout::Tar), src, "d").unwrap().file.fingerprint;
         assert_eq!(base, at("s?concurrency=8"));
         assert_ne!(base, at("other"));
+        // A local source however it was named: relative, with `./` or a trailing `/`.
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let one = at(&format!("tar:{d}"));
+        assert_eq!(one, at(&format!("tar:{d}/./")));
+        assert_eq!(one, at(&format!("tar:{d}/?concurrency=4")));
+        assert_ne!(one, at(&format!("tar:{d}/other")));
     }
 }
