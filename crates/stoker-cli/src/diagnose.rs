@@ -74,9 +74,11 @@ pub(crate) struct DiagnoseArgs {
 
 pub(crate) async fn run(args: DiagnoseArgs) -> Result<()> {
     let options = args.source.options()?;
-    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
-        return Err(CliError::Message(format!("--seconds must be a positive number, not {}", args.seconds)));
-    }
+    // A duration, too (1e20 s is none: it panicked).
+    let max_time = Duration::try_from_secs_f64(args.seconds).ok().filter(|_| args.seconds > 0.0);
+    let Some(max_time) = max_time else {
+        return Err(CliError::Message(format!("--seconds must be a positive number of seconds, not {}", args.seconds)));
+    };
     let mut loader = LoaderConfig::new(args.batch);
     loader.prefetch = args.prefetch;
     loader.order = args.shuffle.order(0)?;
@@ -105,8 +107,7 @@ pub(crate) async fn run(args: DiagnoseArgs) -> Result<()> {
             Ok(())
         }) as Consumer
     });
-    let cfg =
-        DiagnoseConfig { loader, consumer, samples: args.samples, max_time: Duration::from_secs_f64(args.seconds) };
+    let cfg = DiagnoseConfig { loader, consumer, samples: args.samples, max_time };
     if !args.json {
         eprintln!(
             "diagnosing {}: 5 steps of at most {} samples or {} s each",

@@ -175,7 +175,12 @@ pub(crate) async fn run(args: TokensArgs) -> Result<()> {
     };
     let mut left = args.batches.unwrap_or(u64::MAX);
     let row_tokens = (cfg.rows() * cfg.window()) as u64;
-    for epoch in first..first.saturating_add(args.epochs.max(1)) {
+    let Some(end) = first.checked_add(args.epochs.max(1)) else {
+        return Err(crate::CliError::Message(format!(
+            "the state resumes in epoch {first}, past the last there can be"
+        )));
+    };
+    for epoch in first..end {
         if left == 0 {
             break;
         }

@@ -72,4 +72,14 @@ fn bad_arguments_are_refused_with_the_fix() {
     let out = stoker(&["diagnose", &format!("{uri}/missing")]);
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("missing"), "{}", text(&out.stderr));
+    // Seconds no duration holds: an error, not a panic (exit 101).
+    let out = stoker(&["diagnose", uri, "--seconds", "1e20"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--seconds"), "{}", text(&out.stderr));
+    // Steps too short for a batch still measure one: no rate over nothing.
+    let out = stoker(&["diagnose", uri, "--seconds", "1e-12", "--json", "--samples", "16"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let steps = report["steps"].as_array().unwrap();
+    assert!(steps.iter().all(|s| s["batches"].as_u64() >= Some(1)), "{report}");
 }

@@ -203,7 +203,8 @@ impl Meter {
         Meter {
             step,
             started,
-            deadline: started + cfg.max_time,
+            // A time too far to add is none: the sample budget ends the step.
+            deadline: started.checked_add(cfg.max_time).unwrap_or_else(|| started + Duration::from_secs(1 << 40)),
             budget: cfg.samples,
             samples: 0,
             batches: 0,
@@ -228,8 +229,10 @@ impl Meter {
         out
     }
 
+    /// Never before one batch: a rate over none would be 0 samples/s, and the verdict built
+    /// on it nonsense.
     fn done(&self) -> bool {
-        self.samples >= self.budget || Instant::now() >= self.deadline
+        self.batches > 0 && (self.samples >= self.budget || Instant::now() >= self.deadline)
     }
 
     fn finish(self, what: impl Into<String>) -> StepResult {

@@ -79,7 +79,26 @@ impl ShardWriter {
     pub async fn begin(&self, settings: &serde_json::Value, prefix: &str, force: bool) -> Result<()> {
         let fail = |reason: String| Error::Pack { dest: self.shown.clone(), reason };
         match self.job().await? {
-            Some(old) if old.settings == *settings => {}
+            Some(old) if old.settings == *settings => {
+                // A shard another hand put there would be indexed as the job's at `finish`.
+                if !force {
+                    let entries = self.out.entries().await?;
+                    let foreign = |n: &String| {
+                        crate::uri::Layout::of_shard_name(n).is_some()
+                            && !crate::store::is_temp_name(n)
+                            && !is_job_file_name(n, old.prefix.as_deref().unwrap_or(prefix))
+                    };
+                    if let Some(found) = entries.iter().find(|n| foreign(n)) {
+                        return Err(fail(format!(
+                            "it holds `{found}`, which the write there did not make; move it away, or pass force to \
+                             keep it (it joins the manifest)"
+                        )));
+                    }
+                }
+                // The manifest is written at `finish` only: a rerun that dies midway must not
+                // leave the last run's, which readers would take for the whole dataset.
+                self.out.delete(crate::source::manifest::MANIFEST).await?;
+            }
             Some(old) if force => {
                 let old_prefix = old.prefix.as_deref().unwrap_or(prefix);
                 self.remove_job_files(old_prefix, &Default::default()).await?;
@@ -297,13 +316,15 @@ fn stem(name: &str) -> String {
     name.rsplit_once('.').map_or(name.to_string(), |(s, _)| s.to_string())
 }
 
-/// Whether `name` is one a job names its files by: `{prefix}-{task:06}-{n:04}` and `.tar`,
+/// Whether `name` is one a job names its files by: `{prefix}-{task:06}-{n:04}` (or more
+/// digits) and `.tar`,
 /// `.bin` or `.idx`. Only such names are removed as stale, so files of other origins (a
 /// user's `shard-000001.tar` in a destination written with `force`) are never touched.
 fn is_job_file_name(name: &str, prefix: &str) -> bool {
     let Some(rest) = name.strip_prefix(prefix).and_then(|r| r.strip_prefix('-')) else { return false };
     let Some((stem, ext)) = rest.rsplit_once('.') else { return false };
-    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    // At least so many digits: a task's 10,000th shard is `-10000`, the millionth task `1000000-`.
+    let digits = |s: &str, n: usize| s.len() >= n && s.bytes().all(|b| b.is_ascii_digit());
     matches!(ext, "tar" | "bin" | "idx") && stem.split_once('-').is_some_and(|(t, k)| digits(t, 6) && digits(k, 4))
 }
 
@@ -324,6 +345,7 @@ mod tests {
         for ours in ["p-000001-0000.tar", "p-123456-9999.bin", "p-000000-0001.idx"] {
             assert!(is_job_file_name(ours, "p"), "{ours}");
         }
+        assert!(is_job_file_name("p-000000-10000.tar", "p") && is_job_file_name("p-1000000-0000.idx", "p"));
         for other in ["p-000001.tar", "p-00001-0000.tar", "p-000001-0000.tar.stoker-idx.json", "q-000001-0000.tar"] {
             assert!(!is_job_file_name(other, "p"), "{other}");
         }

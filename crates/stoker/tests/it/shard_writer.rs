@@ -66,6 +66,20 @@ async fn shards_read_back_reruns_keep_what_landed_and_finish_drops_stale_shards(
     let verified = stoker::open(&dest, opts).await.unwrap();
     assert_eq!(verified.get_many(&(0..8).collect::<Vec<_>>()).await.unwrap().len(), 8);
 
+    // A rerun: the last run's manifest goes at once (one that dies midway must not look
+    // whole), a task's 10,000th shard is the job's (dropped as stale), a shard another hand
+    // put there is refused unless forced.
+    w.write("p-000000-10000.tar", &samples(8..9, "c")).await.unwrap();
+    std::fs::copy(dir.path().join("p-000000-0000.tar"), dir.path().join("someone-else.tar")).unwrap();
+    let e = w.begin(&settings, "p", false).await.unwrap_err();
+    assert!(e.to_string().contains("someone-else.tar"), "{e}");
+    std::fs::remove_file(dir.path().join("someone-else.tar")).unwrap();
+    w.begin(&settings, "p", false).await.unwrap();
+    assert!(!dir.path().join(stoker::source::manifest::MANIFEST).exists());
+    let report = w.finish("p", &["p-000000-0000.tar".into(), "p-000000-0001.tar".into()]).await.unwrap();
+    assert_eq!((report.objects, report.samples), (2, 8));
+    assert!(!dir.path().join("p-000000-10000.tar").exists());
+
     // Another job's settings are refused, unless forced.
     let other = serde_json::json!({"shard_size": 5});
     let e = w.begin(&other, "p", false).await.unwrap_err();
