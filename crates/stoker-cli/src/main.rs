@@ -270,14 +270,19 @@ async fn inspect(args: &SourceArgs, json: bool) -> Result<()> {
     let src = args.open().await?;
     let open_time = started.elapsed();
     let mut fields: Vec<(String, FieldTotal)> = Vec::new();
+    // Each name's place in `fields` (kept in order of first sight): a search of the list for
+    // every field took 24 s over one shard of 40,000 distinct names.
+    let mut slots: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut total = 0u64;
     for i in 0..src.len() {
         let meta = src.meta(i).await?;
         for (name, size) in &meta.fields {
-            let slot = match fields.iter().position(|(n, _)| *n == display_key(name)) {
-                Some(p) => p,
+            let shown = display_key(name);
+            let slot = match slots.get(&*shown) {
+                Some(&p) => p,
                 None => {
-                    fields.push((display_key(name).into_owned(), FieldTotal::default()));
+                    slots.insert(shown.clone().into_owned(), fields.len());
+                    fields.push((shown.into_owned(), FieldTotal::default()));
                     fields.len() - 1
                 }
             };
