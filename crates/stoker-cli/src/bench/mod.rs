@@ -173,6 +173,12 @@ async fn orchestrate(args: &BenchArgs, params: &LoaderParams, ui: &Ui) -> Result
     // Every URI is checked before anything runs, so a typo in the last one fails at once.
     let mut named = Vec::new();
     for uri in &args.uris {
+        // An inline mix is no URI the parser knows (its JSON holds URIs of its own): it is
+        // checked when opened, and shown redacted.
+        if uri.starts_with("mix:{") {
+            named.push((stoker::uri::redact(uri), uri.clone()));
+            continue;
+        }
         let parsed = stoker::uri::parse(uri)?;
         named.push((parsed.display, uri.clone()));
     }

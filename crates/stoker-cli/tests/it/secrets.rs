@@ -227,3 +227,21 @@ fn a_secret_planted_everywhere_never_reaches_stdout_or_stderr() {
     }
     assert!(ds.join(".stoker-manifest.json").exists() && cache.exists());
 }
+
+/// An inline mix whose JSON holds URIs (`file://…`) is benchmarked (its `://` failed the URI
+/// check before it ran), and shown with its secret options redacted.
+#[test]
+fn bench_takes_an_inline_mix_and_shows_it_redacted() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..20 {
+        std::fs::write(dir.path().join(format!("{i:03}.bin")), vec![b'x'; 100]).unwrap();
+    }
+    let mix = format!(
+        r#"mix:{{"sources":[{{"uri":"file://{}","weight":1,"options":{{"secret_access_key":"{SECRET}"}}}}]}}"#,
+        dir.path().display()
+    );
+    let out = common::stoker(&["bench", &mix, "--json"]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains(SECRET) && text.contains("\"backend\":\"mix:"), "{text}");
+}
