@@ -606,6 +606,21 @@ def mix(
     return _dataset_class()("mix:" + json.dumps(spec), **options)
 
 
+def _iteration_epoch(epoch: int, started: bool, resume: Optional[int], asked: Optional[int]) -> int:
+    """The epoch an iteration of a loader reads: a loaded state's (``resume``), else the one
+    after the last iteration's, else ``epoch`` (set by ``set_epoch``, which also gives
+    ``asked``). A ``set_epoch`` naming another epoch than a loaded state's is an error: reading
+    the resumed epoch would skip the one asked for, reading the asked one would drop the resume."""
+    if resume is None:
+        return epoch + 1 if started else epoch
+    if asked is not None and asked != resume:
+        raise InvalidInputError(
+            f"set_epoch({asked}) after load_state_dict() of a state for epoch {resume}: "
+            f"call set_epoch({resume}) to resume there (a state taken at an epoch's end is the next epoch's start)"
+        )
+    return resume
+
+
 class Loader:
     """Batches from Rust threads, prefetched and in order, handed over without copies.
 
@@ -723,20 +738,9 @@ class Loader:
         self._started = False
 
     def __iter__(self) -> Iterator[Any]:
-        resume = self._loader.resume_epoch()
-        if resume is not None and self._asked is not None and self._asked != resume:
-            # Reading the resumed epoch would read another than the one asked for, and the
-            # asked one would then be skipped; reading the asked one would drop the resume.
-            raise InvalidInputError(
-                f"set_epoch({self._asked}) after load_state_dict() of a state for epoch {resume}: "
-                f"call set_epoch({resume}) to resume there (a state taken at an epoch's end is the next epoch's start)"
-            )
+        self.epoch = _iteration_epoch(self.epoch, self._started, self._loader.resume_epoch(), self._asked)
         self._asked = None
         self._delivered = None
-        if resume is not None:
-            self.epoch = resume
-        elif self._started:
-            self.epoch += 1
         self._started = True
         if self.transform is None:
             for batch in self._loader.epoch(self.epoch):

@@ -6,7 +6,6 @@ import os
 from typing import Any, Dict, Iterator, Optional, Sequence, Union
 
 from . import _stoker
-from ._stoker import InvalidInputError
 
 
 class TokenLoader:
@@ -131,17 +130,11 @@ class TokenLoader:
         self._started = False
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
+        from . import _iteration_epoch
+
         asked, self._asked = self._asked, None
-        if self._resume_epoch is not None and asked is not None and asked != self._resume_epoch:
-            # Either choice would skip an epoch or drop the resume.
-            raise InvalidInputError(
-                f"set_epoch({asked}) after load_state_dict() of a state for epoch {self._resume_epoch}: call "
-                f"set_epoch({self._resume_epoch}) to resume there (a state taken at an epoch's end is the next epoch's start)"
-            )
-        if self._resume_epoch is not None:
-            self.epoch, self._resume_epoch = self._resume_epoch, None
-        elif self._started:
-            self.epoch += 1
+        self.epoch = _iteration_epoch(self.epoch, self._started, self._resume_epoch, asked)
+        self._resume_epoch = None
         self._started = True
         for batch in self._loader.epoch(self.epoch):
             yield self._convert(batch)

@@ -211,20 +211,24 @@ impl Loader {
             let done = delivered.div_ceil(bs) >= batches_for(sampler.len(), bs, self.cfg.drop_last);
             let state = sampler.state_after(*delivered);
             let state = if done { next_epoch(state) } else { state };
-            return Some(LoaderState { sampler: state, batch_size: self.cfg.batch_size, source: self.identity() });
+            return Some(LoaderState {
+                sampler: state,
+                batch_size: self.cfg.batch_size,
+                source: Some(self.identity()),
+            });
         }
         p.pending.clone().map(|sampler| LoaderState {
             sampler,
             batch_size: self.cfg.batch_size,
-            source: self.identity(),
+            source: Some(self.identity()),
         })
     }
 
     /// What a state records of the source ([`LoaderState::source`]): the sample count alone
     /// let a state of one dataset resume another of as many samples.
-    fn identity(&self) -> Option<String> {
+    fn identity(&self) -> String {
         let info = self.source.info();
-        Some(format!("{}, {} shards", info.layout, info.shards))
+        format!("{}, {} shards", info.layout, info.shards)
     }
 
     /// Continue from `state` on the next call to [`epoch`](Self::epoch) for the epoch it
@@ -244,7 +248,8 @@ impl Loader {
             let (state_is_mix, is_mix) = (state.sampler.mix.is_some(), self.mix.is_some());
             return Err(SamplerError::MixMismatch { state_is_mix, is_mix }.into());
         }
-        if let (Some(theirs), Some(mine)) = (&state.source, self.identity()) {
+        if let Some(theirs) = &state.source {
+            let mine = self.identity();
             if *theirs != mine {
                 return Err(Error::invalid_option(format!(
                     "the saved state is for a source of {theirs}, this loader reads {} ({mine}): resume with the data \

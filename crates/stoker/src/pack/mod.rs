@@ -227,7 +227,8 @@ async fn pack_here(
             // A tar shard that came into the destination since would be indexed into the
             // pack's manifest as its own.
             if !opts.force && opts.layout == Layout::Tar {
-                if let Some(found) = foreign_to(&out, &old).await? {
+                let own: std::collections::HashSet<&str> = old.shards.iter().map(|s| s.name.as_str()).collect();
+                if let Some(found) = stray_shard(&out, |p| own.contains(p)).await? {
                     return Err(fail(format!(
                         "it holds `{found}`, which the pack there did not write; move it away (or pass --force to \
                          keep it, and index it with the pack)"
@@ -365,13 +366,13 @@ async fn foreign_entry(out: &Store) -> Result<Option<String>> {
     Ok(out.entries().await?.into_iter().find(|name| !is_own_temp(name)))
 }
 
-/// A shard anywhere under the destination (a file a sharded layout reads as one, as the
-/// indexing that ends the pack would) that the pack `plan` describes did not write: a README
-/// or notes beside the shards are not read, and stay.
-async fn foreign_to(out: &Store, plan: &PlanFile) -> Result<Option<String>> {
-    let own: std::collections::HashSet<&str> = plan.shards.iter().map(|s| s.name.as_str()).collect();
+/// A shard anywhere under the destination `out` (a file a sharded layout reads as one, as
+/// indexing the destination would) that `owns` does not claim: at a resume, one that would
+/// join the manifest as the earlier run's. A README or notes beside the shards are not read,
+/// and stay; temporary files are hidden.
+pub(crate) async fn stray_shard(out: &Store, owns: impl Fn(&str) -> bool) -> Result<Option<String>> {
     let shard = |p: &str| crate::source::resolve::is_dataset_file(p) && Layout::of_shard_name(p).is_some();
-    Ok(out.list().await?.into_iter().map(|o| o.path).find(|p| shard(p) && !own.contains(p.as_str())))
+    Ok(out.list().await?.into_iter().map(|o| o.path).find(|p| shard(p) && !owns(p)))
 }
 
 /// Remove what an earlier pack wrote (its plan names it all), for `force`.

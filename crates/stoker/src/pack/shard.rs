@@ -82,13 +82,8 @@ impl ShardWriter {
             Some(old) if old.settings == *settings => {
                 // A shard another hand put there would be indexed as the job's at `finish`.
                 if !force {
-                    let entries = self.out.entries().await?;
-                    let foreign = |n: &String| {
-                        crate::uri::Layout::of_shard_name(n).is_some()
-                            && !crate::store::is_temp_name(n)
-                            && !is_job_file_name(n, old.prefix.as_deref().unwrap_or(prefix))
-                    };
-                    if let Some(found) = entries.iter().find(|n| foreign(n)) {
+                    let old_prefix = old.prefix.as_deref().unwrap_or(prefix);
+                    if let Some(found) = super::stray_shard(&self.out, |p| is_job_file_name(p, old_prefix)).await? {
                         return Err(fail(format!(
                             "it holds `{found}`, which the write there did not make; move it away, or pass force to \
                              keep it (it joins the manifest)"

@@ -1,8 +1,6 @@
 //! The manifest of a pre-tokenized directory (what made it, its finished parts) and the checks
 //! that tell a rerun which parts to keep.
 
-use std::path::Path;
-
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -49,19 +47,16 @@ pub struct Part {
     pub bin_xxh64: String,
 }
 
-/// The manifest in `dest`, if there is one: read as a store reads every file it holds whole
+/// The manifest in `out`, if there is one: read as a store reads every file it holds whole
 /// (a regular file, of bounded size: see [`Store::get`]).
-pub(super) async fn read_manifest(dest: &Path) -> Result<Option<TokenizedManifest>> {
-    if !dest.is_dir() {
-        return Ok(None);
-    }
-    let b = match Store::local(dest)?.get(MANIFEST).await {
+pub(super) async fn read_manifest(out: &Store) -> Result<Option<TokenizedManifest>> {
+    let b = match out.get(MANIFEST).await {
         Ok(b) => b,
         Err(e) if e.kind() == crate::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
     serde_json::from_slice(&b).map(Some).map_err(|e| Error::BadIndex {
-        path: dest.join(MANIFEST).display().to_string(),
+        path: out.describe(MANIFEST),
         reason: format!("not a token manifest ({e}); remove the directory and run again"),
     })
 }

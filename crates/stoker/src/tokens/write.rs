@@ -124,7 +124,7 @@ async fn write_parts_here(
         documents_per_part: per,
         parts: Vec::new(),
     };
-    let mut done = match read_manifest(dest).await? {
+    let mut done = match read_manifest(&out).await? {
         Some(m) if TokenizedManifest { parts: Vec::new(), ..m.clone() } == want => kept_parts(&out, m).await?,
         Some(m) => {
             return Err(Error::Pack {
@@ -512,7 +512,13 @@ async fn tokenized_here(
     let opts = TokenizeOptions { field, skip_errors, ..TokenizeOptions::default() };
     // A finished directory opens at once, its parts held to their sizes and their indexes
     // there (checksums are checked when a run resumes, which reads them anyway).
-    let finished = read_manifest(&dir).await.ok().flatten().filter(|m| {
+    // None in a directory not made yet, or one that cannot be read: the tokens are written.
+    let out = dir.is_dir().then(|| Store::local(&dir).ok()).flatten();
+    let manifest = match out {
+        Some(out) => read_manifest(&out).await.ok().flatten(),
+        None => None,
+    };
+    let finished = manifest.filter(|m| {
         m.parts.iter().map(|p| p.documents).sum::<u64>() == n as u64
             && m.parts.iter().all(|p| {
                 std::fs::metadata(dir.join(format!("{}.bin", p.name))).is_ok_and(|md| md.len() == p.bin_bytes)

@@ -86,6 +86,21 @@ async fn server(answer: Answer, asked: Arc<AtomicU64>, sent: Arc<AtomicU64>) -> 
     addr
 }
 
+/// Open the S3 bucket `b/p/` at `addr` as files, `attempts` at the listing, within a hang
+/// guard of `secs`.
+async fn open_listing(
+    addr: std::net::SocketAddr,
+    attempts: u32,
+    secs: u64,
+) -> stoker::Result<Arc<stoker::DynSampleSource>> {
+    let uri = format!(
+        "s3://b/p/?endpoint=http://{addr}&anonymous=true&disk_cache=false&layout=objects&attempts={attempts}&backoff_ms=5"
+    );
+    tokio::time::timeout(Duration::from_secs(secs), stoker::open(&uri, Default::default()))
+        .await
+        .expect("the open ended")
+}
+
 fn counters() -> (Arc<AtomicU64>, Arc<AtomicU64>) {
     (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)))
 }
@@ -117,13 +132,7 @@ async fn a_file_read_whole_that_says_it_is_huge_is_refused_unread() {
 async fn a_listing_page_claiming_a_terabyte_is_an_error_not_an_abort() {
     let (asked, sent) = counters();
     let addr = server(Answer::ListingClaims(1 << 40), asked.clone(), sent).await;
-    let uri = format!(
-        "s3://b/p/?endpoint=http://{addr}&anonymous=true&disk_cache=false&layout=objects&attempts=2&backoff_ms=5"
-    );
-    let opened = tokio::time::timeout(Duration::from_secs(60), stoker::open(&uri, Default::default()))
-        .await
-        .expect("the open ended");
-    let Err(e) = opened else { panic!("a listing cut short listed something") };
+    let Err(e) = open_listing(addr, 2, 60).await else { panic!("a listing cut short listed something") };
     assert!(asked.load(Relaxed) >= 1, "{e}");
 }
 
@@ -149,13 +158,7 @@ async fn an_error_answer_without_end_is_cut_short() {
 async fn a_listing_page_without_end_fails_at_its_bound() {
     let (asked, sent) = counters();
     let addr = server(Answer::EndlessListing, asked.clone(), sent.clone()).await;
-    let uri = format!(
-        "s3://b/p/?endpoint=http://{addr}&anonymous=true&disk_cache=false&layout=objects&attempts=1&backoff_ms=5"
-    );
-    let opened = tokio::time::timeout(Duration::from_secs(120), stoker::open(&uri, Default::default()))
-        .await
-        .expect("the open ended");
-    let Err(e) = opened else { panic!("a listing without end listed something") };
+    let Err(e) = open_listing(addr, 1, 120).await else { panic!("a listing without end listed something") };
     assert!(asked.load(Relaxed) >= 1, "{e}");
     let sent = sent.load(Relaxed);
     assert!(sent < 200 << 20, "{sent} bytes of one listing page were taken: {e}");
