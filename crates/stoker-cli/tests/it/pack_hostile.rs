@@ -92,6 +92,48 @@ fn a_rerun_keeps_only_what_this_pack_wrote() {
     assert_eq!(std::fs::read(dest.join("notes.txt")).unwrap(), b"mine");
 }
 
+#[test]
+fn an_unfinished_pack_is_not_read_as_the_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("a"), dir.path().join("out"));
+    image_dir(&src, 30);
+    assert!(!pack(&src, &dest, &[], Some(15)).status.success(), "the injected abort");
+    assert!(names_of(&dest).contains(&"shard-000000.tar".to_string()), "a shard landed before the abort");
+    // Its finished shards are a part of the dataset: not read, inspected or indexed as it.
+    for cmd in ["inspect", "index", "ls"] {
+        let e = err(&stoker(&[cmd, s(&dest)]));
+        assert!(e.contains("did not finish") && e.contains("rerun the same `stoker pack`"), "{cmd}: {e}");
+    }
+    let r = ok(&pack(&src, &dest, &[], None));
+    assert_eq!((r["samples"].as_u64(), r["resumed_shards"].as_u64()), (Some(30), Some(1)), "{r}");
+    let v = ok(&stoker(&["inspect", s(&dest), "--json"]));
+    assert_eq!(v["samples"], 30);
+}
+
+#[test]
+fn a_shard_changed_in_place_before_a_resume_is_written_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest, clean) = (dir.path().join("a"), dir.path().join("out"), dir.path().join("clean"));
+    image_dir(&src, 30);
+    ok(&pack(&src, &clean, &[], None));
+    assert!(!pack(&src, &dest, &[], Some(15)).status.success(), "the injected abort");
+    // A byte of the landed shard's first payload changes, its size does not (bit rot, a
+    // stray writer): the resume must not keep it, nor index its bytes as the pack's.
+    let shard = dest.join("shard-000000.tar");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    bytes[512 + 3] ^= 0x01;
+    std::fs::write(&shard, &bytes).unwrap();
+    let r = ok(&pack(&src, &dest, &[], None));
+    assert_eq!((r["samples"].as_u64(), r["resumed_shards"].as_u64()), (Some(30), Some(0)), "{r}");
+    let tars = |d: &Path| files(d).into_iter().filter(|(n, _)| n.ends_with(".tar")).collect::<Vec<_>>();
+    assert!(tars(&dest) == tars(&clean), "every shard as an uninterrupted pack's");
+    // A rerun of the finished pack keeps every shard: each still hashes as it landed.
+    let r = ok(&pack(&src, &dest, &[], None));
+    assert_eq!(r["resumed_shards"].as_u64(), Some(3), "{r}");
+    let v = ok(&stoker(&["inspect", s(&dest), "--json"]));
+    assert_eq!(v["samples"], 30);
+}
+
 /// `pack TEXT DEST --layout tokens --tokenize TOK` in parts of `per` documents.
 fn tokens(text: &Path, dest: &str, tok: &Path, per: &str) -> std::process::Output {
     stoker(&["pack", s(text), dest, "--layout", "tokens", "--tokenize", s(tok), "--documents-per-part", per, "--json"])

@@ -276,10 +276,10 @@ async fn pack_here(
             Some(p) => p.display().to_string(),
             None => dest.to_string(),
         };
-        // Every member gets a checksum: those just written from the bytes in hand, those of
-        // shards kept from an interrupted run by reading them.
+        // Every member gets the checksum computed from the bytes as they were written: now,
+        // or by the earlier run that landed a shard kept (its landing record).
         let index_opts = SourceOptions { checksums: Some(true), ..opts.dest_options.clone() };
-        crate::source::index_with(&index_uri, index_opts, &|_, _| {}, &done.sums).await?;
+        crate::source::index_with(&index_uri, index_opts, &|_, _| {}, &done.sums, true).await?;
     }
     plan.file.complete = true;
     write_plan(&out, &plan.file).await?;
@@ -340,7 +340,8 @@ pub(crate) struct Written {
     bytes: u64,
     resumed: usize,
     written_samples: usize,
-    /// Per shard written now (not resumed), the XXH3-64 of each member in archive order.
+    /// Per shard, the XXH3-64 of each member in archive order: computed as it was written, now
+    /// or (a shard kept at a resume) by the run that wrote it.
     sums: std::collections::HashMap<String, Vec<u64>>,
 }
 
@@ -385,6 +386,7 @@ async fn remove_pack(out: &Store, old: &PlanFile) -> std::result::Result<(), Str
     let mut names: Vec<String> = vec![crate::source::manifest::MANIFEST.into(), lmdb_out::DATA.into()];
     for s in &old.shards {
         names.push(crate::source::tar_index::sidecar_path(&s.name));
+        names.push(tar_out::record_name(&s.name));
         names.push(crate::store::temp_name(&s.name));
         names.push(s.name.clone());
     }
@@ -396,7 +398,7 @@ async fn remove_pack(out: &Store, old: &PlanFile) -> std::result::Result<(), Str
 
 /// Temporary files of an interrupted pack (and its plan) do not make a destination foreign.
 fn is_own_temp(name: &str) -> bool {
-    name == PLAN_FILE || name == lmdb_out::WORK_DIR || crate::store::is_temp_name(name)
+    name == PLAN_FILE || name == lmdb_out::WORK_DIR || crate::store::is_temp_name(name) || tar_out::is_record_name(name)
 }
 
 /// Output samples read per request to the source: enough to let ranged sources coalesce,

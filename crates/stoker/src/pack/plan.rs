@@ -63,7 +63,7 @@ pub(crate) struct PlanFile {
     pub complete: bool,
 }
 
-pub(crate) const PLAN_FILE: &str = ".stoker-pack.json";
+pub(crate) const PLAN_FILE: &str = crate::source::PACK_RECORD;
 const FORMAT: &str = "stoker-pack";
 const VERSION: u32 = 1;
 

@@ -45,7 +45,7 @@ pub struct ShardWriter {
 
 /// The record of a job writing into a destination, so a rerun knows the shards there are its
 /// own and a different job is not mixed into them.
-pub const JOB_FILE: &str = ".stoker-write.json";
+pub const JOB_FILE: &str = crate::source::WRITE_RECORD;
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct JobFile {
@@ -156,7 +156,7 @@ impl ShardWriter {
         let written: std::collections::HashSet<String> = written.iter().map(|n| stem(n)).collect();
         self.remove_job_files(prefix, &written).await?;
         let opts = SourceOptions { checksums: Some(true), ..self.options.clone() };
-        let report = crate::source::index(&self.uri, opts).await?;
+        let report = crate::source::index_with(&self.uri, opts, &|_, _| {}, &Default::default(), true).await?;
         job.complete = true;
         self.save_job(&job).await?;
         Ok(report)

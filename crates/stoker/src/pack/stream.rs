@@ -161,8 +161,8 @@ impl ShardStream {
         let (name, shown) = (self.name.clone(), store.describe(&self.name));
         let expected = sink.members();
         let walked = tokio::task::spawn_blocking(move || -> Result<(ObjectWriter, ShardIndex, Vec<u64>, bool)> {
-            let (writer, sums, aside) = sink.end().map_err(|e| store.write_error(&name, e))?;
-            let (headers, hash) = aside.ok_or_else(|| Error::internal("a shard stream's sink keeps its headers"))?;
+            let (writer, sums, headers, hash) = sink.end().map_err(|e| store.write_error(&name, e))?;
+            let headers = headers.ok_or_else(|| Error::internal("a shard stream's sink keeps its headers"))?;
             let info = ObjectInfo { path: name, size: writer.written(), modified_us: 0, e_tag: None, recorded: false };
             let walk = tar_index::Walk { skip: false, checksums: false };
             let idx = tar_index::build_with(headers.reader(info.size), &info, &shown, walk)?;
@@ -219,7 +219,7 @@ impl ShardStream {
 /// The XXH3-128 of the object `old`, read a piece at a time (blocking); `None` if it cannot be
 /// read. A shard already under the name is kept when it hashes as the one just written: the
 /// same bytes, short of a collision nobody but the destination's own writers could arrange.
-fn hash_of(store: &Store, old: &ObjectInfo) -> Option<u128> {
+pub(super) fn hash_of(store: &Store, old: &ObjectInfo) -> Option<u128> {
     let mut hash = twox_hash::XxHash3_128::new();
     store.read_pieces(old, |b| hash.write(b)).then(|| hash.finish_128())
 }

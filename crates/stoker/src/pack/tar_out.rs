@@ -1,10 +1,18 @@
 //! Writing the tar shards of a plan: several shards at once, each read in chunks while the
 //! previous chunk is written, under a temporary name until it is whole and synced.
+//!
+//! Each shard that lands gets a landing record beside it ([`record_name`], hidden): its size,
+//! its XXH3-128 and its members' XXH3-64s, computed from the bytes as they were written. A resume
+//! keeps a shard only if it still hashes as its record says (one changed in place since, at
+//! the same size, is written again), and indexes it with the record's checksums: what the
+//! index vouches for is what this pack wrote, never bytes read back from the disk later.
 
+use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
 
 use super::plan::{Plan, ShardPlan};
 use super::tar_sink::TarSink;
@@ -24,15 +32,20 @@ pub(crate) async fn write(
     shown: &str,
 ) -> Result<Written> {
     let mut todo: Vec<&ShardPlan> = Vec::new();
-    let mut resumed = 0;
+    let mut kept: HashMap<String, Vec<u64>> = HashMap::new();
     for s in &plan.file.shards {
-        if resume && is_complete(out, s).await? {
-            resumed += 1;
-            progress.advance(s.samples as u64, payload(plan, s));
-        } else {
-            todo.push(s);
+        match resume {
+            true => match landed(out, s).await? {
+                Some(sums) => {
+                    kept.insert(s.name.clone(), sums);
+                    progress.advance(s.samples as u64, payload(plan, s));
+                }
+                None => todo.push(s),
+            },
+            false => todo.push(s),
         }
     }
+    let resumed = kept.len();
     let written_samples = todo.iter().map(|s| s.samples).sum();
     let field = opts.field.as_deref();
     // Some remote stores take a shard in one PUT (see REMOTE_BYTES_IN_FLIGHT).
@@ -40,13 +53,14 @@ pub(crate) async fn write(
         false => opts.jobs,
         true => opts.jobs.min((super::REMOTE_BYTES_IN_FLIGHT / opts.shard_size.max(1)) as usize),
     };
-    let sums = futures::stream::iter(todo.into_iter().map(|s| async move {
+    let mut sums: HashMap<String, Vec<u64>> = futures::stream::iter(todo.into_iter().map(|s| async move {
         let sums = write_shard(src, out, plan, s, field, progress, shown).await?;
         Ok::<_, Error>((s.name.clone(), sums))
     }))
     .buffer_unordered(jobs.max(1))
     .try_collect()
     .await?;
+    sums.extend(kept);
     Ok(Written { bytes: plan.file.shards.iter().map(|s| s.bytes).sum(), resumed, written_samples, sums })
 }
 
@@ -54,9 +68,56 @@ fn payload(plan: &Plan, s: &ShardPlan) -> u64 {
     plan.outs[s.first..s.first + s.samples].iter().map(|o| o.payload()).sum()
 }
 
-/// A shard under its final name was renamed there whole; its size confirms it is this plan's.
-async fn is_complete(out: &Store, s: &ShardPlan) -> Result<bool> {
-    Ok(out.head(&s.name).await.is_ok_and(|o| o.size == s.bytes))
+/// What a shard that landed was ([`record_name`]); kept with the pack, so a rerun of a
+/// finished pack keeps its shards too.
+#[derive(Serialize, Deserialize)]
+struct Landed {
+    bytes: u64,
+    /// The whole shard's XXH3-128, as 32 hex digits.
+    xxh3_128: String,
+    /// Each member's payload XXH3-64, in archive order.
+    sums: Vec<u64>,
+}
+
+/// The landing record of the shard `name`: hidden, beside it.
+pub(super) fn record_name(name: &str) -> String {
+    format!(".{name}{RECORD_SUFFIX}")
+}
+
+const RECORD_SUFFIX: &str = ".landed.json";
+
+/// Whether `name` is a landing record ([`record_name`]).
+pub(super) fn is_record_name(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(RECORD_SUFFIX)
+}
+
+/// The member checksums of the shard `s` if an earlier run of this plan landed it and it still
+/// holds the bytes it landed with; `None` if it is to be written (again).
+async fn landed(out: &Store, s: &ShardPlan) -> Result<Option<Vec<u64>>> {
+    let Ok(info) = out.head(&s.name).await else { return Ok(None) };
+    if info.size != s.bytes {
+        return Ok(None);
+    }
+    // A record is about 20 bytes a member; one far past that is not this pack's.
+    let most = 64 * 1024 + s.samples as u64 * 1024;
+    let record: Landed = match out.get_at_most(&record_name(&s.name), most).await {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(r) => r,
+            Err(_) => return Ok(None),
+        },
+        Err(e) if matches!(e.kind(), crate::ErrorKind::NotFound | crate::ErrorKind::Corrupt) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if record.bytes != info.size {
+        return Ok(None);
+    }
+    let (store, obj) = (out.clone(), info.clone());
+    let hash = tokio::task::spawn_blocking(move || super::stream::hash_of(&store, &obj)).await.map_err(Error::task)?;
+    Ok((hash.map(hex128).as_deref() == Some(record.xxh3_128.as_str())).then_some(record.sums))
+}
+
+fn hex128(h: u128) -> String {
+    format!("{h:032x}")
 }
 
 /// Write one shard; returns the XXH3-64 of every member's payload, in archive order.
@@ -92,7 +153,7 @@ async fn write_shard(
         res.map_err(|e| out.write_error(&s.name, e))?;
         progress.advance(part.len() as u64, bytes);
     }
-    let (writer, sums, _) = tokio::task::spawn_blocking(move || sink.end())
+    let (writer, sums, _, hash) = tokio::task::spawn_blocking(move || sink.end())
         .await
         .map_err(Error::task)?
         .map_err(|e| out.write_error(&s.name, e))?;
@@ -101,7 +162,11 @@ async fn write_shard(
         return Err(Error::internal(format!("{}: wrote {len} bytes, the plan said {}", s.name, s.bytes)));
     }
     writer.finish().await?;
-    Ok(sums)
+    // After the shard: a record without its shard would vouch for nothing there.
+    let record = Landed { bytes: len, xxh3_128: hex128(hash), sums };
+    let json = serde_json::to_vec(&record).map_err(|e| Error::internal(format!("{}: {e}", s.name)))?;
+    out.put_whole(&record_name(&s.name), bytes::Bytes::from(json)).await?;
+    Ok(record.sums)
 }
 
 /// One sample's members, with fixed metadata (mode 0644, owner 0, mtime 0) so the same input

@@ -20,21 +20,24 @@ pub(super) struct TarSink {
     writer: ObjectWriter,
     /// Makes each member's header blocks (its buffer is cleared for every member).
     scratch: tar::Builder<Vec<u8>>,
-    /// What a [`ShardStream`](super::ShardStream) checks the shard with: its headers (about
-    /// 512 bytes a member) and its XXH3-128. `stoker pack`, whose plan has the shard's size
-    /// and whose index is walked in the file, keeps neither.
-    aside: Option<(HeaderLog, XxHash3_128)>,
+    /// What a [`ShardStream`](super::ShardStream) walks the shard's index in: its headers
+    /// (about 512 bytes a member). `stoker pack`, whose plan has the shard's size and whose
+    /// index is walked in the file, does not keep them.
+    log: Option<HeaderLog>,
+    /// The whole shard's XXH3-128: what a rerun compares a shard already there with (a
+    /// stream's rerun, a pack's resume), a few percent of a copy's cost.
+    hash: XxHash3_128,
     sums: Vec<u64>,
 }
 
 impl TarSink {
-    /// A sink into `writer`, keeping the headers and the whole shard's hash for
-    /// [`end`](Self::end) if `aside`.
-    pub(super) fn new(writer: ObjectWriter, aside: bool) -> Self {
+    /// A sink into `writer`, keeping the headers for [`end`](Self::end) if `headers`.
+    pub(super) fn new(writer: ObjectWriter, headers: bool) -> Self {
         TarSink {
             writer,
             scratch: tar::Builder::new(Vec::with_capacity(2048)),
-            aside: aside.then(|| (HeaderLog::default(), XxHash3_128::new())),
+            log: headers.then(HeaderLog::default),
+            hash: XxHash3_128::new(),
             sums: Vec::new(),
         }
     }
@@ -58,7 +61,7 @@ impl TarSink {
         // included), and pads nothing.
         self.scratch.append_data(&mut h, name, io::empty())?;
         let head = std::mem::take(self.scratch.get_mut());
-        if let Some((log, _)) = &mut self.aside {
+        if let Some(log) = &mut self.log {
             log.push(self.writer.written(), &head);
         }
         self.emit(&head)?;
@@ -71,9 +74,7 @@ impl TarSink {
     }
 
     fn emit(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if let Some((_, hash)) = &mut self.aside {
-            hash.write(bytes);
-        }
+        self.hash.write(bytes);
         self.writer.write_all(bytes)
     }
 
@@ -82,17 +83,17 @@ impl TarSink {
         self.writer
     }
 
-    /// Write the tar's end; returns the writer, the payloads' checksums and, if kept aside,
-    /// the headers and the whole shard's XXH3-128.
+    /// Write the tar's end; returns the writer, the payloads' checksums, the headers if kept
+    /// and the whole shard's XXH3-128.
     pub(super) fn end(mut self) -> io::Result<Ended> {
         self.emit(&ZEROS)?;
-        Ok((self.writer, self.sums, self.aside.map(|(log, hash)| (log, hash.finish_128()))))
+        Ok((self.writer, self.sums, self.log, self.hash.finish_128()))
     }
 }
 
-/// What [`TarSink::end`] gives back: the writer, the payloads' checksums, and what was kept
-/// aside (the headers and the whole shard's XXH3-128).
-pub(super) type Ended = (ObjectWriter, Vec<u64>, Option<(HeaderLog, u128)>);
+/// What [`TarSink::end`] gives back: the writer, the payloads' checksums, the headers if kept
+/// and the whole shard's XXH3-128.
+pub(super) type Ended = (ObjectWriter, Vec<u64>, Option<HeaderLog>, u128);
 
 /// A member's header before its name: a regular file of `size` bytes, mode 0644, owner 0,
 /// mtime 0.
@@ -204,8 +205,8 @@ mod tests {
             sums.push(twox_hash::XxHash3_64::oneshot(data));
         }
         assert_eq!(sink.members(), 4);
-        let (w, got_sums, aside) = sink.end().unwrap();
-        let (log, hash) = aside.unwrap();
+        let (w, got_sums, log, hash) = sink.end().unwrap();
+        let log = log.unwrap();
         let want = want.into_inner().unwrap();
         assert_eq!(w.written(), want.len() as u64);
         assert_eq!((got_sums, hash), (sums, XxHash3_128::oneshot(&want)));

@@ -37,6 +37,7 @@ pub(crate) mod tokens;
 
 pub(crate) use self::index::index_with;
 pub use self::index::{index, index_with_progress, IndexReport};
+pub(crate) use self::resolve::{PACK_RECORD, WRITE_RECORD};
 
 pub use self::lmdb::LmdbSource;
 pub use self::mix::{MixSource, MixSpec};

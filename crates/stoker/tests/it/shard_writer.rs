@@ -94,6 +94,34 @@ async fn shards_read_back_reruns_keep_what_landed_and_finish_drops_stale_shards(
     assert_eq!(left, [JOB_FILE, "notes.txt"]);
 }
 
+/// A job's output before its `finish` is part of a dataset: reading it, or indexing it as a
+/// whole, is refused by name until the job finishes.
+#[tokio::test]
+async fn a_job_that_did_not_finish_is_not_read_as_the_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().display().to_string();
+    let w = ShardWriter::open(&dest, Default::default()).unwrap();
+    w.begin(&serde_json::json!({"shard_size": 4}), "p", false).await.unwrap();
+    w.write("p-000000-0000.tar", &samples(0..4, "a")).await.unwrap();
+    let refused = [
+        stoker::open(&dest, Default::default()).await.map(|_| ()).unwrap_err(),
+        stoker::source::index(&dest, Default::default()).await.map(|_| ()).unwrap_err(),
+    ];
+    for e in refused {
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains(JOB_FILE) && e.to_string().contains("rerun that write"), "{e}");
+    }
+    let report = w.finish("p", &["p-000000-0000.tar".into()]).await.unwrap();
+    assert_eq!(report.samples, 4);
+    assert_eq!(stoker::open(&dest, Default::default()).await.unwrap().len(), 4);
+    // Listed again (no manifest), the finished record is no reason to refuse.
+    std::fs::remove_file(dir.path().join(stoker::source::manifest::MANIFEST)).unwrap();
+    assert_eq!(stoker::open(&dest, Default::default()).await.unwrap().len(), 4);
+    // Nor is a file of that name that is not a job's record.
+    std::fs::write(dir.path().join(JOB_FILE), b"{\"complete\": \"no\"}").unwrap();
+    assert_eq!(stoker::open(&dest, Default::default()).await.unwrap().len(), 4);
+}
+
 #[tokio::test]
 async fn foreign_destinations_bad_names_and_bad_keys_are_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();

@@ -34,6 +34,9 @@ pub(crate) struct Request {
     /// A listing taken by another process that opened the same URI ([`super::snapshot`]):
     /// used in place of listing a directory or prefix.
     listing: Option<Box<manifest::Manifest>>,
+    /// Whether a directory a pack or write has not finished may be read: only by that pack's
+    /// or write's own indexing ([`Request::own_output`]).
+    unfinished_ok: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -84,6 +87,7 @@ impl Request {
                 options,
                 target: Target::Mix(uri.to_string()),
                 listing: None,
+                unfinished_ok: false,
             });
         }
         let parsed = uri::parse(uri)?;
@@ -92,7 +96,14 @@ impl Request {
             options: options.merged(parsed.options),
             target: Target::At(parsed.location),
             listing: None,
+            unfinished_ok: false,
         })
+    }
+
+    /// The same request, made by the pack or write whose output it names, to index it before
+    /// it records itself finished: its unfinished record is not refused.
+    pub(crate) fn own_output(self) -> Self {
+        Request { unfinished_ok: true, ..self }
     }
 
     /// The same request, listing a directory or prefix from `snapshot` (what
@@ -122,7 +133,7 @@ impl Request {
 
     /// Find where the bytes are, the layout and what is there.
     pub(crate) async fn resolve(self) -> Result<Resolved> {
-        let Request { display, options: opts, target, listing: given } = self;
+        let Request { display, options: opts, target, listing: given, unfinished_ok } = self;
         let location = match target {
             Target::At(location) => location,
             Target::Mix(_) => {
@@ -163,7 +174,7 @@ impl Request {
         };
         let (layout, listing, known) = match names {
             Some(names) => named(&store, names, &opts, &display).await?,
-            None => listed(&store, &opts, given.map(|m| *m)).await?,
+            None => listed(&store, &opts, given.map(|m| *m), (!unfinished_ok).then_some(display.as_str())).await?,
         };
         if listing.is_empty() {
             let reason = match layout {
@@ -358,11 +369,13 @@ async fn named(
 }
 
 /// A directory or prefix: from its manifest when there is one (one read, no listing), else
-/// by listing it.
+/// by listing it. A listed one that a `stoker pack` or a shard writer's job has not finished
+/// is refused when `refuse_unfinished` names it (see [`unfinished`]).
 async fn listed(
     store: &Store,
     opts: &SourceOptions,
     given: Option<manifest::Manifest>,
+    refuse_unfinished: Option<&str>,
 ) -> Result<(Layout, Vec<ObjectInfo>, Option<Vec<ShardIndex>>)> {
     let found = match given {
         None if opts.manifest.unwrap_or(true) => manifest::load(store).await?,
@@ -384,7 +397,11 @@ async fn listed(
         let known = (layout == m.layout && !unindexed).then_some(m.tar);
         return Ok((layout, listing, known));
     }
-    let listing: Vec<ObjectInfo> = store.list().await?.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
+    let all = store.list().await?;
+    if let Some(display) = refuse_unfinished {
+        unfinished(store, &all, display).await?;
+    }
+    let listing: Vec<ObjectInfo> = all.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
     let mut layout = infer(opts.layout, listing.iter().map(|o| o.path.as_str()));
     if opts.layout.is_none() && layout == Layout::Objects {
         // Only the index at the root: one in a subdirectory may belong to files read as files.
@@ -392,6 +409,47 @@ async fn listed(
         layout = sniff_indexes(store, root).await?.unwrap_or(layout);
     }
     Ok((layout, listing.into_iter().filter(|o| layout.holds(&o.path)).collect(), None))
+}
+
+/// The record `stoker pack` keeps in its destination (`complete` once the pack is whole).
+pub(crate) const PACK_RECORD: &str = ".stoker-pack.json";
+/// The record a shard writer's job ([`crate::pack::ShardWriter::begin`]) keeps in its
+/// destination (`complete` once its `finish` has indexed it).
+pub(crate) const WRITE_RECORD: &str = ".stoker-write.json";
+
+/// Refuse a directory whose pack or write record says it did not finish: its shards are only
+/// part of the dataset, and without a manifest (written last) nothing else would tell. A
+/// record that is not one of ours (not JSON, no `complete`) is no dataset file and is ignored.
+async fn unfinished(store: &Store, listing: &[ObjectInfo], display: &str) -> Result<()> {
+    for record in [PACK_RECORD, WRITE_RECORD] {
+        if !listing.iter().any(|o| o.path == record) {
+            continue;
+        }
+        // A plan is about 100 bytes a shard; one past this is not ours.
+        let bytes = match store.get_at_most(record, 64 << 20).await {
+            Ok(b) => b,
+            Err(e) if matches!(e.kind(), crate::ErrorKind::NotFound | crate::ErrorKind::Corrupt) => continue,
+            Err(e) => return Err(e),
+        };
+        let complete =
+            serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| v.get("complete")?.as_bool());
+        if complete == Some(false) {
+            let (what, finish) = if record == PACK_RECORD {
+                ("a `stoker pack`", "rerun the same `stoker pack` command to finish it")
+            } else {
+                ("a shard writer's job (such as `stoker.ray.write`)", "rerun that write to finish it")
+            };
+            return Err(Error::InvalidUri {
+                uri: display.to_string(),
+                reason: format!(
+                    "it holds the output of {what} that did not finish ({record} records `\"complete\": false`), so \
+                     its shards are only part of the dataset; {finish}, or delete {record} to read the shards that are \
+                     there"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Files that are never samples or shards: hidden files (any path component starting with
