@@ -98,6 +98,7 @@ def blocks():
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 written = sink.write(blocks(), types.SimpleNamespace(task_idx=0))
 grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+sink.on_write_complete(types.SimpleNamespace(write_returns=[written]))  # as Ray does once every task is done
 print(json.dumps({"shards": len(written), "samples": sum(w["samples"] for w in written), "grown_kib": grown}))
 """
 
@@ -129,7 +130,7 @@ def test_a_write_task_holds_a_block_of_rows_not_its_shard(tmp_path, s3, dest):
 CHUNKED_BLOCK = r"""
 import json, sys, types
 import pyarrow as pa
-import stoker.ray
+import stoker, stoker.ray
 
 dest, n = sys.argv[1], 40
 keys = [f"s{i:03d}" for i in range(n)]
@@ -149,6 +150,13 @@ sink = stoker.ray.StokerDatasink(dest, samples_per_shard=7)
 sink.on_write_start()
 written = sink.write([table], types.SimpleNamespace(task_idx=0))
 assert [len(c) for c in table.column("jpg").chunks] == [3, 1, 10, 11, 0, 15]
+# Until the write completes, its shards are not a dataset (another task's may be missing).
+try:
+    stoker.open(dest)
+    raise SystemExit("an unfinished write was opened")
+except stoker.InvalidInputError as e:
+    assert "did not finish" in str(e) and "rerun that write" in str(e), e
+sink.on_write_complete(types.SimpleNamespace(write_returns=[written]))
 print(json.dumps({"samples": [w["samples"] for w in written], "keys": keys, "jpg": [j.hex() for j in jpg], "txt": txt}))
 """
 
