@@ -145,6 +145,30 @@ impl Decoder {
         Ok(self)
     }
 
+    /// Bytes a row of the columns whose types are declared takes (images, labels, arrays of a
+    /// declared shape, token sequences): what every batch allocates per row before a byte is
+    /// decoded. Saturating.
+    pub fn declared_row_bytes(&self) -> u64 {
+        let rows = self.plans.iter().filter_map(|p| declared(&p.decode)).map(|t| t.row_bytes() as u64);
+        rows.fold(0u64, u64::saturating_add)
+    }
+
+    /// Refuse batches of `batch_size` rows whose declared columns could never be allocated:
+    /// more bytes than the machine has memory (the allocation would abort the process, not
+    /// fail with an error).
+    pub fn check_batch(&self, batch_size: usize) -> Result<()> {
+        let row = self.declared_row_bytes();
+        let Some(memory) = physical_memory() else { return Ok(()) };
+        let batch = row.saturating_mul(batch_size as u64);
+        if batch > memory {
+            return Err(Error::invalid_option(format!(
+                "a batch of {batch_size} rows of the decoded columns ({row} bytes a row) takes {batch} bytes, more \
+                 than this machine's {memory} bytes of memory; lower the batch size or the decoded shapes"
+            )));
+        }
+        Ok(())
+    }
+
     /// The budget the decode threads share.
     pub fn memory(&self) -> &DecodeMemory {
         &self.memory
@@ -399,6 +423,13 @@ fn decode_error(source: &DynSampleSource, indices: &[u64], samples: &[Sample], e
         field: field.to_string(),
         reason,
     }
+}
+
+/// The machine's memory in bytes, if the system says.
+fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf reads a system setting; it has no preconditions.
+    let (pages, size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    (pages > 0 && size > 0).then(|| (pages as u64).saturating_mul(size as u64))
 }
 
 fn declared(d: &FieldDecode) -> Option<Arc<ColumnType>> {

@@ -122,6 +122,9 @@ impl Loader {
             )),
             None => None,
         };
+        if let Some(d) = &decoder {
+            d.check_batch(cfg.batch_size)?;
+        }
         Ok(Loader {
             source,
             cfg,

@@ -250,8 +250,16 @@ fn arrays_of_another_shape_and_wrong_fixed_widths_are_refused_by_name() {
     let err = Loader::new(src.clone(), cfg.clone()).unwrap().epoch_blocking(0).unwrap().next().unwrap().unwrap_err();
     assert!(err.to_string().contains("declared uint8 [0]"), "{err}");
     cfg.decode = Some(DecodeSpec::new().with("nope", FieldDecode::Int));
-    let err = Loader::new(src, cfg).unwrap().epoch_blocking(0).unwrap().next().unwrap().unwrap_err();
+    let err = Loader::new(src.clone(), cfg.clone()).unwrap().epoch_blocking(0).unwrap().next().unwrap().unwrap_err();
     assert!(err.to_string().contains("has no such field") && err.to_string().contains("png"), "{err}");
+    // A declared value may take 1 GiB a row, but not a batch no machine could allocate: that
+    // allocation would abort the process, so the Loader refuses it when made.
+    cfg.decode =
+        Some(DecodeSpec::new().with("cls", FieldDecode::Fixed(FixedSpec { dtype: Dtype::U8, shape: vec![1 << 30] })));
+    cfg.batch_size = 1 << 20;
+    let err = Loader::new(src, cfg).map(|_| ()).unwrap_err();
+    assert_eq!(err.kind(), stoker::ErrorKind::InvalidInput, "{err}");
+    assert!(err.to_string().contains("lower the batch size"), "{err}");
 }
 
 #[test]
