@@ -29,6 +29,7 @@ mod expect;
 mod hedge;
 pub(crate) mod limit;
 mod list;
+mod parts;
 mod request;
 mod retry;
 
@@ -178,6 +179,8 @@ pub struct Fetcher {
     /// Current hedging threshold in ns (0: not hedging yet).
     threshold_ns: AtomicU64,
     counters: FetchCounters,
+    /// The store as one whose uploads are numbered by part (see `parts`), if it has them.
+    multipart: Option<Arc<dyn object_store::multipart::MultipartStore>>,
 }
 
 impl std::fmt::Debug for Fetcher {
@@ -200,10 +203,11 @@ impl Fetcher {
             recent: hedge::window(),
             threshold_ns: AtomicU64::new(0),
             counters: FetchCounters::default(),
+            multipart: None,
         }
     }
 
-    /// The object store requests go to (writes, which are not retried, use it directly).
+    /// The object store requests go to.
     pub fn objects(&self) -> &Arc<dyn ObjectStore> {
         &self.store
     }

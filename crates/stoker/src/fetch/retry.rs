@@ -247,7 +247,7 @@ pub(super) fn classify_listing(e: object_store::Error) -> Failure {
 }
 
 /// The HTTP status in an object_store error message, if it names one.
-fn http_status(msg: &str) -> Option<u16> {
+pub(super) fn http_status(msg: &str) -> Option<u16> {
     for marker in ["status code: ", "Status: ", "status: "] {
         if let Some(at) = msg.find(marker) {
             let digits: String = msg[at + marker.len()..].chars().take_while(|c| c.is_ascii_digit()).collect();

@@ -11,6 +11,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::http::HttpBuilder;
+use object_store::multipart::MultipartStore;
 use object_store::{ClientOptions, ObjectStore, RetryConfig};
 
 use super::{Backend, Store};
@@ -26,7 +27,7 @@ fn env(k: &str) -> Option<String> {
 impl Store {
     /// A store over a remote location. `shown` is the URI with credentials redacted.
     pub fn remote(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Self> {
-        let objects = build(loc, opts, shown)?;
+        let (objects, multipart) = build(loc, opts, shown)?;
         let root = match &loc.names {
             // The display root is the bucket and prefix, not the pattern.
             Some(_) => format!(
@@ -37,7 +38,11 @@ impl Store {
             ),
             None => shown.split('?').next().unwrap_or(shown).trim_end_matches('/').to_string(),
         };
-        let fetcher = Arc::new(Fetcher::new(objects, crate::fetch::FetchConfig::from_options(opts)));
+        let mut fetcher = Fetcher::new(objects, crate::fetch::FetchConfig::from_options(opts));
+        if let Some(store) = multipart {
+            fetcher = fetcher.with_multipart(store);
+        }
+        let fetcher = Arc::new(fetcher);
         let reader = Arc::new(crate::cache::RemoteReader::new(fetcher, crate::cache::CacheConfig::from_options(opts))?);
         let policy = super::ranges::Policy::new(opts.coalesce_gap(true), opts.max_read());
         Ok(Store::new(Backend::Remote { reader, prefix: loc.prefix.clone() }, root, policy))
@@ -71,7 +76,17 @@ fn check_endpoint(e: &str) -> Result<()> {
     }
 }
 
-fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<dyn ObjectStore>> {
+/// The store, and the same store as one whose multipart uploads are numbered by part (S3,
+/// GCS, Azure; a plain HTTP server has none).
+type Built = (Arc<dyn ObjectStore>, Option<Arc<dyn MultipartStore>>);
+
+/// Both views of one store ([`Built`]).
+fn both<S: ObjectStore + MultipartStore>(store: S) -> Built {
+    let store = Arc::new(store);
+    (store.clone(), Some(store))
+}
+
+fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Built> {
     let bad = |reason: String| Error::InvalidUri { uri: shown.to_string(), reason };
     // object_store errors can quote configuration; never pass them through unredacted.
     let build_err = |what: &str, e: object_store::Error| {
@@ -145,7 +160,7 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
                     ),
                 });
             }
-            Ok(Arc::new(b.build().map_err(|e| build_err("S3", e))?))
+            Ok(both(b.build().map_err(|e| build_err("S3", e))?))
         }
         "gs" => {
             let mut b = GoogleCloudStorageBuilder::from_env()
@@ -175,7 +190,7 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
                     ),
                 });
             }
-            Ok(Arc::new(b.build().map_err(|e| build_err("GCS", e))?))
+            Ok(both(b.build().map_err(|e| build_err("GCS", e))?))
         }
         "az" => {
             use object_store::azure::AzureConfigKey as Key;
@@ -215,7 +230,7 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
                 (Some(e), false) => b = b.with_endpoint(e.clone()),
                 (None, false) => {}
             }
-            Ok(Arc::new(b.build().map_err(|e| build_err("Azure", e))?))
+            Ok(both(b.build().map_err(|e| build_err("Azure", e))?))
         }
         "http" | "https" => {
             let b = HttpBuilder::new()
@@ -223,7 +238,7 @@ fn build(loc: &RemoteLocation, opts: &SourceOptions, shown: &str) -> Result<Arc<
                 .with_url(&loc.bucket)
                 .with_http_connector(connector(Redirects::Anywhere))
                 .with_retry(no_retries());
-            Ok(Arc::new(b.build().map_err(|e| build_err("HTTP", e))?))
+            Ok((Arc::new(b.build().map_err(|e| build_err("HTTP", e))?), None))
         }
         other => Err(bad(format!("unknown scheme `{other}`"))),
     }

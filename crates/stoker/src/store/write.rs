@@ -77,10 +77,10 @@ impl Store {
                 let handle = tokio::runtime::Handle::try_current().ok();
                 Sink::Parts(Parts::new(
                     handle,
-                    reader.fetcher().objects().clone(),
+                    reader.fetcher().clone(),
                     self.obj_path(path),
+                    self.describe(path),
                     size_hint,
-                    reader.fetcher().config().timeout,
                 ))
             }
         };
@@ -115,6 +115,13 @@ impl Store {
     /// (its kind, retryable or not, and its text redacted, as for every store error), else the
     /// I/O error.
     pub(crate) fn write_error(&self, path: &str, e: io::Error) -> Error {
+        // A part's request failed in the fetch layer, which named the object already.
+        if e.get_ref().is_some_and(|inner| inner.is::<Error>()) {
+            match e.into_inner().map(|inner| inner.downcast::<Error>()) {
+                Some(Ok(err)) => return *err,
+                _ => return Error::internal(format!("{}: a write failed", self.describe(path))),
+            }
+        }
         if !e.get_ref().is_some_and(|inner| inner.is::<object_store::Error>()) {
             return Error::io(self.describe(path), e);
         }
@@ -151,7 +158,7 @@ impl ObjectWriter {
             })
             .await
             .map_err(Error::task)?,
-            Some(Sink::Parts(p)) => p.finish().await.map_err(|e| self.store.err(&self.path, e)),
+            Some(Sink::Parts(p)) => p.finish().await,
             None => Err(Error::internal(format!("{shown}: finished twice"))),
         }
     }

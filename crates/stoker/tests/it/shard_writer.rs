@@ -234,3 +234,43 @@ async fn a_shard_larger_than_a_part_goes_to_s3_in_parts_and_one_given_up_leaves_
         .collect();
     assert!(parts.is_empty(), "parts left on the server: {parts:?}");
 }
+
+/// A store that answers 503 SlowDown to half of its requests, part uploads and their
+/// completion included: each refused request is sent again (a part under its own number), and
+/// the shard lands whole, with the bytes a local write of the same samples gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parts_refused_with_503s_are_sent_again_and_the_shard_lands_whole() {
+    use stoker_testkit::proxy::FaultPatch;
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("data")).unwrap();
+    let h = crate::common::s3::serve(root.path()).await;
+    let faults = FaultPatch { slowdown: Some(0.5), seed: Some(3), ..Default::default() };
+    let proxy = crate::common::s3::with_proxy(&h, faults).await;
+    let uri = crate::common::s3::uri(&proxy.endpoint(), "flaky", "&attempts=30&backoff_ms=1");
+    let w = ShardWriter::open(&uri, Default::default()).unwrap();
+    // 25 samples of 1 MiB: four parts.
+    let big: Vec<Sample> = (0..25u8)
+        .map(|i| Sample {
+            key: format!("s/{i:03}"),
+            fields: vec![Field { name: "bin".into(), data: Bytes::from(vec![i; 1 << 20]) }],
+        })
+        .collect();
+    let done = w.write("p-000000-0000.tar", &big).await.unwrap();
+    assert!(done.bytes > 3 * (8 << 20), "{done:?}");
+    let local = tempfile::tempdir().unwrap();
+    let lw = ShardWriter::open(&local.path().display().to_string(), Default::default()).unwrap();
+    lw.write("p-000000-0000.tar", &big).await.unwrap();
+    let remote = std::fs::read(root.path().join("data/flaky/p-000000-0000.tar")).unwrap();
+    assert!(remote == std::fs::read(local.path().join("p-000000-0000.tar")).unwrap(), "the same bytes");
+    // The upload's requests come first (its start, four parts, its completion), and the
+    // proxy's faults follow the order requests arrive in (seeded): with this seed some of
+    // them were refused and sent again.
+    let log = proxy.control.recent_requests();
+    let upload: Vec<&str> = log
+        .iter()
+        .filter(|r| r.path.ends_with("flaky/p-000000-0000.tar") && matches!(r.method.as_str(), "POST" | "PUT"))
+        .map(|r| r.method.as_str())
+        .collect();
+    assert!(upload.len() > 6, "no request of the upload was refused and sent again: {upload:?}");
+    assert!(proxy.control.stats().slowdowns > 0);
+}
