@@ -365,11 +365,14 @@ impl SpanFile {
             spans
                 .iter()
                 .map(|s| {
-                    // Fallible: a span's length comes from the data.
-                    let v = crate::buffer::try_take((s.end - s.start) as usize)
-                        .and_then(|mut v| copy.read_exact_at(&mut v, s.start).map(|()| v))
+                    // Fallible: a span's length comes from the data. A recycled buffer may
+                    // be longer than the span (rounded up, or pooled): only the span's bytes
+                    // are read and kept.
+                    let len = (s.end - s.start) as usize;
+                    let v = crate::buffer::try_take(len)
+                        .and_then(|mut v| copy.read_exact_at(&mut v[..len], s.start).map(|()| v))
                         .map_err(|e| fail("the decompressed copy", e))?;
-                    Ok((s.start, Bytes::from(v)))
+                    Ok((s.start, crate::buffer::freeze(v, len)))
                 })
                 .collect()
         })

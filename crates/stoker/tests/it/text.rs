@@ -425,3 +425,47 @@ async fn the_line_index_is_kept_on_disk_and_a_damaged_or_stale_one_is_walked_aga
     assert_eq!(warm.io_counters().unwrap().remote_bytes, 0, "the second open reads its indexes only");
     assert_eq!(texts(&warm).await, texts(&cold).await);
 }
+
+/// Compressed files are read from their decompressed copy: documents of every length, those
+/// longer than a recycled read buffer's granule (32 KiB and more) included, come back whole
+/// and alone, at the end of a file or followed by others. TFRecord takes the same path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_documents_of_compressed_files_come_back_whole() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let lens = [10usize, 33_000, 5, 40_000, 70_000, 300_000, 7, 65_536];
+    let text = |i: usize, n: usize| ((b'a' + i as u8) as char).to_string().repeat(n);
+    let body: String = lens.iter().enumerate().map(|(i, &n)| format!("{{\"text\": \"{}\"}}\n", text(i, n))).collect();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(body.as_bytes()).unwrap();
+    std::fs::write(dir.path().join("a.jsonl.gz"), gz.finish().unwrap()).unwrap();
+    std::fs::write(dir.path().join("b.jsonl.zst"), zstd::encode_all(body.as_bytes(), 3).unwrap()).unwrap();
+    // The same documents as TFRecord records (length, its CRC, data, its CRC), gzipped.
+    let masked = |b: &[u8]| {
+        let c = crc32c::crc32c(b);
+        (c.rotate_right(15).wrapping_add(0xa282_ead8)).to_le_bytes()
+    };
+    let mut records = Vec::new();
+    for (i, &n) in lens.iter().enumerate() {
+        let data = text(i, n).into_bytes();
+        let len = (data.len() as u64).to_le_bytes();
+        records.extend_from_slice(&len);
+        records.extend_from_slice(&masked(&len));
+        records.extend_from_slice(&data);
+        records.extend_from_slice(&masked(&data));
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&records).unwrap();
+    let tf = tempfile::tempdir().unwrap();
+    std::fs::write(tf.path().join("c.tfrecord.gz"), gz.finish().unwrap()).unwrap();
+    for (uri, files) in [(dir.path(), 2), (tf.path(), 1)] {
+        let src = stoker::open(uri.to_str().unwrap(), Default::default()).await.unwrap();
+        assert_eq!(src.len(), lens.len() * files);
+        let got = src.get_many(&(0..src.len()).collect::<Vec<_>>()).await.unwrap();
+        for (k, s) in got.iter().enumerate() {
+            let i = k % lens.len();
+            assert_eq!(s.fields.len(), 1, "{}", s.key);
+            assert!(s.fields[0].data == text(i, lens[i]).as_bytes(), "{}: {} bytes", s.key, s.fields[0].data.len());
+        }
+    }
+}
