@@ -108,6 +108,14 @@ fn an_unfinished_pack_is_not_read_as_the_dataset() {
     assert_eq!((r["samples"].as_u64(), r["resumed_shards"].as_u64()), (Some(30), Some(1)), "{r}");
     let v = ok(&stoker(&["inspect", s(&dest), "--json"]));
     assert_eq!(v["samples"], 30);
+    // A forced pack over a shard writer's unfinished job (a Ray write that failed) leaves no
+    // record of that job to refuse the finished pack.
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join(".stoker-write.json"), br#"{"settings": {}, "complete": false}"#).unwrap();
+    ok(&pack(&src, &other, &["--force"], None));
+    std::fs::remove_file(other.join(".stoker-manifest.json")).unwrap();
+    assert_eq!(ok(&stoker(&["inspect", s(&other), "--json"]))["samples"], 30);
 }
 
 #[test]

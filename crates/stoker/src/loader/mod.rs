@@ -100,6 +100,21 @@ impl Loader {
             (Order::ShardShuffle { .. }, None) => Some(Arc::new(shard_layout(&*source)?)),
             _ => None,
         };
+        let decoder = match &cfg.decode {
+            Some(spec) => Some(Arc::new(
+                Decoder::new(spec, cfg.augment_seed, cfg.transform_threads.max(1))?
+                    .with_memory_budget(cfg.decode_memory())?,
+            )),
+            None => None,
+        };
+        if let Some(d) = &decoder {
+            // The largest batch that can occur: a batch size past the data (or the span) is
+            // never allocated whole. A mix's epoch may be longer than its sources.
+            let span = cfg.span.as_ref().map_or(u64::MAX, |s| s.end.saturating_sub(s.start));
+            let data = if mix.is_some() { u64::MAX } else { source.len() as u64 };
+            let rows = (cfg.batch_size as u64).min(span).min(data).max(1);
+            d.check_batch(rows as usize)?;
+        }
         let stats = Arc::new(Stats::default());
         if let Some(m) = &mix {
             stats.track_sources(m.sources());
@@ -115,16 +130,6 @@ impl Loader {
             ),
         };
         let (pool, copier) = pool_and_copier(&cfg)?;
-        let decoder = match &cfg.decode {
-            Some(spec) => Some(Arc::new(
-                Decoder::new(spec, cfg.augment_seed, cfg.transform_threads.max(1))?
-                    .with_memory_budget(cfg.decode_memory())?,
-            )),
-            None => None,
-        };
-        if let Some(d) = &decoder {
-            d.check_batch(cfg.batch_size)?;
-        }
         Ok(Loader {
             source,
             cfg,

@@ -43,7 +43,9 @@
 //! `.stoker-pack.json` in the destination before any data. Shards are written under a hidden
 //! temporary name, synced, then renamed; a name in final form is always a whole shard.
 //! Rerunning the same command on the same source finds the plan, keeps the finished shards
-//! (checked by size) and writes the rest, giving the same bytes as an uninterrupted run. LMDB
+//! (each still at the version its landing record names, or hashing as it landed) and writes
+//! the rest, giving the same bytes as an uninterrupted run. Until a pack completes, its
+//! destination is not opened as a dataset (its plan says `complete: false`). LMDB
 //! is written with a commit every chunk into a hidden working environment, resumed from its
 //! last committed key, and published as a compacted copy renamed to `data.mdb` (the same
 //! records in the same order as an uninterrupted run; LMDB leaves stale bytes in the slack of
@@ -162,7 +164,8 @@ impl PackProgress for () {}
 /// The whole plan is made from sample metadata before anything is written, so a source that
 /// cannot be packed as asked leaves the destination untouched. Calling it again with the same
 /// source and options after an interruption finishes the job; on a finished pack it only
-/// re-checks (nothing is rewritten). See the [module docs](self) for the output layout,
+/// re-checks (nothing is rewritten unless it changed since it landed). See the
+/// [module docs](self) for the output layout,
 /// grouping, names and reruns.
 ///
 /// ```no_run
@@ -262,6 +265,11 @@ async fn pack_here(
             false
         }
     };
+    if opts.force && opts.layout == Layout::Tar {
+        // A shard writer's unfinished job left here (a failed Ray write) would have the
+        // destination refused as unfinished once this pack is done.
+        out.delete(crate::source::WRITE_RECORD).await?;
+    }
     write_plan(&out, &plan.file).await?;
     let total = plan.file.payload_bytes;
     progress.planned(plan.outs.len() as u64, total);
@@ -279,7 +287,7 @@ async fn pack_here(
         // Every member gets the checksum computed from the bytes as they were written: now,
         // or by the earlier run that landed a shard kept (its landing record).
         let index_opts = SourceOptions { checksums: Some(true), ..opts.dest_options.clone() };
-        crate::source::index_with(&index_uri, index_opts, &|_, _| {}, &done.sums, true).await?;
+        crate::source::index_with(&index_uri, index_opts, &|_, _| {}, &done.sums, Some(PLAN_FILE)).await?;
     }
     plan.file.complete = true;
     write_plan(&out, &plan.file).await?;

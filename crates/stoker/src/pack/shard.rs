@@ -68,7 +68,9 @@ impl ShardWriter {
         Ok(ShardWriter { out, uri: dest.to_string(), shown, options })
     }
 
-    /// Start (or resume) a job: record `settings` in the destination ([`JOB_FILE`]).
+    /// Start (or resume) a job: record `settings` in the destination ([`JOB_FILE`]). Until
+    /// [`finish`](Self::finish) marks the job complete, opening the destination as a dataset
+    /// is refused (some of its shards may be missing).
     ///
     /// A destination holding the record of a job with the same settings is resumed (shards
     /// already there with the right bytes will be kept). One holding a job with other settings,
@@ -98,6 +100,7 @@ impl ShardWriter {
                 let old_prefix = old.prefix.as_deref().unwrap_or(prefix);
                 self.remove_job_files(old_prefix, &Default::default()).await?;
                 self.out.delete(crate::source::manifest::MANIFEST).await?;
+                self.out.delete(crate::source::PACK_RECORD).await?;
             }
             Some(old) => {
                 return Err(fail(format!(
@@ -107,7 +110,9 @@ impl ShardWriter {
                     old.settings
                 )))
             }
-            None if force => {}
+            // An unfinished `stoker pack` left here would have the destination refused as
+            // unfinished once this job is done.
+            None if force => self.out.delete(crate::source::PACK_RECORD).await?,
             None => {
                 let entries = self.out.entries().await?;
                 if let Some(found) = entries.iter().find(|n| !crate::store::is_temp_name(n)) {
@@ -156,7 +161,8 @@ impl ShardWriter {
         let written: std::collections::HashSet<String> = written.iter().map(|n| stem(n)).collect();
         self.remove_job_files(prefix, &written).await?;
         let opts = SourceOptions { checksums: Some(true), ..self.options.clone() };
-        let report = crate::source::index_with(&self.uri, opts, &|_, _| {}, &Default::default(), true).await?;
+        let report =
+            crate::source::index_with(&self.uri, opts, &|_, _| {}, &Default::default(), Some(JOB_FILE)).await?;
         job.complete = true;
         self.save_job(&job).await?;
         Ok(report)

@@ -2,10 +2,11 @@
 //! previous chunk is written, under a temporary name until it is whole and synced.
 //!
 //! Each shard that lands gets a landing record beside it ([`record_name`], hidden): its size,
-//! its XXH3-128 and its members' XXH3-64s, computed from the bytes as they were written. A resume
-//! keeps a shard only if it still hashes as its record says (one changed in place since, at
-//! the same size, is written again), and indexes it with the record's checksums: what the
-//! index vouches for is what this pack wrote, never bytes read back from the disk later.
+//! version, XXH3-128 and its members' XXH3-64s, computed from the bytes as they were written.
+//! A resume keeps a shard only if it is still at that version or still hashes as the record
+//! says (one changed in place since, at the same size, is written again), and indexes it with
+//! the record's checksums: what the index vouches for is what this pack wrote, never bytes
+//! read back from the disk later.
 
 use std::collections::HashMap;
 use std::io;
@@ -33,16 +34,23 @@ pub(crate) async fn write(
 ) -> Result<Written> {
     let mut todo: Vec<&ShardPlan> = Vec::new();
     let mut kept: HashMap<String, Vec<u64>> = HashMap::new();
-    for s in &plan.file.shards {
-        match resume {
-            true => match landed(out, s).await? {
-                Some(sums) => {
-                    kept.insert(s.name.clone(), sums);
-                    progress.advance(s.samples as u64, payload(plan, s));
-                }
-                None => todo.push(s),
-            },
-            false => todo.push(s),
+    // A resume checks the shards there as many at a time as it would write.
+    let found: Vec<Option<Vec<u64>>> = match resume {
+        true => {
+            futures::stream::iter(plan.file.shards.iter().map(|s| landed(out, s)))
+                .buffered(opts.jobs.max(1))
+                .try_collect()
+                .await?
+        }
+        false => vec![None; plan.file.shards.len()],
+    };
+    for (s, sums) in plan.file.shards.iter().zip(found) {
+        match sums {
+            Some(sums) => {
+                kept.insert(s.name.clone(), sums);
+                progress.advance(s.samples as u64, payload(plan, s));
+            }
+            None => todo.push(s),
         }
     }
     let resumed = kept.len();
@@ -73,7 +81,11 @@ fn payload(plan: &Plan, s: &ShardPlan) -> u64 {
 #[derive(Serialize, Deserialize)]
 struct Landed {
     bytes: u64,
-    /// The whole shard's XXH3-128, as 32 hex digits.
+    /// The version the store gave the shard once it landed (its entity tag, or time and size:
+    /// [`crate::store::version_key`]): one still at it is kept without reading it again.
+    version: String,
+    /// The whole shard's XXH3-128, as 32 hex digits: what a shard at another version (touched,
+    /// copied back, restored) must still hash as to be kept.
     xxh3_128: String,
     /// Each member's payload XXH3-64, in archive order.
     sums: Vec<u64>,
@@ -92,14 +104,16 @@ pub(super) fn is_record_name(name: &str) -> bool {
 }
 
 /// The member checksums of the shard `s` if an earlier run of this plan landed it and it still
-/// holds the bytes it landed with; `None` if it is to be written (again).
+/// holds the bytes it landed with (the same version, or the same hash); `None` if it is to be
+/// written (again). A shard without its record (the run died between the two) is written again.
 async fn landed(out: &Store, s: &ShardPlan) -> Result<Option<Vec<u64>>> {
     let Ok(info) = out.head(&s.name).await else { return Ok(None) };
     if info.size != s.bytes {
         return Ok(None);
     }
-    // A record is about 20 bytes a member; one far past that is not this pack's.
-    let most = 64 * 1024 + s.samples as u64 * 1024;
+    // About 21 bytes of record a member, and every member takes at least a 512-byte header:
+    // a record far past that is not this pack's.
+    let most = 64 * 1024 + s.bytes / 512 * 32;
     let record: Landed = match out.get_at_most(&record_name(&s.name), most).await {
         Ok(bytes) => match serde_json::from_slice(&bytes) {
             Ok(r) => r,
@@ -111,6 +125,9 @@ async fn landed(out: &Store, s: &ShardPlan) -> Result<Option<Vec<u64>>> {
     if record.bytes != info.size {
         return Ok(None);
     }
+    if record.version == version(&info) {
+        return Ok(Some(record.sums));
+    }
     let (store, obj) = (out.clone(), info.clone());
     let hash = tokio::task::spawn_blocking(move || super::stream::hash_of(&store, &obj)).await.map_err(Error::task)?;
     Ok((hash.map(hex128).as_deref() == Some(record.xxh3_128.as_str())).then_some(record.sums))
@@ -118,6 +135,10 @@ async fn landed(out: &Store, s: &ShardPlan) -> Result<Option<Vec<u64>>> {
 
 fn hex128(h: u128) -> String {
     format!("{h:032x}")
+}
+
+fn version(info: &crate::store::ObjectInfo) -> String {
+    crate::store::version_key(info.e_tag.as_deref(), info.modified_us, info.size)
 }
 
 /// Write one shard; returns the XXH3-64 of every member's payload, in archive order.
@@ -163,7 +184,8 @@ async fn write_shard(
     }
     writer.finish().await?;
     // After the shard: a record without its shard would vouch for nothing there.
-    let record = Landed { bytes: len, xxh3_128: hex128(hash), sums };
+    let info = out.head(&s.name).await?;
+    let record = Landed { bytes: len, version: version(&info), xxh3_128: hex128(hash), sums };
     let json = serde_json::to_vec(&record).map_err(|e| Error::internal(format!("{}: {e}", s.name)))?;
     out.put_whole(&record_name(&s.name), bytes::Bytes::from(json)).await?;
     Ok(record.sums)

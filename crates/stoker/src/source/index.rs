@@ -53,23 +53,23 @@ fn index_boxed<'a>(
     progress: &'a (dyn Fn(usize, usize) + Send + Sync),
 ) -> futures::future::BoxFuture<'a, Result<IndexReport>> {
     use futures::FutureExt;
-    async move { index_with(uri, options, progress, &Default::default(), false).await }.boxed()
+    async move { index_with(uri, options, progress, &Default::default(), None).await }.boxed()
 }
 
 /// [`index_with_progress`], given checksums already known per shard path (`pack` computed
-/// them as it wrote the shards). `own_output`: the pack or write that made the directory
-/// indexes it as its last step, before it records itself finished (anyone else is refused an
-/// unfinished one).
+/// them as it wrote the shards). `own_output`: the record of the pack or write that made the
+/// directory and indexes it as its last step, before it records itself finished (anyone else
+/// is refused an unfinished one).
 pub(crate) async fn index_with(
     uri: &str,
     options: SourceOptions,
     progress: &(dyn Fn(usize, usize) + Send + Sync),
     known_sums: &HashMap<String, Vec<u64>>,
-    own_output: bool,
+    own_output: Option<&'static str>,
 ) -> Result<IndexReport> {
     let mut request = Request::new(uri, options)?;
-    if own_output {
-        request = request.own_output();
+    if let Some(record) = own_output {
+        request = request.own_output(record);
     }
     // Always from the truth: list and re-check every shard, ignoring an old manifest.
     request.options.manifest = Some(false);

@@ -253,13 +253,19 @@ fn arrays_of_another_shape_and_wrong_fixed_widths_are_refused_by_name() {
     let err = Loader::new(src.clone(), cfg.clone()).unwrap().epoch_blocking(0).unwrap().next().unwrap().unwrap_err();
     assert!(err.to_string().contains("has no such field") && err.to_string().contains("png"), "{err}");
     // A declared value may take 1 GiB a row, but not a batch no machine could allocate: that
-    // allocation would abort the process, so the Loader refuses it when made.
-    cfg.decode =
-        Some(DecodeSpec::new().with("cls", FieldDecode::Fixed(FixedSpec { dtype: Dtype::U8, shape: vec![1 << 30] })));
+    // allocation would abort the process, so the Loader refuses it when made. Its largest
+    // batch is the data's 8 rows (a batch size past the data is never allocated whole): 64
+    // columns of 1 GiB a row make it 512 GiB.
+    let gib = FieldDecode::Fixed(FixedSpec { dtype: Dtype::U8, shape: vec![1 << 30] });
+    cfg.decode = Some((0..64).fold(DecodeSpec::new(), |d, i| d.with(format!("f{i}"), gib.clone())));
     cfg.batch_size = 1 << 20;
-    let err = Loader::new(src, cfg).map(|_| ()).unwrap_err();
+    let err = Loader::new(src.clone(), cfg.clone()).map(|_| ()).unwrap_err();
     assert_eq!(err.kind(), stoker::ErrorKind::InvalidInput, "{err}");
-    assert!(err.to_string().contains("lower the batch size"), "{err}");
+    assert!(err.to_string().contains("lower the batch size") && err.to_string().contains("of 8 rows"), "{err}");
+    // A batch size past the data is no reason to refuse what the data's rows take.
+    cfg.decode =
+        Some(DecodeSpec::new().with("f0", FieldDecode::Fixed(FixedSpec { dtype: Dtype::U8, shape: vec![1 << 20] })));
+    Loader::new(src, cfg).unwrap();
 }
 
 #[test]

@@ -120,6 +120,18 @@ async fn a_job_that_did_not_finish_is_not_read_as_the_dataset() {
     // Nor is a file of that name that is not a job's record.
     std::fs::write(dir.path().join(JOB_FILE), b"{\"complete\": \"no\"}").unwrap();
     assert_eq!(stoker::open(&dest, Default::default()).await.unwrap().len(), 4);
+
+    // Another tool's unfinished record does not outlive a job forced over it: a `stoker pack`
+    // died here, then a forced job wrote the destination and finished.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join(".stoker-pack.json"), b"{\"complete\": false}").unwrap();
+    let dest = other.path().display().to_string();
+    let w = ShardWriter::open(&dest, Default::default()).unwrap();
+    w.begin(&serde_json::json!({"shard_size": 4}), "p", true).await.unwrap();
+    w.write("p-000000-0000.tar", &samples(0..4, "a")).await.unwrap();
+    w.finish("p", &["p-000000-0000.tar".into()]).await.unwrap();
+    std::fs::remove_file(other.path().join(stoker::source::manifest::MANIFEST)).unwrap();
+    assert_eq!(stoker::open(&dest, Default::default()).await.unwrap().len(), 4);
 }
 
 #[tokio::test]

@@ -34,9 +34,9 @@ pub(crate) struct Request {
     /// A listing taken by another process that opened the same URI ([`super::snapshot`]):
     /// used in place of listing a directory or prefix.
     listing: Option<Box<manifest::Manifest>>,
-    /// Whether a directory a pack or write has not finished may be read: only by that pack's
-    /// or write's own indexing ([`Request::own_output`]).
-    unfinished_ok: bool,
+    /// The record ([`PACK_RECORD`] or [`WRITE_RECORD`]) of the pack or write indexing its own
+    /// unfinished output ([`Request::own_output`]): that record does not refuse it.
+    own_record: Option<&'static str>,
 }
 
 #[derive(Clone, Debug)]
@@ -87,7 +87,7 @@ impl Request {
                 options,
                 target: Target::Mix(uri.to_string()),
                 listing: None,
-                unfinished_ok: false,
+                own_record: None,
             });
         }
         let parsed = uri::parse(uri)?;
@@ -96,14 +96,15 @@ impl Request {
             options: options.merged(parsed.options),
             target: Target::At(parsed.location),
             listing: None,
-            unfinished_ok: false,
+            own_record: None,
         })
     }
 
-    /// The same request, made by the pack or write whose output it names, to index it before
-    /// it records itself finished: its unfinished record is not refused.
-    pub(crate) fn own_output(self) -> Self {
-        Request { unfinished_ok: true, ..self }
+    /// The same request, made by the pack or write that keeps `record` in the output it
+    /// names, to index it before it records itself finished: that record is not refused (the
+    /// other tool's still is).
+    pub(crate) fn own_output(self, record: &'static str) -> Self {
+        Request { own_record: Some(record), ..self }
     }
 
     /// The same request, listing a directory or prefix from `snapshot` (what
@@ -133,7 +134,7 @@ impl Request {
 
     /// Find where the bytes are, the layout and what is there.
     pub(crate) async fn resolve(self) -> Result<Resolved> {
-        let Request { display, options: opts, target, listing: given, unfinished_ok } = self;
+        let Request { display, options: opts, target, listing: given, own_record } = self;
         let location = match target {
             Target::At(location) => location,
             Target::Mix(_) => {
@@ -174,7 +175,7 @@ impl Request {
         };
         let (layout, listing, known) = match names {
             Some(names) => named(&store, names, &opts, &display).await?,
-            None => listed(&store, &opts, given.map(|m| *m), (!unfinished_ok).then_some(display.as_str())).await?,
+            None => listed(&store, &opts, given.map(|m| *m), &display, own_record).await?,
         };
         if listing.is_empty() {
             let reason = match layout {
@@ -370,12 +371,14 @@ async fn named(
 
 /// A directory or prefix: from its manifest when there is one (one read, no listing), else
 /// by listing it. A listed one that a `stoker pack` or a shard writer's job has not finished
-/// is refused when `refuse_unfinished` names it (see [`unfinished`]).
+/// is refused (see [`unfinished`]; `display` names it), but for the record `own` (the pack or
+/// job indexing its own output).
 async fn listed(
     store: &Store,
     opts: &SourceOptions,
     given: Option<manifest::Manifest>,
-    refuse_unfinished: Option<&str>,
+    display: &str,
+    own: Option<&'static str>,
 ) -> Result<(Layout, Vec<ObjectInfo>, Option<Vec<ShardIndex>>)> {
     let found = match given {
         None if opts.manifest.unwrap_or(true) => manifest::load(store).await?,
@@ -398,9 +401,7 @@ async fn listed(
         return Ok((layout, listing, known));
     }
     let all = store.list().await?;
-    if let Some(display) = refuse_unfinished {
-        unfinished(store, &all, display).await?;
-    }
+    unfinished(store, &all, display, own).await?;
     let listing: Vec<ObjectInfo> = all.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
     let mut layout = infer(opts.layout, listing.iter().map(|o| o.path.as_str()));
     if opts.layout.is_none() && layout == Layout::Objects {
@@ -420,9 +421,9 @@ pub(crate) const WRITE_RECORD: &str = ".stoker-write.json";
 /// Refuse a directory whose pack or write record says it did not finish: its shards are only
 /// part of the dataset, and without a manifest (written last) nothing else would tell. A
 /// record that is not one of ours (not JSON, no `complete`) is no dataset file and is ignored.
-async fn unfinished(store: &Store, listing: &[ObjectInfo], display: &str) -> Result<()> {
+async fn unfinished(store: &Store, listing: &[ObjectInfo], display: &str, own: Option<&str>) -> Result<()> {
     for record in [PACK_RECORD, WRITE_RECORD] {
-        if !listing.iter().any(|o| o.path == record) {
+        if own == Some(record) || !listing.iter().any(|o| o.path == record) {
             continue;
         }
         // A plan is about 100 bytes a shard; one past this is not ours.
@@ -443,8 +444,8 @@ async fn unfinished(store: &Store, listing: &[ObjectInfo], display: &str) -> Res
                 uri: display.to_string(),
                 reason: format!(
                     "it holds the output of {what} that did not finish ({record} records `\"complete\": false`), so \
-                     its shards are only part of the dataset; {finish}, or delete {record} to read the shards that are \
-                     there"
+                     its shards are only part of the dataset; {finish} (to read the shards already there meanwhile, \
+                     name them with a pattern such as `DIR/*.tar`)"
                 ),
             });
         }
