@@ -165,6 +165,16 @@ def main():
             f.create_dataset("label", data=np.arange(n, dtype=np.int64))
         rows = [{"key": "g/%09d" % i, "fields": [["data", npy(data[i]).hex()], ["label", str(i).encode().hex()]]}
                 for i in range(n)]
+    elif kind == "links":
+        # Fifteen groups, each linking the next four ways (hard links, no cycle): 19 KB whose
+        # paths to the last group number 4^14.
+        with h5py.File(os.path.join(outdir, "l.h5"), "w") as f:
+            f["x"] = np.arange(5)
+            gs = [f.create_group("g%d" % i) for i in range(15)]
+            for i in range(14):
+                for k in range(4):
+                    gs[i]["l%d" % k] = gs[i + 1]
+        rows = []
     elif kind == "latest":
         rows = latest(os.path.join(outdir, "c.h5"), "c", 61, 3)
     else:

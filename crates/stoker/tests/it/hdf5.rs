@@ -109,6 +109,11 @@ async fn damaged_chunks_are_named_and_the_skip_policy_counts_their_rows() {
     fixture("claims", &claims);
     let e = stoker::open(claims.to_str().unwrap(), Default::default()).await.unwrap_err().to_string();
     assert!(e.contains("d.h5") && e.contains("claim 1000000000 rows"), "{e}");
+    // Groups reached by more paths than a walk can take: refused at open, not walked for hours.
+    let links = root.path().join("links");
+    fixture("links", &links);
+    let e = stoker::open(links.to_str().unwrap(), Default::default()).await.unwrap_err().to_string();
+    assert!(e.contains("l.h5") && e.contains("more than 4096 groups"), "{e}");
     // Not HDF5 at all.
     std::fs::write(&file, b"just some text, not a hierarchical data format file").unwrap();
     let e = stoker::open(dir.to_str().unwrap(), Default::default()).await.unwrap_err().to_string();

@@ -51,10 +51,13 @@ pub(crate) const SUFFIXES: [&str; 2] = [".h5", ".hdf5"];
 
 /// The name of the dataset whose strings are the samples' keys.
 const KEY_DATASET: &str = "__key__";
-/// A file's walk stops at this many groups deep, and at this many datasets: past them is a
-/// hostile or generated file, not a dataset of samples.
+/// A file's walk stops at this many groups deep, at this many datasets, and at this many group
+/// visits: past them is a hostile or generated file, not a dataset of samples. (Hard links may
+/// reach one group by many paths: groups each linking the next four ways make a 19 KB file
+/// whose walk, bounded by depth alone, took hours.)
 const MAX_DEPTH: usize = 16;
 const MAX_DATASETS: usize = 4096;
+const MAX_GROUPS: usize = 4096;
 /// The most rows a byte of a file may stand for (deflate's best compression ratio).
 const MAX_RATIO: u64 = 1032;
 /// Most rows one read of a dataset takes: a run of neighbouring rows in a batch is read in one
@@ -176,7 +179,7 @@ pub(crate) async fn open(
                     .map_err(|e| bad_file(&s, &shown, &e))?;
                 let mut found = Vec::new();
                 let root = h5.root_group().map_err(|e| bad_file(&s, &shown, &e))?;
-                walk(&root, "", 0, &mut found).map_err(|e| bad_file(&s, &shown, &e))?;
+                walk(&root, "", 0, &mut found, &mut 0).map_err(|e| bad_file(&s, &shown, &e))?;
                 let key = found.iter().position(|f| f.path == KEY_DATASET).map(|k| found.remove(k).set);
                 let cols = match first {
                     Some(cols) => cols,
@@ -202,12 +205,14 @@ pub(crate) async fn open(
     Ok(Arc::new(Hdf5Source(Arc::new(Inner { store, files, starts, columns, display, spill }))))
 }
 
-/// Collect the datasets below `group` (at path `prefix`), depth first, names sorted.
+/// Collect the datasets below `group` (at path `prefix`), depth first, names sorted; `visits`
+/// counts the groups visited.
 fn walk(
     group: &hdf5_reader::group::Group,
     prefix: &str,
     depth: usize,
     out: &mut Vec<Found>,
+    visits: &mut usize,
 ) -> hdf5_reader::error::Result<()> {
     let (mut groups, mut sets) = group.members()?;
     sets.sort_by(|a, b| a.name().cmp(b.name()));
@@ -222,7 +227,13 @@ fn walk(
         if depth + 1 >= MAX_DEPTH {
             return Err(hdf5_reader::error::Error::InvalidData(format!("groups nested more than {MAX_DEPTH} deep")));
         }
-        walk(&g, &format!("{prefix}{}/", leaf(g.name())), depth + 1, out)?;
+        *visits += 1;
+        if *visits > MAX_GROUPS {
+            return Err(hdf5_reader::error::Error::InvalidData(format!(
+                "more than {MAX_GROUPS} groups (counting each path to a group linked from several places)"
+            )));
+        }
+        walk(&g, &format!("{prefix}{}/", leaf(g.name())), depth + 1, out, visits)?;
     }
     Ok(())
 }
@@ -443,7 +454,7 @@ pub(crate) fn fuzz(data: &[u8]) {
     let Ok(h5) = Hdf5File::from_bytes_with_options(data, options(4 << 20, 16 << 20)) else { return };
     let mut found = Vec::new();
     let Ok(root) = h5.root_group() else { return };
-    if walk(&root, "", 0, &mut found).is_err() {
+    if walk(&root, "", 0, &mut found, &mut 0).is_err() {
         return;
     }
     let Ok(columns) = plan(&found, None, "fuzz") else { return };
