@@ -165,6 +165,11 @@ def main():
             f.create_dataset("label", data=np.arange(n, dtype=np.int64))
         rows = [{"key": "g/%09d" % i, "fields": [["data", npy(data[i]).hex()], ["label", str(i).encode().hex()]]}
                 for i in range(n)]
+    elif kind == "fill":
+        # One row of 512 MB never written (its value the fill value): 1.4 KB of file.
+        with h5py.File(os.path.join(outdir, "f.h5"), "w") as f:
+            f.create_dataset("x", shape=(1, 64_000_000), dtype="f8")
+        rows = []
     elif kind == "links":
         # Fifteen groups, each linking the next four ways (hard links, no cycle): 19 KB whose
         # paths to the last group number 4^14.

@@ -109,6 +109,11 @@ async fn damaged_chunks_are_named_and_the_skip_policy_counts_their_rows() {
     fixture("claims", &claims);
     let e = stoker::open(claims.to_str().unwrap(), Default::default()).await.unwrap_err().to_string();
     assert!(e.contains("d.h5") && e.contains("claim 1000000000 rows"), "{e}");
+    // A row of 512 MB that was never written: refused at open, not made of fill values.
+    let fill = root.path().join("fill");
+    fixture("fill", &fill);
+    let e = stoker::open(fill.to_str().unwrap(), Default::default()).await.unwrap_err().to_string();
+    assert!(e.contains("f.h5") && e.contains("512000000 bytes of rows"), "{e}");
     // Groups reached by more paths than a walk can take: refused at open, not walked for hours.
     let links = root.path().join("links");
     fixture("links", &links);

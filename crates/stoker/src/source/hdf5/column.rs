@@ -40,6 +40,15 @@ pub(super) struct Column {
     pub(super) item: Vec<usize>,
 }
 
+impl Column {
+    /// Bytes one row of this dataset takes as stored, whatever its kind (a variable-length
+    /// value: its 16-byte reference). Saturating.
+    pub(super) fn stored_row_bytes(&self) -> u64 {
+        let elements = self.item.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
+        elements.saturating_mul(self.kind.stored_size(16) as u64)
+    }
+}
+
 /// The `.npy` descr of a number type, if Stoker hands it over.
 fn number(dt: &Datatype) -> Option<(&'static str, usize, ByteOrder)> {
     Some(match dt {
