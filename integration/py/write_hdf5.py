@@ -165,6 +165,12 @@ def main():
             f.create_dataset("label", data=np.arange(n, dtype=np.int64))
         rows = [{"key": "g/%09d" % i, "fields": [["data", npy(data[i]).hex()], ["label", str(i).encode().hex()]]}
                 for i in range(n)]
+    elif kind == "clash":
+        # A group's dataset and a root dataset whose names join the same way.
+        with h5py.File(os.path.join(outdir, "k.h5"), "w") as f:
+            f["meta/ids"] = np.arange(5)
+            f["meta.ids"] = np.arange(5) + 100
+        rows = []
     elif kind == "fill":
         # One row of 512 MB never written (its value the fill value): 1.4 KB of file.
         with h5py.File(os.path.join(outdir, "f.h5"), "w") as f:

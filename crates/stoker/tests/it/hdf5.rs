@@ -109,6 +109,15 @@ async fn damaged_chunks_are_named_and_the_skip_policy_counts_their_rows() {
     fixture("claims", &claims);
     let e = stoker::open(claims.to_str().unwrap(), Default::default()).await.unwrap_err().to_string();
     assert!(e.contains("d.h5") && e.contains("claim 1000000000 rows"), "{e}");
+    // Two datasets that would be one field: refused, unless columns= names one.
+    let clash = root.path().join("clash");
+    fixture("clash", &clash);
+    let e = stoker::open(clash.to_str().unwrap(), Default::default()).await.unwrap_err().to_string();
+    assert!(e.contains("k.h5") && e.contains("`meta.ids` and `meta/ids` are both field `meta.ids`"), "{e}");
+    for (name, want) in [("meta/ids", "1"), ("meta.ids", "101")] {
+        let src = stoker::open(&format!("{}?columns={name}", clash.display()), Default::default()).await.unwrap();
+        assert_eq!(&src.get(1).await.unwrap().fields[0].data[..], want.as_bytes(), "{name}");
+    }
     // A row of 512 MB that was never written: refused at open, not made of fill values.
     let fill = root.path().join("fill");
     fixture("fill", &fill);

@@ -252,7 +252,9 @@ fn plan(found: &[Found], wanted: Option<&[String]>, shown: &str) -> Result<Vec<C
         Some(names) => {
             let mut out = Vec::new();
             for n in names {
-                let f = found.iter().find(|f| f.path == *n || f.path.replace('/', ".") == *n).ok_or_else(|| {
+                // A dataset's own path first: `a.b` names a dataset so named before `a/b`.
+                let exact = found.iter().find(|f| f.path == *n);
+                let f = exact.or_else(|| found.iter().find(|f| f.path.replace('/', ".") == *n)).ok_or_else(|| {
                     bad(format!(
                         "columns= names `{n}`, which is not a dataset here; its datasets are {}",
                         found.iter().map(|f| f.path.as_str()).collect::<Vec<_>>().join(", ")
@@ -296,7 +298,16 @@ fn plan(found: &[Found], wanted: Option<&[String]>, shown: &str) -> Result<Vec<C
                 f.path
             ))
         })?;
-        columns.push(Column { name: f.path.replace('/', ".").into(), path: f.path.clone(), kind, item });
+        let name: Arc<str> = f.path.replace('/', ".").into();
+        // `meta/ids` and a dataset named `meta.ids` are one field name: a reader would see
+        // either value.
+        if let Some(other) = columns.iter().find(|c: &&Column| c.name == name) {
+            return Err(bad(format!(
+                "datasets `{}` and `{}` are both field `{name}` (groups are joined by `.`); name one with columns=",
+                other.path, f.path
+            )));
+        }
+        columns.push(Column { name, path: f.path.clone(), kind, item });
     }
     Ok(columns)
 }
@@ -349,7 +360,8 @@ fn place(
     // So must their bytes be: a dataset never written (its chunks unallocated, every value
     // the fill value) is a few bytes of header however large its shape, and reading it would
     // make gigabytes of fill values from a file of kilobytes.
-    let bytes = columns.iter().map(Column::stored_row_bytes).fold(0u64, u64::saturating_add).saturating_mul(rows as u64);
+    let bytes =
+        columns.iter().map(Column::stored_row_bytes).fold(0u64, u64::saturating_add).saturating_mul(rows as u64);
     if bytes > size.saturating_mul(MAX_RATIO) {
         return Err(bad(format!(
             "its datasets claim {bytes} bytes of rows, more than its {size} bytes can hold (a dataset with no data \

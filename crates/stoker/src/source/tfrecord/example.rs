@@ -179,7 +179,7 @@ fn ints(b: &[u8]) -> Option<Vec<i64>> {
 }
 
 /// The fields of a parsed Example, by the module's convention.
-pub(crate) fn to_fields(features: Vec<(String, Values)>, names: &mut NameCache) -> Vec<Field> {
+pub(crate) fn to_fields(features: Vec<(String, Values)>, names: &mut NameCache) -> Result<Vec<Field>, String> {
     let mut out = Vec::with_capacity(features.len());
     for (name, values) in features {
         match values {
@@ -204,7 +204,17 @@ pub(crate) fn to_fields(features: Vec<(String, Values)>, names: &mut NameCache) 
             Values::Ints(_) | Values::Floats(_) => {}
         }
     }
-    out
+    // A list's `NAME.i` may be another feature's own name: two values under one field name,
+    // of which a reader would see either.
+    let mut seen: Vec<&str> = out.iter().map(|f| &*f.name).collect();
+    seen.sort_unstable();
+    if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!(
+            "two of its features make the field `{}` (a list's values are named `NAME.0`, `NAME.1`...); rename one",
+            crate::escape::display_key(w[0])
+        ));
+    }
+    Ok(out)
 }
 
 /// Field names shared across samples (one allocation per distinct name, bounded).
@@ -286,13 +296,21 @@ mod tests {
         let names: Vec<&str> = parsed.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["box", "ids", "image", "label", "none", "tags"]);
         assert_eq!(parsed[1].1, Values::Ints(vec![3, 300, -1]));
-        let fields = to_fields(parsed, &mut NameCache::default());
+        let fields = to_fields(parsed, &mut NameCache::default()).unwrap();
         let got: Vec<(&str, &[u8])> = fields.iter().map(|f| (&*f.name, &f.data[..])).collect();
         assert_eq!(got[2], ("image", &b"jpeg"[..]));
         assert_eq!(got[3], ("label", &b"7"[..]));
         assert_eq!((got[4], got[5]), (("tags.0", &b"a"[..]), ("tags.1", &b"b"[..])));
         assert!(got[0].1.starts_with(b"\x93NUMPY") && got[0].1.ends_with(&2.25f32.to_le_bytes()));
         assert_eq!(got.len(), 6, "the empty list is no field");
+        // A list's `tags.0` and a feature of that name: two values under one field name.
+        let (mut two, mut one) = (Vec::new(), Vec::new());
+        delimited(1, b"a", &mut two);
+        delimited(1, b"b", &mut two);
+        delimited(1, b"c", &mut one);
+        let rec = example(&[("tags", 1, two), ("tags.0", 1, one)]);
+        let e = to_fields(parse(&rec).unwrap(), &mut NameCache::default()).unwrap_err();
+        assert!(e.contains("`tags.0`"), "{e}");
     }
 
     #[test]

@@ -172,7 +172,15 @@ impl TfRecordSource {
         match self.payload {
             Payload::Raw => Ok(Sample { key, fields: vec![Field { name: self.data.clone(), data }] }),
             Payload::Example => match example::parse(&data) {
-                Some(features) => Ok(Sample { key, fields: example::to_fields(features, names) }),
+                Some(features) => match example::to_fields(features, names) {
+                    Ok(fields) => Ok(Sample { key, fields }),
+                    Err(why) => Err(Error::CorruptData {
+                        shard: self.files.describe(f),
+                        key,
+                        field: String::new(),
+                        reason: format!("record {r}: {why}"),
+                    }),
+                },
                 None => Err(Error::CorruptData {
                     shard: self.files.describe(f),
                     key,
@@ -250,6 +258,7 @@ pub(crate) fn fuzz(data: &[u8]) {
     for record in records {
         if let Some(features) = example::parse(&record) {
             let total: usize = example::to_fields(features, &mut example::NameCache::default())
+                .unwrap_or_default()
                 .iter()
                 .filter(|f| !f.data.starts_with(b"\x93NUMPY"))
                 .map(|f| f.data.len())
