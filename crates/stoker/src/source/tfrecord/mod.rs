@@ -151,8 +151,9 @@ impl TfRecordSource {
         let cut = framed.len().checked_sub(4).ok_or_else(|| self.damaged(f, r, at, "a short read"))?;
         let (data, crc) = (framed.slice(..cut), &framed[cut..]);
         if masked_crc(&data).to_le_bytes() != crc {
-            let why = "its data fails its CRC32C: the file is damaged here (or the `.tfindex` it was first opened \
-                       with places this record wrongly)";
+            let why = "its data fails its CRC32C: the file is damaged here (or a `.tfindex` it was first opened \
+                       with places this record wrongly: then delete that, and the `.stoker-records` index made from \
+                       it beside the file or in index_dir, and open it again)";
             return Err(self.damaged(f, r, at, why));
         }
         Ok(data)
