@@ -3,6 +3,7 @@
 //! reset, no answer within its limit) is sent again under the same number; the upload object
 //! object_store hands out numbers parts by call, and a failed one could not be retried.
 
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use object_store::multipart::{MultipartStore, PartId};
@@ -30,49 +31,47 @@ impl Fetcher {
         self.multipart.as_ref().ok_or_else(|| crate::Error::internal("this store writes no parts"))
     }
 
-    /// Start an upload of `path` (`shown` names it in errors), retried.
+    /// Start an upload of `path` (`shown` names it in errors), retried within the deadline.
     pub(crate) async fn start_upload(&self, path: &ObjPath, shown: &str) -> Result<MultipartId> {
         let store = self.parts_store()?;
         let limit = self.cfg.timeout;
-        self.retrying(
-            shown,
-            || "starting a multipart upload".into(),
-            None,
-            || async {
-                self.counters.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                answer(limit, "starting the upload", store.create_multipart(path)).await
-            },
-        )
+        let what = || "starting a multipart upload".to_string();
+        self.retrying(shown, what, Some(self.cfg.deadline), || async {
+            self.counters.requests.fetch_add(1, Relaxed);
+            answer(limit, "starting the upload", store.create_multipart(path)).await
+        })
         .await
     }
 
-    /// Send part `idx` of upload `id`, retried (each attempt sends the same bytes under the
-    /// same number, which replaces what an earlier attempt may have left).
+    /// Send part `idx` of upload `id`, retried within the deadline (each attempt sends the
+    /// same bytes under the same number, which replaces what an earlier attempt may have
+    /// left), and no attempt started once `stop` is set (the upload was given up).
     pub(crate) async fn put_part(
         &self,
         path: &ObjPath,
         shown: &str,
-        id: &MultipartId,
-        idx: usize,
+        (id, idx): (&MultipartId, usize),
         part: PutPayload,
+        stop: &AtomicBool,
     ) -> Result<PartId> {
         let store = self.parts_store()?;
-        let limit = write_limit(self.cfg.timeout, part.content_length() as u64);
-        self.retrying(
-            shown,
-            || format!("part {idx} of a multipart upload"),
-            None,
-            || async {
-                self.counters.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                answer(limit, "a part", store.put_part(path, id, idx, part.clone())).await
-            },
-        )
+        let bytes = part.content_length() as u64;
+        let limit = write_limit(self.cfg.timeout, bytes);
+        let what = || format!("part {} of a multipart upload", idx + 1);
+        self.retrying(shown, what, Some(write_limit(self.cfg.deadline, bytes)), || async {
+            if stop.load(Relaxed) {
+                return Err(Failure::fatal("the upload was given up"));
+            }
+            self.counters.requests.fetch_add(1, Relaxed);
+            answer(limit, "a part", store.put_part(path, id, idx, part.clone())).await
+        })
         .await
     }
 
     /// Put the parts of upload `id` together as the object (`bytes` long). Retried only after
-    /// a server error answer (a 503 SlowDown: the store did not do it): a request without an
-    /// answer may have completed the upload, and a second attempt would then fail.
+    /// an answer that says the store did not do it (500 InternalError, 503 SlowDown, or S3's
+    /// 200 whose body is such an error): a request without an answer, or a gateway's 502 or
+    /// 504, may have completed the upload, and a second attempt would then fail.
     pub(crate) async fn complete_upload(
         &self,
         path: &ObjPath,
@@ -84,31 +83,43 @@ impl Fetcher {
         let store = self.parts_store()?;
         // A store may take minutes to put a large object's parts together.
         let limit = write_limit(self.cfg.timeout, bytes);
-        self.retrying(
-            shown,
-            || "completing a multipart upload".into(),
-            None,
-            || {
-                // Every attempt names every part (a list taken by the first would leave the
-                // next one completing an empty object).
-                let parts = parts.clone();
-                async move {
-                    self.counters.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let r = answer(limit, "completing the upload", store.complete_multipart(path, id, parts)).await;
-                    let answered = |f: &Failure| http_status(&f.message).is_some_and(|s| (500..600).contains(&s));
-                    r.map(drop).map_err(|f| Failure { transient: f.transient && answered(&f), ..f })
-                }
-            },
-        )
+        let what = || "completing a multipart upload".to_string();
+        self.retrying(shown, what, None, || {
+            // Every attempt names every part (a list taken by the first would leave the next
+            // one completing an empty object).
+            let parts = parts.clone();
+            async move {
+                self.counters.requests.fetch_add(1, Relaxed);
+                let r = answer(limit, "completing the upload", store.complete_multipart(path, id, parts)).await;
+                // object_store's text for an error in a 200's body (S3 sends the status before
+                // it knows): it reports only InternalError and SlowDown so.
+                let answered = |f: &Failure| {
+                    matches!(http_status(&f.message), Some(500 | 503))
+                        || f.message.contains("Server returned error response:")
+                };
+                r.map(drop).map_err(|f| Failure { transient: f.transient && answered(&f), ..f })
+            }
+        })
         .await
     }
 
-    /// Give upload `id` up: the parts sent are discarded by the store (best effort: one that
-    /// fails leaves them to the bucket's lifecycle rules).
-    pub(crate) async fn abort_upload(&self, path: &ObjPath, id: &MultipartId) {
-        if let Ok(store) = self.parts_store() {
-            let _ = answer(self.cfg.timeout, "aborting the upload", store.abort_multipart(path, id)).await;
-        }
+    /// Give upload `id` up: the parts sent are discarded by the store. Retried within twice
+    /// the attempt limit (a store throttling the parts likely throttles this too); one that
+    /// still fails leaves them to the bucket's lifecycle rules.
+    pub(crate) async fn abort_upload(&self, path: &ObjPath, shown: &str, id: &MultipartId) {
+        let Ok(store) = self.parts_store() else { return };
+        let limit = self.cfg.timeout;
+        let what = || "aborting a multipart upload".to_string();
+        let _ = self
+            .retrying(shown, what, Some(limit.saturating_mul(2)), || async {
+                self.counters.requests.fetch_add(1, Relaxed);
+                match answer(limit, "aborting the upload", store.abort_multipart(path, id)).await {
+                    // Gone already: nothing is left to discard.
+                    Err(f) if f.missing => Ok(()),
+                    other => other,
+                }
+            })
+            .await;
     }
 }
 

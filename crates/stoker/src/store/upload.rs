@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -45,6 +46,8 @@ pub(crate) struct Parts {
     landed: Vec<PartId>,
     /// Bytes handed to the upload's parts so far.
     sent: u64,
+    /// Set when the upload is given up: its parts in flight start no further attempt.
+    stop: Arc<AtomicBool>,
 }
 
 enum State {
@@ -84,6 +87,7 @@ impl Parts {
             in_flight: VecDeque::new(),
             landed: Vec::new(),
             sent: 0,
+            stop: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -138,8 +142,9 @@ impl Parts {
         self.sent += part.len() as u64;
         let (fetcher, location, shown, id) =
             (self.fetcher.clone(), self.location.clone(), self.shown.clone(), id.clone());
-        let task =
-            handle.spawn(async move { fetcher.put_part(&location, &shown, &id, idx, PutPayload::from(part)).await });
+        let stop = self.stop.clone();
+        let task = handle
+            .spawn(async move { fetcher.put_part(&location, &shown, (&id, idx), PutPayload::from(part), &stop).await });
         self.in_flight.push_back(task);
         Ok(())
     }
@@ -201,13 +206,16 @@ impl Parts {
 
     fn stopper(&mut self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
         let State::Uploading(id) = std::mem::replace(&mut self.state, State::Done) else { return None };
+        // Parts in flight end the attempt under way (one that lands after the abort would be
+        // kept, and billed), but start no other.
+        self.stop.store(true, Relaxed);
         let parts: Vec<_> = self.in_flight.drain(..).collect();
-        let (fetcher, location) = (self.fetcher.clone(), self.location.clone());
+        let (fetcher, location, shown) = (self.fetcher.clone(), self.location.clone(), self.shown.clone());
         Some(async move {
             for part in parts {
                 let _ = part.await;
             }
-            fetcher.abort_upload(&location, &id).await;
+            fetcher.abort_upload(&location, &shown, &id).await;
         })
     }
 }

@@ -122,7 +122,7 @@ async fn damaged_chunks_are_named_and_the_skip_policy_counts_their_rows() {
     let fill = root.path().join("fill");
     fixture("fill", &fill);
     let e = stoker::open(fill.to_str().unwrap(), Default::default()).await.unwrap_err().to_string();
-    assert!(e.contains("f.h5") && e.contains("512000000 bytes of rows"), "{e}");
+    assert!(e.contains("f.h5") && e.contains("`x` claims 512000000 bytes of rows") && e.contains("columns="), "{e}");
     // Groups reached by more paths than a walk can take: refused at open, not walked for hours.
     let links = root.path().join("links");
     fixture("links", &links);

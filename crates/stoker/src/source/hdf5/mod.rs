@@ -357,16 +357,19 @@ fn place(
     if rows as u64 > size.saturating_mul(MAX_RATIO) {
         return Err(bad(format!("its datasets claim {rows} rows, more than its {size} bytes can hold")));
     }
-    // So must their bytes be: a dataset never written (its chunks unallocated, every value
-    // the fill value) is a few bytes of header however large its shape, and reading it would
-    // make gigabytes of fill values from a file of kilobytes.
-    let bytes =
-        columns.iter().map(Column::stored_row_bytes).fold(0u64, u64::saturating_add).saturating_mul(rows as u64);
-    if bytes > size.saturating_mul(MAX_RATIO) {
-        return Err(bad(format!(
-            "its datasets claim {bytes} bytes of rows, more than its {size} bytes can hold (a dataset with no data \
-             written, all fill values?)"
-        )));
+    // So must each dataset's bytes: one never written (its chunks unallocated, every value the
+    // fill value) is a few bytes of header however large its shape, and reading it would make
+    // gigabytes of fill values from a file of kilobytes.
+    for c in &columns {
+        let bytes = c.stored_row_bytes().saturating_mul(rows as u64);
+        if bytes > size.saturating_mul(MAX_RATIO) {
+            return Err(bad(format!(
+                "dataset `{}` claims {bytes} bytes of rows, more than the file's {size} bytes can hold at deflate's \
+                 best ratio (a dataset never written, all fill values?); leave it out by naming the others with \
+                 columns=",
+                c.path
+            )));
+        }
     }
     if let Some(k) = &key {
         if k.shape().first().map(|&n| n as usize) != Some(rows) {
