@@ -167,6 +167,21 @@ fn a_token_pack_redoes_or_removes_parts_it_cannot_vouch_for() {
     let clean = files(&dest);
     assert_eq!(clean.keys().filter(|n| n.ends_with(".idx")).count(), 4);
 
+    // Interrupted after three of its four parts (its manifest is rewritten after each): not
+    // read as the corpus until a rerun finishes it.
+    let manifest = dest.join(".stoker-tokens.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    m["parts"].as_array_mut().unwrap().pop();
+    std::fs::write(&manifest, serde_json::to_vec(&m).unwrap()).unwrap();
+    for ext in ["bin", "idx"] {
+        std::fs::remove_file(dest.join(format!("tokens-00003.{ext}"))).unwrap();
+    }
+    let e = err(&stoker(&["inspect", s(&dest)]));
+    assert!(e.contains("did not finish") && e.contains("--layout tokens"), "{e}");
+    ok(&tokens(&text, s(&dest), &tok, "10"));
+    assert!(files(&dest) == clean, "the rerun finished it as an uninterrupted run");
+    ok(&stoker(&["inspect", s(&dest)]));
+
     // Part 1's index replaced by part 0's: the rerun writes part 1 again.
     std::fs::copy(dest.join("tokens-00000.idx"), dest.join("tokens-00001.idx")).unwrap();
     ok(&tokens(&text, s(&dest), &tok, "10"));
