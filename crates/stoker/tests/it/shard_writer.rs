@@ -204,27 +204,36 @@ async fn a_shard_streamed_to_s3_lands_in_one_put_and_an_equal_rerun_keeps_it() {
     }
 }
 
+/// 25 samples of 1 MiB: three whole 8 MiB parts and a last one.
+fn big_samples() -> Vec<Sample> {
+    (0..25u8)
+        .map(|i| Sample {
+            key: format!("s/{i:03}"),
+            fields: vec![Field { name: "bin".into(), data: Bytes::from(vec![i; 1 << 20]) }],
+        })
+        .collect()
+}
+
+/// The object a remote write of `samples` left (in the S3 server's directory, at `remote`) is
+/// the tar a local write of the same samples gives.
+async fn assert_written_as_locally(remote: &std::path::Path, samples: &[Sample]) {
+    let local = tempfile::tempdir().unwrap();
+    let lw = ShardWriter::open(&local.path().display().to_string(), Default::default()).unwrap();
+    lw.write("p-000000-0000.tar", samples).await.unwrap();
+    let got = std::fs::read(remote).unwrap();
+    assert!(got == std::fs::read(local.path().join("p-000000-0000.tar")).unwrap(), "the same bytes");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_larger_than_a_part_goes_to_s3_in_parts_and_one_given_up_leaves_nothing() {
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(root.path().join("data")).unwrap();
     let h = crate::common::s3::serve(root.path()).await;
     let w = ShardWriter::open(&crate::common::s3::uri(&h.endpoint(), "big", ""), Default::default()).unwrap();
-    // 25 samples of 1 MiB: three whole 8 MiB parts and a last one.
-    let big: Vec<Sample> = (0..25u8)
-        .map(|i| Sample {
-            key: format!("s/{i:03}"),
-            fields: vec![Field { name: "bin".into(), data: Bytes::from(vec![i; 1 << 20]) }],
-        })
-        .collect();
+    let big = big_samples();
     let done = w.write("p-000000-0000.tar", &big).await.unwrap();
     assert!(done.bytes > 3 * (8 << 20) && !done.kept, "{done:?}");
-    // The object is the tar a local write of the same samples gives.
-    let local = tempfile::tempdir().unwrap();
-    let lw = ShardWriter::open(&local.path().display().to_string(), Default::default()).unwrap();
-    lw.write("p-000000-0000.tar", &big).await.unwrap();
-    let remote = std::fs::read(root.path().join("data/big/p-000000-0000.tar")).unwrap();
-    assert!(remote == std::fs::read(local.path().join("p-000000-0000.tar")).unwrap(), "the same bytes");
+    assert_written_as_locally(&root.path().join("data/big/p-000000-0000.tar"), &big).await;
     assert!(w.write("p-000000-0000.tar", &big).await.unwrap().kept, "a rerun keeps it");
 
     // A shard given up after two parts were sent: nothing under its name, no part kept.
@@ -260,20 +269,10 @@ async fn parts_refused_with_503s_are_sent_again_and_the_shard_lands_whole() {
     let proxy = crate::common::s3::with_proxy(&h, faults).await;
     let uri = crate::common::s3::uri(&proxy.endpoint(), "flaky", "&attempts=30&backoff_ms=1");
     let w = ShardWriter::open(&uri, Default::default()).unwrap();
-    // 25 samples of 1 MiB: four parts.
-    let big: Vec<Sample> = (0..25u8)
-        .map(|i| Sample {
-            key: format!("s/{i:03}"),
-            fields: vec![Field { name: "bin".into(), data: Bytes::from(vec![i; 1 << 20]) }],
-        })
-        .collect();
+    let big = big_samples();
     let done = w.write("p-000000-0000.tar", &big).await.unwrap();
     assert!(done.bytes > 3 * (8 << 20), "{done:?}");
-    let local = tempfile::tempdir().unwrap();
-    let lw = ShardWriter::open(&local.path().display().to_string(), Default::default()).unwrap();
-    lw.write("p-000000-0000.tar", &big).await.unwrap();
-    let remote = std::fs::read(root.path().join("data/flaky/p-000000-0000.tar")).unwrap();
-    assert!(remote == std::fs::read(local.path().join("p-000000-0000.tar")).unwrap(), "the same bytes");
+    assert_written_as_locally(&root.path().join("data/flaky/p-000000-0000.tar"), &big).await;
     // The upload's requests come first (its start, four parts, its completion), and the
     // proxy's faults follow the order requests arrive in (seeded): with this seed some of
     // them were refused and sent again.
