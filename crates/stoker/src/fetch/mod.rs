@@ -300,13 +300,7 @@ impl Fetcher {
             None,
             || async {
                 self.counters.requests.fetch_add(1, Relaxed);
-                match tokio::time::timeout(limit, self.store.put(path, payload.clone())).await {
-                    Err(_) => {
-                        Err(retry::Failure::transient(format!("no answer to the write within {limit:?} (timeout_ms)")))
-                    }
-                    Ok(Err(e)) => Err(retry::classify_write(e)),
-                    Ok(Ok(_)) => Ok(()),
-                }
+                parts::answer(limit, "the write", self.store.put(path, payload.clone())).await.map(drop)
             },
         )
         .await

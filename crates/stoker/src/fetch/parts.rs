@@ -124,7 +124,7 @@ impl Fetcher {
 }
 
 /// `request` (`what`) within `limit`, its failure classified as a write's.
-async fn answer<T>(
+pub(super) async fn answer<T>(
     limit: std::time::Duration,
     what: &str,
     request: impl std::future::Future<Output = object_store::Result<T>>,
