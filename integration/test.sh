@@ -20,7 +20,13 @@ docker-compose -f docker/docker-compose.yml config -q
 # Every test and doctest; not the examples (benchmarks, ~95 MB of debug binary each, which
 # clippy --all-targets has already compiled): CI's disk is finite.
 # stoker-zune-jpeg (vendor/) is upstream's decoder: its tests need upstream's test images.
-cargo test --workspace --exclude stoker-zune-jpeg --locked --lib --bins --tests --no-run
+# With the `cuda` feature on: without a driver the GPU path must report CudaUnavailable, never
+# panic, and everything else must behave as without the feature. One build of the suite, not
+# two (a second build of the library and its dependents took a minute of both cores). The
+# build without the feature is linted by .ci/run, and the Python package, built without it,
+# checks its error at run time (tests/test_torch.py).
+features=(--workspace --exclude stoker-zune-jpeg --features stoker/cuda --locked)
+cargo test "${features[@]}" --lib --bins --tests --no-run
 # Two test binaries take one test at a time on one thread (each installs a process-wide
 # allocator that counts, so their tests take turns): about 45 s of one core. They run beside the
 # rest, whose tests wait on servers and child processes often enough to leave a core idle.
@@ -28,13 +34,22 @@ cargo test --workspace --exclude stoker-zune-jpeg --locked --lib --bins --tests 
 solo=(decode_budget loader_alloc)
 targets="$("$root/.venv/bin/python" integration/test_targets.py --exclude-package stoker-zune-jpeg --except "${solo[@]}")"
 mapfile -t rest <<< "$targets"
-# in_background and collect.
+# After them, in the same background job, the Python package is built into .venv while the rest
+# still run: its build (the extension's own crate, then its link) leaves a core idle too. Cargo
+# holds the build directory's lock only while it builds, not while tests run, and by then the
+# rest's `cargo test` has long passed its own (brief) look at what is built. Then the
+# checked-in type stub must match the compiled module (mypy, on one thread).
+solo_then_package() {
+  cargo test "${features[@]}" "${solo[@]/#/--test=}"
+  (cd crates/stoker-py && VIRTUAL_ENV="$root/.venv" "$root/.venv/bin/maturin" develop --quiet --locked)
+  (cd crates/stoker-py && "$root/.venv/bin/python" -m mypy.stubtest stoker._stoker)
+}
 source integration/background.sh
-in_background cargo test --workspace --exclude stoker-zune-jpeg --locked "${solo[@]/#/--test=}"
+in_background solo_then_package
 solo_pid=$bg_pid solo_log=$bg_log
-cargo test --workspace --exclude stoker-zune-jpeg --locked --lib --bins "${rest[@]/#/--test=}"
-collect "$solo_pid" "$solo_log" "the one-at-a-time test binaries (${solo[*]})"
-cargo test --workspace --exclude stoker-zune-jpeg --locked --doc
+cargo test "${features[@]}" --lib --bins "${rest[@]/#/--test=}"
+collect "$solo_pid" "$solo_log" "the one-at-a-time test binaries (${solo[*]}), or the Python package's build (maturin develop) or its type stub's check (stubtest)"
+cargo test "${features[@]}" --doc
 # The test binaries are done with (~100 MB of debug binary each, 0.75 GB in all), and the steps
 # below build what they run: CI's disk is finite. A rerun links them again.
 find target/debug/deps -maxdepth 1 -type f -perm -u+x ! -name '*.*' -delete
@@ -42,22 +57,11 @@ find target/debug/deps -maxdepth 1 -type f -perm -u+x ! -name '*.*' -delete
 # (crates/stoker/tests/it/fuzz_corpus.rs). The coverage-guided run, `fuzz/run.sh 600`, builds
 # every dependency again with instrumentation (minutes of a 2-core CI for 10 s a target), so
 # it is run by hand and its finds are added to fuzz/corpus (fuzz/README.md).
-# The Python package, built into .venv, against the real torch DataLoader (fork and spawn
+# The Python package (built into .venv above) against the real torch DataLoader (fork and spawn
 # workers, torchrun); its S3 tests use the embedded S3 server binary, target/debug/s3_server,
 # which `cargo test` built above for the test kit's own tests (a `cargo build -p
 # stoker-testkit` here would build its dependencies again, without the tests' features).
 [ -x target/debug/s3_server ] || { echo "test: target/debug/s3_server was not built by cargo test" >&2; exit 1; }
-(cd crates/stoker-py && VIRTUAL_ENV="$root/.venv" "$root/.venv/bin/maturin" develop --quiet --locked)
-# The checked-in type stub must match the compiled module. mypy runs on one thread: beside the
-# `cuda` build below, not before it.
-stubtest() { (cd crates/stoker-py && "$root/.venv/bin/python" -m mypy.stubtest stoker._stoker); }
-in_background stubtest
-stub_pid=$bg_pid stub_log=$bg_log
-# Same pool and ordering logic with the `cuda` feature on: without a driver it must report
-# CudaUnavailable, never panic. The whole workspace is named so the dependencies keep the
-# features they were built with above (with `-p stoker` they would be built again).
-cargo test --workspace --exclude stoker-zune-jpeg --features stoker/cuda --locked --test it -- pinned:: gpu:: loader::
-collect "$stub_pid" "$stub_log" "the type stub's check against the compiled module (stubtest)"
 # Two workers, each test file in one of them (its module fixtures, such as a Ray cluster, started
 # once): about 0.7x the time of one on two cores. A test still running after 15 minutes (the
 # longest take about two) has hung: it fails there with its stack (SIGALRM, which interrupts a
