@@ -16,6 +16,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+from thrift_compact import R, get, read_footer, write_struct, write_with_footer
+
 
 def mds_shard(items):
     """An uncompressed MDS shard of `items` (bytes) in one `bytes` column."""
@@ -136,6 +138,50 @@ def write(out):
     b[1024 + 148 : 1024 + 156] = b" " * 8
     b[1024 + 148 : 1024 + 156] = b"%06o\0 " % sum(b[1024 : 1024 + 512])
     (d / "s.tar").write_bytes(bytes(b))
+
+    # Parquet footers whose claims a reader must not follow (pyarrow refuses the first two):
+    # a row group of -5 rows (read as empty, its rows were dropped), a column chunk of -1
+    # bytes (the parquet crate asserts on it: a panic), and an offset index with two pages
+    # swapped (a row selection followed it to other rows than asked for).
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def parquet(name, edit):
+        d = case(name, "corrupt")
+        p = d / "v.parquet"
+        rows = 300
+        table = pa.table({"n": pa.array(range(rows), pa.int64()), "text": [f"row {i:05d} " + "x" * 40 for i in range(rows)]})
+        pq.write_table(table, p, compression="none", use_dictionary=False, write_page_index=True, data_page_size=1024,
+                       row_group_size=100, write_batch_size=16)
+        body, fm = read_footer(p)
+        edit(p, body, fm)
+
+    def negative_rows(p, body, fm):
+        get(get(fm, 4)[2][1][0], 3)[2] = -5  # row group 0's num_rows
+        write_with_footer(p, body, fm)
+
+    def negative_chunk(p, body, fm):
+        meta = get(get(get(fm, 4)[2][1][0], 1)[2][1][1], 3)[2]  # row group 0, column `text`: its ColumnMetaData
+        get(meta, 7)[2] = -1  # total_compressed_size
+        write_with_footer(p, body, fm)
+
+    def swapped_pages(p, body, fm):
+        raw = bytearray(p.read_bytes())
+        col = get(get(fm, 4)[2][1][0], 1)[2][1][1]  # row group 0, column `text`
+        at, length = get(col, 4)[2], get(col, 5)[2]  # its offset index: where, how long
+        index = R(raw, at).struct()
+        pages = get(index, 1)[2][1]
+        for fid in (1, 2):  # two pages' offsets and sizes traded
+            a, b = get(pages[1], fid), get(pages[2], fid)
+            a[2], b[2] = b[2], a[2]
+        forged = write_struct(index)
+        assert len(forged) == length
+        raw[at : at + length] = forged
+        p.write_bytes(bytes(raw))
+
+    parquet("parquet_negative_rows", negative_rows)
+    parquet("parquet_negative_chunk", negative_chunk)
+    parquet("parquet_swapped_pages", swapped_pages)
     return cases
 
 

@@ -91,6 +91,7 @@ pub(crate) async fn open(
                 ),
             });
         }
+        reader::check_footer(meta.metadata(), f.size(), &store.describe(f.path()))?;
         let file = files.len();
         let mut row = 0usize;
         for (g, rg) in meta.metadata().row_groups().iter().enumerate() {

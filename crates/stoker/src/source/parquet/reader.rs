@@ -108,6 +108,59 @@ impl StoreFile {
 /// shown ([`super::Inner::read_batches`] reads the watch and reads again).
 const REBATCH: &str = "stoker: internal: a dictionary asks for smaller batches";
 
+/// The footer's claims the readers would otherwise follow blindly, checked at open (`shown`
+/// names the file of `size` bytes): row counts are not negative (a negative one was read as
+/// an empty group, its rows dropped); each column chunk's offsets and sizes are not negative
+/// (the parquet crate asserts on one: a panic, not an error) and lie inside the file; and an
+/// offset index, which a batch's row selection follows, starts at row 0 with its pages' rows
+/// and offsets rising inside their chunk (a shifted or reordered index gave other rows than
+/// those asked for). What this does not see: an index whose rows rise but miscount a page.
+pub(super) fn check_footer(meta: &ParquetMetaData, size: u64, shown: &str) -> Result<(), Error> {
+    let bad = |reason: String| Error::BadIndex {
+        path: shown.to_owned(),
+        reason: format!("{reason}: the footer is damaged; write the file again"),
+    };
+    for (g, group) in meta.row_groups().iter().enumerate() {
+        let Ok(rows) = u64::try_from(group.num_rows()) else {
+            return Err(bad(format!("row group {g} claims {} rows", group.num_rows())));
+        };
+        let index = meta.page_index_for_row_group(g);
+        for (c, col) in group.columns().iter().enumerate() {
+            let name = col.column_path().string();
+            let start = u64::try_from(col.dictionary_page_offset().unwrap_or(col.data_page_offset())).ok();
+            let len = u64::try_from(col.compressed_size()).ok();
+            let end = start.zip(len).and_then(|(s, l)| s.checked_add(l));
+            if col.data_page_offset() < 0 || col.uncompressed_size() < 0 || end.is_none_or(|e| e > size) {
+                return Err(bad(format!(
+                    "column `{name}` of row group {g} claims bytes outside the file's {size} (a negative or \
+                     too large offset or size)"
+                )));
+            }
+            let (Some(start), Some(end)) = (start, end) else { continue };
+            let Some(pages) = index.page_locations(c) else { continue };
+            let mut next_row = 0i64;
+            let mut next_byte = start;
+            for (k, page) in pages.iter().enumerate() {
+                let at = u64::try_from(page.offset).ok();
+                let page_end =
+                    at.zip(u64::try_from(page.compressed_page_size).ok()).and_then(|(a, l)| a.checked_add(l));
+                let rows_ok = if k == 0 { page.first_row_index == 0 } else { page.first_row_index > next_row };
+                let bytes_ok = at.is_some_and(|a| a >= next_byte) && page_end.is_some_and(|e| e <= end);
+                if !rows_ok || !bytes_ok || u64::try_from(page.first_row_index).is_ok_and(|r| rows > 0 && r >= rows) {
+                    return Err(bad(format!(
+                        "the offset index of column `{name}` in row group {g} places page {k} at byte {} and row {}, \
+                         out of order or outside the chunk's bytes {start}..{end} and rows 0..{rows}",
+                        page.offset, page.first_row_index
+                    )));
+                }
+                next_row = page.first_row_index;
+                next_byte = page_end.unwrap_or(end);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The total uncompressed size of the column chunk `r` is whole pages of, and the chunk: the
 /// chunk's whole range, or a run of pages the offset index locates (the dictionary page the
 /// chunk begins with is one: it ends where the first located page starts); `None` for any
