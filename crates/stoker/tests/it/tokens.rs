@@ -132,6 +132,21 @@ async fn damaged_litdata_token_chunks_are_named_at_open() {
     std::fs::write(&chunk, &b).unwrap();
     let e = open_err().await;
     assert!(e.contains("item 0") && e.contains("not a whole number of tokens (4-byte tokens)"), "{e}");
+    // A table whose last item ends a token early (the item would lose its last token), and a
+    // file with bytes after its last item: the table accounts for the whole file.
+    let items = u32::from_le_bytes(good[0..4].try_into().unwrap()) as usize;
+    let last = 4 + 4 * items;
+    let mut b = good.clone();
+    let end = u32::from_le_bytes(b[last..last + 4].try_into().unwrap()) - 4;
+    b[last..last + 4].copy_from_slice(&end.to_le_bytes());
+    std::fs::write(&chunk, &b).unwrap();
+    let e = open_err().await;
+    assert!(e.contains("chunk-0-1.bin") && e.contains(&format!("ends at byte {end}, not at the file's end")), "{e}");
+    let mut b = good.clone();
+    b.extend_from_slice(&[0; 100]);
+    std::fs::write(&chunk, &b).unwrap();
+    let e = open_err().await;
+    assert!(e.contains("chunk-0-1.bin") && e.contains("not at the file's end"), "{e}");
     std::fs::write(&chunk, &good).unwrap();
     // Float "tokens" (torch.float32's index).
     let v: serde_json::Value = serde_json::from_str(&index).unwrap();

@@ -62,7 +62,7 @@ impl FileDocs {
 impl Flat {
     /// Documents at byte `offsets` (each document's start, then the end) of a file of `size`
     /// bytes whose tokens of `ty` start at byte `header`: each must be in order, within the
-    /// file, and a whole number of tokens from the first.
+    /// file, and a whole number of tokens from the first, and the last the file's end.
     pub(crate) fn from_offsets(
         ty: TokenType,
         offsets: &[u64],
@@ -92,6 +92,18 @@ impl Flat {
                 continue;
             };
             return Err(format!("item {i} (bytes {a}..{b} of {size}) {why} ({item}-byte tokens)"));
+        }
+        // The table accounts for the whole file: its last offset is the file's end. A chunk cut
+        // short lost part of its last item, silently; bytes past the last item are not its own.
+        match offsets.last() {
+            Some(&last) if last == size => {}
+            last => {
+                return Err(format!(
+                    "its last item ends at byte {}, not at the file's end ({size}): the file was cut short or has \
+                     bytes its offsets do not account for",
+                    last.map_or_else(|| "(none)".to_string(), |l| l.to_string())
+                ))
+            }
         }
         starts.extend(offsets.iter().map(|o| (o - header) / item));
         Ok(Flat { ty, header, starts })
