@@ -170,6 +170,16 @@ impl Local {
         .map_err(Error::task)?
     }
 
+    /// A FIFO or a device at `path` (`shown` in errors) is refused before anything opens it:
+    /// object_store's `head` opens the file, and opening a FIFO waits for a writer without
+    /// end. Only a `stat`; a missing file and a directory are left to `head` (not found).
+    pub(super) fn not_special(&self, path: &ObjPath, shown: impl Fn() -> String) -> Result<()> {
+        match std::fs::metadata(self.file(path)?) {
+            Ok(m) if !m.is_file() && !m.is_dir() => Err(not_regular(&shown())),
+            _ => Ok(()),
+        }
+    }
+
     /// The whole file at `path` if it is at most `most` bytes long (see
     /// [`Store::get_at_most`](super::Store::get_at_most)): its size is checked before it is
     /// read, and the read stops at the size found (a file growing meanwhile gives its start).
@@ -186,8 +196,7 @@ impl Local {
                 .map_err(|e| Error::io(&shown, e))?;
             let meta = file.metadata().map_err(|e| Error::io(&shown, e))?;
             if !meta.file_type().is_file() {
-                let why = "not a regular file (a FIFO, a device or a directory): name the dataset's own file";
-                return Err(Error::io(&shown, io::Error::new(io::ErrorKind::InvalidData, why)));
+                return Err(not_regular(&shown));
             }
             let len = meta.len();
             if len > most {
@@ -201,6 +210,12 @@ impl Local {
         .await
         .map_err(Error::task)?
     }
+}
+
+/// What a read of something other than a regular file at `shown` is.
+fn not_regular(shown: &str) -> Error {
+    let why = "not a regular file (a FIFO, a device or a directory): name the dataset's own file";
+    Error::io(shown, io::Error::new(io::ErrorKind::InvalidData, why))
 }
 
 /// Open the file at `full` (named by `shown()` in errors, which is called only on failure, so

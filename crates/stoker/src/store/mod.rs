@@ -279,7 +279,11 @@ impl Store {
     /// Size and version of one object.
     pub async fn head(&self, path: &str) -> Result<ObjectInfo> {
         let m = match &self.0.backend {
-            Backend::Local(l) => l.fs().head(&self.obj_path(path)).await.map_err(|e| self.err(path, e))?,
+            Backend::Local(l) => {
+                let obj = self.obj_path(path);
+                l.not_special(&obj, || self.describe(path))?;
+                l.fs().head(&obj).await.map_err(|e| self.err(path, e))?
+            }
             Backend::Remote { reader, .. } => reader.fetcher().head(&self.obj_path(path), &self.describe(path)).await?,
         };
         Ok(ObjectInfo { path: path.to_string(), ..info(m, 0) })
@@ -480,5 +484,12 @@ mod tests {
         assert!(e.to_string().contains("not a regular file"), "{e}");
         std::fs::create_dir(dir.path().join("d.json")).unwrap();
         assert!(s.get("d.json").await.unwrap_err().to_string().contains("not a regular file"));
+        // Nor does a head of one wait (object_store's own opens the file): a token file or a
+        // chunk an index names is looked up so.
+        let e = tokio::time::timeout(std::time::Duration::from_secs(20), s.head("fifo.json")).await.expect("no wait");
+        assert!(e.unwrap_err().to_string().contains("not a regular file"));
+        // A directory is not found, as before (a brace expansion's missing names may be skipped).
+        assert_eq!(s.head("d.json").await.unwrap_err().kind(), crate::ErrorKind::NotFound);
+        assert_eq!(s.head("index.json").await.unwrap().size, 10);
     }
 }

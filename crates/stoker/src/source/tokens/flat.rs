@@ -138,6 +138,13 @@ pub(crate) fn npy_header(b: &[u8]) -> std::result::Result<(TokenType, u64, u64),
     let end = at + len;
     let text = b.get(at as usize..end as usize).ok_or("its header is longer than the bytes read")?;
     let text = std::str::from_utf8(text).map_err(|_| "its header is not text")?;
+    // The header is a Python dict literal, whose last copy of a key wins where this reads the
+    // first: a key given twice is refused rather than read otherwise than numpy reads it.
+    for key in ["descr", "fortran_order", "shape"] {
+        if text.matches(&format!("'{key}'")).count() + text.matches(&format!("\"{key}\"")).count() > 1 {
+            return Err(format!("its header gives {key} more than once"));
+        }
+    }
     let descr = field(text, "descr").ok_or("its header has no descr")?;
     let ty = match descr.trim_matches(|c| c == '\'' || c == '"') {
         "|u1" | "<u1" => TokenType::U8,
@@ -253,6 +260,11 @@ mod tests {
         assert!(bad("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }").contains("integer"));
         assert!(bad("{'descr': '<u2', 'fortran_order': False, 'shape': (3, 4), }").contains("one-dimensional"));
         assert!(bad("{'descr': '>u2', 'fortran_order': False, 'shape': (3,), }").contains("little-endian"));
+        // numpy reads the last copy of a key: 13 uint32 tokens, where the first copy says 26 uint16.
+        let twice = "{'descr': '<u2', 'fortran_order': False, 'shape': (26,), 'descr': '<u4', 'shape': (13,), }";
+        assert!(bad(twice).contains("descr more than once"), "{}", bad(twice));
+        let quoted = "{'descr': '<u2', 'fortran_order': False, 'shape': (26,), \"shape\": (13,), }";
+        assert!(bad(quoted).contains("shape more than once"), "{}", bad(quoted));
         assert!(npy_header(b"not numpy at all").is_err());
     }
 }
