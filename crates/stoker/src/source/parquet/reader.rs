@@ -129,14 +129,16 @@ pub(super) fn check_footer(meta: &ParquetMetaData, size: u64, shown: &str) -> Re
             let name = col.column_path().string();
             let start = u64::try_from(col.dictionary_page_offset().unwrap_or(col.data_page_offset())).ok();
             let len = u64::try_from(col.compressed_size()).ok();
-            let end = start.zip(len).and_then(|(s, l)| s.checked_add(l));
-            if col.data_page_offset() < 0 || col.uncompressed_size() < 0 || end.is_none_or(|e| e > size) {
+            let inside = start
+                .zip(len)
+                .and_then(|(s, l)| Some((s, s.checked_add(l)?)))
+                .filter(|&(_, e)| e <= size && col.data_page_offset() >= 0 && col.uncompressed_size() >= 0);
+            let Some((start, end)) = inside else {
                 return Err(bad(format!(
                     "column `{name}` of row group {g} claims bytes outside the file's {size} (a negative or \
                      too large offset or size)"
                 )));
-            }
-            let (Some(start), Some(end)) = (start, end) else { continue };
+            };
             let Some(pages) = index.page_locations(c) else { continue };
             let mut next_row = 0i64;
             let mut next_byte = start;

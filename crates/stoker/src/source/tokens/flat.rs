@@ -95,15 +95,11 @@ impl Flat {
         }
         // The table accounts for the whole file: its last offset is the file's end. A chunk cut
         // short lost part of its last item, silently; bytes past the last item are not its own.
-        match offsets.last() {
-            Some(&last) if last == size => {}
-            last => {
-                return Err(format!(
-                    "its last item ends at byte {}, not at the file's end ({size}): the file was cut short or has \
-                     bytes its offsets do not account for",
-                    last.map_or_else(|| "(none)".to_string(), |l| l.to_string())
-                ))
-            }
+        if let Some(&last) = offsets.last().filter(|&&last| last != size) {
+            return Err(format!(
+                "its last item ends at byte {last}, not at the file's end ({size}): the file was cut short or has \
+                 bytes its offsets do not account for"
+            ));
         }
         starts.extend(offsets.iter().map(|o| (o - header) / item));
         Ok(Flat { ty, header, starts })
