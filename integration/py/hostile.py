@@ -141,18 +141,19 @@ def write(out):
 
     # Parquet footers whose claims a reader must not follow (pyarrow refuses the first two):
     # a row group of -5 rows (read as empty, its rows were dropped), a column chunk of -1
-    # bytes (the parquet crate asserts on it: a panic), and an offset index with two pages
-    # swapped (a row selection followed it to other rows than asked for).
+    # bytes (the parquet crate asserts on it: a panic), an offset index with two pages
+    # swapped or every page's first row moved (a row selection followed it to other rows than
+    # asked for), and a schema nested 20,000 deep.
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    def parquet(name, edit):
-        d = case(name, "corrupt")
+    def parquet(name, edit, options="", group=100, batch=16, page=1024):
+        d = case(name, "corrupt", options)
         p = d / "v.parquet"
         rows = 300
         table = pa.table({"n": pa.array(range(rows), pa.int64()), "text": [f"row {i:05d} " + "x" * 40 for i in range(rows)]})
-        pq.write_table(table, p, compression="none", use_dictionary=False, write_page_index=True, data_page_size=1024,
-                       row_group_size=100, write_batch_size=16)
+        pq.write_table(table, p, compression="none", use_dictionary=False, write_page_index=True, data_page_size=page,
+                       row_group_size=group, write_batch_size=batch)
         body, fm = read_footer(p)
         edit(p, body, fm)
 
@@ -179,9 +180,35 @@ def write(out):
         raw[at : at + length] = forged
         p.write_bytes(bytes(raw))
 
+    def shifted_index(p, body, fm):
+        raw = bytearray(p.read_bytes())
+        col = get(get(fm, 4)[2][1][0], 1)[2][1][1]
+        at, length = get(col, 4)[2], get(col, 5)[2]
+        index = R(raw, at).struct()
+        # Every page from the third on starts 2 rows late: the pages between it and the last
+        # keep their true counts, so a read of one of them alone would take other rows.
+        for page in get(index, 1)[2][1][2:]:
+            get(page, 3)[2] += 2
+        forged = write_struct(index)
+        assert len(forged) == length
+        raw[at : at + length] = forged
+        p.write_bytes(bytes(raw))
+
+    def deep_schema(p, body, fm):
+        # A chain of 20,000 groups, one in the next (about 140 KB): building it by recursion
+        # overflowed the stack.
+        group = [[3, 5, 0], [4, 8, b"g"], [5, 5, 1]]
+        leaf = [[1, 5, 2], [3, 5, 0], [4, 8, b"x"]]
+        get(fm, 2)[2] = (12, [[[4, 8, b"schema"], [5, 5, 1]]] + [group] * 20_000 + [leaf])
+        write_with_footer(p, body, fm)
+
     parquet("parquet_negative_rows", negative_rows)
     parquet("parquet_negative_chunk", negative_chunk)
     parquet("parquet_swapped_pages", swapped_pages)
+    # One group of 300 rows in pages of at most 32 (at least 8 pages a column): a read of a
+    # few rows with a small decoded_bytes reads only their pages.
+    parquet("parquet_shifted_index", shifted_index, "decoded_bytes=2000", group=300, batch=8, page=256)
+    parquet("parquet_deep_schema", deep_schema)
     return cases
 
 

@@ -18,6 +18,7 @@ mod decoded;
 mod dict;
 mod pages;
 mod reader;
+mod thrift;
 pub(crate) mod values;
 
 use std::collections::BTreeMap;
@@ -553,7 +554,7 @@ pub(crate) fn fuzz_pages(data: &[u8]) {
     let Some((head, pages)) = data.split_at_checked(8) else { return };
     let total = u64::from(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
     let limit = u64::from(u32::from_le_bytes([head[4], head[5], head[6], head[7]]));
-    let _ = pages::check(pages, total, limit);
+    let _ = pages::check(pages, total, limit, None);
 }
 
 /// The fuzz target `parquet_footer`: `data` as a whole Parquet file's metadata, then its
@@ -561,6 +562,7 @@ pub(crate) fn fuzz_pages(data: &[u8]) {
 #[cfg(feature = "fuzzing")]
 pub(crate) fn fuzz(data: &[u8]) {
     use parquet::file::metadata::ParquetMetaDataReader;
+    let true = thrift::not_too_deep(data) else { return };
     let bytes = bytes::Bytes::copy_from_slice(data);
     let Ok(meta) =
         ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional).parse_and_finish(&bytes)

@@ -4,9 +4,11 @@
 //! its header claims before it decompresses a byte (apache/arrow-rs#10734): a file of a few
 //! KB can ask for 2 GiB per page. Every column-chunk or page range the reader asks the store
 //! for starts at a page header, so the bytes are walked here first, header by header (Thrift
-//! compact protocol), and a page that claims more than its column chunk's whole
+//! compact protocol, [`super::thrift`]), and a page that claims more than its column chunk's whole
 //! uncompressed size (a lie) or more than `decoded_bytes` allows (a decompression bomb, or a
 //! page too big for the memory given) is refused before the reader allocates for it.
+
+use super::thrift::{zigzag, Reader};
 
 /// What a walk found wrong.
 #[derive(Debug, PartialEq, Eq)]
@@ -17,16 +19,35 @@ pub(super) enum BadPage {
     OverBudget { claimed: u64, limit: u64 },
 }
 
+/// What the offset index says of a run of pages, for [`check`] to hold their headers to:
+/// the rows it gives the page starting at a byte of the run (`None` where it locates no page,
+/// as at a dictionary page), and whether the column is flat. A flat column's v1 page counts
+/// one value (null or not) per row; a repeated column's v1 page gives no row count to check,
+/// and a v2 page gives its rows in any column.
+pub(super) struct Located<'a> {
+    pub(super) rows_at: &'a dyn Fn(usize) -> Option<u64>,
+    pub(super) flat: bool,
+}
+
 /// Walk the page headers of `data` (whole pages, a page header first): each page's
 /// uncompressed size must be at most `chunk_total` (the column chunk's total) and at most
-/// `limit`, and its compressed bytes must lie inside `data`.
-pub(super) fn check(data: &[u8], chunk_total: u64, limit: u64) -> Result<(), BadPage> {
+/// `limit`, its compressed bytes must lie inside `data`, and the rows it holds must be those
+/// the offset index gives it (`index`): a row selection follows the index to its pages, so
+/// an index that miscounts them delivers other rows than those asked for.
+pub(super) fn check(data: &[u8], chunk_total: u64, limit: u64, index: Option<&Located>) -> Result<(), BadPage> {
     let mut at = 0usize;
     // The pages of a chunk add up to its total (headers aside): so do any run of them.
     let mut sum = 0u64;
     while at < data.len() {
-        let (header, _, uncompressed, compressed) = page_header(&data[at..]).map_err(BadPage::Lie)?;
-        let (uncompressed, compressed) = match (u64::try_from(uncompressed), u64::try_from(compressed)) {
+        let h = page_header(&data[at..]).map_err(BadPage::Lie)?;
+        let told = index.and_then(|ix| Some(((ix.rows_at)(at)?, h.rows.or(h.values.filter(|_| ix.flat))?)));
+        if let Some((want, holds)) = told.filter(|&(want, holds)| u64::try_from(holds) != Ok(want)) {
+            return Err(BadPage::Lie(format!(
+                "the page at byte {at} of bytes read holds {holds} rows, but the offset index gives it {want}"
+            )));
+        }
+        let (header, compressed) = (h.len, h.compressed);
+        let (uncompressed, compressed) = match (u64::try_from(h.uncompressed), u64::try_from(compressed)) {
             (Ok(u), Ok(c)) => (u, c),
             _ => return Err(BadPage::Lie(format!("a page header at byte {at} of a range claims a negative size"))),
         };
@@ -56,147 +77,66 @@ pub(super) struct First {
     pub(super) compressed: u64,
 }
 
+/// The rows the data page whose header starts `b` claims to hold: a v2 page's row count, or
+/// a flat column's v1 value count; `None` for a header cut short in `b`, a repeated column's
+/// v1 page, or a page that is not a data page.
+pub(super) fn rows_claimed(b: &[u8], flat: bool) -> Option<i64> {
+    let h = page_header(b).ok()?;
+    h.rows.or(h.values.filter(|_| flat))
+}
+
 /// The page header at the start of `b` (a column chunk's first bytes, enough to hold it).
 pub(super) fn first(b: &[u8]) -> Result<First, String> {
-    let (header, ty, uncompressed, compressed) = page_header(b)?;
-    match (u64::try_from(uncompressed), u64::try_from(compressed)) {
+    let h = page_header(b)?;
+    match (u64::try_from(h.uncompressed), u64::try_from(h.compressed)) {
         // PageType DICTIONARY_PAGE is 2.
-        (Ok(_), Ok(compressed)) => Ok(First { header, dictionary: ty == 2, compressed }),
+        (Ok(_), Ok(compressed)) => Ok(First { header: h.len, dictionary: h.ty == 2, compressed }),
         _ => Err("the first page header of a column chunk claims a negative size".into()),
     }
 }
 
-/// The length of the page header at the start of `b`, the page type and the uncompressed
-/// and compressed sizes it claims (PageHeader fields 1, 2 and 3).
-fn page_header(b: &[u8]) -> Result<(usize, i64, i64, i64), String> {
-    let mut r = Reader { b, at: 0 };
-    let (mut page_type, mut uncompressed, mut compressed) = (-1, None, None);
+/// What a page header claims: its length, the page type, the uncompressed and compressed
+/// sizes (PageHeader fields 1, 2 and 3), and a data page's value count (v1, field 5's field
+/// 1) or row count (v2, field 8's field 3).
+struct Header {
+    len: usize,
+    ty: i64,
+    uncompressed: i64,
+    compressed: i64,
+    values: Option<i64>,
+    rows: Option<i64>,
+}
+
+/// The page header at the start of `b`.
+fn page_header(b: &[u8]) -> Result<Header, String> {
+    let mut r = Reader::new(b, "a page header");
+    let (mut ty, mut uncompressed, mut compressed, mut values, mut rows) = (-1, None, None, None, None);
     let mut last = 0i64;
-    loop {
-        let byte = r.byte()?;
-        if byte == 0 {
-            break;
-        }
-        let (delta, ty) = (byte >> 4, byte & 0x0f);
-        // Saturating: a lying id (a huge one, then deltas) only fails to match a field.
-        let id = if delta == 0 { zigzag(r.varint()?) } else { last.saturating_add(i64::from(delta)) };
+    while let Some((id, t)) = r.field(last)? {
         last = id;
-        match (id, ty) {
-            (1, 5) => page_type = zigzag(r.varint()?),
+        match (id, t) {
+            (1, 5) => ty = zigzag(r.varint()?),
             (2, 5) => uncompressed = Some(zigzag(r.varint()?)),
             (3, 5) => compressed = Some(zigzag(r.varint()?)),
-            _ => r.skip(ty, 0)?,
+            // DataPageHeader, DataPageHeaderV2: the count this walk checks, the rest skipped.
+            (5 | 8, 12) => {
+                let want = if id == 5 { 1 } else { 3 };
+                let mut last = 0i64;
+                while let Some((sub, st)) = r.field(last)? {
+                    last = sub;
+                    match (sub == want, st, id) {
+                        (true, 5, 5) => values = Some(zigzag(r.varint()?)),
+                        (true, 5, _) => rows = Some(zigzag(r.varint()?)),
+                        _ => r.skip(st, 1)?,
+                    }
+                }
+            }
+            _ => r.skip(t, 0)?,
         }
     }
     match (uncompressed, compressed) {
-        (Some(u), Some(c)) => Ok((r.at, page_type, u, c)),
+        (Some(uncompressed), Some(compressed)) => Ok(Header { len: r.at, ty, uncompressed, compressed, values, rows }),
         _ => Err("a page header without its sizes (not a Parquet page)".into()),
-    }
-}
-
-fn zigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
-/// A Thrift compact-protocol reader over a byte slice, bounded: every length is checked
-/// against the bytes left, and nesting is limited.
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-const MAX_DEPTH: u32 = 16;
-
-impl Reader<'_> {
-    fn byte(&mut self) -> Result<u8, String> {
-        let v = *self.b.get(self.at).ok_or("a page header is cut short")?;
-        self.at += 1;
-        Ok(v)
-    }
-
-    fn varint(&mut self) -> Result<u64, String> {
-        let mut v = 0u64;
-        for shift in (0..70).step_by(7) {
-            let byte = self.byte()?;
-            v |= u64::from(byte & 0x7f).checked_shl(shift).unwrap_or(0);
-            if byte & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err("a page header holds an overlong number".into())
-    }
-
-    fn advance(&mut self, n: u64) -> Result<(), String> {
-        let n = usize::try_from(n).map_err(|_| "a page header claims too long a field")?;
-        self.at =
-            self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or("a page header field runs past its end")?;
-        Ok(())
-    }
-
-    /// Skip one value of compact type `ty`.
-    fn skip(&mut self, ty: u8, depth: u32) -> Result<(), String> {
-        if depth > MAX_DEPTH {
-            return Err("a page header nests too deep".into());
-        }
-        match ty {
-            1 | 2 => Ok(()),
-            3 => self.advance(1),
-            4..=6 => self.varint().map(|_| ()),
-            7 => self.advance(8),
-            8 => {
-                let n = self.varint()?;
-                self.advance(n)
-            }
-            9 | 10 => {
-                let h = self.byte()?;
-                let n = if h >> 4 == 15 { self.varint()? } else { u64::from(h >> 4) };
-                self.skip_many(n, h & 0x0f, depth)
-            }
-            11 => {
-                let n = self.varint()?;
-                if n == 0 {
-                    return Ok(());
-                }
-                let kv = self.byte()?;
-                if n.saturating_mul(2) > (self.b.len() - self.at) as u64 {
-                    return Err("a page header claims more entries than it has bytes".into());
-                }
-                for _ in 0..n {
-                    self.skip(kv >> 4, depth + 1)?;
-                    self.skip(kv & 0x0f, depth + 1)?;
-                }
-                Ok(())
-            }
-            12 => {
-                let mut last = 0i64;
-                loop {
-                    let byte = self.byte()?;
-                    if byte == 0 {
-                        return Ok(());
-                    }
-                    let (delta, t) = (byte >> 4, byte & 0x0f);
-                    last = if delta == 0 { zigzag(self.varint()?) } else { last.saturating_add(i64::from(delta)) };
-                    self.skip(t, depth + 1)?;
-                }
-            }
-            _ => Err(format!("a page header holds an unknown Thrift type {ty}")),
-        }
-    }
-
-    /// Skip `n` elements of type `ty` (a list's): at least one byte each, so a count past
-    /// the bytes left is refused before the loop.
-    fn skip_many(&mut self, n: u64, ty: u8, depth: u32) -> Result<(), String> {
-        if n > (self.b.len() - self.at) as u64 {
-            return Err("a page header claims more elements than it has bytes".into());
-        }
-        for _ in 0..n {
-            match ty {
-                // A list's booleans are one byte each.
-                1 | 2 => self.advance(1)?,
-                t => self.skip(t, depth + 1)?,
-            }
-        }
-        Ok(())
     }
 }
 
@@ -258,26 +198,57 @@ mod tests {
     #[test]
     fn pages_are_walked_and_held_to_their_chunk_and_the_budget() {
         let data = [page(100, 10), page(50, 20), page(0, 0)].concat();
-        assert_eq!(check(&data, 150, 1 << 20), Ok(()));
-        assert!(matches!(check(&data, 120, 1 << 20), Err(BadPage::Lie(w)) if w.contains("more than its whole")));
-        assert!(matches!(check(&page(200, 0), 150, 1 << 20), Err(BadPage::Lie(_))), "one page over the chunk");
-        assert_eq!(check(&data, 150, 60), Err(BadPage::OverBudget { claimed: 100, limit: 60 }));
+        assert_eq!(check(&data, 150, 1 << 20, None), Ok(()));
+        assert!(matches!(check(&data, 120, 1 << 20, None), Err(BadPage::Lie(w)) if w.contains("more than its whole")));
+        assert!(matches!(check(&page(200, 0), 150, 1 << 20, None), Err(BadPage::Lie(_))), "one page over the chunk");
+        assert_eq!(check(&data, 150, 60, None), Err(BadPage::OverBudget { claimed: 100, limit: 60 }));
         // A page whose payload runs past the range, a negative size, a header cut short.
         let long = page(10, 1000);
-        assert!(matches!(check(&long[..200], 10, 100), Err(BadPage::Lie(_))));
-        assert!(matches!(check(&page(-5, 0), 10, 100), Err(BadPage::Lie(_))));
+        assert!(matches!(check(&long[..200], 10, 100, None), Err(BadPage::Lie(_))));
+        assert!(matches!(check(&page(-5, 0), 10, 100, None), Err(BadPage::Lie(_))));
         let p = page(10, 0);
         for cut in 1..p.len() {
-            assert!(check(&p[..cut], 10, 100).is_err(), "cut at {cut}");
+            assert!(check(&p[..cut], 10, 100, None).is_err(), "cut at {cut}");
         }
         // The 2 GiB a few bytes can claim.
-        assert!(matches!(check(&page(i64::from(i32::MAX), 4), u64::MAX, 1 << 30), Err(BadPage::OverBudget { .. })));
-        assert!(check(b"\x19\xff\xff\xff\xff\x0f", 10, 10).is_err(), "a huge list count");
+        assert!(matches!(
+            check(&page(i64::from(i32::MAX), 4), u64::MAX, 1 << 30, None),
+            Err(BadPage::OverBudget { .. })
+        ));
+        assert!(check(b"\x19\xff\xff\xff\xff\x0f", 10, 10, None).is_err(), "a huge list count");
         // A field id near i64::MAX (a long zigzag varint) then a delta: an error, not an
         // overflow (found by the `parquet_pages` fuzz target).
         let mut huge = vec![0x05];
         varint(u64::MAX - 1, &mut huge); // zigzag: i64::MAX
         huge.extend([0x00, 0x15, 0x02, 0x00]); // its value, then field +1: past i64::MAX
-        assert!(check(&huge, 10, 10).is_err());
+        assert!(check(&huge, 10, 10, None).is_err());
+    }
+
+    #[test]
+    fn pages_hold_the_rows_the_offset_index_gives_them() {
+        // Each `page` holds 100 values (a v1 data page): the second starts after the first's
+        // header and 10 bytes.
+        let (a, b) = (page(100, 10), page(50, 20));
+        let data = [a.clone(), b].concat();
+        let second = a.len();
+        let index = |first: u64, second_rows: u64| {
+            move |at: usize| match at {
+                0 => Some(first),
+                x if x == second => Some(second_rows),
+                _ => None,
+            }
+        };
+        let (right, shifted) = (index(100, 100), index(102, 100));
+        let at =
+            |f: &dyn Fn(usize) -> Option<u64>, flat| check(&data, 150, 1 << 20, Some(&Located { rows_at: f, flat }));
+        assert_eq!(at(&right, true), Ok(()));
+        assert!(
+            matches!(at(&shifted, true), Err(BadPage::Lie(w)) if w.contains("holds 100 rows, but the offset index gives it 102"))
+        );
+        assert!(matches!(at(&index(100, 98), true), Err(BadPage::Lie(w)) if w.contains(&format!("byte {second}"))));
+        // A repeated column's v1 page counts values, not rows: nothing to hold it to.
+        assert_eq!(at(&shifted, false), Ok(()));
+        // Pages the index does not locate (a dictionary page) are not held to it.
+        assert_eq!(at(&|_| None, true), Ok(()));
     }
 }

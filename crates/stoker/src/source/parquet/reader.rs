@@ -56,8 +56,22 @@ impl StoreFile {
         let Some(meta) = &self.meta else { return Ok(()) };
         let shown = || self.store.describe(self.obj.path());
         for (r, b) in ranges.iter().zip(got) {
-            let Some((total, col)) = whole_pages(meta, r) else { continue };
-            if let Err(bad) = super::pages::check(b, total, self.page_limit) {
+            let Some(run) = whole_pages(meta, r) else { continue };
+            let col = run.col;
+            let index = meta.page_index_for_row_group(run.group);
+            let located = index.page_locations(run.column);
+            let rows = u64::try_from(meta.row_group(run.group).num_rows()).unwrap_or(0);
+            // The rows the offset index gives the page at byte `at` of this range: to the next
+            // page's first row, or to the group's end (its pages rise: `check_footer`).
+            let rows_at = |at: usize| {
+                let pages = located?;
+                let offset = i64::try_from(r.start.checked_add(at as u64)?).ok()?;
+                let k = pages.binary_search_by_key(&offset, |l| l.offset).ok()?;
+                let next = pages.get(k + 1).map_or(Some(rows), |n| u64::try_from(n.first_row_index).ok())?;
+                next.checked_sub(u64::try_from(pages[k].first_row_index).ok()?)
+            };
+            let told = super::pages::Located { rows_at: &rows_at, flat: col.column_descr().max_rep_level() == 0 };
+            if let Err(bad) = super::pages::check(b, run.total, self.page_limit, located.map(|_| &told)) {
                 let shown = shown();
                 return Err(match bad {
                     super::pages::BadPage::Lie(why) => Error::CorruptData {
@@ -100,6 +114,31 @@ impl StoreFile {
             // Stopped before the reader decodes: the read is built again with smaller batches.
             Some(w) if w.must_rebatch() => Err(Error::InvalidOption { message: REBATCH.into() }),
             _ => Ok(()),
+        }
+    }
+}
+
+impl StoreFile {
+    /// The footer (Thrift `FileMetaData`) of this file of `size` bytes, its schema's depth
+    /// checked ([`super::thrift::MAX_NESTING`]); `None` where the file does not end in
+    /// a plain footer (too short, encrypted, not Parquet), left to the parquet crate to name.
+    async fn footer(&self, size: u64) -> parquet::errors::Result<Option<Bytes>> {
+        let Some(tail_at) = size.checked_sub(8) else { return Ok(None) };
+        let tail = self.store.read_span(&self.obj, tail_at..size).await.map_err(external)?;
+        let Some((len, b"PAR1")) = tail.split_first_chunk::<4>() else { return Ok(None) };
+        let Some(start) = tail_at.checked_sub(u64::from(u32::from_le_bytes(*len))) else { return Ok(None) };
+        let footer = self.store.read_span(&self.obj, start..tail_at).await.map_err(external)?;
+        match super::thrift::schema_depth(&footer) {
+            Err(why) => Err(external(bad_file(&self.store, self.obj.path(), &why))),
+            Ok(deep) if deep > super::thrift::MAX_NESTING => Err(external(Error::BadIndex {
+                path: self.store.describe(self.obj.path()),
+                reason: format!(
+                    "its schema nests more than {} levels deep, deeper than Stoker reads (a schema is built by \
+                     recursion, and one deep enough overflows the stack): write it with fewer levels of nesting",
+                    super::thrift::MAX_NESTING
+                ),
+            })),
+            Ok(_) => Ok(Some(footer)),
         }
     }
 }
@@ -163,20 +202,29 @@ pub(super) fn check_footer(meta: &ParquetMetaData, size: u64, shown: &str) -> Re
     Ok(())
 }
 
-/// The total uncompressed size of the column chunk `r` is whole pages of, and the chunk: the
-/// chunk's whole range, or a run of pages the offset index locates (the dictionary page the
-/// chunk begins with is one: it ends where the first located page starts); `None` for any
-/// other range (the footer, the page index), which is not walked.
-fn whole_pages<'m>(meta: &'m ParquetMetaData, r: &Range<u64>) -> Option<(u64, &'m ColumnChunkMetaData)> {
+/// A range of whole pages of one column chunk: the chunk's total uncompressed size, the
+/// chunk, and where it lies (row group, column).
+struct Run<'m> {
+    total: u64,
+    col: &'m ColumnChunkMetaData,
+    group: usize,
+    column: usize,
+}
+
+/// The column chunk `r` is whole pages of: the chunk's whole range, or a run of pages the
+/// offset index locates (the dictionary page the chunk begins with is one: it ends where the
+/// first located page starts); `None` for any other range (the footer, the page index),
+/// which is not walked.
+fn whole_pages<'m>(meta: &'m ParquetMetaData, r: &Range<u64>) -> Option<Run<'m>> {
     for (g, group) in meta.row_groups().iter().enumerate() {
         for (c, col) in group.columns().iter().enumerate() {
             let (start, len) = col.byte_range();
             if r.start < start || r.end > start.saturating_add(len) {
                 continue;
             }
-            let total = u64::try_from(col.uncompressed_size()).unwrap_or(0);
+            let run = Run { total: u64::try_from(col.uncompressed_size()).unwrap_or(0), col, group: g, column: c };
             if r.start == start && r.end == start.saturating_add(len) {
-                return Some((total, col));
+                return Some(run);
             }
             let index = meta.page_index_for_row_group(g);
             let (starts, ends) = index.page_locations(c).map_or((false, false), |p| {
@@ -189,10 +237,61 @@ fn whole_pages<'m>(meta: &'m ParquetMetaData, r: &Range<u64>) -> Option<(u64, &'
                     }),
                 )
             });
-            return (starts && ends).then_some((total, col));
+            return (starts && ends).then_some(run);
         }
     }
     None
+}
+
+/// The head of a column chunk's first or last page, read beside a run of its pages that
+/// leaves that page out, and the rows the offset index gives that page.
+struct End {
+    range: Range<u64>,
+    rows: u64,
+    flat: bool,
+    column: String,
+}
+
+/// The first and last pages of each chunk `ranges` read some pages of but not those, to hold
+/// to the rows the offset index gives them. A read of some pages trusts the index for where
+/// their rows start; an index whose rows are all moved by the same amount gives every page
+/// in between its true count, and only the first and the last page show the lie (a page
+/// index wrong in one entry shows it at the pages on either side, checked when read). Each
+/// is read once into the cache: the next read of that chunk finds it there.
+fn chunk_ends(meta: &ParquetMetaData, ranges: &[Range<u64>]) -> Vec<End> {
+    // A page header with its statistics fits in this; one that does not is not checked.
+    const HEAD: u64 = 4096;
+    let mut ends: Vec<End> = Vec::new();
+    for r in ranges {
+        let Some(run) = whole_pages(meta, r) else { continue };
+        let (start, len) = run.col.byte_range();
+        if r.start == start && r.end == start.saturating_add(len) {
+            continue;
+        }
+        let index = meta.page_index_for_row_group(run.group);
+        let Some(pages) = index.page_locations(run.column) else { continue };
+        let rows = u64::try_from(meta.row_group(run.group).num_rows()).unwrap_or(0);
+        let flat = run.col.column_descr().max_rep_level() == 0;
+        for k in [0, pages.len().saturating_sub(1)] {
+            let Some(page) = pages.get(k) else { continue };
+            let (Ok(at), Ok(size), Ok(first)) = (
+                u64::try_from(page.offset),
+                u64::try_from(page.compressed_page_size),
+                u64::try_from(page.first_row_index),
+            ) else {
+                continue;
+            };
+            let next = pages.get(k + 1).map_or(Some(rows), |n| u64::try_from(n.first_row_index).ok());
+            let range = at..at.saturating_add(size.min(HEAD));
+            let inside = r.start <= at && at < r.end;
+            if inside || ends.iter().any(|e| e.range == range) {
+                continue;
+            }
+            let Some(rows) = next.and_then(|n| n.checked_sub(first)) else { continue };
+            ends.push(End { range, rows, flat, column: run.col.column_path().string() });
+        }
+    }
+    ends
 }
 
 pub(super) fn external(e: Error) -> ParquetError {
@@ -214,8 +313,26 @@ impl AsyncFileReader for StoreFile {
     /// costs less than one per page).
     fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
         async move {
-            let got = self.store.read(&self.obj, &ranges).await.map_err(external)?;
+            let ends = self.meta.as_ref().map(|m| chunk_ends(m, &ranges)).unwrap_or_default();
+            let all: Vec<Range<u64>> = ranges.iter().cloned().chain(ends.iter().map(|e| e.range.clone())).collect();
+            let mut got = self.store.read(&self.obj, &all).await.map_err(external)?;
+            let end_bytes = got.split_off(ranges.len().min(got.len()));
             self.check_pages(&ranges, &got).map_err(external)?;
+            for (end, b) in ends.iter().zip(&end_bytes) {
+                let Some(holds) = super::pages::rows_claimed(b, end.flat) else { continue };
+                if u64::try_from(holds) != Ok(end.rows) {
+                    return Err(external(Error::CorruptData {
+                        shard: self.store.describe(self.obj.path()),
+                        key: format!("bytes {}..{}", end.range.start, end.range.end),
+                        field: end.column.clone(),
+                        reason: format!(
+                            "the page there holds {holds} rows, but the offset index gives it {}: the index is \
+                             damaged; download or write the file again",
+                            end.rows
+                        ),
+                    }));
+                }
+            }
             Ok(got)
         }
         .boxed()
@@ -231,8 +348,22 @@ impl AsyncFileReader for StoreFile {
             }
             let size = self.obj.size();
             let policy = options.map_or(PageIndexPolicy::Optional, |_| PageIndexPolicy::Optional);
-            let meta =
-                ParquetMetaDataReader::new().with_page_index_policy(policy).load_and_finish(&mut *self, size).await?;
+            let meta = match self.footer(size).await? {
+                // Decoded from the bytes checked, then its page index loaded (not read again).
+                Some(footer) => {
+                    let meta = ParquetMetaDataReader::decode_metadata(&footer)?;
+                    let mut reader = ParquetMetaDataReader::new_with_metadata(meta).with_page_index_policy(policy);
+                    reader.load_page_index(&mut *self).await?;
+                    reader.finish()?
+                }
+                // Not a plain Parquet footer: the parquet crate says what it is not.
+                None => {
+                    ParquetMetaDataReader::new()
+                        .with_page_index_policy(policy)
+                        .load_and_finish(&mut *self, size)
+                        .await?
+                }
+            };
             let meta = Arc::new(meta);
             self.meta = Some(meta.clone());
             Ok(meta)
