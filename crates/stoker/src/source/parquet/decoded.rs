@@ -111,9 +111,7 @@ impl Inner {
         if spill.has((g, 0)) || (!writes.is_empty() && pending + size > self.max_writing) {
             return;
         }
-        let Ok(all) = (0..whole.num_rows()).map(|r| self.whole_row(g, whole, r)).collect::<Result<Vec<_>>>() else {
-            return; // a value that does not convert is reported when its row is read
-        };
+        let Some(all) = self.spill_rows(g, whole) else { return };
         writes.push((tokio::spawn(async move { spill.put((g, 0), all).await }), size));
     }
 
@@ -159,13 +157,34 @@ impl Inner {
     pub(super) async fn spill_group(&self, g: usize) {
         let batch = self.decoded.lock().unwrap_or_else(|e| e.into_inner()).get(g, &[]);
         if let (Some(spill), Some(batch)) = (&self.spill, batch) {
-            let all = (0..batch.num_rows()).map(|r| self.whole_row(g, &batch, r)).collect::<Result<Vec<_>>>();
+            let all = self.spill_rows(g, &batch);
             drop(batch);
-            if let Ok(all) = all {
+            if let Some(all) = all {
                 spill.put((g, 0), all).await;
             }
         }
         self.decoded.lock().unwrap_or_else(|e| e.into_inner()).spilled(g);
+    }
+
+    /// Group `g`'s rows as samples to write to the spill, or `None` where they are not worth
+    /// it: where a value does not convert (reported when its row is read, from a decode
+    /// again), or where the samples are over 64 MiB and 16 times the group's Arrow arrays
+    /// (numbers as text, booleans as bytes, grow a few times). A column kept as a dictionary
+    /// gives every row its entry (shared, not copied, in memory), so a few KB of file could
+    /// write gigabytes to the disk; such a group decodes again quickly, to a few arrays.
+    fn spill_rows(&self, g: usize, whole: &Whole) -> Option<Vec<Sample>> {
+        let most = (whole.memory_size() as u64).saturating_mul(16).max(64 << 20);
+        let mut total = 0u64;
+        let mut all = Vec::with_capacity(whole.num_rows());
+        for r in 0..whole.num_rows() {
+            let s = self.whole_row(g, whole, r).ok()?;
+            total = total.saturating_add(s.total_bytes());
+            if total > most {
+                return None;
+            }
+            all.push(s);
+        }
+        Some(all)
     }
 
     /// Row `row` of group `g` decoded whole, as a sample.

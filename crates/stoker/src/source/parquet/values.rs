@@ -276,12 +276,16 @@ impl Column {
         }
         let unexpected = || format!("its values are not of the column's declared type {}", a.data_type());
         let data: Vec<u8> = match self.kind {
-            Kind::Bytes => {
-                let value = binary(a.as_ref(), r).ok_or_else(unexpected)?;
-                out.push(Field { name: self.field.clone(), data: shared(a.as_ref(), value) });
+            // Shared, not copied: a dictionary's entry is the value of every row that names
+            // it, and a group's rows copied out (to the spill) were each a copy of it.
+            Kind::Bytes | Kind::Text => {
+                let value = match self.kind {
+                    Kind::Bytes => binary(a.as_ref(), r),
+                    _ => text(a.as_ref(), r),
+                };
+                out.push(Field { name: self.field.clone(), data: shared(a.as_ref(), value.ok_or_else(unexpected)?) });
                 return Ok(());
             }
-            Kind::Text => text(a.as_ref(), r).ok_or_else(unexpected)?.to_vec(),
             Kind::Int => int_text(a.as_ref(), r).ok_or_else(unexpected)?.into_bytes(),
             Kind::Float => float_text(a.as_ref(), r).ok_or_else(unexpected)?.into_bytes(),
             Kind::Array(descr) => {
