@@ -122,6 +122,27 @@ def write(out):
     }
     (d / "index.json").write_text(json.dumps(index))
 
+    # Token files whose first bytes already refuse them, with 300 MiB behind (sparse: no disk
+    # used; more than the memory a case may take) that was read whole before: a Megatron .idx whose counts need 62 bytes, and a
+    # LitData token chunk whose count is not its index's.
+    d = case("megatron_idx_padded", "corrupt")
+    idx = b"MMIDIDX\0\0" + struct.pack("<QBQQ", 1, 4, 1, 2)  # one sequence of int32, two document indices
+    with open(d / "x.idx", "wb") as f:
+        f.write(idx + struct.pack("<iqqq", 3, 0, 0, 1))
+        f.truncate(300 << 20)
+    (d / "x.bin").write_bytes(b"\0" * 12)
+    d = case("litdata_token_table", "corrupt")
+    with open(d / "chunk-0-0.bin", "wb") as f:
+        f.write(struct.pack("<II", 3, 8))
+        f.truncate(300 << 20)
+    tokens_index = {
+        "chunks": [{"chunk_bytes": 300 << 20, "chunk_size": 70_000_000, "dim": None, "filename": "chunk-0-0.bin"}],
+        "config": {"chunk_bytes": 300 << 20, "chunk_size": None, "compression": None, "data_format": ["no_header_numpy:2"],
+                   "data_spec": None, "encryption": None, "item_loader": "TokensLoader"},
+        "updated_at": "0",
+    }
+    (d / "index.json").write_text(json.dumps(tokens_index))
+
     # A tar member whose size field claims 10^15 bytes.
     d = case("tar_size_bomb", "corrupt")
     buf = io.BytesIO()

@@ -116,7 +116,11 @@ async fn hostile_files_cost_an_error_never_the_process() {
             path,
             &if options.is_empty() { String::new() } else { format!("&{options}") },
         );
-        for uri in [local, remote] {
+        // The test S3 server (s3s-fs) hashes an object whole for the ETag of every GET and
+        // HEAD, in 4 KiB reads: a case of hundreds of MiB (sparse, read by a fixed Stoker
+        // only at its head, through the same store calls as locally) is read locally only.
+        let large = walk_sizes(&data.join(path)) > 64 << 20;
+        for uri in if large { vec![local] } else { vec![local, remote] } {
             let u = uri.clone();
             let (outcome, grew_kib, took) = tokio::task::spawn_blocking(move || run_child(&u)).await.unwrap();
             // `ok`: a case read within the bounds, not refused.
@@ -136,6 +140,14 @@ async fn hostile_files_cost_an_error_never_the_process() {
         }
     }
     server.shutdown().await;
+}
+
+/// The apparent bytes of the files under `p` (a file, or a directory's files).
+fn walk_sizes(p: &Path) -> u64 {
+    match std::fs::read_dir(p) {
+        Ok(dir) => dir.flatten().map(|e| walk_sizes(&e.path())).sum(),
+        Err(_) => std::fs::metadata(p).map_or(0, |m| m.len()),
+    }
 }
 
 /// A Parquet dictionary bomb, written by the Rust writer (the corpus script has only the

@@ -15,6 +15,9 @@ use bytes::Bytes;
 pub(crate) const MAGIC: &[u8; 9] = b"MMIDIDX\x00\x00";
 const FIXED: usize = 9 + 8 + 1 + 8 + 8;
 
+/// The length of an index's header (magic, version, token type, counts).
+pub(crate) const HEADER: u64 = FIXED as u64;
+
 /// Integer token types the format can hold (its float codes are not tokens).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TokenType {
@@ -196,21 +199,33 @@ impl Index {
     /// Parse and check `bytes` (a whole `.idx`) against `bin_len`, the length of its `.bin`.
     /// Errors say what is wrong, for the caller to name the file.
     pub(crate) fn parse(bytes: Bytes, bin_len: u64) -> Result<Self, String> {
-        if bytes.len() < FIXED {
-            return Err(format!("{} bytes, shorter than the {FIXED}-byte header", bytes.len()));
+        let (ty, s, d) = Self::header(&bytes, bytes.len() as u64)?;
+        let sequences = s as usize;
+        let index = Index { bytes, ty, sequences };
+        index.check(d as usize, bin_len)?;
+        Ok(index)
+    }
+
+    /// Check the header at the start of `head` (its first [`HEADER`] bytes or more) against
+    /// the index file's length `len`: the counts it gives must need exactly that many bytes.
+    /// Checked before the file is read whole: a file of a valid header and gigabytes of
+    /// anything after it is refused at its first bytes. Its token type and counts.
+    pub(crate) fn header(head: &[u8], len: u64) -> Result<(TokenType, u64, u64), String> {
+        if head.len() < FIXED {
+            return Err(format!("{len} bytes, shorter than the {FIXED}-byte header"));
         }
-        if &bytes[..9] != MAGIC {
+        if &head[..9] != MAGIC {
             return Err("it does not start with MMIDIDX (not a Megatron indexed dataset index)".into());
         }
-        let version = u64_at(&bytes, 9);
+        let version = u64_at(head, 9);
         if version != 1 {
             return Err(format!("version {version}; only version 1 is known"));
         }
-        let ty = TokenType::from_code(bytes[17])?;
-        let (s, d) = (u64_at(&bytes, 18), u64_at(&bytes, 26));
+        let ty = TokenType::from_code(head[17])?;
+        let (s, d) = (u64_at(head, 18), u64_at(head, 26));
         // Checked in u128: a lying count cannot overflow into a small total.
         let need = FIXED as u128 + u128::from(s) * 12 + u128::from(d) * 8;
-        let len = bytes.len() as u128;
+        let len = u128::from(len);
         if need != len && need + u128::from(s) != len {
             return Err(format!(
                 "its counts ({s} sequences, {d} document indices) need {need} bytes (or {} with sequence modes) but \
@@ -218,10 +233,7 @@ impl Index {
                 need + u128::from(s)
             ));
         }
-        let sequences = s as usize;
-        let index = Index { bytes, ty, sequences };
-        index.check(d as usize, bin_len)?;
-        Ok(index)
+        Ok((ty, s, d))
     }
 
     /// Every sequence inside the `.bin`, with a non-negative size; document indices rising

@@ -133,11 +133,18 @@ async fn one(store: &Store, path: String, chunk: Chunk, ty: TokenType) -> Result
     if table > obj.size() {
         return Err(bad(format!("{n} items cannot fit in its {} bytes", obj.size())));
     }
-    let head = store.read_span(&obj, 0..table).await?;
-    let word = |i: usize| u32::from_le_bytes([head[4 * i], head[4 * i + 1], head[4 * i + 2], head[4 * i + 3]]);
-    if u64::from(word(0)) != n {
-        return Err(bad(format!("it holds {} items where the index says {n}", word(0))));
+    // The count first, in the first 64 KiB (all of a usual table): a large table is read
+    // only once the chunk's own count agrees with the index's.
+    let first = store.read_span(&obj, 0..table.min(64 << 10)).await?;
+    let count = u32::from_le_bytes([first[0], first[1], first[2], first[3]]);
+    if u64::from(count) != n {
+        return Err(bad(format!("it holds {count} items where the index says {n}")));
     }
+    let head = match first.len() as u64 == table {
+        true => first,
+        false => [first, store.read_span(&obj, 64 << 10..table).await?].concat().into(),
+    };
+    let word = |i: usize| u32::from_le_bytes([head[4 * i], head[4 * i + 1], head[4 * i + 2], head[4 * i + 3]]);
     let offsets: Vec<u64> = (1..n as usize + 2).map(|i| u64::from(word(i))).collect();
     let flat = Flat::from_offsets(ty, &offsets, table, obj.size()).map_err(bad)?;
     let name = path.strip_suffix(".bin").unwrap_or(&path).to_string();

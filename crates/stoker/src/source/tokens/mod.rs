@@ -175,11 +175,14 @@ pub(crate) async fn open(
             other => other,
         })?;
         let idx_obj = store.object(info);
-        let bytes = store.read_all(&idx_obj).await?;
-        let index = Index::parse(bytes, bin_info.size).map_err(|reason| Error::BadIndex {
+        let bad = |reason: String| Error::BadIndex {
             path: store.describe(&info.path),
             reason: format!("{reason}; write the dataset again (Megatron's preprocess_data.py, or `stoker pack`)"),
-        })?;
+        };
+        let head = store.read_span(&idx_obj, 0..info.size.min(idx::HEADER)).await?;
+        Index::header(&head, info.size).map_err(bad)?;
+        let bytes = store.read_all(&idx_obj).await?;
+        let index = Index::parse(bytes, bin_info.size).map_err(bad)?;
         starts.push(starts.last().copied().unwrap_or(0) + index.len() as u64);
         files.push(TokenFile { name, bin: store.object(&bin_info), index: FileDocs::Megatron(index) });
     }
