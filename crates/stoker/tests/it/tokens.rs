@@ -264,3 +264,46 @@ async fn packed_sequences_are_megatrons_documents_joined_and_the_same_over_s3_at
         }
     }
 }
+
+/// A Megatron dataset of int32 tokens, one of them -7: packing it is an error naming the
+/// file, at int32 and int64 ids, from the local map (written straight into the batch) and
+/// over S3 (read into a buffer). A negative id went into `input_ids` as it was, to fail the
+/// embedding lookup on the GPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_negative_token_id_is_an_error_naming_its_file() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("data").join("negative");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (docs, len) = (3usize, 50usize);
+    let mut tokens: Vec<i32> = (0..(docs * len) as i32).collect();
+    tokens[len + 10] = -7;
+    std::fs::write(dir.join("x.bin"), tokens.iter().flat_map(|t| t.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    let mut idx = b"MMIDIDX\0\0".to_vec();
+    idx.extend(1u64.to_le_bytes());
+    idx.push(4); // int32
+    idx.extend((docs as u64).to_le_bytes());
+    idx.extend((docs as u64 + 1).to_le_bytes());
+    for _ in 0..docs {
+        idx.extend((len as i32).to_le_bytes());
+    }
+    for d in 0..docs {
+        idx.extend(((d * len * 4) as i64).to_le_bytes());
+    }
+    for d in 0..=docs {
+        idx.extend((d as i64).to_le_bytes());
+    }
+    std::fs::write(dir.join("x.idx"), idx).unwrap();
+    let server = common::s3::serve(root.path()).await;
+    for uri in [dir.to_str().unwrap().to_string(), uri(&server.endpoint(), "negative", "")] {
+        let src = open(&uri).await;
+        for ids in [stoker::tokens::IdType::Int32, stoker::tokens::IdType::Int64] {
+            let mut c = PackConfig::new(32, 2);
+            c.ids = ids;
+            let e = TokenLoader::new(src.clone(), c).unwrap().epoch(0).unwrap().collect().await.unwrap_err();
+            assert_eq!(e.kind(), stoker::ErrorKind::Corrupt, "{uri} {ids:?}: {e}");
+            let text = e.to_string();
+            assert!(text.contains("x.bin") && text.contains("token id -7 is negative"), "{uri} {ids:?}: {text}");
+        }
+    }
+    server.shutdown().await;
+}

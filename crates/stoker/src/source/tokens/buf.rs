@@ -34,17 +34,24 @@ impl TokenBuf {
         }
     }
 
-    /// Append the tokens of little-endian `bytes` of type `ty`. A token that does not fit
-    /// int32 ids is an error naming it (the caller's type check of the ids asked for).
-    pub(crate) fn extend(&mut self, ty: TokenType, bytes: &[u8]) -> Result<()> {
+    /// Append the tokens of little-endian `bytes` of type `ty`, or return the first that is
+    /// not an id at this width (negative, or past int32 ids), for the caller to name its file
+    /// ([`bad_token`]); nothing is appended then.
+    pub(crate) fn extend(&mut self, ty: TokenType, bytes: &[u8]) -> std::result::Result<(), i64> {
         match self {
             TokenBuf::I64(v) => {
+                let start = v.len();
                 ty.extend(bytes, v);
+                let added = &v[start..];
+                // ORed, a negative token leaves the sign bit set (the loop vectorizes).
+                if ty.signed() && added.iter().fold(0i64, |acc, &t| acc | t) < 0 {
+                    let bad = added.iter().copied().find(|&t| t < 0).unwrap_or_default();
+                    v.truncate(start);
+                    return Err(bad);
+                }
                 Ok(())
             }
-            TokenBuf::I32(v) => ty.extend_i32(bytes, v).map_err(|bad| {
-                Error::invalid_option(format!("token id {bad} does not fit int32 ids: ask for int64 ids"))
-            }),
+            TokenBuf::I32(v) => ty.extend_i32(bytes, v),
         }
     }
 
@@ -101,9 +108,9 @@ impl<'a> TokenSlots<'a> {
 
     /// Piece `i` of the current run: its tokens, little-endian `bytes` of type `ty`, into its
     /// slot. Each piece is written once ([`filled`](Self::filled) counts them). More tokens
-    /// or pieces than planned is an internal error; a token that does not fit int32 ids is an
-    /// error naming it.
-    pub(crate) fn put_at(&mut self, i: usize, ty: TokenType, bytes: &[u8]) -> Result<()> {
+    /// or pieces than planned is an internal error; a token that is not an id at this width
+    /// is `bad`'s error for it (see [`bad_token`]).
+    pub(crate) fn put_at(&mut self, i: usize, ty: TokenType, bytes: &[u8], bad: impl Fn(i64) -> Error) -> Result<()> {
         let &(at, n) =
             self.slots.get(self.base + i).ok_or_else(|| Error::internal("more token pieces read than planned"))?;
         if bytes.len() != n * ty.size() {
@@ -113,10 +120,26 @@ impl<'a> TokenSlots<'a> {
             .col
             .get_mut(at..at + n * self.width)
             .ok_or_else(|| Error::internal("a token piece outside its batch's column"))?;
-        ty.write_ne(bytes, dst, self.width).map_err(|bad| {
-            Error::invalid_option(format!("token id {bad} does not fit int32 ids: ask for int64 ids"))
-        })?;
+        ty.write_ne(bytes, dst, self.width).map_err(bad)?;
         self.next += 1;
         Ok(())
     }
+}
+
+/// The error for token `t` of the file `shown` (`name` its document file's name), which is not
+/// an id: a negative one says the file is damaged (an id indexes a vocabulary; handed on, it
+/// fails the embedding lookup far from here), one past int32 ids asks for int64 ids.
+pub(crate) fn bad_token(t: i64, shown: String, name: &str) -> Error {
+    if t < 0 {
+        return Error::CorruptData {
+            shard: shown,
+            key: name.to_string(),
+            field: "tokens".into(),
+            reason: format!(
+                "token id {t} is negative: an id indexes a vocabulary, so the file is damaged or not of token \
+                 ids; write it again"
+            ),
+        };
+    }
+    Error::invalid_option(format!("{shown}: token id {t} does not fit int32 ids: ask for int64 ids"))
 }

@@ -82,12 +82,18 @@ impl TokenType {
         }
     }
 
-    /// Append every token of little-endian `bytes` to `out` as `i32`, or the first that does
-    /// not fit. Types narrower than 32 bits always fit (one tight loop each); for uint32 and
-    /// int64 the loop converts, ORs every token's bits above int32's range into one word (it
-    /// vectorizes), and looks for the culprit only when that word is not zero.
+    /// Whether a token of this type can be negative.
+    pub(crate) fn signed(self) -> bool {
+        matches!(self, TokenType::I8 | TokenType::I16 | TokenType::I32 | TokenType::I64)
+    }
+
+    /// Append every token of little-endian `bytes` to `out` as `i32`, or return the first that
+    /// is not an int32 id: negative (an id indexes a vocabulary: the file is damaged or not of
+    /// token ids), or past `i32::MAX`. One tight loop per type; where a token can miss, a
+    /// second loop ORs every token's bits into one word (it vectorizes), and the culprit is
+    /// looked for only when that word says there is one. `out` is left as it was on an error.
     pub(crate) fn extend_i32(self, bytes: &[u8], out: &mut Vec<i32>) -> Result<(), i64> {
-        let outside = |t: i64| (t as u64).wrapping_add(1 << 31) >> 32;
+        let start = out.len();
         match self {
             TokenType::U8 => out.extend(bytes.iter().map(|&b| i32::from(b))),
             TokenType::I8 => out.extend(bytes.iter().map(|&b| i32::from(b as i8))),
@@ -100,68 +106,68 @@ impl TokenType {
                     _ => i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
                 };
                 let chunks = bytes.chunks_exact(self.size());
-                if chunks.clone().fold(0u64, |acc, c| acc | outside(wide(c))) != 0 {
-                    return Err(chunks.map(wide).find(|&t| outside(t) != 0).unwrap_or_default());
+                if chunks.clone().fold(0u64, |acc, c| acc | wide(c) as u64) >= 1 << 31 {
+                    return Err(chunks.map(wide).find(|&t| t as u64 >= 1 << 31).unwrap_or_default());
                 }
                 out.extend(chunks.map(|c| wide(c) as i32));
             }
+        }
+        let added = &out[start..];
+        if self.signed() && added.iter().fold(0i32, |acc, &t| acc | t) < 0 {
+            let bad = added.iter().find(|&&t| t < 0).copied().unwrap_or_default();
+            out.truncate(start);
+            return Err(i64::from(bad));
         }
         Ok(())
     }
 
     /// Write every token of little-endian `bytes` into `dst` native-endian, `width` bytes each
     /// (4: int32 ids, 8: int64; `dst` holds exactly as many tokens as `bytes`), or return the
-    /// first token that does not fit int32 ids (only uint32 and int64 tokens can miss; they
-    /// are checked in one vectorized pass first, as [`extend_i32`](Self::extend_i32) does).
-    /// One tight loop per type, which the compiler vectorizes.
+    /// first token that is not an id at that width: a negative one, or one past `i32::MAX`
+    /// for int32 ids. One tight loop per type, which the compiler vectorizes; where a token
+    /// can miss, a pass ORing every token's bits into one word (also vectorized) comes first.
     pub(crate) fn write_ne(self, bytes: &[u8], dst: &mut [u8], width: usize) -> Result<(), i64> {
         fn conv<const S: usize>(
             bytes: &[u8],
             dst: &mut [u8],
             width: usize,
+            check: bool,
             read: impl Fn(&[u8]) -> i64,
         ) -> Result<(), i64> {
             let tokens = bytes.chunks_exact(S).map(&read);
+            // An id at this width is 0..2^31 or 0..2^63: a power of two, so the tokens ORed
+            // reach it exactly when one of them does.
+            let limit: u64 = if width == 8 { 1 << 63 } else { 1 << 31 };
+            if check && tokens.clone().fold(0u64, |acc, t| acc | t as u64) >= limit {
+                return Err(tokens.clone().find(|&t| t as u64 >= limit).unwrap_or_default());
+            }
             if width == 8 {
                 for (d, t) in dst.chunks_exact_mut(8).zip(tokens) {
                     d.copy_from_slice(&t.to_ne_bytes());
                 }
                 return Ok(());
             }
-            if S >= 4 {
-                let outside = |t: i64| (t as u64).wrapping_add(1 << 31) >> 32;
-                if tokens.clone().fold(0u64, |acc, t| acc | outside(t)) != 0 {
-                    return Err(tokens.clone().find(|&t| outside(t) != 0).unwrap_or_default());
-                }
-            }
             for (d, t) in dst.chunks_exact_mut(4).zip(tokens) {
                 d.copy_from_slice(&(t as i32).to_ne_bytes());
             }
             Ok(())
         }
+        // Unsigned tokens narrower than the ids always fit.
+        let check = self.signed() || (self == TokenType::U32 && width == 4);
         match self {
-            TokenType::U8 => conv::<1>(bytes, dst, width, |c| i64::from(c[0])),
-            TokenType::I8 => conv::<1>(bytes, dst, width, |c| i64::from(c[0] as i8)),
-            TokenType::I16 => conv::<2>(bytes, dst, width, |c| i64::from(i16::from_le_bytes([c[0], c[1]]))),
-            TokenType::U16 => conv::<2>(bytes, dst, width, |c| i64::from(u16::from_le_bytes([c[0], c[1]]))),
-            // int32 tokens always fit int32 ids: read as 4-byte values, no check.
+            TokenType::U8 => conv::<1>(bytes, dst, width, check, |c| i64::from(c[0])),
+            TokenType::I8 => conv::<1>(bytes, dst, width, check, |c| i64::from(c[0] as i8)),
+            TokenType::I16 => conv::<2>(bytes, dst, width, check, |c| i64::from(i16::from_le_bytes([c[0], c[1]]))),
+            TokenType::U16 => conv::<2>(bytes, dst, width, check, |c| i64::from(u16::from_le_bytes([c[0], c[1]]))),
             TokenType::I32 => {
-                let tokens = bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-                if width == 8 {
-                    for (d, t) in dst.chunks_exact_mut(8).zip(tokens) {
-                        d.copy_from_slice(&i64::from(t).to_ne_bytes());
-                    }
-                } else {
-                    for (d, t) in dst.chunks_exact_mut(4).zip(tokens) {
-                        d.copy_from_slice(&t.to_ne_bytes());
-                    }
-                }
-                Ok(())
+                conv::<4>(bytes, dst, width, check, |c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
             }
-            TokenType::U32 => conv::<4>(bytes, dst, width, |c| i64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
-            TokenType::I64 => {
-                conv::<8>(bytes, dst, width, |c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            TokenType::U32 => {
+                conv::<4>(bytes, dst, width, check, |c| i64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
             }
+            TokenType::I64 => conv::<8>(bytes, dst, width, check, |c| {
+                i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])
+            }),
         }
     }
 
@@ -340,9 +346,15 @@ mod tests {
             let mut wide = Vec::new();
             ty.extend(&bytes, &mut wide);
             let mut dst = vec![0u8; n * 8];
-            ty.write_ne(&bytes, &mut dst, 8).unwrap();
-            let got: Vec<i64> = dst.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap())).collect();
-            assert_eq!(got, wide, "{ty:?} as int64");
+            match wide.iter().copied().find(|&t| t < 0) {
+                Some(negative) => assert_eq!(ty.write_ne(&bytes, &mut dst, 8), Err(negative), "{ty:?} as int64"),
+                None => {
+                    ty.write_ne(&bytes, &mut dst, 8).unwrap();
+                    let got: Vec<i64> =
+                        dst.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap())).collect();
+                    assert_eq!(got, wide, "{ty:?} as int64");
+                }
+            }
             let mut narrow = Vec::new();
             let want = ty.extend_i32(&bytes, &mut narrow);
             let mut dst = vec![0u8; n * 4];
@@ -411,7 +423,7 @@ mod tests {
     }
 
     /// Straight to int32 ids: the same values as through `i64` for every type, and the first
-    /// token outside int32's range named (from uint32 and int64 files), whatever its place.
+    /// token that is not an int32 id (negative, or past `i32::MAX`) named, whatever its place.
     #[test]
     fn tokens_widen_to_int32_as_to_int64_and_refuse_what_does_not_fit() {
         let types = [TokenType::U8, TokenType::I8, TokenType::I16, TokenType::U16, TokenType::I32, TokenType::U32];
@@ -422,15 +434,27 @@ mod tests {
             match ty.extend_i32(&b, &mut narrow) {
                 Ok(()) => assert_eq!(narrow.iter().map(|&t| i64::from(t)).collect::<Vec<_>>(), wide, "{ty:?}"),
                 Err(bad) => {
-                    assert!(matches!(ty, TokenType::U32 | TokenType::I64), "{ty:?}");
-                    assert_eq!(Some(bad), wide.iter().copied().find(|t| i32::try_from(*t).is_err()), "{ty:?}");
+                    assert!(!matches!(ty, TokenType::U8 | TokenType::U16), "{ty:?}");
+                    let first = wide.iter().copied().find(|&t| t < 0 || t > i64::from(i32::MAX));
+                    assert_eq!(Some(bad), first, "{ty:?}");
+                    assert!(narrow.is_empty(), "{ty:?}: nothing appended on an error");
                 }
             }
         }
         let le = |v: &[i64]| v.iter().flat_map(|t| t.to_le_bytes()).collect::<Vec<u8>>();
         let mut out = Vec::new();
-        assert_eq!(TokenType::I64.extend_i32(&le(&[-5, i64::from(i32::MIN), i64::from(i32::MAX)]), &mut out), Ok(()));
-        assert_eq!(out, [-5, i32::MIN, i32::MAX]);
+        assert_eq!(TokenType::I64.extend_i32(&le(&[0, 5, i64::from(i32::MAX)]), &mut out), Ok(()));
+        assert_eq!(out, [0, 5, i32::MAX]);
+        // A negative id anywhere, from any signed type, at either width.
+        for at in 0..9 {
+            let mut v = vec![7i64; 9];
+            v[at] = -3;
+            assert_eq!(TokenType::I64.extend_i32(&le(&v), &mut Vec::new()), Err(-3), "at {at}");
+            assert_eq!(TokenType::I64.write_ne(&le(&v), &mut [0u8; 72], 8), Err(-3), "at {at}");
+            let i16s: Vec<u8> = v.iter().flat_map(|&t| (t as i16).to_le_bytes()).collect();
+            assert_eq!(TokenType::I16.extend_i32(&i16s, &mut Vec::new()), Err(-3), "at {at}");
+            assert_eq!(TokenType::I16.write_ne(&i16s, &mut [0u8; 36], 4), Err(-3), "at {at}");
+        }
         for at in 0..9 {
             let mut v = vec![7i64; 9];
             v[at] = 1 << 31;
