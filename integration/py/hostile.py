@@ -161,8 +161,9 @@ def write(out):
     (d / "s.tar").write_bytes(bytes(b))
 
     # Parquet footers whose claims a reader must not follow (pyarrow refuses the first two):
-    # a row group of -5 rows (read as empty, its rows were dropped), a column chunk of -1
-    # bytes (the parquet crate asserts on it: a panic), an offset index with two pages
+    # a row group of -5 rows (read as empty, its rows were dropped) or of 2^63 - 1 (Python's
+    # len() failed with an empty OverflowError), a column chunk of -1 bytes (the parquet
+    # crate asserts on it: a panic), an offset index with two pages
     # swapped or every page's first row moved (a row selection followed it to other rows than
     # asked for), and a schema nested 20,000 deep.
     import pyarrow as pa
@@ -180,6 +181,10 @@ def write(out):
 
     def negative_rows(p, body, fm):
         get(get(fm, 4)[2][1][0], 3)[2] = -5  # row group 0's num_rows
+        write_with_footer(p, body, fm)
+
+    def rows_past_values(p, body, fm):
+        get(get(fm, 4)[2][1][0], 3)[2] = 2**63 - 1  # row group 0 claims 2^63 - 1 rows, its columns 100 values
         write_with_footer(p, body, fm)
 
     def negative_chunk(p, body, fm):
@@ -225,6 +230,7 @@ def write(out):
 
     parquet("parquet_negative_rows", negative_rows)
     parquet("parquet_negative_chunk", negative_chunk)
+    parquet("parquet_rows_past_values", rows_past_values)
     parquet("parquet_swapped_pages", swapped_pages)
     # One group of 300 rows in pages of at most 32 (at least 8 pages a column): a read of a
     # few rows with a small decoded_bytes reads only their pages.

@@ -391,7 +391,15 @@ fn array_of(s: &crate::Sample, field: Option<&str>, src: &DynSampleSource) -> Re
 /// Field `field` of a sample, else its only field.
 fn field_of<'a>(s: &'a crate::Sample, field: Option<&str>, src: &DynSampleSource) -> Result<&'a [u8]> {
     Ok(match field {
-        Some(f) => s.require(f)?,
+        // Named with its source: a Parquet row whose column is null has no field at all.
+        Some(f) => s.field(f).ok_or_else(|| {
+            let has: Vec<&str> = s.field_names().collect();
+            Error::invalid_option(format!(
+                "{src}: sample {} has no field `{f}` (a null value?); it has: {}",
+                s.key,
+                if has.is_empty() { "none".to_string() } else { has.join(", ") }
+            ))
+        })?,
         None if s.fields.len() == 1 => &s.fields[0].data,
         None => {
             return Err(Error::invalid_option(format!(

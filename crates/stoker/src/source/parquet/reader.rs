@@ -149,11 +149,12 @@ const REBATCH: &str = "stoker: internal: a dictionary asks for smaller batches";
 
 /// The footer's claims the readers would otherwise follow blindly, checked at open (`shown`
 /// names the file of `size` bytes): row counts are not negative (a negative one was read as
-/// an empty group, its rows dropped); each column chunk's offsets and sizes are not negative
-/// (the parquet crate asserts on one: a panic, not an error) and lie inside the file; and an
-/// offset index, which a batch's row selection follows, starts at row 0 with its pages' rows
-/// and offsets rising inside their chunk (a shifted or reordered index gave other rows than
-/// those asked for). What this does not see: an index whose rows rise but miscount a page.
+/// an empty group, its rows dropped) nor more than a column's values; each column chunk's
+/// offsets and sizes are not negative (the parquet crate asserts on one: a panic, not an
+/// error) and lie inside the file; and an offset index, which a batch's row selection
+/// follows, starts at row 0 with its pages' rows and offsets rising inside their chunk (a
+/// shifted or reordered index gave other rows than those asked for). An index whose rows
+/// rise but miscount a page is seen when its pages are read ([`StoreFile::check_pages`]).
 pub(super) fn check_footer(meta: &ParquetMetaData, size: u64, shown: &str) -> Result<(), Error> {
     let bad = |reason: String| Error::BadIndex {
         path: shown.to_owned(),
@@ -163,6 +164,12 @@ pub(super) fn check_footer(meta: &ParquetMetaData, size: u64, shown: &str) -> Re
         let Ok(rows) = u64::try_from(group.num_rows()) else {
             return Err(bad(format!("row group {g} claims {} rows", group.num_rows())));
         };
+        // Every row has a value (or a null's level) in each column: a group claiming more rows
+        // than any of its columns has values lies (a count of 2^63 rows was opened).
+        let most = group.columns().iter().map(|c| c.num_values()).max().unwrap_or(0);
+        if !group.columns().is_empty() && most < group.num_rows() {
+            return Err(bad(format!("row group {g} claims {rows} rows, but its columns hold at most {most} values")));
+        }
         let index = meta.page_index_for_row_group(g);
         for (c, col) in group.columns().iter().enumerate() {
             let name = col.column_path().string();
