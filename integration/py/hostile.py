@@ -211,9 +211,10 @@ def write(out):
         col = get(get(fm, 4)[2][1][0], 1)[2][1][1]
         at, length = get(col, 4)[2], get(col, 5)[2]
         index = R(raw, at).struct()
-        # Every page from the third on starts 2 rows late: the pages between it and the last
-        # keep their true counts, so a read of one of them alone would take other rows.
-        for page in get(index, 1)[2][1][2:]:
+        # Every page from the fourth on starts 2 rows late: the pages between it and the last
+        # keep their true counts, so a read of one of them alone would take other rows. The
+        # first rows (pages 0 and 1) are true: only the last page's head shows the lie.
+        for page in get(index, 1)[2][1][3:]:
             get(page, 3)[2] += 2
         forged = write_struct(index)
         assert len(forged) == length

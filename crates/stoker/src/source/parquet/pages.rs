@@ -8,7 +8,7 @@
 //! uncompressed size (a lie) or more than `decoded_bytes` allows (a decompression bomb, or a
 //! page too big for the memory given) is refused before the reader allocates for it.
 
-use super::thrift::{zigzag, Reader};
+use super::thrift::{zigzag, Kind, Reader};
 
 /// What a walk found wrong.
 #[derive(Debug, PartialEq, Eq)]
@@ -21,9 +21,8 @@ pub(super) enum BadPage {
 
 /// What the offset index says of a run of pages, for [`check`] to hold their headers to:
 /// the rows it gives the page starting at a byte of the run (`None` where it locates no page,
-/// as at a dictionary page), and whether the column is flat. A flat column's v1 page counts
-/// one value (null or not) per row; a repeated column's v1 page gives no row count to check,
-/// and a v2 page gives its rows in any column.
+/// as at a dictionary page), and whether the column is flat (only a flat column's pages give
+/// rows to check: see `Header::rows_of`).
 pub(super) struct Located<'a> {
     pub(super) rows_at: &'a dyn Fn(usize) -> Option<u64>,
     pub(super) flat: bool,
@@ -40,7 +39,7 @@ pub(super) fn check(data: &[u8], chunk_total: u64, limit: u64, index: Option<&Lo
     let mut sum = 0u64;
     while at < data.len() {
         let h = page_header(&data[at..]).map_err(BadPage::Lie)?;
-        let told = index.and_then(|ix| Some(((ix.rows_at)(at)?, h.rows.or(h.values.filter(|_| ix.flat))?)));
+        let told = index.and_then(|ix| Some(((ix.rows_at)(at)?, h.rows_of(ix.flat)?)));
         if let Some((want, holds)) = told.filter(|&(want, holds)| u64::try_from(holds) != Ok(want)) {
             return Err(BadPage::Lie(format!(
                 "the page at byte {at} of bytes read holds {holds} rows, but the offset index gives it {want}"
@@ -77,12 +76,10 @@ pub(super) struct First {
     pub(super) compressed: u64,
 }
 
-/// The rows the data page whose header starts `b` claims to hold: a v2 page's row count, or
-/// a flat column's v1 value count; `None` for a header cut short in `b`, a repeated column's
-/// v1 page, or a page that is not a data page.
+/// The rows the data page whose header starts `b` claims to hold (see [`Header::rows_of`]);
+/// `None` also for a header cut short in `b`.
 pub(super) fn rows_claimed(b: &[u8], flat: bool) -> Option<i64> {
-    let h = page_header(b).ok()?;
-    h.rows.or(h.values.filter(|_| flat))
+    page_header(b).ok()?.rows_of(flat)
 }
 
 /// The page header at the start of `b` (a column chunk's first bytes, enough to hold it).
@@ -100,40 +97,58 @@ pub(super) fn first(b: &[u8]) -> Result<First, String> {
 /// 1) or row count (v2, field 8's field 3).
 struct Header {
     len: usize,
-    ty: i64,
+    ty: i32,
     uncompressed: i64,
     compressed: i64,
     values: Option<i64>,
     rows: Option<i64>,
 }
 
-/// The page header at the start of `b`.
+impl Header {
+    /// The rows this data page holds, in a flat column (a v1 page counts one value, null or
+    /// not, per row; a v2 page gives its rows). `None` for a repeated column (a v1 page counts
+    /// values, and pyarrow before 12 wrote a v2 page's values as its rows) or another page.
+    fn rows_of(&self, flat: bool) -> Option<i64> {
+        flat.then(|| self.rows.or(self.values)).flatten()
+    }
+}
+
+/// The page header at the start of `b`, read as the parquet crate reads it: a known field
+/// declared as another type than Parquet's is refused ([`Reader::skip_field`]).
 fn page_header(b: &[u8]) -> Result<Header, String> {
     let mut r = Reader::new(b, "a page header");
     let (mut ty, mut uncompressed, mut compressed, mut values, mut rows) = (-1, None, None, None, None);
-    let mut last = 0i64;
+    let mut last = 0i16;
     while let Some((id, t)) = r.field(last)? {
         last = id;
         match (id, t) {
-            (1, 5) => ty = zigzag(r.varint()?),
-            (2, 5) => uncompressed = Some(zigzag(r.varint()?)),
-            (3, 5) => compressed = Some(zigzag(r.varint()?)),
+            (1, 5) => ty = zigzag(r.varint()?) as i32,
+            (2, 5) => uncompressed = Some(i64::from(zigzag(r.varint()?) as i32)),
+            (3, 5) => compressed = Some(i64::from(zigzag(r.varint()?) as i32)),
             // DataPageHeader, DataPageHeaderV2: the count this walk checks, the rest skipped.
             (5 | 8, 12) => {
-                let want = if id == 5 { 1 } else { 3 };
-                let mut last = 0i64;
+                let (kind, want) = if id == 5 { (Kind::DataPage, 1) } else { (Kind::DataPageV2, 3) };
+                let mut last = 0i16;
                 while let Some((sub, st)) = r.field(last)? {
                     last = sub;
-                    match (sub == want, st, id) {
-                        (true, 5, 5) => values = Some(zigzag(r.varint()?)),
-                        (true, 5, _) => rows = Some(zigzag(r.varint()?)),
-                        _ => r.skip(st, 1)?,
+                    match (sub == want, st) {
+                        (true, 5) => {
+                            let n = Some(i64::from(zigzag(r.varint()?) as i32));
+                            if id == 5 {
+                                values = n
+                            } else {
+                                rows = n
+                            }
+                        }
+                        _ => r.skip_field(kind, sub, st, 1)?,
                     }
                 }
             }
-            _ => r.skip(t, 0)?,
+            _ => r.skip_field(Kind::PageHeader, id, t, 0)?,
         }
     }
+    // The crate reads the header its page type names (DATA_PAGE 0, DATA_PAGE_V2 3).
+    let (values, rows) = (values.filter(|_| ty == 0), rows.filter(|_| ty == 3));
     match (uncompressed, compressed) {
         (Some(uncompressed), Some(compressed)) => Ok(Header { len: r.at, ty, uncompressed, compressed, values, rows }),
         _ => Err("a page header without its sizes (not a Parquet page)".into()),
@@ -184,7 +199,7 @@ mod tests {
         h.push(0x18); // binary min
         varint(1, &mut h);
         h.extend_from_slice(b"a");
-        h.push(0x19); // a list of 2 i32 (a field this walk does not know)
+        h.push(0x79); // field 9, a list of 2 i32 (a field Parquet does not know)
         h.push(0x25);
         varint(zz(1), &mut h);
         varint(zz(2), &mut h);

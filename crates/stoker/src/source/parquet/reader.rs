@@ -290,7 +290,7 @@ fn chunk_ends(meta: &ParquetMetaData, ranges: &[Range<u64>]) -> Vec<End> {
             };
             let next = pages.get(k + 1).map_or(Some(rows), |n| u64::try_from(n.first_row_index).ok());
             let range = at..at.saturating_add(size.min(HEAD));
-            let inside = r.start <= at && at < r.end;
+            let inside = ranges.iter().any(|x| x.start <= at && at < x.end);
             if inside || ends.iter().any(|e| e.range == range) {
                 continue;
             }

@@ -42,16 +42,46 @@ impl<'a> Reader<'a> {
     }
 
     /// The header of the next field of a struct whose last field id was `last`: its id and
-    /// compact type, or `None` at the struct's end.
-    pub(super) fn field(&mut self, last: i64) -> Result<Option<(i64, u8)>, String> {
+    /// compact type, or `None` at the struct's end. As the parquet crate reads one (so both
+    /// see the same fields): a type of 0 ends the struct, whatever the delta; an id is 16
+    /// bits, a full one cut to them, a delta past them an error.
+    pub(super) fn field(&mut self, last: i16) -> Result<Option<(i16, u8)>, String> {
         let byte = self.byte()?;
-        if byte == 0 {
+        let (delta, ty) = (byte >> 4, byte & 0x0f);
+        if ty == 0 {
             return Ok(None);
         }
-        let (delta, ty) = (byte >> 4, byte & 0x0f);
-        // Saturating: a lying id (a huge one, then deltas) only fails to match a field.
-        let id = if delta == 0 { zigzag(self.varint()?) } else { last.saturating_add(i64::from(delta)) };
+        let id = match delta {
+            0 => zigzag(self.varint()?) as i16,
+            d => last.checked_add(i16::from(d)).ok_or_else(|| format!("{}: a field id overflows", self.what))?,
+        };
         Ok(Some((id, ty)))
+    }
+
+    /// Skip the value of field `id` (compact type `ty`) of a struct `kind`, or refuse it when
+    /// the parquet crate knows the field as another type: it reads a known field by its own
+    /// type whatever the file declares, so a walk that skipped by the declared type would part
+    /// from the crate's reading, and check other bytes than those the crate then decodes.
+    pub(super) fn skip_field(&mut self, kind: Kind, id: i16, ty: u8, depth: u32) -> Result<(), String> {
+        match kind.field(id) {
+            None => self.skip(ty, depth),
+            Some(Want::Struct(inner)) if ty == 12 => self.skip_struct_as(inner, depth + 1),
+            Some(w) if w.declared(ty) => self.skip(ty, depth),
+            Some(_) => Err(format!("{}: field {id} of a {kind:?} has Thrift type {ty}, not Parquet's", self.what)),
+        }
+    }
+
+    /// Skip the rest of a struct `kind`, each field as [`skip_field`](Self::skip_field) does.
+    pub(super) fn skip_struct_as(&mut self, kind: Kind, depth: u32) -> Result<(), String> {
+        if depth > MAX_DEPTH {
+            return Err(format!("{} nests too deep", self.what));
+        }
+        let mut last = 0i16;
+        while let Some((id, t)) = self.field(last)? {
+            last = id;
+            self.skip_field(kind, id, t, depth + 1)?;
+        }
+        Ok(())
     }
 
     /// The header of a list: its element count and element type. A count past the bytes
@@ -115,19 +145,91 @@ impl<'a> Reader<'a> {
                 }
                 Ok(())
             }
-            12 => self.skip_struct(depth),
+            12 => self.skip_struct_as(Kind::Other, depth),
+            13 => self.advance(16),
             _ => Err(format!("{} holds an unknown Thrift type {ty}", self.what)),
         }
     }
+}
 
-    /// Skip the rest of a struct (its fields to its end).
-    pub(super) fn skip_struct(&mut self, depth: u32) -> Result<(), String> {
-        let mut last = 0i64;
-        while let Some((id, t)) = self.field(last)? {
-            last = id;
-            self.skip(t, depth + 1)?;
-        }
-        Ok(())
+/// The structs of Parquet's Thrift whose fields a walk must read as the parquet crate does
+/// (see [`Reader::skip_field`]); `Other` is any struct it skips whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    Other,
+    SchemaElement,
+    LogicalType,
+    Decimal,
+    Time,
+    TimeUnit,
+    Int,
+    Variant,
+    Geometry,
+    Geography,
+    Empty,
+    PageHeader,
+    DataPage,
+    DataPageV2,
+    Dictionary,
+    Statistics,
+}
+
+/// What the parquet crate reads a known field as.
+#[derive(Clone, Copy)]
+pub(super) enum Want {
+    I32,
+    I64,
+    Byte,
+    Bool,
+    Binary,
+    Struct(Kind),
+}
+
+impl Want {
+    /// Whether compact type `ty` declares this.
+    fn declared(self, ty: u8) -> bool {
+        matches!(
+            (self, ty),
+            (Want::I32, 5) | (Want::I64, 6) | (Want::Byte, 3) | (Want::Bool, 1 | 2) | (Want::Binary, 8)
+        )
+    }
+}
+
+impl Kind {
+    /// What field `id` of this struct is to the parquet crate (parquet.thrift), if known.
+    pub(super) fn field(self, id: i16) -> Option<Want> {
+        use Want::*;
+        Some(match (self, id) {
+            (Kind::SchemaElement, 1..=3 | 5..=9) => I32,
+            (Kind::SchemaElement, 4) => Binary,
+            (Kind::SchemaElement, 10) => Struct(Kind::LogicalType),
+            (Kind::LogicalType, 5) => Struct(Kind::Decimal),
+            (Kind::LogicalType, 7 | 8) => Struct(Kind::Time),
+            (Kind::LogicalType, 10) => Struct(Kind::Int),
+            (Kind::LogicalType, 16) => Struct(Kind::Variant),
+            (Kind::LogicalType, 17) => Struct(Kind::Geometry),
+            (Kind::LogicalType, 18) => Struct(Kind::Geography),
+            (Kind::LogicalType, 1..=4 | 6 | 11..=15) => Struct(Kind::Empty),
+            (Kind::Decimal, 1 | 2) => I32,
+            (Kind::Time, 1) => Bool,
+            (Kind::Time, 2) => Struct(Kind::TimeUnit),
+            (Kind::TimeUnit, 1..=3) => Struct(Kind::Empty),
+            (Kind::Int, 1) | (Kind::Variant, 1) => Byte,
+            (Kind::Int, 2) => Bool,
+            (Kind::Geometry, 1) | (Kind::Geography, 1) => Binary,
+            (Kind::Geography, 2) => I32,
+            (Kind::PageHeader, 1..=4) => I32,
+            (Kind::PageHeader, 5) => Struct(Kind::DataPage),
+            (Kind::PageHeader, 6) => Struct(Kind::Empty),
+            (Kind::PageHeader, 7) => Struct(Kind::Dictionary),
+            (Kind::PageHeader, 8) => Struct(Kind::DataPageV2),
+            (Kind::DataPage, 1..=4) | (Kind::DataPageV2, 1..=6) | (Kind::Dictionary, 1 | 2) => I32,
+            (Kind::DataPage, 5) | (Kind::DataPageV2, 8) => Struct(Kind::Statistics),
+            (Kind::DataPageV2, 7) | (Kind::Dictionary, 3) | (Kind::Statistics, 7 | 8) => Bool,
+            (Kind::Statistics, 1 | 2 | 5 | 6) => Binary,
+            (Kind::Statistics, 3 | 4) => I64,
+            _ => return None,
+        })
     }
 }
 
@@ -144,49 +246,61 @@ pub(super) const MAX_NESTING: usize = 64;
 /// wrong with the footer is left to the parquet crate's own checks.
 pub(super) fn schema_depth(footer: &[u8]) -> Result<usize, String> {
     let mut r = Reader::new(footer, "the footer");
-    let mut last = 0i64;
+    let mut last = 0i16;
     while let Some((id, ty)) = r.field(last)? {
         last = id;
-        // Field 2: list<SchemaElement>.
-        if (id, ty) != (2, 9) {
-            r.skip(ty, 0)?;
-            continue;
+        match (id, ty) {
+            // The version and the row count: numbers, as the crate reads them.
+            (1, 5) | (3, 6) => {
+                r.varint()?;
+            }
+            // The crate builds its schema from the first field 2 (a later one it skips): that
+            // list is the one walked.
+            (2, 9) => return schema_list(&mut r),
+            // Every writer writes the version, then the schema: a footer that puts anything
+            // else first (whose reading this walk would have to follow as the crate does) is
+            // refused.
+            _ => return Err(format!("the footer has field {id} (Thrift type {ty}) before its schema")),
         }
-        let (n, et) = r.list()?;
-        if et != 12 {
-            return Err("the footer's schema is not a list of elements".into());
-        }
-        // The children each open group has left to see, innermost last.
-        let mut open: Vec<i64> = Vec::new();
-        let mut deepest = 0;
-        for _ in 0..n {
-            let mut children = 0i64;
-            let mut last = 0i64;
-            while let Some((id, ty)) = r.field(last)? {
-                last = id;
-                match (id, ty) {
-                    // Field 5: num_children, an i32.
-                    (5, 5) => children = zigzag(r.varint()?),
-                    _ => r.skip(ty, 1)?,
-                }
-            }
-            if let Some(left) = open.last_mut() {
-                *left -= 1;
-            }
-            if children > 0 {
-                open.push(children);
-                deepest = deepest.max(open.len());
-                if deepest > MAX_NESTING {
-                    return Ok(deepest);
-                }
-            }
-            while open.last() == Some(&0) {
-                open.pop();
-            }
-        }
-        return Ok(deepest);
     }
-    Ok(0)
+    Err("the footer has no schema".into())
+}
+
+/// The depth of the schema list `r` is at (see [`schema_depth`]).
+fn schema_list(r: &mut Reader) -> Result<usize, String> {
+    let (n, et) = r.list()?;
+    if et != 12 {
+        return Err("the footer's schema is not a list of elements".into());
+    }
+    // The children each open group has left to see, innermost last.
+    let mut open: Vec<i64> = Vec::new();
+    let mut deepest = 0;
+    for _ in 0..n {
+        let mut children = 0i64;
+        let mut last = 0i16;
+        while let Some((id, ty)) = r.field(last)? {
+            last = id;
+            match (id, ty) {
+                // num_children, an i32 as the crate reads it (cut to 32 bits).
+                (5, 5) => children = i64::from(zigzag(r.varint()?) as i32),
+                _ => r.skip_field(Kind::SchemaElement, id, ty, 1)?,
+            }
+        }
+        if let Some(left) = open.last_mut() {
+            *left -= 1;
+        }
+        if children > 0 {
+            open.push(children);
+            deepest = deepest.max(open.len());
+            if deepest > MAX_NESTING {
+                return Ok(deepest);
+            }
+        }
+        while open.last() == Some(&0) {
+            open.pop();
+        }
+    }
+    Ok(deepest)
 }
 
 /// Whether the whole Parquet file `file` has no footer schema deeper than [`MAX_NESTING`]
@@ -214,13 +328,19 @@ mod tests {
     /// A footer whose schema is a root, `depth` groups each holding the next, and a leaf;
     /// with `siblings` leaves beside the chain at the root (a wide schema is not a deep one).
     fn footer(depth: usize, siblings: usize) -> Vec<u8> {
-        let element = |children: Option<u64>, out: &mut Vec<u8>| {
+        footer_with(depth, siblings, 0x15, -1)
+    }
+
+    /// [`footer`] with the field header byte `children_field` before each num_children (0x15:
+    /// field 5, i32), and `root_children` as the root's count (-1: the count of its children).
+    fn footer_with(depth: usize, siblings: usize, children_field: u8, root_children: i64) -> Vec<u8> {
+        let element = |children: Option<i64>, out: &mut Vec<u8>| {
             out.push(0x48); // field 4, binary: name
             varint(1, out);
             out.push(b'a');
             if let Some(c) = children {
-                out.push(0x15); // field 5, i32
-                varint(c * 2, out);
+                out.push(children_field);
+                varint(((c << 1) ^ (c >> 63)) as u64, out);
             }
             out.push(0);
         };
@@ -233,7 +353,7 @@ mod tests {
             f.push(0xfc);
             varint(n as u64, &mut f);
         }
-        element(Some(1 + siblings as u64), &mut f);
+        element(Some(if root_children < 0 { 1 + siblings as i64 } else { root_children }), &mut f);
         for _ in 0..depth {
             element(Some(1), &mut f);
         }
@@ -256,6 +376,24 @@ mod tests {
         assert_eq!(schema_depth(&footer(MAX_NESTING, 0)), Ok(MAX_NESTING + 1));
         assert_eq!(schema_depth(&footer(100_000, 0)), Ok(MAX_NESTING + 1), "the walk stops past the limit");
         let f = footer(5, 2);
+        // Read as the parquet crate reads it. A full field id is cut to 16 bits: 65538 is
+        // the schema's field 2.
+        let mut far = footer(100, 0);
+        let mut id = vec![0x09];
+        varint(65538 * 2, &mut id);
+        far.splice(2..3, id);
+        assert_eq!(schema_depth(&far), Ok(MAX_NESTING + 1));
+        // The schema declared a set, num_children declared an i64, a field before the schema:
+        // refused, not skipped (the crate reads them all the same).
+        let mut set = footer(100, 0);
+        set[2] = 0x1a;
+        assert!(schema_depth(&set).unwrap_err().contains("before its schema"));
+        assert!(schema_depth(&footer_with(100, 0, 0x16, -1)).unwrap_err().contains("not Parquet's"));
+        let mut late = footer(3, 0);
+        late.splice(0..2, [0x66, 0x00]); // field 6 (i64) first
+        assert!(schema_depth(&late).is_err());
+        // num_children is an i32: -(2^32) + 1 is 1.
+        assert_eq!(schema_depth(&footer_with(0, 0, 0x15, -(1 << 32) + 1)), Ok(1));
         // Cut anywhere in the schema list (the footer's last 3 bytes come after it).
         for cut in 1..f.len() - 3 {
             assert!(schema_depth(&f[..cut]).is_err(), "cut at {cut}");
