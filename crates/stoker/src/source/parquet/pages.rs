@@ -157,15 +157,8 @@ fn page_header(b: &[u8]) -> Result<Header, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::thrift::put_varint as varint;
     use super::*;
-
-    fn varint(mut v: u64, out: &mut Vec<u8>) {
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
-    }
 
     fn zz(v: i64) -> u64 {
         ((v << 1) ^ (v >> 63)) as u64

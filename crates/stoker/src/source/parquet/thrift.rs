@@ -6,6 +6,16 @@ pub(super) fn zigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
+/// `v` as a varint onto `out`: the tests' writer of Thrift bytes.
+#[cfg(test)]
+pub(super) fn put_varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
 /// A Thrift compact-protocol reader over a byte slice, bounded: every length is checked
 /// against the bytes left, and nesting is limited. `what` names the bytes in its errors.
 pub(super) struct Reader<'a> {
@@ -315,15 +325,8 @@ pub(super) fn not_too_deep(file: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::put_varint as varint;
     use super::*;
-
-    fn varint(mut v: u64, out: &mut Vec<u8>) {
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
-    }
 
     /// A footer whose schema is a root, `depth` groups each holding the next, and a leaf;
     /// with `siblings` leaves beside the chain at the root (a wide schema is not a deep one).
