@@ -265,8 +265,21 @@ pub(super) fn schema_depth(footer: &[u8]) -> Result<usize, String> {
                 r.varint()?;
             }
             // The crate builds its schema from the first field 2 (a later one it skips): that
-            // list is the one walked.
-            (2, 9) => return schema_list(&mut r),
+            // list is the one walked. The rest of the footer is walked too, bounded: the
+            // crate's own skip of a field it does not know spins on a list or map claiming
+            // billions of booleans (no bytes each), and this walk refuses any count past the
+            // bytes left (found by the `parquet_footer` fuzz target: a footer of 1,339 bytes
+            // that kept the crate busy past the 10 s limit).
+            (2, 9) => {
+                let depth = schema_list(&mut r)?;
+                if depth <= MAX_NESTING {
+                    while let Some((id, ty)) = r.field(last)? {
+                        last = id;
+                        r.skip(ty, 0)?;
+                    }
+                }
+                return Ok(depth);
+            }
             // Every writer writes the version, then the schema: a footer that puts anything
             // else first (whose reading this walk would have to follow as the crate does) is
             // refused.
@@ -313,14 +326,15 @@ fn schema_list(r: &mut Reader) -> Result<usize, String> {
     Ok(deepest)
 }
 
-/// Whether the whole Parquet file `file` has no footer schema deeper than [`MAX_NESTING`]
-/// (the fuzz target parses files the parquet crate's way, which a deeper one overflows).
+/// Whether an open would hand the footer of the whole Parquet file `file` to the parquet
+/// crate: its walk ([`schema_depth`]) passes and its schema is at most [`MAX_NESTING`] deep
+/// (the fuzz target then parses it the crate's way, as an open does).
 #[cfg(feature = "fuzzing")]
 pub(super) fn not_too_deep(file: &[u8]) -> bool {
     let Some((rest, [a, b, c, d, b'P', b'A', b'R', b'1'])) = file.split_last_chunk::<8>() else { return true };
     let len = u32::from_le_bytes([*a, *b, *c, *d]) as usize;
     let footer = rest.len().checked_sub(len).map(|start| &rest[start..]);
-    footer.is_none_or(|f| schema_depth(f).map_or(true, |d| d <= MAX_NESTING))
+    footer.is_none_or(|f| schema_depth(f).is_ok_and(|d| d <= MAX_NESTING))
 }
 
 #[cfg(test)]
@@ -397,8 +411,16 @@ mod tests {
         assert!(schema_depth(&late).is_err());
         // num_children is an i32: -(2^32) + 1 is 1.
         assert_eq!(schema_depth(&footer_with(0, 0, 0x15, -(1 << 32) + 1)), Ok(1));
-        // Cut anywhere in the schema list (the footer's last 3 bytes come after it).
-        for cut in 1..f.len() - 3 {
+        // After the schema, a field of a map claiming 2^31 - 1 entries of booleans (no bytes
+        // each to the parquet crate's skip, which then spins): refused.
+        let mut spin = footer(3, 0);
+        spin.truncate(spin.len() - 1); // the footer's end
+        spin.extend([0xbb]); // field 3 + 11 = 14, a map
+        put_varint(i32::MAX as u64, &mut spin);
+        spin.extend([0x11, 0x00]); // bool -> bool, then the footer's end
+        assert!(schema_depth(&spin).unwrap_err().contains("more entries than it has bytes"));
+        // Cut anywhere: in the schema list, or in what follows it.
+        for cut in 1..f.len() {
             assert!(schema_depth(&f[..cut]).is_err(), "cut at {cut}");
         }
     }
