@@ -10,6 +10,7 @@ use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{ColumnChunkMetaData, PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::page_index::offset_index::PageLocation;
 
 use crate::error::Error;
 use crate::store::{Object, Store};
@@ -60,17 +61,13 @@ impl StoreFile {
             let col = run.col;
             let index = meta.page_index_for_row_group(run.group);
             let located = index.page_locations(run.column);
-            let rows = u64::try_from(meta.row_group(run.group).num_rows()).unwrap_or(0);
-            // The rows the offset index gives the page at byte `at` of this range: to the next
-            // page's first row, or to the group's end (its pages rise: `check_footer`).
+            // The rows the offset index gives the page at byte `at` of this range.
             let rows_at = |at: usize| {
                 let pages = located?;
                 let offset = i64::try_from(r.start.checked_add(at as u64)?).ok()?;
-                let k = pages.binary_search_by_key(&offset, |l| l.offset).ok()?;
-                let next = pages.get(k + 1).map_or(Some(rows), |n| u64::try_from(n.first_row_index).ok())?;
-                next.checked_sub(u64::try_from(pages[k].first_row_index).ok()?)
+                page_rows(pages, pages.binary_search_by_key(&offset, |l| l.offset).ok()?, run.rows)
             };
-            let told = super::pages::Located { rows_at: &rows_at, flat: col.column_descr().max_rep_level() == 0 };
+            let told = super::pages::Located { rows_at: &rows_at, flat: run.flat };
             if let Err(bad) = super::pages::check(b, run.total, self.page_limit, located.map(|_| &told)) {
                 let shown = shown();
                 return Err(match bad {
@@ -216,6 +213,17 @@ struct Run<'m> {
     col: &'m ColumnChunkMetaData,
     group: usize,
     column: usize,
+    /// The group's rows.
+    rows: u64,
+    /// Whether the column is flat (its pages' rows can be checked: `pages::Header::rows_of`).
+    flat: bool,
+}
+
+/// The rows the offset index `pages` (of a group of `rows` rows) gives its page `k`: to the
+/// next page's first row, or to the group's end (its pages rise: [`check_footer`]).
+fn page_rows(pages: &[PageLocation], k: usize, rows: u64) -> Option<u64> {
+    let next = pages.get(k + 1).map_or(Some(rows), |n| u64::try_from(n.first_row_index).ok())?;
+    next.checked_sub(u64::try_from(pages.get(k)?.first_row_index).ok()?)
 }
 
 /// The column chunk `r` is whole pages of: the chunk's whole range, or a run of pages the
@@ -229,7 +237,14 @@ fn whole_pages<'m>(meta: &'m ParquetMetaData, r: &Range<u64>) -> Option<Run<'m>>
             if r.start < start || r.end > start.saturating_add(len) {
                 continue;
             }
-            let run = Run { total: u64::try_from(col.uncompressed_size()).unwrap_or(0), col, group: g, column: c };
+            let run = Run {
+                total: u64::try_from(col.uncompressed_size()).unwrap_or(0),
+                col,
+                group: g,
+                column: c,
+                rows: u64::try_from(group.num_rows()).unwrap_or(0),
+                flat: col.column_descr().max_rep_level() == 0,
+            };
             if r.start == start && r.end == start.saturating_add(len) {
                 return Some(run);
             }
@@ -277,25 +292,18 @@ fn chunk_ends(meta: &ParquetMetaData, ranges: &[Range<u64>]) -> Vec<End> {
         }
         let index = meta.page_index_for_row_group(run.group);
         let Some(pages) = index.page_locations(run.column) else { continue };
-        let rows = u64::try_from(meta.row_group(run.group).num_rows()).unwrap_or(0);
-        let flat = run.col.column_descr().max_rep_level() == 0;
         for k in [0, pages.len().saturating_sub(1)] {
             let Some(page) = pages.get(k) else { continue };
-            let (Ok(at), Ok(size), Ok(first)) = (
-                u64::try_from(page.offset),
-                u64::try_from(page.compressed_page_size),
-                u64::try_from(page.first_row_index),
-            ) else {
+            let (Ok(at), Ok(size)) = (u64::try_from(page.offset), u64::try_from(page.compressed_page_size)) else {
                 continue;
             };
-            let next = pages.get(k + 1).map_or(Some(rows), |n| u64::try_from(n.first_row_index).ok());
             let range = at..at.saturating_add(size.min(HEAD));
             let inside = ranges.iter().any(|x| x.start <= at && at < x.end);
             if inside || ends.iter().any(|e| e.range == range) {
                 continue;
             }
-            let Some(rows) = next.and_then(|n| n.checked_sub(first)) else { continue };
-            ends.push(End { range, rows, flat, column: run.col.column_path().string() });
+            let Some(rows) = page_rows(pages, k, run.rows) else { continue };
+            ends.push(End { range, rows, flat: run.flat, column: run.col.column_path().string() });
         }
     }
     ends
