@@ -42,14 +42,7 @@ impl TokenBuf {
             TokenBuf::I64(v) => {
                 let start = v.len();
                 ty.extend(bytes, v);
-                let added = &v[start..];
-                // ORed, a negative token leaves the sign bit set (the loop vectorizes).
-                if ty.signed() && added.iter().fold(0i64, |acc, &t| acc | t) < 0 {
-                    let bad = added.iter().copied().find(|&t| t < 0).unwrap_or_default();
-                    v.truncate(start);
-                    return Err(bad);
-                }
-                Ok(())
+                ty.refuse_negative(v, start)
             }
             TokenBuf::I32(v) => ty.extend_i32(bytes, v),
         }

@@ -112,11 +112,21 @@ impl TokenType {
                 out.extend(chunks.map(|c| wide(c) as i32));
             }
         }
+        self.refuse_negative(out, start)
+    }
+
+    /// Tokens from `start` on in `out`, just appended: for a signed type, the first negative
+    /// one (an id indexes a vocabulary) as the error, with `out` cut back to `start`. ORed, a
+    /// negative token leaves the sign bit set (the loop vectorizes).
+    pub(crate) fn refuse_negative<T>(self, out: &mut Vec<T>, start: usize) -> Result<(), i64>
+    where
+        T: Copy + Default + PartialOrd + std::ops::BitOr<Output = T> + Into<i64>,
+    {
         let added = &out[start..];
-        if self.signed() && added.iter().fold(0i32, |acc, &t| acc | t) < 0 {
-            let bad = added.iter().find(|&&t| t < 0).copied().unwrap_or_default();
+        if self.signed() && added.iter().fold(T::default(), |acc, &t| acc | t) < T::default() {
+            let bad = added.iter().copied().find(|&t| t < T::default()).unwrap_or_default();
             out.truncate(start);
-            return Err(i64::from(bad));
+            return Err(bad.into());
         }
         Ok(())
     }
