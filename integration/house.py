@@ -25,7 +25,8 @@ MAX_LINES = 600
 # store) under the layouts (source), which decoding and the loader build on; the tools
 # (pack, diagnose) and the test entry points (conformance, fuzzing) sit on top.
 FLOORS = [
-    {"redact", "escape", "ranges", "buffer"},
+    {"redact", "escape", "ranges", "fork"},
+    {"buffer"},
     {"error"},
     {"sample", "uri", "stats"},
     {"fetch"},

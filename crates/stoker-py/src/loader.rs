@@ -13,7 +13,7 @@ use stoker::sampler::{Partition, Tail};
 use crate::dlpack::DlPack;
 
 use crate::errors::{err, InvalidInputError, StokerError};
-use crate::runtime::{block_on, runtime};
+use crate::runtime::{block_on, runtime, Local};
 use crate::source::Source;
 
 /// The Rust Loader for one source, built again in a forked child: the one made in the parent
@@ -23,8 +23,8 @@ use crate::source::Source;
 pub(crate) struct Loader {
     source: Py<Source>,
     cfg: LoaderConfig,
-    /// The loader and the process that built it.
-    built: Mutex<(u32, Arc<RsLoader>)>,
+    /// The loader, built by this process or the one it was forked from.
+    built: Mutex<Local<Arc<RsLoader>>>,
 }
 
 impl Loader {
@@ -40,13 +40,12 @@ impl Loader {
     /// have run; an iteration in progress in the parent is not continued (in the parent, too,
     /// a new iteration starts afresh).
     fn get(&self, py: Python<'_>) -> PyResult<Arc<RsLoader>> {
-        let pid = std::process::id();
         let inherited = {
             let built = self.built.lock().unwrap_or_else(|e| e.into_inner());
-            if built.0 == pid {
-                return Ok(built.1.clone());
+            if let Some(l) = built.here() {
+                return Ok(l.clone());
             }
-            built.1.clone()
+            built.inherited().clone()
         };
         // Not under the lock: building waits with the GIL released and takes it back to check
         // for Ctrl-C, while another thread may hold the GIL waiting for the lock.
@@ -56,10 +55,10 @@ impl Loader {
             fresh.load_state(state).map_err(err)?;
         }
         let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
-        if built.0 != pid {
-            *built = (pid, fresh); // else another thread of this process built one first
+        if built.here().is_none() {
+            *built = Local::new(fresh); // else another thread of this process built one first
         }
-        Ok(built.1.clone())
+        Ok(built.inherited().clone())
     }
 }
 
@@ -117,7 +116,7 @@ impl Loader {
             cfg.on_error = stoker::loader::ErrorPolicy::Skip;
         }
         let loader = Self::build(py, source.get(), cfg.clone())?;
-        Ok(Loader { source, cfg, built: Mutex::new((std::process::id(), loader)) })
+        Ok(Loader { source, cfg, built: Mutex::new(Local::new(loader)) })
     }
 
     /// Batches this rank (and worker) gets per epoch.
@@ -130,7 +129,7 @@ impl Loader {
         let loader = self.get(py)?;
         let rt = runtime()?;
         let _guard = rt.enter();
-        Ok(Epoch { stream: Some(loader.epoch(epoch).map_err(err)?), pid: std::process::id() })
+        Ok(Epoch { stream: Some(Local::new(loader.epoch(epoch).map_err(err)?)) })
     }
 
     /// The epoch a loaded state is for, if one is pending.
@@ -184,9 +183,8 @@ pub(crate) fn partition(rank: Option<u64>, world_size: Option<u64>) -> PyResult<
 /// One epoch's batches.
 #[pyclass(module = "stoker._stoker")]
 pub(crate) struct Epoch {
-    stream: Option<EpochStream>,
-    /// The process whose runtime produces the batches.
-    pid: u32,
+    /// Its batches, produced on the runtime of the process that started it.
+    stream: Option<Local<EpochStream>>,
 }
 
 #[pymethods]
@@ -197,14 +195,14 @@ impl Epoch {
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Batch> {
         let Some(stream) = self.stream.as_mut() else { return Err(PyStopIteration::new_err(())) };
-        if self.pid != std::process::id() {
+        let Some(stream) = stream.here_mut() else {
             // Its producer ran on the parent's runtime, which does not run here: waiting on it
             // would never end.
             return Err(StokerError::new_err(
                 "this epoch was started in the parent process before a fork and cannot continue in the child; \
                  start a new iteration of the loader in this process",
             ));
-        }
+        };
         match block_on(py, stream.next_batch())? {
             Some(Ok(b)) => Ok(Batch { batch: Arc::new(b) }),
             Some(Err(e)) => Err(err(e)),

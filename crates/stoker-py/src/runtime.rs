@@ -1,6 +1,7 @@
 //! One tokio runtime per process, made anew after `fork`, and blocking on it with the GIL
 //! released and Ctrl-C answered.
 
+use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -8,24 +9,59 @@ use pyo3::prelude::*;
 
 use crate::errors::StokerError;
 
-/// A runtime and the process that made it.
-type OwnedRuntime = (u32, Arc<tokio::runtime::Runtime>);
+/// A value made by one process: dropped in that process, leaked in a process forked from it.
+///
+/// What a source, a loader or a runtime holds may wait, when dropped, for threads of the
+/// process that made it (a runtime's workers, a cache's writes behind reads, decoding
+/// threads), or take locks those threads held at the fork. Those threads do not exist in a
+/// forked child, so dropping it there could wait forever; it is left as it is instead (its
+/// memory is the parent's, copied on write).
+pub(crate) struct Local<T> {
+    pid: u32,
+    value: ManuallyDrop<T>,
+}
+
+impl<T> Local<T> {
+    /// `value`, made by this process.
+    pub(crate) fn new(value: T) -> Self {
+        Local { pid: std::process::id(), value: ManuallyDrop::new(value) }
+    }
+
+    /// The value, if this process made it.
+    pub(crate) fn here(&self) -> Option<&T> {
+        (self.pid == std::process::id()).then_some(&*self.value)
+    }
+
+    /// The value, if this process made it.
+    pub(crate) fn here_mut(&mut self) -> Option<&mut T> {
+        (self.pid == std::process::id()).then_some(&mut *self.value)
+    }
+
+    /// The value, whichever process made it: only to read what it knows (a resume state),
+    /// never to run it.
+    pub(crate) fn inherited(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> Drop for Local<T> {
+    fn drop(&mut self) {
+        if self.pid == std::process::id() {
+            // SAFETY: dropped once, here; never used again.
+            unsafe { ManuallyDrop::drop(&mut self.value) }
+        }
+    }
+}
 
 /// The process's runtime, made anew in a forked child.
 pub(crate) fn runtime() -> PyResult<Arc<tokio::runtime::Runtime>> {
-    static RT: OnceLock<Mutex<Option<OwnedRuntime>>> = OnceLock::new();
+    static RT: OnceLock<Mutex<Option<Local<Arc<tokio::runtime::Runtime>>>>> = OnceLock::new();
     let mut slot = RT.get_or_init(|| Mutex::new(None)).lock().unwrap_or_else(|e| e.into_inner());
-    let pid = std::process::id();
-    if let Some((owner, rt)) = slot.as_ref() {
-        if *owner == pid {
-            return Ok(rt.clone());
-        }
-        // Inherited across fork: its worker threads are gone. Dropping it would wait for them
-        // forever, so it is leaked.
-        if let Some((_, old)) = slot.take() {
-            std::mem::forget(old);
-        }
+    if let Some(rt) = slot.as_ref().and_then(Local::here) {
+        return Ok(rt.clone());
     }
+    // One inherited across fork is replaced (and leaked: its worker threads are gone, and
+    // dropping it would wait for them forever).
     let rt = Arc::new(
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -33,7 +69,7 @@ pub(crate) fn runtime() -> PyResult<Arc<tokio::runtime::Runtime>> {
             .build()
             .map_err(|e| StokerError::new_err(format!("cannot start the I/O runtime: {e}")))?,
     );
-    *slot = Some((pid, rt.clone()));
+    *slot = Some(Local::new(rt.clone()));
     Ok(rt)
 }
 

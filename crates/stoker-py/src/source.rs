@@ -8,7 +8,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use stoker::{DynSampleSource, SourceOptions};
 
 use crate::errors::{err, StokerError};
-use crate::runtime::block_on;
+use crate::runtime::{block_on, Local};
 
 /// An opened source, reopened in each process that uses it.
 ///
@@ -21,16 +21,14 @@ pub(crate) struct Source {
     options: String,
     /// A listing snapshot to open from instead of listing (`stoker::source::open_with_listing`).
     listing: Option<Vec<u8>>,
-    opened: Mutex<Option<(u32, Arc<DynSampleSource>)>>,
+    /// Opened by this process, or by the one this was forked from (then opened again here).
+    opened: Mutex<Option<Local<Arc<DynSampleSource>>>>,
 }
 
 impl Source {
     pub(crate) fn get_src(&self, py: Python<'_>) -> PyResult<Arc<DynSampleSource>> {
-        let pid = std::process::id();
-        if let Some((owner, src)) = self.opened.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            if *owner == pid {
-                return Ok(src.clone());
-            }
+        if let Some(src) = self.opened.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(Local::here) {
+            return Ok(src.clone());
         }
         let opts = SourceOptions::from_json(&self.options).map_err(err)?;
         let uri = self.uri.clone();
@@ -42,7 +40,7 @@ impl Source {
             }
         })?
         .map_err(err)?;
-        *self.opened.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, src.clone()));
+        *self.opened.lock().unwrap_or_else(|e| e.into_inner()) = Some(Local::new(src.clone()));
         Ok(src)
     }
 }
@@ -87,9 +85,8 @@ impl Source {
         let u = uri.clone();
         let (src, snap) =
             block_on(py, async move { stoker::source::open_and_snapshot(&u, opts).await })?.map_err(err)?;
-        let pid = std::process::id();
         let bytes = snap.as_deref().map(|b| PyBytes::new(py, b));
-        let s = Source { uri, options: options.to_string(), listing: snap, opened: Mutex::new(Some((pid, src))) };
+        let s = Source { uri, options: options.to_string(), listing: snap, opened: Mutex::new(Some(Local::new(src))) };
         Ok((s, bytes))
     }
 

@@ -10,7 +10,7 @@ use stoker::tokens::{
 
 use crate::errors::{err, InvalidInputError, StokerError};
 use crate::loader::{partition, Batch};
-use crate::runtime::{block_on, runtime};
+use crate::runtime::{block_on, runtime, Local};
 use crate::source::Source;
 
 /// The Rust token loader, built again in a forked child (the parent's runs on the parent's
@@ -22,7 +22,9 @@ pub(crate) struct TokenLoader {
     /// whether bad documents are packed empty (`skip_errors`).
     text: TextInput,
     cfg: PackConfig,
-    built: Mutex<(u32, Arc<RsLoader>, Option<TokenState>)>,
+    /// The loader (built by this process or the one it was forked from), and the state last
+    /// loaded into it, for a forked child's loader to start from.
+    built: Mutex<(Local<Arc<RsLoader>>, Option<TokenState>)>,
 }
 
 impl TokenLoader {
@@ -35,23 +37,22 @@ impl TokenLoader {
     }
 
     fn get(&self, py: Python<'_>) -> PyResult<Arc<RsLoader>> {
-        let pid = std::process::id();
         let pending = {
             let built = self.built.lock().unwrap_or_else(|e| e.into_inner());
-            if built.0 == pid {
-                return Ok(built.1.clone());
+            if let Some(l) = built.0.here() {
+                return Ok(l.clone());
             }
-            built.2.clone()
+            built.1.clone()
         };
         let fresh = Self::build(py, self.source.get(), &self.text, self.cfg.clone())?;
         if let Some(s) = pending.clone() {
             fresh.load_state(s).map_err(err)?;
         }
         let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
-        if built.0 != pid {
-            *built = (pid, fresh, pending);
+        if built.0.here().is_none() {
+            *built = (Local::new(fresh), pending);
         }
-        Ok(built.1.clone())
+        Ok(built.0.inherited().clone())
     }
 }
 
@@ -134,7 +135,7 @@ impl TokenLoader {
         cfg.partition = partition(rank, world_size)?;
         let text = TextInput { tokenizer: vocab, field, skip_errors };
         let loader = Self::build(py, source.get(), &text, cfg.clone())?;
-        Ok(TokenLoader { source, text, cfg, built: Mutex::new((std::process::id(), loader, None)) })
+        Ok(TokenLoader { source, text, cfg, built: Mutex::new((Local::new(loader), None)) })
     }
 
     /// Global batches in `epoch` (this rank gets its rows of each).
@@ -155,7 +156,7 @@ impl TokenLoader {
         let rt = runtime()?;
         let _guard = rt.enter();
         let e = py.detach(|| loader.epoch(epoch)).map_err(err)?;
-        Ok(TokenEpoch { epoch: Some(e), pid: std::process::id() })
+        Ok(TokenEpoch { epoch: Some(Local::new(e)) })
     }
 
     /// The resume state as JSON: the epoch and the next global batch, for any world size.
@@ -168,7 +169,7 @@ impl TokenLoader {
         let s: TokenState = serde_json::from_str(state)
             .map_err(|e| InvalidInputError::new_err(format!("bad token loader state: {e}")))?;
         self.get(py)?.load_state(s.clone()).map_err(err)?;
-        self.built.lock().unwrap_or_else(|e| e.into_inner()).2 = Some(s);
+        self.built.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(s);
         Ok(())
     }
 
@@ -188,7 +189,7 @@ impl TokenLoader {
     fn set_weights(&self, py: Python<'_>, weights: Vec<f64>) -> PyResult<()> {
         let loader = self.get(py)?;
         let pending = loader.set_weights(&weights).map_err(err)?;
-        self.built.lock().unwrap_or_else(|e| e.into_inner()).2 = Some(pending);
+        self.built.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(pending);
         Ok(())
     }
 }
@@ -196,8 +197,8 @@ impl TokenLoader {
 /// One epoch's packed batches.
 #[pyclass(module = "stoker._stoker")]
 pub(crate) struct TokenEpoch {
-    epoch: Option<RsEpoch>,
-    pid: u32,
+    /// Its batches, produced on the runtime of the process that started it.
+    epoch: Option<Local<RsEpoch>>,
 }
 
 #[pymethods]
@@ -208,12 +209,12 @@ impl TokenEpoch {
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Batch> {
         let Some(e) = self.epoch.as_mut() else { return Err(PyStopIteration::new_err(())) };
-        if self.pid != std::process::id() {
+        let Some(e) = e.here_mut() else {
             return Err(StokerError::new_err(
                 "this epoch was started in the parent process before a fork and cannot continue in the child; \
                  start a new iteration of the loader in this process",
             ));
-        }
+        };
         // A batch already handed over is taken as is: no wait, no GIL given back (an 8-row
         // batch of 2,048 tokens is built in about 10 µs; the wait's machinery costs a few).
         let item = match e.try_next_batch() {

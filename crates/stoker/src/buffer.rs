@@ -5,7 +5,8 @@
 //! 64 KiB samples through tar ran at 0.26x a raw read with fresh buffers and above 1x with
 //! recycled ones. Buffers come back when the last `Bytes` slice of them drops.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Mutex;
 
 use bytes::Bytes;
 
@@ -22,9 +23,41 @@ struct Pool {
     bytes: usize,
 }
 
+/// This process's pool, and the process generation it belongs to ([`crate::fork`]).
+struct Owned {
+    born: u32,
+    pool: Mutex<Pool>,
+}
+
+/// This process's pool. A forked child starts a pool of its own: a thread of the parent may
+/// have held the lock at the fork (a read's buffer coming back), and that thread does not
+/// exist in the child, so the inherited lock could never be taken again (DataLoader fork
+/// workers hung on it). The parent's pool is left behind, never freed: its buffers are the
+/// parent's pages, copied on write.
+static POOL: AtomicPtr<Owned> = AtomicPtr::new(std::ptr::null_mut());
+
 fn pool() -> &'static Mutex<Pool> {
-    static P: OnceLock<Mutex<Pool>> = OnceLock::new();
-    P.get_or_init(|| Mutex::new(Pool { free: Vec::new(), bytes: 0 }))
+    // Asked first: fork is watched from before any thread can hold a pool's lock.
+    let now = crate::fork::generation();
+    let p = POOL.load(Ordering::Acquire);
+    // SAFETY: pools are leaked, never freed: a non-null pointer stays valid.
+    let current = unsafe { p.as_ref() };
+    if let Some(o) = current.filter(|o| o.born == now) {
+        return &o.pool;
+    }
+    let fresh = Box::into_raw(Box::new(Owned { born: now, pool: Mutex::new(Pool { free: Vec::new(), bytes: 0 }) }));
+    match POOL.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: just made, and leaked like every pool.
+        Ok(_) => unsafe { &(*fresh).pool },
+        Err(first) => {
+            // SAFETY: `fresh` was never shared; another thread of this process made one
+            // first, and it is valid for ever (leaked).
+            unsafe {
+                drop(Box::from_raw(fresh));
+                &(*first).pool
+            }
+        }
+    }
 }
 
 /// An initialised buffer of at least `len` bytes, recycled when possible. Its contents are
@@ -123,5 +156,19 @@ mod tests {
         assert!(again.iter().any(|v| v.as_ptr() == ptr), "the buffer was recycled");
         let small = freeze(take(10), 3);
         assert_eq!(small.len(), 3);
+    }
+
+    /// A child forked while another thread holds the pool's lock (here: this thread, as a
+    /// reader's buffer coming back would) takes and returns buffers all the same.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_child_forked_while_the_pool_is_locked_has_a_pool_of_its_own() {
+        drop(take(MIN_POOLED));
+        let held = pool().lock().unwrap();
+        let child = crate::fork::in_child(held, || {
+            drop(freeze(take(MIN_POOLED * 2), 10));
+            take(MIN_POOLED * 2).len() >= MIN_POOLED * 2
+        });
+        assert_eq!(child, Ok(()), "a forked child could not use the buffer pool");
     }
 }

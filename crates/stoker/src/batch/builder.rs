@@ -210,6 +210,7 @@ impl BatchBuilder {
             pool: self.pool.take().unwrap_or_default(),
             device: Vec::new(),
             staged: Vec::new(),
+            born: crate::fork::generation(),
         }
     }
 }

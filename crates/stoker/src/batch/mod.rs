@@ -59,6 +59,8 @@ pub struct Batch {
     /// Staging buffers for columns that were not in host-pool memory; kept until the copy
     /// out of them has completed (they are fenced and return to their pool after that).
     staged: Vec<HostBuffer>,
+    /// The process generation it was made in ([`crate::fork`]).
+    born: u32,
 }
 
 /// One field across a batch: contiguous values plus offsets.
@@ -217,6 +219,15 @@ impl Batch {
 
 impl Drop for Batch {
     fn drop(&mut self) {
+        if self.born != crate::fork::generation() {
+            // Made in the parent of this forked process: its pool's lock may have been held by
+            // a parent thread at the fork, and its device memory is not this process's. Left
+            // as it is (the pool kept alive too, so nothing of it is dropped here).
+            std::mem::forget((self.shell.take(), self.pool.clone()));
+            std::mem::forget(std::mem::take(&mut self.device));
+            std::mem::forget(std::mem::take(&mut self.staged));
+            return;
+        }
         if let Some(shell) = self.shell.take() {
             self.pool.give(shell);
         }

@@ -11,7 +11,7 @@ use crate::sample::Sample;
 /// Recycles batch storage. Cloning shares the pool.
 #[derive(Clone, Debug, Default)]
 pub struct BatchPool {
-    free: Arc<Mutex<Vec<Shell>>>,
+    pub(super) free: Arc<Mutex<Vec<Shell>>>,
     max_kept: usize,
     pub(super) host: Option<HostPool>,
     pub(super) spills: Arc<AtomicU64>,

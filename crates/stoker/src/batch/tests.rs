@@ -91,3 +91,18 @@ fn new_storage_takes_the_size_of_the_last_batch_at_once() {
     assert_eq!(b.shell.columns[1].buf.capacity(), 6010 + 6010 / 8);
     drop(second);
 }
+
+/// A batch made before a fork and dropped in the child leaves the parent's pool alone: a
+/// parent thread may have held its lock at the fork (here: this thread holds it).
+#[test]
+#[cfg(target_os = "linux")]
+fn a_batch_from_before_a_fork_dropped_in_the_child_does_not_wait_for_its_pool() {
+    let pool = BatchPool::new(4);
+    let b = pool.assemble(0, 0, &[1], &[s("a", &[("jpg", b"12345")])]);
+    let held = pool.free.lock().unwrap();
+    let child = crate::fork::in_child(held, move || {
+        drop(b);
+        true
+    });
+    assert_eq!(child, Ok(()), "dropping the parent's batch in a forked child");
+}

@@ -38,7 +38,19 @@ const WAIT: Duration = Duration::from_secs(60);
 /// A block's fetch lease, held until dropped.
 #[derive(Debug)]
 pub(crate) struct Lease {
-    _file: File,
+    file: File,
+    key: u128,
+}
+
+impl Drop for Lease {
+    /// Unlocked, not only closed: an open-file-description lock lasts while any descriptor of
+    /// that open file does, and a process forked while this lease was held (DataLoader fork
+    /// workers) has a copy of its descriptor that it never closes. Closing alone left the
+    /// block's lease held for the child's whole life, and every fetch of the block, in every
+    /// process of the node, waited [`WAIT`] for it.
+    fn drop(&mut self) {
+        unlock(&self.file, self.key);
+    }
 }
 
 /// What taking a lease found.
@@ -170,11 +182,29 @@ fn lock(_: &File, _: u128) -> std::io::Result<bool> {
     Err(std::io::ErrorKind::Unsupported.into())
 }
 
+/// Let go of block `key`'s byte of `file` (best effort: closing the file lets go too, when no
+/// forked copy of it is left).
+#[cfg(target_os = "linux")]
+fn unlock(file: &File, key: u128) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: as in `lock`.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = libc::F_UNLCK as _;
+    l.l_whence = libc::SEEK_SET as _;
+    l.l_start = byte(key);
+    l.l_len = 1;
+    // SAFETY: as in `lock`.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &l) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn unlock(_: &File, _: u128) {}
+
 /// Block `key`'s lease in cache directory `dir` if nobody holds it, without waiting.
 fn try_take(dir: &Path, key: u128) -> Claim {
     let Some(file) = open(dir) else { return Claim::Unleased };
     match lock(&file, key) {
-        Ok(true) => Claim::Mine(Lease { _file: file }),
+        Ok(true) => Claim::Mine(Lease { file, key }),
         Ok(false) => Claim::Theirs,
         Err(_) => Claim::Unleased,
     }
@@ -198,7 +228,7 @@ pub(crate) async fn take(dir: &Path, key: u128) -> Took {
     let mut pause = Duration::from_millis(2);
     loop {
         match lock(&file, key) {
-            Ok(true) => return Took::AfterWait(Lease { _file: file }),
+            Ok(true) => return Took::AfterWait(Lease { file, key }),
             Ok(false) => {}
             Err(_) => return Took::Without,
         }
@@ -261,5 +291,39 @@ mod tests {
         // A directory where the lock file should be.
         std::fs::create_dir(dir.path().join(".leases.lock")).unwrap();
         assert!(matches!(take(dir.path(), 1).await, Took::Without));
+    }
+
+    /// A process forked while a lease is held (a DataLoader's fork workers) keeps a copy of
+    /// the lease's descriptor for its whole life; the lease must still end when its holder
+    /// drops it.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_lease_ends_when_dropped_though_a_forked_child_has_its_descriptor() {
+        let dir = tempfile::tempdir().unwrap();
+        let Claim::Mine(lease) = try_take(dir.path(), 7) else { panic!("nobody held it") };
+        let mut fds = [0; 2];
+        // SAFETY: a pipe into a two-int array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the child only makes async-signal-safe calls (read, _exit): it waits for the
+        // parent's word, holding its copies of every descriptor meanwhile, then leaves.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            let mut b = 0u8;
+            unsafe {
+                libc::read(fds[0], (&raw mut b).cast(), 1);
+                libc::_exit(0);
+            }
+        }
+        drop(lease);
+        let after = try_take(dir.path(), 7);
+        // SAFETY: the child's pipe and pid, ours to end.
+        unsafe {
+            libc::write(fds[1], [1u8].as_ptr().cast(), 1);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        assert!(matches!(after, Claim::Mine(_)), "the dropped lease was still held: {after:?}");
     }
 }

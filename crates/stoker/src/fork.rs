@@ -1,0 +1,70 @@
+//! Which fork of the process this is.
+//!
+//! A child made by `fork` (PyTorch DataLoader's fork workers) has one thread, a copy of its
+//! parent's memory, and every lock as it was at the fork: one held by a parent thread that
+//! the child lacks is never let go. What the parent's threads use must therefore not be
+//! touched in a child: it makes its own (the buffer pool), and leaves the parent's alone
+//! (a batch made in the parent is not given back to the parent's pool).
+
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::Once;
+
+/// Forks this process's line has been through since the handler was set (0 in a process
+/// that was not forked since).
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+
+/// Run by `fork` in the child, while it has one thread.
+extern "C" fn forked() {
+    GENERATION.fetch_add(1, Relaxed);
+}
+
+/// This process's generation: a value made under one generation and seen under another was
+/// made in a parent process. The first call sets the handler that counts forks, so a value
+/// to be checked later must ask for it when it is made.
+pub(crate) fn generation() -> u32 {
+    static WATCH: Once = Once::new();
+    WATCH.call_once(|| {
+        #[cfg(unix)]
+        // SAFETY: nothing is done before the fork or in the parent; the child's handler only
+        // changes atomics (and the library stays loaded while the process lives).
+        unsafe {
+            libc::pthread_atfork(None, None, Some(forked));
+        }
+    });
+    GENERATION.load(Relaxed)
+}
+
+/// Fork; run `child` in the child and leave with its verdict; in the parent, `holding` is
+/// dropped (a lock held across the fork, as a thread of the parent would) and the child
+/// waited for, up to a deadline after which it is killed: `Err` says how it ended.
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn in_child<H>(holding: H, child: impl FnOnce() -> bool) -> Result<(), String> {
+    use std::time::{Duration, Instant};
+    // SAFETY: the test process's allocator (glibc's) is fork-safe, and the child leaves by
+    // `_exit`, running nothing of the parent's.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let ok = child();
+        // SAFETY: ends the child only.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    drop(holding);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut status = 0;
+    // SAFETY: `pid` is this process's child, waited for (and ended if it hangs) here only.
+    unsafe {
+        while libc::waitpid(pid, &mut status, libc::WNOHANG) != pid {
+            if Instant::now() > deadline {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+                return Err("the child hung".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    match libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        true => Ok(()),
+        false => Err(format!("the child ended with status {status}")),
+    }
+}
