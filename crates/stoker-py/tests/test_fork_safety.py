@@ -8,7 +8,10 @@ dumps every thread's stack and ends the run if a test exceeds its time."""
 
 import collections
 import faulthandler
+import os
+import signal
 import sys
+import time
 
 import pytest
 import torch
@@ -187,3 +190,46 @@ def test_a_state_loaded_before_fork_resumes_in_the_child(data, s3):
     loader.load_state_dict(done.state_dict())
     tail = run_forked(lambda: [int(i) for b in loader for i in b["__index__"]])
     assert len(head) == 15 and sorted(head + tail) == list(range(N))
+
+
+def _wait_for_children(pids, limit_s):
+    """Each child's exit code, or None for one still running after `limit_s` (then killed)."""
+    deadline = time.monotonic() + limit_s
+    codes = {}
+    while len(codes) < len(pids):
+        for pid in pids:
+            if pid not in codes:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    codes[pid] = os.waitstatus_to_exitcode(status)
+        if len(codes) < len(pids):
+            if time.monotonic() > deadline:
+                for pid in set(pids) - set(codes):
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    codes[pid] = None
+                break
+            time.sleep(0.02)
+    return [codes[p] for p in pids]
+
+
+def test_workers_forked_straight_after_cold_reads_do_not_wait_for_the_parent(data, http, tmp_path, monkeypatch):
+    # Cold reads store their blocks on disk behind them, on the parent's threads and under the
+    # node's fetch lease for each block; DataLoader forks its workers a moment later. A child
+    # copies those writes' books and the lease's file descriptor but not the threads: it once
+    # waited 30 s for the parent's writes (dropping the parent's source when it opened its
+    # own) or 60 s for a lease its own copy kept held. Healthy, each reads its share in well
+    # under a second; 20 s is a hang.
+    for round_ in range(5):
+        monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / f"cache-{round_}"))
+        ds = stoker.open(http("tar/shard-{0..2}.tar"))
+        assert [value(s) for s in ds.get_many(list(range(0, N, 3)))] == [payload(i) for i in range(0, N, 3)]
+        pids = []
+        for w in range(4):
+            pid = os.fork()
+            if pid == 0:
+                ok = all(value(ds[i]) == payload(i) for i in range(w, N, 4))
+                os._exit(0 if ok else 1)
+            pids.append(pid)
+        codes = _wait_for_children(pids, 20)
+        assert codes == [0, 0, 0, 0], f"round {round_}: children ended {codes} (None: still reading after 20 s)"
