@@ -2,9 +2,10 @@
 //!
 //! A child made by `fork` (PyTorch DataLoader's fork workers) has one thread, a copy of its
 //! parent's memory, and every lock as it was at the fork: one held by a parent thread that
-//! the child lacks is never let go. What the parent's threads use must therefore not be
-//! touched in a child: it makes its own (the buffer pool), and leaves the parent's alone
-//! (a batch made in the parent is not given back to the parent's pool).
+//! the child lacks is never let go, and work queued for a parent's thread pool is never done.
+//! What the parent's threads use must therefore not be touched in a child: it makes its own
+//! (the buffer pool), leaves the parent's alone (a batch made in the parent is not given back
+//! to the parent's pool), and tokenizes without rayon's pool.
 
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Once;
@@ -16,6 +17,12 @@ static GENERATION: AtomicU32 = AtomicU32::new(0);
 /// Run by `fork` in the child, while it has one thread.
 extern "C" fn forked() {
     GENERATION.fetch_add(1, Relaxed);
+    // The tokenizers crate encodes batches on rayon's global pool, whose threads are the
+    // parent's: once it has run, a batch in the child would wait for them forever. Serial
+    // from here on, as the tokenizers Python package does after a fork (only atomics).
+    if tokenizers::utils::parallelism::has_parallelism_been_used() {
+        tokenizers::utils::parallelism::set_parallelism(false);
+    }
 }
 
 /// This process's generation: a value made under one generation and seen under another was

@@ -44,6 +44,9 @@ impl TextTokenizer {
         // tokens decode), so pad ids must not count as tokens of a document.
         inner.with_padding(None);
         inner.with_truncation(None).map_err(|e| Error::invalid_option(format!("{shown}: {e}")))?;
+        // Forks watched from now on: a batch encoded on rayon's pool in a forked child would
+        // wait for the parent's pool threads (see `fork`).
+        crate::fork::generation();
         Ok(TextTokenizer { inner, shown: shown.to_string(), fingerprint: twox_hash::XxHash64::oneshot(0, bytes) })
     }
 
@@ -87,5 +90,32 @@ impl TextTokenizer {
             reason: format!("tokenizing failed: {e}"),
         })?;
         Ok(encodings.into_iter().map(|e| e.get_ids().to_vec()).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WORDS: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+        "normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+        "model":{"type":"WordLevel","vocab":{"[UNK]":0,"a":1,"b":2},"unk_token":"[UNK]"}}"#;
+
+    /// `encode_batch` runs on rayon's pool, whose threads a forked child (a DataLoader fork
+    /// worker) lacks: once the parent has used the pool, the child's batches must still end.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_forked_child_encodes_batches_after_the_parent_used_rayon() {
+        let tok = TextTokenizer::from_bytes(WORDS.as_bytes(), "words").unwrap();
+        let texts: Vec<String> = (0..4000).map(|i| if i % 2 == 0 { "a b a".into() } else { "b c".into() }).collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        assert_eq!(tok.encode_batch(&refs).unwrap()[..2], [vec![1, 2, 1], vec![2, 0]]);
+        assert!(tokenizers::utils::parallelism::has_parallelism_been_used() || rayon_is_one_thread());
+        let child = crate::fork::in_child((), || tok.encode_batch(&refs).is_ok_and(|ids| ids[1] == [2, 0]));
+        assert_eq!(child, Ok(()), "a forked child's encode_batch");
+    }
+
+    fn rayon_is_one_thread() -> bool {
+        tokenizers::utils::parallelism::current_num_threads() <= 1
     }
 }

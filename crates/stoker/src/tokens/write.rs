@@ -513,7 +513,7 @@ async fn tokenized_here(
     };
     let lock = lock.map_err(|e| Error::io(lock_path.display(), e))?;
     // Blocking: another rank may hold it for the whole tokenizing pass.
-    let lock = tokio::task::spawn_blocking(move || lock.lock().map(|()| lock))
+    let lock = tokio::task::spawn_blocking(move || lock.lock().map(|()| Unlocking(lock)))
         .await
         .map_err(Error::task)?
         .map_err(|e| Error::io(lock_path.display(), e))?;
@@ -564,4 +564,16 @@ async fn tokenized_here(
         });
     }
     Ok(opened)
+}
+
+/// A held `flock`, unlocked when dropped, not only closed: the lock belongs to the open file,
+/// which a process forked meanwhile (a DataLoader fork worker) shares through its copy of the
+/// descriptor, never closed; closing alone left the lock held for the child's life, and every
+/// rank that tokenizes the corpus next waited for it.
+struct Unlocking(std::fs::File);
+
+impl Drop for Unlocking {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
 }
