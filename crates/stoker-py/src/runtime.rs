@@ -37,6 +37,16 @@ impl<T> Local<T> {
         (self.pid == std::process::id()).then_some(&mut *self.value)
     }
 
+    /// The value, if this process made it, taken out (`None`, and left undropped, if not).
+    pub(crate) fn into_inner(self) -> Option<T> {
+        let mut me = ManuallyDrop::new(self);
+        if me.pid != std::process::id() {
+            return None;
+        }
+        // SAFETY: taken once; `me` is never dropped, so the value is not dropped twice.
+        Some(unsafe { ManuallyDrop::take(&mut me.value) })
+    }
+
     /// The value, whichever process made it: only to read what it knows (a resume state),
     /// never to run it.
     pub(crate) fn inherited(&self) -> &T {

@@ -1,6 +1,8 @@
 //! Writing: tar shards from Arrow rows (`ShardWriter`, `ShardStream`: the Ray datasink's write tasks),
 //! `pack` (any source into tar shards or LMDB), and `index` (a destination's manifest).
 
+use std::sync::Mutex;
+
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyDict;
@@ -8,13 +10,30 @@ use stoker::pack::PackOptions;
 use stoker::{Layout, SourceOptions};
 
 use crate::errors::{err, InvalidInputError, StokerError};
-use crate::runtime::block_on;
+use crate::runtime::{block_on, Local};
 use crate::source::Source;
 
 /// Writes WebDataset tar shards into one destination (see `stoker::pack::ShardWriter`).
 #[pyclass(module = "stoker._stoker", frozen)]
 pub(crate) struct ShardWriter {
-    inner: stoker::pack::ShardWriter,
+    dest: String,
+    options: String,
+    /// Opened by this process, or by the one it was forked from (then opened again here: the
+    /// parent's connections belong to the parent's runtime).
+    inner: Mutex<Local<stoker::pack::ShardWriter>>,
+}
+
+impl ShardWriter {
+    /// This process's writer.
+    fn writer(&self) -> PyResult<stoker::pack::ShardWriter> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = inner.here() {
+            return Ok(w.clone());
+        }
+        let opts = SourceOptions::from_json(&self.options).map_err(err)?;
+        *inner = Local::new(stoker::pack::ShardWriter::open(&self.dest, opts).map_err(err)?);
+        Ok(inner.inherited().clone())
+    }
 }
 
 #[pymethods]
@@ -23,11 +42,13 @@ impl ShardWriter {
     #[pyo3(signature = (dest, options = "{}"))]
     fn new(dest: &str, options: &str) -> PyResult<Self> {
         let opts = SourceOptions::from_json(options).map_err(err)?;
-        Ok(ShardWriter { inner: stoker::pack::ShardWriter::open(dest, opts).map_err(err)? })
+        let inner = Mutex::new(Local::new(stoker::pack::ShardWriter::open(dest, opts).map_err(err)?));
+        Ok(ShardWriter { dest: dest.to_string(), options: options.to_string(), inner })
     }
 
     fn __repr__(&self) -> String {
-        format!("ShardWriter({:?})", self.inner.dest())
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        format!("ShardWriter({:?})", inner.inherited().dest())
     }
 
     /// Start or resume a job with `settings` (JSON text) recorded in the destination, naming
@@ -36,14 +57,14 @@ impl ShardWriter {
     fn begin(&self, py: Python<'_>, settings: &str, prefix: String, force: bool) -> PyResult<()> {
         let settings: serde_json::Value = serde_json::from_str(settings)
             .map_err(|e| InvalidInputError::new_err(format!("settings must be JSON: {e}")))?;
-        let w = self.inner.clone();
+        let w = self.writer()?;
         block_on(py, async move { w.begin(&settings, &prefix, force).await })?.map_err(err)
     }
 
     /// End the job whose shards are `written`: stale shards of `prefix` removed, the manifest
     /// built; returns the index report.
     fn finish<'py>(&self, py: Python<'py>, prefix: String, written: Vec<String>) -> PyResult<Bound<'py, PyDict>> {
-        let w = self.inner.clone();
+        let w = self.writer()?;
         let r = block_on(py, async move { w.finish(&prefix, &written).await })?.map_err(err)?;
         index_report(py, r)
     }
@@ -67,7 +88,7 @@ impl ShardWriter {
             }
         };
         let docs: Vec<bytes::Bytes> = docs.into_iter().map(bytes::Bytes::from_owner).collect();
-        let w = self.inner.clone();
+        let w = self.writer()?;
         let done = block_on(py, async move { w.write_tokens(&stem, dtype, &docs).await })?.map_err(err)?;
         written(py, done)
     }
@@ -77,9 +98,9 @@ impl ShardWriter {
     #[pyo3(signature = (name, size_hint = 0))]
     fn shard(&self, py: Python<'_>, name: String, size_hint: u64) -> PyResult<ShardStream> {
         // Made on the runtime, whose requests send a remote shard's parts as it grows.
-        let w = self.inner.clone();
+        let w = self.writer()?;
         let stream = block_on(py, async move { w.shard(&name, size_hint) })?.map_err(err)?;
-        Ok(ShardStream { inner: Some(stream) })
+        Ok(ShardStream { inner: Some(Local::new(stream)) })
     }
 }
 
@@ -87,25 +108,43 @@ impl ShardWriter {
 /// is under its name until `finish`, and one dropped unfinished leaves nothing.
 #[pyclass(module = "stoker._stoker")]
 pub(crate) struct ShardStream {
-    inner: Option<stoker::pack::ShardStream>,
+    /// `None` once finished or given up. Made by this process or, in a forked child, by its
+    /// parent: then only the parent may write, finish or give it up (its temporary file and
+    /// upload are the parent's), and the child's copy is left undropped.
+    inner: Option<Local<stoker::pack::ShardStream>>,
+}
+
+impl ShardStream {
+    /// The stream, if it is unfinished and this process's.
+    fn mine(&mut self) -> PyResult<&mut stoker::pack::ShardStream> {
+        let stream = self.inner.as_mut().ok_or_else(|| InvalidInputError::new_err("the shard was already finished"))?;
+        stream.here_mut().ok_or_else(|| {
+            StokerError::new_err(
+                "this shard was started in the parent process before a fork: only that process can write, \
+                 finish or abort it; start a new shard in this process",
+            )
+        })
+    }
 }
 
 #[pymethods]
 impl ShardStream {
     fn __repr__(&self) -> String {
-        self.inner.as_ref().map_or("ShardStream(finished)".into(), |s| format!("ShardStream({:?})", s.name()))
+        self.inner
+            .as_ref()
+            .map_or("ShardStream(finished)".into(), |s| format!("ShardStream({:?})", s.inherited().name()))
     }
 
     /// The shard's size were it finished now.
     #[getter]
     fn bytes(&self) -> u64 {
-        self.inner.as_ref().map_or(0, |s| s.bytes())
+        self.inner.as_ref().map_or(0, |s| s.inherited().bytes())
     }
 
     /// Samples written so far.
     #[getter]
     fn samples(&self) -> usize {
-        self.inner.as_ref().map_or(0, |s| s.samples())
+        self.inner.as_ref().map_or(0, |s| s.inherited().samples())
     }
 
     /// Write one sample per row: its key from `keys` (an Arrow string array, no nulls) and a
@@ -121,7 +160,7 @@ impl ShardStream {
         let keys = import(keys, "__key__")?;
         let columns: Vec<(String, arrow_array::ArrayRef)> =
             columns.into_iter().map(|(n, a)| import(&a, &n).map(|c| (n, c))).collect::<PyResult<_>>()?;
-        let stream = self.inner.as_mut().ok_or_else(|| InvalidInputError::new_err("the shard was already finished"))?;
+        let stream = self.mine()?;
         // Checked and written with the GIL released. A bad array or a null key is the
         // caller's mistake; a sample refused or a failed write is the writer's error, with
         // its kind.
@@ -157,7 +196,11 @@ impl ShardStream {
 
     /// Give the shard up: nothing appears under its name (what dropping it does, but now).
     fn abort(&mut self, py: Python<'_>) -> PyResult<()> {
-        match self.inner.take() {
+        if self.inner.is_none() {
+            return Ok(());
+        }
+        self.mine()?;
+        match self.inner.take().and_then(Local::into_inner) {
             Some(stream) => block_on(py, stream.abort()),
             None => Ok(()),
         }
@@ -166,7 +209,10 @@ impl ShardStream {
     /// Publish the shard (or keep an equal one already there) and index it; returns what was
     /// written.
     fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let stream = self.inner.take().ok_or_else(|| InvalidInputError::new_err("the shard was already finished"))?;
+        self.mine()?;
+        let Some(stream) = self.inner.take().and_then(Local::into_inner) else {
+            return Err(InvalidInputError::new_err("the shard was already finished"));
+        };
         let done = block_on(py, async move { stream.finish().await })?.map_err(err)?;
         written(py, done)
     }

@@ -233,3 +233,43 @@ def test_workers_forked_straight_after_cold_reads_do_not_wait_for_the_parent(dat
             pids.append(pid)
         codes = _wait_for_children(pids, 20)
         assert codes == [0, 0, 0, 0], f"round {round_}: children ended {codes} (None: still reading after 20 s)"
+
+
+def test_a_shard_being_written_before_fork_stays_the_parents(tmp_path, s3):
+    # A shard stream's temporary file or upload is its writer's: a forked child may not add
+    # to it or finish it, and dropping its copy must not give it up (which deleted the
+    # parent's temporary file). The child's own shards go through a writer opened again.
+    import pyarrow as pa
+    from stoker import _stoker
+
+    def rows(keys):
+        return pa.array(keys), [("bin", pa.array([k.encode() for k in keys], pa.binary()))]
+
+    def at(dest, name):
+        path, _, query = dest.partition("?")
+        return f"{path.rstrip('/')}/{name}" + (f"?{query}" if query else "")
+
+    for dest in [str(tmp_path / "out"), s3("written")]:
+        writer = _stoker.ShardWriter(dest, "{}")
+        held = [writer.shard("parent.tar")]
+        held[0].add(*rows(["p0", "p1"]))
+
+        def child():
+            stream = held.pop()
+            try:
+                stream.add(*rows(["c0"]))
+                refused = "no error"
+            except stoker.StokerError as e:
+                refused = str(e)
+            del stream  # the child's only reference: dropped here
+            own = writer.shard("child.tar")
+            own.add(*rows(["c0", "c1", "c2"]))
+            return refused, own.finish()["samples"]
+
+        refused, child_samples = run_forked(child)
+        assert "before a fork" in refused, refused
+        assert child_samples == 3
+        held[0].add(*rows(["p2"]))
+        assert held[0].finish()["samples"] == 3
+        assert sorted(s["__key__"] for s in stoker.open(at(dest, "parent.tar"))) == ["p0", "p1", "p2"]
+        assert len(stoker.open(at(dest, "child.tar"))) == 3
