@@ -82,6 +82,8 @@ pub struct PoolStats {
     pub acquires: u64,
     /// Acquisitions that had to block.
     pub waits: u64,
+    /// Acquisitions blocked now (waiting for a buffer or its fence).
+    pub waiting: usize,
     /// Buffers withdrawn because waiting on their fence failed: they may still
     /// be read by the device, so they are never reused.
     pub lost: usize,

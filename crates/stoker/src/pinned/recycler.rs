@@ -28,6 +28,7 @@ struct State<T> {
     in_use: usize,
     acquires: u64,
     waits: u64,
+    waiting: usize,
 }
 
 /// Every slot of a recycler was withdrawn after failed copy events.
@@ -70,6 +71,7 @@ impl<T: Send> Recycler<T> {
                 in_use: 0,
                 acquires: 0,
                 waits: 0,
+                waiting: 0,
             }),
             returned: Condvar::new(),
             next_seq: AtomicU64::new(0),
@@ -99,6 +101,7 @@ impl<T: Send> Recycler<T> {
             st.reclaim_completed();
             if let Some(slot) = st.free.pop_front() {
                 st.waits += u64::from(waited);
+                st.waiting -= usize::from(waited);
                 let lease = self.lease(&mut st, slot);
                 if !st.free.is_empty() || !st.pending.is_empty() {
                     // We may have reclaimed several; pass the wake-up on.
@@ -106,7 +109,10 @@ impl<T: Send> Recycler<T> {
                 }
                 return Ok(lease);
             }
-            waited = true;
+            if !waited {
+                waited = true;
+                st.waiting += 1;
+            }
             if let Some(oldest) = st.pending.front() {
                 // Only the event can tell us when this buffer frees up, so block
                 // on it, outside the lock so releases and other acquirers proceed.
@@ -121,6 +127,7 @@ impl<T: Send> Recycler<T> {
                     }
                 }
             } else if st.in_use == 0 {
+                st.waiting -= 1;
                 return Err(AllLost);
             } else {
                 st = self.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
@@ -152,6 +159,7 @@ impl<T: Send> Recycler<T> {
             in_use: st.in_use,
             acquires: st.acquires,
             waits: st.waits,
+            waiting: st.waiting,
             lost: st.lost.len(),
         }
     }

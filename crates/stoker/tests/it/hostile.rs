@@ -126,7 +126,8 @@ async fn hostile_files_cost_an_error_never_the_process() {
             // `ok`: a case read within the bounds, not refused.
             assert!(outcome == *kind || outcome.starts_with(&format!("{kind} ")), "{name} ({uri}): {outcome}");
             assert!(!outcome.contains(common::s3::SK), "{name}: the secret shows: {outcome}");
-            assert!(took < Duration::from_secs(5), "{name} ({uri}): {took:?}");
+            // About 1 s at most here when idle; a bomb decoded in full takes far longer.
+            assert!(took < Duration::from_secs(10), "{name} ({uri}): {took:?}");
             assert!(grew_kib < 256 << 10, "{name} ({uri}): peak memory grew by {} MiB", grew_kib >> 10);
             // An index is parsed in about twice its size, not as a JSON tree (8x), on top of
             // what any open costs here (the tiny cases grow by 12-20 MiB).

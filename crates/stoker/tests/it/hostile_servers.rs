@@ -49,14 +49,15 @@ async fn a_body_that_stalls_midway_is_abandoned_and_retried() {
     let root = tempfile::tempdir().unwrap();
     let want = objects(root.path());
     let server = serve(root.path()).await;
-    let src = source(&server, "&stall_ms=300&attempts=3").await;
+    let src = source(&server, "&stall_ms=600&attempts=3").await;
 
-    // A pause shorter than the stall timeout is a slow body, not a stalled one.
-    server.control.stall_next(1, Duration::from_millis(100));
+    // A pause shorter than the stall timeout is a slow body, not a stalled one (by a margin a
+    // loaded CI machine's late timers cannot eat).
+    server.control.stall_next(1, Duration::from_millis(50));
     assert_eq!(data(&src.get(0).await.unwrap()), &want[0][..]);
     assert_eq!((server.control.stalled(), src.io_counters().unwrap().retries), (1, 0));
 
-    // Half the body, then nothing for a minute: abandoned after 300 ms, the retry reads it.
+    // Half the body, then nothing for a minute: abandoned after 600 ms, the retry reads it.
     server.control.stall_next(1, Duration::from_secs(60));
     let started = Instant::now();
     assert_eq!(data(&src.get(1).await.unwrap()), &want[1][..]);
@@ -73,8 +74,8 @@ async fn a_body_that_stalls_midway_is_abandoned_and_retried() {
     assert!(msg.contains("stalled") && msg.contains("3 attempt") && msg.contains("f2.bin"), "{msg}");
     assert!(e.is_retryable(), "{e:?}");
     assert_eq!(server.control.gets() - gets, 3);
-    // Three stalls of 300 ms and two short backoffs; before, each attempt waited 60 s.
-    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(10), "{took:?}");
+    // Three stalls of 600 ms and two short backoffs; before, each attempt waited 60 s.
+    assert!(took >= Duration::from_millis(1800) && took < Duration::from_secs(10), "{took:?}");
 }
 
 /// Three tar shards of eight samples under `root/tar`, over HTTP with `extra` options: every
@@ -95,9 +96,9 @@ async fn tar_source(server: &HttpHandle, root: &Path, extra: &str) -> (Arc<DynSa
 async fn a_read_fails_at_its_deadline_whatever_attempts_are_left() {
     let root = tempfile::tempdir().unwrap();
     let server = serve(root.path()).await;
-    let (src, want) = tar_source(&server, root.path(), "&stall_ms=200&attempts=100&deadline_ms=1500").await;
+    let (src, want) = tar_source(&server, root.path(), "&stall_ms=400&attempts=100&deadline_ms=3000").await;
     // A slow body within the stall timeout is read.
-    server.control.stall_next(1, Duration::from_millis(50));
+    server.control.stall_next(1, Duration::from_millis(30));
     assert_eq!(src.get(3).await.unwrap(), want[3]);
     server.control.stall_next(u64::MAX, Duration::from_secs(60));
     let gets = server.control.gets();
@@ -108,10 +109,10 @@ async fn a_read_fails_at_its_deadline_whatever_attempts_are_left() {
     assert!(msg.contains("deadline") && msg.contains("deadline_ms") && msg.contains("shard-0000.tar"), "{msg}");
     assert!(e.is_retryable(), "{e:?}");
     let tried = server.control.gets() - gets;
-    assert!((3..=8).contains(&tried), "1.5 s of 200 ms stalls is about 7 attempts, not 100: {tried}");
-    // Each attempt waited its 200 ms; the read gives up at the deadline or when the next
+    assert!((3..=8).contains(&tried), "3 s of 400 ms stalls is about 7 attempts, not 100: {tried}");
+    // Each attempt waited its 400 ms; the read gives up at the deadline or when the next
     // backoff would end past it.
-    assert!(took >= Duration::from_millis(200) * tried as u32 && took < Duration::from_secs(6), "{took:?}");
+    assert!(took >= Duration::from_millis(400) * tried as u32 && took < Duration::from_secs(10), "{took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

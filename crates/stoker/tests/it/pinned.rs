@@ -164,12 +164,12 @@ fn acquire_blocks_until_a_buffer_is_dropped() {
     let held = p.acquire().unwrap();
     let p2 = p.clone();
     let waiter = thread::spawn(move || p2.acquire().unwrap().id());
-    thread::sleep(Duration::from_millis(50));
+    eventually("acquire to block", || p.stats().waiting == 1);
     assert!(!waiter.is_finished());
     let id = held.id();
     drop(held);
     assert_eq!(waiter.join().unwrap(), id);
-    assert_eq!(p.stats().waits, 1);
+    assert_eq!((p.stats().waits, p.stats().waiting), (1, 0));
 }
 
 #[test]
@@ -178,7 +178,7 @@ fn acquire_parked_on_condvar_switches_to_a_newly_pending_event() {
     let mut held = p.acquire().unwrap();
     let p2 = p.clone();
     let waiter = thread::spawn(move || p2.acquire().unwrap().id());
-    thread::sleep(Duration::from_millis(50));
+    eventually("acquire to park on the condvar", || p.stats().waiting == 1);
     let ev = event();
     held.fence(ev.clone());
     drop(held);
