@@ -47,9 +47,11 @@ impl Loader {
             }
             built.inherited().clone()
         };
+        // Read without waiting: a parent thread may have held the parent loader's lock at the
+        // fork (a batch being delivered), and it is never let go here; then this starts afresh.
+        let pending = inherited.pending_state_now();
         // Not under the lock: building waits with the GIL released and takes it back to check
         // for Ctrl-C, while another thread may hold the GIL waiting for the lock.
-        let pending = inherited.resume_epoch().and(inherited.state());
         let fresh = Self::build(py, self.source.get(), self.cfg.clone())?;
         if let Some(state) = pending {
             fresh.load_state(state).map_err(err)?;

@@ -22,9 +22,8 @@ pub(crate) struct TokenLoader {
     /// whether bad documents are packed empty (`skip_errors`).
     text: TextInput,
     cfg: PackConfig,
-    /// The loader (built by this process or the one it was forked from), and the state last
-    /// loaded into it, for a forked child's loader to start from.
-    built: Mutex<(Local<Arc<RsLoader>>, Option<TokenState>)>,
+    /// The loader, built by this process or the one it was forked from.
+    built: Mutex<Local<Arc<RsLoader>>>,
 }
 
 impl TokenLoader {
@@ -37,22 +36,25 @@ impl TokenLoader {
     }
 
     fn get(&self, py: Python<'_>) -> PyResult<Arc<RsLoader>> {
-        let pending = {
+        let inherited = {
             let built = self.built.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(l) = built.0.here() {
+            if let Some(l) = built.here() {
                 return Ok(l.clone());
             }
-            built.1.clone()
+            built.inherited().clone()
         };
+        // A state loaded in the parent and not yet started there (not one it has since used):
+        // read without waiting, as a parent thread may have held the loader's lock at the fork.
+        let pending = inherited.pending_state_now();
         let fresh = Self::build(py, self.source.get(), &self.text, self.cfg.clone())?;
-        if let Some(s) = pending.clone() {
+        if let Some(s) = pending {
             fresh.load_state(s).map_err(err)?;
         }
         let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
-        if built.0.here().is_none() {
-            *built = (Local::new(fresh), pending);
+        if built.here().is_none() {
+            *built = Local::new(fresh);
         }
-        Ok(built.0.inherited().clone())
+        Ok(built.inherited().clone())
     }
 }
 
@@ -135,7 +137,7 @@ impl TokenLoader {
         cfg.partition = partition(rank, world_size)?;
         let text = TextInput { tokenizer: vocab, field, skip_errors };
         let loader = Self::build(py, source.get(), &text, cfg.clone())?;
-        Ok(TokenLoader { source, text, cfg, built: Mutex::new((Local::new(loader), None)) })
+        Ok(TokenLoader { source, text, cfg, built: Mutex::new(Local::new(loader)) })
     }
 
     /// Global batches in `epoch` (this rank gets its rows of each).
@@ -168,9 +170,7 @@ impl TokenLoader {
     fn load_state(&self, py: Python<'_>, state: &str) -> PyResult<()> {
         let s: TokenState = serde_json::from_str(state)
             .map_err(|e| InvalidInputError::new_err(format!("bad token loader state: {e}")))?;
-        self.get(py)?.load_state(s.clone()).map_err(err)?;
-        self.built.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(s);
-        Ok(())
+        self.get(py)?.load_state(s).map_err(err)
     }
 
     /// Statistics as a dict; for a mix, `source_tokens`: tokens this rank read per source.
@@ -187,10 +187,7 @@ impl TokenLoader {
 
     /// A mix's new weights, from the next global batch (see `stoker::tokens::TokenMix`).
     fn set_weights(&self, py: Python<'_>, weights: Vec<f64>) -> PyResult<()> {
-        let loader = self.get(py)?;
-        let pending = loader.set_weights(&weights).map_err(err)?;
-        self.built.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(pending);
-        Ok(())
+        self.get(py)?.set_weights(&weights).map(drop).map_err(err)
     }
 }
 

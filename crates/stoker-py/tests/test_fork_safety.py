@@ -273,3 +273,37 @@ def test_a_shard_being_written_before_fork_stays_the_parents(tmp_path, s3):
         assert held[0].finish()["samples"] == 3
         assert sorted(s["__key__"] for s in stoker.open(at(dest, "parent.tar"))) == ["p0", "p1", "p2"]
         assert len(stoker.open(at(dest, "child.tar"))) == 3
+
+
+def test_a_token_loader_in_a_forked_child_goes_on_as_the_parent_would(tmp_path):
+    # A state loaded and not yet started in the parent is the child's start too; one the
+    # parent has since used is not resumed again in a child forked later.
+    import numpy
+    from stoker import _stoker
+
+    docs = [numpy.arange(i * 50, i * 50 + 40 + i, dtype="<u2").tobytes() for i in range(60)]
+    _stoker.ShardWriter(str(tmp_path / "tok"), "{}").write_tokens("part", "uint16", docs)
+
+    def make():
+        return stoker.TokenLoader(str(tmp_path / "tok"), seq_len=16, global_batch=2, shuffle=True, output="numpy")
+
+    def ids(loader):
+        return [b["input_ids"].tolist() for b in loader]
+
+    first = make()
+    running = iter(first)
+    head = [next(running)["input_ids"].tolist() for _ in range(3)]
+    loader = make()
+    loader.load_state_dict(first.state_dict())
+    rest = run_forked(lambda: ids(loader))
+    assert head + rest == ids(make())
+    assert ids(loader) == rest  # the parent's own resume, which uses the state
+    # The same epoch again (`set_epoch`, as with a DistributedSampler): whole, in the parent
+    # and in a child forked now.
+    epoch = loader.epoch
+    loader.set_epoch(epoch)
+    later = run_forked(lambda: ids(loader))
+    loader.set_epoch(epoch)
+    again = ids(loader)
+    assert len(again) == len(head) + len(rest)
+    assert later == again, "the child resumed a state its parent had already used"

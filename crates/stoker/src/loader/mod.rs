@@ -213,7 +213,21 @@ impl Loader {
     /// epoch it was taken in, it would give an empty epoch (and a training loop that then
     /// asks for the next epoch would have skipped one).
     pub fn state(&self) -> Option<LoaderState> {
-        let p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        self.state_of(&self.progress.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The state loaded and not yet started (as [`state`](Self::state) gives it), if there is
+    /// one, read without waiting: `None` while another thread holds the loader's books. For a
+    /// forked child starting its own loader from its parent's, whose lock a parent thread may
+    /// have held at the fork: that thread does not exist in the child, and a wait would never
+    /// end.
+    pub fn pending_state_now(&self) -> Option<LoaderState> {
+        let p = self.progress.try_lock().ok()?;
+        p.pending.as_ref()?;
+        self.state_of(&p)
+    }
+
+    fn state_of(&self, p: &Progress) -> Option<LoaderState> {
         if let Some((sampler, delivered)) = &p.run {
             let bs = self.cfg.batch_size.max(1) as u64;
             let done = delivered.div_ceil(bs) >= batches_for(sampler.len(), bs, self.cfg.drop_last);

@@ -338,6 +338,14 @@ impl TokenLoader {
         self.past_its_epoch(s)
     }
 
+    /// The state loaded (or changed by [`set_weights`](Self::set_weights)) and not yet
+    /// started, if any, read without waiting: `None` also while another thread holds the
+    /// loader's books. For a forked child starting its own loader from its parent's, whose
+    /// lock a parent thread may have held at the fork (never let go in the child).
+    pub fn pending_state_now(&self) -> Option<TokenState> {
+        self.progress.try_lock().ok()?.1.clone()
+    }
+
     /// `s`, or the next epoch's start (with the weights last in force) when `s` is at its
     /// epoch's end: resumed as it is, the epoch would give no batch, and a loop that then asks
     /// for the next epoch would have skipped one.
