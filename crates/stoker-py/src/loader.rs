@@ -48,8 +48,19 @@ impl Loader {
             built.inherited().clone()
         };
         // Read without waiting: a parent thread may have held the parent loader's lock at the
-        // fork (a batch being delivered), and it is never let go here; then this starts afresh.
-        let pending = inherited.pending_state_now();
+        // fork (a batch being delivered), and it is never let go here; then this starts afresh,
+        // which is said.
+        let pending = match inherited.pending_state_now() {
+            Some(pending) => pending,
+            None => {
+                py.import("warnings")?.call_method1(
+                    "warn",
+                    ("stoker.Loader: the parent process was mid-batch when this process forked; a resume state \
+                      loaded there was not taken over, and this loader starts afresh",),
+                )?;
+                None
+            }
+        };
         // Not under the lock: building waits with the GIL released and takes it back to check
         // for Ctrl-C, while another thread may hold the GIL waiting for the lock.
         let fresh = Self::build(py, self.source.get(), self.cfg.clone())?;

@@ -14,7 +14,8 @@ use crate::runtime::{block_on, runtime, Local};
 use crate::source::Source;
 
 /// The Rust token loader, built again in a forked child (the parent's runs on the parent's
-/// runtime), keeping a state loaded in the parent.
+/// runtime), going on from where the parent's stands (a state loaded there and not yet used,
+/// the mix's weights in force).
 #[pyclass(module = "stoker._stoker")]
 pub(crate) struct TokenLoader {
     source: Py<Source>,
@@ -43,12 +44,16 @@ impl TokenLoader {
             }
             built.inherited().clone()
         };
-        // A state loaded in the parent and not yet started there (not one it has since used):
-        // read without waiting, as a parent thread may have held the loader's lock at the fork.
-        let pending = inherited.pending_state_now();
         let fresh = Self::build(py, self.source.get(), &self.text, self.cfg.clone())?;
-        if let Some(s) = pending {
-            fresh.load_state(s).map_err(err)?;
+        // The parent's books (a state it has not used yet, the weights in force), read without
+        // waiting: a parent thread may have held their lock at the fork. Then this starts
+        // afresh, which is said.
+        if !fresh.adopt_books_of(&inherited) {
+            py.import("warnings")?.call_method1(
+                "warn",
+                ("stoker.TokenLoader: the parent process was mid-batch when this process forked; its resume state \
+                  and mix weights were not taken over, and this loader starts afresh",),
+            )?;
         }
         let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
         if built.here().is_none() {

@@ -213,21 +213,7 @@ impl Loader {
     /// epoch it was taken in, it would give an empty epoch (and a training loop that then
     /// asks for the next epoch would have skipped one).
     pub fn state(&self) -> Option<LoaderState> {
-        self.state_of(&self.progress.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// The state loaded and not yet started (as [`state`](Self::state) gives it), if there is
-    /// one, read without waiting: `None` while another thread holds the loader's books. For a
-    /// forked child starting its own loader from its parent's, whose lock a parent thread may
-    /// have held at the fork: that thread does not exist in the child, and a wait would never
-    /// end.
-    pub fn pending_state_now(&self) -> Option<LoaderState> {
-        let p = self.progress.try_lock().ok()?;
-        p.pending.as_ref()?;
-        self.state_of(&p)
-    }
-
-    fn state_of(&self, p: &Progress) -> Option<LoaderState> {
+        let p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((sampler, delivered)) = &p.run {
             let bs = self.cfg.batch_size.max(1) as u64;
             let done = delivered.div_ceil(bs) >= batches_for(sampler.len(), bs, self.cfg.drop_last);
@@ -239,6 +225,22 @@ impl Loader {
                 source: Some(self.identity()),
             });
         }
+        self.pending_of(&p)
+    }
+
+    /// The state loaded and not yet started (`Some(None)` when there is none), read without
+    /// waiting: `None` while another thread holds the loader's books. For a forked child
+    /// starting its own loader from its parent's, whose lock a parent thread may have held at
+    /// the fork: that thread does not exist in the child, and a wait would never end.
+    pub fn pending_state_now(&self) -> Option<Option<LoaderState>> {
+        match self.progress.try_lock() {
+            Ok(p) => Some(self.pending_of(&p)),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(self.pending_of(&p.into_inner())),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    fn pending_of(&self, p: &Progress) -> Option<LoaderState> {
         p.pending.clone().map(|sampler| LoaderState {
             sampler,
             batch_size: self.cfg.batch_size,

@@ -338,12 +338,20 @@ impl TokenLoader {
         self.past_its_epoch(s)
     }
 
-    /// The state loaded (or changed by [`set_weights`](Self::set_weights)) and not yet
-    /// started, if any, read without waiting: `None` also while another thread holds the
-    /// loader's books. For a forked child starting its own loader from its parent's, whose
-    /// lock a parent thread may have held at the fork (never let go in the child).
-    pub fn pending_state_now(&self) -> Option<TokenState> {
-        self.progress.try_lock().ok()?.1.clone()
+    /// Take over `parent`'s books (where its run stands, a state loaded or changed by
+    /// [`set_weights`](Self::set_weights) and not yet used, the weights in force), read
+    /// without waiting: `false`, taking nothing, while another thread holds them. For a forked
+    /// child's loader, made like its parent's: it then goes on as the parent would (a state
+    /// the parent has used is not resumed again, the mix's weights are the ones in force). The
+    /// parent's lock may have been held at the fork by a thread the child does not have.
+    pub fn adopt_books_of(&self, parent: &TokenLoader) -> bool {
+        let books = match parent.progress.try_lock() {
+            Ok(p) => p.clone(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().clone(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        };
+        *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = books;
+        true
     }
 
     /// `s`, or the next epoch's start (with the weights last in force) when `s` is at its

@@ -105,11 +105,11 @@ fn resume_continues_with_exactly_the_rest() {
     let json = serde_json::to_string(&state).unwrap();
 
     let second = Loader::new(src, cfg).unwrap();
-    assert!(second.pending_state_now().is_none(), "nothing loaded");
+    assert!(matches!(second.pending_state_now(), Some(None)), "nothing loaded");
     second.load_state(serde_json::from_str(&json).unwrap()).unwrap();
     assert_eq!(second.resume_epoch(), Some(2));
     // What a forked child's loader starts from: the loaded state, as `state` gives it.
-    let now = second.pending_state_now().map(|s| serde_json::to_string(&s).unwrap());
+    let now = second.pending_state_now().flatten().map(|s| serde_json::to_string(&s).unwrap());
     assert_eq!(now, Some(json.clone()));
     let tail = blocking_indices(&second, 2, usize::MAX);
     assert_eq!([head, tail].concat(), full);

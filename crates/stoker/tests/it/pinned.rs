@@ -230,7 +230,7 @@ fn failed_event_withdraws_the_buffer_for_good() {
     assert_ne!(b.id(), a_id);
     assert!(p.try_acquire().is_none(), "a must never come back");
     let s = p.stats();
-    assert_eq!((s.lost, s.pending, s.free, s.in_use), (1, 0, 0, 1));
+    assert_eq!((s.lost, s.pending, s.free, s.in_use, s.waiting), (1, 0, 0, 1, 0));
 }
 
 #[test]
@@ -255,6 +255,7 @@ fn acquire_fails_clearly_when_every_buffer_is_lost() {
     assert!(matches!(e, PinnedError::Cuda { .. }), "{e:?}");
     assert!(e.to_string().contains("lost to failed copy events"), "{e}");
     assert!(p.acquire().is_err(), "and stays an error, never a hang");
+    assert_eq!(p.stats().waiting, 0, "nobody waits after the error");
 }
 
 #[test]
