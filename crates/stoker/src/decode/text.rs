@@ -81,7 +81,7 @@ impl TextTokenizer {
 
     /// The ids of each text, without special tokens (BOS/EOS are the packer's), encoded in
     /// parallel on the `tokenizers` crate's threads (all cores; on the calling thread in a
-    /// process forked after its parent used them, see [`crate::fork`]).
+    /// process forked after its parent used them: their threads are the parent's).
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
         let encodings = self.inner.encode_batch(texts.to_vec(), false).map_err(|e| Error::Decode {
             source_name: self.shown.clone(),
