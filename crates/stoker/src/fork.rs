@@ -41,6 +41,16 @@ pub(crate) fn generation() -> u32 {
     GENERATION.load(Relaxed)
 }
 
+/// `m` locked if it is free now (poisoned or not), never waited for: a forked child reading
+/// what its parent's object knows, whose lock a parent thread may have held at the fork.
+pub(crate) fn lock_if_free<T>(m: &std::sync::Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 /// Fork; run `child` in the child and leave with its verdict; in the parent, `holding` is
 /// dropped (a lock held across the fork, as a thread of the parent would) and the child
 /// waited for, up to a deadline after which it is killed: `Err` says how it ended.

@@ -233,11 +233,7 @@ impl Loader {
     /// starting its own loader from its parent's, whose lock a parent thread may have held at
     /// the fork: that thread does not exist in the child, and a wait would never end.
     pub fn pending_state_now(&self) -> Option<Option<LoaderState>> {
-        match self.progress.try_lock() {
-            Ok(p) => Some(self.pending_of(&p)),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(self.pending_of(&p.into_inner())),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+        crate::fork::lock_if_free(&self.progress).map(|p| self.pending_of(&p))
     }
 
     fn pending_of(&self, p: &Progress) -> Option<LoaderState> {

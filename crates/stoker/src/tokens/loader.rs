@@ -345,11 +345,7 @@ impl TokenLoader {
     /// the parent has used is not resumed again, the mix's weights are the ones in force). The
     /// parent's lock may have been held at the fork by a thread the child does not have.
     pub fn adopt_books_of(&self, parent: &TokenLoader) -> bool {
-        let books = match parent.progress.try_lock() {
-            Ok(p) => p.clone(),
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().clone(),
-            Err(std::sync::TryLockError::WouldBlock) => return false,
-        };
+        let Some(books) = crate::fork::lock_if_free(&parent.progress).map(|p| p.clone()) else { return false };
         *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = books;
         true
     }
