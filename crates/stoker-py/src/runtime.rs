@@ -17,30 +17,31 @@ use crate::errors::StokerError;
 /// forked child, so dropping it there could wait forever; it is left as it is instead (its
 /// memory is the parent's, copied on write).
 pub(crate) struct Local<T> {
-    pid: u32,
+    /// The process generation it was made in (`stoker::fork`: no system call to ask).
+    born: u32,
     value: ManuallyDrop<T>,
 }
 
 impl<T> Local<T> {
     /// `value`, made by this process.
     pub(crate) fn new(value: T) -> Self {
-        Local { pid: std::process::id(), value: ManuallyDrop::new(value) }
+        Local { born: stoker::fork::generation(), value: ManuallyDrop::new(value) }
     }
 
     /// The value, if this process made it.
     pub(crate) fn here(&self) -> Option<&T> {
-        (self.pid == std::process::id()).then_some(&*self.value)
+        (self.born == stoker::fork::generation()).then_some(&*self.value)
     }
 
     /// The value, if this process made it.
     pub(crate) fn here_mut(&mut self) -> Option<&mut T> {
-        (self.pid == std::process::id()).then_some(&mut *self.value)
+        (self.born == stoker::fork::generation()).then_some(&mut *self.value)
     }
 
     /// The value, if this process made it, taken out (`None`, and left undropped, if not).
     pub(crate) fn into_inner(self) -> Option<T> {
         let mut me = ManuallyDrop::new(self);
-        if me.pid != std::process::id() {
+        if me.born != stoker::fork::generation() {
             return None;
         }
         // SAFETY: taken once; `me` is never dropped, so the value is not dropped twice.
@@ -56,7 +57,7 @@ impl<T> Local<T> {
 
 impl<T> Drop for Local<T> {
     fn drop(&mut self) {
-        if self.pid == std::process::id() {
+        if self.born == stoker::fork::generation() {
             // SAFETY: dropped once, here; never used again.
             unsafe { ManuallyDrop::drop(&mut self.value) }
         }

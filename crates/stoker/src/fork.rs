@@ -28,7 +28,7 @@ extern "C" fn forked() {
 /// This process's generation: a value made under one generation and seen under another was
 /// made in a parent process. The first call sets the handler that counts forks, so a value
 /// to be checked later must ask for it when it is made.
-pub(crate) fn generation() -> u32 {
+pub fn generation() -> u32 {
     static WATCH: Once = Once::new();
     WATCH.call_once(|| {
         #[cfg(unix)]

@@ -15,7 +15,7 @@ mod docs;
 pub mod error;
 mod escape;
 pub mod fetch;
-mod fork;
+pub mod fork;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
