@@ -12,6 +12,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+# One setup at a time: .ci/run starts one beside the lints and the test command starts another
+# beside its build; the second waits here for the first, then finds everything installed.
+mkdir -p target
+exec 9> target/setup.lock
+flock 9
 
 command -v tar >/dev/null || { echo "setup: GNU tar is missing (apt-get install tar)" >&2; exit 1; }
 py="${PYTHON:-python3}"

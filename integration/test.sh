@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what the tests need (integration/setup.sh), then runs every
+# The whole test suite: installs what the tests need (integration/setup.sh) while it builds them, then runs every
 # Rust test, integration test and doctest in the workspace. README and .ci/run call this.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-bash integration/setup.sh
+# Setup (downloads, mostly) runs beside the build of the tests, which needs nothing it installs.
+source integration/background.sh
+in_background bash integration/setup.sh
+setup_pid=$bg_pid setup_log=$bg_log
 # Remote sources cache blocks on disk by default: everything this suite runs keeps that cache
 # (and tar indexes of read-only shards) here, never in ~/.cache, and starts it empty.
 export STOKER_CACHE_DIR="$root/target/test-cache"
@@ -15,8 +18,8 @@ export STOKER_WRITERS_PYTHON="$root/.venv-peers/bin/python"
 # The GCS and Azure emulators integration/setup.sh installs (tests/remote_gcs.rs, remote_azure.rs).
 export STOKER_FAKE_GCS="$root/.venv/bin/fake-gcs-server"
 export STOKER_AZURITE="$root/integration/node_modules/.bin/azurite-blob"
-# The docker-compose recipe must at least parse and resolve (no engine runs here).
-docker-compose -f docker/docker-compose.yml config -q
+# The docker-compose recipe must at least parse and resolve (no engine runs here; setup
+# installs Debian's docker-compose, which checks it without one): after the build below.
 # Every test and doctest; not the examples (benchmarks, ~95 MB of debug binary each, which
 # clippy --all-targets has already compiled): CI's disk is finite.
 # stoker-zune-jpeg (vendor/) is upstream's decoder: its tests need upstream's test images.
@@ -27,6 +30,8 @@ docker-compose -f docker/docker-compose.yml config -q
 # checks its error at run time (tests/test_torch.py).
 features=(--workspace --exclude stoker-zune-jpeg --features stoker/cuda --locked)
 cargo test "${features[@]}" --lib --bins --tests --no-run
+collect "$setup_pid" "$setup_log" "integration/setup.sh"
+docker-compose -f docker/docker-compose.yml config -q
 # Two test binaries take one test at a time on one thread (each installs a process-wide
 # allocator that counts, so their tests take turns): about 45 s of one core. They run beside the
 # rest, whose tests wait on servers and child processes often enough to leave a core idle.
@@ -44,7 +49,6 @@ solo_then_package() {
   (cd crates/stoker-py && VIRTUAL_ENV="$root/.venv" "$root/.venv/bin/maturin" develop --quiet --locked)
   (cd crates/stoker-py && "$root/.venv/bin/python" -m mypy.stubtest stoker._stoker)
 }
-source integration/background.sh
 in_background solo_then_package
 solo_pid=$bg_pid solo_log=$bg_log
 cargo test "${features[@]}" --lib --bins "${rest[@]/#/--test=}"
