@@ -117,13 +117,16 @@ pub(crate) fn open_entry(path: &Path, write: bool) -> std::io::Result<std::fs::F
     Ok(file)
 }
 
-/// The most one `write` call hands the kernel. A larger write lets the page cache take
-/// large folios (2 MiB and up), and on a VM that gives free memory back to its host (virtio
-/// free page reporting, as Firecracker and many clouds do) exactly those high orders are
-/// the pages handed back, each faulted in again from the host on first touch: writing a
-/// 1.3 GB epoch of 8 MiB blocks whole took 3.3 s of system time on such a VM, in 1 MiB
-/// pieces 0.25-0.40 s. On other machines a 1 MiB write costs no more than a larger one.
-pub(crate) const WRITE_PIECE: usize = 1 << 20;
+/// The most one `write` call hands the kernel. The page cache takes folios as large as a
+/// write (up to 2 MiB and more), and on a VM that gives free memory back to its host (virtio
+/// free page reporting, as Firecracker and many clouds do) exactly those high orders are the
+/// pages handed back, each faulted in again from the host on first touch. Writing 1 GiB to a
+/// new file there (each run after 5 s idle, system time): in 8 MiB writes 2.8-3.2 s, 1 MiB
+/// 1.0-1.8 s, 512 KiB 0.25-0.9 s, 64-128 KiB 0.24-0.30 s; a cold epoch through the disk
+/// cache read at 0.57-1.06x (median 0.68x) the link's bound with 1 MiB pieces, 0.67-0.83x
+/// (median 0.80x) with these, eight alternating rounds. On other machines a 128 KiB write
+/// costs no more than a larger one (a syscall per 128 KiB is noise beside the copy).
+pub(crate) const WRITE_PIECE: usize = 128 << 10;
 
 /// Write entry `key` (its bytes, then their trailer) at `path` in cache directory `dir`: to a
 /// temporary file named after this writer's pid (so a dead writer's leftovers are
