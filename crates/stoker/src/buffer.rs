@@ -19,8 +19,31 @@ const MAX_KEPT_BYTES: usize = 512 << 20;
 const GRANULE: usize = 64 << 10;
 
 struct Pool {
+    /// Oldest returned first: when the pool is full, the oldest go, so it holds what the
+    /// reads of late need. Keeping the first comers instead let the large buffers of one
+    /// phase (a shard-shuffled epoch's window read-ahead) fill it for good, and every later
+    /// read of another size took a fresh allocation, its pages faulted and zeroed: a
+    /// decoding Loader's second shard-shuffled epoch ran at a third of its rate.
     free: Vec<Vec<u8>>,
     bytes: usize,
+}
+
+impl Pool {
+    /// Keep `buf` (at most [`MAX_KEPT_BYTES`] long), letting the oldest buffers go while the
+    /// pool would hold more than [`MAX_KEPT`] of them or [`MAX_KEPT_BYTES`]; returns those.
+    fn put(&mut self, buf: Vec<u8>) -> Vec<Vec<u8>> {
+        let (mut n, mut freed) = (0, 0);
+        while n < self.free.len()
+            && (self.free.len() - n >= MAX_KEPT || self.bytes - freed + buf.len() > MAX_KEPT_BYTES)
+        {
+            freed += self.free[n].len();
+            n += 1;
+        }
+        let gone = self.free.drain(..n).collect();
+        self.bytes = self.bytes - freed + buf.len();
+        self.free.push(buf);
+        gone
+    }
 }
 
 /// This process's pool, and the process generation it belongs to ([`crate::fork`]).
@@ -74,7 +97,8 @@ pub(crate) fn take(len: usize) -> Vec<u8> {
             .min_by_key(|(_, b)| b.len())
             .map(|(i, _)| i);
         if let Some(i) = best {
-            let buf = p.free.swap_remove(i);
+            // `remove`, not `swap_remove`: the others keep their age order.
+            let buf = p.free.remove(i);
             p.bytes -= buf.len();
             return buf;
         }
@@ -129,11 +153,12 @@ impl AsRef<[u8]> for Pooled {
 impl Drop for Pooled {
     fn drop(&mut self) {
         let buf = std::mem::take(&mut self.buf);
-        let mut p = pool().lock().unwrap_or_else(|e| e.into_inner());
-        if p.free.len() < MAX_KEPT && p.bytes + buf.len() <= MAX_KEPT_BYTES {
-            p.bytes += buf.len();
-            p.free.push(buf);
+        if buf.len() > MAX_KEPT_BYTES {
+            return;
         }
+        // Those let go are freed after the lock is released.
+        let gone = pool().lock().unwrap_or_else(|e| e.into_inner()).put(buf);
+        drop(gone);
     }
 }
 
@@ -156,6 +181,32 @@ mod tests {
         assert!(again.iter().any(|v| v.as_ptr() == ptr), "the buffer was recycled");
         let small = freeze(take(10), 3);
         assert_eq!(small.len(), 3);
+    }
+
+    /// Buffers of one size filling the pool do not keep it from holding those of another
+    /// size returned since: the oldest go.
+    #[test]
+    fn a_full_pool_lets_its_oldest_buffers_go_for_new_ones() {
+        // A pool of the test's own: the process's is shared with other tests.
+        let mut p = Pool { free: Vec::new(), bytes: 0 };
+        let big = 64 << 20;
+        for _ in 0..MAX_KEPT_BYTES / big {
+            assert!(p.put(vec![1u8; big]).is_empty());
+        }
+        assert_eq!(p.bytes, MAX_KEPT_BYTES);
+        // Full of large buffers, it still keeps a small one returned now: the oldest goes.
+        let gone = p.put(vec![2u8; 64 << 10]);
+        assert_eq!(gone.iter().map(Vec::len).collect::<Vec<_>>(), [big]);
+        assert_eq!(p.free.last().map(|v| (v.len(), v[0])), Some((64 << 10, 2)));
+        assert_eq!(p.bytes, MAX_KEPT_BYTES - big + (64 << 10));
+        assert_eq!(p.bytes, p.free.iter().map(Vec::len).sum::<usize>());
+        // And at most MAX_KEPT buffers, the oldest going first.
+        for i in 0..MAX_KEPT {
+            p.put(vec![3u8; MIN_POOLED + i]);
+        }
+        assert_eq!(p.free.len(), MAX_KEPT);
+        assert_eq!(p.free[0].len(), MIN_POOLED, "the oldest small one is first, every large one gone");
+        assert_eq!(p.bytes, p.free.iter().map(Vec::len).sum::<usize>());
     }
 
     /// A child forked while another thread holds the pool's lock (here: this thread, as a
