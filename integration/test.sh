@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what the tests need (integration/setup.sh) while it builds them, then runs every
-# Rust test, integration test and doctest in the workspace. README and .ci/run call this.
+# The whole test suite: installs what the tests need (integration/setup.sh) while it builds
+# them, then runs every Rust test, integration test and doctest in the workspace. README and
+# .ci/run call this.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -18,8 +19,6 @@ export STOKER_WRITERS_PYTHON="$root/.venv-peers/bin/python"
 # The GCS and Azure emulators integration/setup.sh installs (tests/remote_gcs.rs, remote_azure.rs).
 export STOKER_FAKE_GCS="$root/.venv/bin/fake-gcs-server"
 export STOKER_AZURITE="$root/integration/node_modules/.bin/azurite-blob"
-# The docker-compose recipe must at least parse and resolve (no engine runs here; setup
-# installs Debian's docker-compose, which checks it without one): after the build below.
 # Every test and doctest; not the examples (benchmarks, ~95 MB of debug binary each, which
 # clippy --all-targets has already compiled): CI's disk is finite.
 # stoker-zune-jpeg (vendor/) is upstream's decoder: its tests need upstream's test images.
@@ -31,6 +30,8 @@ export STOKER_AZURITE="$root/integration/node_modules/.bin/azurite-blob"
 features=(--workspace --exclude stoker-zune-jpeg --features stoker/cuda --locked)
 cargo test "${features[@]}" --lib --bins --tests --no-run
 collect "$setup_pid" "$setup_log" "integration/setup.sh"
+# The docker-compose recipe must at least parse and resolve (no engine runs here; setup
+# installs Debian's docker-compose, which checks it without one).
 docker-compose -f docker/docker-compose.yml config -q
 # Two test binaries take one test at a time on one thread (each installs a process-wide
 # allocator that counts, so their tests take turns): about 45 s of one core. They run beside the

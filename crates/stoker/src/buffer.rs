@@ -29,9 +29,13 @@ struct Pool {
 }
 
 impl Pool {
-    /// Keep `buf` (at most [`MAX_KEPT_BYTES`] long), letting the oldest buffers go while the
-    /// pool would hold more than [`MAX_KEPT`] of them or [`MAX_KEPT_BYTES`]; returns those.
+    /// Keep `buf`, letting the oldest buffers go while the pool would hold more than
+    /// [`MAX_KEPT`] of them or [`MAX_KEPT_BYTES`]; returns those (or `buf` itself, when it
+    /// alone is larger than the pool may hold), for the caller to free outside the lock.
     fn put(&mut self, buf: Vec<u8>) -> Vec<Vec<u8>> {
+        if buf.len() > MAX_KEPT_BYTES {
+            return vec![buf];
+        }
         let (mut n, mut freed) = (0, 0);
         while n < self.free.len()
             && (self.free.len() - n >= MAX_KEPT || self.bytes - freed + buf.len() > MAX_KEPT_BYTES)
@@ -153,9 +157,6 @@ impl AsRef<[u8]> for Pooled {
 impl Drop for Pooled {
     fn drop(&mut self) {
         let buf = std::mem::take(&mut self.buf);
-        if buf.len() > MAX_KEPT_BYTES {
-            return;
-        }
         // Those let go are freed after the lock is released.
         let gone = pool().lock().unwrap_or_else(|e| e.into_inner()).put(buf);
         drop(gone);
