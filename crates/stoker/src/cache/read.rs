@@ -55,6 +55,15 @@ impl BlockCache {
         self.disk.as_ref().is_some_and(|d| d.contains(key))
     }
 
+    /// Whether block `key` is only on disk: not in memory, and not waiting to be written
+    /// (as far as this process knows). A read of a small part of it is then best served by
+    /// [`CachedObject::read_spans`], not by reading the whole block.
+    pub(crate) fn on_disk_only(&self, key: u128) -> bool {
+        self.on_disk(key)
+            && !self.pending.blocks.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key)
+            && !self.mem.lock().unwrap_or_else(|e| e.into_inner()).0.contains(&key)
+    }
+
     /// A reader of `object` (at `version`, `size` bytes) from the disk cache's block files;
     /// `None` without a disk cache.
     pub fn cached_object(&self, object: &str, version: &str, size: u64) -> Option<CachedObject> {
@@ -91,6 +100,24 @@ impl CachedObject {
             done += n;
         }
         Ok(())
+    }
+
+    /// Each of `spans` (byte ranges of the object) read into a buffer of its own, verified
+    /// chunk by chunk; `None` for a span with a block gone from the cache or refused as
+    /// damaged (the caller fetches it the usual way). A read of a 64 KiB sample costs its
+    /// chunks, not the 8 MiB block it lies in.
+    pub fn read_spans(&mut self, spans: &[std::ops::Range<u64>]) -> Vec<Option<bytes::Bytes>> {
+        spans
+            .iter()
+            .map(|r| {
+                let want = r.end.saturating_sub(r.start) as usize;
+                let mut buf = crate::buffer::take(want);
+                match self.read_exact_at(&mut buf[..want], r.start) {
+                    Ok(()) => Some(crate::buffer::freeze(buf, want)),
+                    Err(_) => None,
+                }
+            })
+            .collect()
     }
 
     /// Block `b`'s file, opened once, its trailer verified.

@@ -122,3 +122,39 @@ async fn a_window_read_ahead_is_held_once_as_slices_of_what_was_fetched() {
     }
     server.shutdown().await;
 }
+
+/// A batch that finds some of its blocks on disk and some not (a per-sample shuffle's first
+/// epoch) reads the samples of the blocks on disk from their files, each its own chunks, not
+/// whole blocks (an 8 MiB block read and verified to serve one 64 KiB sample), and fetches
+/// the rest; every sample is the shard's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_of_blocks_on_disk_are_read_alone_beside_ones_fetched() {
+    let root = tempfile::tempdir().unwrap();
+    let (samples, _) = bin_shards(&root.path().join("data/tar"), SHARDS, PER, PAYLOAD);
+    let server = serve(root.path()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let extra =
+        format!("&hedge_ms=0&disk_cache_dir={}&disk_cache_bytes=67108864&cache_block=8388608", cache.path().display());
+    let src: Arc<DynSampleSource> = open(&uri(&server.endpoint(), "tar", &extra)).await;
+    // Shard 0 into the disk cache.
+    let shard0: Vec<usize> = (0..PER).collect();
+    assert_eq!(src.get_many(&shard0).await.unwrap(), samples[..PER]);
+    src.flush().await;
+    let before = src.io_counters().unwrap();
+    // Samples far apart (not merged into one read) from both shards: a few per block.
+    let batch: Vec<usize> = (0..SHARDS * PER).step_by(37).collect();
+    let got = src.get_many(&batch).await.unwrap();
+    for (g, &i) in got.iter().zip(&batch) {
+        assert!(*g == samples[i], "sample {i} ({}) is not the shard's", samples[i].key);
+    }
+    let after = src.io_counters().unwrap();
+    let from_shard0 = batch.iter().filter(|&&i| i < PER).count() as u64;
+    assert!(from_shard0 >= 3, "the batch has {from_shard0} samples of the cached shard");
+    assert_eq!(after.cache_corrupt, 0);
+    // Every block of shard 0 the batch touches was opened for its samples' chunks (two
+    // blocks of a 10 MiB shard), none read whole; shard 1 was fetched.
+    assert_eq!(after.disk_direct - before.disk_direct, 2, "{after:?}");
+    assert_eq!(after.disk_hits - before.disk_hits, 2, "{after:?}");
+    assert!(after.remote_requests > before.remote_requests, "shard 1 was fetched");
+    server.shutdown().await;
+}

@@ -3,7 +3,8 @@
 //! by a killed writer between two runs over the embedded S3 server are refused, counted
 //! (`cache_corrupt`), fetched again from the store and replaced; what the source delivers is
 //! exactly what the shards hold, through the batch hit path (`get_many`, straight from block
-//! files) and the block path (`get`, whole blocks read and verified).
+//! files) and the block path (`get`: a sample's chunks read from its block file, or the
+//! whole block read and verified).
 
 use crate::common;
 
