@@ -135,7 +135,6 @@ pub(super) fn write_entry(path: &Path, dir: &Path, key: u128, data: &[u8]) -> st
     use std::io::Write;
     let parent = path.parent().unwrap_or(dir);
     let tmp = parent.join(format!(".{key:032x}.{}.{:x}.tmp", std::process::id(), unique()));
-    let trailer = super::seal::trailer(key, data);
     // The entry's directory is made when the file cannot be created for want of it, not by a
     // mkdir before every write: in a profiled cold epoch those mkdirs (each finding the
     // directory there, under its parent's lock) took 5% of the Loader's time.
@@ -147,10 +146,14 @@ pub(super) fn write_entry(path: &Path, dir: &Path, key: u128, data: &[u8]) -> st
         other => other,
     };
     let written = file.and_then(|mut f| {
+        // Pieces of whole chunks, so each is hashed for the trailer right before its write.
+        const _: () = assert!(WRITE_PIECE as u64 % super::seal::CHUNK == 0);
+        let mut trailer = super::seal::Trailer::new(data.len() as u64);
         for piece in data.chunks(WRITE_PIECE) {
+            trailer.add(piece);
             f.write_all(piece)?;
         }
-        f.write_all(&trailer)
+        f.write_all(&trailer.finish(key))
     });
     if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
         let _ = std::fs::remove_file(&tmp);

@@ -38,17 +38,44 @@ pub(crate) fn file_len(len: u64) -> u64 {
 }
 
 /// The trailer to write after block `key`'s bytes `data`.
+#[cfg(test)]
 pub(crate) fn trailer(key: u128, data: &[u8]) -> Vec<u8> {
-    let mut t = Vec::with_capacity(trailer_len(data.len() as u64) as usize);
-    for chunk in data.chunks(CHUNK as usize) {
-        t.extend_from_slice(&XxHash3_64::oneshot(chunk).to_le_bytes());
+    let mut t = Trailer::new(data.len() as u64);
+    t.add(data);
+    t.finish(key)
+}
+
+/// A trailer built piece by piece as the block's bytes are written: each piece is hashed
+/// just before it is copied to the file, while it is in the CPU's cache (hashing the whole
+/// block first read every byte from memory twice).
+pub(crate) struct Trailer {
+    t: Vec<u8>,
+    len: u64,
+}
+
+impl Trailer {
+    /// For a block of `len` bytes.
+    pub(crate) fn new(len: u64) -> Self {
+        Trailer { t: Vec::with_capacity(trailer_len(len) as usize), len }
     }
-    t.extend_from_slice(MAGIC);
-    t.extend_from_slice(&key.to_le_bytes());
-    t.extend_from_slice(&(data.len() as u64).to_le_bytes());
-    let own = XxHash3_64::oneshot(&t);
-    t.extend_from_slice(&own.to_le_bytes());
-    t
+
+    /// The block's next bytes: whole chunks (a multiple of [`CHUNK`]), but for its end.
+    pub(crate) fn add(&mut self, piece: &[u8]) {
+        for chunk in piece.chunks(CHUNK as usize) {
+            self.t.extend_from_slice(&XxHash3_64::oneshot(chunk).to_le_bytes());
+        }
+    }
+
+    /// The trailer of block `key`, once all its bytes were added.
+    pub(crate) fn finish(self, key: u128) -> Vec<u8> {
+        let (mut t, len) = (self.t, self.len);
+        t.extend_from_slice(MAGIC);
+        t.extend_from_slice(&key.to_le_bytes());
+        t.extend_from_slice(&len.to_le_bytes());
+        let own = XxHash3_64::oneshot(&t);
+        t.extend_from_slice(&own.to_le_bytes());
+        t
+    }
 }
 
 /// Why a block file was refused.
