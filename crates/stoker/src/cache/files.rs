@@ -147,7 +147,7 @@ pub(super) fn write_entry(path: &Path, dir: &Path, key: u128, data: &[u8]) -> st
     };
     let written = file.and_then(|mut f| {
         // Pieces of whole chunks, so each is hashed for the trailer right before its write.
-        const _: () = assert!(WRITE_PIECE as u64 % super::seal::CHUNK == 0);
+        const _: () = assert!((WRITE_PIECE as u64).is_multiple_of(super::seal::CHUNK));
         let mut trailer = super::seal::Trailer::new(data.len() as u64);
         for piece in data.chunks(WRITE_PIECE) {
             trailer.add(piece);
