@@ -175,17 +175,36 @@ impl RemoteReader {
         expect: &Expect,
     ) -> Result<Vec<Bytes>> {
         let Some(cache) = &self.cache else { return self.get_ranges(path, shown, ranges, Some(expect)).await };
-        // A range that needs a small part of blocks only on disk is read from their files,
-        // its chunks verified (the hit path's read): a whole block read to cut one sample out
-        // of it cost 128 times the sample's bytes in copies and checks (a 64 KiB sample of an
-        // 8 MiB block, in the batches of a per-sample shuffle's first epoch that find some
-        // of their blocks on disk and some not). Without a memory cache only: with one, the
-        // whole block is what it keeps.
-        let bs = cache.block_for_read();
+        let (mut out, rest) = Self::pieces_on_disk(cache, path, ranges, version, expect.size).await;
+        if rest.len() == ranges.len() {
+            return self.get_ranges_fetched(cache, path, shown, ranges, version, expect).await;
+        }
+        let rest_ranges: Vec<Range<u64>> = rest.iter().map(|&i| ranges[i].clone()).collect();
+        let got = self.get_ranges_fetched(cache, path, shown, &rest_ranges, version, expect).await?;
+        Ok(fill(&mut out, rest, got))
+    }
+
+    /// The ranges that need a small part (less than half) of blocks only on disk, read from
+    /// their files, the chunks they touch verified (the hit path's read): a whole block read
+    /// to cut one sample out of it cost 128 times the sample's bytes in copies and checks (a
+    /// 64 KiB sample of an 8 MiB block, in the batches of a per-sample shuffle's first epoch
+    /// that find some of their blocks on disk and some not). Returns what was read, by
+    /// range, and the ranges left to read the usual way: the others, and any whose block
+    /// went (another process evicted it) or was refused as damaged. Without a memory cache
+    /// only: with one, the whole block is what it keeps.
+    async fn pieces_on_disk(
+        cache: &BlockCache,
+        path: &ObjPath,
+        ranges: &[Range<u64>],
+        version: &str,
+        size: u64,
+    ) -> (Vec<Option<Bytes>>, Vec<usize>) {
+        let mut out: Vec<Option<Bytes>> = vec![None; ranges.len()];
         let on_disk: Vec<usize> = if cache.config().memory_bytes == 0 && cache.disk_limit().is_some() {
+            let bs = cache.block_for_read();
             let key = |b: u64| crate::cache::block_key(path.as_ref(), version, bs, b);
             let need = bytes_per_block(ranges, bs);
-            let block_len = |b: u64| bs.min(expect.size.saturating_sub(b * bs));
+            let block_len = |b: u64| bs.min(size.saturating_sub(b * bs));
             let small_on_disk = |r: &Range<u64>| {
                 r.end > r.start
                     && (r.start / bs..=(r.end - 1) / bs)
@@ -195,31 +214,20 @@ impl RemoteReader {
         } else {
             Vec::new()
         };
-        if on_disk.is_empty() {
-            return self.get_ranges_fetched(cache, path, shown, ranges, version, expect).await;
-        }
-        let spans: Vec<Range<u64>> = on_disk.iter().map(|&i| ranges[i].clone()).collect();
-        let read = match cache.cached_object(path.as_ref(), version, expect.size) {
-            Some(mut object) => tokio::task::spawn_blocking(move || object.read_spans(&spans))
-                .await
-                .unwrap_or_else(|_| vec![None; on_disk.len()]),
-            None => vec![None; on_disk.len()],
-        };
-        let mut out: Vec<Option<Bytes>> = vec![None; ranges.len()];
-        for (&i, got) in on_disk.iter().zip(read) {
-            out[i] = got;
-        }
-        // The rest, and any span whose block went (evicted by another process) or was
-        // refused as damaged, the usual way.
-        let rest: Vec<usize> = (0..ranges.len()).filter(|&i| out[i].is_none()).collect();
-        if !rest.is_empty() {
-            let rest_ranges: Vec<Range<u64>> = rest.iter().map(|&i| ranges[i].clone()).collect();
-            let got = self.get_ranges_fetched(cache, path, shown, &rest_ranges, version, expect).await?;
-            for (i, b) in rest.into_iter().zip(got) {
-                out[i] = Some(b);
+        if !on_disk.is_empty() {
+            let spans: Vec<Range<u64>> = on_disk.iter().map(|&i| ranges[i].clone()).collect();
+            let read = match cache.cached_object(path.as_ref(), version, size) {
+                Some(mut object) => tokio::task::spawn_blocking(move || object.read_spans(&spans))
+                    .await
+                    .unwrap_or_else(|_| vec![None; on_disk.len()]),
+                None => vec![None; on_disk.len()],
+            };
+            for (&i, got) in on_disk.iter().zip(read) {
+                out[i] = got;
             }
         }
-        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+        let rest = (0..ranges.len()).filter(|&i| out[i].is_none()).collect();
+        (out, rest)
     }
 
     /// [`get_ranges_cached`](Self::get_ranges_cached) of ranges to fetch, or to cut from
@@ -298,6 +306,36 @@ impl RemoteReader {
         // needing more than the bound takes all of it and goes alone.
         let want = blocks.len().clamp(1, self.held_blocks_max.load(Relaxed)) as u32;
         let _held = self.held_blocks.acquire_many(want).await.ok(); // never closed
+                                                                    // Blocks being fetched or written when the read was planned may have landed on disk
+                                                                    // while it waited: their small pieces are read from the files, not whole.
+        let (mut out, rest) = Self::pieces_on_disk(cache, path, ranges, version, size).await;
+        if rest.len() == ranges.len() {
+            return self.get_blocks_held(cache, path, shown, ranges, version, expect, blocks).await;
+        }
+        let rest_ranges: Vec<Range<u64>> = rest.iter().map(|&i| ranges[i].clone()).collect();
+        let mut blocks: Vec<u64> =
+            rest_ranges.iter().filter(|r| r.end > r.start).flat_map(|r| r.start / bs..=(r.end - 1) / bs).collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        let got = self.get_blocks_held(cache, path, shown, &rest_ranges, version, expect, blocks).await?;
+        Ok(fill(&mut out, rest, got))
+    }
+
+    /// [`get_blocks`](Self::get_blocks) of `ranges`, whose `blocks` (sorted, each once) the
+    /// read now holds the bound's permits for.
+    #[allow(clippy::too_many_arguments)]
+    async fn get_blocks_held(
+        &self,
+        cache: &BlockCache,
+        path: &ObjPath,
+        shown: &str,
+        ranges: &[Range<u64>],
+        version: &str,
+        expect: &Expect,
+        blocks: Vec<u64>,
+    ) -> Result<Vec<Bytes>> {
+        let size = expect.size;
+        let bs = cache.block_for_read();
         let key = |b: u64| crate::cache::block_key(path.as_ref(), version, bs, b);
         // Adjacent blocks missing together are one request (cut into blocks for the cache),
         // not one request each: a cold batch costs as many requests as without a cache. Blocks
@@ -423,6 +461,15 @@ impl RemoteReader {
             })
             .collect())
     }
+}
+
+/// `out` (by range, `None` where not read yet) with `got`, the reads of ranges `rest`, put in
+/// their places.
+fn fill(out: &mut [Option<Bytes>], rest: Vec<usize>, got: Vec<Bytes>) -> Vec<Bytes> {
+    for (i, b) in rest.into_iter().zip(got) {
+        out[i] = Some(b);
+    }
+    out.iter_mut().map(|b| b.take().unwrap_or_default()).collect()
 }
 
 /// Bytes of each block of `block` bytes that `ranges` take (overlaps counted twice: an
