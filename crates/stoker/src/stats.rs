@@ -37,7 +37,8 @@ pub struct IoCounters {
     pub cache_misses: u64,
     /// Misses served by the disk cache.
     pub disk_hits: u64,
-    /// Of those, blocks read straight from their files into batches (the hit path).
+    /// Of those, blocks read straight from their files: into batches (the hit path), or for
+    /// the small pieces of them a read needs.
     pub disk_direct: u64,
     /// Disk cache blocks that failed verification: dropped and fetched again, never served.
     pub cache_corrupt: u64,

@@ -13,7 +13,8 @@ pub struct CacheCounters {
     pub(crate) evictions: AtomicU64,
     /// Misses served from the disk cache.
     pub(crate) disk_hits: AtomicU64,
-    /// Of those, blocks the hit path read straight from their files into batches.
+    /// Of those, blocks read straight from their files: by the hit path into batches, or for
+    /// the small pieces of them a read needs.
     pub(crate) disk_direct: AtomicU64,
     /// Blocks written to the disk cache.
     pub(crate) disk_writes: AtomicU64,
@@ -48,7 +49,8 @@ pub struct CacheSnapshot {
     pub evictions: u64,
     /// Misses served from the disk cache.
     pub disk_hits: u64,
-    /// Of those, blocks the hit path read straight from their files into batches.
+    /// Of those, blocks read straight from their files: by the hit path into batches, or for
+    /// the small pieces of them a read needs.
     pub disk_direct: u64,
     /// Blocks written to the disk cache.
     pub disk_writes: u64,

@@ -6,7 +6,9 @@
 //! fetched in runs of adjacent missing ones, cached in memory and on disk. When the reader's
 //! plan says a missing block will not be read enough while cached to pay for fetching all of
 //! it (a 64 KiB sample of a 1 MiB block in a per-sample shuffle over more data than the
-//! cache holds), the range that needs it is fetched as asked instead, around the cache.
+//! cache holds), the range that needs it is fetched as asked instead, around the cache. A
+//! range that needs a small part of blocks only on disk is read from their files, the chunks
+//! it touches verified, not by reading whole blocks.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -210,7 +212,22 @@ impl RemoteReader {
                     && (r.start / bs..=(r.end - 1) / bs)
                         .all(|b| 2 * need.get(&b).copied().unwrap_or(0) < block_len(b) && cache.on_disk_only(key(b)))
             };
-            (0..ranges.len()).filter(|&i| small_on_disk(&ranges[i])).collect()
+            let mut pieces: Vec<usize> = (0..ranges.len()).filter(|&i| small_on_disk(&ranges[i])).collect();
+            // Decided per block: a block that another range of this read takes whole (it
+            // crosses into a block missing or needed mostly) is left to that read, not read
+            // twice. Leaving a range out may so leave out others: until none changes.
+            loop {
+                let kept: std::collections::HashSet<usize> = pieces.iter().copied().collect();
+                let whole: std::collections::HashSet<u64> = (0..ranges.len())
+                    .filter(|i| !kept.contains(i) && ranges[*i].end > ranges[*i].start)
+                    .flat_map(|i| ranges[i].start / bs..=(ranges[i].end - 1) / bs)
+                    .collect();
+                let before = pieces.len();
+                pieces.retain(|&i| (ranges[i].start / bs..=(ranges[i].end - 1) / bs).all(|b| !whole.contains(&b)));
+                if pieces.len() == before {
+                    break pieces;
+                }
+            }
         } else {
             Vec::new()
         };
@@ -305,9 +322,10 @@ impl RemoteReader {
         // Reads wait their turn rather than hold more blocks than the bound at once; a read
         // needing more than the bound takes all of it and goes alone.
         let want = blocks.len().clamp(1, self.held_blocks_max.load(Relaxed)) as u32;
-        let _held = self.held_blocks.acquire_many(want).await.ok(); // never closed
-                                                                    // Blocks being fetched or written when the read was planned may have landed on disk
-                                                                    // while it waited: their small pieces are read from the files, not whole.
+        // Never closed.
+        let _held = self.held_blocks.acquire_many(want).await.ok();
+        // Blocks being fetched or written when the read was planned may have landed on disk
+        // while it waited: their small pieces are read from the files, not whole.
         let (mut out, rest) = Self::pieces_on_disk(cache, path, ranges, version, size).await;
         if rest.len() == ranges.len() {
             return self.get_blocks_held(cache, path, shown, ranges, version, expect, blocks).await;
@@ -466,6 +484,7 @@ impl RemoteReader {
 /// `out` (by range, `None` where not read yet) with `got`, the reads of ranges `rest`, put in
 /// their places.
 fn fill(out: &mut [Option<Bytes>], rest: Vec<usize>, got: Vec<Bytes>) -> Vec<Bytes> {
+    debug_assert_eq!(rest.len(), got.len(), "a read answers every range it is asked");
     for (i, b) in rest.into_iter().zip(got) {
         out[i] = Some(b);
     }

@@ -6,7 +6,8 @@
 //! process evicted it) makes the read fail as [`Gone`], and the caller reads the rest the
 //! usual way. So does a block that fails verification (every chunk a read touches is checked
 //! against the block's trailer, [`super::seal`]): it is dropped from the cache, counted, and
-//! the usual way fetches it again.
+//! the usual way fetches it again. The ranged reader uses it too, for pieces of a block only
+//! on disk that a read needs a small part of ([`CachedObject::read_spans`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -106,7 +107,7 @@ impl CachedObject {
     /// chunk by chunk; `None` for a span with a block gone from the cache or refused as
     /// damaged (the caller fetches it the usual way). A read of a 64 KiB sample costs its
     /// chunks, not the 8 MiB block it lies in.
-    pub fn read_spans(&mut self, spans: &[std::ops::Range<u64>]) -> Vec<Option<bytes::Bytes>> {
+    pub(crate) fn read_spans(&mut self, spans: &[std::ops::Range<u64>]) -> Vec<Option<bytes::Bytes>> {
         spans
             .iter()
             .map(|r| {

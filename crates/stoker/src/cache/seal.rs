@@ -61,6 +61,11 @@ impl Trailer {
 
     /// The block's next bytes: whole chunks (a multiple of [`CHUNK`]), but for its end.
     pub(crate) fn add(&mut self, piece: &[u8]) {
+        debug_assert!(
+            self.t.len() as u64 * CHUNK / 8 + piece.len() as u64 == self.len
+                || (piece.len() as u64).is_multiple_of(CHUNK),
+            "a piece before the block's last is whole chunks"
+        );
         for chunk in piece.chunks(CHUNK as usize) {
             self.t.extend_from_slice(&XxHash3_64::oneshot(chunk).to_le_bytes());
         }

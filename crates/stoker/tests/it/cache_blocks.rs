@@ -158,3 +158,28 @@ async fn samples_of_blocks_on_disk_are_read_alone_beside_ones_fetched() {
     assert!(after.remote_requests > before.remote_requests, "shard 1 was fetched");
     server.shutdown().await;
 }
+
+/// A block on disk that one range of a read needs a small piece of, and another range takes
+/// whole (it crosses into a missing block), is read once, whole, not once each way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_block_that_a_read_takes_whole_is_not_also_read_in_pieces() {
+    let root = tempfile::tempdir().unwrap();
+    // Members of 512 + 100,352 bytes: sample 83 runs across the first 8 MiB block's end.
+    let (samples, _) = bin_shards(&root.path().join("data/tar"), 1, PER, 100_000);
+    let server = serve(root.path()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let extra =
+        format!("&hedge_ms=0&disk_cache_dir={}&disk_cache_bytes=67108864&cache_block=8388608", cache.path().display());
+    let src: Arc<DynSampleSource> = open(&uri(&server.endpoint(), "tar", &extra)).await;
+    // Block 0 into the disk cache (a sample of it fetches it whole).
+    assert_eq!(src.get_many(&[0]).await.unwrap(), samples[..1]);
+    src.flush().await;
+    let before = src.io_counters().unwrap();
+    let got = src.get_many(&[10, 83]).await.unwrap();
+    assert!(got[0] == samples[10] && got[1] == samples[83], "the samples are the shard's");
+    let after = src.io_counters().unwrap();
+    assert_eq!(after.disk_hits - before.disk_hits, 1, "block 0 read once: {after:?}");
+    assert_eq!(after.disk_direct - before.disk_direct, 0, "and whole, for sample 83: {after:?}");
+    assert_eq!(after.remote_requests - before.remote_requests, 1, "block 1 fetched: {after:?}");
+    server.shutdown().await;
+}
