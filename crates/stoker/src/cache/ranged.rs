@@ -166,7 +166,8 @@ impl RemoteReader {
     /// keyed in the cache as `version`), through the block cache when there is one: whole
     /// aligned blocks are fetched, cached, and the asked ranges cut from them, unless the
     /// reader's plan says a block is not worth fetching whole (then the ranges needing it are
-    /// fetched as asked). A replaced object fails with a clear error instead of yielding its
+    /// fetched as asked). Small pieces of blocks only on disk are read from their files
+    /// (`pieces_on_disk`). A replaced object fails with a clear error instead of yielding its
     /// new bytes at the old offsets.
     pub async fn get_ranges_cached(
         &self,
@@ -178,11 +179,49 @@ impl RemoteReader {
     ) -> Result<Vec<Bytes>> {
         let Some(cache) = &self.cache else { return self.get_ranges(path, shown, ranges, Some(expect)).await };
         let (mut out, rest) = Self::pieces_on_disk(cache, path, ranges, version, expect.size).await;
-        if rest.len() == ranges.len() {
-            return self.get_ranges_fetched(cache, path, shown, ranges, version, expect).await;
+        // The rest are fetched, or cut from whole cached blocks.
+        let ranges: &[Range<u64>] = &rest.iter().map(|&i| ranges[i].clone()).collect::<Vec<_>>();
+        let bs = cache.block_for_read();
+        let key = |b: u64| crate::cache::block_key(path.as_ref(), version, bs, b);
+        // Bytes of each block the ranges need, for the missing blocks' worth.
+        let need = bytes_per_block(ranges, bs);
+        let block_len = |b: u64| bs.min(expect.size.saturating_sub(b * bs));
+        let pieces: std::collections::HashSet<u64> = need
+            .iter()
+            .filter(|&(&b, &piece)| {
+                let len = block_len(b);
+                // A block a read needs most of is fetched whole anyway.
+                2 * piece < len && !cache.contains(key(b)) && !cache.worth_fetching_whole(key(b), len, piece)
+            })
+            .map(|(&b, _)| b)
+            .collect();
+        if pieces.is_empty() {
+            let got = self.get_blocks(cache, path, shown, ranges, version, expect).await?;
+            return Ok(fill(&mut out, rest, got));
         }
-        let rest_ranges: Vec<Range<u64>> = rest.iter().map(|&i| ranges[i].clone()).collect();
-        let got = self.get_ranges_fetched(cache, path, shown, &rest_ranges, version, expect).await?;
+        // A range goes around the cache when it needs a block not worth fetching whole and
+        // its blocks would cost more than twice the range (a small piece of big blocks); a
+        // range mostly made of whole blocks is read through them (a sample's edge blocks).
+        let as_asked = |r: &Range<u64>| {
+            if r.end <= r.start {
+                return false;
+            }
+            let blocks = r.start / bs..=(r.end - 1) / bs;
+            let missing: u64 = blocks.clone().filter(|&b| !cache.contains(key(b))).map(block_len).sum();
+            blocks.clone().any(|b| pieces.contains(&b)) && missing > 2 * (r.end - r.start)
+        };
+        let (direct, blocked): (Vec<usize>, Vec<usize>) = (0..ranges.len()).partition(|&i| as_asked(&ranges[i]));
+        let direct_ranges: Vec<Range<u64>> = direct.iter().map(|&i| ranges[i].clone()).collect();
+        let blocked_ranges: Vec<Range<u64>> = blocked.iter().map(|&i| ranges[i].clone()).collect();
+        let (got_direct, got_blocked) = futures::future::try_join(
+            self.get_ranges(path, shown, &direct_ranges, Some(expect)),
+            self.get_blocks(cache, path, shown, &blocked_ranges, version, expect),
+        )
+        .await?;
+        let mut got = vec![Bytes::new(); ranges.len()];
+        for (i, b) in direct.into_iter().zip(got_direct).chain(blocked.into_iter().zip(got_blocked)) {
+            got[i] = b;
+        }
         Ok(fill(&mut out, rest, got))
     }
 
@@ -247,61 +286,6 @@ impl RemoteReader {
         (out, rest)
     }
 
-    /// [`get_ranges_cached`](Self::get_ranges_cached) of ranges to fetch, or to cut from
-    /// whole cached blocks.
-    async fn get_ranges_fetched(
-        &self,
-        cache: &BlockCache,
-        path: &ObjPath,
-        shown: &str,
-        ranges: &[Range<u64>],
-        version: &str,
-        expect: &Expect,
-    ) -> Result<Vec<Bytes>> {
-        let size = expect.size;
-        let bs = cache.block_for_read();
-        let key = |b: u64| crate::cache::block_key(path.as_ref(), version, bs, b);
-        // Bytes of each block the ranges need, for the missing blocks' worth.
-        let need = bytes_per_block(ranges, bs);
-        let block_len = |b: u64| bs.min(size.saturating_sub(b * bs));
-        let pieces: std::collections::HashSet<u64> = need
-            .iter()
-            .filter(|&(&b, &piece)| {
-                let len = block_len(b);
-                // A block a read needs most of is fetched whole anyway.
-                2 * piece < len && !cache.contains(key(b)) && !cache.worth_fetching_whole(key(b), len, piece)
-            })
-            .map(|(&b, _)| b)
-            .collect();
-        if pieces.is_empty() {
-            return self.get_blocks(cache, path, shown, ranges, version, expect).await;
-        }
-        // A range goes around the cache when it needs a block not worth fetching whole and
-        // its blocks would cost more than twice the range (a small piece of big blocks); a
-        // range mostly made of whole blocks is read through them (a sample's edge blocks).
-        let as_asked = |r: &Range<u64>| {
-            if r.end <= r.start {
-                return false;
-            }
-            let blocks = r.start / bs..=(r.end - 1) / bs;
-            let missing: u64 = blocks.clone().filter(|&b| !cache.contains(key(b))).map(block_len).sum();
-            blocks.clone().any(|b| pieces.contains(&b)) && missing > 2 * (r.end - r.start)
-        };
-        let (direct, blocked): (Vec<usize>, Vec<usize>) = (0..ranges.len()).partition(|&i| as_asked(&ranges[i]));
-        let direct_ranges: Vec<Range<u64>> = direct.iter().map(|&i| ranges[i].clone()).collect();
-        let blocked_ranges: Vec<Range<u64>> = blocked.iter().map(|&i| ranges[i].clone()).collect();
-        let (got_direct, got_blocked) = futures::future::try_join(
-            self.get_ranges(path, shown, &direct_ranges, Some(expect)),
-            self.get_blocks(cache, path, shown, &blocked_ranges, version, expect),
-        )
-        .await?;
-        let mut out = vec![Bytes::new(); ranges.len()];
-        for (i, b) in direct.into_iter().zip(got_direct).chain(blocked.into_iter().zip(got_blocked)) {
-            out[i] = b;
-        }
-        Ok(out)
-    }
-
     /// `ranges` through the block cache: whole aligned blocks fetched, cached, and the
     /// ranges cut from them.
     async fn get_blocks(
@@ -315,10 +299,7 @@ impl RemoteReader {
     ) -> Result<Vec<Bytes>> {
         let size = expect.size;
         let bs = cache.block_for_read();
-        let mut blocks: Vec<u64> =
-            ranges.iter().filter(|r| r.end > r.start).flat_map(|r| r.start / bs..=(r.end - 1) / bs).collect();
-        blocks.sort_unstable();
-        blocks.dedup();
+        let blocks = blocks_of(ranges, bs);
         // Reads wait their turn rather than hold more blocks than the bound at once; a read
         // needing more than the bound takes all of it and goes alone.
         let want = blocks.len().clamp(1, self.held_blocks_max.load(Relaxed)) as u32;
@@ -327,33 +308,8 @@ impl RemoteReader {
         // Blocks being fetched or written when the read was planned may have landed on disk
         // while it waited: their small pieces are read from the files, not whole.
         let (mut out, rest) = Self::pieces_on_disk(cache, path, ranges, version, size).await;
-        if rest.len() == ranges.len() {
-            return self.get_blocks_held(cache, path, shown, ranges, version, expect, blocks).await;
-        }
-        let rest_ranges: Vec<Range<u64>> = rest.iter().map(|&i| ranges[i].clone()).collect();
-        let mut blocks: Vec<u64> =
-            rest_ranges.iter().filter(|r| r.end > r.start).flat_map(|r| r.start / bs..=(r.end - 1) / bs).collect();
-        blocks.sort_unstable();
-        blocks.dedup();
-        let got = self.get_blocks_held(cache, path, shown, &rest_ranges, version, expect, blocks).await?;
-        Ok(fill(&mut out, rest, got))
-    }
-
-    /// [`get_blocks`](Self::get_blocks) of `ranges`, whose `blocks` (sorted, each once) the
-    /// read now holds the bound's permits for.
-    #[allow(clippy::too_many_arguments)]
-    async fn get_blocks_held(
-        &self,
-        cache: &BlockCache,
-        path: &ObjPath,
-        shown: &str,
-        ranges: &[Range<u64>],
-        version: &str,
-        expect: &Expect,
-        blocks: Vec<u64>,
-    ) -> Result<Vec<Bytes>> {
-        let size = expect.size;
-        let bs = cache.block_for_read();
+        let ranges: &[Range<u64>] = &rest.iter().map(|&i| ranges[i].clone()).collect::<Vec<_>>();
+        let blocks = blocks_of(ranges, bs);
         let key = |b: u64| crate::cache::block_key(path.as_ref(), version, bs, b);
         // Adjacent blocks missing together are one request (cut into blocks for the cache),
         // not one request each: a cold batch costs as many requests as without a cache. Blocks
@@ -448,7 +404,7 @@ impl RemoteReader {
                 })
                 .then_some(data)
         };
-        Ok(ranges
+        let got = ranges
             .iter()
             .map(|r| {
                 if r.end <= r.start {
@@ -477,8 +433,18 @@ impl RemoteReader {
                     cut_parts(&fetched[index(first)..=index(last)], bs as usize, cut)
                 }
             })
-            .collect())
+            .collect();
+        Ok(fill(&mut out, rest, got))
     }
+}
+
+/// The blocks of `block` bytes that `ranges` touch, sorted, each once.
+fn blocks_of(ranges: &[Range<u64>], block: u64) -> Vec<u64> {
+    let mut blocks: Vec<u64> =
+        ranges.iter().filter(|r| r.end > r.start).flat_map(|r| r.start / block..=(r.end - 1) / block).collect();
+    blocks.sort_unstable();
+    blocks.dedup();
+    blocks
 }
 
 /// `out` (by range, `None` where not read yet) with `got`, the reads of ranges `rest`, put in
