@@ -41,6 +41,8 @@ pub struct CachedObject {
     block: u64,
     /// Block files opened so far (their trailers verified).
     open: HashMap<u64, Arc<BlockFile>>,
+    /// Blocks counted as disk hits (the first read of each that verified).
+    counted: std::collections::HashSet<u64>,
 }
 
 impl std::fmt::Debug for CachedObject {
@@ -76,6 +78,7 @@ impl BlockCache {
             size,
             block: self.block_for_read(),
             open: HashMap::new(),
+            counted: std::collections::HashSet::new(),
         })
     }
 }
@@ -96,9 +99,24 @@ impl CachedObject {
                 let key = block_key(&self.object, &self.version, self.block, b);
                 self.disk.refuse(key, super::seal::Refused::Damaged);
                 self.open.remove(&b);
+                self.counted.remove(&b);
                 return Err(gone());
             }
             done += n;
+        }
+        // Counted once served: a read that fails here is read again the usual way, which
+        // counts it there.
+        if !dst.is_empty() {
+            for b in at / self.block..=(at + dst.len() as u64 - 1) / self.block {
+                if self.counted.insert(b) {
+                    // A disk hit like any other: counted, and it serves its planned use.
+                    let want = self.block.min(self.size.saturating_sub(b * self.block));
+                    self.disk.used(block_key(&self.object, &self.version, self.block, b), want);
+                    self.counters.misses.fetch_add(1, Relaxed);
+                    self.counters.disk_hits.fetch_add(1, Relaxed);
+                    self.counters.disk_direct.fetch_add(1, Relaxed);
+                }
+            }
         }
         Ok(())
     }
@@ -127,11 +145,6 @@ impl CachedObject {
             let want = self.block.min(self.size.saturating_sub(b * self.block));
             let key = block_key(&self.object, &self.version, self.block, b);
             let file = self.disk.open_block(key, want).ok_or_else(gone)?;
-            // A disk hit like any other: counted, and it serves its planned use.
-            self.disk.used(key, want);
-            self.counters.misses.fetch_add(1, Relaxed);
-            self.counters.disk_hits.fetch_add(1, Relaxed);
-            self.counters.disk_direct.fetch_add(1, Relaxed);
             self.open.insert(b, file);
         }
         Ok(&self.open[&b])

@@ -159,21 +159,29 @@ async fn samples_of_blocks_on_disk_are_read_alone_beside_ones_fetched() {
     server.shutdown().await;
 }
 
-/// A block on disk that one range of a read needs a small piece of, and another range takes
-/// whole (it crosses into a missing block), is read once, whole, not once each way.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cached_block_that_a_read_takes_whole_is_not_also_read_in_pieces() {
+/// One shard of members of 512 + 100,352 bytes (sample 83 runs across the first 8 MiB
+/// block's end) on the embedded S3 server, read through a fresh disk cache of 8 MiB blocks
+/// that holds block 0 alone (a sample of it fetched it whole): the data's directory, the
+/// server, the cache's directory, the source and the samples.
+async fn block_0_cached(
+) -> (tempfile::TempDir, stoker_testkit::ServerHandle, tempfile::TempDir, Arc<DynSampleSource>, Vec<stoker::Sample>) {
     let root = tempfile::tempdir().unwrap();
-    // Members of 512 + 100,352 bytes: sample 83 runs across the first 8 MiB block's end.
     let (samples, _) = bin_shards(&root.path().join("data/tar"), 1, PER, 100_000);
     let server = serve(root.path()).await;
     let cache = tempfile::tempdir().unwrap();
     let extra =
         format!("&hedge_ms=0&disk_cache_dir={}&disk_cache_bytes=67108864&cache_block=8388608", cache.path().display());
     let src: Arc<DynSampleSource> = open(&uri(&server.endpoint(), "tar", &extra)).await;
-    // Block 0 into the disk cache (a sample of it fetches it whole).
     assert_eq!(src.get_many(&[0]).await.unwrap(), samples[..1]);
     src.flush().await;
+    (root, server, cache, src, samples)
+}
+
+/// A block on disk that one range of a read needs a small piece of, and another range takes
+/// whole (it crosses into a missing block), is read once, whole, not once each way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_block_that_a_read_takes_whole_is_not_also_read_in_pieces() {
+    let (_root, server, _cache, src, samples) = block_0_cached().await;
     let before = src.io_counters().unwrap();
     let got = src.get_many(&[10, 83]).await.unwrap();
     assert!(got[0] == samples[10] && got[1] == samples[83], "the samples are the shard's");
@@ -182,4 +190,37 @@ async fn a_cached_block_that_a_read_takes_whole_is_not_also_read_in_pieces() {
     assert_eq!(after.disk_direct - before.disk_direct, 0, "and whole, for sample 83: {after:?}");
     assert_eq!(after.remote_requests - before.remote_requests, 1, "block 1 fetched: {after:?}");
     server.shutdown().await;
+}
+
+/// A sample's piece of a cached block that fails verification is fetched again and counted
+/// as what it was: damage, not a disk hit as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_piece_of_a_cached_block_is_fetched_again_and_not_counted_a_hit() {
+    let (_root, server, cache, src, samples) = block_0_cached().await;
+    // Sample 10's payload starts at 10 x 100,864 + 512 bytes: flip a byte inside it.
+    let files: Vec<_> = walk(cache.path()).into_iter().filter(|p| p.extension().is_some_and(|e| e == "blk")).collect();
+    assert_eq!(files.len(), 1, "block 0 alone is cached: {files:?}");
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    bytes[1_050_000] ^= 0x10;
+    std::fs::write(&files[0], bytes).unwrap();
+    let before = src.io_counters().unwrap();
+    // With a sample of the uncached block 1, the batch takes the store's path.
+    let got = src.get_many(&[10, PER - 1]).await.unwrap();
+    assert!(got[0] == samples[10] && got[1] == samples[PER - 1], "the samples are the shard's");
+    let after = src.io_counters().unwrap();
+    assert_eq!(after.cache_corrupt - before.cache_corrupt, 1, "{after:?}");
+    assert_eq!(after.disk_hits - before.disk_hits, 0, "the damaged block served nothing: {after:?}");
+    server.shutdown().await;
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
 }
