@@ -249,7 +249,7 @@ impl RemoteReader {
             let small_on_disk = |r: &Range<u64>| {
                 r.end > r.start
                     && (r.start / bs..=(r.end - 1) / bs)
-                        .all(|b| 2 * need.get(&b).copied().unwrap_or(0) < block_len(b) && cache.on_disk_only(key(b)))
+                        .all(|b| 2 * need.get(&b).copied().unwrap_or(0) < block_len(b) && cache.on_disk_written(key(b)))
             };
             let mut pieces: Vec<usize> = (0..ranges.len()).filter(|&i| small_on_disk(&ranges[i])).collect();
             // Decided per block: a block that another range of this read takes whole (it
@@ -303,11 +303,19 @@ impl RemoteReader {
         // Reads wait their turn rather than hold more blocks than the bound at once; a read
         // needing more than the bound takes all of it and goes alone.
         let want = blocks.len().clamp(1, self.held_blocks_max.load(Relaxed)) as u32;
-        // Never closed.
-        let _held = self.held_blocks.acquire_many(want).await.ok();
+        let (_held, waited) = match self.held_blocks.try_acquire_many(want) {
+            Ok(held) => (Some(held), false),
+            // Never closed.
+            Err(_) => (self.held_blocks.acquire_many(want).await.ok(), true),
+        };
         // Blocks being fetched or written when the read was planned may have landed on disk
-        // while it waited: their small pieces are read from the files, not whole.
-        let (mut out, rest) = Self::pieces_on_disk(cache, path, ranges, version, size).await;
+        // while it waited: their small pieces are read from the files, not whole. (A read that
+        // did not wait was just looked at by its caller.)
+        let (mut out, rest) = if waited {
+            Self::pieces_on_disk(cache, path, ranges, version, size).await
+        } else {
+            (vec![None; ranges.len()], (0..ranges.len()).collect())
+        };
         let ranges: &[Range<u64>] = &rest.iter().map(|&i| ranges[i].clone()).collect::<Vec<_>>();
         let blocks = blocks_of(ranges, bs);
         let key = |b: u64| crate::cache::block_key(path.as_ref(), version, bs, b);

@@ -39,10 +39,9 @@ pub struct CachedObject {
     version: String,
     size: u64,
     block: u64,
-    /// Block files opened so far (their trailers verified).
-    open: HashMap<u64, Arc<BlockFile>>,
-    /// Blocks counted as disk hits (the first read of each that verified).
-    counted: std::collections::HashSet<u64>,
+    /// Block files opened so far (their trailers verified), and whether each was counted as
+    /// a disk hit (at its first read that verified).
+    open: HashMap<u64, (Arc<BlockFile>, bool)>,
 }
 
 impl std::fmt::Debug for CachedObject {
@@ -58,13 +57,11 @@ impl BlockCache {
         self.disk.as_ref().is_some_and(|d| d.contains(key))
     }
 
-    /// Whether block `key` is only on disk: not in memory, and not waiting to be written
-    /// (as far as this process knows). A read of a small part of it is then best served by
+    /// Whether block `key` is on disk and not waiting to be written (as far as this process
+    /// knows): without a memory cache, a read of a small part of it is then best served by
     /// [`CachedObject::read_spans`], not by reading the whole block.
-    pub(crate) fn on_disk_only(&self, key: u128) -> bool {
-        self.on_disk(key)
-            && !self.pending.blocks.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key)
-            && !self.mem.lock().unwrap_or_else(|e| e.into_inner()).0.contains(&key)
+    pub(crate) fn on_disk_written(&self, key: u128) -> bool {
+        self.on_disk(key) && !self.pending.blocks.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key)
     }
 
     /// A reader of `object` (at `version`, `size` bytes) from the disk cache's block files;
@@ -78,7 +75,6 @@ impl BlockCache {
             size,
             block: self.block_for_read(),
             open: HashMap::new(),
-            counted: std::collections::HashSet::new(),
         })
     }
 }
@@ -99,7 +95,6 @@ impl CachedObject {
                 let key = block_key(&self.object, &self.version, self.block, b);
                 self.disk.refuse(key, super::seal::Refused::Damaged);
                 self.open.remove(&b);
-                self.counted.remove(&b);
                 return Err(gone());
             }
             done += n;
@@ -108,7 +103,8 @@ impl CachedObject {
         // counts it there.
         if !dst.is_empty() {
             for b in at / self.block..=(at + dst.len() as u64 - 1) / self.block {
-                if self.counted.insert(b) {
+                let counted = self.open.get_mut(&b).map(|(_, c)| std::mem::replace(c, true));
+                if counted == Some(false) {
                     // A disk hit like any other: counted, and it serves its planned use.
                     let want = self.block.min(self.size.saturating_sub(b * self.block));
                     self.disk.used(block_key(&self.object, &self.version, self.block, b), want);
@@ -145,9 +141,9 @@ impl CachedObject {
             let want = self.block.min(self.size.saturating_sub(b * self.block));
             let key = block_key(&self.object, &self.version, self.block, b);
             let file = self.disk.open_block(key, want).ok_or_else(gone)?;
-            self.open.insert(b, file);
+            self.open.insert(b, (file, false));
         }
-        Ok(&self.open[&b])
+        Ok(&self.open[&b].0)
     }
 }
 
