@@ -5,8 +5,6 @@ DataLoader and through stoker.Loader, bytes checked against what the writers rep
 
 import io
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import numpy
@@ -15,18 +13,17 @@ import torch
 from torch.utils.data import DataLoader
 
 import stoker
+import writers
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def writers_python() -> str:
-    return os.environ.get("STOKER_WRITERS_PYTHON") or str(ROOT / ".venv-peers/bin/python")
+writers_python = writers.writers_python
 
 
 def write(script: str, kind: str, out: Path):
     """Run integration/py/SCRIPT KIND OUT; the samples it reports: [(key, {field: bytes})]."""
-    res = subprocess.run([writers_python(), str(ROOT / "integration/py" / script), kind, str(out)],
-                         capture_output=True, text=True, timeout=300)
+    res = writers.run(script, kind, out)
     assert res.returncode == 0, f"{script} {kind} failed (run integration/setup.sh): {res.stderr[-2000:]}"
     return [(s["key"], {n: bytes.fromhex(h) for n, h in s["fields"]}) for s in json.loads(res.stdout)]
 

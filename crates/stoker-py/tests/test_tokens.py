@@ -15,20 +15,16 @@ import pytest
 import torch
 
 import stoker
+import writers
 
 ROOT = Path(__file__).resolve().parents[3]
 EOS = 50256
 
 
-def writers_python() -> str:
-    return os.environ.get("STOKER_WRITERS_PYTHON") or str(ROOT / ".venv-peers/bin/python")
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     out = tmp_path_factory.mktemp("tokens") / "megatron"
-    res = subprocess.run([writers_python(), str(ROOT / "integration/py/write_tokens.py"), "megatron", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    res = writers.run("write_tokens.py", "megatron", str(out))
     assert res.returncode == 0, f"write_tokens.py failed (run integration/setup.sh): {res.stderr[-2000:]}"
     docs = [numpy.frombuffer(bytes.fromhex(s["fields"][0][1]), dtype="<u2").astype(numpy.int64)
             for s in json.loads(res.stdout)]
@@ -164,8 +160,7 @@ def test_bad_input_is_a_clear_error(corpus, tmp_path):
 @pytest.fixture(scope="module")
 def text(tmp_path_factory):
     out = tmp_path_factory.mktemp("text") / "jsonl"
-    res = subprocess.run([writers_python(), str(ROOT / "integration/py/write_text.py"), "jsonl", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    res = writers.run("write_text.py", "jsonl", str(out))
     assert res.returncode == 0, f"write_text.py failed (run integration/setup.sh): {res.stderr[-2000:]}"
     return out, json.loads((out / "tokens.json").read_text())
 
@@ -214,8 +209,7 @@ def test_mds_ndarray_columns_and_litdata_token_chunks_pack_like_any_corpus(kind,
     chunks (read in place): rows are the documents joined."""
     monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / kind
-    res = subprocess.run([writers_python(), str(ROOT / "integration/py/write_tokens.py"), kind, str(out)],
-                         capture_output=True, text=True, timeout=300)
+    res = writers.run("write_tokens.py", kind, str(out))
     assert res.returncode == 0, f"write_tokens.py failed (run integration/setup.sh): {res.stderr[-2000:]}"
     dtype = "<u2" if kind == "mds" else "<i4"
     docs = [numpy.frombuffer(bytes.fromhex(s["fields"][0][1]), dtype=dtype).astype(numpy.int64)
@@ -281,8 +275,7 @@ def test_a_mix_weighted_by_tokens_keeps_its_shares_and_takes_new_weights_at_a_re
     roots = {}
     for kind in ("megatron", "megatron-i32"):
         out = tmp_path / kind
-        res = subprocess.run([writers_python(), str(ROOT / "integration/py/write_tokens.py"), kind, str(out)],
-                             capture_output=True, text=True, timeout=300)
+        res = writers.run("write_tokens.py", kind, str(out))
         assert res.returncode == 0, res.stderr[-2000:]
         roots[kind] = str(out)
     mixed = stoker.mix({roots["megatron"]: 0.7, roots["megatron-i32"]: 0.3}, weight_by="tokens")

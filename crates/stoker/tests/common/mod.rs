@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod s3;
+pub mod writers;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -215,17 +216,14 @@ pub fn copy_tree(from: &Path, to: &Path) {
 }
 
 fn run_script_fixture(py: &Path, script: &str, args: &[&str], out: &Path) -> Vec<Sample> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/py").join(script);
     let kind = args.join(" ");
-    let res = Command::new(py).arg(&script).args(args).arg(out).output().unwrap_or_else(|e| {
-        panic!(
-            "cannot run {}: {e}; run integration/setup.sh (it makes .venv with the Python packages tests need)",
-            py.display()
-        )
-    });
+    let mut argv = args.to_vec();
+    let out = out.display().to_string();
+    argv.push(&out);
+    let res = writers::run_script(py, script, &argv);
     assert!(
-        res.status.success(),
-        "{} {kind} failed: {}\nrun integration/setup.sh to install the Python packages the tests need",
+        res.success(),
+        "{} {script} {kind} failed: {}\nrun integration/setup.sh to install the Python packages the tests need",
         py.display(),
         String::from_utf8_lossy(&res.stderr)
     );

@@ -35,13 +35,9 @@ async fn hdf5_files_of_h5py_pass_conformance_locally_and_over_s3() {
 
 /// Where the chunks of `dataset` lie in `file`: (byte offset, stored size), from h5py.
 fn chunks(file: &Path, dataset: &str) -> Vec<(usize, usize)> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/py/write_hdf5.py");
-    let out = std::process::Command::new(writers_python())
-        .arg(script)
-        .args(["chunks", file.to_str().unwrap(), dataset])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out =
+        common::writers::run_script(&writers_python(), "write_hdf5.py", &["chunks", file.to_str().unwrap(), dataset]);
+    assert!(out.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
