@@ -26,9 +26,15 @@ impl BatchBuilder {
 
     /// Start the next sample: its source index and key.
     pub fn begin(&mut self, index: u64, key: &str) {
+        self.begin_with(index, |keys| keys.push_str(key));
+    }
+
+    /// Like [`begin`](Self::begin), the key appended to the batch's keys by `key` (a key
+    /// made per row, such as a token sequence's number, needs no string of its own).
+    pub fn begin_with(&mut self, index: u64, key: impl FnOnce(&mut String)) {
         self.close_row();
         self.shell.indices.push(index);
-        self.shell.keys.push_str(key);
+        key(&mut self.shell.keys);
         self.shell.key_ends.push(self.shell.keys.len());
         self.open = true;
     }
