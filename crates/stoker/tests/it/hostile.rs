@@ -151,9 +151,15 @@ fn walk_sizes(p: &Path) -> u64 {
     }
 }
 
+/// Rows of the dictionary bomb: 1 GiB decoded, 16 times the 64 MiB budget its reads get and 4
+/// times the memory a hostile case may add, so a read that expands it is caught either way.
+/// (The writer hashes each row's 512 KiB entry, at opt-level 0 in the tests: 10,000 rows, 5 GB,
+/// took 16 s of CPU over the four bombs written.)
+const BOMB_ROWS: usize = 2_048;
+
 /// A Parquet dictionary bomb, written by the Rust writer (the corpus script has only the
-/// standard library) into `dir/name/bomb.parquet`: one 512 KiB entry that 10,000 rows refer
-/// to, a file of a few KB that decodes to 5 GB. With `arrow_schema` the file's Arrow schema
+/// standard library) into `dir/name/bomb.parquet`: one 512 KiB entry that [`BOMB_ROWS`] rows
+/// refer to, a file of a few KB that decodes to 1 GiB. With `arrow_schema` the file's Arrow schema
 /// says the column is a dictionary (as pandas categoricals are written); without, it is a
 /// plain binary column whose pages happen to be dictionary-encoded.
 fn write_dictionary_bomb(dir: &Path, name: &str, arrow_schema: bool, text: bool) -> std::path::PathBuf {
@@ -165,7 +171,7 @@ fn write_dictionary_bomb(dir: &Path, name: &str, arrow_schema: bool, text: bool)
     std::fs::create_dir_all(dir.join(name)).unwrap();
     let path = dir.join(name).join("bomb.parquet");
     let value = vec![0u8; 512 << 10];
-    let keys = Int32Array::from(vec![0; 10_000]);
+    let keys = Int32Array::from(vec![0; BOMB_ROWS]);
     let entries: ArrayRef = match text {
         true => std::sync::Arc::new(StringArray::from(vec![std::str::from_utf8(&value).unwrap()])),
         false => std::sync::Arc::new(BinaryArray::from(vec![&value[..]])),
@@ -193,7 +199,7 @@ fn parquet_dictionary_bomb(data: &Path) -> (String, String, String, String) {
 
 /// The dictionary bomb of a text column the file's Arrow schema keeps as a dictionary: read
 /// (the first rows) at the default budget, its rows sharing the entry. Each row was a copy of
-/// it, and a group was copied whole to be spilled: 5 GB.
+/// it, and a group was copied whole to be spilled: 1 GiB here.
 fn parquet_dictionary_text(data: &Path) -> (String, String, String, String) {
     let name = "parquet_dictionary_text";
     write_dictionary_bomb(data, name, true, true);
@@ -201,14 +207,14 @@ fn parquet_dictionary_text(data: &Path) -> (String, String, String, String) {
 }
 
 /// A column the file's Arrow schema keeps as a dictionary reads as its entries, shared: every
-/// row of the 5 GB the bomb decodes to is there, within a budget of 64 MiB. The same pages
+/// row of the 1 GiB the bomb decodes to is there, within a budget of 64 MiB. The same pages
 /// read as plain binary are cut into batches the budget holds, and refused where it ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dictionary_columns_read_their_entries_and_never_expand_past_the_budget() {
     let dir = tempfile::tempdir().unwrap();
     let kept = write_dictionary_bomb(dir.path(), "kept", true, false);
     let src = open(&format!("{}?decoded_bytes=67108864", kept.display())).await;
-    assert_eq!(src.len(), 10_000);
+    assert_eq!(src.len(), BOMB_ROWS);
     let all: Vec<usize> = (0..src.len()).step_by(97).collect();
     for s in src.get_many(&all).await.unwrap() {
         let label = s.field("label").unwrap();
