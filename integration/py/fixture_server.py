@@ -10,9 +10,9 @@ own stdout, stderr and working directory), so no script sees another's state.
 
 With ``--preload`` it imports those packages first (the writers' venv); without, nothing (a
 venv without them, whose scripts are light). Protocol, over this process's stdin and stdout:
-it prints ``ready`` once its imports are done; then, for each request line (a JSON object: ``{"argv": [script, args...], "cwd": dir}``), it
-answers ``RC STDOUT_BYTES STDERR_BYTES`` on a line, followed by the child's stdout and stderr
-bytes. EOF on stdin ends it. Clients: ``crates/stoker/tests/common/writers.rs`` and
+it prints ``ready`` once its imports are done; then, for each request line (a JSON object:
+``{"argv": [script, args...], "cwd": dir}``), it answers ``RC STDOUT_BYTES STDERR_BYTES`` on a
+line, followed by the child's stdout and stderr bytes. EOF on stdin ends it. Clients: ``crates/stoker/tests/common/writers.rs`` and
 ``crates/stoker-py/tests/writers.py``.
 """
 import importlib
@@ -76,7 +76,7 @@ def main():
     reply.flush()
     for line in sys.stdin.buffer:
         req = json.loads(line)
-        rc, out, err = run(req["argv"], req.get("cwd") or os.getcwd())
+        rc, out, err = run(req["argv"], req["cwd"])
         reply.write(b"%d %d %d\n" % (rc, len(out), len(err)) + out + err)
         reply.flush()
 

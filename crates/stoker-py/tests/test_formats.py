@@ -18,9 +18,6 @@ import writers
 ROOT = Path(__file__).resolve().parents[3]
 
 
-writers_python = writers.writers_python
-
-
 def write(script: str, kind: str, out: Path):
     """Run integration/py/SCRIPT KIND OUT; the samples it reports: [(key, {field: bytes})]."""
     res = writers.run(script, kind, out)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import stoker
-from test_formats import ROOT, writers_python
+from test_formats import ROOT
+from writers import writers_python
 
 
 def peers_env(tmp_path, extra=()):

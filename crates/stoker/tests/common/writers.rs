@@ -38,7 +38,7 @@ struct Server {
 static IDLE: Mutex<Vec<Server>> = Mutex::new(Vec::new());
 
 /// The folder of the scripts.
-pub fn scripts_dir() -> PathBuf {
+fn scripts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/py")
 }
 
