@@ -9,7 +9,10 @@
 //! ready, then reads as usual (served from the held bytes); once every batch of a window has
 //! been fetched, the window's bytes are released. The driver holds at most [`HELD`] windows
 //! and reads the next one early only while both fit in the loader's `max_bytes_in_flight`,
-//! so memory stays near two windows of shards however long the epoch.
+//! so memory stays near two windows of shards however long the epoch. One exception: a batch
+//! that straddles windows holds the earlier ones until it is fetched, so when one waits for
+//! the next window, that window is read whatever is held (waiting for a release would wait
+//! for ever: a budget under two windows hung the epoch at its first straddling batch).
 //!
 //! A failed read-ahead is not an error: the batches of that window read their samples
 //! directly, through the loader's error policy, as without read-ahead.
@@ -17,7 +20,7 @@
 //! [`SampleSource::read_ahead`]: crate::source::SampleSource::read_ahead
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{watch, Notify};
@@ -46,8 +49,11 @@ struct Held {
     windows: Mutex<Vec<Option<ReadAhead>>>,
     /// Per window: batches drawing from it not yet fetched.
     remaining: Vec<AtomicU64>,
-    /// Signalled when a window is released.
+    /// Signalled when a window is released, or a batch across windows starts waiting.
     released: Notify,
+    /// The most windows a batch across windows waits to see read: the driver reads up to
+    /// there whatever it holds, as the windows that batch holds go only once it is fetched.
+    straddling: AtomicUsize,
 }
 
 impl WindowAhead {
@@ -75,6 +81,7 @@ impl WindowAhead {
             windows: Mutex::new(windows.iter().map(|_| None).collect()),
             remaining,
             released: Notify::new(),
+            straddling: AtomicUsize::new(0),
         });
         let (tx, ready) = watch::channel(0);
         let driver = drive(source.clone(), sampler.clone(), windows.clone(), state.clone(), tx, max_bytes);
@@ -96,6 +103,11 @@ impl WindowAhead {
             return; // padding only
         }
         let need = windows.end;
+        if windows.len() > 1 {
+            // Stored before the wake-up, which the driver's next look at `straddling` follows.
+            self.state.straddling.fetch_max(need, Relaxed);
+            self.state.released.notify_one();
+        }
         let mut ready = self.ready.clone();
         // An error means the driver is gone: the batch reads directly.
         let _ = ready.wait_for(|&r| r >= need).await;
@@ -114,7 +126,8 @@ impl WindowAhead {
 }
 
 /// Read the windows ahead one after the other, each once at most [`HELD`] - 1 others are
-/// held and, if one is, the bytes of both are expected to fit in `max_bytes`.
+/// held and, if one is, the bytes of both are expected to fit in `max_bytes`; or at once when
+/// a batch across windows waits for it.
 async fn drive(
     source: Arc<DynSampleSource>,
     sampler: Arc<Sampler>,
@@ -133,7 +146,8 @@ async fn drive(
                 let held = all.iter().flatten();
                 (held.clone().count(), held.map(ReadAhead::bytes).sum::<u64>())
             };
-            if held == 0 || (held < HELD && bytes + largest <= max_bytes) {
+            let needed = state.straddling.load(Relaxed) > w;
+            if held == 0 || needed || (held < HELD && bytes + largest <= max_bytes) {
                 break;
             }
             released.await;

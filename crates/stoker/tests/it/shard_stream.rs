@@ -161,6 +161,30 @@ async fn shard_shuffle_over_s3_resumes_mid_epoch_and_partitions_ranks() {
     s.server.shutdown().await;
 }
 
+/// A batch that straddles two windows needs both read ahead, and holds the first until it is
+/// fetched: with a budget too small for two windows (here 1 byte: one batch and one window at
+/// a time), the next window is read anyway rather than wait for a release that never comes.
+/// Batches of 7 against windows of 60 samples straddle at most window ends. An epoch that
+/// hung here would fail at the timeout, not stall the suite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_across_two_windows_is_served_however_small_the_budget() {
+    let s = served(FaultPatch::default()).await;
+    let src = source(&s).await;
+    // A budget of one and a half windows of shards: one window fits, two do not.
+    let shard = std::fs::metadata(s._root.path().join("data/tar/shard-0000.tar")).unwrap().len();
+    for (batch, budget) in [(7, 1), (7, shard * WINDOW as u64 * 3 / 2), (61, 1), (130, 1)] {
+        let mut cfg = shard_shuffle(batch, 4);
+        cfg.max_bytes_in_flight = budget;
+        let loader = Loader::new(src.clone(), cfg).unwrap();
+        let got = tokio::time::timeout(std::time::Duration::from_secs(60), epoch(&loader, 1, &s.samples, usize::MAX))
+            .await
+            .unwrap_or_else(|_| panic!("batches of {batch} with a budget of {budget} B: the epoch hung"));
+        assert_eq!(got, loader.sampler(1).unwrap().iter().collect::<Vec<_>>(), "batches of {batch}");
+    }
+    s.proxy.shutdown().await;
+    s.server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shard_shuffle_epochs_survive_503s_and_resets_with_the_right_bytes() {
     let faults = FaultPatch { slowdown: Some(0.2), reset: Some(0.05), seed: Some(11), ..Default::default() };
