@@ -654,7 +654,8 @@ class Loader:
     together, reading each window's shards ahead with a few large requests, in the order the
     epoch visits them. It streams a remote dataset at the link's speed, at the cost of less
     mixing: a batch draws from ``shuffle_window`` shards. Up to two windows of shards are held
-    in memory (the next one is read early only while both fit in ``max_bytes_in_flight``).
+    in memory (the next one is read early only while both fit in ``max_bytes_in_flight``, or
+    when a batch that spans the two needs it).
     Every order is seeded by ``(seed, epoch)``, exactly-once, rank-partitioned and resumable.
     """
 
