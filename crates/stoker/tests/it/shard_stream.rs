@@ -164,8 +164,8 @@ async fn shard_shuffle_over_s3_resumes_mid_epoch_and_partitions_ranks() {
 /// A batch that straddles two windows needs both read ahead, and holds the first until it is
 /// fetched: with a budget too small for two windows (here 1 byte: one batch and one window at
 /// a time), the next window is read anyway rather than wait for a release that never comes.
-/// Batches of 7 against windows of 60 samples straddle at most window ends. An epoch that
-/// hung here would fail at the timeout, not stall the suite.
+/// Windows of 60 samples: batches of 7 straddle every window end, batches of 61 and 130 span
+/// two windows or three. An epoch that hung would fail at the timeout, not stall the suite.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_across_two_windows_is_served_however_small_the_budget() {
     let s = served(FaultPatch::default()).await;
