@@ -10,9 +10,10 @@
 //! been fetched, the window's bytes are released. The driver holds at most [`HELD`] windows
 //! and reads the next one early only while both fit in the loader's `max_bytes_in_flight`,
 //! so memory stays near two windows of shards however long the epoch. One exception: a batch
-//! that straddles windows holds the earlier ones until it is fetched, so when one waits for
-//! the next window, that window is read whatever is held (waiting for a release would wait
-//! for ever: a budget under two windows hung the epoch at its first straddling batch).
+//! that straddles windows holds the earlier ones until it is fetched, so when every window
+//! held is held by a batch waiting for the next one, that window is read whatever is held
+//! (waiting for a release would wait for ever: a budget under two windows hung the epoch at
+//! its first straddling batch).
 //!
 //! A failed read-ahead is not an error: the batches of that window read their samples
 //! directly, through the loader's error policy, as without read-ahead.
@@ -51,9 +52,11 @@ struct Held {
     remaining: Vec<AtomicU64>,
     /// Signalled when a window is released, or a batch across windows starts waiting.
     released: Notify,
-    /// The most windows a batch across windows waits to see read: the driver reads up to
-    /// there whatever it holds, as the windows that batch holds go only once it is fetched.
-    straddling: AtomicUsize,
+    /// Per window: the first window of the batches across windows that wait for it
+    /// (`usize::MAX` while none does). Those batches keep every window from there on held
+    /// until they are fetched; when that covers all the driver holds, it reads this window
+    /// whatever it holds.
+    wanted_from: Vec<AtomicUsize>,
 }
 
 impl WindowAhead {
@@ -81,7 +84,7 @@ impl WindowAhead {
             windows: Mutex::new(windows.iter().map(|_| None).collect()),
             remaining,
             released: Notify::new(),
-            straddling: AtomicUsize::new(0),
+            wanted_from: windows.iter().map(|_| AtomicUsize::new(usize::MAX)).collect(),
         });
         let (tx, ready) = watch::channel(0);
         let driver = drive(source.clone(), sampler.clone(), windows.clone(), state.clone(), tx, max_bytes);
@@ -104,8 +107,10 @@ impl WindowAhead {
         }
         let need = windows.end;
         if windows.len() > 1 {
-            // Stored before the wake-up, which the driver's next look at `straddling` follows.
-            self.state.straddling.fetch_max(need, Relaxed);
+            // Stored before the wake-up, which the driver's next look at `wanted_from` follows.
+            for later in &self.state.wanted_from[windows.start + 1..windows.end] {
+                later.fetch_min(windows.start, Relaxed);
+            }
             self.state.released.notify_one();
         }
         let mut ready = self.ready.clone();
@@ -127,7 +132,7 @@ impl WindowAhead {
 
 /// Read the windows ahead one after the other, each once at most [`HELD`] - 1 others are
 /// held and, if one is, the bytes of both are expected to fit in `max_bytes`; or at once when
-/// a batch across windows waits for it.
+/// every window held is held by a batch across windows that waits for it.
 async fn drive(
     source: Arc<DynSampleSource>,
     sampler: Arc<Sampler>,
@@ -141,12 +146,13 @@ async fn drive(
     for (w, items) in windows.iter().enumerate() {
         loop {
             let released = state.released.notified();
-            let (held, bytes) = {
+            let (held, bytes, oldest) = {
                 let all = state.windows.lock().unwrap_or_else(|e| e.into_inner());
                 let held = all.iter().flatten();
-                (held.clone().count(), held.map(ReadAhead::bytes).sum::<u64>())
+                (held.clone().count(), held.map(ReadAhead::bytes).sum::<u64>(), all.iter().position(Option::is_some))
             };
-            let needed = state.straddling.load(Relaxed) > w;
+            // No release can come: every window held waits on a batch that waits on this one.
+            let needed = oldest.is_some_and(|o| state.wanted_from[w].load(Relaxed) <= o);
             if held == 0 || needed || (held < HELD && bytes + largest <= max_bytes) {
                 break;
             }
