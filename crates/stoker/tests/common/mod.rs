@@ -217,10 +217,8 @@ pub fn copy_tree(from: &Path, to: &Path) {
 
 fn run_script_fixture(py: &Path, script: &str, args: &[&str], out: &Path) -> Vec<Sample> {
     let kind = args.join(" ");
-    let mut argv = args.to_vec();
     let out = out.display().to_string();
-    argv.push(&out);
-    let res = writers::run_script(py, script, &argv);
+    let res = writers::run_script(py, script, &[args, &[out.as_str()]].concat());
     assert!(
         res.success(),
         "{} {script} {kind} failed: {}\nrun integration/setup.sh to install the Python packages the tests need",

@@ -70,14 +70,14 @@ fn start(py: &Path) -> Server {
 
 /// Run `integration/py/SCRIPT ARGS...` with Python `py`, as `py SCRIPT ARGS...` would (in this
 /// process's working directory), and return what it printed.
-pub fn run_script(py: &Path, script: &str, args: &[&str]) -> ScriptOutput {
+pub fn run_script(py: &Path, script: &str, args: &[impl AsRef<str>]) -> ScriptOutput {
     let taken = {
         let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
         idle.iter().position(|s| s.py == py).map(|i| idle.swap_remove(i))
     };
     let mut server = taken.unwrap_or_else(|| start(py));
     let mut argv = vec![scripts_dir().join(script).display().to_string()];
-    argv.extend(args.iter().map(|a| a.to_string()));
+    argv.extend(args.iter().map(|a| a.as_ref().to_string()));
     let cwd = std::env::current_dir().unwrap();
     let req = serde_json::json!({ "argv": argv, "cwd": cwd });
     let stopped = |what: &dyn std::fmt::Display| -> ! {

@@ -20,7 +20,7 @@ const PER: usize = 20;
 const WINDOW: usize = 3;
 
 struct Served {
-    _root: tempfile::TempDir,
+    root: tempfile::TempDir,
     server: stoker_testkit::ServerHandle,
     proxy: ProxyHandle,
     samples: Vec<Sample>,
@@ -33,7 +33,7 @@ async fn served(faults: FaultPatch) -> Served {
     let samples = tar_dir(&dir, SHARDS, PER);
     let server = common::s3::serve(root.path()).await;
     let proxy = with_proxy(&server, faults).await;
-    Served { _root: root, server, proxy, samples }
+    Served { root, server, proxy, samples }
 }
 
 /// The source through the proxy; hedging off, so every request the log shows was needed.
@@ -171,7 +171,7 @@ async fn a_batch_across_two_windows_is_served_however_small_the_budget() {
     let s = served(FaultPatch::default()).await;
     let src = source(&s).await;
     // A budget of one and a half windows of shards: one window fits, two do not.
-    let shard = std::fs::metadata(s._root.path().join("data/tar/shard-0000.tar")).unwrap().len();
+    let shard = std::fs::metadata(s.root.path().join("data/tar/shard-0000.tar")).unwrap().len();
     for (batch, budget) in [(7, 1), (7, shard * WINDOW as u64 * 3 / 2), (61, 1), (130, 1)] {
         let mut cfg = shard_shuffle(batch, 4);
         cfg.max_bytes_in_flight = budget;

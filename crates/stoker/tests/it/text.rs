@@ -68,7 +68,6 @@ async fn rust_tokens_equal_the_python_wheels_and_a_rerun_keeps_finished_parts() 
     check(tokens).await;
     // Megatron-LM's own reader reads the parts as the same documents.
     let prefixes: Vec<String> = m.parts.iter().map(|p| out.join(&p.name).display().to_string()).collect();
-    let prefixes: Vec<&str> = prefixes.iter().map(String::as_str).collect();
     let res = common::writers::run_script(&writers_python(), "read_megatron.py", &prefixes);
     assert!(res.success(), "{}", String::from_utf8_lossy(&res.stderr));
     let megatron: Vec<Vec<u32>> = serde_json::from_slice(&res.stdout).unwrap();
