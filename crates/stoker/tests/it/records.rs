@@ -176,3 +176,57 @@ async fn bad_indexes_and_shards_are_clear_errors() {
     // The other chunks still read.
     assert_eq!(src.get(items).await.unwrap(), fwant[items]);
 }
+
+/// The position, in `chunk`, of the first record batch's header of a LitData Arrow-footer
+/// chunk, and its buffers as (offset, length).
+fn first_batch_buffers(chunk: &[u8]) -> (usize, Vec<(i64, i64)>) {
+    let n = chunk.len();
+    assert_eq!(&chunk[n - 8..], b"LDARW01\0", "litdata.optimize wrote these rows as an Arrow footer");
+    let arrow_len = u32::from_le_bytes(chunk[n - 12..n - 8].try_into().unwrap()) as usize;
+    let file = &chunk[n - 12 - arrow_len..n - 12];
+    let footer_len = i32::from_le_bytes(file[file.len() - 10..file.len() - 6].try_into().unwrap()) as usize;
+    let footer = arrow_ipc::root_as_footer(&file[file.len() - 10 - footer_len..file.len() - 10]).unwrap();
+    let block = footer.recordBatches().unwrap().get(0);
+    let at = (n - 12 - arrow_len) + block.offset() as usize;
+    let meta = &chunk[at + 8..at + block.metaDataLength() as usize];
+    let batch = arrow_ipc::root_as_message(meta).unwrap().header_as_record_batch().unwrap();
+    (at, batch.buffers().unwrap().iter().map(|b| (b.offset(), b.length())).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_arrow_batch_naming_bytes_past_its_body_is_an_error_not_a_panic() {
+    // Arrow's decoder slices the buffers a batch's header names without a check: a damaged
+    // length (2^32 - 1 here, as a fuzzer found) panicked in it.
+    let root = tempfile::tempdir().unwrap();
+    let want = fixture("litdata-rows", root.path());
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.path().join("index.json")).unwrap()).unwrap();
+    let chunks = index["chunks"].as_array().unwrap();
+    let (name, items) = (chunks[0]["filename"].as_str().unwrap(), chunks[0]["chunk_size"].as_u64().unwrap() as usize);
+    let path = root.path().join(name);
+    let mut chunk = std::fs::read(&path).unwrap();
+    let (at, buffers) = first_batch_buffers(&chunk);
+    // A buffer with bytes whose (offset, length) pair occurs once in the header: its length
+    // is made 2^32 - 1.
+    let header_len = 4096.min(chunk.len() - at);
+    let (hit, _) = buffers
+        .iter()
+        .filter(|(_, len)| *len > 0)
+        .filter_map(|(off, len)| {
+            let pat: Vec<u8> = off.to_le_bytes().iter().chain(&len.to_le_bytes()).copied().collect();
+            let found: Vec<usize> =
+                chunk[at..at + header_len].windows(16).enumerate().filter(|(_, w)| *w == pat).map(|(i, _)| i).collect();
+            (found.len() == 1).then(|| (at + found[0], *len))
+        })
+        .next()
+        .expect("a buffer of the first batch found in its header");
+    chunk[hit + 8..hit + 16].copy_from_slice(&(u32::MAX as i64).to_le_bytes());
+    std::fs::write(&path, &chunk).unwrap();
+
+    let src = open(root.path().to_str().unwrap()).await;
+    let e = src.get(0).await.unwrap_err();
+    assert!(matches!(e, Error::CorruptData { .. }) && e.to_string().contains(name), "{e:?}");
+    assert!(e.to_string().contains("lies outside its batch"), "{e}");
+    // The other chunks still read.
+    assert_eq!(src.get(items).await.unwrap(), want[items]);
+}

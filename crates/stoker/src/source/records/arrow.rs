@@ -183,12 +183,13 @@ impl Inner {
         let mut decoder = arrow_ipc::reader::FileDecoder::new(index.schema.clone(), index.version);
         for (block, range) in &index.dictionaries {
             let b = self.read_range(&s.path, range.clone()).await.map_err(|e| self.short(shard, e))?;
-            decoder.read_dictionary(block, &arrow_buffer::Buffer::from(b)).map_err(|e| bad(e.to_string()))?;
+            check_buffers(block, &b).map_err(bad)?;
+            guarded(|| decoder.read_dictionary(block, &arrow_buffer::Buffer::from(b))).map_err(bad)?;
         }
         let (block, _, first) = &index.batches[k];
-        let b = decoder
-            .read_record_batch(block, &arrow_buffer::Buffer::from(bytes))
-            .map_err(|e| bad(e.to_string()))?
+        check_buffers(block, &bytes).map_err(bad)?;
+        let b = guarded(|| decoder.read_record_batch(block, &arrow_buffer::Buffer::from(bytes)))
+            .map_err(bad)?
             .ok_or_else(|| bad("an empty record batch".into()))?;
         let mut out = Vec::with_capacity(rows.len());
         for &r in rows {
@@ -261,6 +262,46 @@ fn batch_starts(counts: &[i64], samples: usize) -> std::result::Result<Vec<usize
         return Err(format!("its batches hold {first} rows, its index says {samples}"));
     }
     Ok(firsts)
+}
+
+/// Every buffer a record batch or dictionary message names lies within its block's body.
+/// Arrow's decoder slices them without a check (a length of 2^32 - 1 in a damaged chunk
+/// panicked in it), so the claims are checked here first.
+fn check_buffers(block: &arrow_ipc::Block, bytes: &[u8]) -> std::result::Result<(), String> {
+    let meta_len = usize::try_from(block.metaDataLength()).map_err(|_| "a negative header length".to_string())?;
+    let (meta, body) =
+        bytes.split_at_checked(meta_len).ok_or_else(|| "a batch header longer than its block".to_string())?;
+    // An encapsulated message: continuation marker and length, then the flatbuffer.
+    let flat = if meta.len() >= 8 && meta[..4] == [0xff; 4] { &meta[8..] } else { meta.get(4..).unwrap_or(&[]) };
+    let message = arrow_ipc::root_as_message(flat).map_err(|e| e.to_string())?;
+    let batch = match message.header_type() {
+        arrow_ipc::MessageHeader::RecordBatch => message.header_as_record_batch(),
+        arrow_ipc::MessageHeader::DictionaryBatch => message.header_as_dictionary_batch().and_then(|d| d.data()),
+        _ => None,
+    };
+    let Some(buffers) = batch.and_then(|b| b.buffers()) else { return Ok(()) };
+    for b in buffers {
+        let end =
+            u64::try_from(b.offset()).ok().zip(u64::try_from(b.length()).ok()).and_then(|(o, l)| o.checked_add(l));
+        if end.is_none_or(|e| e > body.len() as u64) {
+            return Err(format!(
+                "a buffer at {} of {} bytes lies outside its batch's {} bytes",
+                b.offset(),
+                b.length(),
+                body.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `f`, an Arrow decode, with a panic of the decoder (a damaged batch it was not ready for)
+/// turned into an error instead of failing the read's task.
+fn guarded<T>(f: impl FnOnce() -> std::result::Result<T, arrow_schema::ArrowError>) -> std::result::Result<T, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err("the Arrow decoder failed on it (damaged)".into()),
+    }
 }
 
 #[cfg(test)]
