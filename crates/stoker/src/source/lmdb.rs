@@ -24,6 +24,8 @@ use crate::error::{Error, Result};
 use crate::sample::{display_key, escape_key, Field, Sample, SampleMeta};
 use crate::uri::{Layout, SourceOptions};
 
+mod tree;
+
 /// The file that makes a directory an LMDB environment.
 pub(crate) const DATA_FILE: &str = "data.mdb";
 
@@ -118,7 +120,9 @@ impl LmdbSource {
                 Error::NotFound { what: dir.display().to_string(), hint: Some("no such directory".into()) }
             });
         }
-        check_data_file(&data)?;
+        let (file, meta) = read_meta(&data)?;
+        tree::check(&data, &file, &meta)?;
+        drop(file);
         let canonical = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
         let env = open_env(&canonical)?;
         let txn = env.env.read_txn().map_err(|e| lmdb_err(dir, e))?;
@@ -181,10 +185,24 @@ fn open_env(canonical: &Path) -> Result<&'static OpenEnv> {
     Ok(open)
 }
 
+/// What the live meta page of a `data.mdb` says.
+struct Meta {
+    psize: u64,
+    last_page: u64,
+    /// The unnamed database's root page and record count.
+    root: u64,
+    records: u64,
+}
+
 /// Check `data.mdb`'s meta pages before mapping it: LMDB maps the size the meta page claims,
 /// and touching a page past the end of a truncated file kills the process with SIGBUS.
 /// Returns the records its unnamed database holds, as the live meta page says.
 pub(crate) fn check_data_file(data: &Path) -> Result<u64> {
+    Ok(read_meta(data)?.1.records)
+}
+
+/// The file, opened, and its live meta page, checked against the file's size.
+fn read_meta(data: &Path) -> Result<(std::fs::File, Meta)> {
     use std::io::Read;
     const MAGIC: u32 = 0xBEEF_C0DE;
     let bad = |reason: String| lmdb_err(data, reason);
@@ -219,8 +237,10 @@ pub(crate) fn check_data_file(data: &Path) -> Result<u64> {
             "data.mdb is {len} bytes but its meta page says the data runs to {need} bytes: the file is truncated; copy it again"
         )));
     }
-    // The meta page's second database record (the unnamed one, at 88) counts its entries.
-    Ok(u64_at(live, 88 + 32))
+    // The meta page's second database record (the unnamed one, at 88) counts its entries
+    // (at 32 in the record) and names its root (at 40).
+    let meta = Meta { psize, last_page, root: u64_at(live, 88 + 40), records: u64_at(live, 88 + 32) };
+    Ok((f, meta))
 }
 
 impl Inner {
