@@ -230,3 +230,66 @@ async fn an_arrow_batch_naming_bytes_past_its_body_is_an_error_not_a_panic() {
     // The other chunks still read.
     assert_eq!(src.get(items).await.unwrap(), want[items]);
 }
+
+/// Index damage that used to read on with other data: an `index.json` that no longer parses
+/// (read as one file a sample, shards and all), a column named twice (the second shadowed the
+/// first), a shard or chunk claiming no samples (its samples dropped unread), an unknown
+/// LitData serializer (its stored bytes delivered as the value). Each is an error at open
+/// naming the index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_lies_that_would_change_the_data_are_refused_at_open() {
+    let root = tempfile::tempdir().unwrap();
+    let open_err = |p: &Path| {
+        let p = p.to_str().unwrap().to_string();
+        async move { stoker::open(&p, Default::default()).await.unwrap_err() }
+    };
+    for kind in ["mds", "litdata"] {
+        let dir = root.path().join(kind);
+        fixture(kind, &dir);
+        let index = dir.join("index.json");
+        let good = std::fs::read_to_string(&index).unwrap();
+        let mut lies: Vec<(String, &str)> = vec![
+            (good[..good.len() - 1].to_string(), "not JSON"),
+            (good.replacen('{', "[", 1), "not JSON"),
+            (good.replace("\"shards\"", "\"shardz\"").replace("\"chunks\"", "\"chunkz\""), "neither"),
+        ];
+        let v: serde_json::Value = serde_json::from_str(&good).unwrap();
+        if kind == "mds" {
+            let names = &v["shards"][0]["column_names"];
+            let (first, second) = (names[0].as_str().unwrap(), names[1].as_str().unwrap());
+            let mut dup = v.clone();
+            for s in dup["shards"].as_array_mut().unwrap() {
+                s["column_names"][1] = first.into();
+            }
+            lies.push((dup.to_string(), "named twice"));
+            assert_ne!(first, second);
+            let mut empty = v.clone();
+            empty["shards"][0]["samples"] = 0.into();
+            lies.push((empty.to_string(), "claims no samples"));
+        } else {
+            let mut empty = v.clone();
+            empty["chunks"][0]["chunk_size"] = 0.into();
+            lies.push((empty.to_string(), "claims no samples"));
+            let mut unknown = v.clone();
+            unknown["config"]["data_format"][2] = "complex256".into();
+            lies.push((unknown.to_string(), "complex256"));
+        }
+        for (text, why) in lies {
+            std::fs::write(&index, &text).unwrap();
+            let e = open_err(&dir).await;
+            let msg = e.to_string();
+            assert!(
+                matches!(e, Error::BadIndex { .. }) && msg.contains("index.json") && msg.contains(why),
+                "{kind}: {msg}"
+            );
+        }
+        std::fs::write(&index, &good).unwrap();
+        assert!(open(dir.to_str().unwrap()).await.len() > 0);
+    }
+    // An index.json of something else, beside files that are not shards, is a file like any other.
+    let other = root.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("index.json"), "{not json").unwrap();
+    std::fs::write(other.join("a.bin"), "a").unwrap();
+    assert_eq!(open(other.to_str().unwrap()).await.len(), 2);
+}

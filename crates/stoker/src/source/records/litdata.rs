@@ -79,7 +79,16 @@ fn leaf(format: &str) -> Result<Leaf, String> {
                         them out with columns="
                 .into())
         }
-        _ => Leaf::Raw,
+        // The serializers LitData ships whose bytes are the value itself (text, encoded
+        // media, files, JSON) are delivered as they are.
+        "str" | "text" | "bytes" | "video" | "audio" | "image" | "nifti" | "mesh" | "pdf" | "graph" | "tifffile"
+        | "file" | "pil" | "jpeg" | "jpeg_array" | "json" => Leaf::Raw,
+        _ => {
+            return Err(format!(
+                "`{format}` is not a serializer LitData ships (a custom one, or a damaged index): its bytes cannot \
+                 be read as it wrote them; leave the leaf out with columns="
+            ))
+        }
     })
 }
 

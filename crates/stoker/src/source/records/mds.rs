@@ -147,6 +147,10 @@ fn shard(
                 let mut key = None;
                 for ((name, enc), size) in names.iter().zip(encs).zip(sizes) {
                     let name = name.as_str().ok_or_else(|| at("a column name is not a string"))?;
+                    // Two columns of one name: the second would shadow the first's field.
+                    if columns.iter().any(|c: &Column| &*c.name == name) {
+                        return Err(at(&format!("column `{name}` is named twice")));
+                    }
                     let enc_text = enc.as_str().ok_or_else(|| at("a column encoding is not a string"))?;
                     let keep = name == super::KEY || wanted.is_none_or(|w| w.contains(&name));
                     let enc = match encoding(enc_text) {

@@ -126,6 +126,11 @@ pub(crate) async fn open(
                 s.size.unwrap_or(0)
             )));
         }
+        // An empty shard is its count and one offset: one claiming no samples in more bytes
+        // is a lie that would drop its samples unread.
+        if let Some(s) = found.iter().find(|s| s.samples == 0 && s.size.is_some_and(|b| b > 8)) {
+            return Err(bad(format!("shard {} claims no samples in its {} bytes", s.path, s.size.unwrap_or(0))));
+        }
         shards.extend(found);
     }
     let mut starts = vec![0usize];

@@ -233,14 +233,41 @@ pub(crate) fn infer<'a>(forced: Option<Layout>, names: impl IntoIterator<Item = 
 
 /// The layout whose `index.json` is among `indexes`, told by what it holds: MosaicML
 /// Streaming's lists `shards` (each with a `format`, `mds`), LitData's lists `chunks` beside a
-/// `config`. An `index.json` that is neither (or not JSON) is left to be read as a file.
-async fn sniff_indexes<'a>(store: &Store, indexes: impl Iterator<Item = &'a str>) -> Result<Option<Layout>> {
+/// `config`. An `index.json` that is neither (or not JSON) is left to be read as a file, unless
+/// files named as those layouts' shards lie among `beside`: then it is their damaged index,
+/// and reading every file as a sample would hand shards' bytes to training as samples.
+async fn sniff_indexes<'a>(
+    store: &Store,
+    indexes: impl Iterator<Item = &'a str>,
+    beside: &[&str],
+) -> Result<Option<Layout>> {
     for path in indexes {
-        if let Some(layout) = index_signature(&store.get(path).await?) {
+        let bytes = store.get(path).await?;
+        if let Some(layout) = index_signature(&bytes) {
             return Ok(Some(layout));
+        }
+        if let Some(shard) = beside.iter().find(|p| records_shard_name(p)) {
+            let why = match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+                Err(e) => format!("it is not JSON ({e})"),
+                Ok(_) => "it lists neither MosaicML Streaming's `shards` nor LitData's `chunks` and `config`".into(),
+            };
+            return Err(Error::BadIndex {
+                path: store.describe(path),
+                reason: format!(
+                    "{why}, yet `{shard}` beside it is named as their shards are: the index is damaged; write it \
+                     again, or give ?layout=objects to read every file as one sample"
+                ),
+            });
         }
     }
     Ok(None)
+}
+
+/// Whether `path` is named as MosaicML Streaming's shards (`shard.00000.mds`, compressed
+/// `shard.00000.mds.zstd`) or LitData's chunks (`chunk-0-0.bin`) are.
+fn records_shard_name(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    (name.starts_with("shard.") && name.contains(".mds")) || (name.starts_with("chunk-") && name.ends_with(".bin"))
 }
 
 /// Which indexed layout an `index.json`'s bytes belong to, if any (see [`sniff_indexes`]).
@@ -354,7 +381,8 @@ async fn named(
     let mut layout = infer(opts.layout, names.iter().map(String::as_str));
     if opts.layout.is_none() && layout == Layout::Objects {
         let indexes = names.iter().map(String::as_str).filter(|n| Layout::Mds.holds(n));
-        layout = sniff_indexes(store, indexes).await?.unwrap_or(layout);
+        let beside: Vec<&str> = names.iter().map(String::as_str).collect();
+        layout = sniff_indexes(store, indexes, &beside).await?.unwrap_or(layout);
     }
     if let Some(stray) = names.iter().find(|n| !layout.holds(n)) {
         // A file named on purpose is never dropped in silence.
@@ -407,7 +435,8 @@ async fn listed(
     if opts.layout.is_none() && layout == Layout::Objects {
         // Only the index at the root: one in a subdirectory may belong to files read as files.
         let root = listing.iter().map(|o| o.path.as_str()).filter(|p| *p == INDEX_FILE);
-        layout = sniff_indexes(store, root).await?.unwrap_or(layout);
+        let beside: Vec<&str> = listing.iter().map(|o| o.path.as_str()).filter(|p| !p.contains('/')).collect();
+        layout = sniff_indexes(store, root, &beside).await?.unwrap_or(layout);
     }
     Ok((layout, listing.into_iter().filter(|o| layout.holds(&o.path)).collect(), None))
 }
