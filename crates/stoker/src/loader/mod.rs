@@ -424,16 +424,38 @@ fn kib(bytes: u64) -> u64 {
 /// Shard sizes from the source's locality hints (tar shards are contiguous runs): what the
 /// shard shuffle permutes, and where a reader that splits an epoch into parts keeps shards
 /// whole. A source without locality is one shard.
+///
+/// Each shard's end is found by galloping then bisecting (the shard never decreases with
+/// the index, see [`crate::source::SampleSource::locality`]): O(log) lookups a shard, where asking every
+/// sample took minutes for 10^10 samples, and forever for an index claiming 2^40 in one
+/// shard before the shard's first read could refute it.
 pub fn shard_layout(src: &DynSampleSource) -> Result<ShardLayout> {
+    let n = src.len();
+    let shard = |i: usize| src.locality(i).unwrap_or(0);
     let mut sizes: Vec<u64> = Vec::new();
-    let mut last = None;
-    for i in 0..src.len() {
-        let shard = src.locality(i).unwrap_or(0);
-        if Some(shard) != last {
-            sizes.push(0);
-            last = Some(shard);
+    let mut start = 0;
+    while start < n {
+        let s = shard(start);
+        // `inside` is known to be in the shard, `past` the first index known not to be.
+        let (mut inside, mut past, mut step) = (start, n, 1usize);
+        while let Some(j) = start.checked_add(step).filter(|&j| j < n) {
+            if shard(j) != s {
+                past = j;
+                break;
+            }
+            inside = j;
+            step = step.saturating_mul(2);
         }
-        *sizes.last_mut().expect("pushed above") += 1;
+        while past - inside > 1 {
+            let mid = inside + (past - inside) / 2;
+            if shard(mid) == s {
+                inside = mid;
+            } else {
+                past = mid;
+            }
+        }
+        sizes.push((past - start) as u64);
+        start = past;
     }
     Ok(ShardLayout::from_sizes(&sizes)?)
 }
@@ -453,5 +475,69 @@ impl<T> Future for AbortOnDrop<T> {
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::Sample;
+    use crate::source::{Capability, SampleSource, SourceInfo};
+    use crate::uri::Layout;
+
+    /// Shards of the given sizes; only the locality hints are asked of it.
+    #[derive(Debug)]
+    struct Shards(Vec<u64>);
+
+    impl std::fmt::Display for Shards {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{} shards", self.0.len())
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl SampleSource for Shards {
+        fn len(&self) -> usize {
+            self.0.iter().sum::<u64>() as usize
+        }
+        fn capability(&self) -> Capability {
+            Capability::default()
+        }
+        fn info(&self) -> SourceInfo {
+            SourceInfo::of(Layout::Tar, self.len())
+        }
+        async fn get(&self, _index: usize) -> Result<Sample> {
+            unreachable!("only the layout is asked for")
+        }
+        fn locality(&self, index: usize) -> Option<usize> {
+            let mut end = 0;
+            self.0.iter().position(|&n| {
+                end += n;
+                index < end as usize
+            })
+        }
+    }
+
+    #[test]
+    fn shard_layout_finds_every_run_by_bisection_of_any_size() {
+        let mut x = 7u64;
+        let mut next = move |m: u64| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        for case in 0..200 {
+            // Empty shards (no index of theirs exists), shards of one, and huge ones.
+            let sizes: Vec<u64> = (0..next(12))
+                .map(|_| match next(5) {
+                    0 => 0,
+                    1 => 1,
+                    2 => 1 << (20 + next(20)),
+                    _ => 1 + next(300),
+                })
+                .collect();
+            let got = shard_layout(&Shards(sizes.clone())).unwrap();
+            let runs: Vec<u64> = sizes.iter().copied().filter(|&n| n > 0).collect();
+            assert_eq!(got, ShardLayout::from_sizes(&runs).unwrap(), "case {case}: {sizes:?}");
+        }
     }
 }

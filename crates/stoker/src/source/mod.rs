@@ -163,6 +163,8 @@ pub trait SampleSource: fmt::Debug + fmt::Display + Send + Sync + 'static {
     }
 
     /// The shard sample `index` lives in, so samplers and caches can keep shard locality.
+    /// Shards are runs of consecutive indices, numbered in index order: the shard never
+    /// decreases as `index` grows (the Loader finds a shard's end by bisection).
     fn locality(&self, _index: usize) -> Option<usize> {
         None
     }
