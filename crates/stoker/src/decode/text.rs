@@ -71,27 +71,80 @@ impl TextTokenizer {
     }
 
     /// The ids of one text, without special tokens, on the calling thread (the Loader's
-    /// decode threads run one document each).
+    /// decode threads run one document each); a long text in [`pieces`].
     pub fn encode(&self, text: &str) -> std::result::Result<Vec<u32>, String> {
-        match self.inner.encode_fast(text, false) {
-            Ok(e) => Ok(e.get_ids().to_vec()),
-            Err(e) => Err(format!("tokenizing with {} failed: {e}", self.shown)),
+        Ok(self.encode_prefix(text, usize::MAX)?.0)
+    }
+
+    /// The ids of `text`'s first pieces ([`pieces`]), up to the first piece that brings
+    /// them past `want` (a row's room: a document cut to it needs no more), and whether
+    /// they are the whole text's.
+    pub fn encode_prefix(&self, text: &str, want: usize) -> std::result::Result<(Vec<u32>, bool), String> {
+        let mut ids = Vec::new();
+        let pieces = pieces(text);
+        for (n, piece) in pieces.iter().enumerate() {
+            match self.inner.encode_fast(*piece, false) {
+                Ok(e) => ids.extend_from_slice(e.get_ids()),
+                Err(e) => return Err(format!("tokenizing with {} failed: {e}", self.shown)),
+            }
+            if ids.len() > want {
+                return Ok((ids, n + 1 == pieces.len()));
+            }
         }
+        Ok((ids, true))
     }
 
     /// The ids of each text, without special tokens (BOS/EOS are the packer's), encoded in
     /// parallel on the `tokenizers` crate's threads (all cores; on the calling thread in a
-    /// process forked after its parent used them: their threads are the parent's).
+    /// process forked after its parent used them: their threads are the parent's); a long
+    /// text in [`pieces`].
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
-        let encodings = self.inner.encode_batch(texts.to_vec(), false).map_err(|e| Error::Decode {
+        let cut: Vec<Vec<&str>> = texts.iter().map(|t| pieces(t)).collect();
+        let flat: Vec<&str> = cut.iter().flatten().copied().collect();
+        let encodings = self.inner.encode_batch(flat, false).map_err(|e| Error::Decode {
             source_name: self.shown.clone(),
             key: String::new(),
             index: 0,
             field: "text".into(),
             reason: format!("tokenizing failed: {e}"),
         })?;
-        Ok(encodings.into_iter().map(|e| e.get_ids().to_vec()).collect())
+        let mut encodings = encodings.into_iter();
+        Ok(cut.iter().map(|p| encodings.by_ref().take(p.len()).flat_map(|e| e.get_ids().to_vec()).collect()).collect())
     }
+}
+
+/// The most bytes of text tokenized at once. The `tokenizers` crate's working memory is
+/// about 100 times the text (260 bytes a token for text of short words: a 16 MB document
+/// took 1.8 GB, and a 60 MB one aborted the process wanting a gigabyte in one allocation).
+pub(crate) const PIECE_BYTES: usize = 256 << 10;
+
+/// `text` in pieces of at most [`PIECE_BYTES`]: each cut right before a whitespace character
+/// that follows another character, in the piece's second half (for tokenizers that split
+/// words at whitespace, as the byte-level BPE, WordPiece and Metaspace ones do, a word never
+/// spans the cut, so the pieces' ids are the whole text's); a piece with no such place is
+/// cut at a character boundary, where its ids may differ from the whole text's. One piece
+/// for a text of at most [`PIECE_BYTES`].
+pub(crate) fn pieces(text: &str) -> Vec<&str> {
+    let mut out = Vec::with_capacity(text.len() / PIECE_BYTES + 1);
+    let mut rest = text;
+    while rest.len() > PIECE_BYTES {
+        let mut end = PIECE_BYTES;
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let head = &rest[..end];
+        let word_end = head
+            .char_indices()
+            .rev()
+            .take_while(|&(i, _)| i > PIECE_BYTES / 2)
+            .find(|&(i, c)| c.is_whitespace() && !head[..i].ends_with(char::is_whitespace))
+            .map(|(i, _)| i);
+        let at = word_end.unwrap_or(end);
+        out.push(&rest[..at]);
+        rest = &rest[at..];
+    }
+    out.push(rest);
+    out
 }
 
 #[cfg(test)]
@@ -119,5 +172,41 @@ mod tests {
 
     fn rayon_is_one_thread() -> bool {
         tokenizers::utils::parallelism::current_num_threads() <= 1
+    }
+    /// A text longer than a piece is tokenized in pieces cut at word ends: the same ids as
+    /// whole, and a prefix stops at the piece that has enough.
+    #[test]
+    fn long_texts_are_tokenized_in_pieces_with_the_whole_texts_ids() {
+        let tok = TextTokenizer::from_bytes(WORDS.as_bytes(), "words").unwrap();
+        // Words of 1-3 letters and runs of 1-3 spaces or newlines, over 3 pieces' worth.
+        let (mut text, mut want) = (String::new(), Vec::new());
+        for i in 0..300_000usize {
+            let word = ["a", "bb", "ab", "b"][i % 4];
+            text.push_str(word);
+            want.push(match word {
+                "a" => 1,
+                "b" => 2,
+                _ => 0,
+            });
+            text.push_str(["  ", " ", "\n \t"][i % 3]);
+        }
+        let cut = pieces(&text);
+        assert!(cut.len() > 3 && cut.iter().all(|p| p.len() <= PIECE_BYTES), "{} pieces", cut.len());
+        assert_eq!(cut.concat(), text);
+        for w in cut.windows(2) {
+            assert!(w[1].starts_with(char::is_whitespace) && !w[0].ends_with(char::is_whitespace));
+        }
+        assert_eq!(tok.encode(&text).unwrap(), want);
+        let got = tok.encode_batch(&["a b", &text, "b"]).unwrap();
+        assert_eq!((&got[0][..], &got[1], &got[2][..]), (&[1, 2][..], &want, &[2][..]));
+        let (first, whole) = tok.encode_prefix(&text, 10).unwrap();
+        assert!(!whole && first.len() > 10 && first.len() < want.len() / 2 && want.starts_with(&first));
+        assert_eq!(tok.encode_prefix("a b", 10).unwrap(), (vec![1, 2], true));
+
+        // No word end: cut at character boundaries, never inside a character.
+        let wide = "é".repeat(PIECE_BYTES);
+        let cut = pieces(&wide);
+        assert_eq!((cut.len(), cut.concat() == wide), (2, true));
+        assert!(cut.iter().all(|p| p.len() <= PIECE_BYTES));
     }
 }

@@ -142,12 +142,14 @@ impl Tokenize {
         let text = std::str::from_utf8(data).map_err(|e| {
             format!("the field is not UTF-8 text ({e}); tokenize text fields, or read this one as bytes")
         })?;
-        let ids = self.tok.encode(text)?;
         let room = spec.seq_len - self.bos.is_some() as usize - self.eos.is_some() as usize;
+        // Only as much of a long document as the row can take (see `pieces`).
+        let (ids, whole) = self.tok.encode_prefix(text, room)?;
         if ids.len() > room && !spec.truncate {
+            let more = if whole { "" } else { "over " };
             return Err(format!(
-                "the document is {} tokens, more than the row's {room} (seq_len {} less BOS/EOS); raise seq_len, or \
-                 let it be truncated (truncate=true)",
+                "the document is {more}{} tokens, more than the row's {room} (seq_len {} less BOS/EOS); raise \
+                 seq_len, or let it be truncated (truncate=true)",
                 ids.len(),
                 spec.seq_len
             ));
