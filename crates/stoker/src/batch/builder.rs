@@ -16,6 +16,10 @@ pub struct BatchBuilder {
     pub(super) shell: Shell,
     pub(super) pool: Option<BatchPool>,
     pub(super) open: bool,
+    /// The column the current row's next field most likely goes to: samples of one source
+    /// give their fields in one order, so a row's fields are matched in O(1) each, not by a
+    /// scan of every column (a sample of 128k fields took half a minute).
+    pub(super) next: usize,
 }
 
 impl BatchBuilder {
@@ -37,6 +41,7 @@ impl BatchBuilder {
         key(&mut self.shell.keys);
         self.shell.key_ends.push(self.shell.keys.len());
         self.open = true;
+        self.next = 0;
     }
 
     /// Like [`begin`](Self::begin) with a byte key (LMDB), as the lossless text
@@ -52,7 +57,8 @@ impl BatchBuilder {
         let s = &mut self.shell;
         // Sources hand out shared name pointers, so a pointer match usually settles it.
         let same = |c: &Column| c.name.as_ref().is_some_and(|n| Arc::ptr_eq(n, name) || **n == **name);
-        let c = match s.columns[..s.used].iter().position(same) {
+        let hinted = s.columns[..s.used].get(self.next).is_some_and(same);
+        let c = match if hinted { Some(self.next) } else { s.columns[..s.used].iter().position(same) } {
             Some(c) => c,
             None => {
                 if s.used == s.columns.len() {
@@ -63,6 +69,7 @@ impl BatchBuilder {
                 s.used - 1
             }
         };
+        self.next = c + 1;
         let col = &mut s.columns[c];
         col.pad_to(row);
         let start = col.len;
@@ -216,6 +223,7 @@ impl BatchBuilder {
             pool: self.pool.take().unwrap_or_default(),
             device: Vec::new(),
             staged: Vec::new(),
+            next_field: Default::default(),
             born: crate::fork::generation(),
         }
     }

@@ -61,6 +61,10 @@ pub struct Batch {
     staged: Vec<HostBuffer>,
     /// The process generation it was made in ([`crate::fork`]).
     born: u32,
+    /// The column after the one [`field`](Self::field) found last: callers that ask for
+    /// every field in order (the Python batch's conversion) find each in O(1), not by a scan
+    /// of all columns.
+    next_field: std::sync::atomic::AtomicUsize,
 }
 
 /// One field across a batch: contiguous values plus offsets.
@@ -159,8 +163,16 @@ impl Batch {
 
     /// The column of field `name`.
     pub fn field(&self, name: &str) -> Option<FieldColumn<'_>> {
+        use std::sync::atomic::Ordering::Relaxed;
         let s = self.shell();
-        s.columns[..s.used].iter().find(|c| c.name.as_deref() == Some(name)).map(|c| self.view(c))
+        let columns = &s.columns[..s.used];
+        let hint = self.next_field.load(Relaxed);
+        let at = match columns.get(hint) {
+            Some(c) if c.name.as_deref() == Some(name) => Some(hint),
+            _ => columns.iter().position(|c| c.name.as_deref() == Some(name)),
+        }?;
+        self.next_field.store(at + 1, Relaxed);
+        Some(self.view(&columns[at]))
     }
 
     /// The columns in order.

@@ -106,3 +106,35 @@ fn a_batch_from_before_a_fork_dropped_in_the_child_does_not_wait_for_its_pool() 
     });
     assert_eq!(child, Ok(()), "dropping the parent's batch in a forked child");
 }
+
+#[test]
+fn many_fields_in_any_order_land_in_their_columns() {
+    // Rows give their fields in one order, then reversed, then every other one; each field
+    // is matched to its column whether or not it comes where the last row's did.
+    let names: Vec<String> = (0..3000).map(|i| format!("f{i}")).collect();
+    let value = |row: usize, i: usize| format!("{row}:{i}").into_bytes();
+    let orders: [Vec<usize>; 3] =
+        [(0..3000).collect(), (0..3000).rev().collect(), (0..3000).filter(|i| i % 2 == 0).collect()];
+    let samples: Vec<Sample> = orders
+        .iter()
+        .enumerate()
+        .map(|(row, order)| Sample {
+            key: format!("k{row}"),
+            fields: order
+                .iter()
+                .map(|&i| crate::sample::Field { name: names[i].as_str().into(), data: value(row, i).into() })
+                .collect(),
+        })
+        .collect();
+    let b = BatchPool::new(1).assemble(0, 0, &[0, 1, 2], &samples);
+    assert_eq!(b.field_names().count(), 3000);
+    for (pass, order) in [(0, (0..3000).collect::<Vec<_>>()), (1, (0..3000).rev().collect())] {
+        for i in order {
+            let col = b.field(&names[i]).unwrap_or_else(|| panic!("pass {pass}: f{i}"));
+            assert_eq!(col.get(0).unwrap(), &value(0, i)[..]);
+            assert_eq!(col.get(1).unwrap(), &value(1, i)[..]);
+            let third = if i % 2 == 0 { value(2, i) } else { Vec::new() };
+            assert_eq!(col.get(2).unwrap(), &third[..], "f{i}");
+        }
+    }
+}
