@@ -231,38 +231,59 @@ fn page_rows(pages: &[PageLocation], k: usize, rows: u64) -> Option<u64> {
 /// first located page starts); `None` for any other range (the footer, the page index),
 /// which is not walked.
 fn whole_pages<'m>(meta: &'m ParquetMetaData, r: &Range<u64>) -> Option<Run<'m>> {
-    for (g, group) in meta.row_groups().iter().enumerate() {
-        for (c, col) in group.columns().iter().enumerate() {
-            let (start, len) = col.byte_range();
-            if r.start < start || r.end > start.saturating_add(len) {
-                continue;
-            }
-            let run = Run {
-                total: u64::try_from(col.uncompressed_size()).unwrap_or(0),
-                col,
-                group: g,
-                column: c,
-                rows: u64::try_from(group.num_rows()).unwrap_or(0),
-                flat: col.column_descr().max_rep_level() == 0,
-            };
-            if r.start == start && r.end == start.saturating_add(len) {
-                return Some(run);
-            }
-            let index = meta.page_index_for_row_group(g);
-            let (starts, ends) = index.page_locations(c).map_or((false, false), |p| {
-                let at = |x: i64| u64::try_from(x).ok();
-                (
-                    r.start == start || p.iter().any(|l| at(l.offset) == Some(r.start)),
-                    p.iter().any(|l| {
-                        l.offset.checked_add(i64::from(l.compressed_page_size)).and_then(at) == Some(r.end)
-                            || at(l.offset) == Some(r.end)
-                    }),
-                )
-            });
-            return (starts && ends).then_some(run);
+    let groups = meta.row_groups();
+    // Writers lay row groups out in order: the group starting last at or before the range is
+    // tried first, so a file of 50,000 one-row groups is not scanned whole for every read
+    // (its reads took time quadratic in its groups). Any other layout is scanned.
+    let first_start = |g: usize| groups[g].columns().first().map_or(0, |c| c.byte_range().0);
+    let (mut lo, mut hi) = (0, groups.len());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if first_start(mid) <= r.start {
+            lo = mid + 1;
+        } else {
+            hi = mid;
         }
     }
-    None
+    let tried = lo.checked_sub(1).and_then(|g| in_group(meta, g, r));
+    if let Some(found) = tried {
+        return found;
+    }
+    (0..groups.len()).find_map(|g| in_group(meta, g, r)).flatten()
+}
+
+/// Whether a column chunk of row group `g` holds range `r`: `None` if none does, else the
+/// run `r` is whole pages of, if it is ([`whole_pages`]).
+fn in_group<'m>(meta: &'m ParquetMetaData, g: usize, r: &Range<u64>) -> Option<Option<Run<'m>>> {
+    let group = &meta.row_groups()[g];
+    let (c, col) = group.columns().iter().enumerate().find(|(_, col)| {
+        let (start, len) = col.byte_range();
+        r.start >= start && r.end <= start.saturating_add(len)
+    })?;
+    let (start, len) = col.byte_range();
+    let run = Run {
+        total: u64::try_from(col.uncompressed_size()).unwrap_or(0),
+        col,
+        group: g,
+        column: c,
+        rows: u64::try_from(group.num_rows()).unwrap_or(0),
+        flat: col.column_descr().max_rep_level() == 0,
+    };
+    if r.start == start && r.end == start.saturating_add(len) {
+        return Some(Some(run));
+    }
+    let index = meta.page_index_for_row_group(g);
+    let (starts, ends) = index.page_locations(c).map_or((false, false), |p| {
+        let at = |x: i64| u64::try_from(x).ok();
+        (
+            r.start == start || p.iter().any(|l| at(l.offset) == Some(r.start)),
+            p.iter().any(|l| {
+                l.offset.checked_add(i64::from(l.compressed_page_size)).and_then(at) == Some(r.end)
+                    || at(l.offset) == Some(r.end)
+            }),
+        )
+    });
+    Some((starts && ends).then_some(run))
 }
 
 /// The head of a column chunk's first or last page, read beside a run of its pages that
