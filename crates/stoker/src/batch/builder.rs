@@ -20,6 +20,9 @@ pub struct BatchBuilder {
     /// give their fields in one order, so a row's fields are matched in O(1) each, not by a
     /// scan of every column (a sample of 128k fields took half a minute).
     pub(super) next: usize,
+    /// Column by name, once a batch has many: a field the hint misses (a row's first, new
+    /// fields) is found without a scan of every column. Valid while it holds every column.
+    pub(super) by_name: std::collections::HashMap<Arc<str>, usize>,
 }
 
 impl BatchBuilder {
@@ -57,14 +60,28 @@ impl BatchBuilder {
         let s = &mut self.shell;
         // Sources hand out shared name pointers, so a pointer match usually settles it.
         let same = |c: &Column| c.name.as_ref().is_some_and(|n| Arc::ptr_eq(n, name) || **n == **name);
-        let hinted = s.columns[..s.used].get(self.next).is_some_and(same);
-        let c = match if hinted { Some(self.next) } else { s.columns[..s.used].iter().position(same) } {
+        let found = if s.columns[..s.used].get(self.next).is_some_and(same) {
+            Some(self.next)
+        } else if s.used <= 32 {
+            s.columns[..s.used].iter().position(same)
+        } else {
+            if self.by_name.len() != s.used {
+                self.by_name.clear();
+                self.by_name
+                    .extend(s.columns[..s.used].iter().enumerate().filter_map(|(i, c)| Some((c.name.clone()?, i))));
+            }
+            self.by_name.get(name).copied()
+        };
+        let c = match found {
             Some(c) => c,
             None => {
                 if s.used == s.columns.len() {
                     s.columns.push(Column::default());
                 }
                 s.columns[s.used].reset(name.clone());
+                if self.by_name.len() == s.used && s.used > 32 {
+                    self.by_name.insert(name.clone(), s.used);
+                }
                 s.used += 1;
                 s.used - 1
             }

@@ -70,7 +70,7 @@ impl BatchPool {
         shell.keys.clear();
         shell.key_ends.clear();
         shell.used = 0;
-        BatchBuilder { shell, pool: Some(self.clone()), open: false, next: 0 }
+        BatchBuilder { shell, pool: Some(self.clone()), open: false, next: 0, by_name: Default::default() }
     }
 
     /// Assemble already-read samples (drawn from `indices`) into a batch (one copy each).
