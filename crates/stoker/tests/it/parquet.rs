@@ -122,6 +122,29 @@ async fn bad_parquet_is_a_clear_error() {
     assert!(e.to_string().contains("columns="), "{e}");
     let src = open(&format!("{}?columns=x", out.display())).await;
     assert_eq!(src.get(1).await.unwrap().field("x").map(|b| b.to_vec()), Some(b"2".to_vec()));
+
+    // Columns that would share a field (one hiding the other in every sample), and a
+    // `__key__` column that is not text, are refused naming them.
+    let cases = [
+        ("dup", "pa.Table.from_arrays([pa.array([1, 2]), pa.array([3, 4])], names=['x', 'x'])", "field `x`"),
+        (
+            "path",
+            "pa.table({'a': pa.array([{'bytes': b'1', 'path': 'p'}] * 2), 'a.path': ['q', 'r']})",
+            "field `a.path`",
+        ),
+        ("intkey", "pa.table({'__key__': [1, 2], 'x': [1, 2]})", "keys are text"),
+    ];
+    for (name, table, why) in cases {
+        let dir = root.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = format!(
+            "import pyarrow as pa, pyarrow.parquet as pq\npq.write_table({table}, '{}/t.parquet')\n",
+            dir.display()
+        );
+        assert!(std::process::Command::new(&py).arg("-c").arg(&script).status().unwrap().success(), "{name}");
+        let e = stoker::open(dir.to_str().unwrap(), Default::default()).await.unwrap_err();
+        assert!(e.to_string().contains(why) && e.to_string().contains("t.parquet"), "{name}: {e}");
+    }
 }
 
 /// A shuffled pass reading `order` in batches of `batch` through `get_many`, checking every

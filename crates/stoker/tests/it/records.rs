@@ -273,6 +273,15 @@ async fn index_lies_that_would_change_the_data_are_refused_at_open() {
             let mut unknown = v.clone();
             unknown["config"]["data_format"][2] = "complex256".into();
             lies.push((unknown.to_string(), "complex256"));
+            // A spec far larger than its leaves need, or leaves past any sample's, is refused
+            // before it is parsed into a tree (a 60 MB one took 860 MB).
+            let mut long = v.clone();
+            let spec = long["config"]["data_spec"].as_str().unwrap().to_string();
+            long["config"]["data_spec"] = format!("{spec}{}", " ".repeat(1 << 20)).into();
+            lies.push((long.to_string(), "data_spec is"));
+            let mut wide = v.clone();
+            wide["config"]["data_format"] = vec!["int"; 70_000].into();
+            lies.push((wide.to_string(), "70000 leaves"));
         }
         for (text, why) in lies {
             std::fs::write(&index, &text).unwrap();

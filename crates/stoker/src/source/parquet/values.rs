@@ -98,10 +98,22 @@ pub(crate) fn plan(schema: &Schema, wanted: Option<&[&str]>, shown: &str) -> Res
             });
         }
     }
-    let mut out = Vec::new();
+    let mut out: Vec<Column> = Vec::new();
+    let mut taken = std::collections::HashSet::new();
     for (index, f) in fields.iter().enumerate() {
         if Some(index) == key_column || wanted.is_some_and(|w| !w.iter().any(|n| *n == f.name())) {
             continue;
+        }
+        if f.name() == super::KEY_COLUMN {
+            // Keys are text: a number column of that name would become a field named as the
+            // batch's keys are.
+            return Err(Error::NotSupported {
+                what: format!(
+                    "{shown}: column `{}` is of type {}, but keys are text; cast it to strings, or rename it",
+                    f.name(),
+                    f.data_type()
+                ),
+            });
         }
         let kind = kind_of(f.data_type()).ok_or_else(|| Error::NotSupported {
             what: format!(
@@ -111,13 +123,29 @@ pub(crate) fn plan(schema: &Schema, wanted: Option<&[&str]>, shown: &str) -> Res
                 f.data_type()
             ),
         })?;
-        out.push(Column {
+        let column = Column {
             name: f.name().clone(),
             index,
             field: Arc::from(f.name().as_str()),
             path_field: Arc::from(format!("{}.path", f.name())),
             kind,
-        });
+        };
+        // Two columns giving one field name (a name written twice, or `a.path` beside a
+        // `{bytes, path}` column `a`): one would take the other's place in every sample.
+        let mut names = vec![column.field.clone()];
+        if matches!(column.kind, Kind::Encoded) {
+            names.push(column.path_field.clone());
+        }
+        if let Some(twice) = names.into_iter().find(|n| !taken.insert(n.clone())) {
+            return Err(Error::BadIndex {
+                path: shown.to_string(),
+                reason: format!(
+                    "two of its columns give samples the field `{twice}`, so one would hide the other; rename one, \
+                     or leave one out with columns="
+                ),
+            });
+        }
+        out.push(column);
     }
     Ok((out, key_column))
 }

@@ -92,6 +92,12 @@ fn leaf(format: &str) -> Result<Leaf, String> {
     })
 }
 
+/// The most leaves (fields) an item may have: a sample is a dict of a few tensors and values.
+const MAX_LEAVES: usize = 1 << 16;
+/// The most bytes of `data_spec` a leaf may take: its node and its key's name (LitData
+/// writes about 60 bytes a leaf besides the key).
+const SPEC_BYTES_PER_LEAF: usize = 256;
+
 /// Leaf names of a pytree spec as LitData dumps it (`[protocol, {type, context,
 /// children_spec}]`), in leaf order.
 fn leaf_names(spec: &Value, prefix: &str, out: &mut Vec<String>) -> Result<(), String> {
@@ -143,7 +149,20 @@ fn layout(
         }
     }
     let formats = config.get("data_format").and_then(Value::as_array).ok_or("config has no data_format")?;
+    if formats.len() > MAX_LEAVES {
+        return Err(format!("its items claim {} leaves, more than the {MAX_LEAVES} this reader takes", formats.len()));
+    }
     let spec_text = config.get("data_spec").and_then(Value::as_str).ok_or("config has no data_spec")?;
+    // The spec is parsed whole (a tree some 14 times its text): its size is held to what
+    // its leaves can need, so a lying one cannot take gigabytes.
+    let most = SPEC_BYTES_PER_LEAF * (formats.len() + 1) + (64 << 10);
+    if spec_text.len() > most {
+        return Err(format!(
+            "its data_spec is {} bytes, more than {most} for {} leaves: the index is damaged or not LitData's",
+            spec_text.len(),
+            formats.len()
+        ));
+    }
     let spec: Value = serde_json::from_str(spec_text).map_err(|e| format!("data_spec is not JSON: {e}"))?;
     let mut names = Vec::new();
     leaf_names(spec.get(1).ok_or("data_spec is not [protocol, spec]")?, "", &mut names)?;
