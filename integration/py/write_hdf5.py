@@ -186,6 +186,12 @@ def main():
                 for k in range(4):
                     gs[i]["l%d" % k] = gs[i + 1]
         rows = []
+    elif kind == "bigchunk":
+        # Rows of 20 MB in chunks of one row, zeros under gzip: 40 KB of file.
+        with h5py.File(os.path.join(outdir, "z.h5"), "w") as f:
+            f.create_dataset("data", (2, 20_000_000), dtype=np.uint8, chunks=(1, 20_000_000), compression="gzip",
+                             data=np.zeros((2, 20_000_000), np.uint8))
+        rows = []
     elif kind == "latest":
         rows = latest(os.path.join(outdir, "c.h5"), "c", 61, 3)
     else:

@@ -16,6 +16,17 @@ pub use sampler::{SamplerError, SamplerResult};
 use crate::escape::{display_key, escape_controls};
 use crate::redact::redact_text;
 
+/// `: sample `KEY` field `FIELD``, leaving out what is not known (a shard damaged before any
+/// sample of it is read names neither).
+fn sample_and_field(key: &str, field: &str) -> String {
+    match (key.is_empty(), field.is_empty()) {
+        (true, true) => String::new(),
+        (false, true) => format!(": sample `{}`", display_key(key)),
+        (true, false) => format!(": field `{}`", display_key(field)),
+        (false, false) => format!(": sample `{}` field `{}`", display_key(key), display_key(field)),
+    }
+}
+
 /// Result alias used across Stoker.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -129,7 +140,7 @@ pub enum Error {
     /// A payload's bytes do not match the checksum recorded for them (by `stoker pack`,
     /// `stoker index --checksums`, or the format itself): they were damaged after they were
     /// written, and are never delivered.
-    #[error("corrupt data in {shard}: sample `{}` field `{}`: {reason}", display_key(.key), display_key(.field))]
+    #[error("corrupt data in {shard}{}: {reason}", sample_and_field(.key, .field))]
     CorruptData {
         /// The shard or object, credentials redacted.
         shard: String,
@@ -546,5 +557,17 @@ mod tests {
         assert!(matches!(missing, Error::NotFound { .. }));
         assert!(!missing.is_retryable());
         assert!(missing.to_string().contains("/nope"), "{missing}");
+    }
+
+    #[test]
+    fn corrupt_data_names_only_the_sample_and_field_it_knows() {
+        let e = |key: &str, field: &str| {
+            Error::CorruptData { shard: "a.mds".into(), key: key.into(), field: field.into(), reason: "why".into() }
+                .to_string()
+        };
+        assert_eq!(e("", ""), "corrupt data in a.mds: why");
+        assert_eq!(e("k1", ""), "corrupt data in a.mds: sample `k1`: why");
+        assert_eq!(e("", "jpg"), "corrupt data in a.mds: field `jpg`: why");
+        assert_eq!(e("k1", "jpg"), "corrupt data in a.mds: sample `k1` field `jpg`: why");
     }
 }

@@ -256,3 +256,20 @@ async fn a_shuffled_pass_decodes_each_compressed_chunk_once_and_the_next_reads_t
     assert_eq!(src.get_many(&[20, 33]).await.unwrap(), vec![want[20].clone(), want[33].clone()]);
     assert_eq!(src.get_many(&[23, 32]).await.unwrap(), vec![want[23].clone(), want[32].clone()]);
 }
+
+/// A chunk larger than `decoded_bytes` allows is not damage: the error is the option's,
+/// naming it, and the file reads once it is raised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_over_decoded_bytes_names_the_option_not_damage() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("bigchunk");
+    fixture("bigchunk", &dir);
+    // Chunks of 20 MB against the smallest cap, 16 MiB.
+    let src = open(&format!("{}?decoded_bytes=1", dir.display())).await;
+    let e = src.get(0).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, stoker::Error::InvalidOption { .. }) && msg.contains("decoded_bytes="), "{e:?}");
+    assert!(msg.contains("z.h5") && msg.contains("`data`") && !msg.contains("damaged"), "{msg}");
+    let src = open(&format!("{}?decoded_bytes=67108864", dir.display())).await;
+    assert_eq!(src.get(1).await.unwrap().fields[0].data.len(), 20_000_000 + 128);
+}

@@ -266,7 +266,13 @@ async fn index_lies_that_would_change_the_data_are_refused_at_open() {
             let mut empty = v.clone();
             empty["shards"][0]["samples"] = 0.into();
             lies.push((empty.to_string(), "claims no samples"));
+            let mut out = v.clone();
+            out["shards"][0]["raw_data"]["basename"] = "../../etc/passwd".into();
+            lies.push((out.to_string(), "not a file in the dataset's directory"));
         } else {
+            let mut out = v.clone();
+            out["chunks"][1]["filename"] = "/etc/passwd".into();
+            lies.push((out.to_string(), "not a file in the dataset's directory"));
             let mut empty = v.clone();
             empty["chunks"][0]["chunk_size"] = 0.into();
             lies.push((empty.to_string(), "claims no samples"));
@@ -293,7 +299,7 @@ async fn index_lies_that_would_change_the_data_are_refused_at_open() {
             );
         }
         std::fs::write(&index, &good).unwrap();
-        assert!(open(dir.to_str().unwrap()).await.len() > 0);
+        assert!(!open(dir.to_str().unwrap()).await.is_empty());
     }
     // An index.json of something else, beside files that are not shards, is a file like any other.
     let other = root.path().join("other");

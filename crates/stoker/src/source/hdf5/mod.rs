@@ -57,6 +57,8 @@ const KEY_DATASET: &str = "__key__";
 /// whose walk, bounded by depth alone, took hours.)
 const MAX_DEPTH: usize = 16;
 const MAX_DATASETS: usize = 4096;
+/// How the walk's errors for a file past its limits (not a damaged one) begin.
+const LIMIT: &str = "limit: ";
 const MAX_GROUPS: usize = 4096;
 /// The most rows a byte of a file may stand for (deflate's best compression ratio).
 const MAX_RATIO: u64 = 1032;
@@ -179,7 +181,17 @@ pub(crate) async fn open(
                     .map_err(|e| bad_file(&s, &shown, &e))?;
                 let mut found = Vec::new();
                 let root = h5.root_group().map_err(|e| bad_file(&s, &shown, &e))?;
-                walk(&root, "", 0, &mut found, &mut 0).map_err(|e| bad_file(&s, &shown, &e))?;
+                walk(&root, "", 0, &mut found, &mut 0).map_err(|e| match &e {
+                    // A file past the walk's limits is not damaged: say which limit.
+                    hdf5_reader::error::Error::InvalidData(m) if m.starts_with(LIMIT) => Error::NotSupported {
+                        what: format!(
+                            "{shown}: {}: more than this reader walks; split the file, or write the datasets to \
+                             read in fewer groups",
+                            &m[LIMIT.len()..]
+                        ),
+                    },
+                    _ => bad_file(&s, &shown, &e),
+                })?;
                 let key = found.iter().position(|f| f.path == KEY_DATASET).map(|k| found.remove(k).set);
                 let cols = match first {
                     Some(cols) => cols,
@@ -219,18 +231,20 @@ fn walk(
     groups.sort_by(|a, b| a.name().cmp(b.name()));
     for set in sets {
         if out.len() >= MAX_DATASETS {
-            return Err(hdf5_reader::error::Error::InvalidData(format!("more than {MAX_DATASETS} datasets")));
+            return Err(hdf5_reader::error::Error::InvalidData(format!("{LIMIT}more than {MAX_DATASETS} datasets")));
         }
         out.push(Found { path: format!("{prefix}{}", leaf(set.name())), set });
     }
     for g in groups {
         if depth + 1 >= MAX_DEPTH {
-            return Err(hdf5_reader::error::Error::InvalidData(format!("groups nested more than {MAX_DEPTH} deep")));
+            return Err(hdf5_reader::error::Error::InvalidData(format!(
+                "{LIMIT}groups nested more than {MAX_DEPTH} deep"
+            )));
         }
         *visits += 1;
         if *visits > MAX_GROUPS {
             return Err(hdf5_reader::error::Error::InvalidData(format!(
-                "more than {MAX_GROUPS} groups (counting each path to a group linked from several places)"
+                "{LIMIT}more than {MAX_GROUPS} groups (counting each path to a group linked from several places)"
             )));
         }
         walk(&g, &format!("{prefix}{}/", leaf(g.name())), depth + 1, out, visits)?;
@@ -456,6 +470,16 @@ impl Inner {
     fn damaged(&self, file: &File, shown: &str, first: u64, column: &str, e: &hdf5_reader::error::Error) -> Error {
         if let Some(failed) = file.storage.failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return failed;
+        }
+        if let hdf5_reader::error::Error::ResourceLimit(what) = e {
+            // The reader's caps are `decoded_bytes`: a chunk or read larger than it allows is
+            // not damage.
+            return Error::InvalidOption {
+                message: format!(
+                    "{shown}: dataset `{column}` from row {first}: {what} (decoded_bytes); raise decoded_bytes= to \
+                     read it"
+                ),
+            };
         }
         Error::CorruptData {
             shard: shown.to_string(),

@@ -84,8 +84,9 @@ impl Inflate {
                 let part = if key.is_empty() { String::new() } else { format!(" {key}") };
                 crate::error::Error::InvalidOption {
                     message: format!(
-                        "{shard}{part} decompresses to {claimed} bytes or more, beyond the {limit} bytes decoded_bytes \
-                         allows (or memory could give); raise decoded_bytes= to read it"
+                        "{shard}{part} decompresses to {claimed} bytes or more (as its index or header says), beyond \
+                         the {limit} bytes decoded_bytes allows (or memory could give): if it is that large, raise \
+                         decoded_bytes= to read it; if not, its index or header is damaged"
                     ),
                 }
             }

@@ -209,6 +209,7 @@ fn chunk(
 ) -> Result<ShardSpec, String> {
     {
         let name = c["filename"].as_str().ok_or_else(|| format!("chunk {n} has no filename"))?;
+        super::inside(name).map_err(|why| format!("chunk {n}: {why}"))?;
         let samples = c["chunk_size"].as_u64().ok_or_else(|| format!("chunk {n} has no chunk_size"))? as usize;
         let path = format!("{dir}{name}");
         let storage = match (codec, level) {

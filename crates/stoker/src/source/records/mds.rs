@@ -185,12 +185,14 @@ fn shard(
         let samples = s["samples"].as_u64().ok_or_else(|| at("no sample count"))? as usize;
         let raw = &s["raw_data"];
         let raw_name = raw["basename"].as_str().ok_or_else(|| at("raw_data has no basename"))?;
+        super::inside(raw_name).map_err(|why| at(&why))?;
         let storage = match (&s["zip_data"], s["compression"].as_str()) {
             (Value::Object(z), Some(c)) => {
                 let codec =
                     Codec::parse(c).ok_or_else(|| at(&format!("compression `{c}` is not one this reader knows")))?;
                 let zip_name =
                     z.get("basename").and_then(Value::as_str).ok_or_else(|| at("zip_data has no basename"))?;
+                super::inside(zip_name).map_err(|why| at(&why))?;
                 Storage::Whole { path: format!("{dir}{zip_name}"), codec, hashes: hashes(z.get("hashes")) }
             }
             _ => Storage::Raw,

@@ -199,6 +199,15 @@ struct Inner {
 /// (`(shard, batch)`, with their rows), within `decoded_bytes`.
 type KeptBytes = Kept<(usize, usize), Bytes>;
 
+/// A shard name from an index names a file in the dataset's directory (or below it): not an
+/// absolute path, no `..` (an index naming `../../etc/passwd` would read outside it).
+fn inside(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() || name.starts_with('/') || name.split(['/', '\\']).any(|part| part == "..") {
+        return Err(format!("the shard name `{name}` is not a file in the dataset's directory"));
+    }
+    Ok(())
+}
+
 impl Inner {
     /// The shard file `path`, pinned to its version: as listed at open, else looked up now.
     async fn object(&self, path: &str) -> Result<Object> {
