@@ -71,12 +71,13 @@ impl TextTokenizer {
     }
 
     /// The ids of one text, without special tokens, on the calling thread (the Loader's
-    /// decode threads run one document each); a long text in [`pieces`].
+    /// decode threads run one document each); a text over 256 KiB in pieces cut at word
+    /// ends (the same ids for tokenizers that split words at whitespace).
     pub fn encode(&self, text: &str) -> std::result::Result<Vec<u32>, String> {
         Ok(self.encode_prefix(text, usize::MAX)?.0)
     }
 
-    /// The ids of `text`'s first pieces ([`pieces`]), up to the first piece that brings
+    /// The ids of `text`'s first pieces (as [`encode`](Self::encode) cuts it), up to the first piece that brings
     /// them past `want` (a row's room: a document cut to it needs no more), and whether
     /// they are the whole text's.
     pub fn encode_prefix(&self, text: &str, want: usize) -> std::result::Result<(Vec<u32>, bool), String> {
@@ -97,7 +98,7 @@ impl TextTokenizer {
     /// The ids of each text, without special tokens (BOS/EOS are the packer's), encoded in
     /// parallel on the `tokenizers` crate's threads (all cores; on the calling thread in a
     /// process forked after its parent used them: their threads are the parent's); a long
-    /// text in [`pieces`].
+    /// text over 256 KiB in pieces, as [`encode`](Self::encode).
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
         let cut: Vec<Vec<&str>> = texts.iter().map(|t| pieces(t)).collect();
         let flat: Vec<&str> = cut.iter().flatten().copied().collect();

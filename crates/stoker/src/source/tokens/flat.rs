@@ -156,11 +156,11 @@ pub(crate) fn npy_header(b: &[u8]) -> std::result::Result<(TokenType, u64, u64),
         return Err("it is in Fortran order".into());
     }
     let shape = text.split("'shape':").nth(1).and_then(|s| s.split(')').next()).ok_or("its header has no shape")?;
-    let dims: Vec<&str> =
-        shape.trim_start_matches([' ', '(']).split(',').map(str::trim).filter(|d| !d.is_empty()).collect();
+    let inner = shape.trim_start_matches([' ', '(']);
+    let dims: Vec<&str> = inner.split(',').map(str::trim).filter(|d| !d.is_empty()).collect();
     match dims.as_slice() {
-        [n] => Ok((ty, end, n.parse::<u64>().map_err(|_| format!("shape ({shape}) is not a length"))?)),
-        _ => Err(format!("shape ({shape}) is not one-dimensional")),
+        [n] => Ok((ty, end, n.parse::<u64>().map_err(|_| format!("shape ({inner}) is not a length"))?)),
+        _ => Err(format!("shape ({inner}) is not one-dimensional")),
     }
 }
 
@@ -254,7 +254,10 @@ mod tests {
             npy_header(&b).unwrap_err()
         };
         assert!(bad("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }").contains("integer"));
-        assert!(bad("{'descr': '<u2', 'fortran_order': False, 'shape': (3, 4), }").contains("one-dimensional"));
+        let two = bad("{'descr': '<u2', 'fortran_order': False, 'shape': (3, 4), }");
+        assert!(two.contains("shape (3, 4) is not one-dimensional"), "{two}");
+        let negative = bad("{'descr': '<u2', 'fortran_order': False, 'shape': (-5,), }");
+        assert!(negative.contains("shape (-5,) is not a length"), "{negative}");
         assert!(bad("{'descr': '>u2', 'fortran_order': False, 'shape': (3,), }").contains("little-endian"));
         // numpy reads the last copy of a key: 13 uint32 tokens, where the first copy says 26 uint16.
         let twice = "{'descr': '<u2', 'fortran_order': False, 'shape': (26,), 'descr': '<u4', 'shape': (13,), }";
