@@ -35,6 +35,16 @@ looks like to a reader).
 `label` (int64, contiguous): 50 compressed chunks of 128 KiB, more than a 1 MiB decoded-chunk
 memory holds (for the test that a shuffled pass decodes each chunk once).
 
+    python write_hdf5.py badkeys OUTDIR
+
+`badkeys`: q.h5, whose `__key__` dataset holds byte strings that are not UTF-8 (b"k\\xff",
+b"k\\xfe"), one with a backslash, and a plain one; prints the keys Stoker gives them.
+
+    python write_hdf5.py external OUTDIR
+
+`external`: e.h5, with `label` in the file and `data` kept in raw.bin beside it (HDF5 external
+storage).
+
     python write_hdf5.py chunks FILE DATASET
 
 prints where the chunks of DATASET lie in FILE: [[byte offset, stored size], ...] (for the tests
@@ -191,6 +201,22 @@ def main():
         with h5py.File(os.path.join(outdir, "z.h5"), "w") as f:
             f.create_dataset("data", (2, 20_000_000), dtype=np.uint8, chunks=(1, 20_000_000), compression="gzip",
                              data=np.zeros((2, 20_000_000), np.uint8))
+        rows = []
+    elif kind == "badkeys":
+        # Keys of bytes that are not UTF-8, two differing only there, and one with a backslash.
+        keys = [b"k\xff", b"k\xfe", b"a\\b", b"plain"]
+        with h5py.File(os.path.join(outdir, "q.h5"), "w") as f:
+            f.create_dataset("__key__", data=np.array(keys, dtype="S8"))
+            f.create_dataset("label", data=np.arange(4, dtype=np.int64))
+        shown = ["k\\xff", "k\\xfe", "a\\\\b", "plain"]
+        rows = [{"key": k, "fields": [["label", str(i).encode().hex()]]} for i, k in enumerate(shown)]
+    elif kind == "external":
+        # `label` inside the file; `data`'s values in raw.bin beside it (external storage).
+        raw = os.path.join(outdir, "raw.bin")
+        np.arange(12, dtype=np.int64).tofile(raw)
+        with h5py.File(os.path.join(outdir, "e.h5"), "w") as f:
+            f.create_dataset("label", data=np.arange(12, dtype=np.int64))
+            f.create_dataset("data", (12,), dtype=np.int64, external=[("raw.bin", 0, 96)])
         rows = []
     elif kind == "latest":
         rows = latest(os.path.join(outdir, "c.h5"), "c", 61, 3)

@@ -273,3 +273,34 @@ async fn a_chunk_over_decoded_bytes_names_the_option_not_damage() {
     let src = open(&format!("{}?decoded_bytes=67108864", dir.display())).await;
     assert_eq!(src.get(1).await.unwrap().fields[0].data.len(), 20_000_000 + 128);
 }
+
+/// Keys of bytes that are not UTF-8 stay distinct (a lossy conversion made `k\xff` and `k\xfe`
+/// one key), written as LMDB's are: `\xNN`, and a backslash doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_are_not_utf8_stay_distinct() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("badkeys");
+    let want = fixture("badkeys", &dir);
+    let src = open(dir.to_str().unwrap()).await;
+    let keys: Vec<String> = src.get_many(&[0, 1, 2, 3]).await.unwrap().into_iter().map(|s| s.key).collect();
+    assert_eq!(keys, ["k\\xff", "k\\xfe", "a\\\\b", "plain"]);
+    assert_eq!(stoker::sample::unescape_key(&keys[0]).as_ref(), b"k\xff");
+    run_all(src, &want, "badkeys", &[]).await;
+}
+
+/// A dataset whose values HDF5 keeps in another file is refused at open, naming the dataset and
+/// the file (Stoker reads only the file it is given); the others still read without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dataset_stored_in_another_file_is_not_read_from_it() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("external");
+    fixture("external", &dir);
+    // Only the HDF5 file is a shard: raw.bin is not .h5.
+    let e = stoker::open(dir.to_str().unwrap(), Default::default()).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, stoker::Error::NotSupported { .. }), "{e:?}");
+    assert!(msg.contains("e.h5") && msg.contains("`data`") && msg.contains("columns="), "{msg}");
+    let src = open(&format!("{}?columns=label", dir.display())).await;
+    assert_eq!(src.len(), 12);
+    assert_eq!(src.get(7).await.unwrap().field("label").map(|b| &b[..]), Some(&b"7"[..]));
+}

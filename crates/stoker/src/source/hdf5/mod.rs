@@ -18,7 +18,9 @@
 //! the Parquet layout ([`column::Kind`]): one number per row as text, an array per row as
 //! `.npy`, strings and variable-length bytes as they are. Every file of a source must hold the
 //! same datasets. A file is a shard; keys are `<file without suffix>/<row, 9 digits>`, or the
-//! strings of a `__key__` dataset when there is one.
+//! strings of a `__key__` dataset when there is one (bytes that are not UTF-8 as `\xNN` and a
+//! backslash as `\\`, as LMDB's keys: [`crate::sample::escape_key`]). Only the file itself
+//! is read: a dataset kept in other files (external storage) is refused at open.
 //!
 //! Damage: a file that is not HDF5, or whose headers lie (sizes past the file, loops, chunks
 //! larger than the decode cap), is an error at open naming the file; a chunk that does not
@@ -145,6 +147,28 @@ fn direct(h5: &Hdf5File, set: &Dataset, c: &Column, rows: u64) -> Option<Direct>
     // Unallocated (never written) data reads as fill values: the reader's business.
     let end = at.checked_add(row.checked_mul(rows)?)?;
     (address != u64::MAX && size >= row.checked_mul(rows)? && end <= h5.storage().len()).then_some(Direct { at, row })
+}
+
+/// A dataset whose values the file says lie in other files (HDF5's external raw storage,
+/// `create_dataset(..., external=[...])`) is refused at open: Stoker reads only the file it was
+/// given, through its store (a remote file's neighbours are not fetched, and a local file must
+/// not make the reader open paths it names, such as `/etc/shadow` or `../other`).
+fn refuse_external(h5: &Hdf5File, set: &Dataset, path: &str, shown: &str) -> Result<()> {
+    use hdf5_reader::messages::HdfMessage;
+    let header = h5.get_or_parse_header(set.address()).map_err(|e| Error::BadIndex {
+        path: shown.to_string(),
+        reason: format!("dataset `{path}`'s header does not read ({e})"),
+    })?;
+    if header.messages.iter().any(|m| matches!(m, HdfMessage::ExternalFiles(_))) {
+        return Err(Error::NotSupported {
+            what: format!(
+                "{shown}: dataset `{path}` keeps its values in other files (HDF5 external storage), and Stoker reads \
+                 only the file itself; copy the values in (h5py: write the dataset without external=), or leave it out \
+                 by naming the others with columns="
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// A dataset found by the walk.
@@ -361,6 +385,7 @@ fn place(
             )));
         }
         rows = Some(shape[0]);
+        refuse_external(h5, &f.set, &c.path, shown)?;
         sets.push(f.set);
     }
     let rows = usize::try_from(rows.unwrap_or(0)).map_err(|_| bad("more rows than this machine can count".into()))?;
@@ -386,6 +411,7 @@ fn place(
         }
     }
     if let Some(k) = &key {
+        refuse_external(h5, k, KEY_DATASET, shown)?;
         if k.shape().first().map(|&n| n as usize) != Some(rows) {
             return Err(bad(format!("its {KEY_DATASET} dataset does not have one key per row ({rows} rows)")));
         }
@@ -463,7 +489,8 @@ impl Inner {
             return Ok((first..first + count).map(|r| format!("{}/{r:09}", file.stem)).collect());
         };
         let c = Column { name: KEY_DATASET.into(), path: KEY_DATASET.into(), kind: key_kind(k)?, item: Vec::new() };
-        Ok(c.read(k, first, count)?.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect())
+        // Losslessly: keys of bytes that are not UTF-8 (`S` strings) stay distinct, as LMDB's do.
+        Ok(c.read(k, first, count)?.iter().map(|b| crate::sample::escape_key(b).into_owned()).collect())
     }
 
     /// A read of rows from `first` of `column` failed.

@@ -129,6 +129,13 @@ pub(crate) fn text_field(line: &[u8], field: &str) -> std::result::Result<String
     let picked = Pick(field).deserialize(&mut de).map_err(|e| match std::str::from_utf8(line) {
         // JSON text is UTF-8: say so rather than what the parser tripped on.
         Err(u) => format!("the line is not UTF-8 text (byte {} of the line)", u.valid_up_to()),
+        // Python's json.dumps escapes text that held undecodable bytes (read with
+        // errors="surrogateescape") as lone surrogates: valid JSON syntax, but no text.
+        Ok(_) if e.to_string().contains("surrogate") => format!(
+            "a string holds a lone UTF-16 surrogate escape such as \\ud800 ({e}), which is no Unicode character: \
+             the writer's text was not valid (Python writes these for text read with errors=\"surrogateescape\"); \
+             repair the text, or skip such lines (on_damage=skip)"
+        ),
         Ok(_) => format!("not a JSON object with a string `{field}`: {e}"),
     })?;
     de.end().map_err(|e| format!("more after the JSON object: {e}"))?;
@@ -186,6 +193,13 @@ mod tests {
         assert!(text_field(br#"{"body": "x"}"#, "text").unwrap_err().contains("no field `text`"));
         assert!(text_field(br#"{"text": 5}"#, "text").unwrap_err().contains("string"));
         assert!(text_field(b"{\"text\": \"\xff\"}", "text").is_err());
+        // json.dumps("a\udcff") (text that held a byte that is not UTF-8): valid JSON, no text.
+        let e = text_field(br#"{"text": "a\udcff"}"#, "text").unwrap_err();
+        assert!(e.contains("lone UTF-16 surrogate") && e.contains("surrogateescape"), "{e}");
+        let e = text_field(br#"{"text": "\ud800\u0041"}"#, "text").unwrap_err();
+        assert!(e.contains("lone UTF-16 surrogate"), "{e}");
+        // A pair is one character.
+        assert_eq!(text_field(br#"{"text": "\ud83d\ude00"}"#, "text").unwrap(), "\u{1f600}");
     }
 
     #[test]
