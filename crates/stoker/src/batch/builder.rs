@@ -92,7 +92,12 @@ impl BatchBuilder {
         let start = col.len;
         let end = start + len;
         if col.buf.capacity() < end {
-            self.grow(c, end);
+            // A value's bytes are already in memory, and a column at most doubles to hold them.
+            if let Err(want) = self.grow(c, end) {
+                std::alloc::handle_alloc_error(
+                    std::alloc::Layout::array::<u8>(want).unwrap_or(std::alloc::Layout::new::<u8>()),
+                );
+            }
         }
         let col = &mut self.shell.columns[c];
         col.len = end;
@@ -102,36 +107,47 @@ impl BatchBuilder {
 
     /// A fixed-width column `name` of type `ty` over every row added so far, to be filled by
     /// the caller: row `i` is `[i * ty.row_bytes(), (i + 1) * ty.row_bytes())`. Call after the
-    /// last [`begin`](Self::begin); its contents are stale until written.
-    pub fn fixed(&mut self, name: &Arc<str>, ty: &Arc<ColumnType>) -> &mut [u8] {
+    /// last [`begin`](Self::begin); its contents are stale until written. Fails, instead of
+    /// aborting the process, when the column's bytes (rows times the row's, both chosen by the
+    /// user: a batch of 8 images of 16384² pixels is 6.4 GB) cannot be allocated.
+    pub fn fixed(&mut self, name: &Arc<str>, ty: &Arc<ColumnType>) -> Result<&mut [u8], ColumnTooLarge> {
         self.close_row();
         let rows = self.rows();
         let width = ty.row_bytes();
+        let too_large = || ColumnTooLarge { name: name.clone(), rows, row_bytes: width };
+        let end = rows.checked_mul(width).ok_or_else(too_large)?;
         let s = &mut self.shell;
-        let c = match s.columns[..s.used].iter().position(|c| c.name.as_deref() == Some(&**name)) {
-            Some(c) => c,
+        let (c, fresh) = match s.columns[..s.used].iter().position(|c| c.name.as_deref() == Some(&**name)) {
+            Some(c) => (c, false),
             None => {
                 if s.used == s.columns.len() {
                     s.columns.push(Column::default());
                 }
                 s.used += 1;
-                s.used - 1
+                (s.used - 1, true)
             }
         };
         s.columns[c].reset(name.clone());
-        let end = rows * width;
-        if s.columns[c].buf.capacity() < end {
-            self.grow(c, end);
+        if s.columns[c].buf.capacity() < end && self.grow(c, end).is_err() {
+            // The batch is left without the column (or with every row of it missing), not
+            // with one of the wrong length.
+            if fresh {
+                self.shell.used -= 1;
+            } else {
+                self.shell.columns[c].pad_to(rows);
+            }
+            return Err(too_large());
         }
         let col = &mut self.shell.columns[c];
         col.ty = Some(ty.clone());
         col.len = end;
         col.offsets.extend((1..=rows).map(|i| (i * width) as u64));
-        col.buf.bytes_mut(0..end)
+        Ok(col.buf.bytes_mut(0..end))
     }
 
-    /// Make column `c` hold at least `end` bytes, keeping what it has.
-    fn grow(&mut self, c: usize, end: usize) {
+    /// Make column `c` hold at least `end` bytes, keeping what it has; `Err(bytes)` when the
+    /// bytes wanted cannot be allocated.
+    fn grow(&mut self, c: usize, end: usize) -> Result<(), usize> {
         let host = self.pool.as_ref().and_then(|p| p.host.as_ref().map(|h| (h, &p.spills)));
         let col = &mut self.shell.columns[c];
         if let (Storage::Heap(v), Some((host, spills))) = (&col.buf, host) {
@@ -140,7 +156,7 @@ impl BatchBuilder {
                 match host.try_acquire() {
                     Some(h) if h.capacity() >= end => {
                         col.buf = Storage::Host(h);
-                        return;
+                        return Ok(());
                     }
                     _ => {
                         spills.fetch_add(1, Relaxed);
@@ -152,10 +168,10 @@ impl BatchBuilder {
             if let Some((_, spills)) = host {
                 spills.fetch_add(1, Relaxed);
             }
-            let mut v = vec![0u8; end.max(h.capacity() * 2)];
+            let mut v = zeroed(end.max(h.capacity() * 2))?;
             v[..col.len].copy_from_slice(&h[..col.len]);
             col.buf = Storage::Heap(v);
-            return;
+            return Ok(());
         }
         if let Storage::Heap(v) = &mut col.buf {
             // Grows to the largest column seen (doubling), then is reused as is; new storage
@@ -173,10 +189,11 @@ impl BatchBuilder {
             } else {
                 end.max(v.len() * 2)
             };
-            let mut grown = vec![0u8; want];
+            let mut grown = zeroed(want)?;
             grown[..col.len].copy_from_slice(&v[..col.len]);
             *v = grown;
         }
+        Ok(())
     }
 
     /// Begin `sample` and copy in its fields except those `skip` names (decoded ones, which
@@ -252,5 +269,49 @@ impl Drop for BatchBuilder {
         if let Some(pool) = &self.pool {
             pool.give(std::mem::take(&mut self.shell));
         }
+    }
+}
+
+/// `len` zero bytes, allocated zeroed (fresh pages from the system are zero already, so a
+/// large column costs no fill), or `Err(len)` when they cannot be had.
+fn zeroed(len: usize) -> Result<Vec<u8>, usize> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len).map_err(|_| len)?;
+    // SAFETY: `layout` has a non-zero size; a non-null pointer from alloc_zeroed is `len`
+    // initialised (zero) bytes allocated by the global allocator with u8's alignment, which
+    // is what Vec::from_raw_parts requires for a Vec<u8> of that length and capacity.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout);
+        if ptr.is_null() {
+            return Err(len);
+        }
+        Ok(Vec::from_raw_parts(ptr, len, len))
+    }
+}
+
+/// A fixed-width column of a batch too large to allocate (see [`BatchBuilder::fixed`]).
+#[derive(Debug, Clone)]
+pub struct ColumnTooLarge {
+    /// The column.
+    pub name: Arc<str>,
+    /// The batch's rows.
+    pub rows: usize,
+    /// Bytes a row of it takes.
+    pub row_bytes: usize,
+}
+
+impl std::fmt::Display for ColumnTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cannot allocate column `{}` of a batch: {} rows of {} bytes ({:.1} GB); lower the batch size or the \
+             decoded size (image size, seq_len)",
+            self.name,
+            self.rows,
+            self.row_bytes,
+            self.rows as f64 * self.row_bytes as f64 / 1e9
+        )
     }
 }

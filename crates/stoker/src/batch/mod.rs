@@ -16,7 +16,7 @@ mod storage;
 #[cfg(test)]
 mod tests;
 
-pub use builder::BatchBuilder;
+pub use builder::{BatchBuilder, ColumnTooLarge};
 pub use dtype::Dtype;
 pub use pool::BatchPool;
 

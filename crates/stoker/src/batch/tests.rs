@@ -138,3 +138,27 @@ fn many_fields_in_any_order_land_in_their_columns() {
         }
     }
 }
+
+/// A fixed-width column the batch's sizes make too large to allocate is an error naming it
+/// and its sizes, not an aborted process; the builder still serves a column that fits.
+#[test]
+fn a_fixed_column_too_large_to_allocate_is_an_error() {
+    let pool = BatchPool::new(1);
+    let mut b = pool.builder();
+    for i in 0..4 {
+        b.begin(i, &format!("k{i}"));
+    }
+    // 4 rows of 16 TiB: no allocator gives 64 TiB (x86_64 user space is 128 TiB, and the
+    // allocation is refused, not overcommitted).
+    let huge = ColumnType::new(Dtype::U8, vec![1 << 44]);
+    let e = b.fixed(&"image".into(), &huge).unwrap_err();
+    assert_eq!((&*e.name, e.rows, e.row_bytes), ("image", 4, 1 << 44));
+    assert!(e.to_string().contains("`image`") && e.to_string().contains("lower the batch size"), "{e}");
+    // Rows times a row's bytes past usize.
+    let wider = ColumnType::new(Dtype::U8, vec![usize::MAX / 2]);
+    assert!(b.fixed(&"x".into(), &wider).is_err());
+    let ok = ColumnType::new(Dtype::U8, vec![3]);
+    b.fixed(&"label".into(), &ok).unwrap().copy_from_slice(&[1u8; 12]);
+    let batch = b.finish(0, 0);
+    assert_eq!(batch.field("label").unwrap().dense(), Some((&[1u8; 12][..], 3)));
+}

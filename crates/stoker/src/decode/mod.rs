@@ -39,6 +39,7 @@ pub use spec::{
     Blur, ColorJitter, Crop, DecodeSpec, Dtype, FieldDecode, FixedSpec, ImageLayout, ImageSpec, Normalize, NpySpec,
     TokenRef, TokensSpec,
 };
+pub(crate) use text::PIECE_BYTES;
 pub use text::{TextTokenizer, MAX_TOKENIZER_BYTES};
 pub use tokens::MAX_SEQ_LEN;
 
@@ -263,7 +264,8 @@ impl Decoder {
         for plan in &self.plans {
             let ty = self.type_for(plan, samples)?;
             let width = ty.row_bytes();
-            let out = b.fixed(&plan.name, &ty);
+            // Not a row's fault: every row, or rather the batch's size, asks too much.
+            let out = b.fixed(&plan.name, &ty).map_err(|e| (0, plan.name.clone(), e.to_string()))?;
             // What a row holds before its padding (tokens only), written by whichever thread.
             let used: Vec<AtomicU32> = match plan.tokenize {
                 Some(_) => (0..samples.len()).map(|_| AtomicU32::new(0)).collect(),
@@ -330,7 +332,9 @@ impl Decoder {
                 }
             }
             if let Some(t) = &plan.tokenize {
-                let lengths = b.fixed(&t.lengths, &ColumnType::new(Dtype::I32, Vec::new()));
+                let lengths = b
+                    .fixed(&t.lengths, &ColumnType::new(Dtype::I32, Vec::new()))
+                    .map_err(|e| (0, t.lengths.clone(), e.to_string()))?;
                 for (o, u) in lengths.chunks_exact_mut(4).zip(&used) {
                     o.copy_from_slice(&(u.load(Relaxed) as i32).to_ne_bytes());
                 }

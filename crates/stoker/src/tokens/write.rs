@@ -474,7 +474,12 @@ async fn tokenized_here(
     h.write(src.to_string().as_bytes());
     h.write_u64(n as u64);
     match &tok {
-        Some(t) => h.write_u64(t.fingerprint()),
+        Some(t) => {
+            h.write_u64(t.fingerprint());
+            // How long texts are cut before tokenizing changes their ids: a cache written under
+            // another cut must not be served as this one's.
+            h.write_u64(crate::decode::PIECE_BYTES as u64);
+        }
         None => h.write(ARRAYS.as_bytes()),
     }
     h.write(field.as_deref().unwrap_or("").as_bytes());
