@@ -345,6 +345,6 @@ impl Batch {
     fn value<'py>(&self, py: Python<'py>, name: &str, i: usize) -> PyResult<Bound<'py, PyBytes>> {
         let col = self.batch.field(name).ok_or_else(|| InvalidInputError::new_err(format!("no field `{name}`")))?;
         let v = col.get(i).ok_or_else(|| PyIndexError::new_err(format!("row {i} out of range")))?;
-        Ok(PyBytes::new(py, v))
+        crate::source::py_bytes(py, v)
     }
 }

@@ -45,10 +45,24 @@ impl Source {
     }
 }
 
+/// `data` as Python `bytes`, or Python's MemoryError when it cannot allocate them
+/// (`PyBytes::new` panics then, and a panic reaches Python as an unexplained PanicException).
+pub(crate) fn py_bytes<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+    let len = pyo3::ffi::Py_ssize_t::try_from(data.len())
+        .map_err(|_| pyo3::exceptions::PyMemoryError::new_err("a value larger than Python's bytes can hold"))?;
+    // SAFETY: PyBytes_FromStringAndSize copies `len` bytes from `data`, a live slice of that
+    // length, and returns a new reference or null with Python's error set, which
+    // from_owned_ptr_or_err turns into that error.
+    unsafe {
+        let ptr = pyo3::ffi::PyBytes_FromStringAndSize(data.as_ptr().cast(), len);
+        Ok(Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked())
+    }
+}
+
 fn sample_to_py<'py>(py: Python<'py>, s: &stoker::Sample) -> PyResult<Bound<'py, PyAny>> {
     let fields = PyList::empty(py);
     for f in &s.fields {
-        fields.append((f.name.as_ref(), PyBytes::new(py, &f.data)))?;
+        fields.append((f.name.as_ref(), py_bytes(py, &f.data)?))?;
     }
     Ok((s.key.as_str(), fields).into_pyobject(py)?.into_any())
 }
@@ -85,7 +99,7 @@ impl Source {
         let u = uri.clone();
         let (src, snap) =
             block_on(py, async move { stoker::source::open_and_snapshot(&u, opts).await })?.map_err(err)?;
-        let bytes = snap.as_deref().map(|b| PyBytes::new(py, b));
+        let bytes = snap.as_deref().map(|b| py_bytes(py, b)).transpose()?;
         let s = Source { uri, options: options.to_string(), listing: snap, opened: Mutex::new(Some(Local::new(src))) };
         Ok((s, bytes))
     }

@@ -45,3 +45,62 @@ def test_a_step_that_raised_is_the_cause(data) -> None:
         stoker.diagnose(data / "bucket" / "tar", batch_size=8, step=step, samples=16, seconds=5)
     assert not isinstance(e.value, (stoker.InvalidInputError, stoker.RemoteError)), repr(e.value)
     assert isinstance(e.value.__cause__, Boom), repr(e.value.__cause__)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), 1.5, float("inf"), True, "2", None, 0, 2**64])
+def test_transform_threads_must_be_a_whole_number_in_range(data, bad) -> None:
+    # NaN passed `< 1` and hung the pool; 1.5 and True were taken as counts.
+    with pytest.raises(stoker.InvalidInputError, match="transform_threads"):
+        stoker.Loader(data / "bucket" / "tar", batch_size=4, transform=lambda s: s, transform_threads=bad)
+
+
+def test_a_misspelt_argument_beside_an_open_dataset_is_refused(data) -> None:
+    # Source options go to stoker.open(): beside an opened dataset they were dropped silently,
+    # and a misspelt argument (suffle=True) read the data in storage order.
+    ds = stoker.open(data / "bucket" / "tar")
+    with pytest.raises(stoker.InvalidInputError, match="'suffle'.*stoker.open"):
+        stoker.Loader(ds, batch_size=4, suffle=True)
+    with pytest.raises(stoker.InvalidInputError, match="'cache_bytes'"):
+        stoker.Loader(ds, batch_size=4, cache_bytes=1 << 20)
+    # With a URI the loader opens, an unknown option is the source's error, naming it.
+    with pytest.raises(stoker.InvalidInputError, match="suffle"):
+        stoker.Loader(data / "bucket" / "tar", batch_size=4, suffle=True)
+    # skip_errors with an open dataset is the loader's own policy, not a source option.
+    assert sum(len(b["__key__"]) for b in stoker.Loader(ds, batch_size=4, skip_errors=True)) == len(ds)
+
+
+def test_a_state_that_is_not_a_loaders_is_refused_not_a_fresh_start(data) -> None:
+    loader = stoker.Loader(data / "bucket" / "tar", batch_size=4, shuffle=True)
+    for bad in ({}, {"epoch": 0, "batch": 3, "documents": 9}, {"epoch": "x", "loader": None}, [1, 2]):
+        with pytest.raises(stoker.InvalidInputError, match="state"):
+            loader.load_state_dict(bad)  # type: ignore[arg-type]
+    loader.load_state_dict({"epoch": 2, "loader": None})  # an epoch's start is a state
+    assert loader.state_dict()["epoch"] == 2
+
+
+def test_collate_fn_without_a_transform_is_refused(data) -> None:
+    # It would never run: batches are built in Rust without a transform.
+    with pytest.raises(stoker.InvalidInputError, match="collate_fn"):
+        stoker.Loader(data / "bucket" / "tar", batch_size=4, collate_fn=list)
+
+
+def test_a_sample_python_cannot_hold_is_a_memory_error_not_a_panic(tmp_path) -> None:
+    # Python's bytes for a 64 MB sample under an address-space limit with 40 MB to spare:
+    # PyBytes::new panicked on the failed allocation (a PanicException, "pointer is null").
+    import subprocess
+    import sys
+
+    (tmp_path / "big.bin").write_bytes(bytes(64 << 20))
+    script = f"""
+import resource, stoker
+ds = stoker.open({str(tmp_path)!r}, layout="objects")
+assert len(ds[0]["bin"]) == 64 << 20
+vm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize"))
+resource.setrlimit(resource.RLIMIT_AS, (vm + (40 << 20), resource.RLIM_INFINITY))
+try:
+    ds.get_many([0])
+except MemoryError:
+    print("MemoryError")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "MemoryError", out.stdout + out.stderr[-2000:]

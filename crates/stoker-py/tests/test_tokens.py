@@ -332,3 +332,30 @@ def test_a_state_taken_at_an_epochs_end_resumes_at_the_next_epoch(corpus):
     resumed.set_epoch(0)
     with pytest.raises(stoker.InvalidInputError, match=r"set_epoch\(0\).*epoch 1"):
         next(iter(resumed))
+
+
+def test_weights_change_between_iterations_not_while_one_is_under_way(tmp_path):
+    # A change while an iteration was under way was taken and did nothing to the batches that
+    # followed (they were already being cut): now refused; between iterations it applies.
+    from stoker import _stoker
+
+    for name, base in (("a", 0), ("b", 30000)):
+        docs = [numpy.arange(base + i * 50, base + i * 50 + 30 + i, dtype="<u2").tobytes() for i in range(60)]
+        _stoker.ShardWriter(str(tmp_path / name), "{}").write_tokens("part", "uint16", docs)
+    mixed = stoker.mix({str(tmp_path / "a"): 0.5, str(tmp_path / "b"): 0.5}, weight_by="tokens")
+    loader = stoker.TokenLoader(mixed, seq_len=16, global_batch=2, shuffle=True, seed=5, output="numpy")
+    it = iter(loader)
+    next(it)
+    with pytest.raises(stoker.InvalidInputError, match="under way"):
+        loader.set_weights([0.9, 0.1])
+    rest = sum(1 for _ in it)
+    assert rest > 0
+    loader.set_weights([0.9, 0.1])  # the iteration is over
+    ids = numpy.concatenate([b["input_ids"].ravel() for b in loader])
+    share_a = float(numpy.mean(ids < 30000))
+    assert abs(share_a - 0.9) < 0.05, share_a
+    with pytest.raises(stoker.InvalidInputError, match="weights"):
+        loader.set_weights(["a", 1])
+    # An argument the loader does not know, beside an open dataset: refused, not dropped.
+    with pytest.raises(stoker.InvalidInputError, match="'suffle'"):
+        stoker.TokenLoader(mixed, seq_len=16, global_batch=2, suffle=True)

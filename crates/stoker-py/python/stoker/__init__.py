@@ -462,8 +462,27 @@ def _as_dataset(uri_or_dataset: Any, output: str, options: Dict[str, Any]) -> "_
                 f"{uri_or_dataset.uri}: a loader reads a dataset's samples without its transform; pass transform= "
                 "to the loader instead (it runs on its threads, ahead of the loop)"
             )
+        if options:
+            # Source options shape how a source is opened: given with an opened dataset they
+            # would be dropped without a word (and a misspelt argument, `suffle=`, lands here).
+            raise InvalidInputError(
+                f"{', '.join(map(repr, sorted(options)))}: not an argument of this loader, and source options apply only "
+                f"when the loader opens a URI; {uri_or_dataset.uri} is already open: pass options to stoker.open() "
+                "(or check the argument's spelling)"
+            )
         return uri_or_dataset
     return _dataset_class(torch=output == "torch")(os.fspath(uri_or_dataset), **options)  # type: ignore[no-any-return]
+
+
+def _count(name: str, value: Any, least: int, most: int) -> int:
+    """``value`` as a whole number in ``least..=most``, or an error naming ``name`` (a float,
+    NaN or a bool is refused rather than rounded or taken as 1)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise InvalidInputError(f"{name} must be a whole number, not {value!r}")
+    n = int(value.__index__())
+    if not least <= n <= most:
+        raise InvalidInputError(f"{name} must be from {least} to {most}, not {n}")
+    return n
 
 
 def _installed(module: str) -> bool:
@@ -689,9 +708,16 @@ class Loader:
             )
         if transform is not None and not callable(transform):
             raise InvalidInputError(f"transform must be callable, not {transform!r}")
-        if transform_threads < 1:
-            raise InvalidInputError(f"transform_threads must be at least 1, not {transform_threads}")
-        if skip_errors:  # damage found while opening is skipped around too (and reported in stats())
+        transform_threads = _count("transform_threads", transform_threads, 1, 1024)
+        if collate_fn is not None and transform is None:
+            # Batches are collated in Rust without a transform: the function would never run.
+            raise InvalidInputError(
+                "collate_fn= collates what transform= returns, and no transform is given (batches are then built in "
+                "Rust, fields as tensors): pass transform= too, or convert the batches in the loop"
+            )
+        if skip_errors and not isinstance(uri_or_dataset, _Dataset):
+            # Damage found while opening is skipped around too (and reported in stats()); a
+            # dataset given was opened with its own options.
             options = {"on_damage": "skip", **options}
         if not isinstance(uri_or_dataset, _Dataset) and "cache_block" not in options:
             # A source opened for this order: reads that walk shards front to back take
@@ -831,7 +857,17 @@ class Loader:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from ``state_dict()``: the next iteration delivers exactly the samples not
         yet delivered in that epoch."""
-        self.epoch = int(state["epoch"])
+        if not isinstance(state, dict) or "epoch" not in state or "loader" not in state:
+            # A TokenLoader's state, or an empty dict, would otherwise restart the epoch.
+            keys = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise InvalidInputError(
+                f"load_state_dict() takes what a Loader's state_dict() gave (a dict of 'epoch' and 'loader'), not {keys}"
+            )
+        if isinstance(state["epoch"], bool) or not isinstance(state["epoch"], int) or state["epoch"] < 0:
+            raise InvalidInputError(f"the state's epoch must be a whole number from 0, not {state['epoch']!r}")
+        if state["loader"] is not None and not isinstance(state["loader"], dict):
+            raise InvalidInputError(f"the state's 'loader' must be a dict or None, not {type(state['loader']).__name__}")
+        self.epoch = state["epoch"]
         self._started = False
         self._delivered = None
         self._asked = None

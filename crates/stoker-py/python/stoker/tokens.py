@@ -6,6 +6,7 @@ import os
 from typing import Any, Dict, Iterator, Optional, Sequence, Union
 
 from . import _stoker
+from ._stoker import InvalidInputError
 
 
 class TokenLoader:
@@ -90,6 +91,8 @@ class TokenLoader:
         self._resume_epoch: Optional[int] = None
         # The epoch set_epoch() asked for since the last iteration began, if any.
         self._asked: Optional[int] = None
+        # Whether an iteration is under way (its next batches already being cut).
+        self._live = False
         self._loader = _stoker.TokenLoader(
             ds._source,
             seq_len,
@@ -136,8 +139,13 @@ class TokenLoader:
         self.epoch = _iteration_epoch(self.epoch, self._started, self._resume_epoch, asked)
         self._resume_epoch = None
         self._started = True
-        for batch in self._loader.epoch(self.epoch):
-            yield self._convert(batch)
+        self._live = True
+        try:
+            for batch in self._loader.epoch(self.epoch):
+                yield self._convert(batch)
+        finally:
+            # Left (the epoch's end, a `break` once the loop drops the iterator, an error).
+            self._live = False
 
     def _convert(self, batch: Any) -> Dict[str, Any]:
         # The dict is built in Rust, in one call: zero-copy columns typed there (the mask as
@@ -169,10 +177,24 @@ class TokenLoader:
         batches delivered stay as they were; the documents not yet read are taken in the new
         proportions for the rest of the epoch (which ends when a source runs out), and the change
         is kept in ``state_dict()``. Call it after ``load_state_dict`` to change a data schedule at
-        a resume."""
-        self._loader.set_weights([float(w) for w in weights])
+        a resume, or between iterations: not while an iteration is under way (its next batches
+        are already cut under the old weights), which is an error."""
+        if self._live:
+            raise InvalidInputError(
+                "set_weights() while an iteration of the epoch is under way: its next batches are already cut under "
+                "the old weights. Call it between iterations (leave the loop first; the next iteration starts the "
+                "next epoch, as after any loop left early) or after load_state_dict() to resume under the new weights"
+            )
+        self._loader.set_weights([_number("weights", w) for w in weights])
 
     def stats(self) -> Dict[str, Any]:
         """Consumer wait, throughput, requests and bytes read; for a mix, ``source_tokens``:
         the tokens this rank read per source."""
         return self._loader.stats()
+
+
+def _number(name: str, value: Any) -> float:
+    """``value`` as a float, or an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        raise InvalidInputError(f"{name} must be numbers, not {value!r}")
+    return float(value)
