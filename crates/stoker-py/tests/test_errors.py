@@ -104,3 +104,30 @@ except MemoryError:
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "MemoryError", out.stdout + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "make, name",
+    [
+        (lambda: stoker.Image(1.5), "size"),
+        (lambda: stoker.Image((224, "x")), "size"),
+        (lambda: stoker.Image(True), "size"),
+        (lambda: stoker.Image(224, flip="yes"), "flip"),
+        (lambda: stoker.Image(224, mean=[float("nan")] * 3, std=[1, 1, 1]), "mean"),
+        (lambda: stoker.Image(224, crop="center", resize=256.5), "resize"),
+        (lambda: stoker.Image(224, grayscale=float("inf")), "grayscale"),
+        (lambda: stoker.Tokens("tokenizer.json", seq_len=1.5), "seq_len"),
+        (lambda: stoker.Tokens("tokenizer.json", seq_len=64, truncate="no"), "truncate"),
+        (lambda: stoker.Bytes(shape=[2.5]), "shape"),
+        (lambda: stoker.Npy(shape=["3"]), "shape"),
+    ],
+)
+def test_decode_specs_refuse_values_they_would_have_coerced(make, name) -> None:
+    # seq_len=1.5 was 1, truncate="no" was True, size=1.5 failed deep inside with an unpacking error.
+    with pytest.raises(stoker.InvalidInputError, match=name):
+        make()
+    # numpy's integers and bools are what they say.
+    import numpy
+
+    assert stoker.Tokens("t.json", seq_len=numpy.int64(64), truncate=numpy.bool_(False)).spec["seq_len"] == 64
+    assert stoker.Image(numpy.int32(32)).spec["size"] == [32, 32]

@@ -158,6 +158,31 @@ def _to_python(key: str, fields: List[Tuple[str, bytes]]) -> Dict[str, Any]:
     return out
 
 
+def _whole(name: str, value: Any) -> int:
+    """``value`` as an int, or an error naming ``name``: a float (1.5), a bool or text is refused,
+    not rounded or read (ranges are checked where the spec is)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise InvalidInputError(f"{name} must be a whole number, not {value!r}")
+    return int(value.__index__())
+
+
+def _real(name: str, value: Any) -> float:
+    """``value`` as a finite float, or an error naming ``name``."""
+    if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
+        raise InvalidInputError(f"{name} must be a number, not {value!r}")
+    f = float(value)
+    if f != f or f in (float("inf"), float("-inf")):
+        raise InvalidInputError(f"{name} must be a finite number, not {value!r}")
+    return f
+
+
+def _flag(name: str, value: Any) -> bool:
+    """``value`` as a bool, or an error naming ``name`` (``"no"`` is not False, nor True)."""
+    if type(value).__name__ not in ("bool", "bool_"):
+        raise InvalidInputError(f"{name} must be True or False, not {value!r}")
+    return bool(value)
+
+
 class Image:
     """Decode an image field (JPEG, PNG, WebP) into a fixed-size RGB tensor, in Rust.
 
@@ -200,7 +225,10 @@ class Image:
         blur: Optional[Tuple[int, float, float]] = None,
         blur_p: float = 1.0,
     ) -> None:
-        h, w = (size, size) if isinstance(size, int) else size
+        if isinstance(size, (list, tuple)) and len(size) == 2:
+            h, w = (_whole("size", d) for d in size)
+        else:
+            h = w = _whole("size", size)
         if color_jitter is not None and len(color_jitter) != 4:
             raise InvalidInputError("color_jitter is (brightness, contrast, saturation, hue)")
         if blur is not None and len(blur) != 3:
@@ -208,7 +236,7 @@ class Image:
         if crop == "random_resized":
             mode: Dict[str, Any] = {"mode": "random_resized", "scale": list(scale), "ratio": list(ratio)}
         elif crop == "center":
-            mode = {"mode": "center", "resize": resize}
+            mode = {"mode": "center", "resize": None if resize is None else _whole("resize", resize)}
         elif crop == "squash":
             mode = {"mode": "squash"}
         else:
@@ -218,25 +246,28 @@ class Image:
         if (mean is None) != (std is None):
             raise InvalidInputError("give both mean and std to normalize, or neither")
         # True is torchvision's RandomHorizontalFlip() (p=0.5), as `flip` is on the CLI.
-        flip_p = 0.5 if flip is True else float(flip)
+        flip_p = 0.5 if flip is True else 0.0 if flip is False else _real("flip", flip)
         if not 0.0 <= flip_p <= 1.0:
             raise InvalidInputError(f"flip is True, False or a probability in [0, 1], not {flip!r}")
         self.spec: Dict[str, Any] = {
             "kind": "image",
-            "size": [int(h), int(w)],
+            "size": [h, w],
             "crop": mode,
             "flip": flip_p,
             "layout": layout,
             "dtype": dtype,
-            "normalize": None if mean is None else {"mean": list(map(float, mean)), "std": list(map(float, std or ()))},
-            "max_pixels": int(max_pixels),
+            "normalize": None
+            if mean is None
+            else {"mean": [_real("mean", m) for m in mean], "std": [_real("std", d) for d in std or ()]},
+            "max_pixels": _whole("max_pixels", max_pixels),
             "color_jitter": None
             if color_jitter is None
-            else dict(zip(("brightness", "contrast", "saturation", "hue"), map(float, color_jitter))),
-            "grayscale": float(grayscale),
+            else dict(zip(("brightness", "contrast", "saturation", "hue"), [_real("color_jitter", c) for c in color_jitter])),
+            "grayscale": _real("grayscale", grayscale),
             "blur": None
             if blur is None
-            else {"kernel": int(blur[0]), "sigma": [float(blur[1]), float(blur[2])], "p": float(blur_p)},
+            else {"kernel": _whole("blur kernel", blur[0]), "sigma": [_real("blur", blur[1]), _real("blur", blur[2])],
+                  "p": _real("blur_p", blur_p)},
         }
 
     def __repr__(self) -> str:
@@ -258,7 +289,8 @@ class Npy:
     ``DecodeError`` naming the sample."""
 
     def __init__(self, dtype: Optional[str] = None, shape: Optional[Sequence[int]] = None) -> None:
-        self.spec: Dict[str, Any] = {"kind": "npy", "dtype": dtype, "shape": None if shape is None else list(shape)}
+        dims = None if shape is None else [_whole("shape", d) for d in shape]
+        self.spec: Dict[str, Any] = {"kind": "npy", "dtype": dtype, "shape": dims}
 
     def __repr__(self) -> str:
         return f"stoker.Npy({self.spec})"
@@ -273,7 +305,7 @@ class Bytes:
         if shape is None:
             self.spec: Dict[str, Any] = {"kind": "bytes"}
         else:
-            self.spec = {"kind": "fixed", "dtype": dtype, "shape": [int(d) for d in shape]}
+            self.spec = {"kind": "fixed", "dtype": dtype, "shape": [_whole("shape", d) for d in shape]}
 
     def __repr__(self) -> str:
         return f"stoker.Bytes({self.spec})"
@@ -307,12 +339,12 @@ class Tokens:
         self.spec: Dict[str, Any] = {
             "kind": "tokens",
             "tokenizer": os.fspath(tokenizer),
-            "seq_len": int(seq_len),
+            "seq_len": _whole("seq_len", seq_len),
             "bos": bos,
             "eos": eos,
-            "pad_id": int(pad_id),
+            "pad_id": _whole("pad_id", pad_id),
             "dtype": dtype,
-            "truncate": bool(truncate),
+            "truncate": _flag("truncate", truncate),
         }
 
     def __repr__(self) -> str:
