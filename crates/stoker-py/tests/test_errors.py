@@ -131,3 +131,12 @@ def test_decode_specs_refuse_values_they_would_have_coerced(make, name) -> None:
 
     assert stoker.Tokens("t.json", seq_len=numpy.int64(64), truncate=numpy.bool_(False)).spec["seq_len"] == 64
     assert stoker.Image(numpy.int32(32)).spec["size"] == [32, 32]
+
+
+@pytest.mark.parametrize("opts", [{"concurrency": "x"}, {"concurrency": 1.5}, {"cache_bytes": -1}, {"disk_cache": "no"},
+                                  {"concurrency": float("nan")}, {"hedge_ms": float("inf")}])
+def test_an_option_of_the_wrong_type_is_named(data, opts) -> None:
+    (name,) = opts
+    with pytest.raises(stoker.InvalidInputError, match=name) as e:
+        stoker.open(data / "bucket" / "tar", **opts)
+    assert "column" not in str(e.value), str(e.value)

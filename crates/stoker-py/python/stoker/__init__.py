@@ -81,7 +81,14 @@ def _option(key: str, value: Any) -> Any:
 
 
 def _options_json(options: Dict[str, Any]) -> str:
-    return json.dumps({k: _option(k, v) for k, v in options.items()})
+    values = {k: _option(k, v) for k, v in options.items()}
+    try:
+        # NaN and infinities are not JSON: refused here, naming the option, rather than as a
+        # parse error at a column of text the user never wrote.
+        return json.dumps(values, allow_nan=False)
+    except ValueError:
+        bad = [k for k, v in values.items() if isinstance(v, float) and v != v or v in (float("inf"), float("-inf"))]
+        raise InvalidInputError(f"option {', '.join(map(repr, bad)) or '?'}: must be a finite number") from None
 
 
 def _shown_value(key: str, value: Any) -> Any:

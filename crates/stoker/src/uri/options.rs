@@ -367,7 +367,15 @@ impl SourceOptions {
                 _ => Vec::new(),
             };
             secrets.extend(secret_values(text).unwrap_or_default());
-            option_error(crate::uri::redact_text(&scrub(&e.to_string(), &secrets)).into_owned())
+            let shown = |m: &str| crate::uri::redact_text(&scrub(m, &secrets)).into_owned();
+            // Options come as keyword arguments or a dict, not as text: name the option whose
+            // value is wrong, without serde's place in the JSON ("at line 1 column 19").
+            if let Some(key) = wrong_option(text) {
+                let why = e.to_string();
+                let why = why.rsplit_once(" at line ").map_or(why.as_str(), |(w, _)| w);
+                return Error::invalid_option(format!("option `{key}`: {}", shown(why)));
+            }
+            option_error(shown(&e.to_string()))
         })
     }
 
@@ -533,6 +541,17 @@ fn json_leaves(v: serde_json::Value) -> Vec<String> {
         other => vec![other.to_string()],
     }
 }
+/// The first known option of the JSON object `text` whose value alone does not parse (a
+/// string for a count, a negative size), if any.
+fn wrong_option(text: &str) -> Option<String> {
+    let serde_json::Value::Object(map) = serde_json::from_str::<serde_json::Value>(text).ok()? else { return None };
+    let keys = option_keys();
+    map.into_iter().find_map(|(k, v)| {
+        let alone = serde_json::Value::Object([(k.clone(), v)].into_iter().collect());
+        (keys.contains(&k) && serde_json::from_value::<SourceOptions>(alone).is_err()).then_some(k)
+    })
+}
+
 fn option_error(serde_msg: String) -> Error {
     // serde names the valid keys and variants already ("expected one of ..."); make sure the
     // message always lists the keys, also for errors serde words differently.
@@ -574,6 +593,18 @@ mod tests {
         assert_eq!(q, j);
         assert_eq!(q, t);
         assert!(SourceOptions::from_json(r#"{"layuot":"tar"}"#).unwrap_err().to_string().contains("layout"));
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_names_its_option_not_a_column() {
+        let e = SourceOptions::from_json(r#"{"layout":"tar","concurrency":"x"}"#).unwrap_err().to_string();
+        assert!(e.contains("option `concurrency`") && e.contains("expected usize"), "{e}");
+        assert!(!e.contains("column") && !e.contains("valid options"), "{e}");
+        let e = SourceOptions::from_json(r#"{"cache_bytes":-1}"#).unwrap_err().to_string();
+        assert!(e.contains("option `cache_bytes`"), "{e}");
+        // A credential of the wrong type is named, its value not shown.
+        let e = SourceOptions::from_json(r#"{"secret_access_key":12345678}"#).unwrap_err().to_string();
+        assert!(e.contains("secret_access_key") && !e.contains("12345678"), "{e}");
     }
 
     #[test]
