@@ -30,6 +30,25 @@ async fn missing_path() {
     assert_mentions(&e, &["/definitely/not/here"]);
 }
 
+/// A shard a brace range names that is not there was never there: the error says to check
+/// the range (it said the object "disappeared or was renamed since the source was opened").
+#[tokio::test]
+async fn a_missing_shard_of_a_brace_range_says_check_the_range() {
+    let dir = tempfile::tempdir().unwrap();
+    for s in 0..2 {
+        let mut b = tar::Builder::new(std::fs::File::create(dir.path().join(format!("s-{s}.tar"))).unwrap());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(1);
+        h.set_cksum();
+        b.append_data(&mut h, format!("k{s}.txt"), &b"x"[..]).unwrap();
+        b.finish().unwrap();
+    }
+    let e = open_err(&format!("{}/s-{{0..3}}.tar", dir.path().display())).await;
+    assert!(matches!(e, Error::NotFound { .. }), "{e:?}");
+    assert_mentions(&e, &["s-2.tar", "check the range", "on_damage=skip"]);
+    assert!(!e.to_string().contains("disappeared"), "{e}");
+}
+
 #[tokio::test]
 async fn empty_directory() {
     let dir = tempfile::tempdir().unwrap();

@@ -517,6 +517,15 @@ async fn head_all(store: &Store, names: &[String], concurrency: usize, missing_o
                 Err(e) if missing_ok && e.kind() == crate::ErrorKind::NotFound => {
                     Ok(ObjectInfo { path: p.clone(), size: 0, modified_us: 0, e_tag: None, recorded: false })
                 }
+                // Named by the URI (a brace range, a list), not seen before: it never was there.
+                Err(Error::NotFound { what, .. }) => Err(Error::NotFound {
+                    what,
+                    hint: Some(
+                        "the URI names it (a brace range or list) and it does not exist: check the range, or open with \
+                         on_damage=skip to read the shards that do"
+                            .into(),
+                    ),
+                }),
                 other => other,
             }
         })
