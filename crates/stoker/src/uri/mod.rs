@@ -4,6 +4,7 @@
 //! deserialises into, so a config file and a query string say the same thing.
 
 mod braces;
+mod dirs;
 mod grammar;
 mod options;
 
