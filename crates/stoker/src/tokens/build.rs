@@ -196,6 +196,12 @@ fn put_ids(dst: &mut [u8], src: &[i64], width: usize) {
     }
 }
 
+/// A batch column that cannot be allocated: the sizes chosen (global batch, seq_len) ask more
+/// memory than there is.
+fn too_large(e: crate::batch::ColumnTooLarge) -> Error {
+    Error::invalid_option(e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -206,10 +212,4 @@ mod tests {
             assert_eq!(keys, format!("before/seq-{s:012}"));
         }
     }
-}
-
-/// A batch column that cannot be allocated: the sizes chosen (global batch, seq_len) ask more
-/// memory than there is.
-fn too_large(e: crate::batch::ColumnTooLarge) -> Error {
-    Error::invalid_option(e.to_string())
 }
