@@ -269,6 +269,14 @@ async fn index_lies_that_would_change_the_data_are_refused_at_open() {
             let mut out = v.clone();
             out["shards"][0]["raw_data"]["basename"] = "../../etc/passwd".into();
             lies.push((out.to_string(), "not a file in the dataset's directory"));
+            // A version other than MDS's 2 (a layout this reader does not know), for the
+            // index or a shard.
+            let mut newer = v.clone();
+            newer["version"] = 99.into();
+            lies.push((newer.to_string(), "version 99"));
+            let mut shard = v.clone();
+            shard["shards"][0]["version"] = 3.into();
+            lies.push((shard.to_string(), "version 3"));
         } else {
             let mut out = v.clone();
             out["chunks"][1]["filename"] = "/etc/passwd".into();

@@ -118,7 +118,22 @@ fn encoding(text: &str) -> Result<Enc, String> {
 /// directory `dir` (`""` or ending in `/`), keeping the columns in `wanted` (all when `None`).
 pub(super) fn shards(bytes: &[u8], dir: &str, wanted: Option<&[&str]>) -> Result<Vec<ShardSpec>, IndexError> {
     let mut decoder: Option<Arc<Mds>> = None;
-    super::index::collect(bytes, "shards", |n, s| shard(n, &s, dir, wanted, &mut decoder))
+    let shards = super::index::collect(bytes, "shards", |n, s| shard(n, &s, dir, wanted, &mut decoder))?;
+    // After the shards (the index's walk already read past them): MosaicML Streaming writes
+    // and reads version 2 alone, and refuses any other; another layout read as this one
+    // would give other data.
+    let (top, _) = super::index::stream(bytes, "shards", None)?;
+    version(top.get("version")).map_err(IndexError::Layout)?;
+    Ok(shards)
+}
+
+/// An index's or a shard's `version`: 2, or absent.
+fn version(v: Option<&Value>) -> Result<(), String> {
+    match v {
+        None => Ok(()),
+        Some(v) if v.as_u64() == Some(2) => Ok(()),
+        Some(v) => Err(format!("version {v}: this reader knows MDS version 2 (MosaicML Streaming's) only")),
+    }
 }
 
 /// Shard entry `n` of an MDS index; the columns' decoder is made from the first and shared.
@@ -131,6 +146,7 @@ fn shard(
 ) -> Result<ShardSpec, String> {
     {
         let at = |what: &str| format!("shard {n}: {what}");
+        version(s.get("version")).map_err(|why| at(&why))?;
         if s["format"].as_str() != Some("mds") {
             return Err(at(&format!("format {} is not mds (only MDS shards are read)", s["format"])));
         }
