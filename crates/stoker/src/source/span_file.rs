@@ -309,7 +309,19 @@ fn walk(
         };
         let limit = obj.size().saturating_mul(MAX_RATIO).saturating_add(SLACK);
         let mut tee = Tee { inner: decoder, copy: file, at: 0, limit };
-        let len = scan(&mut tee, span).map_err(|e| bad(e.to_string()))?;
+        let len = scan(&mut tee, span).map_err(|e| {
+            let why = e.to_string();
+            // flate2's words for bytes after the last member that do not start another one.
+            if tee.at > 0 && why.contains("invalid gzip header") {
+                bad(format!(
+                    "after {} bytes of good text it holds bytes that are not gzip (data appended to the file, or \
+                     damage): {why}",
+                    tee.at
+                ))
+            } else {
+                bad(why)
+            }
+        })?;
         let Tee { copy, .. } = tee;
         (Some(copy), len)
     } else {

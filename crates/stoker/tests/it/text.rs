@@ -145,6 +145,15 @@ async fn bad_text_and_bad_tokenizers_are_clear_errors() {
     std::fs::write(b.path().join("bomb.jsonl.zst"), &bomb).unwrap();
     let e = stoker::open(b.path().to_str().unwrap(), Default::default()).await.unwrap_err().to_string();
     assert!(e.contains("bomb.jsonl.zst") && e.contains("decompression bomb"), "{e}");
+    // Bytes appended after the last gzip member: an error saying so, with how far it read.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, b"{\"text\": \"one\"}\n").unwrap();
+    let mut tail = gz.finish().unwrap();
+    tail.extend_from_slice(b"appended junk, not gzip");
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("t.jsonl.gz"), &tail).unwrap();
+    let e = stoker::open(t.path().to_str().unwrap(), Default::default()).await.unwrap_err().to_string();
+    assert!(e.contains("t.jsonl.gz") && e.contains("after 16 bytes") && e.contains("not gzip"), "{e}");
 }
 
 use std::io::Read as _;
