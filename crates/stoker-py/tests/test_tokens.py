@@ -350,6 +350,15 @@ def test_weights_change_between_iterations_not_while_one_is_under_way(tmp_path):
         loader.set_weights([0.9, 0.1])
     rest = sum(1 for _ in it)
     assert rest > 0
+    # An older iterator closed after a newer one began does not end the newer one.
+    older = iter(loader)
+    next(older)
+    newer = iter(loader)
+    next(newer)
+    older.close()
+    with pytest.raises(stoker.InvalidInputError, match="under way"):
+        loader.set_weights([0.9, 0.1])
+    newer.close()
     loader.set_weights([0.9, 0.1])  # the iteration is over
     ids = numpy.concatenate([b["input_ids"].ravel() for b in loader])
     share_a = float(numpy.mean(ids < 30000))

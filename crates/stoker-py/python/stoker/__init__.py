@@ -86,9 +86,22 @@ def _options_json(options: Dict[str, Any]) -> str:
         # NaN and infinities are not JSON: refused here, naming the option, rather than as a
         # parse error at a column of text the user never wrote.
         return json.dumps(values, allow_nan=False)
-    except ValueError:
-        bad = [k for k, v in values.items() if isinstance(v, float) and v != v or v in (float("inf"), float("-inf"))]
-        raise InvalidInputError(f"option {', '.join(map(repr, bad)) or '?'}: must be a finite number") from None
+    except ValueError as e:
+        for k, v in values.items():
+            try:
+                json.dumps(v, allow_nan=False)
+            except ValueError:
+                raise InvalidInputError(f"option {k!r}: {e} (NaN and infinities are no option's value)") from None
+        raise InvalidInputError(f"options: {e}") from None
+
+
+def _plain(value: Any) -> Any:
+    """A state's mappings as dicts (an OmegaConf or other Mapping), for json."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _shown_value(key: str, value: Any) -> Any:
@@ -232,7 +245,10 @@ class Image:
         blur: Optional[Tuple[int, float, float]] = None,
         blur_p: float = 1.0,
     ) -> None:
-        if isinstance(size, (list, tuple)) and len(size) == 2:
+        if hasattr(size, "__len__") and not isinstance(size, (str, bytes)) and getattr(size, "ndim", 1) == 1:
+            # (H, W): a tuple, a list, a config's list, a 1-D array.
+            if len(size) != 2:
+                raise InvalidInputError(f"size is one number or (height, width), not {size!r}")
             h, w = (_whole("size", d) for d in size)
         else:
             h = w = _whole("size", size)
@@ -896,17 +912,18 @@ class Loader:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from ``state_dict()``: the next iteration delivers exactly the samples not
         yet delivered in that epoch."""
-        if not isinstance(state, dict) or "epoch" not in state or "loader" not in state:
+        if not isinstance(state, Mapping) or "epoch" not in state or "loader" not in state:
             # A TokenLoader's state, or an empty dict, would otherwise restart the epoch.
-            keys = sorted(state) if isinstance(state, dict) else type(state).__name__
+            keys = sorted(map(str, state)) if isinstance(state, Mapping) else type(state).__name__
             raise InvalidInputError(
                 f"load_state_dict() takes what a Loader's state_dict() gave (a dict of 'epoch' and 'loader'), not {keys}"
             )
-        if isinstance(state["epoch"], bool) or not isinstance(state["epoch"], int) or state["epoch"] < 0:
-            raise InvalidInputError(f"the state's epoch must be a whole number from 0, not {state['epoch']!r}")
-        if state["loader"] is not None and not isinstance(state["loader"], dict):
-            raise InvalidInputError(f"the state's 'loader' must be a dict or None, not {type(state['loader']).__name__}")
-        self.epoch = state["epoch"]
+        epoch = _count("the state's epoch", state["epoch"], 0, 2**64 - 1)
+        loader = state["loader"]
+        if loader is not None and not isinstance(loader, Mapping):
+            raise InvalidInputError(f"the state's 'loader' must be a dict or None, not {type(loader).__name__}")
+        state = {"epoch": epoch, "loader": None if loader is None else _plain(loader)}
+        self.epoch = epoch
         self._started = False
         self._delivered = None
         self._asked = None

@@ -91,8 +91,10 @@ class TokenLoader:
         self._resume_epoch: Optional[int] = None
         # The epoch set_epoch() asked for since the last iteration began, if any.
         self._asked: Optional[int] = None
-        # Whether an iteration is under way (its next batches already being cut).
-        self._live = False
+        # The iteration under way (its next batches already being cut), if any: the latest
+        # one started, until it ends. An iterator kept but not used after a newer one began
+        # does not count.
+        self._live: Optional[object] = None
         self._loader = _stoker.TokenLoader(
             ds._source,
             seq_len,
@@ -139,13 +141,16 @@ class TokenLoader:
         self.epoch = _iteration_epoch(self.epoch, self._started, self._resume_epoch, asked)
         self._resume_epoch = None
         self._started = True
-        self._live = True
+        # This iteration's own token: an older iterator closed late must not clear it.
+        me = object()
+        self._live = me
         try:
             for batch in self._loader.epoch(self.epoch):
                 yield self._convert(batch)
         finally:
             # Left (the epoch's end, a `break` once the loop drops the iterator, an error).
-            self._live = False
+            if self._live is me:
+                self._live = None
 
     def _convert(self, batch: Any) -> Dict[str, Any]:
         # The dict is built in Rust, in one call: zero-copy columns typed there (the mask as
@@ -179,7 +184,7 @@ class TokenLoader:
         is kept in ``state_dict()``. Call it after ``load_state_dict`` to change a data schedule at
         a resume, or between iterations: not while an iteration is under way (its next batches
         are already cut under the old weights), which is an error."""
-        if self._live:
+        if self._live is not None:
             raise InvalidInputError(
                 "set_weights() while an iteration of the epoch is under way: its next batches are already cut under "
                 "the old weights. Call it between iterations (leave the loop first; the next iteration starts the "

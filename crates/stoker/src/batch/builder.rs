@@ -94,9 +94,10 @@ impl BatchBuilder {
         if col.buf.capacity() < end {
             // A value's bytes are already in memory, and a column at most doubles to hold them.
             if let Err(want) = self.grow(c, end) {
-                std::alloc::handle_alloc_error(
-                    std::alloc::Layout::array::<u8>(want).unwrap_or(std::alloc::Layout::new::<u8>()),
-                );
+                match std::alloc::Layout::array::<u8>(want) {
+                    Ok(layout) => std::alloc::handle_alloc_error(layout),
+                    Err(_) => panic!("capacity overflow: a batch column of {want} bytes"),
+                }
             }
         }
         let col = &mut self.shell.columns[c];
@@ -168,7 +169,8 @@ impl BatchBuilder {
             if let Some((_, spills)) = host {
                 spills.fetch_add(1, Relaxed);
             }
-            let mut v = zeroed(end.max(h.capacity() * 2))?;
+            // Doubling first; exactly what is asked when that is more than there is.
+            let mut v = zeroed(end.max(h.capacity() * 2)).or_else(|_| zeroed(end))?;
             v[..col.len].copy_from_slice(&h[..col.len]);
             col.buf = Storage::Heap(v);
             return Ok(());
@@ -189,7 +191,7 @@ impl BatchBuilder {
             } else {
                 end.max(v.len() * 2)
             };
-            let mut grown = zeroed(want)?;
+            let mut grown = zeroed(want).or_else(|_| zeroed(end))?;
             grown[..col.len].copy_from_slice(&v[..col.len]);
             *v = grown;
         }

@@ -108,6 +108,10 @@ impl Rows {
 /// A row that failed: its position in the batch, the field, and why.
 type RowError = (usize, Arc<str>, String);
 
+/// The row of a [`RowError`] that is the batch's, not a sample's: a column the batch's sizes
+/// make too large to allocate.
+const WHOLE_BATCH: usize = usize::MAX;
+
 impl Decoder {
     /// A decoder for `spec` whose augmentation draws from `seed`, on `threads` threads (1
     /// decodes on the calling thread), within [`DEFAULT_DECODE_MEMORY_BYTES`] (see
@@ -215,6 +219,8 @@ impl Decoder {
     ) -> Result<(Batch, u64)> {
         match self.try_assemble(pool, epoch, number, indices, samples) {
             Ok(b) => Ok((b, 0)),
+            // No sample is to blame, and none is skipped: the sizes chosen are.
+            Err((WHOLE_BATCH, _, why)) => Err(Error::invalid_option(why)),
             Err(e) if !skip => Err(decode_error(source, indices, samples, e)),
             Err(_) => {
                 // Rare path: find every bad row, then build again without them. Decoding is
@@ -231,6 +237,7 @@ impl Decoder {
                 let skipped = (samples.len() - kept.len()) as u64;
                 match self.try_assemble(pool, epoch, number, &idx, &kept) {
                     Ok(b) => Ok((b, skipped)),
+                    Err((WHOLE_BATCH, _, why)) => Err(Error::invalid_option(why)),
                     Err(e) => Err(decode_error(source, &idx, &kept, e)),
                 }
             }
@@ -264,8 +271,8 @@ impl Decoder {
         for plan in &self.plans {
             let ty = self.type_for(plan, samples)?;
             let width = ty.row_bytes();
-            // Not a row's fault: every row, or rather the batch's size, asks too much.
-            let out = b.fixed(&plan.name, &ty).map_err(|e| (0, plan.name.clone(), e.to_string()))?;
+            // Not a row's fault: the batch's size asks too much.
+            let out = b.fixed(&plan.name, &ty).map_err(|e| (WHOLE_BATCH, plan.name.clone(), e.to_string()))?;
             // What a row holds before its padding (tokens only), written by whichever thread.
             let used: Vec<AtomicU32> = match plan.tokenize {
                 Some(_) => (0..samples.len()).map(|_| AtomicU32::new(0)).collect(),
@@ -334,7 +341,7 @@ impl Decoder {
             if let Some(t) = &plan.tokenize {
                 let lengths = b
                     .fixed(&t.lengths, &ColumnType::new(Dtype::I32, Vec::new()))
-                    .map_err(|e| (0, t.lengths.clone(), e.to_string()))?;
+                    .map_err(|e| (WHOLE_BATCH, t.lengths.clone(), e.to_string()))?;
                 for (o, u) in lengths.chunks_exact_mut(4).zip(&used) {
                     o.copy_from_slice(&(u.load(Relaxed) as i32).to_ne_bytes());
                 }

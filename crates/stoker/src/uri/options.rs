@@ -371,12 +371,15 @@ impl SourceOptions {
             let shown = |m: &str| crate::uri::redact_text(&scrub(m, &secrets)).into_owned();
             // Options come as keyword arguments or a dict, not as text: name the option whose
             // value is wrong, without serde's place in the JSON ("at line 1 column 19").
-            if let Some(key) = wrong_option(text) {
-                let why = e.to_string();
-                let why = why.rsplit_once(" at line ").map_or(why.as_str(), |(w, _)| w);
-                return Error::invalid_option(format!("option `{key}`: {}", shown(why)));
+            let why = e.to_string();
+            if !why.starts_with("unknown field") {
+                if let Some((key, why)) = wrong_option(text) {
+                    let why = shown(&why);
+                    let why = why.rsplit_once(" at line ").map_or(why.as_str(), |(w, _)| w);
+                    return Error::invalid_option(format!("option `{key}`: {why}"));
+                }
             }
-            option_error(shown(&e.to_string()))
+            option_error(shown(&why))
         })
     }
 
@@ -483,14 +486,14 @@ fn json_leaves(v: serde_json::Value) -> Vec<String> {
         other => vec![other.to_string()],
     }
 }
-/// The first known option of the JSON object `text` whose value alone does not parse (a
-/// string for a count, a negative size), if any.
-fn wrong_option(text: &str) -> Option<String> {
+/// A known option of the JSON object `text` whose value alone does not parse (a string for a
+/// count, a negative size), with why, if any.
+fn wrong_option(text: &str) -> Option<(String, String)> {
     let serde_json::Value::Object(map) = serde_json::from_str::<serde_json::Value>(text).ok()? else { return None };
     let keys = option_keys();
-    map.into_iter().find_map(|(k, v)| {
+    map.into_iter().filter(|(k, _)| keys.contains(k)).find_map(|(k, v)| {
         let alone = serde_json::Value::Object([(k.clone(), v)].into_iter().collect());
-        (keys.contains(&k) && serde_json::from_value::<SourceOptions>(alone).is_err()).then_some(k)
+        serde_json::from_value::<SourceOptions>(alone).err().map(|e| (k, e.to_string()))
     })
 }
 
@@ -523,6 +526,13 @@ mod tests {
         assert!(!e.contains("column") && !e.contains("valid options"), "{e}");
         let e = SourceOptions::from_json(r#"{"cache_bytes":-1}"#).unwrap_err().to_string();
         assert!(e.contains("option `cache_bytes`"), "{e}");
+        // Each option named with its own reason, whatever the order of the keys.
+        let e = SourceOptions::from_json(r#"{"timeout_ms":"x","concurrency":-1}"#).unwrap_err().to_string();
+        let (timeout, count) = ("option `timeout_ms`: invalid type: string", "option `concurrency`: invalid value");
+        assert!(e.contains(timeout) || e.contains(count), "{e}");
+        // An unknown key is named as unknown, with the valid ones, not as another's wrong value.
+        let e = SourceOptions::from_json(r#"{"suffle":true,"concurrency":-1}"#).unwrap_err().to_string();
+        assert!(e.contains("unknown field `suffle`") && e.contains("valid options"), "{e}");
         // A credential of the wrong type is named, its value not shown.
         let e = SourceOptions::from_json(r#"{"secret_access_key":12345678}"#).unwrap_err().to_string();
         assert!(e.contains("secret_access_key") && !e.contains("12345678"), "{e}");

@@ -393,7 +393,21 @@ async fn named(
     }
     // Under `on_damage=skip` a shard that does not exist is damage like any other.
     let missing_ok = opts.skip_damage() && layout != Layout::Objects;
-    let listing = head_all(store, &names, opts.concurrency(), missing_ok).await?;
+    let listing = head_all(store, &names, opts.concurrency(), missing_ok).await.map_err(|e| match e {
+        // Named by the URI, not seen before: it never was there (the store's hint says it
+        // disappeared since the source was opened).
+        Error::NotFound { what, .. } => Error::NotFound {
+            what,
+            hint: Some(if layout == Layout::Objects {
+                "the URI names it (a brace range or list) and it does not exist: check the range".into()
+            } else {
+                "the URI names it (a brace range or list) and it does not exist: check the range, or open with \
+                 on_damage=skip to read the shards that do"
+                    .into()
+            }),
+        },
+        e => e,
+    })?;
     Ok((layout, listing, None))
 }
 
@@ -517,15 +531,6 @@ async fn head_all(store: &Store, names: &[String], concurrency: usize, missing_o
                 Err(e) if missing_ok && e.kind() == crate::ErrorKind::NotFound => {
                     Ok(ObjectInfo { path: p.clone(), size: 0, modified_us: 0, e_tag: None, recorded: false })
                 }
-                // Named by the URI (a brace range, a list), not seen before: it never was there.
-                Err(Error::NotFound { what, .. }) => Err(Error::NotFound {
-                    what,
-                    hint: Some(
-                        "the URI names it (a brace range or list) and it does not exist: check the range, or open with \
-                         on_damage=skip to read the shards that do"
-                            .into(),
-                    ),
-                }),
                 other => other,
             }
         })
