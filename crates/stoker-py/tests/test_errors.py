@@ -149,3 +149,16 @@ def test_an_option_of_the_wrong_type_is_named(data, opts) -> None:
     with pytest.raises(stoker.InvalidInputError, match=name) as e:
         stoker.open(data / "bucket" / "tar", **opts)
     assert "column" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("kw", [{"batch_size": 2**70}, {"batch_size": -1}, {"batch_size": 1.5}, {"seed": -1},
+                                {"prefetch": 2**64}, {"max_bytes_in_flight": -5}, {"world_size": "2"}])
+def test_a_count_out_of_range_names_its_argument(data, kw) -> None:
+    # The extension's conversion said "int too big to convert", naming nothing.
+    args = {"batch_size": 4, **kw}
+    (name,) = kw
+    with pytest.raises(stoker.InvalidInputError, match=name):
+        stoker.Loader(data / "bucket" / "tar", **args)
+    if name in ("seed", "prefetch", "world_size"):
+        with pytest.raises(stoker.InvalidInputError, match=name):
+            stoker.TokenLoader(data / "bucket" / "tar", seq_len=8, global_batch=2, **kw)

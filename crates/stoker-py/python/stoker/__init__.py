@@ -540,6 +540,15 @@ def _count(name: str, value: Any, least: int, most: int) -> int:
     return n
 
 
+def _whole_args(**args: Any) -> None:
+    """Each argument given (not None) a whole number from 0 to 2^64 - 1, or an error naming it:
+    the extension's conversion says only "int too big to convert" or "can't convert negative
+    int to unsigned". Lower bounds of meaning (a batch of at least one row) are the loader's."""
+    for name, value in args.items():
+        if value is not None:
+            _count(name, value, 0, 2**64 - 1)
+
+
 def _installed(module: str) -> bool:
     """Whether ``module`` is imported or importable, without importing it."""
     return sys.modules.get(module) is not None or importlib.util.find_spec(module) is not None
@@ -764,6 +773,9 @@ class Loader:
         if transform is not None and not callable(transform):
             raise InvalidInputError(f"transform must be callable, not {transform!r}")
         transform_threads = _count("transform_threads", transform_threads, 1, 1024)
+        _whole_args(batch_size=batch_size, seed=seed, prefetch=prefetch, rank=rank, world_size=world_size,
+                    max_bytes_in_flight=max_bytes_in_flight, decode_threads=decode_threads,
+                    decode_memory_bytes=decode_memory_bytes, shuffle_window=shuffle_window)
         if collate_fn is not None and transform is None:
             # Batches are collated in Rust without a transform: the function would never run.
             raise InvalidInputError(

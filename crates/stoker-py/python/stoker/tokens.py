@@ -80,8 +80,11 @@ class TokenLoader:
         columns: Optional[Sequence[str]] = None,
         **options: Any,
     ) -> None:
-        from . import _as_dataset, _output
+        from . import _as_dataset, _count, _output, _whole_args
 
+        _whole_args(seq_len=seq_len, global_batch=global_batch, seed=seed, shuffle_window=shuffle_window,
+                    prefetch=prefetch, rank=rank, world_size=world_size)
+        _count("pad_id", pad_id, -(2**63), 2**63 - 1)
         output = _output(output)
         ds = _as_dataset(uri_or_dataset, output, options)
         self.dataset = ds
