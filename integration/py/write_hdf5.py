@@ -42,8 +42,8 @@ b"k\\xfe"), one with a backslash, and a plain one; prints the keys Stoker gives 
 
     python write_hdf5.py external OUTDIR
 
-`external`: e.h5, with `label` in the file and `data` kept in raw.bin beside it (HDF5 external
-storage).
+`external`: e.h5, with `label` in the file, `data` kept in raw.bin beside it (HDF5 external
+storage), and `linked`, an external link to a dataset of other.hdf.
 
     python write_hdf5.py chunks FILE DATASET
 
@@ -217,6 +217,9 @@ def main():
         with h5py.File(os.path.join(outdir, "e.h5"), "w") as f:
             f.create_dataset("label", data=np.arange(12, dtype=np.int64))
             f.create_dataset("data", (12,), dtype=np.int64, external=[("raw.bin", 0, 96)])
+            f["linked"] = h5py.ExternalLink("other.hdf", "/x")
+        with h5py.File(os.path.join(outdir, "other.hdf"), "w") as f:
+            f["x"] = np.arange(12)
         rows = []
     elif kind == "latest":
         rows = latest(os.path.join(outdir, "c.h5"), "c", 61, 3)

@@ -302,5 +302,11 @@ async fn a_dataset_stored_in_another_file_is_not_read_from_it() {
     assert!(msg.contains("e.h5") && msg.contains("`data`") && msg.contains("columns="), "{msg}");
     let src = open(&format!("{}?columns=label", dir.display())).await;
     assert_eq!(src.len(), 12);
+    // Nor is a link to another file followed: named, it is not a dataset here, and why.
+    let e = stoker::open(&format!("{}?columns=label,linked", dir.display()), Default::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`linked`") && e.contains("not followed"), "{e}");
     assert_eq!(src.get(7).await.unwrap().field("label").map(|b| &b[..]), Some(&b"7"[..]));
 }

@@ -235,7 +235,8 @@ fn plan(found: &[Found], wanted: Option<&[String]>, shown: &str) -> Result<Vec<C
                 let exact = found.iter().find(|f| f.path == *n);
                 let f = exact.or_else(|| found.iter().find(|f| f.path.replace('/', ".") == *n)).ok_or_else(|| {
                     bad(format!(
-                        "columns= names `{n}`, which is not a dataset here; its datasets are {}",
+                        "columns= names `{n}`, which is not a dataset here (a link to another file is not \
+                         followed: only the file itself is read); its datasets are {}",
                         found.iter().map(|f| f.path.as_str()).collect::<Vec<_>>().join(", ")
                     ))
                 })?;
