@@ -119,6 +119,8 @@ pub struct HttpControl {
     sent: AtomicU64,
     redirect: std::sync::Mutex<Option<String>>,
     redirected: AtomicU64,
+    refuse_head: std::sync::atomic::AtomicBool,
+    encoding: std::sync::Mutex<Option<String>>,
 }
 
 impl HttpControl {
@@ -150,6 +152,17 @@ impl HttpControl {
     /// (`http://host:port`; `None`: stop).
     pub fn redirect_to(&self, base: Option<&str>) {
         *self.redirect.lock().unwrap_or_else(|e| e.into_inner()) = base.map(str::to_string);
+    }
+
+    /// Answer every HEAD with `405 Method Not Allowed` (GET still served), as some servers do.
+    pub fn refuse_head(&self, refuse: bool) {
+        self.refuse_head.store(refuse, Relaxed);
+    }
+
+    /// Label every answer `Content-Encoding: enc` (the bytes unchanged: a client must refuse
+    /// the label, not decode); `None`: stop.
+    pub fn encode_as(&self, enc: Option<&str>) {
+        *self.encoding.lock().unwrap_or_else(|e| e.into_inner()) = enc.map(str::to_string);
     }
 
     /// Body bytes handed to connections (to the socket's buffers, not necessarily read).
@@ -273,6 +286,9 @@ fn answer(config: &HttpConfig, control: &Arc<HttpControl>, req: &Request<Incomin
         _ => return status(StatusCode::METHOD_NOT_ALLOWED),
     };
     (if head { &control.heads } else { &control.gets }).fetch_add(1, Relaxed);
+    if head && control.refuse_head.load(Relaxed) {
+        return status(StatusCode::METHOD_NOT_ALLOWED);
+    }
     if !head && control.inject(req.uri().path()) {
         control.failed.fetch_add(1, Relaxed);
         return status(StatusCode::INTERNAL_SERVER_ERROR);
@@ -342,6 +358,9 @@ fn answer(config: &HttpConfig, control: &Arc<HttpControl>, req: &Request<Incomin
         set(header::LAST_MODIFIED, http_date(modified.as_secs()));
     }
     set(header::ACCEPT_RANGES, "bytes".into());
+    if let Some(enc) = control.encoding.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        set(header::CONTENT_ENCODING, enc);
+    }
     if let Some(t) = tag {
         set(header::ETAG, t);
     }

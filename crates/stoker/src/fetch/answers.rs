@@ -47,11 +47,36 @@ impl<S: HttpService> HttpService for BoundedAnswers<S> {
         let over = match (res.status().is_success(), read) {
             (false, _) => Over::Cut(ERROR_BODY),
             (true, false) => Over::Fail(page),
-            (true, true) => return Ok(res),
+            (true, true) => return encoded(res),
         };
         let (parts, body) = res.into_parts();
         Ok(HttpResponse::from_parts(parts, HttpResponseBody::new(Bounded::new(body, over))))
     }
+}
+
+/// How an answer in an encoding nobody asked for begins its error ([`super::retry::classify`]
+/// fails it at once: another attempt gets the same).
+pub(crate) const ENCODED: &str = "the server sent the object's bytes encoded";
+
+/// `res`, unless its body is in a content encoding (gzip, br...): Stoker asks for the bytes
+/// as stored and does not decode them, and a range of encoded bytes is no range of the object.
+/// A server that encodes anyway (an object uploaded with `Content-Encoding: gzip`, a proxy)
+/// would have its encoded bytes delivered as the sample, or blamed as damage.
+fn encoded(res: HttpResponse) -> Result<HttpResponse, HttpError> {
+    let Some(enc) = res.headers().get("content-encoding") else { return Ok(res) };
+    let enc = String::from_utf8_lossy(enc.as_bytes()).trim().to_string();
+    if enc.is_empty() || enc.eq_ignore_ascii_case("identity") {
+        return Ok(res);
+    }
+    let enc: String = enc.chars().take(64).filter(|c| !c.is_control()).collect();
+    Err(HttpError::new(
+        HttpErrorKind::Decode,
+        std::io::Error::other(format!(
+            "{ENCODED} (Content-Encoding: {enc}), which Stoker does not decode (a range of encoded bytes is no range \
+             of the object): store it without a Content-Encoding (compressed data under a name that says so, such as \
+             .jsonl.gz), or serve it as stored"
+        )),
+    ))
 }
 
 /// Whether a request's query asks for a listing (S3 and GCS `list-type=2`, Azure

@@ -232,6 +232,7 @@ impl Fetcher {
     /// [`Error::BadIndex`](crate::Error::BadIndex), its body not read: a file read whole only
     /// to describe data has a size it cannot outgrow (`u64::MAX` for none).
     pub async fn get(&self, path: &ObjPath, shown: &str, expect: Option<&Expect>, most: u64) -> Result<Bytes> {
+        name_fits(path)?;
         self.retrying(
             shown,
             || "whole object".to_string(),
@@ -292,6 +293,7 @@ impl Fetcher {
     /// idempotent), each attempt within [`write_limit`]: a write whose answer never comes is
     /// an error, not a wait without end (object_store's own timeouts are off here).
     pub async fn put(&self, path: &ObjPath, shown: &str, bytes: Bytes) -> Result<()> {
+        name_fits(path)?;
         let payload = object_store::PutPayload::from(bytes);
         let limit = write_limit(self.cfg.timeout, payload.content_length() as u64);
         self.retrying(
@@ -308,13 +310,24 @@ impl Fetcher {
 
     /// Size and version of an object (retried).
     pub async fn head(&self, path: &ObjPath, shown: &str) -> Result<object_store::ObjectMeta> {
+        name_fits(path)?;
         self.retrying(
             shown,
             || "metadata".to_string(),
             Some(self.cfg.deadline),
             || async {
                 self.counters.requests.fetch_add(1, Relaxed);
-                self.answer(self.store.head(path)).await
+                match self.answer(self.store.head(path)).await {
+                    // A server that refuses HEAD (405, which object_store reports as "not
+                    // found") but serves GET: the answer for the first byte carries the same
+                    // size and version. Its body is not read.
+                    Err(f) if f.missing && retry::http_status(&f.message) == Some(405) => {
+                        self.counters.requests.fetch_add(1, Relaxed);
+                        let opts = object_store::GetOptions { range: Some((0..1).into()), ..Default::default() };
+                        self.answer(self.store.get_opts(path, opts)).await.map(|g| g.meta)
+                    }
+                    r => r,
+                }
             },
         )
         .await
@@ -330,6 +343,7 @@ impl Fetcher {
         range: Range<u64>,
         expect: Option<&Expect>,
     ) -> Result<Bytes> {
+        name_fits(path)?;
         let what = || format!("bytes {}..{}", range.start, range.end);
         self.retrying(shown, what, Some(self.cfg.deadline), || {
             self.hedged(|| self.attempt(path, range.clone(), expect))
@@ -338,9 +352,42 @@ impl Fetcher {
     }
 }
 
+/// The longest object name Stoker requests, in bytes. S3, GCS and Azure allow 1,024; HTTP
+/// servers commonly refuse URLs past 8 KiB; object_store's HTTP client cannot make a request
+/// whose URI passes 64 KiB (it panicked, on names a list file or an index supplied).
+pub(crate) const MAX_NAME: usize = 16 << 10;
+
+/// `path`, if its name is short enough to request (see [`MAX_NAME`]).
+pub(crate) fn name_fits(path: &ObjPath) -> Result<()> {
+    let name = path.as_ref();
+    if name.len() <= MAX_NAME {
+        return Ok(());
+    }
+    let mut cut = 120;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Err(crate::Error::NotSupported {
+        what: format!(
+            "an object name of {} bytes (`{}...`): names over {MAX_NAME} bytes are not requested (S3, GCS and Azure \
+             allow 1,024); a list file or index that names it is damaged",
+            name.len(),
+            crate::sample::escape_controls(&name[..cut])
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_too_long_to_request_is_refused_before_the_request() {
+        assert!(name_fits(&ObjPath::from("a/b.tar")).is_ok());
+        let long = ObjPath::from("é".repeat(MAX_NAME));
+        let e = name_fits(&long).unwrap_err().to_string();
+        assert!(e.contains(&format!("{} bytes", 2 * MAX_NAME)) && e.len() < 600, "{e}");
+    }
 
     #[test]
     fn zero_turns_the_stall_timeout_and_the_deadline_off() {

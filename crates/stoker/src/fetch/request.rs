@@ -72,9 +72,18 @@ impl Fetcher {
         &self,
         request: impl std::future::Future<Output = object_store::Result<T>>,
     ) -> std::result::Result<T, Failure> {
+        use futures::FutureExt;
+        // object_store panics on a request it cannot build (a URI over the http crate's
+        // 64 KiB, say): the names checked before a request ([`super::name_fits`]) should rule
+        // that out, and any other such panic becomes this request's error, not the process's.
+        let request = std::panic::AssertUnwindSafe(request).catch_unwind();
         match tokio::time::timeout(self.cfg.stall, request).await {
             Err(_) => Err(Failure::transient(format!("no answer within {:?} (stall_ms); abandoned", self.cfg.stall))),
-            Ok(r) => r.map_err(classify),
+            Ok(Err(panic)) => Err(Failure::fatal(format!(
+                "the HTTP client could not make this request ({}): a bug, please report it",
+                crate::error::panic_message(panic)
+            ))),
+            Ok(Ok(r)) => r.map_err(classify),
         }
     }
 }

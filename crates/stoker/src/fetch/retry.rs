@@ -165,7 +165,10 @@ pub(super) fn classify(e: object_store::Error) -> Failure {
         // mid-handshake) may pass on another attempt.
         return Failure::transient(message);
     }
-    let message = e.to_string();
+    let message = with_causes(&e);
+    if message.contains(super::answers::ENCODED) {
+        return Failure::fatal(message);
+    }
     let (transient, hint) = match &e {
         E::NotFound { .. } => (false, Some("the object does not exist: check the bucket, prefix and name".to_string())),
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => (
@@ -197,6 +200,23 @@ pub(super) fn classify(e: object_store::Error) -> Failure {
     };
     let missing = matches!(e, E::NotFound { .. }) || http_status(&message) == Some(404);
     Failure { transient, missing, changed: false, too_large: None, message: clipped(message), hint }
+}
+
+/// `e` and the errors beneath it, each said once: object_store's own words for a malformed
+/// answer are "error sending request", the cause (an answer that is not HTTP, headers too
+/// large) is further down. Credentials in any URL it quotes are redacted.
+fn with_causes(e: &object_store::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = std::error::Error::source(e);
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !text.is_empty() && !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    crate::uri::redact_text(&out).into_owned()
 }
 
 /// The most of a store's error text a failure keeps: object_store quotes an error answer's

@@ -449,3 +449,50 @@ async fn a_long_listing_picks_up_after_a_failed_page() {
     assert_eq!(src.len(), 10_000, "every object listed once");
     assert!(src.io_counters().unwrap().retries > 0, "pages failed and were asked again");
 }
+
+/// A server that refuses HEAD (405) but serves GET: sizes and versions come from the answer
+/// to a one-byte GET, and every object reads right (object_store took the 405 for "not found").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_head_is_read_through_get() {
+    let root = tempfile::tempdir().unwrap();
+    let want = objects(root.path());
+    let server = serve(root.path()).await;
+    server.control.refuse_head(true);
+    let src = source(&server, "").await;
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(data(&src.get(i).await.unwrap()), &w[..]);
+    }
+    assert!(server.control.heads() >= 5, "HEAD was asked first");
+}
+
+/// An answer labelled with a content encoding (an object uploaded with `Content-Encoding:
+/// gzip`) is refused at once, saying so: Stoker asks for bytes as stored, and encoded bytes
+/// were delivered as the sample, or blamed as a damaged shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_in_a_content_encoding_is_refused_not_delivered() {
+    let root = tempfile::tempdir().unwrap();
+    objects(root.path());
+    let server = serve(root.path()).await;
+    let src = source(&server, "&attempts=5").await;
+    server.control.encode_as(Some("gzip"));
+    let before = server.control.gets();
+    let e = src.get(1).await.unwrap_err().to_string();
+    assert!(e.contains("Content-Encoding: gzip") && e.contains("f1.bin"), "{e}");
+    assert_eq!(server.control.gets() - before, 1, "not retried: another attempt gets the same");
+    server.control.encode_as(Some("identity"));
+    assert!(src.get(1).await.is_ok());
+}
+
+/// A name too long to request (a list file's line of 70,000 bytes) is an error naming its
+/// length, not a panic in the HTTP client (a URI past 64 KiB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_too_long_to_request_is_an_error_not_a_panic() {
+    let root = tempfile::tempdir().unwrap();
+    objects(root.path());
+    std::fs::write(root.path().join("obj/list.txt"), format!("f0.bin\n{}.bin\n", "n".repeat(70_000))).unwrap();
+    let server = serve(root.path()).await;
+    let uri = format!("{}/obj?list=list.txt&layout=objects", server.endpoint());
+    let e = stoker::open(&uri, Default::default()).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, Error::NotSupported { .. }) && msg.contains("70008 bytes") && msg.len() < 1000, "{msg}");
+}
