@@ -234,3 +234,22 @@ def http(data):
     endpoint = "http://" + line.split()[-1]
     yield lambda path: f"{endpoint}/bucket/{path}"
     _stop(proc)
+
+
+@pytest.fixture
+def token_mix(tmp_path):
+    """``make(docs_each)``: two token corpora of ``docs_each`` uint16 documents each (ids from 0
+    under ``a``, from 30000 under ``b``), written by Stoker's own writer, mixed 50/50 by tokens."""
+
+    def make(docs_each: int):
+        import numpy
+
+        import stoker
+        from stoker import _stoker
+
+        for name, base in (("a", 0), ("b", 30000)):
+            docs = [numpy.arange(base + i * 50, base + i * 50 + 30 + i, dtype="<u2").tobytes() for i in range(docs_each)]
+            _stoker.ShardWriter(str(tmp_path / name), "{}").write_tokens("part", "uint16", docs)
+        return stoker.mix({str(tmp_path / "a"): 0.5, str(tmp_path / "b"): 0.5}, weight_by="tokens")
+
+    return make

@@ -309,16 +309,10 @@ def test_a_token_loader_in_a_forked_child_goes_on_as_the_parent_would(tmp_path):
     assert later == again, "the child resumed a state its parent had already used"
 
 
-def test_a_token_mix_in_a_forked_child_takes_the_weights_in_force(tmp_path):
+def test_a_token_mix_in_a_forked_child_takes_the_weights_in_force(token_mix):
     # Weights changed and used in the parent: its next epoch draws by them, and so does a
     # child forked now (not by the weights the loader was made with).
-    import numpy
-    from stoker import _stoker
-
-    for name, base in (("a", 0), ("b", 30000)):
-        docs = [numpy.arange(base + i * 50, base + i * 50 + 30 + i, dtype="<u2").tobytes() for i in range(40)]
-        _stoker.ShardWriter(str(tmp_path / name), "{}").write_tokens("part", "uint16", docs)
-    mixed = stoker.mix({str(tmp_path / "a"): 0.5, str(tmp_path / "b"): 0.5}, weight_by="tokens")
+    mixed = token_mix(40)
     loader = stoker.TokenLoader(mixed, seq_len=16, global_batch=2, shuffle=True, seed=5, output="numpy")
     loader.set_weights([0.9, 0.1])
     assert sum(1 for _ in loader) > 0  # epoch 0, drawn 90/10

@@ -334,15 +334,10 @@ def test_a_state_taken_at_an_epochs_end_resumes_at_the_next_epoch(corpus):
         next(iter(resumed))
 
 
-def test_weights_change_between_iterations_not_while_one_is_under_way(tmp_path):
+def test_weights_change_between_iterations_not_while_one_is_under_way(token_mix):
     # A change while an iteration was under way was taken and did nothing to the batches that
     # followed (they were already being cut): now refused; between iterations it applies.
-    from stoker import _stoker
-
-    for name, base in (("a", 0), ("b", 30000)):
-        docs = [numpy.arange(base + i * 50, base + i * 50 + 30 + i, dtype="<u2").tobytes() for i in range(60)]
-        _stoker.ShardWriter(str(tmp_path / name), "{}").write_tokens("part", "uint16", docs)
-    mixed = stoker.mix({str(tmp_path / "a"): 0.5, str(tmp_path / "b"): 0.5}, weight_by="tokens")
+    mixed = token_mix(60)
     loader = stoker.TokenLoader(mixed, seq_len=16, global_batch=2, shuffle=True, seed=5, output="numpy")
     it = iter(loader)
     next(it)
