@@ -384,9 +384,12 @@ mod tests {
     #[test]
     fn a_name_too_long_to_request_is_refused_before_the_request() {
         assert!(name_fits(&ObjPath::from("a/b.tar")).is_ok());
-        let long = ObjPath::from("é".repeat(MAX_NAME));
-        let e = name_fits(&long).unwrap_err().to_string();
-        assert!(e.contains(&format!("{} bytes", 2 * MAX_NAME)) && e.len() < 600, "{e}");
+        assert!(name_fits(&ObjPath::from("n".repeat(MAX_NAME))).is_ok());
+        let e = name_fits(&ObjPath::from("n".repeat(MAX_NAME + 1))).unwrap_err().to_string();
+        assert!(e.contains(&format!("{} bytes", MAX_NAME + 1)) && e.len() < 600, "{e}");
+        // Counted as requested: a character outside ASCII is escaped to 6 bytes (`%C3%A9`).
+        let e = name_fits(&ObjPath::from("é".repeat(MAX_NAME / 4))).unwrap_err().to_string();
+        assert!(e.contains(&format!("{} bytes", 6 * (MAX_NAME / 4))) && e.len() < 600, "{e}");
     }
 
     #[test]
