@@ -174,7 +174,9 @@ pub(super) fn classify(e: object_store::Error) -> Failure {
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => (
             false,
             Some(
-                "check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, service account, account key)"
+                "the server refused access: check the credentials (S3: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; \
+                 GCS: a service account; Azure: an account key), or, for a plain http(s) server (which is sent no \
+                 credentials), that it serves this object"
                     .into(),
             ),
         ),
