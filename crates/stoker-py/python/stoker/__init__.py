@@ -532,9 +532,7 @@ def _as_dataset(uri_or_dataset: Any, output: str, options: Dict[str, Any]) -> "_
 def _count(name: str, value: Any, least: int, most: int) -> int:
     """``value`` as a whole number in ``least..=most``, or an error naming ``name`` (a float,
     NaN or a bool is refused rather than rounded or taken as 1)."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise InvalidInputError(f"{name} must be a whole number, not {value!r}")
-    n = int(value.__index__())
+    n = _whole(name, value)
     if not least <= n <= most:
         raise InvalidInputError(f"{name} must be from {least} to {most}, not {n}")
     return n

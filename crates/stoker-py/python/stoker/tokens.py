@@ -193,16 +193,11 @@ class TokenLoader:
                 "the old weights. Call it between iterations (leave the loop first; the next iteration starts the "
                 "next epoch, as after any loop left early) or after load_state_dict() to resume under the new weights"
             )
-        self._loader.set_weights([_number("weights", w) for w in weights])
+        from . import _real
+
+        self._loader.set_weights([_real("weights", w) for w in weights])
 
     def stats(self) -> Dict[str, Any]:
         """Consumer wait, throughput, requests and bytes read; for a mix, ``source_tokens``:
         the tokens this rank read per source."""
         return self._loader.stats()
-
-
-def _number(name: str, value: Any) -> float:
-    """``value`` as a float, or an error naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
-        raise InvalidInputError(f"{name} must be numbers, not {value!r}")
-    return float(value)

@@ -304,6 +304,14 @@ pub struct ColumnTooLarge {
     pub row_bytes: usize,
 }
 
+/// The batch's error: the sizes chosen (batch size, image size, seq_len) ask more memory than
+/// there is, which no sample is to blame for.
+impl From<ColumnTooLarge> for crate::error::Error {
+    fn from(e: ColumnTooLarge) -> Self {
+        crate::error::Error::invalid_option(e.to_string())
+    }
+}
+
 impl std::fmt::Display for ColumnTooLarge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

@@ -54,9 +54,25 @@ impl<S: HttpService> HttpService for BoundedAnswers<S> {
     }
 }
 
-/// How an answer in an encoding nobody asked for begins its error ([`super::retry::classify`]
-/// fails it at once: another attempt gets the same).
-pub(crate) const ENCODED: &str = "the server sent the object's bytes encoded";
+/// An answer in a content encoding nobody asked for (see [`encoded`]): found among an
+/// error's causes by `retry::classify`, which fails it at once (another attempt gets the
+/// same).
+#[derive(Debug)]
+pub(crate) struct EncodedAnswer(String);
+
+impl std::fmt::Display for EncodedAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the server sent the object's bytes encoded (Content-Encoding: {}), which Stoker does not decode (a range \
+             of encoded bytes is no range of the object): store it without a Content-Encoding (compressed data under \
+             a name that says so, such as .jsonl.gz), or serve it as stored",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for EncodedAnswer {}
 
 /// `res`, unless its body is in a content encoding (gzip, br...): Stoker asks for the bytes
 /// as stored and does not decode them, and a range of encoded bytes is no range of the object.
@@ -69,14 +85,7 @@ fn encoded(res: HttpResponse) -> Result<HttpResponse, HttpError> {
         return Ok(res);
     }
     let enc: String = enc.chars().take(64).filter(|c| !c.is_control()).collect();
-    Err(HttpError::new(
-        HttpErrorKind::Decode,
-        std::io::Error::other(format!(
-            "{ENCODED} (Content-Encoding: {enc}), which Stoker does not decode (a range of encoded bytes is no range \
-             of the object): store it without a Content-Encoding (compressed data under a name that says so, such as \
-             .jsonl.gz), or serve it as stored"
-        )),
-    ))
+    Err(HttpError::new(HttpErrorKind::Decode, EncodedAnswer(enc)))
 }
 
 /// Whether a request's query asks for a listing (S3 and GCS `list-type=2`, Azure

@@ -63,7 +63,9 @@ impl RedirectRefused {
 /// `e` and the errors it wraps, outermost first. An io::Error's `source` skips the error it
 /// wraps (hyper reports a TLS handshake's failure as io::Errors wrapping rustls's), so the
 /// walk looks inside io::Errors instead.
-fn causes<'a>(e: &'a (dyn std::error::Error + 'static)) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+pub(super) fn causes<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
     std::iter::successors(Some(e), |e| match e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
         Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
         None => e.source(),

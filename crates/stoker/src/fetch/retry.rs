@@ -166,7 +166,7 @@ pub(super) fn classify(e: object_store::Error) -> Failure {
         return Failure::transient(message);
     }
     let message = with_causes(&e);
-    if message.contains(super::answers::ENCODED) {
+    if super::client::causes(&e).any(|c| c.is::<super::answers::EncodedAnswer>()) {
         return Failure::fatal(message);
     }
     let (transient, hint) = match &e {
@@ -208,15 +208,15 @@ pub(super) fn classify(e: object_store::Error) -> Failure {
 /// answer are "error sending request", the cause (an answer that is not HTTP, headers too
 /// large) is further down. Credentials in any URL it quotes are redacted.
 fn with_causes(e: &object_store::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = std::error::Error::source(e);
-    while let Some(cause) = next {
+    let mut out = String::new();
+    for cause in super::client::causes(e) {
         let text = cause.to_string();
         if !text.is_empty() && !out.contains(&text) {
-            out.push_str(": ");
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
             out.push_str(&text);
         }
-        next = cause.source();
     }
     crate::uri::redact_text(&out).into_owned()
 }

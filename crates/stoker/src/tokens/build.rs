@@ -114,7 +114,7 @@ pub(crate) fn fill(
     if matches!(tokens, Tokens::Read(t) if t.width() != width) {
         return Err(Error::internal("tokens read at another width than the ids"));
     }
-    let col = out.fixed(&cols.input_ids.0, &cols.input_ids.1).map_err(too_large)?;
+    let col = out.fixed(&cols.input_ids.0, &cols.input_ids.1)?;
     let mut next = 0usize;
     let mut slots = Vec::new();
     for (r, ((_, pieces), row)) in rows.iter().zip(col.chunks_exact_mut(w * width)).enumerate() {
@@ -152,10 +152,10 @@ pub(crate) fn fill(
     // Positions restart at every segment; the mask is 0 on padding and, with
     // mask_boundaries, on the first token of every document after the row's first.
     if cfg.columns.position_ids {
-        positions(out.fixed(&cols.position_ids.0, &cols.position_ids.1).map_err(too_large)?, rows, w);
+        positions(out.fixed(&cols.position_ids.0, &cols.position_ids.1)?, rows, w);
     }
     if cfg.columns.loss_mask {
-        mask(out.fixed(&cols.loss_mask.0, &cols.loss_mask.1).map_err(too_large)?, rows, w, cfg.mask_boundaries);
+        mask(out.fixed(&cols.loss_mask.0, &cols.loss_mask.1)?, rows, w, cfg.mask_boundaries);
     }
     Ok(())
 }
@@ -194,12 +194,6 @@ fn put_ids(dst: &mut [u8], src: &[i64], width: usize) {
             d.copy_from_slice(&t.to_ne_bytes());
         }
     }
-}
-
-/// A batch column that cannot be allocated: the sizes chosen (global batch, seq_len) ask more
-/// memory than there is.
-fn too_large(e: crate::batch::ColumnTooLarge) -> Error {
-    Error::invalid_option(e.to_string())
 }
 
 #[cfg(test)]

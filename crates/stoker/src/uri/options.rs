@@ -361,19 +361,21 @@ impl SourceOptions {
     pub fn from_json(text: &str) -> Result<Self> {
         serde_json::from_str(text).map_err(|e| {
             // serde quotes a value of the wrong type (`invalid type: integer `123``), secrets too.
-            let mut secrets: Vec<String> = match serde_json::from_str::<serde_json::Value>(text) {
-                Ok(serde_json::Value::Object(map)) => {
-                    map.into_iter().filter(|(k, _)| is_secret_option(k)).flat_map(|(_, v)| json_leaves(v)).collect()
-                }
-                _ => Vec::new(),
+            // Parsed once more as a plain object (the options failed, the JSON may not have):
+            // for the secrets to hide, and the option to blame.
+            let map = match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(serde_json::Value::Object(map)) => map,
+                _ => serde_json::Map::new(),
             };
+            let mut secrets: Vec<String> =
+                map.iter().filter(|(k, _)| is_secret_option(k)).flat_map(|(_, v)| json_leaves(v.clone())).collect();
             secrets.extend(secret_values(text).unwrap_or_default());
             let shown = |m: &str| crate::uri::redact_text(&scrub(m, &secrets)).into_owned();
             // Options come as keyword arguments or a dict, not as text: name the option whose
             // value is wrong, without serde's place in the JSON ("at line 1 column 19").
             let why = e.to_string();
             if !why.starts_with("unknown field") {
-                if let Some((key, why)) = wrong_option(text) {
+                if let Some((key, why)) = wrong_option(map) {
                     let why = shown(&why);
                     let why = why.rsplit_once(" at line ").map_or(why.as_str(), |(w, _)| w);
                     return Error::invalid_option(format!("option `{key}`: {why}"));
@@ -486,10 +488,9 @@ fn json_leaves(v: serde_json::Value) -> Vec<String> {
         other => vec![other.to_string()],
     }
 }
-/// A known option of the JSON object `text` whose value alone does not parse (a string for a
+/// A known option of the JSON object `map` whose value alone does not parse (a string for a
 /// count, a negative size), with why, if any.
-fn wrong_option(text: &str) -> Option<(String, String)> {
-    let serde_json::Value::Object(map) = serde_json::from_str::<serde_json::Value>(text).ok()? else { return None };
+fn wrong_option(map: serde_json::Map<String, serde_json::Value>) -> Option<(String, String)> {
     let keys = option_keys();
     map.into_iter().filter(|(k, _)| keys.contains(k)).find_map(|(k, v)| {
         let alone = serde_json::Value::Object([(k.clone(), v)].into_iter().collect());

@@ -35,7 +35,8 @@ pub(super) fn direct(h5: &Hdf5File, set: &Dataset, c: &Column, rows: u64) -> Opt
                     contiguous = Some((address, size));
                 }
             }
-            HdfMessage::ExternalFiles(_) | HdfMessage::FilterPipeline(_) => return None,
+            // External storage never reaches here: refused at open ([`refuse_external`]).
+            HdfMessage::FilterPipeline(_) => return None,
             _ => {}
         }
     }

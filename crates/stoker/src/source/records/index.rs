@@ -37,14 +37,15 @@ pub(super) fn stream(
 }
 
 /// Each element of the `list` array of the JSON object `bytes`, made into a `T` by
-/// `make(n, element)` as it is parsed; a missing `list` is an error.
+/// `make(n, element)` as it is parsed, and the object's other members; a missing `list` is
+/// an error.
 pub(super) fn collect<T>(
     bytes: &[u8],
     list: &str,
     mut make: impl FnMut(usize, Value) -> Result<T, String>,
-) -> Result<Vec<T>, IndexError> {
+) -> Result<(Vec<T>, Map<String, Value>), IndexError> {
     let mut out = Vec::new();
-    let (_, seen) = stream(
+    let (rest, seen) = stream(
         bytes,
         list,
         Some(&mut |n, v| {
@@ -55,7 +56,7 @@ pub(super) fn collect<T>(
     if !seen {
         return Err(IndexError::Layout(format!("it has no `{list}` list")));
     }
-    Ok(out)
+    Ok((out, rest))
 }
 
 struct Top<'a, 'f> {

@@ -126,7 +126,7 @@ pub(super) fn shards(bytes: &[u8], dir: &str, wanted: Option<&[&str]>) -> Result
     // LitData writes its chunks before its config: a first walk skips them for the config.
     let (top, _) = super::index::stream(bytes, "chunks", None)?;
     let (decoder, codec, level) = layout(&top, wanted).map_err(IndexError::Layout)?;
-    super::index::collect(bytes, "chunks", |n, c| chunk(n, &c, dir, &decoder, codec, &level))
+    super::index::collect(bytes, "chunks", |n, c| chunk(n, &c, dir, &decoder, codec, &level)).map(|(chunks, _)| chunks)
 }
 
 /// How the items of every chunk are laid out, from the index's `config`: their decoder, the

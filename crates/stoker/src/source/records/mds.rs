@@ -118,11 +118,9 @@ fn encoding(text: &str) -> Result<Enc, String> {
 /// directory `dir` (`""` or ending in `/`), keeping the columns in `wanted` (all when `None`).
 pub(super) fn shards(bytes: &[u8], dir: &str, wanted: Option<&[&str]>) -> Result<Vec<ShardSpec>, IndexError> {
     let mut decoder: Option<Arc<Mds>> = None;
-    let shards = super::index::collect(bytes, "shards", |n, s| shard(n, &s, dir, wanted, &mut decoder))?;
-    // After the shards (the index's walk already read past them): MosaicML Streaming writes
-    // and reads version 2 alone, and refuses any other; another layout read as this one
-    // would give other data.
-    let (top, _) = super::index::stream(bytes, "shards", None)?;
+    let (shards, top) = super::index::collect(bytes, "shards", |n, s| shard(n, &s, dir, wanted, &mut decoder))?;
+    // MosaicML Streaming writes and reads version 2 alone, and refuses any other; another
+    // layout read as this one would give other data.
     version(top.get("version")).map_err(IndexError::Layout)?;
     Ok(shards)
 }
