@@ -13,6 +13,8 @@ stoker row's first epoch counts opening the loader):
   stoker     stoker.TokenLoader over the Megatron .bin/.idx (input_ids, position_ids, loss_mask,
              cu_seqlens)
   stoker-ids the same with columns=("input_ids",), what the two peers deliver
+  stoker-u16 stoker-ids with ids_dtype="uint16": the file's own width, copied as it is (the
+             peers' uint16 tokens widened to int64 on the CPU; these are widened on the GPU)
   memmap     nanoGPT's way: a map-style Dataset slicing numpy.memmap windows, in a torch
              DataLoader (2 workers)
   litdata    LitData StreamingDataset + TokensLoader(block_size=2049) over chunks written by
@@ -191,14 +193,14 @@ def row_raw(spec):
     return out
 
 
-def row_stoker(spec, columns=None):
+def row_stoker(spec, columns=None, ids_dtype=None):
     import torch  # noqa: F401  (imported before the clock, as the DataLoader rows import it)
 
     import stoker
 
     t = time.perf_counter()  # the first epoch counts opening the index and the loader
     loader = stoker.TokenLoader(spec["tokens_dir"], seq_len=SEQ, global_batch=spec["batch"], labels=True,
-                                shuffle=True, seed=1, columns=columns)
+                                shuffle=True, seed=1, columns=columns, ids_dtype=ids_dtype)
     opened = time.perf_counter() - t
 
     def epoch():
@@ -215,6 +217,10 @@ def row_stoker(spec, columns=None):
 
 def row_stoker_ids(spec):
     return row_stoker(spec, columns=("input_ids",))
+
+
+def row_stoker_u16(spec):
+    return row_stoker(spec, columns=("input_ids",), ids_dtype="uint16")
 
 
 class _Memmap:
@@ -380,7 +386,7 @@ def row_dataloader_wheel(spec):
     return {"tokens": n, "seconds": time.perf_counter() - t, "documents": docs}
 
 
-ROWS = {"raw": row_raw, "stoker-decode": row_stoker_decode, "dataloader-wheel": row_dataloader_wheel, "stoker": row_stoker, "stoker-ids": row_stoker_ids, "memmap": row_memmap, "litdata": row_litdata, "bound": row_bound,
+ROWS = {"raw": row_raw, "stoker-decode": row_stoker_decode, "dataloader-wheel": row_dataloader_wheel, "stoker": row_stoker, "stoker-ids": row_stoker_ids, "stoker-u16": row_stoker_u16, "memmap": row_memmap, "litdata": row_litdata, "bound": row_bound,
         "wheel-1thread": row_wheel_1thread,
         "stoker-jsonl": row_stoker_jsonl, "stoker-parquet": row_stoker_parquet, "datasets": row_datasets}
 
@@ -429,7 +435,7 @@ def run(a: argparse.Namespace, work: Path) -> None:
         if not (work / "tokens" / "corpus.idx").exists():
             report["tokens_data"] = write_tokens(work / "tokens", int(a.tokens))
             write_litdata(work / "tokens", work / "litdata")
-        groups.append(["raw", "stoker", "stoker-ids", "memmap", "litdata"])
+        groups.append(["raw", "stoker", "stoker-ids", "stoker-u16", "memmap", "litdata"])
     if "tokenize" in parts:
         if not (work / "text" / "tokenizer.json").exists():
             report["text_data"] = write_text(work / "text", a.text_mb)

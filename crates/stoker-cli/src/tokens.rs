@@ -59,9 +59,13 @@ pub(crate) struct TokensArgs {
     /// One document per sequence, truncated or padded (fine-tuning), instead of packing.
     #[arg(long)]
     per_document: bool,
-    /// int64 `input_ids` (int32 by default).
-    #[arg(long)]
+    /// int64 `input_ids` (int32 by default); the same as --ids-dtype int64.
+    #[arg(long, conflicts_with = "ids_dtype")]
     int64: bool,
+    /// The integer type of `input_ids`: int32 (the default), int64, or uint16 (vocabularies
+    /// of at most 65,536 tokens: half the bytes of int32).
+    #[arg(long, value_name = "DTYPE")]
+    ids_dtype: Option<String>,
     /// `loss_mask` 0 on each document's first token after another document in its row.
     #[arg(long)]
     mask_boundaries: bool,
@@ -96,7 +100,8 @@ pub(crate) struct TokensArgs {
     #[arg(long, value_name = "FILE")]
     save_state: Option<PathBuf>,
     /// Write this rank's `input_ids` to FILE, batch after batch, row after row, as the
-    /// machine's integers (int32, or int64 with --int64): `numpy.fromfile` reads it back.
+    /// machine's integers of the ids' type (int32, or as --ids-dtype says): `numpy.fromfile`
+    /// reads it back.
     #[arg(long, value_name = "FILE")]
     dump: Option<PathBuf>,
     /// Print JSON lines (one per epoch) instead of text.
@@ -127,7 +132,11 @@ impl TokensArgs {
         cfg.pad_id = self.pad_id;
         cfg.pad_tail = self.pad_tail;
         cfg.packing = if self.per_document { Packing::PerDocument } else { Packing::Concat };
-        cfg.ids = if self.int64 { IdType::Int64 } else { IdType::Int32 };
+        cfg.ids = match (&self.ids_dtype, self.int64) {
+            (Some(name), _) => IdType::from_name(name)?,
+            (None, true) => IdType::Int64,
+            (None, false) => IdType::Int32,
+        };
         cfg.mask_boundaries = self.mask_boundaries;
         if let Some(names) = &self.columns {
             cfg.columns = stoker::tokens::TokenColumns::from_names(names)?;

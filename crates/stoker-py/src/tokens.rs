@@ -68,7 +68,7 @@ impl TokenLoader {
     #[new]
     #[pyo3(signature = (source, seq_len, global_batch, labels=false, shuffle=None, seed=0, shuffle_window=None,
                         bos=None, eos=None, pad_id=0, pad_tail=false, per_document=false, int64=false,
-                        mask_boundaries=false, prefetch=4, rank=None, world_size=None, tokenizer=None,
+                        ids_dtype=None, mask_boundaries=false, prefetch=4, rank=None, world_size=None, tokenizer=None,
                         field=None, skip_errors=false, columns=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -86,6 +86,7 @@ impl TokenLoader {
         pad_tail: bool,
         per_document: bool,
         int64: bool,
+        ids_dtype: Option<String>,
         mask_boundaries: bool,
         prefetch: usize,
         rank: Option<u64>,
@@ -133,7 +134,16 @@ impl TokenLoader {
         cfg.pad_id = pad_id;
         cfg.pad_tail = pad_tail;
         cfg.packing = if per_document { Packing::PerDocument } else { Packing::Concat };
-        cfg.ids = if int64 { IdType::Int64 } else { IdType::Int32 };
+        cfg.ids = match (ids_dtype.as_deref(), int64) {
+            (None, false) => IdType::Int32,
+            (None, true) | (Some("int64"), true) => IdType::Int64,
+            (Some(name), false) => IdType::from_name(name).map_err(err)?,
+            (Some(name), true) => {
+                return Err(InvalidInputError::new_err(format!(
+                    "int64=True and ids_dtype={name:?} disagree: give ids_dtype alone"
+                )))
+            }
+        };
         cfg.mask_boundaries = mask_boundaries;
         if let Some(names) = &columns {
             cfg.columns = stoker::tokens::TokenColumns::from_names(names).map_err(err)?;

@@ -74,6 +74,31 @@ def test_numpy_output_is_the_torch_batches_with_the_same_types(corpus):
         assert n["max_seqlen"] == t["max_seqlen"] == int(numpy.diff(n["cu_seqlens"]).max())
 
 
+def test_uint16_ids_are_the_int32_ids_at_half_the_bytes(corpus):
+    path, _ = corpus
+    kw = dict(seq_len=48, global_batch=3, labels=True, shuffle=True, seed=2, eos=EOS, pad_tail=True)
+    wide = list(stoker.TokenLoader(str(path), **kw))
+    for dtype in ("uint16", torch.uint16, numpy.uint16):
+        narrow = list(stoker.TokenLoader(str(path), ids_dtype=dtype, **kw))
+        assert len(narrow) == len(wide) > 3
+        for n, w in zip(narrow, wide):
+            assert n["input_ids"].dtype == torch.uint16, dtype
+            assert torch.equal(n["input_ids"].long(), w["input_ids"].long())
+            assert torch.equal(n["position_ids"], w["position_ids"])
+    first = next(iter(stoker.TokenLoader(str(path), ids_dtype="uint16", output="numpy", **kw)))
+    assert first["input_ids"].dtype == numpy.uint16
+    assert first["input_ids"].tolist() == wide[0]["input_ids"].tolist()
+    assert next(iter(stoker.TokenLoader(str(path), ids_dtype="int64", **kw)))["input_ids"].dtype == torch.int64
+    with pytest.raises(stoker.InvalidInputError, match="uint16.*int32"):
+        stoker.TokenLoader(str(path), ids_dtype="uint16", pad_id=-100, **kw)
+    with pytest.raises(stoker.InvalidInputError, match="disagree"):
+        stoker.TokenLoader(str(path), ids_dtype="uint16", int64=True, **kw)
+    with pytest.raises(stoker.InvalidInputError, match="float16.*uint16"):
+        stoker.TokenLoader(str(path), ids_dtype=numpy.float16, **kw)
+    with pytest.raises(stoker.InvalidInputError, match="ids_dtype"):
+        stoker.TokenLoader(str(path), ids_dtype=object(), **kw)
+
+
 def test_columns_left_out_are_not_in_the_batch_and_the_ids_are_unchanged(corpus):
     path, _ = corpus
     kw = dict(seq_len=64, global_batch=4, labels=True, eos=EOS, shuffle=True, seed=3)

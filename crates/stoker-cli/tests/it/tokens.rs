@@ -78,6 +78,19 @@ fn packed_batches_are_the_same_at_any_world_size_and_resume_at_another() {
     let tail = interleave(&[resumed("0"), resumed("1")], 2, 8);
     assert_eq!([head, tail].concat(), one);
 
+    // uint16 ids: the same ids at two bytes each; int64 by either spelling at eight.
+    let out = dir.path().join("u16.bin");
+    ok(tokens(&cache, &[&[uri][..], &base, &["--ids-dtype", "uint16", "--dump", out.to_str().unwrap()]].concat()));
+    let narrow: Vec<i32> =
+        std::fs::read(&out).unwrap().chunks_exact(2).map(|c| i32::from(u16::from_ne_bytes([c[0], c[1]]))).collect();
+    assert_eq!(narrow, all);
+    for wide in [&["--int64"][..], &["--ids-dtype", "int64"]] {
+        ok(tokens(&cache, &[&[uri][..], &base, wide, &["--dump", out.to_str().unwrap()]].concat()));
+        assert_eq!(std::fs::metadata(&out).unwrap().len(), all.len() as u64 * 8, "{wide:?}");
+    }
+    let out = tokens(&cache, &[&[uri][..], &base, &["--ids-dtype", "uint8"]].concat());
+    assert!(!out.status.success() && text(&out.stderr).contains("\"uint8\""), "{}", text(&out.stderr));
+
     // Bad requests name the option.
     let out = tokens(&cache, &[uri, "--seq-len", "8", "--eos", "<eos>"]);
     assert!(!out.status.success() && text(&out.stderr).contains("needs --tokenizer"), "{}", text(&out.stderr));

@@ -38,7 +38,9 @@ class TokenLoader:
     at another world size with the next global batch.
 
     Each batch is a dict of tensors (numpy arrays with ``output="numpy"``): ``input_ids``
-    ``[B, L]`` (int32, or int64 with ``int64=True``), ``position_ids`` ``[B, L]`` int32
+    ``[B, L]`` (int32; ``ids_dtype="int64"`` or ``int64=True`` for int64; ``ids_dtype="uint16"``
+    for vocabularies of at most 65,536 tokens: half the bytes to copy and to move to the GPU,
+    widened there with ``.long()`` before the embedding), ``position_ids`` ``[B, L]`` int32
     (restarting at every document and row), ``loss_mask`` ``[B, L]`` bool (False on padding and,
     with ``mask_boundaries=True``, on a document's first token after another document in the
     row), ``cu_seqlens`` int32 ``[segments + 1]``, the segment boundaries of the flattened
@@ -69,6 +71,7 @@ class TokenLoader:
         pad_tail: bool = False,
         per_document: bool = False,
         int64: bool = False,
+        ids_dtype: Optional[str] = None,
         mask_boundaries: bool = False,
         prefetch: int = 4,
         rank: Optional[int] = None,
@@ -112,6 +115,7 @@ class TokenLoader:
             pad_tail=pad_tail,
             per_document=per_document,
             int64=int64,
+            ids_dtype=_ids_dtype(ids_dtype),
             mask_boundaries=mask_boundaries,
             prefetch=prefetch,
             rank=rank,
@@ -201,3 +205,18 @@ class TokenLoader:
         """Consumer wait, throughput, requests and bytes read; for a mix, ``source_tokens``:
         the tokens this rank read per source."""
         return self._loader.stats()
+
+
+def _ids_dtype(dtype: Any) -> Optional[str]:
+    """The name of the ids type asked for: a name, or a numpy or torch dtype (``torch.uint16``)."""
+    if dtype is None or isinstance(dtype, str):
+        return dtype
+    text = str(dtype)
+    if text.startswith("torch."):
+        return text[len("torch."):]
+    try:
+        import numpy
+
+        return numpy.dtype(dtype).name
+    except (ImportError, TypeError, ValueError):
+        raise InvalidInputError(f"ids_dtype={dtype!r}: give 'int32', 'int64' or 'uint16'") from None

@@ -21,6 +21,7 @@ impl Columns {
     pub(crate) fn new(cfg: &PackConfig) -> Self {
         let w = cfg.window();
         let ids = match cfg.ids {
+            IdType::Uint16 => Dtype::U16,
             IdType::Int32 => Dtype::I32,
             IdType::Int64 => Dtype::I64,
         };
@@ -181,11 +182,15 @@ fn mask(col: &mut [u8], rows: &[(u64, Vec<Placed>)], w: usize, boundaries: bool)
     }
 }
 
-/// `src` ids written native-endian into `dst`, `width` bytes each (4: int32, checked by the
-/// caller to fit; 8: int64).
+/// `src` ids written native-endian into `dst`, `width` bytes each (2: uint16 and 4: int32,
+/// checked by the caller to fit; 8: int64).
 #[inline]
 fn put_ids(dst: &mut [u8], src: &[i64], width: usize) {
-    if width == 4 {
+    if width == 2 {
+        for (d, &t) in dst.chunks_exact_mut(2).zip(src) {
+            d.copy_from_slice(&(t as u16).to_ne_bytes());
+        }
+    } else if width == 4 {
         for (d, &t) in dst.chunks_exact_mut(4).zip(src) {
             d.copy_from_slice(&(t as i32).to_ne_bytes());
         }

@@ -12,7 +12,7 @@
 //! sequences without reading another rank's tokens, and a resume at another world size goes
 //! on with the next global batch.
 //!
-//! A batch has, per row: `input_ids` (`[window]`, int32 or int64), `position_ids`
+//! A batch has, per row: `input_ids` (`[window]`, int32, int64 or uint16), `position_ids`
 //! (`[window]` int32, restarting at 0 where a document starts and at the row's start),
 //! `loss_mask` (`[window]` uint8: 0 on padding and, with `mask_boundaries`, on the first
 //! token of every document after the row's first, which no token of its own document
@@ -126,6 +126,26 @@ pub enum IdType {
     Int32,
     /// 64-bit ids (what `torch.nn.Embedding` indexes with by default).
     Int64,
+    /// 16-bit unsigned ids, for vocabularies of at most 65,536 tokens (GPT-2's, and what
+    /// nanoGPT stores): half the bytes of int32 to copy and to move to the GPU, where they
+    /// are widened (`.long()`) before the embedding. A uint16 token file's ids are copied
+    /// as they are; an id past 65,535 is an error naming its file.
+    Uint16,
+}
+
+impl IdType {
+    /// The type named `name` (`int32`, `int64` or `uint16`, numpy's names).
+    pub fn from_name(name: &str) -> Result<Self> {
+        match name {
+            "int32" => Ok(IdType::Int32),
+            "int64" => Ok(IdType::Int64),
+            "uint16" => Ok(IdType::Uint16),
+            other => Err(Error::invalid_option(format!(
+                "ids dtype {other:?}: choose int32 (the default), int64, or uint16 (vocabularies of at most \
+                 65,536 tokens)"
+            ))),
+        }
+    }
 }
 
 /// What a [`TokenLoader`] makes of a token source.
@@ -197,6 +217,7 @@ impl PackConfig {
     /// Bytes per id of `input_ids`.
     pub(crate) fn ids_width(&self) -> usize {
         match self.ids {
+            IdType::Uint16 => 2,
             IdType::Int32 => 4,
             IdType::Int64 => 8,
         }
@@ -238,6 +259,12 @@ impl PackConfig {
         let ids = [self.bos, self.eos, Some(self.pad_id)];
         if self.ids == IdType::Int32 && ids.iter().flatten().any(|&t| i32::try_from(t).is_err()) {
             return Err(Error::invalid_option("a BOS, EOS or pad id does not fit int32: ask for int64 ids"));
+        }
+        // A pad id of -100 (what losses ignore) has no uint16 form: it would wrap to 65,436.
+        if self.ids == IdType::Uint16 && ids.iter().flatten().any(|&t| u16::try_from(t).is_err()) {
+            return Err(Error::invalid_option(
+                "a BOS, EOS or pad id does not fit uint16 ids (0 to 65,535): ask for int32 ids",
+            ));
         }
         Ok(())
     }

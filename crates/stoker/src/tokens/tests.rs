@@ -537,3 +537,44 @@ async fn ready_batches_taken_without_waiting_are_the_epoch_in_order() {
         assert_eq!((g.number, ids(g)), (w.number, ids(w)));
     }
 }
+
+/// uint16 ids are the int32 ids at half the width (document tokens, EOS and padding); a
+/// token, BOS, EOS or pad id that uint16 cannot hold is an error that names it and asks for
+/// int32 ids, not a wrapped id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uint16_ids_are_the_int32_ids_at_half_the_width_and_refuse_what_does_not_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let lens = [5u64, 0, 17, 3, 40, 1, 9, 33, 2];
+    corpus(dir.path(), &lens);
+    let src = open(dir.path()).await;
+    let mut cfg = PackConfig::new(8, 2);
+    (cfg.eos, cfg.labels, cfg.pad_tail, cfg.pad_id) = (Some(65_535), true, true, 7);
+    cfg.order = Order::Shuffle { seed: 4 };
+    let wide = run(&src, cfg.clone(), 1).await;
+    let narrow = run(&src, PackConfig { ids: IdType::Uint16, ..cfg.clone() }, 1).await;
+    assert_eq!(narrow.len(), wide.len());
+    for (n, w) in narrow.iter().zip(&wide) {
+        let got = column(n, "input_ids", |c| i64::from(u16::from_ne_bytes(c.try_into().unwrap())), 2);
+        assert_eq!(got, ids(w));
+        assert_eq!(n.field("input_ids").unwrap().data.len() * 2, w.field("input_ids").unwrap().data.len());
+        assert_eq!(n.field("position_ids").unwrap().data, w.field("position_ids").unwrap().data);
+    }
+    // Ids uint16 cannot hold, given as options.
+    for (bos, eos, pad) in [(Some(70_000), None, 0), (None, Some(65_536), 0), (None, None, -100)] {
+        let bad = PackConfig { ids: IdType::Uint16, bos, eos, pad_id: pad, ..cfg.clone() };
+        let e = TokenLoader::new(src.clone(), bad).err().expect("an id past uint16").to_string();
+        assert!(e.contains("uint16") && e.contains("int32"), "{e}");
+    }
+    // A token of the file past uint16: an int32 file whose document 3 holds 70,000.
+    let big = tempfile::tempdir().unwrap();
+    let token = |d: u64, i: u64| if d == 3 && i == 2 { 70_000 } else { (d * 10 + i) as i32 };
+    let bin: Vec<u8> = (0..4u64).flat_map(|d| (0..6).flat_map(move |i| token(d, i).to_le_bytes())).collect();
+    std::fs::write(big.path().join("c.bin"), bin).unwrap();
+    std::fs::write(big.path().join("c.idx"), write_idx(4, &[6; 4], 4)).unwrap();
+    let src = open(big.path()).await;
+    let cfg = PackConfig { ids: IdType::Uint16, ..PackConfig::new(4, 1) };
+    let e = TokenLoader::new(src, cfg).unwrap().epoch(0).unwrap().collect().await.err().unwrap().to_string();
+    assert!(e.contains("70000") && e.contains("c.bin") && e.contains("uint16") && e.contains("int32 ids"), "{e}");
+    let e = IdType::from_name("float16").unwrap_err().to_string();
+    assert!(e.contains("float16") && e.contains("uint16"), "{e}");
+}

@@ -132,10 +132,11 @@ impl TokenType {
     }
 
     /// Write every token of little-endian `bytes` into `dst` native-endian, `width` bytes each
-    /// (4: int32 ids, 8: int64; `dst` holds exactly as many tokens as `bytes`), or return the
-    /// first token that is not an id at that width: a negative one, or one past `i32::MAX`
-    /// for int32 ids (`dst` then holds what was copied). One tight loop per type, which the
-    /// compiler vectorizes, ORing the ids as it writes them.
+    /// (2: uint16 ids, 4: int32, 8: int64; `dst` holds exactly as many tokens as `bytes`), or
+    /// return the first token that is not an id at that width: a negative one, one past
+    /// `u16::MAX` for uint16 ids, one past `i32::MAX` for int32 ids (`dst` then holds what was
+    /// copied). One tight loop per type, which the compiler vectorizes, ORing the ids as it
+    /// writes them; uint16 tokens as uint16 ids are copied as they are.
     pub(crate) fn write_ne(self, bytes: &[u8], dst: &mut [u8], width: usize) -> Result<(), i64> {
         fn conv<const S: usize>(
             bytes: &[u8],
@@ -145,6 +146,18 @@ impl TokenType {
             read: impl Fn(&[u8]) -> i64,
         ) -> Result<(), i64> {
             let tokens = bytes.chunks_exact(S).map(&read);
+            if width == 2 {
+                // uint16 ids: 0..2^16, so ORed (as u64: a negative one sets the high bits)
+                // the tokens reach 2^16 exactly when one of them is not an id; checked before
+                // the narrowing copy, which would wrap it.
+                if check && tokens.clone().fold(0u64, |acc, t| acc | t as u64) >= 1 << 16 {
+                    return Err(tokens.clone().find(|&t| t as u64 >= 1 << 16).unwrap_or_default());
+                }
+                for (d, t) in dst.chunks_exact_mut(2).zip(tokens) {
+                    d.copy_from_slice(&(t as u16).to_ne_bytes());
+                }
+                return Ok(());
+            }
             // An id at this width is 0..2^31 or 0..2^63: a power of two, so the tokens ORed
             // reach it exactly when one of them does.
             let limit: u64 = if width == 8 { 1 << 63 } else { 1 << 31 };
@@ -176,12 +189,25 @@ impl TokenType {
             Ok(())
         }
         // Unsigned tokens narrower than the ids always fit.
-        let check = self.signed() || (self == TokenType::U32 && width == 4);
+        let check = match width {
+            2 => !matches!(self, TokenType::U8 | TokenType::U16),
+            4 => self.signed() || self == TokenType::U32,
+            _ => self.signed(),
+        };
         match self {
+            // The file's own width: a copy (little-endian is native on every target Stoker
+            // builds for; the loop keeps a big-endian one right).
+            TokenType::U16 if width == 2 && cfg!(target_endian = "little") && dst.len() == bytes.len() => {
+                dst.copy_from_slice(bytes);
+                Ok(())
+            }
             TokenType::U8 => conv::<1>(bytes, dst, width, check, |c| i64::from(c[0])),
             TokenType::I8 => conv::<1>(bytes, dst, width, check, |c| i64::from(c[0] as i8)),
             TokenType::I16 => conv::<2>(bytes, dst, width, check, |c| i64::from(i16::from_le_bytes([c[0], c[1]]))),
             TokenType::U16 => conv::<2>(bytes, dst, width, check, |c| i64::from(u16::from_le_bytes([c[0], c[1]]))),
+            TokenType::I32 if width == 2 => {
+                conv::<4>(bytes, dst, width, check, |c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            }
             // int32 tokens as they are, in a loop of their own: through `conv`'s i64 the
             // int32 ids came 22% slower.
             TokenType::I32 => {
@@ -406,6 +432,43 @@ mod tests {
             } else {
                 let got: Vec<i32> = dst.chunks_exact(4).map(|c| i32::from_ne_bytes(c.try_into().unwrap())).collect();
                 assert_eq!(got, narrow, "{ty:?} as int32");
+            }
+        }
+        // uint16 ids: the first token outside 0..65,536 refused, from every type, the rest as
+        // widened, also through a buffer of uint16 tokens.
+        for ty in types {
+            for small in [false, true] {
+                // Small tokens (0 to 2: only each token's low byte set) fit from every type;
+                // the others hold ids past 65,535 or negative ones, except uint8 and uint16.
+                let byte = |i: usize| match small {
+                    true => (i % 3) as u8 * u8::from(i.is_multiple_of(ty.size())),
+                    false => (i * 151 % 256) as u8,
+                };
+                let bytes: Vec<u8> = (0..ty.size() * 41).map(byte).collect();
+                let n = bytes.len() / ty.size();
+                let mut wide = Vec::new();
+                ty.extend(&bytes, &mut wide);
+                let mut dst = vec![0u8; n * 2];
+                let got = ty.write_ne(&bytes, &mut dst, 2);
+                let mut buf = super::super::TokenBuf::with_capacity(2, 0);
+                let buffered = buf.extend(ty, &bytes);
+                match wide.iter().copied().find(|&t| u16::try_from(t).is_err()) {
+                    Some(bad) => {
+                        assert_eq!(got, Err(bad), "{ty:?} as uint16");
+                        assert_eq!(buffered, Err(bad), "{ty:?} into a uint16 buffer");
+                        assert_eq!(buf, super::super::TokenBuf::U16(Vec::new()), "nothing appended on an error");
+                    }
+                    None => {
+                        got.unwrap();
+                        let ids: Vec<i64> =
+                            dst.chunks_exact(2).map(|c| i64::from(u16::from_ne_bytes([c[0], c[1]]))).collect();
+                        assert_eq!(ids, wide, "{ty:?} as uint16");
+                        buffered.unwrap();
+                        let mut out = vec![0u8; n * 2];
+                        buf.write_ne(0..n, &mut out).unwrap();
+                        assert_eq!(out, dst, "{ty:?}: the buffer gives what the copy gave");
+                    }
+                }
             }
         }
         // Tokens that fit int32 ids from the wide types convert.

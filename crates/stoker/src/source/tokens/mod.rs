@@ -309,9 +309,9 @@ impl TokensSource {
         Ok(located)
     }
 
-    /// Token `t` of file `f` is not an id (see [`buf::bad_token`]).
-    fn bad_token(&self, f: usize, t: i64) -> Error {
-        buf::bad_token(t, self.store.describe(self.files[f].bin.path()), &self.files[f].name)
+    /// Token `t` of file `f` is not an id at the ids' `width` (see [`buf::bad_token`]).
+    fn bad_token(&self, f: usize, t: i64, width: usize) -> Error {
+        buf::bad_token(t, width, self.store.describe(self.files[f].bin.path()), &self.files[f].name)
     }
 
     fn damaged(&self, f: usize, what: String) -> Error {
@@ -358,7 +358,8 @@ impl TokenDocs for TokensSource {
             if bytes.len() != n * ty.size() {
                 return Err(self.damaged(*f, format!("read {} bytes for {n} tokens", bytes.len())));
             }
-            out.extend(ty, &bytes[..n * ty.size()]).map_err(|t| self.bad_token(*f, t))?;
+            let width = out.width();
+            out.extend(ty, &bytes[..n * ty.size()]).map_err(|t| self.bad_token(*f, t, width))?;
         }
         Ok(())
     }
@@ -378,7 +379,7 @@ impl TokenDocs for TokensSource {
             let spans = self.spans(f, group.iter().map(|&i| (located[i].1, located[i].2.clone())));
             let mut slot = group.iter();
             self.mapped(f)?.spans(&spans, |bytes| match slot.next() {
-                Some(&i) => out.put_at(i, ty, bytes, |t| self.bad_token(f, t)),
+                Some(&i) => out.put_at(i, ty, bytes, |t, width| self.bad_token(f, t, width)),
                 None => Err(Error::internal("more spans than pieces")),
             })?;
         }
