@@ -342,8 +342,9 @@ class Tokens:
     wheel's ids); documents are tokenized on the Loader's decode threads. ``bos``/``eos`` (an id
     or the token's text, ``eos="<|endoftext|>"``) go around every document; a longer document
     is truncated to fit (its BOS and EOS kept), or with ``truncate=False`` raises
-    ``DecodeError``; a shorter one is padded with ``pad_id``. ``dtype`` is ``"int32"`` or
-    ``"int64"``. The mask of real tokens is ``torch.arange(seq_len) < batch["text_len"][:, None]``.
+    ``DecodeError``; a shorter one is padded with ``pad_id``. ``dtype`` is ``"int32"``,
+    ``"int64"`` or ``"uint16"`` (vocabularies of at most 65,536 tokens). The mask of real tokens
+    is ``torch.arange(seq_len) < batch["text_len"][:, None]``.
 
     This is the fine-tuning shape (one sample per row). Pretraining's packed rows, where
     documents are joined and cut to exactly ``seq_len``, are ``stoker.TokenLoader``'s.

@@ -265,7 +265,7 @@ impl DecodeSpec {
     /// `jpg=image:224x160:center:chw:float32:imagenet`, `cls=int`, `x=npy`, `raw=bytes`,
     /// `emb=bytes:float32:512`, `text=tokens:tokenizer.json:2048:eos=<|endoftext|>`. Tokens
     /// options: the `tokenizer.json` path and `seq_len` first, then `bos=T`, `eos=T` (an id or
-    /// the token's text), `pad=N`, `int64`, `no_truncate`. Image options: a size (`224` or `HxW`), `random` (the default
+    /// the token's text), `pad=N`, `int64` or `uint16`, `no_truncate`. Image options: a size (`224` or `HxW`), `random` (the default
     /// crop) / `center` / `squash`, `flip` or `flip=P`, `hwc` / `chw`, `uint8` / `float16` /
     /// `float32`, `imagenet` (ImageNet mean and std; needs a float type), `max_pixels=N`.
     pub fn from_args<S: AsRef<str>>(items: &[S]) -> Result<Self> {
@@ -373,7 +373,7 @@ fn dtype_named(name: &str) -> Option<Dtype> {
 }
 
 fn tokens_from_args(opts: &[&str]) -> std::result::Result<TokensSpec, String> {
-    let usage = "expected tokens:TOKENIZER.json:SEQ_LEN[:bos=T][:eos=T][:pad=N][:int64][:no_truncate]";
+    let usage = "expected tokens:TOKENIZER.json:SEQ_LEN[:bos=T][:eos=T][:pad=N][:int64|:uint16][:no_truncate]";
     let (Some(path), Some(len)) = (opts.first(), opts.get(1)) else { return Err(usage.into()) };
     let seq_len = len.parse().map_err(|_| format!("seq_len `{len}` is not a number; {usage}"))?;
     let mut s = TokensSpec::new(*path, seq_len);
@@ -383,7 +383,7 @@ fn tokens_from_args(opts: &[&str]) -> std::result::Result<TokensSpec, String> {
             Some(("bos", t)) => s.bos = Some(token(t)),
             Some(("eos", t)) => s.eos = Some(token(t)),
             Some(("pad", n)) => s.pad_id = n.parse().map_err(|_| format!("pad `{n}` is not an integer"))?,
-            None if o == "int64" || o == "int32" => s.dtype = dtype_named(o).unwrap_or(Dtype::I32),
+            None if matches!(o, "int64" | "int32" | "uint16") => s.dtype = dtype_named(o).unwrap_or(Dtype::I32),
             None if o == "no_truncate" => s.truncate = false,
             _ => return Err(format!("unknown option `{o}`; {usage}")),
         }

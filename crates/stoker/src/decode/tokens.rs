@@ -36,7 +36,7 @@ pub struct TokensSpec {
     /// What fills a row after its document.
     #[serde(default)]
     pub pad_id: i64,
-    /// `int32` (the default) or `int64`.
+    /// `int32` (the default), `int64`, or `uint16` (vocabularies of at most 65,536 tokens).
     #[serde(default = "int32")]
     pub dtype: Dtype,
     /// Cut documents longer than `seq_len` (the default); when off, one is a decode error.
@@ -81,11 +81,14 @@ impl TokensSpec {
         if self.seq_len == 0 || self.seq_len > MAX_SEQ_LEN {
             return Err(format!("seq_len must be 1..={MAX_SEQ_LEN}, not {}", self.seq_len));
         }
-        if !matches!(self.dtype, Dtype::I32 | Dtype::I64) {
-            return Err(format!("token ids are int32 or int64, not {}", self.dtype));
+        if !matches!(self.dtype, Dtype::I32 | Dtype::I64 | Dtype::U16) {
+            return Err(format!("token ids are int32, int64 or uint16, not {}", self.dtype));
         }
         if self.dtype == Dtype::I32 && i32::try_from(self.pad_id).is_err() {
             return Err(format!("pad_id {} does not fit int32", self.pad_id));
+        }
+        if self.dtype == Dtype::U16 && u16::try_from(self.pad_id).is_err() {
+            return Err(format!("pad_id {} does not fit uint16 (0 to 65,535): use dtype int32", self.pad_id));
         }
         let specials = self.bos.is_some() as usize + self.eos.is_some() as usize;
         if self.seq_len <= specials {
@@ -161,6 +164,14 @@ impl Tokenize {
         match spec.dtype {
             Dtype::I64 => {
                 for (o, t) in out.chunks_exact_mut(8).zip(row.chain(pad)) {
+                    o.copy_from_slice(&t.to_ne_bytes());
+                }
+            }
+            Dtype::U16 => {
+                // A vocabulary past 65,536 tokens: an id that would wrap is the document's error.
+                for (o, t) in out.chunks_exact_mut(2).zip(row.chain(pad)) {
+                    let t =
+                        u16::try_from(t).map_err(|_| format!("token id {t} does not fit uint16; use dtype int32"))?;
                     o.copy_from_slice(&t.to_ne_bytes());
                 }
             }

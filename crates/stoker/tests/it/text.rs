@@ -177,12 +177,15 @@ fn the_tokens_decode_gives_each_document_its_wheel_ids_truncated_or_padded() {
     let seq = 24;
     // Some documents are longer than a row and some shorter: both paths run.
     assert!(want.iter().any(|w| w.len() + 1 > seq) && want.iter().any(|w| w.len() + 1 < seq));
+    // uint16 ids have no negative pad: 7 there.
+    let pad_of = |dtype: Dtype| if dtype == Dtype::U16 { 7 } else { -7 };
     let spec = |dtype: Dtype, truncate: bool| {
         let mut t = TokensSpec::new(dir.join("tokenizer.json").to_str().unwrap(), seq);
-        (t.eos, t.pad_id, t.dtype, t.truncate) = (Some(TokenRef::Text("<|endoftext|>".into())), -7, dtype, truncate);
+        let eos = Some(TokenRef::Text("<|endoftext|>".into()));
+        (t.eos, t.pad_id, t.dtype, t.truncate) = (eos, pad_of(dtype), dtype, truncate);
         DecodeSpec::new().with("text", FieldDecode::Tokens(t))
     };
-    for dtype in [Dtype::I32, Dtype::I64] {
+    for dtype in [Dtype::I32, Dtype::I64, Dtype::U16] {
         let mut cfg = LoaderConfig::new(16);
         cfg.order = Order::Shuffle { seed: 3 };
         cfg.decode = Some(spec(dtype, true));
@@ -198,6 +201,7 @@ fn the_tokens_decode_gives_each_document_its_wheel_ids_truncated_or_padded() {
                 let r = ids.get(row).unwrap();
                 let got: Vec<i64> = match dtype {
                     Dtype::I64 => r.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap())).collect(),
+                    Dtype::U16 => r.chunks_exact(2).map(|c| u16::from_ne_bytes([c[0], c[1]]) as i64).collect(),
                     _ => r.chunks_exact(4).map(|c| i32::from_ne_bytes(c.try_into().unwrap()) as i64).collect(),
                 };
                 let w = &want[i as usize];
@@ -205,7 +209,7 @@ fn the_tokens_decode_gives_each_document_its_wheel_ids_truncated_or_padded() {
                 let mut expect: Vec<i64> = doc.iter().map(|&t| t as i64).collect();
                 expect.push(eos as i64);
                 let len = expect.len();
-                expect.resize(seq, -7);
+                expect.resize(seq, pad_of(dtype));
                 assert_eq!(got, expect, "document {i}");
                 assert_eq!(lens.get(row).unwrap(), &(len as i32).to_ne_bytes(), "document {i}'s length");
                 seen += 1;
@@ -245,7 +249,10 @@ fn the_tokens_decode_gives_each_document_its_wheel_ids_truncated_or_padded() {
     (t.eos, t.bos, t.seq_len) = (Some(TokenRef::Id(eos)), Some(TokenRef::Id(eos)), 2);
     assert!(bad(t.clone()).contains("no room"));
     (t.seq_len, t.dtype) = (8, Dtype::F32);
-    assert!(bad(t).contains("int32 or int64"));
+    assert!(bad(t.clone()).contains("int32, int64 or uint16"));
+    (t.dtype, t.pad_id) = (Dtype::U16, -100);
+    let e = bad(t);
+    assert!(e.contains("-100") && e.contains("uint16") && e.contains("int32"), "{e}");
     // The command line's form.
     let cli =
         DecodeSpec::from_args(&["text=tokens:tok.json:2048:eos=<|endoftext|>:bos=1:int64:no_truncate:pad=-1"]).unwrap();
@@ -256,6 +263,8 @@ fn the_tokens_decode_gives_each_document_its_wheel_ids_truncated_or_padded() {
     );
     assert_eq!((t.bos.clone(), t.eos.clone()), (Some(TokenRef::Id(1)), Some(TokenRef::Text("<|endoftext|>".into()))));
     assert!(DecodeSpec::from_args(&["text=tokens:tok.json"]).unwrap_err().to_string().contains("SEQ_LEN"));
+    let cli = DecodeSpec::from_args(&["text=tokens:tok.json:512:uint16"]).unwrap();
+    assert!(matches!(cli.get("text"), Some(FieldDecode::Tokens(t)) if t.dtype == Dtype::U16), "{cli:?}");
 }
 
 /// Text in the other layouts, each written by its own writer (one `.txt` file a document, tar
