@@ -121,6 +121,7 @@ class TokenLoader:
         pad_tail: bool = False,
         per_document: bool = False,
         int64: bool = False,
+        ids_dtype: Optional[str] = None,
         mask_boundaries: bool = False,
         prefetch: int = 4,
         rank: Optional[int] = None,
