@@ -221,6 +221,14 @@ def main():
         with h5py.File(os.path.join(outdir, "other.hdf"), "w") as f:
             f["x"] = np.arange(12)
         rows = []
+    elif kind == "selfcheck":
+        # A chunked dataset (h5py's default v1 B-tree index) and a label beside it: the test
+        # damages the dataspace or the chunk index.
+        img = (np.arange(8 * 16 * 16) % 251 + 1).astype(np.uint8).reshape(8, 16, 16)
+        with h5py.File(os.path.join(outdir, "s.h5"), "w") as f:
+            f.create_dataset("image", data=img, chunks=(2, 16, 16), compression="gzip")
+            f.create_dataset("label", data=np.arange(8, dtype=np.int64))
+        rows = []
     elif kind == "latest":
         rows = latest(os.path.join(outdir, "c.h5"), "c", 61, 3)
     else:

@@ -310,3 +310,46 @@ async fn a_dataset_stored_in_another_file_is_not_read_from_it() {
     assert!(e.contains("`linked`") && e.contains("not followed"), "{e}");
     assert_eq!(src.get(7).await.unwrap().field("label").map(|b| &b[..]), Some(&b"7"[..]));
 }
+
+/// A header that contradicts itself is refused at open, not read as rows the file does not
+/// hold (libhdf5 refuses both): a dimension past its own maximum (8 rows made 64, the rest
+/// fill values; or every row reshaped), and a chunk index naming a chunk off the chunk grid
+/// (that chunk's rows read as zeros). Without `columns=`, the damaged dataset is not left out
+/// quietly either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_that_contradicts_itself_is_refused_not_read_as_fill_values() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("selfcheck");
+    fixture("selfcheck", &dir);
+    let file = dir.join("s.h5");
+    let good = std::fs::read(&file).unwrap();
+    assert_eq!(open(dir.to_str().unwrap()).await.len(), 8);
+    let find = |hay: &[u8], pat: &[u8]| hay.windows(pat.len()).position(|w| w == pat).unwrap();
+    // The dataspace: dims (8, 16, 16), then their maxima.
+    let dims: Vec<u8> = [8u64, 16, 16, 8, 16, 16].iter().flat_map(|d| d.to_le_bytes()).collect();
+    let at = find(&good, &dims);
+    for (dim, value) in [(0usize, 64u64), (2, 239)] {
+        let mut bad = good.clone();
+        bad[at + 8 * dim..at + 8 * dim + 8].copy_from_slice(&value.to_le_bytes());
+        std::fs::write(&file, &bad).unwrap();
+        for uri in [dir.display().to_string(), format!("{}?columns=image,label", dir.display())] {
+            let e = stoker::open(&uri, Default::default()).await.unwrap_err();
+            let msg = e.to_string();
+            assert_eq!(e.kind(), stoker::ErrorKind::Corrupt, "{msg}");
+            assert!(msg.contains("s.h5") && msg.contains("`image`") && msg.contains("maximum"), "{msg}");
+        }
+    }
+    // The chunk index (a v1 B-tree node of type 1): key 0 is the chunk at (0, 0, 0); its
+    // second coordinate made 255 puts it off the grid.
+    let tree = find(&good, b"TREE\x01");
+    let mut bad = good.clone();
+    let coord = tree + 24 + 8 + 8;
+    bad[coord..coord + 8].copy_from_slice(&255u64.to_le_bytes());
+    std::fs::write(&file, &bad).unwrap();
+    let e = stoker::open(dir.to_str().unwrap(), Default::default()).await.unwrap_err();
+    let msg = e.to_string();
+    assert_eq!(e.kind(), stoker::ErrorKind::Corrupt, "{msg}");
+    assert!(msg.contains("s.h5") && msg.contains("`image`") && msg.contains("chunk grid"), "{msg}");
+    // The label alone does not need the damaged dataset.
+    assert_eq!(open(&format!("{}?columns=label", dir.display())).await.len(), 8);
+}

@@ -41,7 +41,7 @@ use bytes::Bytes;
 use hdf5_reader::{Dataset, Hdf5File, Storage};
 
 use self::column::{Column, Kind};
-use self::raw::{direct, refuse_external, Direct};
+use self::raw::{direct, past_max, refuse_external, refuse_inconsistent, Direct};
 use self::storage::{bad_file, guarded, options, StoreStorage};
 use super::spill::Spill;
 use super::{Capability, DynSampleSource, SampleSource, SourceInfo};
@@ -245,6 +245,9 @@ fn plan(found: &[Found], wanted: Option<&[String]>, shown: &str) -> Result<Vec<C
             out
         }
         None => {
+            // A damaged dimension would move its dataset out of the chosen ones without a
+            // word: every candidate is checked.
+            refuse_past_max(found.iter(), shown)?;
             let mut counts: Vec<(u64, usize)> = Vec::new();
             for n in found.iter().filter_map(rows_of) {
                 match counts.iter_mut().find(|(m, _)| *m == n) {
@@ -258,6 +261,7 @@ fn plan(found: &[Found], wanted: Option<&[String]>, shown: &str) -> Result<Vec<C
             found.iter().filter(|f| rows_of(f) == Some(n)).collect()
         }
     };
+    refuse_past_max(chosen.iter().copied(), shown)?;
     let n = chosen.first().and_then(|f| rows_of(f));
     let mut columns = Vec::with_capacity(chosen.len());
     for f in chosen {
@@ -290,6 +294,19 @@ fn plan(found: &[Found], wanted: Option<&[String]>, shown: &str) -> Result<Vec<C
         columns.push(Column { name, path: f.path.clone(), kind, item });
     }
     Ok(columns)
+}
+
+/// The error for the first of `sets` with a dimension past its maximum ([`past_max`]).
+fn refuse_past_max<'a>(mut sets: impl Iterator<Item = &'a Found>, shown: &str) -> Result<()> {
+    match sets.find_map(|f| Some((f, past_max(&f.set)?))) {
+        Some((f, why)) => Err(Error::CorruptData {
+            shard: shown.to_string(),
+            key: String::new(),
+            field: f.path.clone(),
+            reason: format!("dataset `{}`'s {why}: the file is damaged; write it again", f.path),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// A file's datasets in the order of `columns`, checked against them.
@@ -328,6 +345,7 @@ fn place(
         }
         rows = Some(shape[0]);
         refuse_external(h5, &f.set, &c.path, shown)?;
+        refuse_inconsistent(h5, &f.set, &c.path, shown)?;
         sets.push(f.set);
     }
     let rows = usize::try_from(rows.unwrap_or(0)).map_err(|_| bad("more rows than this machine can count".into()))?;
@@ -354,6 +372,7 @@ fn place(
     }
     if let Some(k) = &key {
         refuse_external(h5, k, KEY_DATASET, shown)?;
+        refuse_inconsistent(h5, k, KEY_DATASET, shown)?;
         if k.shape().first().map(|&n| n as usize) != Some(rows) {
             return Err(bad(format!("its {KEY_DATASET} dataset does not have one key per row ({rows} rows)")));
         }

@@ -68,3 +68,86 @@ pub(super) fn refuse_external(h5: &Hdf5File, set: &Dataset, path: &str, shown: &
     }
     Ok(())
 }
+
+/// Refuse a dataset whose header contradicts itself in a way the reader would otherwise turn
+/// into rows that are not in the file (libhdf5 refuses both): a dimension larger than its own
+/// maximum (one damaged byte of the dataspace makes 8 rows 64, the 56 past them fill values,
+/// or reshapes every row), and a chunk index (a v1 B-tree, what h5py writes by default) naming
+/// a chunk off the chunk grid or outside the dataset (the reader skips such a chunk, and the
+/// rows it holds read as fill values: zeros where the file holds data).
+pub(super) fn refuse_inconsistent(h5: &Hdf5File, set: &Dataset, path: &str, shown: &str) -> Result<()> {
+    let damaged = |reason: String| Error::CorruptData {
+        shard: shown.to_string(),
+        key: String::new(),
+        field: path.to_string(),
+        reason: format!("{reason}: the file is damaged (libhdf5 refuses it too); write it again"),
+    };
+    let shape = set.shape();
+    if let Some(why) = past_max(set) {
+        return Err(damaged(format!("dataset `{path}`'s {why}")));
+    }
+    use hdf5_reader::messages::layout::DataLayout;
+    let DataLayout::Chunked { address, chunk_indexing: None, .. } = set_layout(h5, set, shown, path)? else {
+        return Ok(());
+    };
+    let Some(chunk) = set.chunks() else { return Ok(()) };
+    if address == u64::MAX || chunk.len() < shape.len() || chunk.iter().take(shape.len()).any(|&c| c == 0) {
+        return Ok(());
+    }
+    let sb = h5.superblock();
+    let leaves = hdf5_reader::btree_v1::collect_btree_v1_leaves_storage(
+        h5.storage(),
+        address,
+        sb.offset_size,
+        sb.length_size,
+        Some(shape.len() as u32),
+        &chunk,
+        None,
+    )
+    .map_err(|e| damaged(format!("dataset `{path}`'s chunk index does not read ({e})")))?;
+    for (key, _) in &leaves {
+        let hdf5_reader::btree_v1::BTreeV1Key::RawData { offsets, .. } = key else {
+            return Err(damaged(format!("dataset `{path}`'s chunk index holds a node of another kind")));
+        };
+        let off_grid = |d: usize| offsets.get(d).is_none_or(|&o| o % u64::from(chunk[d]) != 0 || o >= shape[d]);
+        if (0..shape.len()).any(off_grid) {
+            return Err(damaged(format!(
+                "dataset `{path}`'s chunk index names a chunk at {:?}, off the chunk grid {:?} or outside the shape {:?}",
+                &offsets[..offsets.len().min(shape.len())],
+                &chunk[..shape.len()],
+                shape
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The data layout of `set`, from its header.
+fn set_layout(
+    h5: &Hdf5File,
+    set: &Dataset,
+    shown: &str,
+    path: &str,
+) -> Result<hdf5_reader::messages::layout::DataLayout> {
+    use hdf5_reader::messages::HdfMessage;
+    let header = h5.get_or_parse_header(set.address()).map_err(|e| Error::BadIndex {
+        path: shown.to_string(),
+        reason: format!("dataset `{path}`'s header does not read ({e})"),
+    })?;
+    header
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            HdfMessage::DataLayout(l) => Some(l.layout.clone()),
+            _ => None,
+        })
+        .ok_or_else(|| Error::BadIndex { path: shown.to_string(), reason: format!("dataset `{path}` has no layout") })
+}
+
+/// `dimension D is N where its maximum is M` when a dimension of `set` is larger than its
+/// maximum (see [`refuse_inconsistent`]).
+pub(super) fn past_max(set: &Dataset) -> Option<String> {
+    let (shape, max) = (set.shape(), set.max_dims()?);
+    let d = (0..shape.len()).find(|&d| max.get(d).is_some_and(|&m| m != u64::MAX && shape[d] > m))?;
+    Some(format!("dimension {d} is {} where its maximum is {}", shape[d], max[d]))
+}
