@@ -48,14 +48,16 @@ pub fn parse_npy(data: &[u8]) -> Result<NpyHeader, String> {
     };
     let end = start.checked_add(len).filter(|&e| e <= data.len()).ok_or("truncated .npy header")?;
     let header = std::str::from_utf8(&data[start..end]).map_err(|_| ".npy header is not text")?;
-    let descr = dict_value(header, "descr").ok_or("the .npy header has no 'descr'")?;
-    let descr = descr.trim().trim_matches(|c| c == '\'' || c == '"');
-    let fortran = dict_value(header, "fortran_order").ok_or("the .npy header has no 'fortran_order'")?;
-    if fortran.trim() != "False" {
+    let dict = crate::npy::parse_dict(header).map_err(|e| format!("the .npy header: {e}"))?;
+    if dict.fortran_order {
         return Err("Fortran-order .npy arrays are not supported; save with np.ascontiguousarray".into());
     }
-    let shape_text = dict_value(header, "shape").ok_or("the .npy header has no 'shape'")?;
-    let shape = parse_shape(shape_text)?;
+    let shape = dict
+        .shape
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("bad .npy shape entry '{d}'")))
+        .collect::<Result<Vec<usize>, String>>()?;
+    let descr = dict.descr.as_str();
     let (order, code) = match descr.as_bytes().first() {
         Some(b'<' | b'|' | b'=') => (false, &descr[1..]),
         Some(b'>') => (true, &descr[1..]),
@@ -90,36 +92,6 @@ pub fn parse_npy(data: &[u8]) -> Result<NpyHeader, String> {
         return Err(format!("the .npy payload has {have} bytes but its header promises {want}"));
     }
     Ok(h)
-}
-
-/// The text after `'key':` up to the matching top-level comma or closing brace.
-fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
-    let at = header.find(&format!("'{key}'")).or_else(|| header.find(&format!("\"{key}\"")))?;
-    let rest = &header[at + key.len() + 2..];
-    let rest = rest.trim_start().strip_prefix(':')?;
-    let mut depth = 0i32;
-    for (i, c) in rest.char_indices() {
-        match c {
-            '(' | '[' => depth += 1,
-            ')' | ']' => depth -= 1,
-            ',' | '}' if depth == 0 => return Some(&rest[..i]),
-            _ => {}
-        }
-    }
-    None
-}
-
-fn parse_shape(text: &str) -> Result<Vec<usize>, String> {
-    let inner = text.trim().strip_prefix('(').and_then(|t| t.strip_suffix(')')).ok_or("bad .npy shape")?;
-    let mut shape = Vec::new();
-    for part in inner.split(',') {
-        let p = part.trim().trim_end_matches('L');
-        if p.is_empty() {
-            continue;
-        }
-        shape.push(p.parse::<usize>().map_err(|_| format!("bad .npy shape entry '{p}'"))?);
-    }
-    Ok(shape)
 }
 
 /// Copy the payload of a parsed `.npy` into `out`, swapping to native byte order if needed.
@@ -218,5 +190,15 @@ mod tests {
             assert!(e.contains("more elements than a tensor"), "{shape}: {e}");
         }
         assert_eq!(parse_npy(&npy("<u1", "(0, 9223372036854775807)", &[])).unwrap().shape, [0, i64::MAX as usize]);
+        // A key given again (numpy reads the last) in any of Python's spellings: 26 uint16
+        // values or 13 uint32, the same 52 bytes, so only the header can tell.
+        for again in ["'descr': '<u4', 'shape': (13,)", "'desc' 'r': '<u4'", "\"descr\": '<u4'"] {
+            let h = format!("{{'descr': '<u2', 'fortran_order': False, 'shape': (26,), {again}, }}");
+            let mut f = b"\x93NUMPY\x01\x00".to_vec();
+            f.extend_from_slice(&(h.len() as u16).to_le_bytes());
+            f.extend_from_slice(h.as_bytes());
+            f.extend_from_slice(&[0u8; 52]);
+            assert!(parse_npy(&f).unwrap_err().contains("the .npy header"), "{again}");
+        }
     }
 }

@@ -134,15 +134,8 @@ pub(crate) fn npy_header(b: &[u8]) -> std::result::Result<(TokenType, u64, u64),
     let end = at + len;
     let text = b.get(at as usize..end as usize).ok_or("its header is longer than the bytes read")?;
     let text = std::str::from_utf8(text).map_err(|_| "its header is not text")?;
-    // The header is a Python dict literal, whose last copy of a key wins where this reads the
-    // first: a key given twice is refused rather than read otherwise than numpy reads it.
-    for key in ["descr", "fortran_order", "shape"] {
-        if text.matches(&format!("'{key}'")).count() + text.matches(&format!("\"{key}\"")).count() > 1 {
-            return Err(format!("its header gives {key} more than once"));
-        }
-    }
-    let descr = field(text, "descr").ok_or("its header has no descr")?;
-    let ty = match descr.trim_matches(|c| c == '\'' || c == '"') {
+    let h = crate::npy::parse_dict(text)?;
+    let ty = match h.descr.as_str() {
         "|u1" | "<u1" => TokenType::U8,
         "|i1" | "<i1" => TokenType::I8,
         "<i2" => TokenType::I16,
@@ -152,21 +145,13 @@ pub(crate) fn npy_header(b: &[u8]) -> std::result::Result<(TokenType, u64, u64),
         "<i8" => TokenType::I64,
         d => return Err(format!("dtype {d} is not little-endian integer token ids")),
     };
-    if field(text, "fortran_order").is_some_and(|v| v.trim() == "True") {
+    if h.fortran_order {
         return Err("it is in Fortran order".into());
     }
-    let shape = text.split("'shape':").nth(1).and_then(|s| s.split(')').next()).ok_or("its header has no shape")?;
-    let inner = shape.trim_start_matches([' ', '(']);
-    let dims: Vec<&str> = inner.split(',').map(str::trim).filter(|d| !d.is_empty()).collect();
-    match dims.as_slice() {
-        [n] => Ok((ty, end, n.parse::<u64>().map_err(|_| format!("shape ({inner}) is not a length"))?)),
-        _ => Err(format!("shape ({inner}) is not one-dimensional")),
+    match h.shape.as_slice() {
+        [n] => Ok((ty, end, *n)),
+        dims => Err(format!("shape {dims:?} is not one-dimensional")),
     }
-}
-
-fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    let rest = text.split(&format!("'{name}':")).nth(1)?;
-    Some(rest.split(',').next()?.trim())
 }
 
 /// How far a flat file's document index may grow past the file's own size before it is
@@ -255,9 +240,9 @@ mod tests {
         };
         assert!(bad("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }").contains("integer"));
         let two = bad("{'descr': '<u2', 'fortran_order': False, 'shape': (3, 4), }");
-        assert!(two.contains("shape (3, 4) is not one-dimensional"), "{two}");
+        assert!(two.contains("shape [3, 4] is not one-dimensional"), "{two}");
         let negative = bad("{'descr': '<u2', 'fortran_order': False, 'shape': (-5,), }");
-        assert!(negative.contains("shape (-5,) is not a length"), "{negative}");
+        assert!(negative.contains("-5, not a length"), "{negative}");
         assert!(bad("{'descr': '>u2', 'fortran_order': False, 'shape': (3,), }").contains("little-endian"));
         // numpy reads the last copy of a key: 13 uint32 tokens, where the first copy says 26 uint16.
         let twice = "{'descr': '<u2', 'fortran_order': False, 'shape': (26,), 'descr': '<u4', 'shape': (13,), }";
@@ -265,5 +250,22 @@ mod tests {
         let quoted = "{'descr': '<u2', 'fortran_order': False, 'shape': (26,), \"shape\": (13,), }";
         assert!(bad(quoted).contains("shape more than once"), "{}", bad(quoted));
         assert!(npy_header(b"not numpy at all").is_err());
+        // Python's other ways to say a key: joined literals and escapes, which a looser
+        // reader would not see as the same key (numpy does); and keys numpy does not write.
+        let joined = "{'descr': '<u2', 'fortran_order': False, 'shape': (26,), 'desc' 'r': '<u4', 'sha' 'pe': (13,), }";
+        assert!(bad(joined).contains("joins two strings"), "{}", bad(joined));
+        let escaped = "{'descr': '<u2', 'fortran_order': False, 'shape': (26,), 'd\\x65scr': '<u4', }";
+        assert!(bad(escaped).contains("escape"), "{}", bad(escaped));
+        let extra = "{'descr': '<u2', 'fortran_order': False, 'shape': (26,), 'other': 1, }";
+        assert!(bad(extra).contains("\"other\""), "{}", bad(extra));
+        assert!(bad("{'descr': [('a', '<u2')], 'fortran_order': False, 'shape': (3,), }").contains("plain dtype"));
+        assert!(bad("{'descr': '<u2', 'fortran_order': False, 'shape': (3,), } x").contains("more after"));
+        assert!(bad("{'descr': '<u2', 'shape': (3,), }").contains("no fortran_order"));
+        // What numpy writes for 2.x and 1.x alike: the last key's comma optional, padding.
+        let plain = "{'descr': '<i4', 'fortran_order': False, 'shape': (7,)}   \n";
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend_from_slice(&(plain.len() as u16).to_le_bytes());
+        b.extend_from_slice(plain.as_bytes());
+        assert_eq!(npy_header(&b).unwrap(), (TokenType::I32, 10 + plain.len() as u64, 7));
     }
 }
