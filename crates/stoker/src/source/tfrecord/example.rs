@@ -106,7 +106,8 @@ pub(crate) fn parse(record: &Bytes) -> Option<Vec<(String, Values)>> {
             for (num, v) in fields(entry)? {
                 match (num, v) {
                     (1, Value::Bytes(k)) => name = Some(std::str::from_utf8(k).ok()?.to_string()),
-                    (2, Value::Bytes(f)) => values = Some(feature(record, f)?),
+                    // A `value` given again is merged into the first, as protobuf does.
+                    (2, Value::Bytes(f)) => feature_into(record, f, &mut values)?,
                     _ => return None,
                 }
             }
@@ -121,9 +122,11 @@ pub(crate) fn parse(record: &Bytes) -> Option<Vec<(String, Values)>> {
     (!out.windows(2).any(|w| w[0].0 == w[1].0)).then_some(out)
 }
 
-/// One `Feature`'s values; bytes are slices of `record` (no copy).
-fn feature(record: &Bytes, b: &[u8]) -> Option<Values> {
-    let mut found = None;
+/// Parse one `Feature` message's bytes into `acc`, as protobuf merges a message given in
+/// several pieces: a list of the kind `acc` holds extends it (a `bytes_list` given twice is
+/// both lists' values, as TensorFlow reads it), a list of another kind replaces it (`kind` is
+/// a oneof). Bytes are slices of `record` (no copy).
+fn feature_into(record: &Bytes, b: &[u8], acc: &mut Option<Values>) -> Option<()> {
     for (num, v) in fields(b)? {
         let Value::Bytes(list) = v else { return None };
         let values = match num {
@@ -140,9 +143,14 @@ fn feature(record: &Bytes, b: &[u8]) -> Option<Values> {
             3 => Values::Ints(ints(list)?),
             _ => return None,
         };
-        found = Some(values);
+        match (acc.as_mut(), values) {
+            (Some(Values::Bytes(a)), Values::Bytes(v)) => a.extend(v),
+            (Some(Values::Floats(a)), Values::Floats(v)) => a.extend(v),
+            (Some(Values::Ints(a)), Values::Ints(v)) => a.extend(v),
+            (_, v) => *acc = Some(v),
+        }
     }
-    Some(found.unwrap_or(Values::Bytes(Vec::new())))
+    Some(())
 }
 
 /// A `FloatList`: packed (one length-delimited run) or not (a fixed32 per value).
@@ -311,6 +319,48 @@ mod tests {
         let rec = example(&[("tags", 1, two), ("tags.0", 1, one)]);
         let e = to_fields(parse(&rec).unwrap(), &mut NameCache::default()).unwrap_err();
         assert!(e.contains("`tags.0`"), "{e}");
+    }
+
+    /// A message given in pieces is merged as protobuf (and TensorFlow) merge it: a list given
+    /// twice in a `Feature`, or a `Feature` given twice in its map entry, holds both lists'
+    /// values; a list of another kind replaces what came before (the kind is a oneof).
+    #[test]
+    fn repeated_lists_and_features_merge_as_protobuf_does() {
+        let list = |items: &[&[u8]]| {
+            let mut l = Vec::new();
+            for i in items {
+                delimited(1, i, &mut l);
+            }
+            l
+        };
+        let entry_of = |name: &str, features: &[Vec<u8>]| {
+            let mut entry = Vec::new();
+            delimited(1, name.as_bytes(), &mut entry);
+            for f in features {
+                delimited(2, f, &mut entry);
+            }
+            let (mut feats, mut ex) = (Vec::new(), Vec::new());
+            delimited(1, &entry, &mut feats);
+            delimited(1, &feats, &mut ex);
+            Bytes::from(ex)
+        };
+        let mut twice = Vec::new();
+        delimited(1, &list(&[b"first"]), &mut twice);
+        delimited(1, &list(&[b"second"]), &mut twice);
+        let mut second = Vec::new();
+        delimited(1, &list(&[b"third"]), &mut second);
+        let bytes = |v: &[&[u8]]| Values::Bytes(v.iter().map(|b| Bytes::copy_from_slice(b)).collect());
+        let rec = entry_of("a", &[twice.clone()]);
+        assert_eq!(parse(&rec).unwrap()[0].1, bytes(&[b"first", b"second"]));
+        let rec = entry_of("a", &[twice.clone(), second]);
+        assert_eq!(parse(&rec).unwrap()[0].1, bytes(&[b"first", b"second", b"third"]));
+        // bytes, then an int64 list: the ints; then bytes again: those bytes alone.
+        let mut ints = Vec::new();
+        delimited(3, &[8, 5], &mut ints);
+        let mut again = Vec::new();
+        delimited(1, &list(&[b"last"]), &mut again);
+        assert_eq!(parse(&entry_of("a", &[twice.clone(), ints.clone()])).unwrap()[0].1, Values::Ints(vec![5]));
+        assert_eq!(parse(&entry_of("a", &[twice, ints, again])).unwrap()[0].1, bytes(&[b"last"]));
     }
 
     #[test]
