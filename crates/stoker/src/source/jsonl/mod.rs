@@ -108,15 +108,67 @@ pub(crate) fn text_field(line: &[u8], field: &str) -> std::result::Result<String
             f.write_str("a JSON object")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+            // A key given twice: the last copy is the value, as Python's json (and pandas,
+            // and `datasets`) read it.
             let mut found = None;
             while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                if key == self.0 && found.is_none() {
-                    found = Some(map.next_value::<String>()?);
+                if key == self.0 {
+                    found = Some(map.next_value::<StrOrOther>()?.0);
                 } else {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
-            Ok(found)
+            match found {
+                Some(None) => Err(serde::de::Error::custom(format!("`{}` is not a string", self.0))),
+                Some(Some(text)) => Ok(Some(text)),
+                None => Ok(None),
+            }
+        }
+    }
+    /// A string, or `None` for any other JSON value (skipped).
+    struct StrOrOther(Option<String>);
+    impl<'de> serde::Deserialize<'de> for StrOrOther {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = StrOrOther;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                fn visit_str<E>(self, v: &str) -> std::result::Result<StrOrOther, E> {
+                    Ok(StrOrOther(Some(v.to_string())))
+                }
+                fn visit_string<E>(self, v: String) -> std::result::Result<StrOrOther, E> {
+                    Ok(StrOrOther(Some(v)))
+                }
+                fn visit_bool<E>(self, _: bool) -> std::result::Result<StrOrOther, E> {
+                    Ok(StrOrOther(None))
+                }
+                fn visit_i64<E>(self, _: i64) -> std::result::Result<StrOrOther, E> {
+                    Ok(StrOrOther(None))
+                }
+                fn visit_u64<E>(self, _: u64) -> std::result::Result<StrOrOther, E> {
+                    Ok(StrOrOther(None))
+                }
+                fn visit_f64<E>(self, _: f64) -> std::result::Result<StrOrOther, E> {
+                    Ok(StrOrOther(None))
+                }
+                fn visit_unit<E>(self) -> std::result::Result<StrOrOther, E> {
+                    Ok(StrOrOther(None))
+                }
+                fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                    self,
+                    mut s: A,
+                ) -> std::result::Result<StrOrOther, A::Error> {
+                    while s.next_element::<IgnoredAny>()?.is_some() {}
+                    Ok(StrOrOther(None))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> std::result::Result<StrOrOther, A::Error> {
+                    while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(StrOrOther(None))
+                }
+            }
+            d.deserialize_any(V)
         }
     }
     impl<'de> DeserializeSeed<'de> for Pick<'_> {
@@ -131,15 +183,25 @@ pub(crate) fn text_field(line: &[u8], field: &str) -> std::result::Result<String
         Err(u) => format!("the line is not UTF-8 text (byte {} of the line)", u.valid_up_to()),
         // Python's json.dumps escapes text that held undecodable bytes (read with
         // errors="surrogateescape") as lone surrogates: valid JSON syntax, but no text.
-        Ok(_) if e.to_string().contains("surrogate") => format!(
-            "a string holds a lone UTF-16 surrogate escape such as \\ud800 ({e}), which is no Unicode character: \
+        Ok(_) if e.to_string().contains("surrogate") || e.to_string().contains("escape") && surrogate_escape(line) => {
+            format!(
+                "a string holds a lone UTF-16 surrogate escape such as \\ud800 ({e}), which is no Unicode character: \
              the writer's text was not valid (Python writes these for text read with errors=\"surrogateescape\"); \
              repair the text, or skip such lines (on_damage=skip)"
-        ),
+            )
+        }
         Ok(_) => format!("not a JSON object with a string `{field}`: {e}"),
     })?;
     de.end().map_err(|e| format!("more after the JSON object: {e}"))?;
     picked.ok_or_else(|| format!("no field `{field}` (set text_field= to the field holding the text)"))
+}
+
+/// Whether `line` holds a `\u` escape of a UTF-16 surrogate (`\ud800` to `\udfff`): where
+/// one is lone, the parser's error is about the escape (`"\ud800"` ends the string where the
+/// pair's second half should be), and the reason is the surrogate.
+fn surrogate_escape(line: &[u8]) -> bool {
+    line.windows(4)
+        .any(|w| w[0] == b'\\' && w[1] == b'u' && w[2].eq_ignore_ascii_case(&b'd') && b"89abcdefABCDEF".contains(&w[3]))
 }
 
 #[async_trait]
@@ -198,6 +260,14 @@ mod tests {
         assert!(e.contains("lone UTF-16 surrogate") && e.contains("surrogateescape"), "{e}");
         let e = text_field(br#"{"text": "\ud800\u0041"}"#, "text").unwrap_err();
         assert!(e.contains("lone UTF-16 surrogate"), "{e}");
+        // A high surrogate with nothing after it: the parser says the escape ended.
+        let e = text_field(br#"{"text": "x\ud800"}"#, "text").unwrap_err();
+        assert!(e.contains("lone UTF-16 surrogate"), "{e}");
+        // A key given twice: the last copy, as Python's json reads it (whatever the first).
+        let twice = br#"{"text": "old draft", "id": 3, "text": "final text"}"#;
+        assert_eq!(text_field(twice, "text").unwrap(), "final text");
+        assert_eq!(text_field(br#"{"text": 5, "text": "x"}"#, "text").unwrap(), "x");
+        assert!(text_field(br#"{"text": "x", "text": {"a": [1]}}"#, "text").unwrap_err().contains("not a string"));
         // A pair is one character.
         assert_eq!(text_field(br#"{"text": "\ud83d\ude00"}"#, "text").unwrap(), "\u{1f600}");
     }
