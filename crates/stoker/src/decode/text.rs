@@ -36,9 +36,15 @@ impl TextTokenizer {
 
     /// Load a `tokenizer.json`'s bytes; `shown` names it in errors.
     pub fn from_bytes(bytes: &[u8], shown: &str) -> Result<Self> {
-        let mut inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| {
+        let cannot = |e: String| {
             Error::invalid_option(format!("{shown} is not a tokenizer.json the tokenizers library can load: {e}"))
-        })?;
+        };
+        refuse_bad_charsmaps(bytes).map_err(cannot)?;
+        // The library panics on some damaged files (an `expect` in its normalizers' loader).
+        let loaded = std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(bytes));
+        let mut inner = loaded
+            .map_err(|p| cannot(format!("the library failed ({})", crate::error::panic_message(p))))?
+            .map_err(|e| cannot(e.to_string()))?;
         // A tokenizer.json may carry padding and truncation settings for a model's inputs:
         // documents are tokenized whole here (rows are cut and padded by the packer or the
         // tokens decode), so pad ids must not count as tokens of a document.
@@ -47,7 +53,28 @@ impl TextTokenizer {
         // Forks watched from now on: a batch encoded on rayon's pool in a forked child would
         // wait for the parent's pool threads (see `fork`).
         crate::fork::generation();
-        Ok(TextTokenizer { inner, shown: shown.to_string(), fingerprint: twox_hash::XxHash64::oneshot(0, bytes) })
+        let tok =
+            TextTokenizer { inner, shown: shown.to_string(), fingerprint: twox_hash::XxHash64::oneshot(0, bytes) };
+        // A damaged normalizer table can load and then make the library panic on the first
+        // text: tried here on every ASCII character and a few others, so the file is named at
+        // open. (An error for the probe is no sign of damage: a word-level vocabulary without
+        // an unknown token refuses words it lacks.)
+        let probe: String = (1u8..0x80).map(char::from).chain("é ü ß ğ 中文 😀 \u{200b}".chars()).collect();
+        tok.guarded(|| tok.inner.encode_fast(probe.as_str(), false).is_ok()).map_err(Error::invalid_option)?;
+        Ok(tok)
+    }
+
+    /// `f`, with a panic of the tokenizers library (a damaged tokenizer.json can make one)
+    /// turned into an error naming this tokenizer.
+    fn guarded<T>(&self, f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+            format!(
+                "tokenizing with {} failed inside the tokenizers library ({}): the tokenizer.json is likely damaged; \
+                 load it with the tokenizers Python package to check it",
+                self.shown,
+                crate::error::panic_message(p)
+            )
+        })
     }
 
     /// Size of the vocabulary, added tokens included.
@@ -84,7 +111,7 @@ impl TextTokenizer {
         let mut ids = Vec::new();
         let pieces = pieces(text);
         for (n, piece) in pieces.iter().enumerate() {
-            match self.inner.encode_fast(*piece, false) {
+            match self.guarded(|| self.inner.encode_fast(*piece, false))? {
                 Ok(e) => ids.extend_from_slice(e.get_ids()),
                 Err(e) => return Err(format!("tokenizing with {} failed: {e}", self.shown)),
             }
@@ -100,19 +127,101 @@ impl TextTokenizer {
     /// process forked after its parent used them: their threads are the parent's); a long
     /// text over 256 KiB in pieces, as [`encode`](Self::encode).
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
-        let cut: Vec<Vec<&str>> = texts.iter().map(|t| pieces(t)).collect();
-        let flat: Vec<&str> = cut.iter().flatten().copied().collect();
-        let encodings = self.inner.encode_batch(flat, false).map_err(|e| Error::Decode {
+        self.encode_batch_in(texts, BATCH_BYTES)
+    }
+
+    /// [`encode_batch`](Self::encode_batch), `limit` bytes of text to one call of the library.
+    fn encode_batch_in(&self, texts: &[&str], limit: usize) -> Result<Vec<Vec<u32>>> {
+        let failed = |reason: String| Error::Decode {
             source_name: self.shown.clone(),
             key: String::new(),
             index: 0,
             field: "text".into(),
-            reason: format!("tokenizing failed: {e}"),
-        })?;
-        let mut encodings = encodings.into_iter();
-        Ok(cut.iter().map(|p| encodings.by_ref().take(p.len()).flat_map(|e| e.get_ids().to_vec()).collect()).collect())
+            reason,
+        };
+        let cut: Vec<Vec<&str>> = texts.iter().map(|t| pieces(t)).collect();
+        let flat: Vec<&str> = cut.iter().flatten().copied().collect();
+        // The library's encodings take about 100 times their text (offsets, token strings,
+        // masks): they are made a group of pieces at a time, at most BATCH_BYTES of text, and
+        // cut down to their ids before the next group, so a 120 MB document (a few MB of
+        // zstd) takes its ids' memory, not gigabytes.
+        let mut ids: Vec<Vec<u32>> = Vec::with_capacity(flat.len());
+        let mut rest = &flat[..];
+        while !rest.is_empty() {
+            let mut n = 0;
+            let mut bytes = 0;
+            while n < rest.len() && (n == 0 || bytes + rest[n].len() <= limit) {
+                bytes += rest[n].len();
+                n += 1;
+            }
+            let group = rest[..n].to_vec();
+            let encodings = self
+                .guarded(|| self.inner.encode_batch(group, false))
+                .map_err(failed)?
+                .map_err(|e| failed(format!("tokenizing failed: {e}")))?;
+            ids.extend(encodings.into_iter().map(|e| e.get_ids().to_vec()));
+            rest = &rest[n..];
+        }
+        let mut ids = ids.into_iter();
+        Ok(cut.iter().map(|p| ids.by_ref().take(p.len()).flatten().collect()).collect())
     }
 }
+
+/// The most bytes of text one call of the library encodes at once (see
+/// [`TextTokenizer::encode_batch`]): 16 MB, about 1.6 GB of the library's working memory at
+/// worst, with pieces enough to keep every core busy.
+const BATCH_BYTES: usize = 16 << 20;
+
+/// Refuse a `Precompiled` normalizer (SentencePiece's table) whose table claims more bytes
+/// than it has: the library sizes an allocation by the claim before reading it (a 200-byte
+/// file asked for 4 GB and aborted the process). `bytes` is the whole tokenizer.json.
+fn refuse_bad_charsmaps(bytes: &[u8]) -> std::result::Result<(), String> {
+    /// The decoded length of base64 text `b` and its first four bytes (`None`: not base64
+    /// or shorter than four bytes); the table itself is the library's to decode.
+    fn head(b: &str) -> Option<(usize, [u8; 4])> {
+        let six = |c: u8| match c {
+            b'A'..=b'Z' => Some(u32::from(c - b'A')),
+            b'a'..=b'z' => Some(u32::from(c - b'a') + 26),
+            b'0'..=b'9' => Some(u32::from(c - b'0') + 52),
+            b'+' => Some(62),
+            b'/' => Some(63),
+            _ => None,
+        };
+        let body = b.trim_end_matches('=').as_bytes();
+        let mut bits = 0u64;
+        for &c in body.get(..8)? {
+            bits = bits << 6 | u64::from(six(c)?);
+        }
+        let [_, _, a, b, c, d, _, _] = bits.to_be_bytes();
+        Some((body.len() * 3 / 4, [a, b, c, d]))
+    }
+    fn walk(v: &serde_json::Value) -> std::result::Result<(), String> {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let (Some(t), Some(map)) = (m.get("type"), m.get("precompiled_charsmap")) {
+                    if t == "Precompiled" {
+                        let Some((len, first)) = map.as_str().and_then(head) else {
+                            return Err("its Precompiled normalizer's table is not base64 of a table".into());
+                        };
+                        let claim = u32::from_le_bytes(first) as usize;
+                        if !claim.is_multiple_of(4) || claim > len.saturating_sub(4) {
+                            return Err(format!(
+                                "its Precompiled normalizer's table claims {claim} bytes of trie in {len} bytes (damaged)"
+                            ));
+                        }
+                    }
+                }
+                m.values().try_for_each(walk)
+            }
+            serde_json::Value::Array(a) => a.iter().try_for_each(walk),
+            _ => Ok(()),
+        }
+    }
+    // Not JSON: the library's own error says so.
+    serde_json::from_slice::<serde_json::Value>(bytes).map_or(Ok(()), |v| walk(&v))
+}
+
+impl TextTokenizer {}
 
 /// The most bytes of text tokenized at once. The `tokenizers` crate's working memory is
 /// about 100 times the text (260 bytes a token for text of short words: a 16 MB document
@@ -169,6 +278,47 @@ mod tests {
         assert!(tokenizers::utils::parallelism::has_parallelism_been_used() || serial);
         let child = crate::fork::in_child((), || tok.encode_batch(&refs).is_ok_and(|ids| ids[1] == [2, 0]));
         assert_eq!(child, Ok(()), "a forked child's encode_batch");
+    }
+
+    /// A damaged tokenizer.json is an error naming it, never an abort or a panic: a
+    /// SentencePiece table claiming 2 GB of trie in 68 bytes (the library would allocate 4 GB
+    /// before reading it), and one that loads but makes the library index past its end.
+    #[test]
+    fn damaged_normalizer_tables_are_errors_naming_the_file() {
+        let with_table = |table: &[u8]| {
+            const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            let mut enc = String::new();
+            for c in table.chunks(3) {
+                let n = c.iter().enumerate().fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+                for i in 0..4 {
+                    enc.push(if i <= c.len() { B64[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+                }
+            }
+            WORDS.replace(
+                r#""normalizer":null"#,
+                &format!(r#""normalizer":{{"type":"Precompiled","precompiled_charsmap":"{enc}"}}"#),
+            )
+        };
+        let huge = with_table(&[&[0xff, 0xff, 0xff, 0x7f][..], &[1; 64]].concat());
+        let e = TextTokenizer::from_bytes(huge.as_bytes(), "huge.json").unwrap_err().to_string();
+        assert!(e.contains("huge.json") && e.contains("claims 2147483647 bytes"), "{e}");
+        let bogus = with_table(&[&[8, 0, 0, 0][..], &[0xff; 8], b"abc"].concat());
+        let e = TextTokenizer::from_bytes(bogus.as_bytes(), "bogus.json").unwrap_err().to_string();
+        assert!(e.contains("bogus.json") && e.contains("likely damaged"), "{e}");
+    }
+
+    /// Texts encoded a group of pieces at a time (the groups' bytes bounded) have the ids of
+    /// one call over them all.
+    #[test]
+    fn grouped_calls_give_the_ids_of_one() {
+        let tok = TextTokenizer::from_bytes(WORDS.as_bytes(), "words").unwrap();
+        let texts: Vec<String> = (0..50).map(|i| "a b ".repeat(i % 7) + &"b c a ".repeat(i % 3)).collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let whole = tok.encode_batch_in(&refs, usize::MAX).unwrap();
+        for limit in [0, 1, 10, 100] {
+            assert_eq!(tok.encode_batch_in(&refs, limit).unwrap(), whole, "{limit}");
+        }
+        assert_eq!(whole[8], [1, 2, 2, 0, 1, 2, 0, 1]);
     }
 
     fn rayon_is_one_thread() -> bool {
