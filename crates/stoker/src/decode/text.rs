@@ -127,7 +127,9 @@ impl TextTokenizer {
     /// process forked after its parent used them: their threads are the parent's); a long
     /// text over 256 KiB in pieces, as [`encode`](Self::encode).
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
-        self.encode_batch_in(texts, BATCH_BYTES)
+        // A piece for each core in each call, and at least BATCH_BYTES of text.
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        self.encode_batch_in(texts, BATCH_BYTES.max(cores * PIECE_BYTES))
     }
 
     /// [`encode_batch`](Self::encode_batch), `limit` bytes of text to one call of the library.
@@ -142,8 +144,8 @@ impl TextTokenizer {
         let cut: Vec<Vec<&str>> = texts.iter().map(|t| pieces(t)).collect();
         let flat: Vec<&str> = cut.iter().flatten().copied().collect();
         // The library's encodings take about 100 times their text (offsets, token strings,
-        // masks): they are made a group of pieces at a time, at most BATCH_BYTES of text, and
-        // cut down to their ids before the next group, so a 120 MB document (a few MB of
+        // masks): they are made a group of pieces at a time, at most `limit` bytes of text,
+        // and cut down to their ids before the next group, so a 120 MB document (a few MB of
         // zstd) takes its ids' memory, not gigabytes.
         let mut ids: Vec<Vec<u32>> = Vec::with_capacity(flat.len());
         let mut rest = &flat[..];
@@ -168,9 +170,9 @@ impl TextTokenizer {
 }
 
 /// The most bytes of text one call of the library encodes at once (see
-/// [`TextTokenizer::encode_batch`]): 16 MB, about 1.6 GB of the library's working memory at
-/// worst, with pieces enough to keep every core busy.
-const BATCH_BYTES: usize = 16 << 20;
+/// [`TextTokenizer::encode_batch`]), unless the cores need more pieces: 4 MB, about 400 MB of
+/// the library's working memory at worst.
+const BATCH_BYTES: usize = 4 << 20;
 
 /// Refuse a `Precompiled` normalizer (SentencePiece's table) whose table claims more bytes
 /// than it has: the library sizes an allocation by the claim before reading it (a 200-byte
