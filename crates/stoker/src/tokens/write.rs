@@ -253,7 +253,15 @@ async fn write_part(
             buf.clear();
             for &t in &doc {
                 if wide {
-                    buf.extend_from_slice(&(t as i32).to_le_bytes());
+                    // int32 token files (Megatron's widest for ids): an id past 2^31 would be
+                    // written as a negative one, and read back as damage.
+                    let t = i32::try_from(t).map_err(|_| {
+                        Error::invalid_option(format!(
+                            "token id {t} is past 2^31 - 1, which int32 token files cannot hold (a tokenizer \
+                             vocabulary with ids no embedding has rows for, or arrays that are not token ids)"
+                        ))
+                    })?;
+                    buf.extend_from_slice(&t.to_le_bytes());
                 } else {
                     let t = u16::try_from(t).map_err(|_| {
                         Error::invalid_option(format!(

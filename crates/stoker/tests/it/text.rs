@@ -154,6 +154,22 @@ async fn bad_text_and_bad_tokenizers_are_clear_errors() {
     std::fs::write(t.path().join("t.jsonl.gz"), &tail).unwrap();
     let e = stoker::open(t.path().to_str().unwrap(), Default::default()).await.unwrap_err().to_string();
     assert!(e.contains("t.jsonl.gz") && e.contains("after 16 bytes") && e.contains("not gzip"), "{e}");
+    // A vocabulary past 65,536 entries (int32 token files) with a word of id 3,000,000,000:
+    // an error naming the id, not a negative id written and then blamed on the file.
+    let mut vocab: Vec<String> = (0..70_000).map(|i| format!("\"w{i}\":{i}")).collect();
+    vocab.push("\"[UNK]\":70000,\"big\":3000000000".into());
+    let words = format!(
+        r#"{{"version":"1.0","added_tokens":[],"normalizer":null,"pre_tokenizer":{{"type":"Whitespace"}},
+        "post_processor":null,"decoder":null,"model":{{"type":"WordLevel","vocab":{{{}}},"unk_token":"[UNK]"}}}}"#,
+        vocab.join(",")
+    );
+    let tok = Arc::new(TextTokenizer::from_bytes(words.as_bytes(), "big.json").unwrap());
+    let w = tempfile::tempdir().unwrap();
+    std::fs::write(w.path().join("w.jsonl"), "{\"text\": \"w1 big w2\"}\n").unwrap();
+    let src = open(w.path().to_str().unwrap()).await;
+    let out = w.path().join("out");
+    let e = pretokenize(src, tok, &out, &TokenizeOptions::default(), &|_| {}).await.unwrap_err().to_string();
+    assert!(e.contains("3000000000") && e.contains("int32"), "{e}");
 }
 
 use std::io::Read as _;

@@ -155,6 +155,8 @@ pub(crate) fn bad_token(t: i64, width: usize, shown: String, name: &str) -> Erro
             ),
         };
     }
-    let (ids, wider) = if width == 2 { ("uint16", "int32") } else { ("int32", "int64") };
+    // The narrowest ids that hold it.
+    let ids = if width == 2 { "uint16" } else { "int32" };
+    let wider = if i32::try_from(t).is_ok() { "int32" } else { "int64" };
     Error::invalid_option(format!("{shown}: token id {t} does not fit {ids} ids: ask for {wider} ids"))
 }
