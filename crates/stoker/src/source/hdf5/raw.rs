@@ -73,7 +73,7 @@ pub(super) fn refuse_external(h5: &Hdf5File, set: &Dataset, path: &str, shown: &
 /// into rows that are not in the file (libhdf5 refuses both): a dimension larger than its own
 /// maximum (one damaged byte of the dataspace makes 8 rows 64, the 56 past them fill values,
 /// or reshapes every row), and a chunk index (a v1 B-tree, what h5py writes by default) naming
-/// a chunk off the chunk grid or outside the dataset (the reader skips such a chunk, and the
+/// a chunk off the chunk grid or outside a dataset that cannot grow (the reader skips such a chunk, and the
 /// rows it holds read as fill values: zeros where the file holds data).
 pub(super) fn refuse_inconsistent(h5: &Hdf5File, set: &Dataset, path: &str, shown: &str) -> Result<()> {
     let damaged = |reason: String| Error::CorruptData {
@@ -109,7 +109,12 @@ pub(super) fn refuse_inconsistent(h5: &Hdf5File, set: &Dataset, path: &str, show
         let hdf5_reader::btree_v1::BTreeV1Key::RawData { offsets, .. } = key else {
             return Err(damaged(format!("dataset `{path}`'s chunk index holds a node of another kind")));
         };
-        let off_grid = |d: usize| offsets.get(d).is_none_or(|&o| o % u64::from(chunk[d]) != 0 || o >= shape[d]);
+        // Past the shape is damage only where the dataset cannot grow: a resizable one may
+        // keep chunks of a larger extent (the reader leaves them out).
+        let fixed = |d: usize| set.max_dims().is_none_or(|m| m.get(d).is_none_or(|&m| m <= shape[d]));
+        let off_grid = |d: usize| {
+            offsets.get(d).is_none_or(|&o| !o.is_multiple_of(u64::from(chunk[d])) || (o >= shape[d] && fixed(d)))
+        };
         if (0..shape.len()).any(off_grid) {
             return Err(damaged(format!(
                 "dataset `{path}`'s chunk index names a chunk at {:?}, off the chunk grid {:?} or outside the shape {:?}",
