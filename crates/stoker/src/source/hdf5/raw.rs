@@ -73,8 +73,8 @@ pub(super) fn refuse_external(h5: &Hdf5File, set: &Dataset, path: &str, shown: &
 /// into rows that are not in the file (libhdf5 refuses both): a dimension larger than its own
 /// maximum (one damaged byte of the dataspace makes 8 rows 64, the 56 past them fill values,
 /// or reshapes every row), and a chunk index (a v1 B-tree, what h5py writes by default) naming
-/// a chunk off the chunk grid or outside a dataset that cannot grow (the reader skips such a chunk, and the
-/// rows it holds read as fill values: zeros where the file holds data).
+/// a chunk off the chunk grid or outside a dataset that cannot grow (the reader skips such a
+/// chunk, and the rows it holds read as fill values: zeros where the file holds data).
 pub(super) fn refuse_inconsistent(h5: &Hdf5File, set: &Dataset, path: &str, shown: &str) -> Result<()> {
     let damaged = |reason: String| Error::CorruptData {
         shard: shown.to_string(),
