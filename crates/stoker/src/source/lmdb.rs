@@ -192,6 +192,8 @@ struct Meta {
     /// The unnamed database's root page and record count.
     root: u64,
     records: u64,
+    /// The unnamed database's flags (MDB_DUPSORT and the like).
+    db_flags: u16,
 }
 
 /// Check `data.mdb`'s meta pages before mapping it: LMDB maps the size the meta page claims,
@@ -230,6 +232,15 @@ fn read_meta(data: &Path) -> Result<(std::fs::File, Meta)> {
         Some(()) if u64_at(&page1, 144) > u64_at(&page0, 144) => &page1,
         _ => &page0,
     };
+    // LMDB maps and walks pages at the live meta page's size: one that disagrees with the
+    // first (both are written with the one size the environment has) made it touch memory
+    // past the file's end (a SIGBUS).
+    if meta1.is_some() && u32_at(&page1, 40) as u64 != psize {
+        return Err(bad(format!(
+            "its two meta pages disagree on the page size ({psize} and {}): corrupt; copy it again",
+            u32_at(&page1, 40)
+        )));
+    }
     let last_page = u64_at(live, 136);
     let need = last_page.saturating_add(1).saturating_mul(psize);
     if len < need {
@@ -239,7 +250,8 @@ fn read_meta(data: &Path) -> Result<(std::fs::File, Meta)> {
     }
     // The meta page's second database record (the unnamed one, at 88) counts its entries
     // (at 32 in the record) and names its root (at 40).
-    let meta = Meta { psize, last_page, root: u64_at(live, 88 + 40), records: u64_at(live, 88 + 32) };
+    let db_flags = u16::from_le_bytes([live[88 + 4], live[88 + 5]]);
+    let meta = Meta { psize, last_page, root: u64_at(live, 88 + 40), records: u64_at(live, 88 + 32), db_flags };
     Ok((f, meta))
 }
 

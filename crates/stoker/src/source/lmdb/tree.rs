@@ -25,6 +25,11 @@ const P_LEAF: u16 = 0x02;
 const P_HOUSEKEEPING: u16 = 0x10 | 0x4000 | 0x8000;
 /// The data of a leaf node with this flag is the first page of an overflow run.
 const F_BIGDATA: u16 = 0x01;
+/// The value of a leaf node with this flag is a sub-database of duplicates: only in a
+/// database opened with MDB_DUPSORT.
+const F_DUPDATA: u16 = 0x04;
+/// A database's flag (in the meta page's record of it) for sorted duplicates.
+pub(super) const MDB_DUPSORT: u16 = 0x04;
 /// An empty database's root.
 const P_INVALID: u64 = u64::MAX;
 
@@ -87,6 +92,11 @@ pub(super) fn check(path: &std::path::Path, f: &std::fs::File, meta: &Meta) -> R
             // it lists the keys, and a value is checked against the file when it is read (a
             // damaged one is then that sample's error; the others still read). Of a value in
             // an overflow run, LMDB reads the run's first page number from the node.
+            // A duplicates node in a database without duplicates makes LMDB's cursor open a
+            // sub-database that is not there (a SIGSEGV).
+            if kind == P_LEAF && flags & F_DUPDATA != 0 && meta.db_flags & MDB_DUPSORT == 0 {
+                return Err(bad(pgno, format!("node {n} is marked as duplicates in a database without them")));
+            }
             let named = if kind == P_LEAF && flags & F_BIGDATA != 0 { 8 } else { 0 };
             if at + NODE_HEADER + ksize + named > psize {
                 return Err(bad(pgno, format!("node {n}'s key of {ksize} bytes runs past the page")));

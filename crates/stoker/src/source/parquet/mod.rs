@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
 use async_trait::async_trait;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector};
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
@@ -360,7 +360,14 @@ impl Inner {
         // stops at the batch that crosses it.
         let mut out = Vec::new();
         let mut held = 0usize;
-        while let Some(batch) = stream.try_next().await.map_err(failed)? {
+        loop {
+            // The parquet crate panics on some damaged pages (a data page encoded against a
+            // dictionary its chunk lacks): that is the group's damage, not a crashed read.
+            let next = std::panic::AssertUnwindSafe(stream.try_next()).catch_unwind().await.map_err(|p| {
+                let why = crate::error::panic_message(p);
+                corrupt(&self.store.describe(&file.path), group.group, &format!("the decoder failed on it ({why})"))
+            })?;
+            let Some(batch) = next.map_err(failed)? else { break };
             held = held.saturating_add(batch.get_array_memory_size());
             if held > self.decode_cap {
                 return Err(Error::InvalidOption {

@@ -33,7 +33,7 @@ enum Enc {
     NdArray(Option<&'static str>, Option<Vec<usize>>),
 }
 
-/// The sample decoder of one MDS `index.json` (every shard of it shares the columns).
+/// The sample decoder of the shards of an MDS `index.json` that have the same columns.
 #[derive(Debug)]
 pub(super) struct Mds {
     columns: Vec<Column>,
@@ -117,7 +117,7 @@ fn encoding(text: &str) -> Result<Enc, String> {
 /// The shards of the MDS index `bytes` (an `index.json`, read one shard entry at a time) in
 /// directory `dir` (`""` or ending in `/`), keeping the columns in `wanted` (all when `None`).
 pub(super) fn shards(bytes: &[u8], dir: &str, wanted: Option<&[&str]>) -> Result<Vec<ShardSpec>, IndexError> {
-    let mut decoder: Option<Arc<Mds>> = None;
+    let mut decoder: Option<(Value, Arc<Mds>)> = None;
     let (shards, top) = super::index::collect(bytes, "shards", |n, s| shard(n, &s, dir, wanted, &mut decoder))?;
     // MosaicML Streaming writes and reads version 2 alone, and refuses any other; another
     // layout read as this one would give other data.
@@ -134,13 +134,15 @@ fn version(v: Option<&Value>) -> Result<(), String> {
     }
 }
 
-/// Shard entry `n` of an MDS index; the columns' decoder is made from the first and shared.
+/// Shard entry `n` of an MDS index. Each shard is decoded by its own entry's columns (a merged
+/// index joins datasets of other columns, as MosaicML Streaming reads them); a decoder is
+/// shared by the shards in a row that have the same columns.
 fn shard(
     n: usize,
     s: &Value,
     dir: &str,
     wanted: Option<&[&str]>,
-    decoder: &mut Option<Arc<Mds>>,
+    decoder: &mut Option<(Value, Arc<Mds>)>,
 ) -> Result<ShardSpec, String> {
     {
         let at = |what: &str| format!("shard {n}: {what}");
@@ -154,9 +156,11 @@ fn shard(
         if names.len() != encs.len() || names.len() != sizes.len() {
             return Err(at("column_names, column_encodings and column_sizes differ in length"));
         }
+        let same =
+            Value::Array(vec![Value::Array(names.clone()), Value::Array(encs.clone()), Value::Array(sizes.clone())]);
         let d = match &*decoder {
-            Some(d) => d.clone(),
-            None => {
+            Some((cols, d)) if *cols == same => d.clone(),
+            _ => {
                 let mut columns = Vec::with_capacity(names.len());
                 let mut key = None;
                 for ((name, enc), size) in names.iter().zip(encs).zip(sizes) {
@@ -192,7 +196,7 @@ fn shard(
                     }
                 }
                 let d = Arc::new(Mds { columns, key });
-                *decoder = Some(d.clone());
+                *decoder = Some((same, d.clone()));
                 d
             }
         };
@@ -316,4 +320,40 @@ fn ndarray(dtype: Option<&'static str>, shape: Option<&[usize]>, v: &[u8]) -> Re
         return Err(format!("shape {shape:?} of {dtype} needs {count} values, the value holds {} bytes", values.len()));
     }
     Ok(crate::source::npy::npy(dtype, &shape, values))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Decode;
+
+    /// A merged index's shards keep their own columns (MosaicML Streaming decodes each shard by
+    /// its entry): the second shard's float `score` and `title` are not read as the first's
+    /// int `score` and `text`; shards of the same columns share one decoder.
+    #[test]
+    fn each_shard_is_decoded_by_its_own_columns() {
+        let entry = |names: &str, encs: &str, name: &str| {
+            format!(
+                r#"{{"column_encodings": [{encs}], "column_names": [{names}], "column_sizes": [8, null],
+                "compression": null, "format": "mds", "hashes": [], "raw_data": {{"basename": "{name}",
+                "bytes": 100, "hashes": {{}}}}, "samples": 1, "size_limit": 67108864, "version": 2,
+                "zip_data": null}}"#
+            )
+        };
+        let a = entry(r#""score", "text""#, r#""int64", "str""#, "a/shard.00000.mds");
+        let b = entry(r#""score", "title""#, r#""float64", "str""#, "b/shard.00000.mds");
+        let c = entry(r#""score", "title""#, r#""float64", "str""#, "b/shard.00001.mds");
+        let index = format!(r#"{{"shards": [{a}, {b}, {c}], "version": 2}}"#);
+        let specs = super::shards(index.as_bytes(), "", None).unwrap();
+        let cols = |i: usize| match &specs[i].decode {
+            Decode::Mds(d) => {
+                d.columns.iter().map(|c| (c.name.to_string(), format!("{:?}", c.enc))).collect::<Vec<_>>()
+            }
+            Decode::Litdata(_) => panic!("an MDS shard"),
+        };
+        assert_eq!(cols(0).iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["score", "text"]);
+        assert_eq!(cols(1).iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["score", "title"]);
+        assert_ne!(cols(0)[0].1, cols(1)[0].1, "int64 and float64 scores");
+        let (Decode::Mds(x), Decode::Mds(y)) = (&specs[1].decode, &specs[2].decode) else { panic!() };
+        assert!(std::sync::Arc::ptr_eq(x, y), "one decoder for shards of the same columns");
+    }
 }

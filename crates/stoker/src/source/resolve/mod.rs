@@ -440,7 +440,7 @@ async fn listed(
         // A snapshot of shards not indexed yet holds no indexes: they are loaded or built.
         let unindexed = layout == Layout::Tar && m.tar.is_empty();
         let known = (layout == m.layout && !unindexed).then_some(m.tar);
-        return Ok((layout, listing, known));
+        return Ok((layout, topmost_indexes(layout, listing), known));
     }
     let all = store.list().await?;
     unfinished(store, &all, display, own).await?;
@@ -452,7 +452,25 @@ async fn listed(
         let beside: Vec<&str> = listing.iter().map(|o| o.path.as_str()).filter(|p| !p.contains('/')).collect();
         layout = sniff_indexes(store, root, &beside).await?.unwrap_or(layout);
     }
-    Ok((layout, listing.into_iter().filter(|o| layout.holds(&o.path)).collect(), None))
+    Ok((layout, topmost_indexes(layout, listing.into_iter().filter(|o| layout.holds(&o.path)).collect()), None))
+}
+
+/// For a layout read from `index.json` files (MDS, LitData): the indexes not below another
+/// one. An index names its shards wherever they lie, and MosaicML's `merge_index` writes one at
+/// the root naming the shards of subdirectories that keep their own: read as well, those
+/// would give every sample twice. (MosaicML Streaming reads only the root's.)
+fn topmost_indexes(layout: Layout, listing: Vec<ObjectInfo>) -> Vec<ObjectInfo> {
+    if !layout.is_indexed() {
+        return listing;
+    }
+    let dirs: std::collections::HashSet<String> =
+        listing.iter().filter_map(|o| o.path.strip_suffix(INDEX_FILE)).map(str::to_string).collect();
+    let below_another = |path: &str| {
+        let dir = path.strip_suffix(INDEX_FILE).unwrap_or(path);
+        dir.char_indices().filter(|&(_, c)| c == '/').any(|(i, _)| i + 1 < dir.len() && dirs.contains(&dir[..=i]))
+            || (!dir.is_empty() && dirs.contains(""))
+    };
+    listing.into_iter().filter(|o| !below_another(&o.path)).collect()
 }
 
 /// The record `stoker pack` keeps in its destination (`complete` once the pack is whole).

@@ -177,3 +177,22 @@ fn hidden_and_sidecar_files_are_not_data() {
     assert!(!is_dataset_file("a/.git/config"));
     assert!(!is_dataset_file(&format!("s.tar{}", tar_index::SIDECAR_SUFFIX)));
 }
+
+/// An index below another is left out (MosaicML's `merge_index` keeps the subdirectories'
+/// own beside the root's, which names their shards: read too, every sample came twice);
+/// indexes side by side with none above them are all read.
+#[test]
+fn only_the_indexes_not_below_another_are_read() {
+    let info = |p: &str| ObjectInfo { path: p.to_string(), size: 1, modified_us: 0, e_tag: None, recorded: false };
+    let kept = |layout: Layout, paths: &[&str]| -> Vec<String> {
+        topmost_indexes(layout, paths.iter().map(|p| info(p)).collect()).into_iter().map(|o| o.path).collect()
+    };
+    let merged = ["a/index.json", "b/index.json", "index.json", "b/c/index.json"];
+    assert_eq!(kept(Layout::Mds, &merged), ["index.json"]);
+    assert_eq!(kept(Layout::Litdata, &merged[..2]), ["a/index.json", "b/index.json"]);
+    assert_eq!(
+        kept(Layout::Mds, &["b/index.json", "b/c/index.json", "bc/index.json"]),
+        ["b/index.json", "bc/index.json"]
+    );
+    assert_eq!(kept(Layout::Tar, &["a/index.json", "index.json"]).len(), 2, "not an index layout");
+}
