@@ -29,14 +29,14 @@ use std::sync::{Arc, Mutex};
 use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::PageIndexPolicy;
 
 use self::decoded::Decoded;
-use self::reader::{not_parquet, StoreFile};
+use self::reader::{not_parquet, selection, StoreFile};
 use self::values::Column;
 use super::spill::{Kept, Spill};
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
@@ -433,31 +433,6 @@ fn corrupt(shown: &str, group: usize, why: &str) -> Error {
     }
 }
 
-/// A selection of `rows` (sorted, distinct) out of `total`.
-fn selection(rows: &[usize], total: usize) -> RowSelection {
-    let mut selectors = Vec::new();
-    let mut next = 0usize;
-    let mut i = 0usize;
-    while i < rows.len() {
-        let start = rows[i];
-        let mut end = start + 1;
-        while i + 1 < rows.len() && rows[i + 1] == end {
-            end += 1;
-            i += 1;
-        }
-        if start > next {
-            selectors.push(RowSelector::skip(start - next));
-        }
-        selectors.push(RowSelector::select(end - start));
-        next = end;
-        i += 1;
-    }
-    if next < total {
-        selectors.push(RowSelector::skip(total - next));
-    }
-    selectors.into()
-}
-
 impl fmt::Debug for ParquetSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ParquetSource")
@@ -583,6 +558,7 @@ pub(crate) fn fuzz(data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parquet::arrow::arrow_reader::RowSelector;
 
     #[test]
     fn selections_skip_between_runs() {

@@ -407,3 +407,28 @@ impl AsyncFileReader for StoreFile {
         .boxed()
     }
 }
+
+/// A selection of `rows` (sorted, distinct) out of `total`.
+pub(super) fn selection(rows: &[usize], total: usize) -> parquet::arrow::arrow_reader::RowSelection {
+    let mut selectors = Vec::new();
+    let mut next = 0usize;
+    let mut i = 0usize;
+    while i < rows.len() {
+        let start = rows[i];
+        let mut end = start + 1;
+        while i + 1 < rows.len() && rows[i + 1] == end {
+            end += 1;
+            i += 1;
+        }
+        if start > next {
+            selectors.push(parquet::arrow::arrow_reader::RowSelector::skip(start - next));
+        }
+        selectors.push(parquet::arrow::arrow_reader::RowSelector::select(end - start));
+        next = end;
+        i += 1;
+    }
+    if next < total {
+        selectors.push(parquet::arrow::arrow_reader::RowSelector::skip(total - next));
+    }
+    selectors.into()
+}
