@@ -155,6 +155,18 @@ async fn damaged_litdata_token_chunks_are_named_at_open() {
     std::fs::write(dir.join("index.json"), f.to_string()).unwrap();
     let e = open_err().await;
     assert!(e.contains("index.json") && e.contains("not an integer type"), "{e}");
+    // No chunks: an empty dataset says so; a chunk named out of the dataset is the index's
+    // damage, not a file gone missing.
+    let mut f = v.clone();
+    f["chunks"] = serde_json::json!([]);
+    std::fs::write(dir.join("index.json"), f.to_string()).unwrap();
+    let e = open_err().await;
+    assert!(e.contains("index.json") && e.contains("no token chunks"), "{e}");
+    let mut f = v.clone();
+    f["chunks"][0]["filename"] = serde_json::json!("../chunk-0-1.bin");
+    std::fs::write(dir.join("index.json"), f.to_string()).unwrap();
+    let e = open_err().await;
+    assert!(e.contains("index.json") && e.contains("not a file in the dataset's directory"), "{e}");
     // chunk_bytes sizes nothing: older LitData wrote the items' bytes without the offset table
     // there, and a lie (a terabyte) must not size a read. Both open as the files are.
     std::fs::write(dir.join("index.json"), &index).unwrap();

@@ -76,7 +76,14 @@ impl<'de> Visitor<'de> for Top<'_, '_> {
         let mut rest = Map::new();
         let mut seen = false;
         while let Some(key) = map.next_key::<String>()? {
-            if key == self.list && !seen {
+            if key == self.list && seen {
+                // JSON readers (Python's, MosaicML's and LitData's) take the last copy, where
+                // this streams the first: refused rather than read otherwise.
+                let why = format!("its `{}` list is given twice: the index is damaged; write it again", self.list);
+                *self.failed = Some(why.clone());
+                return Err(serde::de::Error::custom(why));
+            }
+            if key == self.list {
                 seen = true;
                 map.next_value_seed(List { each: self.each.take(), failed: &mut *self.failed })?;
             } else {
@@ -154,5 +161,9 @@ mod tests {
         assert!(matches!(stream(b"{\"shards\": [1,", "shards", None), Err(IndexError::Json(_))));
         assert!(matches!(stream(b"[1, 2]", "shards", None), Err(IndexError::Json(_))));
         assert!(matches!(stream(b"{} trailing", "shards", None), Err(IndexError::Json(_))));
+        // The list given twice: JSON readers take the second, this would stream the first.
+        let twice = br#"{"shards": [{"a": 1}], "version": 2, "shards": [{"a": 2}, {"a": 3}]}"#;
+        let e = stream(twice, "shards", Some(&mut |_, _| Ok(()))).unwrap_err();
+        assert!(matches!(&e, IndexError::Layout(w) if w.contains("`shards` list is given twice")), "{e:?}");
     }
 }

@@ -201,7 +201,7 @@ type KeptBytes = Kept<(usize, usize), Bytes>;
 
 /// A shard name from an index names a file in the dataset's directory (or below it): not an
 /// absolute path, no `..` (an index naming `../../etc/passwd` would read outside it).
-fn inside(name: &str) -> std::result::Result<(), String> {
+pub(in crate::source) fn inside(name: &str) -> std::result::Result<(), String> {
     if name.is_empty() || name.starts_with('/') || name.split(['/', '\\']).any(|part| part == "..") {
         return Err(format!("the shard name `{name}` is not a file in the dataset's directory"));
     }

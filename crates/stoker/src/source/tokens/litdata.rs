@@ -107,6 +107,13 @@ pub(crate) async fn chunks(store: &Store, index: &str, bytes: &[u8]) -> Result<V
         [one] => token_type(one).map_err(bad)?,
         other => return Err(bad(format!("token chunks hold one array an item, not {} leaves", other.len()))),
     };
+    if parsed.chunks.is_empty() {
+        return Err(Error::Empty { uri: store.describe(index), reason: "its index names no token chunks".into() });
+    }
+    // A chunk's name is a file beside the index, not a path out of the dataset.
+    if let Some(why) = parsed.chunks.iter().find_map(|c| crate::source::records::inside(&c.filename).err()) {
+        return Err(bad(why));
+    }
     let dir = index.rsplit_once('/').map_or(String::new(), |(d, _)| format!("{d}/"));
     futures::stream::iter(parsed.chunks.into_iter().map(|chunk| {
         let path = format!("{dir}{}", chunk.filename);
