@@ -383,6 +383,23 @@ async fn named(
         let indexes = names.iter().map(String::as_str).filter(|n| Layout::Mds.holds(n));
         let beside: Vec<&str> = names.iter().map(String::as_str).collect();
         layout = sniff_indexes(store, indexes, &beside).await?.unwrap_or(layout);
+        // Only `index.json` named, and no reader takes it: the dataset it indexes was meant,
+        // not one sample of its JSON.
+        let only_indexes = names.iter().all(|n| n.rsplit('/').next() == Some(INDEX_FILE));
+        if layout == Layout::Objects && only_indexes && !names.is_empty() {
+            let path = &names[0];
+            let why = match serde_json::from_slice::<serde::de::IgnoredAny>(&store.get(path).await?) {
+                Err(e) => format!("it is not JSON ({e})"),
+                Ok(_) => "it lists neither MosaicML Streaming's `shards` nor LitData's `chunks` and `config`".into(),
+            };
+            return Err(Error::BadIndex {
+                path: store.describe(path),
+                reason: format!(
+                    "{why}: not an index Stoker reads (damaged?); to read the file itself as one sample, give \
+                     ?layout=objects"
+                ),
+            });
+        }
     }
     if let Some(stray) = names.iter().find(|n| !layout.holds(n)) {
         // A file named on purpose is never dropped in silence.

@@ -148,6 +148,11 @@ async fn indexed_layouts_are_told_by_their_index() {
     let other = dir_with(&["a.jpg"]);
     std::fs::write(other.path().join("index.json"), b"{\"pages\": 3}").unwrap();
     assert_eq!(resolve(&path(&other, "")).await.unwrap().layout, Layout::Objects);
+    // But named alone, the index's dataset was meant: not one sample of its JSON (unless
+    // asked for as a file).
+    let e = resolve(&path(&other, "/index.json")).await.err().expect("an index no reader takes").to_string();
+    assert!(e.contains("index.json") && e.contains("layout=objects"), "{e}");
+    assert_eq!(resolve(&path(&other, "/index.json?layout=objects")).await.unwrap().layout, Layout::Objects);
     let pq = dir_with(&["train-0.parquet", "train-1.parquet", "README.md"]);
     let r = resolve(&path(&pq, "")).await.unwrap();
     assert_eq!((r.layout, names(&r).len()), (Layout::Parquet, 2));
