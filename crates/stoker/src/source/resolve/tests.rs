@@ -150,7 +150,8 @@ async fn indexed_layouts_are_told_by_their_index() {
     assert_eq!(resolve(&path(&other, "")).await.unwrap().layout, Layout::Objects);
     // But named alone, the index's dataset was meant: not one sample of its JSON (unless
     // asked for as a file).
-    let e = resolve(&path(&other, "/index.json")).await.err().expect("an index no reader takes").to_string();
+    let Err(e) = resolve(&path(&other, "/index.json")).await else { panic!("an index no reader takes") };
+    let e = e.to_string();
     assert!(e.contains("index.json") && e.contains("layout=objects"), "{e}");
     assert_eq!(resolve(&path(&other, "/index.json?layout=objects")).await.unwrap().layout, Layout::Objects);
     let pq = dir_with(&["train-0.parquet", "train-1.parquet", "README.md"]);
