@@ -388,3 +388,19 @@ def test_weights_change_between_iterations_not_while_one_is_under_way(token_mix)
     # An argument the loader does not know, beside an open dataset: refused, not dropped.
     with pytest.raises(stoker.InvalidInputError, match="'suffle'"):
         stoker.TokenLoader(mixed, seq_len=16, global_batch=2, suffle=True)
+
+
+def test_a_null_token_list_is_the_documents_damage_which_skip_errors_packs_empty(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "lists"
+    d.mkdir()
+    pq.write_table(pa.table({"ids": pa.array([[1, 2, 3], None, [4, 5, 6, 7, 8]], pa.list_(pa.int32()))}),
+                   d / "part-0.parquet")
+    with pytest.raises(stoker.CorruptDataError, match="ids"):
+        list(stoker.TokenLoader(str(d), seq_len=4, global_batch=1, field="ids", output="numpy"))
+    rows = [b["input_ids"][0].tolist()
+            for b in stoker.TokenLoader(str(d), seq_len=4, global_batch=1, field="ids", skip_errors=True,
+                                        output="numpy")]
+    assert rows == [[1, 2, 3, 4], [5, 6, 7, 8]]

@@ -399,14 +399,20 @@ fn array_of(s: &crate::Sample, field: Option<&str>, src: &DynSampleSource) -> Re
 /// Field `field` of a sample, else its only field.
 fn field_of<'a>(s: &'a crate::Sample, field: Option<&str>, src: &DynSampleSource) -> Result<&'a [u8]> {
     Ok(match field {
-        // Named with its source: a Parquet row whose column is null has no field at all.
+        // A Parquet row whose column is null has no field at all: the document's damage (the
+        // skip policy counts it), named with its source.
         Some(f) => s.field(f).ok_or_else(|| {
             let has: Vec<&str> = s.field_names().collect();
-            Error::invalid_option(format!(
-                "{src}: sample {} has no field `{f}` (a null value?); it has: {}",
-                s.key,
-                if has.is_empty() { "none".to_string() } else { has.join(", ") }
-            ))
+            Error::CorruptData {
+                shard: src.to_string(),
+                key: s.key.clone(),
+                field: f.to_string(),
+                reason: format!(
+                    "no value (a null?); the sample has: {} (if every sample says so, field= names no field of \
+                     this source)",
+                    if has.is_empty() { "none".to_string() } else { has.join(", ") }
+                ),
+            }
         })?,
         None if s.fields.len() == 1 => &s.fields[0].data,
         None => {

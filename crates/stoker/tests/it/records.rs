@@ -307,7 +307,27 @@ async fn index_lies_that_would_change_the_data_are_refused_at_open() {
             );
         }
         std::fs::write(&index, &good).unwrap();
-        assert!(!open(dir.to_str().unwrap()).await.is_empty());
+        let n = open(dir.to_str().unwrap()).await.len();
+        assert!(n > 0);
+        let raw_shards = serde_json::from_str::<serde_json::Value>(&good).unwrap()["shards"][0]["zip_data"].is_null();
+        if kind == "mds" {
+            assert!(raw_shards, "the fixture's MDS shards are uncompressed");
+            // What MDSWriter writes when the first sample is over the size limit: a shard of
+            // no samples holding its count, one offset past the columns' JSON, and that JSON.
+            let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+            let config = br#"{"column_names": ["x"]}"#;
+            let mut empty = 0u32.to_le_bytes().to_vec();
+            empty.extend_from_slice(&(8 + config.len() as u32).to_le_bytes());
+            empty.extend_from_slice(config);
+            std::fs::write(dir.join("shard.empty.mds"), &empty).unwrap();
+            let mut entry = v["shards"][0].clone();
+            entry["samples"] = 0.into();
+            entry["raw_data"] = serde_json::json!({"basename": "shard.empty.mds", "bytes": empty.len(), "hashes": {}});
+            v["shards"].as_array_mut().unwrap().insert(0, entry);
+            std::fs::write(&index, v.to_string()).unwrap();
+            assert_eq!(open(dir.to_str().unwrap()).await.len(), n, "the writer's empty shard reads as no samples");
+            std::fs::write(&index, &good).unwrap();
+        }
     }
     // An index.json of something else, beside files that are not shards, is a file like any other.
     let other = root.path().join("other");

@@ -187,3 +187,38 @@ fn resync_invariants_hold_over_random_damage() {
         }
     }
 }
+
+/// A sparse member (GNU tar's `--sparse`, in its pax and its old GNU form) holds the file's
+/// map and data runs, not its bytes: refused, naming the member and the fix, not read as
+/// other bytes under a placeholder name, nor blamed on a truncated shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sparse_members_are_refused_not_read_as_their_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let f = std::fs::File::create(src.join("k1.bin")).unwrap();
+    f.set_len(1 << 20).unwrap();
+    std::fs::write(src.join("k2.bin"), b"second").unwrap();
+    for format in ["pax", "gnu"] {
+        let out = dir.path().join(format);
+        std::fs::create_dir(&out).unwrap();
+        let shard = out.join("s-000000.tar");
+        let made = std::process::Command::new("tar")
+            .args(["--sparse", &format!("--format={format}"), "-cf"])
+            .arg(&shard)
+            .arg("-C")
+            .arg(&src)
+            .args(["k1.bin", "k2.bin"])
+            .status()
+            .expect("GNU tar");
+        assert!(made.success());
+        let e = match stoker::open(out.to_str().unwrap(), Default::default()).await {
+            Err(e) => e.to_string(),
+            Ok(s) => match s.get(0).await {
+                Err(e) => e.to_string(),
+                Ok(sample) => panic!("{format}: a sparse member read as `{}`", sample.key),
+            },
+        };
+        assert!(e.contains("k1.bin") && e.contains("sparse") && !e.contains("truncated"), "{format}: {e}");
+    }
+}

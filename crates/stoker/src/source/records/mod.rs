@@ -126,10 +126,25 @@ pub(crate) async fn open(
                 s.size.unwrap_or(0)
             )));
         }
-        // An empty shard is its count and one offset: one claiming no samples in more bytes
-        // is a lie that would drop its samples unread.
-        if let Some(s) = found.iter().find(|s| s.samples == 0 && s.size.is_some_and(|b| b > 8)) {
-            return Err(bad(format!("shard {} claims no samples in its {} bytes", s.path, s.size.unwrap_or(0))));
+        // An empty shard is its count, one offset and (MDS) the columns' JSON that MDSWriter
+        // puts before the samples, the offset pointing past it to the end: one claiming no
+        // samples in more bytes is a lie that would drop its samples unread. (MDSWriter
+        // writes such a shard when the first sample is over the size limit.)
+        for s in found.iter().filter(|s| s.samples == 0 && s.size.is_some_and(|b| b > 8)) {
+            let size = s.size.unwrap_or(0);
+            let empty = match &s.storage {
+                Storage::Raw => {
+                    let head = store.read_span(&store.open_object(&s.path).await?, 0..8).await?;
+                    let word =
+                        |at: usize| u64::from(u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]));
+                    head.len() == 8 && word(0) == 0 && word(4) == size
+                }
+                // Compressed, it is not opened here: the columns' JSON is small.
+                _ => size <= 8 + (64 << 10),
+            };
+            if !empty {
+                return Err(bad(format!("shard {} claims no samples in its {size} bytes", s.path)));
+            }
         }
         shards.extend(found);
     }

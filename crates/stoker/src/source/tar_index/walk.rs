@@ -228,6 +228,23 @@ impl<'a> Builder<'a> {
                 return Found::header(header_at, "member size overflows".into());
             };
             let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+            // A sparse file's member holds its map and its data runs, not its bytes (and, in
+            // the pax form, sits under a placeholder name): read as a plain member it would be
+            // other bytes under another key.
+            let pax_sparse = entry
+                .pax_extensions()
+                .ok()
+                .flatten()
+                .is_some_and(|mut x| x.any(|e| e.is_ok_and(|e| e.key_bytes().starts_with(b"GNU.sparse."))));
+            if pax_sparse || entry.header().entry_type().is_gnu_sparse() {
+                return Found::header(
+                    header_at,
+                    format!(
+                        "member `{name}` is a sparse file (tar --sparse), which Stoker does not read: its member holds \
+                         the file's map and data runs, not its bytes; pack the shard again without --sparse"
+                    ),
+                );
+            }
             if end > self.info.size {
                 let reason = format!(
                     "member `{name}` claims {size} bytes at offset {data_pos}, past the end of the shard ({} bytes): \
