@@ -77,6 +77,11 @@ impl TextTokenizer {
         })
     }
 
+    /// What errors call it (its path).
+    pub fn name(&self) -> &str {
+        &self.shown
+    }
+
     /// Size of the vocabulary, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)

@@ -116,6 +116,17 @@ impl TokenLoader {
     }
 
     async fn open_here(source: Arc<DynSampleSource>, text: &TextInput, cfg: PackConfig) -> Result<Self> {
+        // Text of a vocabulary past uint16 ids would fail at the first large id, naming the
+        // token cache's file: said now, naming the tokenizer.
+        if let Some(tok) =
+            text.tokenizer.as_ref().filter(|t| cfg.ids == super::IdType::Uint16 && t.vocab_size() > 1 << 16)
+        {
+            return Err(Error::invalid_option(format!(
+                "the tokenizer {} has {} tokens, more than uint16 ids hold (65,536): ask for int32 ids",
+                tok.name(),
+                tok.vocab_size()
+            )));
+        }
         let cache = crate::SourceOptions::tokens_cache_dir();
         let tokens = |s: Arc<DynSampleSource>| {
             let (tok, field, cache) = (text.tokenizer.clone(), text.field.clone(), cache.clone());

@@ -168,8 +168,21 @@ async fn bad_text_and_bad_tokenizers_are_clear_errors() {
     std::fs::write(w.path().join("w.jsonl"), "{\"text\": \"w1 big w2\"}\n").unwrap();
     let src = open(w.path().to_str().unwrap()).await;
     let out = w.path().join("out");
-    let e = pretokenize(src, tok, &out, &TokenizeOptions::default(), &|_| {}).await.unwrap_err().to_string();
+    let e = pretokenize(src.clone(), tok.clone(), &out, &TokenizeOptions::default(), &|_| {})
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("3000000000") && e.contains("int32"), "{e}");
+    // uint16 ids for text of that vocabulary: said at once, naming the tokenizer (not the
+    // token cache's file at the first large id).
+    let text = stoker::tokens::TextInput { tokenizer: Some(tok), field: None, skip_errors: false };
+    let cfg =
+        stoker::tokens::PackConfig { ids: stoker::tokens::IdType::Uint16, ..stoker::tokens::PackConfig::new(4, 1) };
+    let Err(e) = stoker::tokens::TokenLoader::open(src, &text, cfg).await else {
+        panic!("uint16 ids for 70,002 tokens")
+    };
+    let e = e.to_string();
+    assert!(e.contains("big.json") && e.contains("uint16") && e.contains("int32 ids"), "{e}");
 }
 
 use std::io::Read as _;
