@@ -235,30 +235,39 @@ pub(crate) fn infer<'a>(forced: Option<Layout>, names: impl IntoIterator<Item = 
 /// Streaming's lists `shards` (each with a `format`, `mds`), LitData's lists `chunks` beside a
 /// `config`. An `index.json` that is neither (or not JSON) is left to be read as a file, unless
 /// files named as those layouts' shards lie among `beside`: then it is their damaged index,
-/// and reading every file as a sample would hand shards' bytes to training as samples.
+/// and reading every file as a sample would hand shards' bytes to training as samples. Nor is
+/// it read as a file when it was `named_alone` (the dataset it indexes was meant).
 async fn sniff_indexes<'a>(
     store: &Store,
     indexes: impl Iterator<Item = &'a str>,
     beside: &[&str],
+    named_alone: bool,
 ) -> Result<Option<Layout>> {
     for path in indexes {
         let bytes = store.get(path).await?;
         if let Some(layout) = index_signature(&bytes) {
             return Ok(Some(layout));
         }
-        if let Some(shard) = beside.iter().find(|p| records_shard_name(p)) {
-            let why = match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
-                Err(e) => format!("it is not JSON ({e})"),
-                Ok(_) => "it lists neither MosaicML Streaming's `shards` nor LitData's `chunks` and `config`".into(),
-            };
-            return Err(Error::BadIndex {
-                path: store.describe(path),
-                reason: format!(
-                    "{why}, yet `{shard}` beside it is named as their shards are: the index is damaged; write it \
-                     again, or give ?layout=objects to read every file as one sample"
-                ),
-            });
+        let shard = beside.iter().find(|p| records_shard_name(p));
+        if shard.is_none() && !named_alone {
+            continue;
         }
+        let why = match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+            Err(e) => format!("it is not JSON ({e})"),
+            Ok(_) => "it lists neither MosaicML Streaming's `shards` nor LitData's `chunks` and `config`".into(),
+        };
+        let reason = match shard {
+            Some(shard) => format!(
+                "{why}, yet `{shard}` beside it is named as their shards are: the index is damaged; write it again, \
+                 or give ?layout=objects to read every file as one sample"
+            ),
+            // Named alone, the dataset it indexes was meant, not one sample of its JSON.
+            None => format!(
+                "{why}: not an index Stoker reads (damaged?); to read the file itself as one sample, give \
+                 ?layout=objects"
+            ),
+        };
+        return Err(Error::BadIndex { path: store.describe(path), reason });
     }
     Ok(None)
 }
@@ -382,24 +391,9 @@ async fn named(
     if opts.layout.is_none() && layout == Layout::Objects {
         let indexes = names.iter().map(String::as_str).filter(|n| Layout::Mds.holds(n));
         let beside: Vec<&str> = names.iter().map(String::as_str).collect();
-        layout = sniff_indexes(store, indexes, &beside).await?.unwrap_or(layout);
-        // Only `index.json` named, and no reader takes it: the dataset it indexes was meant,
-        // not one sample of its JSON.
-        let only_indexes = names.iter().all(|n| n.rsplit('/').next() == Some(INDEX_FILE));
-        if layout == Layout::Objects && only_indexes && !names.is_empty() {
-            let path = &names[0];
-            let why = match serde_json::from_slice::<serde::de::IgnoredAny>(&store.get(path).await?) {
-                Err(e) => format!("it is not JSON ({e})"),
-                Ok(_) => "it lists neither MosaicML Streaming's `shards` nor LitData's `chunks` and `config`".into(),
-            };
-            return Err(Error::BadIndex {
-                path: store.describe(path),
-                reason: format!(
-                    "{why}: not an index Stoker reads (damaged?); to read the file itself as one sample, give \
-                     ?layout=objects"
-                ),
-            });
-        }
+        // Only `index.json` named: an index no reader takes is refused, not read as a file.
+        let alone = !names.is_empty() && names.iter().all(|n| n.rsplit('/').next() == Some(INDEX_FILE));
+        layout = sniff_indexes(store, indexes, &beside, alone).await?.unwrap_or(layout);
     }
     if let Some(stray) = names.iter().find(|n| !layout.holds(n)) {
         // A file named on purpose is never dropped in silence.
@@ -467,7 +461,7 @@ async fn listed(
         // Only the index at the root: one in a subdirectory may belong to files read as files.
         let root = listing.iter().map(|o| o.path.as_str()).filter(|p| *p == INDEX_FILE);
         let beside: Vec<&str> = listing.iter().map(|o| o.path.as_str()).filter(|p| !p.contains('/')).collect();
-        layout = sniff_indexes(store, root, &beside).await?.unwrap_or(layout);
+        layout = sniff_indexes(store, root, &beside, false).await?.unwrap_or(layout);
     }
     Ok((layout, topmost_indexes(layout, listing.into_iter().filter(|o| layout.holds(&o.path)).collect()), None))
 }
