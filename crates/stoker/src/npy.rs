@@ -1,5 +1,21 @@
-//! The header of an `.npy` file: a Python dict literal, read strictly (both the flat token
-//! files and the `.npy` fields of samples are read through it).
+//! The header of an `.npy` file: its magic and length, and its Python dict literal read
+//! strictly (both the flat token files and the `.npy` fields of samples are read through it).
+
+/// The header text of `.npy` file bytes `b` (format versions 1, 2 and 3) and where the data
+/// starts after it.
+pub(crate) fn header_text(b: &[u8]) -> std::result::Result<(&str, usize), String> {
+    if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
+        return Err("not a .npy file (no \\x93NUMPY magic)".into());
+    }
+    let (len, start): (usize, usize) = match b[6] {
+        1 => (u16::from_le_bytes([b[8], b[9]]) as usize, 10),
+        2 | 3 if b.len() >= 12 => (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12),
+        v => return Err(format!(".npy format version {v} is not supported (1, 2 and 3 are)")),
+    };
+    let end = start.checked_add(len).filter(|&e| e <= b.len()).ok_or("truncated .npy header")?;
+    let text = std::str::from_utf8(&b[start..end]).map_err(|_| ".npy header is not text")?;
+    Ok((text, end))
+}
 
 /// What an `.npy` header says.
 pub(crate) struct NpyDict {
@@ -18,7 +34,7 @@ pub(crate) struct NpyDict {
 /// (`'desc' 'r'`) and a key given twice (the last wins): each could make numpy read the header
 /// otherwise than a looser reader does, so they are refused.
 pub(crate) fn parse_dict(text: &str) -> std::result::Result<NpyDict, String> {
-    #[derive(Debug, PartialEq)]
+    #[derive(PartialEq)]
     enum Tok<'a> {
         Punct(char),
         Str(&'a str),
@@ -52,7 +68,7 @@ pub(crate) fn parse_dict(text: &str) -> std::result::Result<NpyDict, String> {
         }
     }
     let bad = || "its header is not the dict numpy writes".to_string();
-    let mut it = toks.into_iter().peekable();
+    let mut it = toks.into_iter();
     if it.next() != Some(Tok::Punct('{')) {
         return Err(bad());
     }

@@ -37,17 +37,7 @@ impl NpyHeader {
 
 /// Parse the header of a `.npy` file (format versions 1, 2 and 3).
 pub fn parse_npy(data: &[u8]) -> Result<NpyHeader, String> {
-    const MAGIC: &[u8] = b"\x93NUMPY";
-    if data.len() < 10 || &data[..6] != MAGIC {
-        return Err("not a .npy file (no \\x93NUMPY magic)".into());
-    }
-    let (len, start): (usize, usize) = match data[6] {
-        1 => (u16::from_le_bytes([data[8], data[9]]) as usize, 10),
-        2 | 3 if data.len() >= 12 => (u32::from_le_bytes([data[8], data[9], data[10], data[11]]) as usize, 12),
-        v => return Err(format!(".npy format version {v} is not supported (1, 2 and 3 are)")),
-    };
-    let end = start.checked_add(len).filter(|&e| e <= data.len()).ok_or("truncated .npy header")?;
-    let header = std::str::from_utf8(&data[start..end]).map_err(|_| ".npy header is not text")?;
+    let (header, end) = crate::npy::header_text(data)?;
     let dict = crate::npy::parse_dict(header).map_err(|e| format!("the .npy header: {e}"))?;
     if dict.fortran_order {
         return Err("Fortran-order .npy arrays are not supported; save with np.ascontiguousarray".into());

@@ -232,8 +232,6 @@ fn refuse_bad_charsmaps(bytes: &[u8]) -> std::result::Result<(), String> {
     serde_json::from_slice::<serde_json::Value>(bytes).map_or(Ok(()), |v| walk(&v))
 }
 
-impl TextTokenizer {}
-
 /// The most bytes of text tokenized at once. The `tokenizers` crate's working memory is
 /// about 100 times the text (260 bytes a token for text of short words: a 16 MB document
 /// took 1.8 GB, and a 60 MB one aborted the process wanting a gigabyte in one allocation).

@@ -41,7 +41,7 @@ use bytes::Bytes;
 use hdf5_reader::{Dataset, Hdf5File, Storage};
 
 use self::column::{Column, Kind};
-use self::raw::{direct, past_max, refuse_external, refuse_inconsistent, Direct};
+use self::raw::{direct, refuse_external, refuse_inconsistent, refuse_past_max, Direct};
 use self::storage::{bad_file, guarded, options, StoreStorage};
 use super::spill::Spill;
 use super::{Capability, DynSampleSource, SampleSource, SourceInfo};
@@ -247,7 +247,7 @@ fn plan(found: &[Found], wanted: Option<&[String]>, shown: &str) -> Result<Vec<C
         None => {
             // A damaged dimension would move its dataset out of the chosen ones without a
             // word: every candidate is checked.
-            refuse_past_max(found.iter(), shown)?;
+            found.iter().try_for_each(|f| refuse_past_max(&f.set, &f.path, shown))?;
             let mut counts: Vec<(u64, usize)> = Vec::new();
             for n in found.iter().filter_map(rows_of) {
                 match counts.iter_mut().find(|(m, _)| *m == n) {
@@ -261,7 +261,7 @@ fn plan(found: &[Found], wanted: Option<&[String]>, shown: &str) -> Result<Vec<C
             found.iter().filter(|f| rows_of(f) == Some(n)).collect()
         }
     };
-    refuse_past_max(chosen.iter().copied(), shown)?;
+    chosen.iter().try_for_each(|f| refuse_past_max(&f.set, &f.path, shown))?;
     let n = chosen.first().and_then(|f| rows_of(f));
     let mut columns = Vec::with_capacity(chosen.len());
     for f in chosen {
@@ -294,19 +294,6 @@ fn plan(found: &[Found], wanted: Option<&[String]>, shown: &str) -> Result<Vec<C
         columns.push(Column { name, path: f.path.clone(), kind, item });
     }
     Ok(columns)
-}
-
-/// The error for the first of `sets` with a dimension past its maximum ([`past_max`]).
-fn refuse_past_max<'a>(mut sets: impl Iterator<Item = &'a Found>, shown: &str) -> Result<()> {
-    match sets.find_map(|f| Some((f, past_max(&f.set)?))) {
-        Some((f, why)) => Err(Error::CorruptData {
-            shard: shown.to_string(),
-            key: String::new(),
-            field: f.path.clone(),
-            reason: format!("dataset `{}`'s {why}: the file is damaged; write it again", f.path),
-        }),
-        None => Ok(()),
-    }
 }
 
 /// A file's datasets in the order of `columns`, checked against them.

@@ -76,16 +76,9 @@ pub(super) fn refuse_external(h5: &Hdf5File, set: &Dataset, path: &str, shown: &
 /// a chunk off the chunk grid or outside a dataset that cannot grow (the reader skips such a
 /// chunk, and the rows it holds read as fill values: zeros where the file holds data).
 pub(super) fn refuse_inconsistent(h5: &Hdf5File, set: &Dataset, path: &str, shown: &str) -> Result<()> {
-    let damaged = |reason: String| Error::CorruptData {
-        shard: shown.to_string(),
-        key: String::new(),
-        field: path.to_string(),
-        reason: format!("{reason}: the file is damaged (libhdf5 refuses it too); write it again"),
-    };
+    let damaged = |reason: String| damaged(shown, path, reason);
     let shape = set.shape();
-    if let Some(why) = past_max(set) {
-        return Err(damaged(format!("dataset `{path}`'s {why}")));
-    }
+    refuse_past_max(set, path, shown)?;
     use hdf5_reader::messages::layout::DataLayout;
     let DataLayout::Chunked { address, chunk_indexing: None, .. } = set_layout(h5, set, shown, path)? else {
         return Ok(());
@@ -105,13 +98,13 @@ pub(super) fn refuse_inconsistent(h5: &Hdf5File, set: &Dataset, path: &str, show
         None,
     )
     .map_err(|e| damaged(format!("dataset `{path}`'s chunk index does not read ({e})")))?;
+    // Past the shape is damage only where the dataset cannot grow: a resizable one may keep
+    // chunks of a larger extent (the reader leaves them out).
+    let fixed = |d: usize| set.max_dims().is_none_or(|m| m.get(d).is_none_or(|&m| m <= shape[d]));
     for (key, _) in &leaves {
         let hdf5_reader::btree_v1::BTreeV1Key::RawData { offsets, .. } = key else {
             return Err(damaged(format!("dataset `{path}`'s chunk index holds a node of another kind")));
         };
-        // Past the shape is damage only where the dataset cannot grow: a resizable one may
-        // keep chunks of a larger extent (the reader leaves them out).
-        let fixed = |d: usize| set.max_dims().is_none_or(|m| m.get(d).is_none_or(|&m| m <= shape[d]));
         let off_grid = |d: usize| {
             offsets.get(d).is_none_or(|&o| !o.is_multiple_of(u64::from(chunk[d])) || (o >= shape[d] && fixed(d)))
         };
@@ -149,10 +142,26 @@ fn set_layout(
         .ok_or_else(|| Error::BadIndex { path: shown.to_string(), reason: format!("dataset `{path}` has no layout") })
 }
 
-/// `dimension D is N where its maximum is M` when a dimension of `set` is larger than its
+/// Refuse dataset `set` (at `path` in file `shown`) when a dimension is larger than its
 /// maximum (see [`refuse_inconsistent`]).
-pub(super) fn past_max(set: &Dataset) -> Option<String> {
-    let (shape, max) = (set.shape(), set.max_dims()?);
-    let d = (0..shape.len()).find(|&d| max.get(d).is_some_and(|&m| m != u64::MAX && shape[d] > m))?;
-    Some(format!("dimension {d} is {} where its maximum is {}", shape[d], max[d]))
+pub(super) fn refuse_past_max(set: &Dataset, path: &str, shown: &str) -> Result<()> {
+    let (shape, Some(max)) = (set.shape(), set.max_dims()) else { return Ok(()) };
+    match (0..shape.len()).find(|&d| max.get(d).is_some_and(|&m| m != u64::MAX && shape[d] > m)) {
+        Some(d) => Err(damaged(
+            shown,
+            path,
+            format!("dataset `{path}`'s dimension {d} is {} where its maximum is {}", shape[d], max[d]),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The error for dataset `path` of file `shown`, damaged as `reason` says.
+fn damaged(shown: &str, path: &str, reason: String) -> Error {
+    Error::CorruptData {
+        shard: shown.to_string(),
+        key: String::new(),
+        field: path.to_string(),
+        reason: format!("{reason}: the file is damaged (libhdf5 refuses it too); write it again"),
+    }
 }

@@ -29,7 +29,7 @@ const F_BIGDATA: u16 = 0x01;
 /// database opened with MDB_DUPSORT.
 const F_DUPDATA: u16 = 0x04;
 /// A database's flag (in the meta page's record of it) for sorted duplicates.
-pub(super) const MDB_DUPSORT: u16 = 0x04;
+const MDB_DUPSORT: u16 = 0x04;
 /// An empty database's root.
 const P_INVALID: u64 = u64::MAX;
 

@@ -117,7 +117,7 @@ fn encoding(text: &str) -> Result<Enc, String> {
 /// The shards of the MDS index `bytes` (an `index.json`, read one shard entry at a time) in
 /// directory `dir` (`""` or ending in `/`), keeping the columns in `wanted` (all when `None`).
 pub(super) fn shards(bytes: &[u8], dir: &str, wanted: Option<&[&str]>) -> Result<Vec<ShardSpec>, IndexError> {
-    let mut decoder: Option<(Value, Arc<Mds>)> = None;
+    let mut decoder: Option<(Columns, Arc<Mds>)> = None;
     let (shards, top) = super::index::collect(bytes, "shards", |n, s| shard(n, &s, dir, wanted, &mut decoder))?;
     // MosaicML Streaming writes and reads version 2 alone, and refuses any other; another
     // layout read as this one would give other data.
@@ -134,6 +134,10 @@ fn version(v: Option<&Value>) -> Result<(), String> {
     }
 }
 
+/// A shard entry's `column_names`, `column_encodings` and `column_sizes`, as the index gives
+/// them: what tells whether two shards decode alike.
+type Columns = (Vec<Value>, Vec<Value>, Vec<Value>);
+
 /// Shard entry `n` of an MDS index. Each shard is decoded by its own entry's columns (a merged
 /// index joins datasets of other columns, as MosaicML Streaming reads them); a decoder is
 /// shared by the shards in a row that have the same columns.
@@ -142,7 +146,7 @@ fn shard(
     s: &Value,
     dir: &str,
     wanted: Option<&[&str]>,
-    decoder: &mut Option<(Value, Arc<Mds>)>,
+    decoder: &mut Option<(Columns, Arc<Mds>)>,
 ) -> Result<ShardSpec, String> {
     {
         let at = |what: &str| format!("shard {n}: {what}");
@@ -156,10 +160,8 @@ fn shard(
         if names.len() != encs.len() || names.len() != sizes.len() {
             return Err(at("column_names, column_encodings and column_sizes differ in length"));
         }
-        let same =
-            Value::Array(vec![Value::Array(names.clone()), Value::Array(encs.clone()), Value::Array(sizes.clone())]);
         let d = match &*decoder {
-            Some((cols, d)) if *cols == same => d.clone(),
+            Some(((n, e, z), d)) if n == names && e == encs && z == sizes => d.clone(),
             _ => {
                 let mut columns = Vec::with_capacity(names.len());
                 let mut key = None;
@@ -196,7 +198,7 @@ fn shard(
                     }
                 }
                 let d = Arc::new(Mds { columns, key });
-                *decoder = Some((same, d.clone()));
+                *decoder = Some(((names.clone(), encs.clone(), sizes.clone()), d.clone()));
                 d
             }
         };

@@ -123,17 +123,7 @@ pub(crate) fn type_named(name: &str) -> Option<TokenType> {
 /// An `.npy` header's token type, its own length in bytes and the array's length: a 1-D
 /// little-endian integer array in C order.
 pub(crate) fn npy_header(b: &[u8]) -> std::result::Result<(TokenType, u64, u64), String> {
-    if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
-        return Err("not an .npy file".into());
-    }
-    let (len, at) = match b[6] {
-        1 => (u64::from(u16::from_le_bytes([b[8], b[9]])), 10u64),
-        2 | 3 if b.len() >= 12 => (u64::from(u32::from_le_bytes([b[8], b[9], b[10], b[11]])), 12),
-        v => return Err(format!(".npy version {v} is not known")),
-    };
-    let end = at + len;
-    let text = b.get(at as usize..end as usize).ok_or("its header is longer than the bytes read")?;
-    let text = std::str::from_utf8(text).map_err(|_| "its header is not text")?;
+    let (text, end) = crate::npy::header_text(b)?;
     let h = crate::npy::parse_dict(text)?;
     let ty = match h.descr.as_str() {
         "|u1" | "<u1" => TokenType::U8,
@@ -149,7 +139,7 @@ pub(crate) fn npy_header(b: &[u8]) -> std::result::Result<(TokenType, u64, u64),
         return Err("it is in Fortran order".into());
     }
     match h.shape.as_slice() {
-        [n] => Ok((ty, end, *n)),
+        [n] => Ok((ty, end as u64, *n)),
         dims => Err(format!("shape {dims:?} is not one-dimensional")),
     }
 }
