@@ -13,6 +13,9 @@ pub struct TextTokenizer {
     inner: tokenizers::Tokenizer,
     shown: String,
     fingerprint: u64,
+    /// Bytes of text one call of the library encodes: a piece for each core, and at least
+    /// [`BATCH_BYTES`] (the cores are counted once, at load).
+    batch_bytes: usize,
 }
 
 impl std::fmt::Debug for TextTokenizer {
@@ -53,8 +56,13 @@ impl TextTokenizer {
         // Forks watched from now on: a batch encoded on rayon's pool in a forked child would
         // wait for the parent's pool threads (see `fork`).
         crate::fork::generation();
-        let tok =
-            TextTokenizer { inner, shown: shown.to_string(), fingerprint: twox_hash::XxHash64::oneshot(0, bytes) };
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let tok = TextTokenizer {
+            inner,
+            shown: shown.to_string(),
+            fingerprint: twox_hash::XxHash64::oneshot(0, bytes),
+            batch_bytes: BATCH_BYTES.max(cores * PIECE_BYTES),
+        };
         // A damaged normalizer table can load and then make the library panic on the first
         // text: tried here on every ASCII character and a few others, so the file is named at
         // open. (An error for the probe is no sign of damage: a word-level vocabulary without
@@ -132,9 +140,7 @@ impl TextTokenizer {
     /// process forked after its parent used them: their threads are the parent's); a long
     /// text over 256 KiB in pieces, as [`encode`](Self::encode).
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
-        // A piece for each core in each call, and at least BATCH_BYTES of text.
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        self.encode_batch_in(texts, BATCH_BYTES.max(cores * PIECE_BYTES))
+        self.encode_batch_in(texts, self.batch_bytes)
     }
 
     /// [`encode_batch`](Self::encode_batch), `limit` bytes of text to one call of the library.
