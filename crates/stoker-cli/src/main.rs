@@ -156,7 +156,11 @@ pub(crate) fn options(path: Option<&Path>) -> Result<SourceOptions> {
 }
 
 fn load_config(path: &Path) -> Result<SourceOptions> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
+    let bytes = stoker::store::read_capped(path, stoker::store::SMALL_FILE_BYTES)
+        .with_context(|| format!("cannot read config {}", path.display()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        .with_context(|| format!("config {} is not UTF-8 text", path.display()))?;
     let is_json = path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
     // Both parsers keep credentials (and, for TOML, the lines holding them) out of errors.
     let parsed = if is_json { SourceOptions::from_json(&text) } else { SourceOptions::from_toml(&text) };

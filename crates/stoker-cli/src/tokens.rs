@@ -157,7 +157,8 @@ pub(crate) async fn run(args: TokensArgs) -> Result<()> {
     let cfg = args.config(vocab.as_deref())?;
     let resume: Option<TokenState> = match &args.resume {
         Some(p) => {
-            let text = std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?;
+            let text = stoker::store::read_capped(p, stoker::store::SMALL_FILE_BYTES)
+                .with_context(|| format!("cannot read {}", p.display()))?;
             Some(
                 serde_json::from_slice(&text)
                     .with_context(|| format!("{} is not a token loader state", p.display()))?,

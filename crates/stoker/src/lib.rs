@@ -27,6 +27,7 @@ pub mod ranges;
 mod redact;
 pub mod sample;
 pub mod sampler;
+mod small_file;
 pub mod source;
 pub mod stats;
 pub mod store;

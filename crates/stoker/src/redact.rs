@@ -40,6 +40,12 @@ pub fn redact(uri: &str) -> String {
     if let Some(json) = uri.strip_prefix("mix:").filter(|j| j.trim_start().starts_with('{')) {
         return format!("mix:{}", redact_mix_json(json));
     }
+    // A fragment is no part of a source URI, but a secret pasted after `#` instead of `?` is
+    // still a secret: its pairs are masked as the query's are.
+    let (uri, fragment) = match uri.split_once('#') {
+        Some((u, f)) => (u, Some(f)),
+        None => (uri, None),
+    };
     let (base, query) = match uri.split_once('?') {
         Some((b, q)) => (b, Some(q)),
         None => (uri, None),
@@ -78,18 +84,42 @@ pub fn redact(uri: &str) -> String {
     }
     if let Some(q) = query {
         out.push('?');
-        let parts: Vec<String> = q
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
-                Some((k, v)) => match redact_value(v) {
-                    Some(v) => format!("{k}={v}"),
-                    None => kv.to_string(),
-                },
-                None => kv.to_string(),
-            })
-            .collect();
-        out.push_str(&parts.join("&"));
+        out.push_str(&masked_pairs(q, &['&']));
+    }
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(&masked_pairs(f, &['&', '?', '#', ';']));
+    }
+    out
+}
+
+/// `key=value` pairs between any of `seps` (kept as they are), each secret key's value masked
+/// and each value holding a URL's credentials redacted.
+fn masked_pairs(s: &str, seps: &[char]) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut start = 0;
+    let ends = s.char_indices().filter(|(_, c)| seps.contains(c)).map(|(i, c)| (i, Some(c)));
+    for (end, sep) in ends.chain(std::iter::once((s.len(), None))) {
+        let kv = &s[start..end];
+        match kv.split_once('=') {
+            Some((k, _)) if is_secret_key(k) => {
+                out.push_str(k);
+                out.push_str("=***");
+            }
+            Some((k, v)) => match redact_value(v) {
+                Some(v) => {
+                    out.push_str(k);
+                    out.push('=');
+                    out.push_str(&v);
+                }
+                None => out.push_str(kv),
+            },
+            None => out.push_str(kv),
+        }
+        if let Some(c) = sep {
+            out.push(c);
+            start = end + c.len_utf8();
+        }
     }
     out
 }
@@ -397,6 +427,23 @@ mod tests {
         assert!(r.contains("layo\u{fffd}s3://***@t"), "{r}");
         assert!(!r.contains("hunter2"), "{r}");
         assert_eq!(redact_text("é://x é"), "é://x é");
+    }
+
+    #[test]
+    fn a_secret_pasted_after_a_hash_is_masked_as_in_the_query() {
+        for uri in [
+            "s3://b/p/train-{0..1}.tar#secret_access_key=hunter2",
+            "s3://b/p#x?session_token=hunter2&region=x",
+            "s3://b/p?region=x#a=1;secret_access_key=hunter2",
+            "s3://b/p#endpoint=http://user:hunter2@host:9000",
+        ] {
+            let r = redact(uri);
+            assert!(!r.contains("hunter2"), "{uri} -> {r}");
+            assert!(r.starts_with("s3://b/p"), "{r}");
+        }
+        // Nothing else of a fragment changes.
+        assert_eq!(redact("/data/a#b?c=1&d"), "/data/a#b?c=1&d");
+        assert!(redact_text("bad uri `s3://b/p#secret_access_key=hunter2`").contains("secret_access_key=***"));
     }
 
     #[test]

@@ -121,7 +121,10 @@ pub(crate) async fn prepare(spec: Spec, dir: Option<&Path>, ui: &Ui) -> Result<D
     let mut data = Dataset { spec, root, kept: dir.is_some(), reused: false, write_s: 0.0, upload_s: 0.0, _temp: temp };
     if data.kept {
         std::fs::create_dir_all(&data.root).with_context(|| format!("cannot create {}", data.root.display()))?;
-        let marker = std::fs::read(data.root.join(MARKER)).ok().and_then(|b| serde_json::from_slice::<Marker>(&b).ok());
+        // A marker is a line of JSON; anything larger is not one (and is not read whole).
+        let marker = stoker::store::read_capped(&data.root.join(MARKER), 64 << 10)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Marker>(&b).ok());
         match marker {
             Some(m) if m == Marker::new(&spec, true) => {
                 data.reused = true;

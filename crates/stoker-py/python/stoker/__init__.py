@@ -95,13 +95,27 @@ def _options_json(options: Dict[str, Any]) -> str:
         raise InvalidInputError(f"options: {e}") from None
 
 
-def _plain(value: Any) -> Any:
+# No state a loader writes nests deeper than a few levels; a damaged one may nest thousands.
+_STATE_DEPTH = 32
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
     """A state's mappings as dicts (an OmegaConf or other Mapping), for json."""
+    if depth > _STATE_DEPTH:
+        raise InvalidInputError(f"the state nests deeper than {_STATE_DEPTH} levels: it is not one a loader wrote")
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: _plain(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_plain(v, depth + 1) for v in value]
     return value
+
+
+def _state_json(state: Any) -> str:
+    """A state as the JSON the extension reads, or an error saying it cannot be one."""
+    try:
+        return json.dumps(_plain(state), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"the state is not one a loader wrote: {e}") from None
 
 
 def _shown_value(key: str, value: Any) -> Any:
@@ -190,7 +204,10 @@ def _real(name: str, value: Any) -> float:
     """``value`` as a finite float, or an error naming ``name``."""
     if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
         raise InvalidInputError(f"{name} must be a number, not {value!r}")
-    f = float(value)
+    try:
+        f = float(value)
+    except OverflowError:  # an int past a float's range (10**400)
+        raise InvalidInputError(f"{name} must be a finite number, not one past a float's range") from None
     if f != f or f in (float("inf"), float("-inf")):
         raise InvalidInputError(f"{name} must be a finite number, not {value!r}")
     return f
@@ -621,7 +638,8 @@ def _mix_entry(source: SourceLike, weight: Any, extra: Optional[Mapping[str, Any
         uri, options = source._args.uri, {**source._args.options, **extra}
     else:
         uri, options = os.fspath(source), extra
-    entry: Dict[str, Any] = {"uri": uri, "weight": float(weight), "options": json.loads(_options_json(options))}
+    weight = _real(f"the weight of mix source {_shown(source)}", weight)
+    entry: Dict[str, Any] = {"uri": uri, "weight": weight, "options": json.loads(_options_json(options))}
     if name is not None:
         entry["name"] = str(name)
     return entry
@@ -670,9 +688,9 @@ def mix(
             entries.append(_mix_entry(item[0], item[1], item[2] if len(item) == 3 else None))
     if weight_by not in ("samples", "tokens"):
         raise InvalidInputError(f"weight_by must be 'samples' or 'tokens', not {weight_by!r}")
-    spec: Dict[str, Any] = {"sources": entries, "replacement": bool(replacement), "weight_by": weight_by}
+    spec: Dict[str, Any] = {"sources": entries, "replacement": _flag("replacement", replacement), "weight_by": weight_by}
     if epoch_length is not None:
-        spec["epoch_length"] = int(epoch_length)
+        spec["epoch_length"] = _count("epoch_length", epoch_length, 0, 2**64 - 1)
     if isinstance(fill_missing, Mapping):
         fills = {}
         for field, value in fill_missing.items():
@@ -684,7 +702,7 @@ def mix(
             fills[str(field)] = str(value)
         spec["fill_missing"] = fills
     elif fill_missing is not None:
-        spec["fill_missing"] = bool(fill_missing)
+        spec["fill_missing"] = _flag("fill_missing", fill_missing)
     return _dataset_class()("mix:" + json.dumps(spec), **options)
 
 
@@ -694,6 +712,8 @@ def _iteration_epoch(epoch: int, started: bool, resume: Optional[int], asked: Op
     ``asked``). A ``set_epoch`` naming another epoch than a loaded state's is an error: reading
     the resumed epoch would skip the one asked for, reading the asked one would drop the resume."""
     if resume is None:
+        if started and epoch >= 2**64 - 1:
+            raise InvalidInputError(f"epoch {epoch} is the last a loader can read: set_epoch() to go on")
         return epoch + 1 if started else epoch
     if asked is not None and asked != resume:
         raise InvalidInputError(
@@ -826,6 +846,7 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration reads (as DistributedSampler.set_epoch)."""
+        epoch = _count("set_epoch's epoch", epoch, 0, 2**64 - 1)
         self.epoch = epoch
         self._asked = epoch
         self._started = False
@@ -933,13 +954,22 @@ class Loader:
         loader = state["loader"]
         if loader is not None and not isinstance(loader, Mapping):
             raise InvalidInputError(f"the state's 'loader' must be a dict or None, not {type(loader).__name__}")
-        state = {"epoch": epoch, "loader": None if loader is None else _plain(loader)}
+        # state_dict() copies the sampler's epoch out: two that differ are a damaged state, and
+        # either reading would resume an epoch the run was not in.
+        sampler = loader.get("sampler") if loader is not None else None
+        inner = sampler.get("epoch") if isinstance(sampler, Mapping) else None
+        if inner is not None and (isinstance(inner, bool) or inner != epoch):
+            raise InvalidInputError(
+                f"the state's epoch ({epoch}) is not its sampler's ({inner!r}): it is not a state this loader wrote"
+            )
+        # Checked before anything changes: a refused state leaves the loader as it was.
+        text = None if loader is None else _state_json(loader)
+        if text is not None:
+            self._loader.load_state(text)
         self.epoch = epoch
         self._started = False
         self._delivered = None
         self._asked = None
-        if state.get("loader"):
-            self._loader.load_state(json.dumps(state["loader"]))
 
     def stats(self) -> Dict[str, Any]:
         """Consumer wait (GPU starvation), throughput, fetch latency, retries, cache hits."""

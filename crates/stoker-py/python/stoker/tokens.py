@@ -137,6 +137,9 @@ class TokenLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration reads."""
+        from . import _count
+
+        epoch = _count("set_epoch's epoch", epoch, 0, 2**64 - 1)
         self.epoch = epoch
         self._asked = epoch
         self._started = False
@@ -177,7 +180,9 @@ class TokenLoader:
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from ``state_dict()``: the next iteration delivers the next global batch."""
-        self._loader.load_state(json.dumps(state))
+        from . import _state_json
+
+        self._loader.load_state(_state_json(state))
         # The loader's reading of it: a state at an epoch's end resumes at the next one.
         self._resume_epoch = int(json.loads(self._loader.state())["epoch"])
         self.epoch = self._resume_epoch

@@ -40,7 +40,9 @@ class IterableDataset(_ShownArgs, torch.utils.data.IterableDataset):
         self.prefetch, self.read_batch, self.epoch = prefetch, read_batch, 0
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        from . import _count
+
+        self.epoch = _count("set_epoch's epoch", epoch, 0, 2**64 - 1)
 
     def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()

@@ -130,7 +130,8 @@ impl HttpConnector for Connector {
 
 /// The certificates of a PEM file (one or several, a CA bundle), or why there are none.
 pub(crate) fn read_roots(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let pem = crate::small_file::read_capped(path, crate::small_file::SMALL_FILE_BYTES)
+        .map_err(|e| format!("cannot read it: {e}"))?;
     let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| format!("it is not PEM: {e}"))?;
     if certs.is_empty() {
         return Err("it holds no `-----BEGIN CERTIFICATE-----` block".into());

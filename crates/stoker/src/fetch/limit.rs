@@ -170,11 +170,14 @@ impl Limit {
 
     /// Sized by a [`Control`] up to `ceiling` and the memory bound `max_bytes`.
     pub(crate) fn adaptive(ceiling: usize, max_bytes: u64) -> Self {
-        let control = Control::new(ceiling, max_bytes);
+        let control = Control::new(ceiling.min(crate::uri::MAX_IN_FLIGHT), max_bytes);
         Self::with(control.limit(), Some(Mutex::new(control)))
     }
 
     fn with(n: usize, control: Option<Mutex<Control>>) -> Self {
+        // A FetchConfig built in code is not checked as options are: a semaphore panics past
+        // its maximum.
+        let n = n.min(crate::uri::MAX_IN_FLIGHT);
         Limit {
             sem: Arc::new(Semaphore::new(n)),
             control,

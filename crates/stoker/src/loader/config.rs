@@ -167,6 +167,28 @@ pub struct LoaderState {
     /// is refused; one without (an earlier version's) is taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// For a mix: its sources' names, in order. Sizes and weights alone do not tell two
+    /// sources of one size apart: a state for another order of them is refused. Absent in an
+    /// earlier version's states, which are taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mix_sources: Option<Vec<String>>,
+}
+
+/// A saved list of a mix's source names as an error may show it: a damaged state's list (of
+/// any length) is not quoted whole.
+pub(crate) fn shown_names(names: &[String]) -> String {
+    let mut out = String::new();
+    for (i, n) in names.iter().enumerate() {
+        if out.len() + n.len() > 400 {
+            out.push_str(&format!("... ({} more)", names.len() - i));
+            break;
+        }
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(n);
+    }
+    format!("[{out}]")
 }
 
 impl crate::uri::SourceOptions {

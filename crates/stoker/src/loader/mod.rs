@@ -25,6 +25,7 @@ mod epoch;
 mod plan;
 mod producer;
 
+pub(crate) use config::shown_names;
 pub use config::{ErrorPolicy, HostBuffers, LoaderConfig, LoaderState, Transform};
 pub use epoch::{EpochIter, EpochStream};
 use producer::Producer;
@@ -223,6 +224,7 @@ impl Loader {
                 sampler: state,
                 batch_size: self.cfg.batch_size,
                 source: Some(self.identity()),
+                mix_sources: self.mix_names(),
             });
         }
         self.pending_of(&p)
@@ -241,7 +243,13 @@ impl Loader {
             sampler,
             batch_size: self.cfg.batch_size,
             source: Some(self.identity()),
+            mix_sources: self.mix_names(),
         })
+    }
+
+    /// A mix's source names, in order ([`LoaderState::mix_sources`]).
+    fn mix_names(&self) -> Option<Vec<String>> {
+        self.source.as_mix().map(|m| m.names().map(String::from).collect())
     }
 
     /// What a state records of the source ([`LoaderState::source`]): the sample count alone
@@ -271,10 +279,23 @@ impl Loader {
         if let Some(theirs) = &state.source {
             let mine = self.identity();
             if *theirs != mine {
+                // What a loader writes here is short; a damaged state's may be megabytes.
+                let theirs =
+                    if theirs.len() > 200 { format!("{} bytes of description", theirs.len()) } else { theirs.clone() };
                 return Err(Error::invalid_option(format!(
                     "the saved state is for a source of {theirs}, this loader reads {} ({mine}): resume with the data \
                      it was saved with",
                     self.source
+                )));
+            }
+        }
+        if let (Some(theirs), Some(mine)) = (&state.mix_sources, self.mix_names()) {
+            if *theirs != mine {
+                return Err(Error::invalid_option(format!(
+                    "the saved state mixes the sources {} in that order, this loader mixes {}: resume with the same \
+                     sources in the same order (a source that moved keeps its place when given the name it had)",
+                    config::shown_names(theirs),
+                    config::shown_names(&mine)
                 )));
             }
         }

@@ -31,26 +31,6 @@ pub(crate) fn temp_target(name: &str) -> Option<&str> {
     name.strip_prefix('.')?.strip_suffix(TEMP_SUFFIX)
 }
 
-/// The bytes of a small file the user names (a tokenizer, a mix file), at most `cap` of them:
-/// a path given by mistake (a corpus of gigabytes, a device that never ends) is refused, not
-/// read into memory. A larger one is an `InvalidData` error saying so.
-pub(crate) fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
-    use io::Read;
-    let larger = || io::Error::new(io::ErrorKind::InvalidData, format!("it is larger than {cap} bytes"));
-    let file = std::fs::File::open(path)?;
-    // A file that says it is larger is refused unread; one that says nothing (a device, a
-    // pipe) is read up to the cap.
-    if file.metadata()?.len() > cap {
-        return Err(larger());
-    }
-    let mut bytes = Vec::new();
-    file.take(cap.saturating_add(1)).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > cap {
-        return Err(larger());
-    }
-    Ok(bytes)
-}
-
 /// A new file at `path`, whatever was there: an earlier run's temporary file is removed first,
 /// and so is a link planted in its place. Opening it instead (`File::create`) would follow
 /// such a link and truncate its target, anywhere the user may write, and the rename that
@@ -275,21 +255,6 @@ mod tests {
     use super::*;
     use futures::TryStreamExt;
     use object_store::ObjectStore;
-
-    #[test]
-    fn a_capped_read_takes_a_file_up_to_its_cap_and_refuses_more_unread() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, b"12345").unwrap();
-        assert_eq!(read_capped(&path, 5).unwrap(), b"12345");
-        let e = read_capped(&path, 4).unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
-        assert!(e.to_string().contains("larger than 4 bytes"), "{e}");
-        // A device that never ends is refused after the cap, not read until memory runs out.
-        let e = read_capped(Path::new("/dev/zero"), 1 << 20).unwrap_err();
-        assert!(e.to_string().contains("larger than 1048576 bytes"), "{e}");
-        assert_eq!(read_capped(&dir.path().join("missing"), 5).unwrap_err().kind(), io::ErrorKind::NotFound);
-    }
 
     /// A tree with what object_store's own listing has rules for: nested and hidden
     /// directories, odd names, symlinks to a directory and to a file, a broken symlink, a name

@@ -37,10 +37,11 @@ mod write;
 
 /// Range merging and splitting (at the crate root: the fetch layer and the caches use it too).
 pub use crate::ranges;
+pub use crate::small_file::{read_capped, SMALL_FILE_BYTES};
 pub use blocking::BlockReader;
 pub(crate) use blocking::{Cancel, RangeReader};
 pub(crate) use direct::{gone, is_gone, DirectReader};
-pub(crate) use local::{create_fresh, is_temp_name, publish, read_capped, temp_name, temp_target};
+pub(crate) use local::{create_fresh, is_temp_name, publish, temp_name, temp_target};
 pub(crate) use mapped::MappedObject;
 pub use object::Object;
 pub use write::ObjectWriter;

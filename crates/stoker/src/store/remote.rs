@@ -71,6 +71,12 @@ fn check_endpoint(e: &str) -> Result<()> {
     match url::Url::parse(e) {
         Ok(u) if !matches!(u.scheme(), "http" | "https") => Err(bad("is not an http(s) URL")),
         Ok(u) if u.host_str().is_none_or(str::is_empty) => Err(bad("has no host")),
+        // The store signs and sends requests to URIs made from the endpoint as written, as
+        // `http::Uri`s, which are stricter than the URL parser (a `[` in the authority that
+        // opens no IPv6 address): refused here, not at the first request (where it panics).
+        Ok(_) if e.parse::<http::Uri>().is_err() => {
+            Err(bad("is not a URL an HTTP request can be sent to (an unclosed `[`?)"))
+        }
         Ok(_) => Ok(()),
         Err(err) => Err(bad(&format!("is not a URL ({err})"))),
     }

@@ -186,6 +186,7 @@ impl TokenLoader {
             weights,
             stream: Some(TokenStream::of(&cfg)),
             tokens: None,
+            sources: mix.as_ref().map(|m| m.names()),
         };
         let data_tokens = Mutex::new(DataTokens::start(&docs));
         Ok(TokenLoader {
@@ -389,7 +390,18 @@ impl TokenLoader {
                 state.documents, state.global_batch, state.seq_len, self.cfg.global_batch, self.cfg.seq_len
             )));
         }
-        let sources = self.mix.as_ref().map_or(0, |m| m.names().len());
+        let names = self.mix.as_ref().map(|m| m.names());
+        if let (Some(theirs), Some(mine)) = (&state.sources, &names) {
+            if theirs != mine {
+                return Err(Error::invalid_option(format!(
+                    "the saved state mixes the sources {} in that order, this loader mixes {}: resume with the same \
+                     sources in the same order (a source that moved keeps its place when given the name it had)",
+                    crate::loader::shown_names(theirs),
+                    crate::loader::shown_names(mine)
+                )));
+            }
+        }
+        let sources = names.as_ref().map_or(0, Vec::len);
         let bad = |why: String| Err(Error::invalid_option(format!("the saved state's mix weights: {why}")));
         match (sources, state.weights.first()) {
             (0, None) => {}
@@ -428,7 +440,31 @@ impl TokenLoader {
         // on: the run's next states are checked at their resume.
         let mut state = state;
         state.stream.get_or_insert(mine);
-        *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = (state.clone(), Some(state.clone()));
+        if state.sources.is_none() {
+            state.sources = names;
+        }
+        let before = std::mem::replace(
+            &mut *self.progress.lock().unwrap_or_else(|e| e.into_inner()),
+            (state.clone(), Some(state.clone())),
+        );
+        // The epoch's length under the state's own weights, known once they are in place. A
+        // run's state stands at most at its epoch's end; one past it would be taken as the end
+        // and skip the rest of the epoch.
+        match self.batches(state.epoch) {
+            Ok(end) if state.batch > end => {
+                *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = before;
+                return Err(Error::invalid_option(format!(
+                    "the saved state is at global batch {} of epoch {}, which has {end}: it is not a state this \
+                     loader wrote",
+                    state.batch, state.epoch
+                )));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = before;
+                return Err(e);
+            }
+        }
         // One at its epoch's end (as earlier versions kept it) is the next epoch's start: asked
         // once it is in place, so that its own weights plan its epoch.
         let next = self.state();

@@ -36,6 +36,10 @@ pub struct TokenState {
     /// started: other data with as many documents (a corpus tokenized again) is caught by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u64>,
+    /// For a mixture: its sources' names, in order (the weights are per source, by place).
+    /// Absent in earlier versions' states, which are taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Vec<String>>,
 }
 
 /// The documents' tokens in all: counted on a thread of its own, taken from it once.

@@ -163,6 +163,18 @@ async fn global_batches_do_not_depend_on_the_world_size_and_resume_anywhere() {
     corpus(again.path(), &lens.iter().map(|l| l + 1).collect::<Vec<_>>());
     let e = TokenLoader::new(open(again.path()).await, base(3, 0)).unwrap().load_state(state.clone());
     assert!(e.unwrap_err().to_string().contains("tokens in all"));
+    // A state past its epoch's end is no run's: refused (not taken as the end, which would
+    // skip the rest of the epoch), and the loader keeps the state it had.
+    let fresh = TokenLoader::new(src.clone(), base(3, 0)).unwrap();
+    let epoch = state.epoch;
+    let end = fresh.batches(epoch).unwrap();
+    for batch in [end + 1, 1 << 20, u64::MAX] {
+        let e = fresh.load_state(TokenState { batch, ..state.clone() }).unwrap_err().to_string();
+        assert!(e.contains(&format!("global batch {batch} of epoch {epoch}, which has {end}")), "{e}");
+        assert_eq!((fresh.state().epoch, fresh.state().batch), (0, 0));
+    }
+    fresh.load_state(TokenState { batch: end, ..state.clone() }).unwrap();
+    assert_eq!((fresh.state().epoch, fresh.state().batch), (epoch + 1, 0), "the end is the next epoch's start");
     // A state of an earlier version (neither recorded) is taken as it is.
     let earlier = TokenState { stream: None, tokens: None, ..state };
     let resumed = TokenLoader::new(src.clone(), base(3, 0)).unwrap();
@@ -417,6 +429,14 @@ async fn new_weights_between_epochs_are_the_ones_used_and_bad_saved_weights_are_
     let state = loader.state();
     assert_eq!((state.epoch, state.batch, state.weights.clone()), (2, 0, vec![(0, vec![0.3, 0.7])]));
     let wrong = |weights: Vec<(u64, Vec<f64>)>| TokenState { weights, ..state.clone() };
+    // The weights are per source by place: a state for the sources in another order is
+    // refused; one of an earlier version, which names none, is taken.
+    assert_eq!(state.sources, Some(vec!["a".to_string(), "b".to_string()]));
+    let swapped = TokenState { sources: Some(vec!["b".into(), "a".into()]), ..state.clone() };
+    let e = loader.load_state(swapped).unwrap_err().to_string();
+    assert!(e.contains("[b, a] in that order") && e.contains("mixes [a, b]"), "{e}");
+    loader.load_state(TokenState { sources: None, ..state.clone() }).unwrap();
+    assert_eq!(loader.state().sources, state.sources, "its next states name the sources");
     for bad in [vec![], vec![(0, vec![1.0])], vec![(3, vec![0.5, 0.5])], vec![(0, vec![f64::NAN, 1.0])]] {
         assert!(loader.load_state(wrong(bad.clone())).is_err(), "{bad:?}");
     }

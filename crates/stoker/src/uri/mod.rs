@@ -10,7 +10,7 @@ mod options;
 
 pub use braces::expand_braces;
 pub use grammar::{parse, Location, RemoteLocation, SourceUri, SCHEMES};
-pub use options::{option_keys, Behind, DamagePolicy, Eviction, Layout, SourceOptions, INDEX_FILE};
+pub use options::{option_keys, Behind, DamagePolicy, Eviction, Layout, SourceOptions, INDEX_FILE, MAX_IN_FLIGHT};
 // Redaction sits at the crate root, below the error type that uses it too.
 #[cfg(feature = "fuzzing")]
 pub(crate) use crate::redact::is_secret_key;

@@ -216,8 +216,9 @@ pub struct SourceOptions {
     /// HTTP: a file (relative to the URI) listing one object name per line.
     pub list: Option<String>,
 
-    /// Remote requests in flight at once, fixed. Unset: sized from observed latency
-    /// (Little's law), from 64 up to 512 and 256 MiB of requests.
+    /// Remote requests in flight at once, fixed (at most [`MAX_IN_FLIGHT`]). Unset: sized
+    /// from observed latency (Little's law), from 64 up to 512 and 256 MiB of requests.
+    #[serde(deserialize_with = "max_in_flight")]
     pub max_in_flight: Option<usize>,
     /// Remote reads larger than this are split into parallel parts (default 8 MiB).
     pub part_size: Option<u64>,
@@ -354,7 +355,23 @@ impl std::fmt::Debug for SourceOptions {
 impl SourceOptions {
     /// Parse a URL query string (`layout=tar&concurrency=8`).
     pub fn from_query(query: &str) -> Result<Self> {
-        serde_urlencoded::from_str(query).map_err(|e| option_error(e.to_string()))
+        serde_urlencoded::from_str(query).map_err(|e| {
+            // serde_urlencoded does not say which key's value failed ("invalid digit found in
+            // string"): each known pair parsed alone finds it. The value is not quoted (a
+            // secret's may be in the query).
+            let why = e.to_string();
+            let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query).unwrap_or_default();
+            let keys = option_keys();
+            let wrong = pairs.iter().filter(|(k, _)| keys.contains(k)).find_map(|(k, v)| {
+                let alone = serde_urlencoded::to_string([(k, v)]).ok()?;
+                serde_urlencoded::from_str::<SourceOptions>(&alone).err().map(|e| (k, e.to_string()))
+            });
+            match wrong {
+                Some((k, why)) if !is_secret_option(k) => Error::invalid_option(format!("option `{k}`: {why}")),
+                Some((k, _)) => Error::invalid_option(format!("option `{k}`: not a valid value")),
+                None => option_error(why),
+            }
+        })
     }
 
     /// Parse a JSON object. Errors never quote credential values.
@@ -496,6 +513,19 @@ fn wrong_option(map: serde_json::Map<String, serde_json::Value>) -> Option<(Stri
         let alone = serde_json::Value::Object([(k.clone(), v)].into_iter().collect());
         serde_json::from_value::<SourceOptions>(alone).err().map(|e| (k, e.to_string()))
     })
+}
+
+/// The most requests a source may keep in flight (`max_in_flight`): far beyond what any store
+/// serves one client, and within what the fetch layer's semaphore can count.
+pub const MAX_IN_FLIGHT: usize = 1 << 16;
+
+fn max_in_flight<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<usize>, D::Error> {
+    match Option::<usize>::deserialize(d)? {
+        Some(n) if n > MAX_IN_FLIGHT => Err(serde::de::Error::custom(format!(
+            "{n} requests in flight is more than the {MAX_IN_FLIGHT} a source may keep"
+        ))),
+        n => Ok(n),
+    }
 }
 
 fn option_error(serde_msg: String) -> Error {

@@ -196,10 +196,44 @@ async fn an_endpoint_without_a_host_is_an_error_not_a_panic() {
         ("s3://b/p?endpoint=ftp://host:21&access_key_id=a&secret_access_key=s3cr3t", "not an http(s) URL"),
         ("s3://b/p?endpoint=localhost:9000&access_key_id=a&secret_access_key=s3cr3t", "endpoint"),
         ("az://c/p?account=a&access_key=s3cr3t&endpoint=http://", "not a URL"),
+        // The URL parser takes `[admin` as a user name; the client's request URI does not.
+        ("s3://b/p?endpoint=http://[admin@127.0.0.1:9000&access_key_id=a&secret_access_key=s3cr3t", "unclosed `[`"),
     ] {
         let e = open_err(uri).await;
         assert!(matches!(e, Error::InvalidOption { .. }), "{uri}: {e:?}");
         assert_mentions(&e, &[why, "http://127.0.0.1:9000"]);
         assert!(!e.to_string().contains("s3cr3t"), "{e}");
     }
+}
+
+#[test]
+fn requests_in_flight_past_what_a_semaphore_counts_are_refused_naming_the_option() {
+    let most = stoker::uri::MAX_IN_FLIGHT;
+    assert_eq!(SourceOptions::from_query(&format!("max_in_flight={most}")).unwrap().max_in_flight, Some(most));
+    for e in [
+        SourceOptions::from_query("max_in_flight=4611686018427387904").unwrap_err(),
+        SourceOptions::from_json(&format!(r#"{{"max_in_flight":{}}}"#, most + 1)).unwrap_err(),
+        SourceOptions::from_toml("max_in_flight = 4611686018427387904").unwrap_err(),
+    ] {
+        let e = e.to_string();
+        assert!(e.contains("max_in_flight") && e.contains(&most.to_string()), "{e}");
+    }
+}
+
+#[test]
+fn a_bad_value_in_a_query_names_its_option() {
+    for (q, key) in [
+        ("layout=tar&concurrency=abc", "concurrency"),
+        ("attempts=-1&layout=tar", "attempts"),
+        ("max_read=1.5", "max_read"),
+        ("write_sidecar=maybe", "write_sidecar"),
+        ("coalesce_gap=", "coalesce_gap"),
+    ] {
+        let e = SourceOptions::from_query(q).unwrap_err().to_string();
+        assert!(e.contains(&format!("option `{key}`")), "{q}: {e}");
+    }
+    // A secret's value is never quoted, whatever is wrong with it.
+    let e = SourceOptions::from_query("secret_access_key=hunter2&secret_access_key=x").unwrap_err().to_string();
+    assert!(!e.contains("hunter2"), "{e}");
+    assert!(SourceOptions::from_query("bogus=1").unwrap_err().to_string().contains("valid options"));
 }

@@ -338,6 +338,7 @@ fn bad_configs_are_errors() {
         sampler: stoker::sampler::SamplerState { n: 11, order: Order::Sequential, epoch: 0, consumed: 0, mix: None },
         batch_size: 2,
         source: None,
+        mix_sources: None,
     };
     assert!(l.load_state(wrong).unwrap_err().to_string().contains("11"));
 }

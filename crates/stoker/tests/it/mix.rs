@@ -197,6 +197,17 @@ fn resume_mid_epoch_delivers_the_rest_once_also_at_another_world_size() {
     assert_eq!(once.len(), delivered.len(), "a sample was delivered twice");
     assert!(once.is_subset(&full.iter().copied().collect()));
 
+    // Nor onto the same sources in another order (sizes and weights alone may not tell them
+    // apart); a state that names none (an earlier version's) is taken.
+    let loader = Loader::new(src.clone(), shuffled(8, 11)).unwrap();
+    let mut swapped: stoker::LoaderState = serde_json::from_str(&json).unwrap();
+    let names = swapped.mix_sources.clone().expect("a mix's state names its sources");
+    assert!(names.len() > 1, "{names:?}");
+    swapped.mix_sources.as_mut().unwrap().reverse();
+    let e = loader.load_state(swapped.clone()).unwrap_err().to_string();
+    assert!(e.contains("in that order") && e.contains(&names[0]), "{e}");
+    loader.load_state(stoker::LoaderState { mix_sources: None, ..swapped }).unwrap();
+
     // A state of this mix does not restore onto a mix with other weights.
     let other = rt.block_on(open_mix(&f.root, &MIX_TOML.replace("weight = 0.2", "weight = 0.25"))).unwrap();
     let loader = Loader::new(other, shuffled(8, 11)).unwrap();
