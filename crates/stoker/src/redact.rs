@@ -40,15 +40,16 @@ pub fn redact(uri: &str) -> String {
     if let Some(json) = uri.strip_prefix("mix:").filter(|j| j.trim_start().starts_with('{')) {
         return format!("mix:{}", redact_mix_json(json));
     }
-    // A fragment is no part of a source URI, but a secret pasted after `#` instead of `?` is
-    // still a secret: its pairs are masked as the query's are.
-    let (uri, fragment) = match uri.split_once('#') {
-        Some((u, f)) => (u, Some(f)),
-        None => (uri, None),
-    };
     let (base, query) = match uri.split_once('?') {
         Some((b, q)) => (b, Some(q)),
         None => (uri, None),
+    };
+    // A `#` before the query is no fragment to the URI parser (it stays in the path), but a
+    // secret pasted after it instead of after `?` is still a secret: its pairs are masked as
+    // the query's are. (In the query, `#` is part of a key or value, as the parser reads it.)
+    let (base, fragment) = match base.split_once('#') {
+        Some((b, f)) => (b, Some(f)),
+        None => (base, None),
     };
     let mut out = String::with_capacity(uri.len());
     match base.split_once("://") {
@@ -82,13 +83,13 @@ pub fn redact(uri: &str) -> String {
         }
         None => out.push_str(base),
     }
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(&masked_pairs(f, &['&', '#', ';']));
+    }
     if let Some(q) = query {
         out.push('?');
         out.push_str(&masked_pairs(q, &['&']));
-    }
-    if let Some(f) = fragment {
-        out.push('#');
-        out.push_str(&masked_pairs(f, &['&', '?', '#', ';']));
     }
     out
 }
@@ -434,8 +435,10 @@ mod tests {
         for uri in [
             "s3://b/p/train-{0..1}.tar#secret_access_key=hunter2",
             "s3://b/p#x?session_token=hunter2&region=x",
-            "s3://b/p?region=x#a=1;secret_access_key=hunter2",
+            "s3://b/p#a=1;secret_access_key=hunter2?region=x",
             "s3://b/p#endpoint=http://user:hunter2@host:9000",
+            // In the query `#` belongs to the key, as the query parser reads it.
+            "s3://b/p?x=1&secret_ac#ess_key=hunter2",
         ] {
             let r = redact(uri);
             assert!(!r.contains("hunter2"), "{uri} -> {r}");

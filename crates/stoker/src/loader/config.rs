@@ -174,9 +174,20 @@ pub struct LoaderState {
     pub mix_sources: Option<Vec<String>>,
 }
 
+/// The error for a saved state of a mix whose sources are named otherwise, or in another
+/// order, than this loader's (`theirs` against `mine`).
+pub(crate) fn other_mix_sources(theirs: &[String], mine: &[String]) -> crate::Error {
+    crate::Error::invalid_option(format!(
+        "the saved state mixes the sources {} in that order, this loader mixes {}: resume with the same sources in \
+         the same order (a source that moved keeps its place when given the name it had)",
+        shown_names(theirs),
+        shown_names(mine)
+    ))
+}
+
 /// A saved list of a mix's source names as an error may show it: a damaged state's list (of
 /// any length) is not quoted whole.
-pub(crate) fn shown_names(names: &[String]) -> String {
+fn shown_names(names: &[String]) -> String {
     let mut out = String::new();
     for (i, n) in names.iter().enumerate() {
         if out.len() + n.len() > 400 {

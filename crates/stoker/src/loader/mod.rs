@@ -25,7 +25,7 @@ mod epoch;
 mod plan;
 mod producer;
 
-pub(crate) use config::shown_names;
+pub(crate) use config::other_mix_sources;
 pub use config::{ErrorPolicy, HostBuffers, LoaderConfig, LoaderState, Transform};
 pub use epoch::{EpochIter, EpochStream};
 use producer::Producer;
@@ -291,12 +291,7 @@ impl Loader {
         }
         if let (Some(theirs), Some(mine)) = (&state.mix_sources, self.mix_names()) {
             if *theirs != mine {
-                return Err(Error::invalid_option(format!(
-                    "the saved state mixes the sources {} in that order, this loader mixes {}: resume with the same \
-                     sources in the same order (a source that moved keeps its place when given the name it had)",
-                    config::shown_names(theirs),
-                    config::shown_names(&mine)
-                )));
+                return Err(other_mix_sources(theirs, &mine));
             }
         }
         // The resume reads in the state's order: another than this loader's (its shuffle, its

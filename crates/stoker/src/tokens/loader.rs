@@ -393,12 +393,7 @@ impl TokenLoader {
         let names = self.mix.as_ref().map(|m| m.names());
         if let (Some(theirs), Some(mine)) = (&state.sources, &names) {
             if theirs != mine {
-                return Err(Error::invalid_option(format!(
-                    "the saved state mixes the sources {} in that order, this loader mixes {}: resume with the same \
-                     sources in the same order (a source that moved keeps its place when given the name it had)",
-                    crate::loader::shown_names(theirs),
-                    crate::loader::shown_names(mine)
-                )));
+                return Err(crate::loader::other_mix_sources(theirs, mine));
             }
         }
         let sources = names.as_ref().map_or(0, Vec::len);
