@@ -445,20 +445,18 @@ impl TokenLoader {
         // The epoch's length under the state's own weights, known once they are in place. A
         // run's state stands at most at its epoch's end; one past it would be taken as the end
         // and skip the rest of the epoch.
-        match self.batches(state.epoch) {
-            Ok(end) if state.batch > end => {
-                *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = before;
-                return Err(Error::invalid_option(format!(
-                    "the saved state is at global batch {} of epoch {}, which has {end}: it is not a state this \
-                     loader wrote",
-                    state.batch, state.epoch
-                )));
-            }
-            Ok(_) => {}
-            Err(e) => {
-                *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = before;
-                return Err(e);
-            }
+        let refused = match self.batches(state.epoch) {
+            Ok(end) if state.batch > end => Some(Error::invalid_option(format!(
+                "the saved state is at global batch {} of epoch {}, which has {end}: it is not a state this loader \
+                 wrote",
+                state.batch, state.epoch
+            ))),
+            Ok(_) => None,
+            Err(e) => Some(e),
+        };
+        if let Some(e) = refused {
+            *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = before;
+            return Err(e);
         }
         // One at its epoch's end (as earlier versions kept it) is the next epoch's start: asked
         // once it is in place, so that its own weights plan its epoch.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt};
-use parquet::arrow::arrow_reader::ArrowReaderOptions;
+use parquet::arrow::arrow_reader::{ArrowReaderOptions, RowSelection, RowSelector};
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{ColumnChunkMetaData, PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
@@ -409,7 +409,7 @@ impl AsyncFileReader for StoreFile {
 }
 
 /// A selection of `rows` (sorted, distinct) out of `total`.
-pub(super) fn selection(rows: &[usize], total: usize) -> parquet::arrow::arrow_reader::RowSelection {
+pub(super) fn selection(rows: &[usize], total: usize) -> RowSelection {
     let mut selectors = Vec::new();
     let mut next = 0usize;
     let mut i = 0usize;
@@ -421,14 +421,14 @@ pub(super) fn selection(rows: &[usize], total: usize) -> parquet::arrow::arrow_r
             i += 1;
         }
         if start > next {
-            selectors.push(parquet::arrow::arrow_reader::RowSelector::skip(start - next));
+            selectors.push(RowSelector::skip(start - next));
         }
-        selectors.push(parquet::arrow::arrow_reader::RowSelector::select(end - start));
+        selectors.push(RowSelector::select(end - start));
         next = end;
         i += 1;
     }
     if next < total {
-        selectors.push(parquet::arrow::arrow_reader::RowSelector::skip(total - next));
+        selectors.push(RowSelector::skip(total - next));
     }
     selectors.into()
 }
