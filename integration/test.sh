@@ -27,6 +27,10 @@ export STOKER_AZURITE="$root/integration/node_modules/.bin/azurite-blob"
 # two (a second build of the library and its dependents took a minute of both cores). The
 # build without the feature is linted by .ci/run, and the Python package, built without it,
 # checks its error at run time (tests/test_torch.py).
+# The CLI without Parquet, HDF5 and tokenizers (the README's command 1 builds that one): it
+# reads the demo's layouts and refuses the others by name. Before the tests' build, which puts
+# the full CLI back at target/debug/stoker.
+bash integration/slim.sh
 features=(--workspace --exclude stoker-zune-jpeg --features stoker/cuda --locked)
 cargo test "${features[@]}" --lib --bins --tests --no-run
 collect "$setup_pid" "$setup_log" "integration/setup.sh"

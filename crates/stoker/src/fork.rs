@@ -20,6 +20,7 @@ extern "C" fn forked() {
     // The tokenizers crate encodes batches on rayon's global pool, whose threads are the
     // parent's: once it has run, a batch in the child would wait for them forever. Serial
     // from here on, as the tokenizers Python package does after a fork (only atomics).
+    #[cfg(feature = "tokenizers")]
     if tokenizers::utils::parallelism::has_parallelism_been_used() {
         tokenizers::utils::parallelism::set_parallelism(false);
     }

@@ -248,6 +248,7 @@ fn resync_fixture() -> &'static [u8] {
 
 /// A Parquet file's footer and page index: whatever parses must give a schema the reader
 /// either maps to fields or refuses with an error.
+#[cfg(feature = "parquet")]
 pub fn parquet_footer(data: &[u8]) {
     crate::source::parquet::fuzz(data);
 }
@@ -262,6 +263,7 @@ pub fn records_index(data: &[u8]) {
 /// Parquet page headers as the store hands a column chunk to the reader: the first 8 bytes
 /// are the chunk's claimed total and the budget, the rest the pages. A walk that says yes
 /// must have checked that every page's claims fit both.
+#[cfg(feature = "parquet")]
 pub fn parquet_pages(data: &[u8]) {
     crate::source::parquet::fuzz_pages(data);
 }
@@ -289,6 +291,7 @@ pub fn tfrecord(data: &[u8]) {
 /// HDF5 files: the superblock, object headers, groups (symbol tables, link messages, fractal
 /// heaps), chunk indexes, filters (LZF ours) and variable-length values, through the same walk
 /// and column reads as the layout.
+#[cfg(feature = "hdf5")]
 pub fn hdf5(data: &[u8]) {
     crate::source::hdf5::fuzz(data);
 }

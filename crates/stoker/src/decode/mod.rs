@@ -22,6 +22,7 @@ use crate::source::DynSampleSource;
 
 mod array;
 mod budget;
+mod engine;
 pub mod image;
 mod rng;
 mod spec;

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use super::engine::Engine;
 use crate::error::{Error, Result};
 
 /// The largest `tokenizer.json` loaded (1 GiB; the largest published are tens of MB).
@@ -10,7 +11,7 @@ pub const MAX_TOKENIZER_BYTES: u64 = 1 << 30;
 
 /// A loaded `tokenizer.json`.
 pub struct TextTokenizer {
-    inner: tokenizers::Tokenizer,
+    inner: Engine,
     shown: String,
     fingerprint: u64,
     /// Bytes of text one call of the library encodes: a piece for each core, and at least
@@ -39,20 +40,12 @@ impl TextTokenizer {
 
     /// Load a `tokenizer.json`'s bytes; `shown` names it in errors.
     pub fn from_bytes(bytes: &[u8], shown: &str) -> Result<Self> {
+        super::engine::available().map_err(|why| Error::NotSupported { what: format!("loading {shown}: {why}") })?;
         let cannot = |e: String| {
             Error::invalid_option(format!("{shown} is not a tokenizer.json the tokenizers library can load: {e}"))
         };
         refuse_bad_charsmaps(bytes).map_err(cannot)?;
-        // The library panics on some damaged files (an `expect` in its normalizers' loader).
-        let loaded = std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(bytes));
-        let mut inner = loaded
-            .map_err(|p| cannot(format!("the library failed ({})", crate::error::panic_message(p))))?
-            .map_err(|e| cannot(e.to_string()))?;
-        // A tokenizer.json may carry padding and truncation settings for a model's inputs:
-        // documents are tokenized whole here (rows are cut and padded by the packer or the
-        // tokens decode), so pad ids must not count as tokens of a document.
-        inner.with_padding(None);
-        inner.with_truncation(None).map_err(|e| Error::invalid_option(format!("{shown}: {e}")))?;
+        let inner = Engine::load(bytes).map_err(cannot)?;
         // Forks watched from now on: a batch encoded on rayon's pool in a forked child would
         // wait for the parent's pool threads (see `fork`).
         crate::fork::generation();
@@ -68,7 +61,7 @@ impl TextTokenizer {
         // open. (An error for the probe is no sign of damage: a word-level vocabulary without
         // an unknown token refuses words it lacks.)
         let probe: String = (1u8..0x80).map(char::from).chain("é ü ß ğ 中文 😀 \u{200b}".chars()).collect();
-        tok.guarded(|| tok.inner.encode_fast(probe.as_str(), false).is_ok()).map_err(Error::invalid_option)?;
+        tok.guarded(|| tok.inner.encode(probe.as_str()).is_ok()).map_err(Error::invalid_option)?;
         Ok(tok)
     }
 
@@ -92,7 +85,7 @@ impl TextTokenizer {
 
     /// Size of the vocabulary, added tokens included.
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        self.inner.vocab_size()
     }
 
     /// A hash of the `tokenizer.json` bytes: what tokenized data is keyed by.
@@ -102,12 +95,12 @@ impl TextTokenizer {
 
     /// Whether the vocabulary (added tokens included) has a token of id `id`.
     pub fn has_id(&self, id: u32) -> bool {
-        self.inner.id_to_token(id).is_some()
+        self.inner.has_id(id)
     }
 
     /// The id of token `text` (e.g. `<|endoftext|>`), if the vocabulary has it.
     pub fn token_id(&self, text: &str) -> Option<u32> {
-        self.inner.token_to_id(text)
+        self.inner.token_id(text)
     }
 
     /// The ids of one text, without special tokens, on the calling thread (the Loader's
@@ -124,8 +117,8 @@ impl TextTokenizer {
         let mut ids = Vec::new();
         let pieces = pieces(text);
         for (n, piece) in pieces.iter().enumerate() {
-            match self.guarded(|| self.inner.encode_fast(*piece, false))? {
-                Ok(e) => ids.extend_from_slice(e.get_ids()),
+            match self.guarded(|| self.inner.encode(piece))? {
+                Ok(e) => ids.extend_from_slice(&e),
                 Err(e) => return Err(format!("tokenizing with {} failed: {e}", self.shown)),
             }
             if ids.len() > want {
@@ -168,11 +161,11 @@ impl TextTokenizer {
                 n += 1;
             }
             let group = rest[..n].to_vec();
-            let encodings = self
-                .guarded(|| self.inner.encode_batch(group, false))
+            let encoded = self
+                .guarded(|| self.inner.encode_batch(group))
                 .map_err(failed)?
                 .map_err(|e| failed(format!("tokenizing failed: {e}")))?;
-            ids.extend(encodings.into_iter().map(|e| e.get_ids().to_vec()));
+            ids.extend(encoded);
             rest = &rest[n..];
         }
         let mut ids = ids.into_iter();

@@ -15,7 +15,10 @@ use crate::sample::{Sample, SampleMeta};
 use crate::store::IoCounters;
 use crate::uri::{Layout, SourceOptions};
 
+#[cfg(feature = "hdf5")]
 pub(crate) mod hdf5;
+#[cfg(not(feature = "hdf5"))]
+pub(crate) use self::without::hdf5;
 mod index;
 pub(crate) mod jsonl;
 pub mod lmdb;
@@ -23,17 +26,24 @@ pub mod manifest;
 pub mod mix;
 pub(crate) mod npy;
 pub mod objects;
+#[cfg(feature = "parquet")]
 pub(crate) mod parquet;
+#[cfg(not(feature = "parquet"))]
+pub(crate) use self::without::parquet;
 pub mod read_ahead;
 pub(crate) mod records;
 pub(crate) mod resolve;
 pub(crate) mod span_file;
 pub(crate) mod span_index;
+// Kept batches of Parquet, HDF5 and LitData Arrow tables: idle in a build without them.
+#[cfg_attr(not(all(feature = "parquet", feature = "hdf5")), allow(dead_code))]
 pub(crate) mod spill;
 pub mod tar;
 pub(crate) mod tar_index;
 pub(crate) mod tfrecord;
 pub(crate) mod tokens;
+#[cfg(not(all(feature = "parquet", feature = "hdf5")))]
+mod without;
 
 pub(crate) use self::index::index_with;
 pub use self::index::{index, index_with_progress, IndexReport};

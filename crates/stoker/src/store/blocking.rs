@@ -211,6 +211,7 @@ impl Seek for BlockReader {
 /// place by the calling thread, with no hop to the runtime for each piece; a remote object
 /// through the store's own path (read plan, caches, version rule) on the runtime the reader
 /// was made on. Made by [`Store::range_reader`].
+#[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
 pub(crate) struct RangeReader {
     store: Store,
     obj: Object,
@@ -250,6 +251,7 @@ impl Store {
     }
 }
 
+#[cfg_attr(not(feature = "hdf5"), allow(dead_code))]
 impl RangeReader {
     /// The object read.
     pub(crate) fn object(&self) -> &Object {

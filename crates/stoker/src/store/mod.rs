@@ -39,7 +39,10 @@ mod write;
 pub use crate::ranges;
 pub use crate::small_file::{read_capped, SMALL_FILE_BYTES};
 pub use blocking::BlockReader;
-pub(crate) use blocking::{Cancel, RangeReader};
+pub(crate) use blocking::Cancel;
+// HDF5 files are read through the blocking reader (the hdf5 crate reads synchronously).
+#[cfg(feature = "hdf5")]
+pub(crate) use blocking::RangeReader;
 pub(crate) use direct::{gone, is_gone, DirectReader};
 pub(crate) use local::{create_fresh, is_temp_name, publish, temp_name, temp_target};
 pub(crate) use mapped::MappedObject;

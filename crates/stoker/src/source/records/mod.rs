@@ -12,6 +12,10 @@
 //! Uncompressed MDS shards list hashes too, but checking them means reading the whole
 //! shard; random access does not, so they are checked only where a shard is read whole.
 
+#[cfg(feature = "parquet")]
+mod arrow;
+#[cfg(not(feature = "parquet"))]
+#[path = "arrow_without.rs"]
 mod arrow;
 mod codec;
 mod index;
@@ -205,6 +209,7 @@ struct Inner {
     decoded_budget: usize,
     /// LitData record batches dropped from `kept` with rows still unread, as samples (see
     /// `source::spill`); `None` with `disk_cache=false`.
+    #[cfg_attr(not(feature = "parquet"), allow(dead_code))]
     spill: Option<Arc<Spill>>,
     wanted: Option<Vec<String>>,
     concurrency: usize,
