@@ -6,8 +6,10 @@ use std::path::Path;
 use super::engine::Engine;
 use crate::error::{Error, Result};
 
-/// The largest `tokenizer.json` loaded (1 GiB; the largest published are tens of MB).
-pub const MAX_TOKENIZER_BYTES: u64 = 1 << 30;
+/// The largest `tokenizer.json` loaded (256 MiB; the largest published are tens of MB). A
+/// device named in its place (`/dev/zero`) is read up to it: the memory that costs is twice
+/// the cap at most, as the buffer grows.
+pub const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
 
 /// A loaded `tokenizer.json`.
 pub struct TextTokenizer {
