@@ -15,46 +15,32 @@ pub(crate) fn refused(display: &str, what: &str, feature: &str) -> Error {
     }
 }
 
-/// Parquet files, without the `parquet` feature.
-#[cfg(not(feature = "parquet"))]
-pub(crate) mod parquet {
-    use std::sync::Arc;
+/// A module `$module` whose `open` refuses `$what` for want of feature `$feature`, in place of
+/// the layout's own module (the resolver calls `open` alike in every build).
+macro_rules! left_out {
+    ($module:ident, $feature:literal, $what:literal) => {
+        #[cfg(not(feature = $feature))]
+        #[doc = concat!($what, ", without the `", $feature, "` feature.")]
+        pub(crate) mod $module {
+            use std::sync::Arc;
 
-    use super::refused;
-    use crate::error::Result;
-    use crate::source::DynSampleSource;
-    use crate::store::{ObjectInfo, Store};
-    use crate::uri::SourceOptions;
+            use crate::error::Result;
+            use crate::source::DynSampleSource;
+            use crate::store::{ObjectInfo, Store};
+            use crate::uri::SourceOptions;
 
-    /// Refused: see [`refused`].
-    pub(crate) async fn open(
-        _: Store,
-        _: Vec<ObjectInfo>,
-        _: &SourceOptions,
-        display: String,
-    ) -> Result<Arc<DynSampleSource>> {
-        Err(refused(&display, "Parquet files", "parquet"))
-    }
+            /// Refused: see [`refused`](super::refused).
+            pub(crate) async fn open(
+                _: Store,
+                _: Vec<ObjectInfo>,
+                _: &SourceOptions,
+                display: String,
+            ) -> Result<Arc<DynSampleSource>> {
+                Err(super::refused(&display, $what, $feature))
+            }
+        }
+    };
 }
 
-/// HDF5 files, without the `hdf5` feature.
-#[cfg(not(feature = "hdf5"))]
-pub(crate) mod hdf5 {
-    use std::sync::Arc;
-
-    use super::refused;
-    use crate::error::Result;
-    use crate::source::DynSampleSource;
-    use crate::store::{ObjectInfo, Store};
-    use crate::uri::SourceOptions;
-
-    /// Refused: see [`refused`].
-    pub(crate) async fn open(
-        _: Store,
-        _: Vec<ObjectInfo>,
-        _: &SourceOptions,
-        display: String,
-    ) -> Result<Arc<DynSampleSource>> {
-        Err(refused(&display, "HDF5 files", "hdf5"))
-    }
-}
+left_out!(parquet, "parquet", "Parquet files");
+left_out!(hdf5, "hdf5", "HDF5 files");
