@@ -24,8 +24,30 @@ refused() { # what, feature, command...
     echo "slim: $what was read by a build without the $feature feature: $out" >&2
     exit 1
   fi
-  grep -q "the \`$feature\` feature" <<< "$out" || { echo "slim: $what: the error does not name the feature: $out" >&2; exit 1; }
+  grep -q "\`$feature\` feature" <<< "$out" || { echo "slim: $what: the error does not name the feature: $out" >&2; exit 1; }
 }
+# A LitData chunk whose rows LitData stored as an Arrow table (its items empty, an Arrow IPC
+# file and the LDARW01 trailer after them): refused when the dataset opens, not at each read
+# (a Loader skipping bad samples would skip them all). The Arrow bytes are never read.
+python3 - "$work/lit" <<'PY'
+import json, os, struct, sys
+d = sys.argv[1]
+os.makedirs(d)
+arrow = b"ARROW1\0\0" + bytes(56)
+chunk = struct.pack("<III", 1, 12, 12) + arrow + struct.pack("<I", len(arrow)) + b"LDARW01\0"
+with open(os.path.join(d, "chunk-0-0.bin"), "wb") as f:
+    f.write(chunk)
+leaf = {"type": None, "context": None, "children_spec": []}
+spec = [1, {"type": "builtins.dict", "context": json.dumps(["__key__", "cls"]), "children_spec": [leaf, leaf]}]
+index = {
+    "chunks": [{"chunk_bytes": len(chunk), "chunk_size": 1, "dim": None, "filename": "chunk-0-0.bin"}],
+    "config": {"chunk_bytes": 16000, "chunk_size": None, "compression": None, "data_format": ["str", "int"],
+               "data_spec": json.dumps(spec), "encryption": None, "item_loader": "PyTreeLoader"},
+}
+with open(os.path.join(d, "index.json"), "w") as f:
+    json.dump(index, f)
+PY
+refused "a LitData Arrow-table chunk" parquet "$bin" inspect "$work/lit"
 refused "a Parquet file" parquet "$bin" inspect "$work/a.parquet"
 refused "an HDF5 file" hdf5 "$bin" ls "$work/b.h5"
 refused "a tokenizer" tokenizers "$bin" tokens "$work/demo/text" --tokenizer "$work/demo/tokenizer.json" --seq-len 16 --global-batch 2

@@ -19,6 +19,10 @@ export STOKER_WRITERS_PYTHON="$root/.venv-peers/bin/python"
 # The GCS and Azure emulators integration/setup.sh installs (tests/remote_gcs.rs, remote_azure.rs).
 export STOKER_FAKE_GCS="$root/.venv/bin/fake-gcs-server"
 export STOKER_AZURITE="$root/integration/node_modules/.bin/azurite-blob"
+# The CLI without Parquet, HDF5 and tokenizers (the README's command 1 builds that one): it
+# reads the demo's layouts and refuses the others by name. Before the tests' build, which puts
+# the full CLI back at target/debug/stoker.
+bash integration/slim.sh
 # Every test and doctest; not the examples (benchmarks, ~95 MB of debug binary each, which
 # clippy --all-targets has already compiled): CI's disk is finite.
 # stoker-zune-jpeg (vendor/) is upstream's decoder: its tests need upstream's test images.
@@ -27,10 +31,6 @@ export STOKER_AZURITE="$root/integration/node_modules/.bin/azurite-blob"
 # two (a second build of the library and its dependents took a minute of both cores). The
 # build without the feature is linted by .ci/run, and the Python package, built without it,
 # checks its error at run time (tests/test_torch.py).
-# The CLI without Parquet, HDF5 and tokenizers (the README's command 1 builds that one): it
-# reads the demo's layouts and refuses the others by name. Before the tests' build, which puts
-# the full CLI back at target/debug/stoker.
-bash integration/slim.sh
 features=(--workspace --exclude stoker-zune-jpeg --features stoker/cuda --locked)
 cargo test "${features[@]}" --lib --bins --tests --no-run
 collect "$setup_pid" "$setup_log" "integration/setup.sh"

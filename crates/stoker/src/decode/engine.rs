@@ -3,19 +3,8 @@
 //! tokenizer (with an error naming the feature) instead of leaving the library's users to
 //! handle a type that is there in one build and not in another.
 
-/// Why a build without the feature loads no tokenizer, and what to do.
-#[cfg(not(feature = "tokenizers"))]
-const WITHOUT: &str = "this build of Stoker has no tokenizer: it was compiled without the `tokenizers` feature \
-     (build it with default features, e.g. `cargo run --release -p stoker-cli` without `--no-default-features`, \
-     or install the Python wheel)";
-
-/// Whether this build loads tokenizers; if not, why not and what to do.
-pub(super) fn available() -> Result<(), String> {
-    #[cfg(not(feature = "tokenizers"))]
-    return Err(WITHOUT.into());
-    #[cfg(feature = "tokenizers")]
-    Ok(())
-}
+/// Whether this build loads tokenizers (the `tokenizers` feature).
+pub(super) const AVAILABLE: bool = cfg!(feature = "tokenizers");
 
 /// A loaded tokenizer: padding and truncation off (documents are tokenized whole).
 #[cfg(feature = "tokenizers")]
@@ -71,9 +60,9 @@ impl Engine {
 
 #[cfg(not(feature = "tokenizers"))]
 impl Engine {
-    /// Refused: see [`WITHOUT`].
+    /// Refused (callers check [`AVAILABLE`] first, with an error naming the feature).
     pub(super) fn load(_: &[u8]) -> Result<Engine, String> {
-        Err(WITHOUT.into())
+        Err("this build has no tokenizer".into())
     }
 
     pub(super) fn vocab_size(&self) -> usize {

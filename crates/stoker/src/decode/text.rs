@@ -31,6 +31,10 @@ impl TextTokenizer {
     /// Load `path` (a Hugging Face `tokenizer.json`; the largest are tens of MB, and a file
     /// over [`MAX_TOKENIZER_BYTES`] is refused unread: a corpus given in its place).
     pub fn from_file(path: &Path) -> Result<Self> {
+        // A build without the library refuses before reading the file.
+        if !super::engine::AVAILABLE {
+            return Err(Error::without_feature(&path.display().to_string(), "a tokenizer.json", "tokenizers"));
+        }
         let bytes = crate::store::read_capped(path, MAX_TOKENIZER_BYTES).map_err(|e| {
             Error::invalid_option(format!(
                 "cannot read the tokenizer {}: {e} (give the path of a Hugging Face tokenizer.json)",
@@ -42,7 +46,9 @@ impl TextTokenizer {
 
     /// Load a `tokenizer.json`'s bytes; `shown` names it in errors.
     pub fn from_bytes(bytes: &[u8], shown: &str) -> Result<Self> {
-        super::engine::available().map_err(|why| Error::NotSupported { what: format!("loading {shown}: {why}") })?;
+        if !super::engine::AVAILABLE {
+            return Err(Error::without_feature(shown, "a tokenizer.json", "tokenizers"));
+        }
         let cannot = |e: String| {
             Error::invalid_option(format!("{shown} is not a tokenizer.json the tokenizers library can load: {e}"))
         };

@@ -459,6 +459,19 @@ impl Error {
         }
     }
 
+    /// `shown`'s `what` (e.g. "Parquet files") refused by a build without `feature`: what
+    /// failed and how to get a build that has it.
+    #[cfg_attr(all(feature = "parquet", feature = "hdf5", feature = "tokenizers"), allow(dead_code))]
+    pub(crate) fn without_feature(shown: &str, what: &str, feature: &str) -> Self {
+        Error::NotSupported {
+            what: format!(
+                "{shown}: reading {what} needs Stoker's `{feature}` feature, which this build was compiled \
+                 without: rebuild with it (`--features {feature}` for stoker-cli, `features = [\"{feature}\"]` on \
+                 the `stoker` dependency); the default features and the Python wheel have it"
+            ),
+        }
+    }
+
     pub(crate) fn invalid_option(message: impl Into<String>) -> Self {
         Error::InvalidOption { message: message.into() }
     }

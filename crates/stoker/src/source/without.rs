@@ -2,19 +2,6 @@
 //! error naming the feature and what to do, so the rest of the library is the same in every
 //! build.
 
-use crate::error::Error;
-
-/// The error for `display`, a source of `what` that needs `feature`.
-pub(crate) fn refused(display: &str, what: &str, feature: &str) -> Error {
-    Error::NotSupported {
-        what: format!(
-            "{display}: reading {what} needs the `{feature}` feature, which this build of Stoker was compiled without \
-             (build it with default features, e.g. `cargo run --release -p stoker-cli` without `--no-default-features`, \
-             or install the Python wheel, which has every format)"
-        ),
-    }
-}
-
 /// A module `$module` whose `open` refuses `$what` for want of feature `$feature`, in place of
 /// the layout's own module (the resolver calls `open` alike in every build).
 macro_rules! left_out {
@@ -29,14 +16,14 @@ macro_rules! left_out {
             use crate::store::{ObjectInfo, Store};
             use crate::uri::SourceOptions;
 
-            /// Refused: see [`refused`](super::refused).
+            /// Refused: this build lacks the feature.
             pub(crate) async fn open(
                 _: Store,
                 _: Vec<ObjectInfo>,
                 _: &SourceOptions,
                 display: String,
             ) -> Result<Arc<DynSampleSource>> {
-                Err(super::refused(&display, $what, $feature))
+                Err(crate::error::Error::without_feature(&display, $what, $feature))
             }
         }
     };

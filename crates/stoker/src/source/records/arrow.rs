@@ -24,25 +24,6 @@ pub(super) struct ArrowIndex {
 }
 
 impl Inner {
-    /// Where the Arrow IPC file of an Arrow-footer chunk of `size` bytes lies.
-    pub(super) async fn arrow_span(&self, shard: usize, size: u64) -> Result<Range<u64>> {
-        let s = &self.shards[shard];
-        let tail_at = size.checked_sub(12).ok_or_else(|| self.corrupt(shard, String::new(), "too short".into()))?;
-        let tail = self.read_range(&s.path, tail_at..size).await.map_err(|e| self.short(shard, e))?;
-        if &tail[4..] != b"LDARW01\0" {
-            return Err(self.corrupt(
-                shard,
-                String::new(),
-                "its items are empty and no Arrow footer (LDARW01) follows them".into(),
-            ));
-        }
-        let len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
-        let start = tail_at.checked_sub(len).ok_or_else(|| {
-            self.corrupt(shard, String::new(), "its Arrow footer claims more bytes than the chunk has".into())
-        })?;
-        Ok(start..tail_at)
-    }
-
     /// The record batches of the Arrow IPC file at `span` of `shard`: its footer, then each
     /// batch's message header (for its row count), in one merged read.
     pub(super) async fn arrow_index(&self, shard: usize, span: Range<u64>) -> Result<ArrowIndex> {

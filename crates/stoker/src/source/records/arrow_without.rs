@@ -13,17 +13,14 @@ use crate::sample::Sample;
 pub(super) enum ArrowIndex {}
 
 impl Inner {
-    /// Refused: the chunk at `shard` is an Arrow-footer chunk, which this build cannot read.
-    pub(super) async fn arrow_span(&self, shard: usize, _: u64) -> Result<Range<u64>> {
-        let shown = format!("{} (chunk {})", self.display, self.shards[shard].path);
-        Err(crate::source::without::refused(&shown, "LitData's Arrow-table chunks", "parquet"))
-    }
-
-    /// Never called: [`arrow_span`](Self::arrow_span) refused first.
+    /// Refused: the chunk at `shard` is an Arrow-footer chunk (its trailer says so), which
+    /// this build cannot read.
     pub(super) async fn arrow_index(&self, shard: usize, _: Range<u64>) -> Result<ArrowIndex> {
-        Err(self.arrow_span(shard, 0).await.err().unwrap_or_else(|| crate::error::Error::internal("arrow")))
+        let shown = format!("{} (chunk {})", self.display, self.shards[shard].path);
+        Err(crate::error::Error::without_feature(&shown, "LitData's Arrow-table chunks", "parquet"))
     }
 
+    /// Never called: no [`ArrowIndex`] exists in this build.
     pub(super) async fn arrow_samples(&self, _: usize, index: &ArrowIndex, _: &[usize]) -> Result<Vec<Sample>> {
         match *index {}
     }

@@ -168,23 +168,33 @@ pub(crate) async fn open(
     // looked up when first read.
     let listed = store.listed_versions().await;
     let wanted = wanted.map(|w| w.into_iter().collect());
-    Ok(Arc::new(RecordsSource {
-        inner: Arc::new(Inner {
-            layout,
-            store,
-            display,
-            shards,
-            starts,
-            tables,
-            listed,
-            pinned: Mutex::new(HashMap::new()),
-            kept: Mutex::new(Kept::new(opts.decoded_budget())),
-            decoded_budget: opts.decode_cap(),
-            spill: opts.spill_dir().map(|d| Arc::new(Spill::new(d))),
-            wanted,
-            concurrency: opts.concurrency(),
-        }),
-    }))
+    let inner = Arc::new(Inner {
+        layout,
+        store,
+        display,
+        shards,
+        starts,
+        tables,
+        listed,
+        pinned: Mutex::new(HashMap::new()),
+        kept: Mutex::new(Kept::new(opts.decoded_budget())),
+        decoded_budget: opts.decode_cap(),
+        spill: opts.spill_dir().map(|d| Arc::new(Spill::new(d))),
+        wanted,
+        concurrency: opts.concurrency(),
+    });
+    // A build without the Arrow reader learns at open, not at the first read, that LitData's
+    // chunks are Arrow tables (their first chunk's table says): a Loader that skips bad
+    // samples would otherwise skip every one, and an epoch would end empty without a word.
+    #[cfg(not(feature = "parquet"))]
+    if layout == Layout::Litdata {
+        if let Err(e) = inner.table(0).await {
+            if e.kind() == crate::error::ErrorKind::Unsupported {
+                return Err(e);
+            }
+        }
+    }
+    Ok(Arc::new(RecordsSource { inner }))
 }
 
 /// MDS or LitData shards as one source.

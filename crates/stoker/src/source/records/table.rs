@@ -38,6 +38,25 @@ pub(super) fn le_u32s(b: &[u8]) -> Vec<u32> {
 }
 
 impl Inner {
+    /// Where the Arrow IPC file of an Arrow-footer chunk of `size` bytes lies.
+    async fn arrow_span(&self, shard: usize, size: u64) -> Result<Range<u64>> {
+        let s = &self.shards[shard];
+        let tail_at = size.checked_sub(12).ok_or_else(|| self.corrupt(shard, String::new(), "too short".into()))?;
+        let tail = self.read_range(&s.path, tail_at..size).await.map_err(|e| self.short(shard, e))?;
+        if &tail[4..] != b"LDARW01\0" {
+            return Err(self.corrupt(
+                shard,
+                String::new(),
+                "its items are empty and no Arrow footer (LDARW01) follows them".into(),
+            ));
+        }
+        let len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+        let start = tail_at.checked_sub(len).ok_or_else(|| {
+            self.corrupt(shard, String::new(), "its Arrow footer claims more bytes than the chunk has".into())
+        })?;
+        Ok(start..tail_at)
+    }
+
     /// Check `offsets` (of `n` items) for order and bounds (`end`, when known).
     pub(super) fn check_offsets(&self, shard: usize, offsets: &[u32], n: usize, end: Option<u64>) -> Result<()> {
         if offsets.len() != n + 1 {
