@@ -224,3 +224,52 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// A window whose shard is partly in the disk cache is read ahead only where it is not: the
+/// held bytes are the missing block's samples, not the shard's, and a shard-shuffled epoch
+/// takes each sample from where it is (the cached block's from its file, piece by piece, the
+/// rest from memory), every row the shard's, with one request (the missing block).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_partly_on_disk_reads_ahead_only_what_is_missing() {
+    let root = tempfile::tempdir().unwrap();
+    let (samples, data) = bin_shards(&root.path().join("data/tar"), 1, PER, PAYLOAD);
+    let server = serve(root.path()).await;
+    // A fresh disk cache holding block 0 (the first 8 MiB of the 10 MiB shard).
+    let block_0_cached = || async {
+        let cache = tempfile::tempdir().unwrap();
+        let extra = format!(
+            "&hedge_ms=0&disk_cache_dir={}&disk_cache_bytes=67108864&cache_block=8388608",
+            cache.path().display()
+        );
+        let src: Arc<DynSampleSource> = open(&uri(&server.endpoint(), "tar", &extra)).await;
+        assert_eq!(src.get_many(&[0]).await.unwrap(), samples[..1]);
+        src.flush().await;
+        (cache, src)
+    };
+
+    let (_cache, src) = block_0_cached().await;
+    let all: Vec<usize> = (0..PER).collect();
+    let held = src.read_ahead(&all).await.unwrap();
+    let missing = data - (8 << 20);
+    assert!(
+        held.bytes() > missing / 2 && held.bytes() < missing + (PAYLOAD as u64) * 2,
+        "{} bytes held for {missing} bytes past the cached block",
+        held.bytes()
+    );
+    drop(held);
+
+    let (_cache, src) = block_0_cached().await;
+    let mut cfg = LoaderConfig::new(16);
+    cfg.order = Order::ShardShuffle { seed: 3, window: 1 };
+    let loader = Loader::new(src.clone(), cfg).unwrap();
+    let before = src.io_counters().unwrap();
+    assert_eq!(checked_epoch(&loader, 0, &samples).await, PER);
+    let after = src.io_counters().unwrap();
+    assert_eq!(after.remote_requests - before.remote_requests, 1, "the missing block, once: {after:?}");
+    // Each batch's reader opens the cached block once (read ahead whole, it would be none).
+    let batches = (PER / 16) as u64;
+    let direct = after.disk_direct - before.disk_direct;
+    assert!((1..=batches).contains(&direct), "the cached block read from its file by the batches: {after:?}");
+    assert_eq!(after.cache_corrupt, 0);
+    server.shutdown().await;
+}

@@ -36,6 +36,20 @@ impl Inner {
         })
     }
 
+    /// Whether every sample of `indices` is held in memory by a window's read-ahead or can be
+    /// read with no request: a batch [`read_into`](Self::read_into) fills on a blocking
+    /// thread, each sample from where it is.
+    pub(super) fn all_direct_or_held(&self, indices: &[usize]) -> bool {
+        indices.iter().all(|&i| match self.locate(i) {
+            Ok((shard, local)) => {
+                let s = &self.shards[shard];
+                let span = s.index.span(local);
+                self.held.get(shard, &span).is_some() || self.store.servable_directly(&s.obj, [&span])
+            }
+            Err(_) => false,
+        })
+    }
+
     /// Whether these spans (shard, ranges) can all be read with no request.
     pub(super) fn spans_direct<'a>(&self, spans: impl IntoIterator<Item = (usize, &'a [Range<u64>])>) -> bool {
         spans.into_iter().all(|(shard, ranges)| self.store.servable_directly(&self.shards[shard].obj, ranges))
@@ -78,14 +92,19 @@ impl Inner {
             .collect()
     }
 
-    /// Read `indices` (all valid) into `out`, in order (blocking), with `reader`. From the
-    /// disk cache, a block gone meanwhile fails the read as an I/O error for which
+    /// Read `indices` (all valid) into `out`, in order (blocking), with `reader`: each sample
+    /// from the bytes a window's read-ahead holds, or else from its file. From the disk
+    /// cache, a block gone meanwhile fails the read as an I/O error for which
     /// [`crate::cache::is_gone`] holds; the rows before it stay in `out`.
     pub(super) fn read_into(&self, mut reader: DirectReader, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
         let located: Vec<(usize, usize)> = indices.iter().map(|&i| self.locate(i)).collect::<Result<_>>()?;
-        // A batch touches few shards: each is opened once.
-        for &(shard, _) in &located {
-            reader.open(shard, &self.shards[shard].obj)?;
+        let held: Vec<Option<bytes::Bytes>> =
+            located.iter().map(|&(shard, local)| self.held.get(shard, &self.shards[shard].index.span(local))).collect();
+        // A batch touches few shards: each read from its file is opened once.
+        for (&(shard, _), held) in located.iter().zip(&held) {
+            if held.is_none() {
+                reader.open(shard, &self.shards[shard].obj)?;
+            }
         }
         let failed = |shard: usize, at: u64, e: io::Error| self.direct_failure(shard, at, e);
         // Small samples: their spans are read first, coalesced, then copied out of them.
@@ -93,7 +112,7 @@ impl Inner {
         let mut small_of = vec![usize::MAX; indices.len()];
         for (pos, &(shard, local)) in located.iter().enumerate() {
             let span = self.shards[shard].index.span(local);
-            if span.end - span.start < DIRECT_MIN {
+            if held[pos].is_none() && span.end - span.start < DIRECT_MIN {
                 small_of[pos] = small.len();
                 small.push((shard, span));
             }
@@ -104,9 +123,16 @@ impl Inner {
             out.begin(indices[pos] as u64, &s.index.keys[local]);
             let fields = s.index.sample_fields(local);
             let (key, first) = (&s.index.keys[local], s.index.starts[local] as usize);
-            let result = if small_of[pos] != usize::MAX {
-                let span = &small[small_of[pos]].1;
-                let (buf, start) = (gathered.get(small_of[pos], (span.end - span.start) as usize), span.start);
+            // The sample's whole span in memory: held, or gathered with its small neighbours.
+            let in_memory = match (&held[pos], small_of[pos]) {
+                (Some(b), _) => Some((&b[..], s.index.span(local).start)),
+                (None, i) if i != usize::MAX => {
+                    let span = &small[i].1;
+                    Some((gathered.get(i, (span.end - span.start) as usize), span.start))
+                }
+                _ => None,
+            };
+            let result = if let Some((buf, start)) = in_memory {
                 fields.iter().enumerate().try_for_each(|(j, &(name, off, len))| {
                     let at = (off - start) as usize;
                     self.check_header(shard, first + j, key, off, &buf[at - tar_index::HEADER as usize..at])?;
