@@ -256,6 +256,11 @@ async fn a_window_partly_on_disk_reads_ahead_only_what_is_missing() {
         "{} bytes held for {missing} bytes past the cached block",
         held.bytes()
     );
+    // Samples (a decoding loader's read) come from both places too, with no request.
+    let requests = src.io_counters().unwrap().remote_requests;
+    let got = src.get_many(&all).await.unwrap();
+    assert!(got == samples, "every sample is the shard's");
+    assert_eq!(src.io_counters().unwrap().remote_requests, requests, "nothing fetched again");
     drop(held);
 
     let (_cache, src) = block_0_cached().await;

@@ -22,23 +22,10 @@ const DIRECT_MIN: u64 = 32 << 10;
 const SMALL_SPAN: u64 = 256 << 10;
 
 impl Inner {
-    /// Whether every sample of `indices` can be read with no request (a local shard, or
-    /// every block in the disk cache) and none of them is held in memory (a window read
-    /// ahead serves its batches faster from there).
-    pub(super) fn all_direct(&self, indices: &[usize]) -> bool {
-        indices.iter().all(|&i| match self.locate(i) {
-            Ok((shard, local)) => {
-                let s = &self.shards[shard];
-                let span = s.index.span(local);
-                self.held.get(shard, &span).is_none() && self.store.servable_directly(&s.obj, [&span])
-            }
-            Err(_) => false,
-        })
-    }
-
     /// Whether every sample of `indices` is held in memory by a window's read-ahead or can be
-    /// read with no request: a batch [`read_into`](Self::read_into) fills on a blocking
-    /// thread, each sample from where it is.
+    /// read with no request (a local shard, or its blocks in the disk cache): the batch is read
+    /// on a blocking thread ([`read_into`](Self::read_into), [`read_samples`](Self::read_samples)),
+    /// each sample from where it is.
     pub(super) fn all_direct_or_held(&self, indices: &[usize]) -> bool {
         indices.iter().all(|&i| match self.locate(i) {
             Ok((shard, local)) => {
@@ -71,22 +58,31 @@ impl Inner {
         }
     }
 
-    /// Samples `indices` (all valid, located as `located`) read with `reader` (blocking),
-    /// their spans gathered: the hit path for callers that want samples rather than a batch
-    /// (the decoding loader, a mix). A block gone meanwhile fails as in [`Inner::read_into`].
+    /// Samples `indices` (all valid, located as `located`) read with `reader` (blocking): each
+    /// from the bytes a window's read-ahead holds (a slice, no copy), or else from its file,
+    /// spans gathered: the hit path for callers that want samples rather than a batch (the
+    /// decoding loader, a mix). A block gone meanwhile fails as in [`Inner::read_into`].
     pub(super) fn read_samples(&self, mut reader: DirectReader, located: &[(usize, usize)]) -> Result<Vec<Sample>> {
+        let mut held: Vec<Option<bytes::Bytes>> = Vec::with_capacity(located.len());
         let mut spans = Vec::with_capacity(located.len());
-        for &(shard, local) in located {
-            reader.open(shard, &self.shards[shard].obj)?;
-            spans.push((shard, self.shards[shard].index.span(local)));
+        let mut read_of = vec![usize::MAX; located.len()];
+        for (pos, &(shard, local)) in located.iter().enumerate() {
+            let span = self.shards[shard].index.span(local);
+            held.push(self.held.get(shard, &span));
+            if held[pos].is_none() {
+                reader.open(shard, &self.shards[shard].obj)?;
+                read_of[pos] = spans.len();
+                spans.push((shard, span));
+            }
         }
         let gathered = reader.gather(&spans, u64::MAX).map_err(|(shard, at, e)| self.direct_failure(shard, at, e))?;
         located
             .iter()
-            .zip(&spans)
-            .enumerate()
-            .map(|(i, (&(shard, local), (_, span)))| {
-                let buf = gathered.bytes(i, (span.end - span.start) as usize);
+            .zip(held)
+            .zip(read_of)
+            .map(|((&(shard, local), held), i)| {
+                let span = self.shards[shard].index.span(local);
+                let buf = held.unwrap_or_else(|| gathered.bytes(i, (span.end - span.start) as usize));
                 self.assemble(shard, local, &buf, span.start)
             })
             .collect()

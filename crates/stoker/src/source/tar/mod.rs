@@ -231,7 +231,9 @@ impl Inner {
         // missing ones are read ahead, and each batch takes its samples from the held bytes
         // or the block files ([`Inner::read_into`]). Reading the window whole (as before)
         // copied every cached byte through memory for one block missing: 93% of the data
-        // cached read at a third of the rate of all of it.
+        // cached read at a third of the rate of all of it. A block evicted before its batch
+        // reads it (by another process sharing the cache) sends that batch the usual way,
+        // which fetches it: slower, never wrong.
         if self.store.direct_reader().is_some() {
             for (shard, wanted) in &mut planned {
                 let obj = &self.shards[*shard].obj;
@@ -301,9 +303,10 @@ impl SampleSource for TarSource {
 
     async fn get_many(&self, indices: &[usize]) -> Result<Vec<Sample>> {
         // A batch that needs no request (local shards, or a remote batch the disk cache holds
-        // whole) is read from the files on a blocking thread (the hit path of get_many_into,
-        // for callers that want samples: decoding loaders, mixes), not through the read path.
-        if self.inner.all_direct(indices) {
+        // whole, but for samples a window's read-ahead holds) is read from the files and the
+        // held bytes on a blocking thread (the hit path of get_many_into, for callers that want
+        // samples: decoding loaders, mixes), not through the read path.
+        if self.inner.all_direct_or_held(indices) {
             if let Some(reader) = self.inner.store.direct_reader() {
                 let located: Vec<(usize, usize)> =
                     indices.iter().map(|&i| self.inner.locate(i)).collect::<Result<_>>()?;
