@@ -141,7 +141,8 @@ async fn drive(
     ready: watch::Sender<usize>,
     max_bytes: u64,
 ) {
-    // The next window's size is not known before it is read: the largest so far stands in.
+    // The next window's size is not known before it is read: the largest so far stands in,
+    // counted whole where the disk cache served part of it (the next may have to be fetched).
     let mut largest = 0u64;
     for (w, items) in windows.iter().enumerate() {
         loop {
@@ -160,7 +161,7 @@ async fn drive(
         }
         let indices: Vec<usize> = items.clone().filter_map(|k| sampler.get(k)).map(|i| i as usize).collect();
         if let Ok(held) = source.read_ahead(&indices).await {
-            largest = largest.max(held.bytes());
+            largest = largest.max(held.spanned());
             // A window whose batches all finished meanwhile (they read directly) is not kept.
             if state.remaining[w].load(Relaxed) > 0 {
                 state.windows.lock().unwrap_or_else(|e| e.into_inner())[w] = Some(held);

@@ -15,23 +15,39 @@ use bytes::Bytes;
 #[must_use = "the bytes read ahead are released when this is dropped"]
 pub struct ReadAhead {
     bytes: u64,
+    /// Bytes the samples span, held or not ([`spanning`](Self::spanning)).
+    spanned: u64,
     release: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 impl ReadAhead {
     /// Nothing read ahead (sources that gain nothing from it).
     pub fn none() -> Self {
-        ReadAhead { bytes: 0, release: None }
+        ReadAhead { bytes: 0, spanned: 0, release: None }
     }
 
     /// `bytes` held until this is dropped, when `release` runs.
     pub fn new(bytes: u64, release: impl FnOnce() + Send + Sync + 'static) -> Self {
-        ReadAhead { bytes, release: Some(Box::new(release)) }
+        ReadAhead { bytes, spanned: 0, release: Some(Box::new(release)) }
+    }
+
+    /// The samples span `bytes` in all, of which those not held are read from elsewhere (the
+    /// disk cache's files): what a read-ahead of the same samples with nothing cached would
+    /// hold, which a caller sizing the next read-ahead by this one goes by.
+    pub fn spanning(mut self, bytes: u64) -> Self {
+        self.spanned = bytes;
+        self
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Bytes the samples span: [`bytes`](Self::bytes), or more when some were left to be read
+    /// from elsewhere ([`spanning`](Self::spanning)).
+    pub fn spanned(&self) -> u64 {
+        self.spanned.max(self.bytes)
     }
 }
 

@@ -256,6 +256,8 @@ async fn a_window_partly_on_disk_reads_ahead_only_what_is_missing() {
         "{} bytes held for {missing} bytes past the cached block",
         held.bytes()
     );
+    // The window's size, for sizing the next read-ahead, is all its samples span.
+    assert!(held.spanned() >= (PER * PAYLOAD) as u64 && held.spanned() <= data, "spans {}", held.spanned());
     // Samples (a decoding loader's read) come from both places too, with no request.
     let requests = src.io_counters().unwrap().remote_requests;
     let got = src.get_many(&all).await.unwrap();

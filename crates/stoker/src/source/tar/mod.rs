@@ -234,6 +234,7 @@ impl Inner {
         // cached read at a third of the rate of all of it. A block evicted before its batch
         // reads it (by another process sharing the cache) sends that batch the usual way,
         // which fetches it: slower, never wrong.
+        let spanned: u64 = planned.iter().flat_map(|(_, wanted)| wanted).map(|r| r.end - r.start).sum();
         if self.store.direct_reader().is_some() {
             for (shard, wanted) in &mut planned {
                 let obj = &self.shards[*shard].obj;
@@ -248,7 +249,7 @@ impl Inner {
         // Shards are requested in the order they are needed; the fetch layer bounds how many
         // requests are in flight.
         let held: Vec<Vec<_>> = futures::stream::iter(reads).buffered(self.concurrency).try_collect().await?;
-        Ok(self.held.hold(held.into_iter().flatten().collect()))
+        Ok(self.held.hold(held.into_iter().flatten().collect()).spanning(spanned))
     }
 }
 
