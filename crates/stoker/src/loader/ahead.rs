@@ -132,7 +132,9 @@ impl WindowAhead {
 
 /// Read the windows ahead one after the other, each once at most [`HELD`] - 1 others are
 /// held and, if one is, the bytes of both are expected to fit in `max_bytes`; or at once when
-/// every window held is held by a batch across windows that waits for it.
+/// every window held is held by a batch across windows that waits for it. A window that holds
+/// no bytes is not held, so the driver runs past windows the disk cache serves whole to the
+/// next one it must fetch.
 async fn drive(
     source: Arc<DynSampleSource>,
     sampler: Arc<Sampler>,
@@ -162,8 +164,11 @@ async fn drive(
         let indices: Vec<usize> = items.clone().filter_map(|k| sampler.get(k)).map(|i| i as usize).collect();
         if let Ok(held) = source.read_ahead(&indices).await {
             largest = largest.max(held.spanned());
-            // A window whose batches all finished meanwhile (they read directly) is not kept.
-            if state.remaining[w].load(Relaxed) > 0 {
+            // A window whose batches all finished meanwhile (they read directly) is not kept,
+            // nor one that holds nothing (the disk cache's files serve it whole): counted
+            // among the held, such windows kept the driver from reading ahead the next window
+            // that needs a fetch, and its batches waited for it.
+            if held.bytes() > 0 && state.remaining[w].load(Relaxed) > 0 {
                 state.windows.lock().unwrap_or_else(|e| e.into_inner())[w] = Some(held);
             }
         }

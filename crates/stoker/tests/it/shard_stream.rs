@@ -320,3 +320,53 @@ async fn warm_epochs_read_the_block_files_and_survive_blocks_gone_missing() {
     s.proxy.shutdown().await;
     s.server.shutdown().await;
 }
+
+/// Windows the disk cache holds whole hold nothing in memory, so they do not keep the
+/// read-ahead from the next window that needs fetching: with every shard cached but the last
+/// window's, that window is requested while the first window's batches are still being read
+/// (the consumer has taken one batch, the loader prefetches four of fifteen), not once the
+/// epoch reaches it. Every row is still the shard's, and only the last window is fetched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_ahead_runs_past_windows_the_disk_cache_holds_to_the_one_it_must_fetch() {
+    let s = served(FaultPatch::default()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let extra = format!("&hedge_ms=0&cache_block=65536&disk_cache_dir={}", cache.path().display());
+    let src = open(&uri(&s.proxy.endpoint(), "tar", &extra)).await;
+    let loader = Loader::new(src.clone(), shard_shuffle(4, 11)).unwrap();
+    let order: Vec<usize> = loader.sampler(0).unwrap().shard_order().unwrap().map(|x| x as usize).collect();
+    let last: BTreeSet<usize> = order[SHARDS - WINDOW..].iter().copied().collect();
+    // Every other shard into the disk cache.
+    let cached: Vec<usize> = (0..SHARDS * PER).filter(|i| !last.contains(&(i / PER))).collect();
+    for chunk in cached.chunks(PER) {
+        src.get_many(chunk).await.unwrap();
+    }
+    src.flush().await;
+    s.proxy.control.reset_stats();
+
+    let mut stream = loader.epoch(0).unwrap();
+    let first = stream.next_batch().await.unwrap().unwrap();
+    assert!(first.indices().iter().all(|&i| order[..WINDOW].contains(&(i as usize / PER))), "window 0 first");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !shard_reads(&s.proxy).iter().any(|r| last.contains(&r.0)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the last window was not read ahead: {:?}",
+            shard_reads(&s.proxy)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let mut seen: Vec<u64> = first.indices().to_vec();
+    while let Some(b) = stream.next_batch().await {
+        let b = b.unwrap();
+        let jpg = b.field("jpg").unwrap();
+        for (row, &i) in b.indices().iter().enumerate() {
+            assert_eq!(jpg.get(row).unwrap(), &s.samples[i as usize].fields[0].data[..], "sample {i}");
+        }
+        seen.extend_from_slice(b.indices());
+    }
+    assert_eq!(seen.iter().copied().collect::<BTreeSet<_>>().len(), SHARDS * PER, "each sample once");
+    let fetched: BTreeSet<usize> = shard_reads(&s.proxy).iter().map(|r| r.0).collect();
+    assert_eq!(fetched, last, "only the last window's shards were fetched");
+    s.proxy.shutdown().await;
+    s.server.shutdown().await;
+}
