@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::s3::{uri, with_proxy};
 use common::*;
-use stoker::loader::{Loader, LoaderConfig};
+use stoker::loader::{EpochStream, Loader, LoaderConfig};
 use stoker::sampler::{Order, Partition, Sampler, Tail};
 use stoker::{DynSampleSource, Sample};
 use stoker_testkit::proxy::{FaultPatch, ProxyHandle};
@@ -47,9 +47,23 @@ fn shard_shuffle(batch: usize, seed: u64) -> LoaderConfig {
     cfg
 }
 
+/// The source through the proxy with a fresh disk cache of `block`-byte blocks (the cache's
+/// directory goes with the returned guard).
+async fn cached_source(s: &Served, block: u64) -> (tempfile::TempDir, Arc<DynSampleSource>) {
+    let cache = tempfile::tempdir().unwrap();
+    let extra = format!("&hedge_ms=0&cache_block={block}&disk_cache_dir={}", cache.path().display());
+    let src = open(&uri(&s.proxy.endpoint(), "tar", &extra)).await;
+    (cache, src)
+}
+
 /// One epoch's indices, checking every row's key and bytes against the samples written.
 async fn epoch(loader: &Loader, e: u64, samples: &[Sample], max_batches: usize) -> Vec<u64> {
-    let mut stream = loader.epoch(e).unwrap();
+    checked(&mut loader.epoch(e).unwrap(), samples, max_batches).await
+}
+
+/// The indices of the next `max_batches` batches of `stream` (or all it has left), checking
+/// every row's key and bytes against the samples written.
+async fn checked(stream: &mut EpochStream, samples: &[Sample], max_batches: usize) -> Vec<u64> {
     let mut out = Vec::new();
     for _ in 0..max_batches {
         let Some(b) = stream.next_batch().await else { break };
@@ -233,9 +247,7 @@ fn windows_of_a_sampler_hold_their_shards_samples() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shard_shuffle_read_ahead_fills_the_disk_cache() {
     let s = served(FaultPatch::default()).await;
-    let cache = tempfile::tempdir().unwrap();
-    let extra = format!("&hedge_ms=0&cache_block=65536&disk_cache_dir={}", cache.path().display());
-    let src = open(&uri(&s.proxy.endpoint(), "tar", &extra)).await;
+    let (_cache, src) = cached_source(&s, 65536).await;
     let loader = Loader::new(src, shard_shuffle(8, 5)).unwrap();
     s.proxy.control.reset_stats();
     let first = epoch(&loader, 0, &s.samples, usize::MAX).await;
@@ -256,9 +268,7 @@ async fn shard_shuffle_read_ahead_fills_the_disk_cache() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_epochs_read_the_block_files_and_survive_blocks_gone_missing() {
     let s = served(FaultPatch::default()).await;
-    let cache = tempfile::tempdir().unwrap();
-    let extra = format!("&hedge_ms=0&cache_block=4096&disk_cache_dir={}", cache.path().display());
-    let src = open(&uri(&s.proxy.endpoint(), "tar", &extra)).await;
+    let (cache, src) = cached_source(&s, 4096).await;
     for order in [Order::Shuffle { seed: 2 }, Order::ShardShuffle { seed: 2, window: WINDOW }] {
         let mut cfg = LoaderConfig::new(8);
         cfg.order = order.clone();
@@ -329,9 +339,7 @@ async fn warm_epochs_read_the_block_files_and_survive_blocks_gone_missing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_read_ahead_runs_past_windows_the_disk_cache_holds_to_the_one_it_must_fetch() {
     let s = served(FaultPatch::default()).await;
-    let cache = tempfile::tempdir().unwrap();
-    let extra = format!("&hedge_ms=0&cache_block=65536&disk_cache_dir={}", cache.path().display());
-    let src = open(&uri(&s.proxy.endpoint(), "tar", &extra)).await;
+    let (_cache, src) = cached_source(&s, 65536).await;
     let loader = Loader::new(src.clone(), shard_shuffle(4, 11)).unwrap();
     let order: Vec<usize> = loader.sampler(0).unwrap().shard_order().unwrap().map(|x| x as usize).collect();
     let last: BTreeSet<usize> = order[SHARDS - WINDOW..].iter().copied().collect();
@@ -344,8 +352,8 @@ async fn the_read_ahead_runs_past_windows_the_disk_cache_holds_to_the_one_it_mus
     s.proxy.control.reset_stats();
 
     let mut stream = loader.epoch(0).unwrap();
-    let first = stream.next_batch().await.unwrap().unwrap();
-    assert!(first.indices().iter().all(|&i| order[..WINDOW].contains(&(i as usize / PER))), "window 0 first");
+    let mut seen = checked(&mut stream, &s.samples, 1).await;
+    assert!(seen.iter().all(|&i| order[..WINDOW].contains(&(i as usize / PER))), "window 0 first");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while !shard_reads(&s.proxy).iter().any(|r| last.contains(&r.0)) {
         assert!(
@@ -355,15 +363,7 @@ async fn the_read_ahead_runs_past_windows_the_disk_cache_holds_to_the_one_it_mus
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    let mut seen: Vec<u64> = first.indices().to_vec();
-    while let Some(b) = stream.next_batch().await {
-        let b = b.unwrap();
-        let jpg = b.field("jpg").unwrap();
-        for (row, &i) in b.indices().iter().enumerate() {
-            assert_eq!(jpg.get(row).unwrap(), &s.samples[i as usize].fields[0].data[..], "sample {i}");
-        }
-        seen.extend_from_slice(b.indices());
-    }
+    seen.extend(checked(&mut stream, &s.samples, usize::MAX).await);
     assert_eq!(seen.iter().copied().collect::<BTreeSet<_>>().len(), SHARDS * PER, "each sample once");
     let fetched: BTreeSet<usize> = shard_reads(&s.proxy).iter().map(|r| r.0).collect();
     assert_eq!(fetched, last, "only the last window's shards were fetched");

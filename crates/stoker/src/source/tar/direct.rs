@@ -9,6 +9,8 @@
 use std::io;
 use std::ops::Range;
 
+use bytes::Bytes;
+
 use super::{tar_index, Inner};
 use crate::batch::BatchBuilder;
 use crate::error::{Error, Result};
@@ -21,25 +23,35 @@ const DIRECT_MIN: u64 = 32 << 10;
 /// the CPU cache for the copy into the batch that follows.
 const SMALL_SPAN: u64 = 256 << 10;
 
+/// A sample of a batch on the hit path: where it lies, and the bytes of its span when a
+/// window's read-ahead holds them (`None`: read from its file).
+pub(super) struct Placed {
+    shard: usize,
+    local: usize,
+    held: Option<Bytes>,
+}
+
 impl Inner {
-    /// Whether every sample of `indices` is held in memory by a window's read-ahead or can be
-    /// read with no request (a local shard, or its blocks in the disk cache): the batch is read
-    /// on a blocking thread ([`read_into`](Self::read_into), [`read_samples`](Self::read_samples)),
-    /// each sample from where it is.
-    pub(super) fn all_direct_or_held(&self, indices: &[usize]) -> bool {
-        indices.iter().all(|&i| match self.locate(i) {
-            Ok((shard, local)) => {
+    /// Each sample of `indices` placed, when every one is held in memory by a window's
+    /// read-ahead or can be read with no request (a local shard, or its blocks in the disk
+    /// cache): the batch is then read on a blocking thread ([`read_into`](Self::read_into),
+    /// [`read_samples`](Self::read_samples)), each sample from where it is. `None` otherwise,
+    /// an invalid index included (the usual way reports it).
+    pub(super) fn place_direct(&self, indices: &[usize]) -> Option<Vec<Placed>> {
+        indices
+            .iter()
+            .map(|&i| {
+                let (shard, local) = self.locate(i).ok()?;
                 let s = &self.shards[shard];
                 let span = s.index.span(local);
-                self.held.get(shard, &span).is_some() || self.store.servable_directly(&s.obj, [&span])
-            }
-            Err(_) => false,
-        })
-    }
-
-    /// Whether these spans (shard, ranges) can all be read with no request.
-    pub(super) fn spans_direct<'a>(&self, spans: impl IntoIterator<Item = (usize, &'a [Range<u64>])>) -> bool {
-        spans.into_iter().all(|(shard, ranges)| self.store.servable_directly(&self.shards[shard].obj, ranges))
+                let held = self.held.get(shard, &span);
+                (held.is_some() || self.store.servable_directly(&s.obj, [&span])).then_some(Placed {
+                    shard,
+                    local,
+                    held,
+                })
+            })
+            .collect()
     }
 
     /// The error of a direct read of `shard` that failed at byte `at`: a block gone from the
@@ -58,29 +70,26 @@ impl Inner {
         }
     }
 
-    /// Samples `indices` (all valid, located as `located`) read with `reader` (blocking): each
+    /// Samples placed as `placed` ([`place_direct`](Self::place_direct)) read with `reader`
+    /// (blocking): each
     /// from the bytes a window's read-ahead holds (a slice, no copy), or else from its file,
     /// spans gathered: the hit path for callers that want samples rather than a batch (the
     /// decoding loader, a mix). A block gone meanwhile fails as in [`Inner::read_into`].
-    pub(super) fn read_samples(&self, mut reader: DirectReader, located: &[(usize, usize)]) -> Result<Vec<Sample>> {
-        let mut held: Vec<Option<bytes::Bytes>> = Vec::with_capacity(located.len());
-        let mut spans = Vec::with_capacity(located.len());
-        let mut read_of = vec![usize::MAX; located.len()];
-        for (pos, &(shard, local)) in located.iter().enumerate() {
-            let span = self.shards[shard].index.span(local);
-            held.push(self.held.get(shard, &span));
-            if held[pos].is_none() {
-                reader.open(shard, &self.shards[shard].obj)?;
+    pub(super) fn read_samples(&self, mut reader: DirectReader, placed: Vec<Placed>) -> Result<Vec<Sample>> {
+        let mut spans = Vec::with_capacity(placed.len());
+        let mut read_of = vec![usize::MAX; placed.len()];
+        for (pos, p) in placed.iter().enumerate() {
+            if p.held.is_none() {
+                reader.open(p.shard, &self.shards[p.shard].obj)?;
                 read_of[pos] = spans.len();
-                spans.push((shard, span));
+                spans.push((p.shard, self.shards[p.shard].index.span(p.local)));
             }
         }
         let gathered = reader.gather(&spans, u64::MAX).map_err(|(shard, at, e)| self.direct_failure(shard, at, e))?;
-        located
-            .iter()
-            .zip(held)
+        placed
+            .into_iter()
             .zip(read_of)
-            .map(|((&(shard, local), held), i)| {
+            .map(|(Placed { shard, local, held }, i)| {
                 let span = self.shards[shard].index.span(local);
                 let buf = held.unwrap_or_else(|| gathered.bytes(i, (span.end - span.start) as usize));
                 self.assemble(shard, local, &buf, span.start)
@@ -88,39 +97,40 @@ impl Inner {
             .collect()
     }
 
-    /// Read `indices` (all valid) into `out`, in order (blocking), with `reader`: each sample
-    /// from the bytes a window's read-ahead holds, or else from its file. From the disk
-    /// cache, a block gone meanwhile fails the read as an I/O error for which
+    /// Read `indices` (all valid, placed as `placed`) into `out`, in order (blocking), with
+    /// `reader`: each sample from the bytes a window's read-ahead holds, or else from its file.
+    /// From the disk cache, a block gone meanwhile fails the read as an I/O error for which
     /// [`crate::cache::is_gone`] holds; the rows before it stay in `out`.
-    pub(super) fn read_into(&self, mut reader: DirectReader, indices: &[usize], out: &mut BatchBuilder) -> Result<()> {
-        let located: Vec<(usize, usize)> = indices.iter().map(|&i| self.locate(i)).collect::<Result<_>>()?;
-        let held: Vec<Option<bytes::Bytes>> =
-            located.iter().map(|&(shard, local)| self.held.get(shard, &self.shards[shard].index.span(local))).collect();
+    pub(super) fn read_into(
+        &self,
+        mut reader: DirectReader,
+        indices: &[usize],
+        placed: &[Placed],
+        out: &mut BatchBuilder,
+    ) -> Result<()> {
         // A batch touches few shards: each read from its file is opened once.
-        for (&(shard, _), held) in located.iter().zip(&held) {
-            if held.is_none() {
-                reader.open(shard, &self.shards[shard].obj)?;
-            }
+        for p in placed.iter().filter(|p| p.held.is_none()) {
+            reader.open(p.shard, &self.shards[p.shard].obj)?;
         }
         let failed = |shard: usize, at: u64, e: io::Error| self.direct_failure(shard, at, e);
         // Small samples: their spans are read first, coalesced, then copied out of them.
         let mut small: Vec<(usize, Range<u64>)> = Vec::new();
         let mut small_of = vec![usize::MAX; indices.len()];
-        for (pos, &(shard, local)) in located.iter().enumerate() {
-            let span = self.shards[shard].index.span(local);
-            if held[pos].is_none() && span.end - span.start < DIRECT_MIN {
+        for (pos, p) in placed.iter().enumerate() {
+            let span = self.shards[p.shard].index.span(p.local);
+            if p.held.is_none() && span.end - span.start < DIRECT_MIN {
                 small_of[pos] = small.len();
-                small.push((shard, span));
+                small.push((p.shard, span));
             }
         }
         let gathered = reader.gather(&small, SMALL_SPAN).map_err(|(shard, at, e)| failed(shard, at, e))?;
-        for (pos, &(shard, local)) in located.iter().enumerate() {
+        for (pos, &Placed { shard, local, ref held }) in placed.iter().enumerate() {
             let s = &self.shards[shard];
             out.begin(indices[pos] as u64, &s.index.keys[local]);
             let fields = s.index.sample_fields(local);
             let (key, first) = (&s.index.keys[local], s.index.starts[local] as usize);
             // The sample's whole span in memory: held, or gathered with its small neighbours.
-            let in_memory = match (&held[pos], small_of[pos]) {
+            let in_memory = match (held, small_of[pos]) {
                 (Some(b), _) => Some((&b[..], s.index.span(local).start)),
                 (None, i) if i != usize::MAX => {
                     let span = &small[i].1;

@@ -221,26 +221,20 @@ impl Inner {
         }
         let mut planned: Vec<(usize, Vec<Range<u64>>)> =
             order.into_iter().map(|shard| (shard, spans.remove(&shard).unwrap_or_default())).collect();
-        // A window that can be read with no request (local shards, or blocks the disk cache
-        // holds) gains nothing: its batches read the files directly (the hit path), which
-        // costs less than holding a copy in memory.
-        if self.spans_direct(planned.iter().map(|(shard, wanted)| (*shard, &wanted[..]))) {
-            return Ok(ReadAhead::none());
-        }
-        // Nor does a span in blocks the disk cache holds when others are missing: only the
-        // missing ones are read ahead, and each batch takes its samples from the held bytes
-        // or the block files ([`Inner::read_into`]). Reading the window whole (as before)
-        // copied every cached byte through memory for one block missing: 93% of the data
-        // cached read at a third of the rate of all of it. A block evicted before its batch
-        // reads it (by another process sharing the cache) sends that batch the usual way,
-        // which fetches it: slower, never wrong.
         let spanned: u64 = planned.iter().flat_map(|(_, wanted)| wanted).map(|r| r.end - r.start).sum();
-        if self.store.direct_reader().is_some() {
-            for (shard, wanted) in &mut planned {
-                let obj = &self.shards[*shard].obj;
-                wanted.retain(|r| !self.store.servable_directly(obj, [r]));
-            }
-            planned.retain(|(_, wanted)| !wanted.is_empty());
+        // A span that can be read with no request (a local shard, or blocks the disk cache
+        // holds) gains nothing from being held: its batches read it from the file (the hit
+        // path, [`Inner::read_into`]), which costs less than a copy in memory. So only the
+        // rest is read ahead, and a window with nothing else not at all. A block evicted before
+        // its batch reads it (by another process sharing the cache) sends that batch the usual
+        // way, which fetches it: slower, never wrong.
+        for (shard, wanted) in &mut planned {
+            let obj = &self.shards[*shard].obj;
+            wanted.retain(|r| !self.store.servable_directly(obj, [r]));
+        }
+        planned.retain(|(_, wanted)| !wanted.is_empty());
+        if planned.is_empty() {
+            return Ok(ReadAhead::none());
         }
         let reads = planned.into_iter().map(|(shard, wanted)| async move {
             let got = self.store.read(&self.shards[shard].obj, &wanted).await?;
@@ -307,12 +301,10 @@ impl SampleSource for TarSource {
         // whole, but for samples a window's read-ahead holds) is read from the files and the
         // held bytes on a blocking thread (the hit path of get_many_into, for callers that want
         // samples: decoding loaders, mixes), not through the read path.
-        if self.inner.all_direct_or_held(indices) {
-            if let Some(reader) = self.inner.store.direct_reader() {
-                let located: Vec<(usize, usize)> =
-                    indices.iter().map(|&i| self.inner.locate(i)).collect::<Result<_>>()?;
+        if let Some(reader) = self.inner.store.direct_reader() {
+            if let Some(placed) = self.inner.place_direct(indices) {
                 let inner = self.inner.clone();
-                let got = tokio::task::spawn_blocking(move || inner.read_samples(reader, &located))
+                let got = tokio::task::spawn_blocking(move || inner.read_samples(reader, placed))
                     .await
                     .map_err(Error::task)?;
                 match got {
@@ -345,14 +337,15 @@ impl SampleSource for TarSource {
         }
         // Local shards, or remote ones when the disk cache holds the whole batch (the hit
         // path) but for samples held in memory by a window's read-ahead, are read straight
-        // into the batch; anything else the usual way.
-        let direct = self.inner.all_direct_or_held(indices);
-        let Some(reader) = self.inner.store.direct_reader().filter(|_| direct) else {
+        // into the batch; anything else the usual way. Without a direct reader (a remote store
+        // with no disk cache) there is nothing to place.
+        let direct = self.inner.store.direct_reader().and_then(|r| Some((self.inner.place_direct(indices)?, r)));
+        let Some((placed, reader)) = direct else {
             return copy_into(self, indices, out).await;
         };
         let before = out.rows();
         let (inner, idx) = (self.inner.clone(), indices.to_vec());
-        match fill_blocking(out, move |b| inner.read_into(reader, &idx, b)).await {
+        match fill_blocking(out, move |b| inner.read_into(reader, &idx, &placed, b)).await {
             // Another process evicted a block meanwhile: the rest of the batch the usual way.
             Err(e) if crate::store::is_gone(&e) => {
                 let done = out.rows() - before;
