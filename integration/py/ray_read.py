@@ -98,7 +98,22 @@ def main():
             with open(os.path.join(d, f"file-with-a-longish-name-{i:06d}.bin"), "wb") as f:
                 f.write(i.to_bytes(2, "little"))
         many_rows = stoker.ray.read(many, override_num_blocks=3).take_all()
-        many_ok = sorted(int.from_bytes(bytes(r["bin"]), "little") for r in many_rows) == list(range(12_000))
+        # File i (in path order) holds i: every file once, each with its index in the whole source.
+        many_ok = sorted(int.from_bytes(bytes(r["bin"]), "little") for r in many_rows) == list(range(12_000)) and all(
+            r["__index__"] == int.from_bytes(bytes(r["bin"]), "little") for r in many_rows
+        )
+        # Each read task carries the part of the listing its run covers, not the whole of it; a
+        # decoding read, whose draws follow the whole source's indices, carries the whole.
+        def listings(source, parts):
+            out = []
+            for task in source.get_read_tasks(parts):
+                listing, part = task.read_fn.args[-2:]
+                data = ray.get(listing) if isinstance(listing, ray.ObjectRef) else listing
+                out.append((part, len(json.loads(data)["objects"]), task.metadata.num_rows))
+            return out
+
+        many_parts = listings(stoker.ray.StokerDatasource(many), 3)
+        decoded_parts = listings(stoker.ray.StokerDatasource(many, decode={"bin": stoker.Bytes()}), 3)
 
         # The split: whole shards when there are enough, else even runs; always a partition.
         split = stoker.ray.split
@@ -129,6 +144,8 @@ def main():
                     "nodes": nodes,
                     "read_nodes": len(read_nodes),
                     "many_files": [len(many_rows), many_ok],
+                    "many_parts": many_parts,
+                    "decoded_parts": decoded_parts,
                 }
             )
         )

@@ -104,6 +104,21 @@ impl Source {
         Ok((s, bytes))
     }
 
+    /// The parts of listing `snapshot` that readers of the sample runs `spans` need
+    /// (`stoker::source::snapshot_spans`): for the `objects` layout, one snapshot per run
+    /// holding only that run's objects, its first sample numbered 0; `None` for other layouts
+    /// (their readers take the whole snapshot).
+    #[staticmethod]
+    fn snapshot_spans<'py>(
+        py: Python<'py>,
+        snapshot: &[u8],
+        spans: Vec<(usize, usize)>,
+    ) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
+        let spans: Vec<std::ops::Range<usize>> = spans.into_iter().map(|(a, b)| a..b).collect();
+        let parts = py.detach(|| stoker::source::snapshot_spans(snapshot, &spans)).map_err(err)?;
+        parts.map(|parts| parts.iter().map(|p| py_bytes(py, p)).collect()).transpose()
+    }
+
     /// The URI and options, credentials included (and the listing snapshot, if any): what a
     /// process unpickling this opens.
     fn __getnewargs__(&self) -> (String, String, Option<Vec<u8>>) {

@@ -45,6 +45,9 @@ def test_ray_read_on_two_nodes_gives_stokers_bytes_and_tensors(tmp_path):
     assert got["read_nodes"] == 2, f"the read tasks ran on {got['read_nodes']} of the 2 nodes"
     # 12,000 files: a listing snapshot over Ray's 1 MiB task mark, through the object store.
     assert got["many_files"] == [12_000, True], got
+    # Three read tasks, each with the part of the listing it reads: 4,000 files, not 12,000.
+    assert got["many_parts"] == [[True, 4000, 4000]] * 3, got
+    assert got["decoded_parts"] == [[False, 12_000, 4000]] * 3, got
 
 
 def test_ray_write_packs_every_row_resumes_after_a_killed_worker_and_refuses_what_cannot_be_written(tmp_path, s3):

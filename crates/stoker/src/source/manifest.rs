@@ -16,7 +16,7 @@ const FORMAT: &str = "stoker-manifest";
 const VERSION: u32 = 1;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-struct Object {
+pub(crate) struct Object {
     path: String,
     size: u64,
     modified_us: i64,
@@ -49,6 +49,30 @@ impl Manifest {
                 })
                 .collect(),
             tar,
+        }
+    }
+
+    /// The objects in the order of the samples they hold, for the `objects` layout (one object a
+    /// sample, in path order, as [`ObjectsSource`](super::ObjectsSource) numbers them); `None`
+    /// for the other layouts.
+    pub(crate) fn objects_in_sample_order(&self) -> Option<Vec<&Object>> {
+        if self.layout != Layout::Objects || !self.tar.is_empty() {
+            return None;
+        }
+        // The ones a source opened from it keeps (all, in a snapshot taken by opening).
+        let mut objects: Vec<&Object> = self.objects.iter().filter(|o| Layout::Objects.holds(&o.path)).collect();
+        objects.sort_by(|a, b| a.path.cmp(&b.path));
+        Some(objects)
+    }
+
+    /// This manifest with `objects` in place of its own.
+    pub(crate) fn with_objects(&self, objects: &[&Object]) -> Manifest {
+        Manifest {
+            format: self.format.clone(),
+            version: self.version,
+            layout: self.layout,
+            objects: objects.iter().map(|&o| o.clone()).collect(),
+            tar: Vec::new(),
         }
     }
 

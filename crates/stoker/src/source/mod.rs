@@ -348,3 +348,31 @@ fn open_with_listing_boxed<'a>(
 ) -> BoxFuture<'a, Result<Arc<DynSampleSource>>> {
     async move { resolve::Request::new(uri, options)?.with_listing(snapshot)?.open().await }.boxed()
 }
+
+/// The parts of a listing snapshot ([`open_and_snapshot`]) that readers of the sample runs
+/// `spans` of the whole source need, one per run, each for [`open_with_listing`]: for the
+/// `objects` layout (one object a sample, in path order), the objects of that run's samples,
+/// so the source opened from a part holds exactly them, numbered from 0 (sample `span.start`
+/// of the whole is sample 0 of its part). `None` for the other layouts, whose samples are not
+/// one object each: their readers take the whole snapshot. With parts, each Ray read task of a
+/// directory of 10^7 files parses its own share of the listing, not the whole of it.
+pub fn snapshot_spans(snapshot: &[u8], spans: &[std::ops::Range<usize>]) -> Result<Option<Vec<Vec<u8>>>> {
+    let m = manifest::parse(snapshot, "the listing snapshot")?;
+    let Some(objects) = m.objects_in_sample_order() else { return Ok(None) };
+    spans
+        .iter()
+        .map(|span| {
+            if span.start >= span.end || span.end > objects.len() {
+                return Err(Error::invalid_option(format!(
+                    "samples {}..{} are not a run of the snapshot's {} samples",
+                    span.start,
+                    span.end,
+                    objects.len()
+                )));
+            }
+            let part = m.with_objects(&objects[span.clone()]);
+            serde_json::to_vec(&part).map_err(|e| Error::internal(format!("listing snapshot part: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}

@@ -1,7 +1,7 @@
 //! Listing snapshots: a source opened in one process from the listing another took gives the
 //! same samples without listing (what Ray read tasks do), and a damaged snapshot is refused.
 
-use stoker::source::{open_and_snapshot, open_with_listing};
+use stoker::source::{open_and_snapshot, open_with_listing, snapshot_spans};
 use stoker::ErrorKind;
 
 fn samples(src: &stoker::DynSampleSource) -> Vec<(String, Vec<u8>)> {
@@ -59,7 +59,38 @@ async fn tar_shards_opened_from_a_snapshot_keep_their_indexes() {
     }
     let uri = dir.path().display().to_string();
     let (first, snap) = open_and_snapshot(&uri, Default::default()).await.unwrap();
-    let again = open_with_listing(&uri, Default::default(), &snap.unwrap()).await.unwrap();
+    let snap = snap.unwrap();
+    let again = open_with_listing(&uri, Default::default(), &snap).await.unwrap();
     assert_eq!(again.len(), 6);
     assert_eq!(samples(&*again), samples(&*first));
+    // Samples are not one object each: no parts, every reader takes the whole snapshot.
+    assert!(snapshot_spans(&snap, &[0..3, 3..6]).unwrap().is_none());
+}
+
+#[tokio::test]
+async fn each_part_of_a_snapshot_of_files_holds_its_run_of_samples_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    // Listed in directory order, numbered in path order: the parts follow the numbering.
+    for i in (0..7).rev() {
+        std::fs::create_dir_all(dir.path().join(format!("d{}", i / 3))).unwrap();
+        std::fs::write(dir.path().join(format!("d{}/{i:03}.bin", i / 3)), vec![i as u8; 3 + i]).unwrap();
+    }
+    let uri = dir.path().display().to_string();
+    let (whole, snap) = open_and_snapshot(&uri, Default::default()).await.unwrap();
+    let (snap, all) = (snap.unwrap(), samples(&*whole));
+    let runs = [0..2, 2..3, 3..7];
+    let parts = snapshot_spans(&snap, &runs).unwrap().expect("files are one object a sample");
+    assert_eq!(parts.len(), 3);
+    for (run, part) in runs.iter().zip(&parts) {
+        assert!(part.len() < snap.len(), "a part holds less than the whole listing");
+        let src = open_with_listing(&uri, Default::default(), part).await.unwrap();
+        assert_eq!(samples(&*src), all[run.clone()], "samples {run:?}");
+    }
+    // Runs that are not runs of the source's samples are refused, not cut short.
+    for (start, end) in [(0, 0), (5, 3), (6, 8)] {
+        let e = snapshot_spans(&snap, std::slice::from_ref(&(start..end))).unwrap_err();
+        assert!(e.to_string().contains("not a run of the snapshot's 7 samples"), "{start}..{end}: {e}");
+    }
+    let one = std::slice::from_ref(&(0..1));
+    assert_eq!(snapshot_spans(b"{not json", one).unwrap_err().kind(), ErrorKind::Corrupt);
 }
