@@ -82,6 +82,21 @@ def main():
         # With another seed the crops differ: the comparison above can fail.
         other = {r["__index__"]: r["png"] for r in stoker.ray.read(out, decode=spec, seed=8, epoch=2).take_all()}
         seed_matters = any(not np.array_equal(other[i], want[i][0]) for i in want)
+        # The same images as files: each read task opens its part of the listing (15 files), and
+        # its samples draw their crops by their index in the whole directory, as the Loader's do.
+        files = os.path.join(os.path.dirname(os.path.abspath(out)), "images")
+        os.makedirs(files, exist_ok=True)
+        for i in range(len(ds)):
+            with open(os.path.join(files, f"{ds[i]['__key__']}.png"), "wb") as f:
+                f.write(ds[i]["png"])
+        png_spec = {"png": spec["png"]}
+        file_rows = stoker.ray.read(files, decode=png_spec, seed=7, epoch=2, override_num_blocks=4).take_all()
+        file_loader = stoker.Loader(files, batch_size=8, seed=7, decode=png_spec, output="numpy")
+        file_loader.set_epoch(2)
+        file_want = {i: b["png"][row] for b in file_loader for row, i in enumerate(b["__index__"])}
+        files_decoded_equal = len(file_rows) == len(file_want) == len(ds) and all(
+            np.array_equal(r["png"], file_want[r["__index__"]]) for r in file_rows
+        )
 
         # The nodes the reads ran on: a map right after a read runs in the read's own task
         # (Ray Data fuses the two), where it notes its node.
@@ -102,8 +117,8 @@ def main():
         many_ok = sorted(int.from_bytes(bytes(r["bin"]), "little") for r in many_rows) == list(range(12_000)) and all(
             r["__index__"] == int.from_bytes(bytes(r["bin"]), "little") for r in many_rows
         )
-        # Each read task carries the part of the listing its run covers, not the whole of it; a
-        # decoding read, whose draws follow the whole source's indices, carries the whole.
+        # Each read task carries the part of the listing its run covers, not the whole of it,
+        # decoding or not; a tar read's tasks carry the whole (its samples are not one file each).
         def listings(source, parts):
             out = []
             for task in source.get_read_tasks(parts):
@@ -114,6 +129,7 @@ def main():
 
         many_parts = listings(stoker.ray.StokerDatasource(many), 3)
         decoded_parts = listings(stoker.ray.StokerDatasource(many, decode={"bin": stoker.Bytes()}), 3)
+        tar_parts = listings(stoker.ray.StokerDatasource(out), 3)
 
         # The split: whole shards when there are enough, else even runs; always a partition.
         split = stoker.ray.split
@@ -140,12 +156,14 @@ def main():
                     "decoded_rows": len(rows),
                     "decoded_equal": decoded_equal,
                     "seed_matters": seed_matters,
+                    "files_decoded_equal": files_decoded_equal,
                     "png_shape": list(rows[0]["png"].shape),
                     "nodes": nodes,
                     "read_nodes": len(read_nodes),
                     "many_files": [len(many_rows), many_ok],
                     "many_parts": many_parts,
                     "decoded_parts": decoded_parts,
+                    "tar_parts": [(part, rows) for part, _, rows in tar_parts],
                 }
             )
         )

@@ -81,7 +81,7 @@ impl Loader {
     #[pyo3(signature = (source, batch_size, shuffle=None, seed=0, drop_last=false, prefetch=4,
                         rank=None, world_size=None, worker=0, num_workers=1, wrap=true,
                         max_bytes_in_flight=1u64<<30, skip_errors=false, decode=None, threads=None,
-                        shuffle_window=None, decode_memory_bytes=None, span=None))]
+                        shuffle_window=None, decode_memory_bytes=None, span=None, first_index=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -103,6 +103,7 @@ impl Loader {
         shuffle_window: Option<usize>,
         decode_memory_bytes: Option<u64>,
         span: Option<(u64, u64)>,
+        first_index: u64,
     ) -> PyResult<Self> {
         let mut cfg = LoaderConfig::new(batch_size);
         cfg.order = crate::order::order(shuffle, shuffle_window, seed)?;
@@ -124,6 +125,7 @@ impl Loader {
         cfg.worker = worker;
         cfg.num_workers = num_workers;
         cfg.span = span.map(|(a, b)| a..b);
+        cfg.first_index = first_index;
         cfg.tail = if wrap { Tail::Wrap } else { Tail::Drop };
         if skip_errors {
             cfg.on_error = stoker::loader::ErrorPolicy::Skip;

@@ -47,7 +47,10 @@ def test_ray_read_on_two_nodes_gives_stokers_bytes_and_tensors(tmp_path):
     assert got["many_files"] == [12_000, True], got
     # Three read tasks, each with the part of the listing it reads: 4,000 files, not 12,000.
     assert got["many_parts"] == [[True, 4000, 4000]] * 3, got
-    assert got["decoded_parts"] == [[False, 12_000, 4000]] * 3, got
+    assert got["decoded_parts"] == [[True, 4000, 4000]] * 3, got
+    assert got["tar_parts"] == [[False, 20]] * 3, got
+    # Decoded from parts of a listing of files: the Loader's crops, drawn by whole-source index.
+    assert got["files_decoded_equal"], got
 
 
 def test_ray_write_packs_every_row_resumes_after_a_killed_worker_and_refuses_what_cannot_be_written(tmp_path, s3):

@@ -150,13 +150,12 @@ class StokerDatasource(_ShownArgs, Datasource):
         A directory of files (one a sample) gives each task the part of the listing its run
         covers: every task parsing the whole listing costs each task time in proportion to the
         directory (48 ms for 100,000 files, seconds for 10^7), and the tasks are as many as the
-        CPUs. A decoding read, and the layouts whose samples are not one object each, give
-        every task the whole snapshot (augmentation draws follow a sample's index in the whole
-        source, which a Loader over a part does not know)."""
+        CPUs. The layouts whose samples are not one object each give every task the whole
+        snapshot."""
         if self._listing is None:
             return [(None, False)] * len(spans)
         parts = None
-        if self._decode is None and len(spans) > 1:
+        if len(spans) > 1:
             key = tuple(spans)
             if key not in self._parts:
                 if len(self._parts) >= 4:  # Ray plans with two or three splits; keep a few
@@ -206,8 +205,8 @@ def _read_span(
     part: bool = False,
 ) -> Iterator["pyarrow.Table"]:
     """One read task: the samples of ``span`` through a Loader in this worker, as Arrow tables.
-    With ``part``, ``listing`` holds only those samples (from 0): the whole of it is read, and
-    each sample's ``__index__`` is its index in the whole source."""
+    With ``part``, ``listing`` holds only those samples (from 0): the whole of it is read, each
+    sample numbered (``__index__``, augmentation draws) by its index in the whole source."""
     if threads is None:
         # The task's own share of its node: Ray runs a task per CPU it grants, and decode
         # threads beyond the CPUs granted would only contend with the node's other tasks.
@@ -226,21 +225,18 @@ def _read_span(
         first, span = span[0], None
     loader = _stoker.Loader(
         source, rows, shuffle=None, seed=seed, rank=0, world_size=1, wrap=False, decode=decode,
-        threads=threads, span=span,
+        threads=threads, span=span, first_index=first,
     )
     for batch in loader.epoch(epoch):
-        yield _table(batch, first)
+        yield _table(batch)
 
 
-def _table(batch: Any, first: int = 0) -> "pyarrow.Table":
-    """``batch`` as an Arrow table; ``first`` is added to its indices (a part's sample 0 is the
-    whole source's sample ``first``)."""
+def _table(batch: Any) -> "pyarrow.Table":
     from ray.data.extensions.tensor_extension import ArrowTensorArray
 
-    indices = numpy.asarray(batch.indices(), dtype=numpy.int64)
     cols: Dict[str, Any] = {
         "__key__": pyarrow.array(batch.keys(), pyarrow.string()),
-        "__index__": pyarrow.array(indices + first if first else indices),
+        "__index__": pyarrow.array(batch.indices(), pyarrow.int64()),
     }
     for name in batch.fields():
         if name == "__source__":  # a mix's source names

@@ -132,6 +132,14 @@ impl Batch {
         &self.shell().indices
     }
 
+    /// Add `by` to every index: a batch of a part of a source, numbered as the whole
+    /// ([`LoaderConfig::first_index`](crate::loader::LoaderConfig::first_index)).
+    pub(crate) fn shift_indices(&mut self, by: u64) {
+        if let Some(s) = self.shell.as_mut() {
+            s.indices.iter_mut().for_each(|i| *i = i.saturating_add(by));
+        }
+    }
+
     /// Sample `i`'s key.
     pub fn key(&self, i: usize) -> Option<&str> {
         let s = self.shell();

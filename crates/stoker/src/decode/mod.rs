@@ -60,6 +60,9 @@ struct Plan {
 pub struct Decoder {
     plans: Vec<Plan>,
     seed: u64,
+    /// Added to a sample's index for its draws: the index in the whole source of the first
+    /// sample of the part decoded ([`with_first_index`](Self::with_first_index)).
+    first: u64,
     /// With more than one thread; one thread decodes on the caller's.
     workers: Option<workers::Workers>,
     /// The scratch of inline decoding (one thread, or fields too cheap to spread). Batches
@@ -138,7 +141,7 @@ impl Decoder {
         };
         let scratches = Self::scratches(workers.as_ref());
         let memory = DecodeMemory::new(DEFAULT_DECODE_MEMORY_BYTES, scratches);
-        Ok(Decoder { plans, seed, workers, inline: Mutex::new(ImageScratch::default()), memory })
+        Ok(Decoder { plans, seed, first: 0, workers, inline: Mutex::new(ImageScratch::default()), memory })
     }
 
     /// The decoder with a budget of `bytes` for the working memory of all its decode threads
@@ -149,6 +152,13 @@ impl Decoder {
         }
         self.memory = DecodeMemory::new(bytes, Self::scratches(self.workers.as_ref()));
         Ok(self)
+    }
+
+    /// The decoder of a part of a source whose sample 0 is sample `first` of the whole: each
+    /// sample draws its augmentation by its index in the whole, as a decoder of the whole does.
+    pub fn with_first_index(mut self, first: u64) -> Self {
+        self.first = first;
+        self
     }
 
     /// Bytes a row of the columns whose types are declared takes (images, labels, arrays of a
@@ -222,7 +232,7 @@ impl Decoder {
             Ok(b) => Ok((b, 0)),
             // No sample is to blame, and none is skipped: the sizes chosen are.
             Err((WHOLE_BATCH, _, why)) => Err(Error::invalid_option(why)),
-            Err(e) if !skip => Err(decode_error(source, indices, samples, e)),
+            Err(e) if !skip => Err(self.decode_error(source, indices, samples, e)),
             Err(_) => {
                 // Rare path: find every bad row, then build again without them. Decoding is
                 // deterministic, so the good rows come out the same.
@@ -239,9 +249,27 @@ impl Decoder {
                 match self.try_assemble(pool, epoch, number, &idx, &kept) {
                     Ok(b) => Ok((b, skipped)),
                     Err((WHOLE_BATCH, _, why)) => Err(Error::invalid_option(why)),
-                    Err(e) => Err(decode_error(source, &idx, &kept, e)),
+                    Err(e) => Err(self.decode_error(source, &idx, &kept, e)),
                 }
             }
+        }
+    }
+
+    /// The error of row `e` of a batch of `samples`, read from `source`'s `indices`: where it
+    /// lies (in `source`, which a part's indices number), and its index in the whole.
+    fn decode_error(&self, source: &DynSampleSource, indices: &[u64], samples: &[Sample], e: RowError) -> Error {
+        let (row, field, reason) = e;
+        let index = indices.get(row).copied().unwrap_or_default();
+        let source_name = match source.location(index as usize) {
+            Some(place) => format!("{place} of {source}"),
+            None => source.to_string(),
+        };
+        Error::Decode {
+            source_name,
+            key: samples.get(row).map_or_else(String::new, |s| s.key.clone()),
+            index: index.saturating_add(self.first),
+            field: field.to_string(),
+            reason,
         }
     }
 
@@ -285,7 +313,7 @@ impl Decoder {
                     let have = s.field_names().collect::<Vec<_>>().join(", ");
                     (r, plan.name.clone(), format!("the sample has no such field; it has: {have}"))
                 })?;
-                let rng = SampleRng::new(self.seed, epoch, indices[r]);
+                let rng = SampleRng::new(self.seed, epoch, indices[r].saturating_add(self.first));
                 let n = self.decode_one(plan, &ty, rng, data, slot, scratch).map_err(|m| (r, plan.name.clone(), m))?;
                 if let Some(u) = used.get(r) {
                     u.store(n, Relaxed);
@@ -418,22 +446,6 @@ impl Decoder {
             }
             FieldDecode::Bytes => Ok(0),
         }
-    }
-}
-
-fn decode_error(source: &DynSampleSource, indices: &[u64], samples: &[Sample], e: RowError) -> Error {
-    let (row, field, reason) = e;
-    let index = indices.get(row).copied().unwrap_or_default();
-    let source_name = match source.location(index as usize) {
-        Some(place) => format!("{place} of {source}"),
-        None => source.to_string(),
-    };
-    Error::Decode {
-        source_name,
-        key: samples.get(row).map_or_else(String::new, |s| s.key.clone()),
-        index,
-        field: field.to_string(),
-        reason,
     }
 }
 

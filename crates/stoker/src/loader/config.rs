@@ -50,6 +50,11 @@ pub struct LoaderConfig {
     /// Only these positions of each epoch (see [`SamplerConfig::span`](crate::sampler::SamplerConfig::span)):
     /// a part of an epoch, read on its own. `None`: all of it.
     pub span: Option<std::ops::Range<u64>>,
+    /// The index in a larger whole of this source's sample 0, when the source is a part of
+    /// one (a Ray read task's part of a listing, [`snapshot_spans`](crate::source::snapshot_spans)):
+    /// added to the indices batches report and to the index each sample's augmentation draws
+    /// from, so the part's batches are the whole's. 0 (a source read as itself); not for a mix.
+    pub first_index: u64,
     /// How ranks are equalised when samples do not divide evenly.
     pub tail: Tail,
     /// Error handling per batch.
@@ -113,6 +118,7 @@ impl std::fmt::Debug for LoaderConfig {
             .field("partition", &self.partition)
             .field("worker", &(self.worker, self.num_workers))
             .field("span", &self.span)
+            .field("first_index", &self.first_index)
             .field("tail", &self.tail)
             .field("on_error", &self.on_error)
             .field("transform", &self.transform.is_some())
@@ -138,6 +144,7 @@ impl LoaderConfig {
             worker: 0,
             num_workers: 1,
             span: None,
+            first_index: 0,
             tail: Tail::default(),
             on_error: ErrorPolicy::Raise,
             transform: None,

@@ -101,10 +101,17 @@ impl Loader {
             (Order::ShardShuffle { .. }, None) => Some(Arc::new(shard_layout(&*source)?)),
             _ => None,
         };
+        if cfg.first_index != 0 && mix.is_some() {
+            // A mix's indices name its sources' samples by position: no part of one is numbered.
+            return Err(Error::invalid_option(format!(
+                "first_index numbers the samples of a part of a source, and {source} is a mix"
+            )));
+        }
         let decoder = match &cfg.decode {
             Some(spec) => Some(Arc::new(
                 Decoder::new(spec, cfg.augment_seed, cfg.transform_threads.max(1))?
-                    .with_memory_budget(cfg.decode_memory())?,
+                    .with_memory_budget(cfg.decode_memory())?
+                    .with_first_index(cfg.first_index),
             )),
             None => None,
         };

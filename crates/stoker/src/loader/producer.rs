@@ -166,7 +166,18 @@ impl Producer {
         Ok(batch)
     }
 
+    /// Batch `number` of samples `indices`, numbered as the whole source's
+    /// ([`LoaderConfig::first_index`](super::LoaderConfig::first_index)).
     async fn build(&self, number: u64, indices: &[u64]) -> Result<Batch> {
+        let mut batch = self.build_here(number, indices).await?;
+        if self.cfg.first_index != 0 {
+            batch.shift_indices(self.cfg.first_index);
+        }
+        Ok(batch)
+    }
+
+    /// Batch `number` of this source's samples `indices`.
+    async fn build_here(&self, number: u64, indices: &[u64]) -> Result<Batch> {
         let idx: Vec<usize> = indices.iter().map(|&i| i as usize).collect();
         let epoch = self.sampler.config().epoch;
         if self.cfg.transform.is_none() && self.decoder.is_none() {

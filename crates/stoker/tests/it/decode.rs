@@ -320,3 +320,31 @@ fn the_decode_memory_budget_follows_max_bytes_in_flight_and_can_be_raised() {
         Ok(_) => panic!("a zero budget was taken"),
     }
 }
+
+#[test]
+fn a_part_of_a_source_numbered_from_its_first_index_gives_the_wholes_tensors() {
+    let (dir, _samples, src, rt) = setup(48);
+    let cfg = |first_index: u64| {
+        let mut c = LoaderConfig::new(8);
+        c.decode = Some(spec());
+        c.augment_seed = 5;
+        c.first_index = first_index;
+        c
+    };
+    let whole = images(&Loader::new(src.clone(), cfg(0)).unwrap(), 2, usize::MAX);
+    // The part: the last two of the three shards, whose sample 0 is the whole's sample 16 (a
+    // Ray read task's part of a listing, opened on its own).
+    let part_dir = tempfile::tempdir().unwrap();
+    for s in [1, 2] {
+        let name = format!("train-{s:03}.tar");
+        std::fs::copy(dir.path().join(&name), part_dir.path().join(&name)).unwrap();
+    }
+    let part = rt.block_on(open(part_dir.path().to_str().unwrap()));
+    assert_eq!(part.len(), 32);
+    let got = images(&Loader::new(part.clone(), cfg(16)).unwrap(), 2, usize::MAX);
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), (16..48).collect::<Vec<u64>>(), "numbered as the whole");
+    assert!(got.iter().all(|(i, t)| whole.get(i) == Some(t)), "each sample draws its crop by its index in the whole");
+    // Numbered from 0, the same samples draw other crops: the comparison above can fail.
+    let own = images(&Loader::new(part, cfg(0)).unwrap(), 2, usize::MAX);
+    assert!(own.iter().any(|(i, t)| whole.get(&(i + 16)) != Some(t)));
+}
