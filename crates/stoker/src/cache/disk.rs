@@ -396,23 +396,32 @@ impl DiskCache {
             });
             return;
         }
-        if let Err(e) = write_entry(&self.path(key), &self.dir, key, data) {
-            self.ranks().remove(key);
-            // A directory holding files in this block's place (not the cache's to remove)
-            // costs this block, not every write for a while.
-            if matches!(e.kind(), std::io::ErrorKind::IsADirectory | std::io::ErrorKind::DirectoryNotEmpty) {
+        let written = match write_entry(&self.path(key), &self.dir, key, data) {
+            Ok(id) => id,
+            Err(e) => {
+                self.ranks().remove(key);
+                // A directory holding files in this block's place (not the cache's to remove)
+                // costs this block, not every write for a while.
+                if matches!(e.kind(), std::io::ErrorKind::IsADirectory | std::io::ErrorKind::DirectoryNotEmpty) {
+                    return;
+                }
+                let now = self.born.elapsed().as_millis() as u64;
+                self.writes_paused_until.store(now + WRITE_PAUSE.as_millis() as u64, Relaxed);
+                warn_once(&WARNED_WRITE, || {
+                    format!(
+                        "cannot write to the disk cache in {} ({e}); reads go on without storing new blocks there",
+                        self.dir.display()
+                    )
+                });
                 return;
             }
-            let now = self.born.elapsed().as_millis() as u64;
-            self.writes_paused_until.store(now + WRITE_PAUSE.as_millis() as u64, Relaxed);
-            warn_once(&WARNED_WRITE, || {
-                format!(
-                    "cannot write to the disk cache in {} ({e}); reads go on without storing new blocks there",
-                    self.dir.display()
-                )
-            });
-            return;
-        }
+        };
+        // Its digests were taken from the bytes just written, by this process: to this process
+        // the file is verified, as one it read and checked would be (the same file, by its
+        // identity; replaced or changed, it is checked again). The next epoch reads it without
+        // hashing it again.
+        let len = data.len() as u64;
+        self.verified_of(key, written, len).mark(0..len.div_ceil(seal::CHUNK));
         self.writes.fetch_add(1, Relaxed);
         {
             // A rescan while the file was being written may have taken it for gone.

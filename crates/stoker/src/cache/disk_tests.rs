@@ -52,6 +52,32 @@ fn the_hit_path_reads_any_span_verified_and_refuses_a_damaged_chunk() {
     assert!(!cache.path(3).exists());
 }
 
+#[test]
+fn a_block_this_process_wrote_is_not_hashed_again_but_another_file_in_its_place_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = DiskCache::open(dir.path(), Some(1 << 30)).unwrap();
+    let c = seal::CHUNK as usize;
+    let data: Vec<u8> = (0..3 * c + 5).map(|i| (i * 7 % 253) as u8).collect();
+    let (len, chunks) = (data.len() as u64, 0..(data.len() as u64).div_ceil(seal::CHUNK));
+    cache.write(7, &data);
+    // Its digests were taken from these bytes as they were written: to this process, that
+    // file is verified.
+    let id = |c: &DiskCache| FileId::of(&std::fs::metadata(c.path(7)).unwrap());
+    assert!(cache.verified_of(7, id(&cache), len).all(chunks.clone()));
+    assert_eq!(cache.read(7, data.len()).as_deref(), Some(&data[..]));
+    // Another process, or the next run, checks it.
+    let other = DiskCache::open(dir.path(), Some(1 << 30)).unwrap();
+    assert!(!other.verified_of(7, id(&other), len).all(chunks.clone()));
+    // A damaged file put in its place (another identity) is checked, refused and dropped.
+    let mut bytes = std::fs::read(cache.path(7)).unwrap();
+    bytes[c + 1] ^= 1;
+    let swap = dir.path().join("swap");
+    std::fs::write(&swap, &bytes).unwrap();
+    std::fs::rename(&swap, cache.path(7)).unwrap();
+    assert!(cache.read(7, data.len()).is_none());
+    assert_eq!(cache.corrupt.load(Relaxed), 1);
+}
+
 #[cfg(unix)]
 #[test]
 fn an_unwritable_directory_is_read_not_written() {

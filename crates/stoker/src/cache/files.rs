@@ -130,8 +130,9 @@ pub(crate) const WRITE_PIECE: usize = 128 << 10;
 
 /// Write entry `key` (its bytes, then their trailer) at `path` in cache directory `dir`: to a
 /// temporary file named after this writer's pid (so a dead writer's leftovers are
-/// recognised), then renamed into place, so readers see the whole entry or none.
-pub(super) fn write_entry(path: &Path, dir: &Path, key: u128, data: &[u8]) -> std::io::Result<()> {
+/// recognised), then renamed into place, so readers see the whole entry or none. Returns the
+/// written file's identity (a rename keeps it).
+pub(super) fn write_entry(path: &Path, dir: &Path, key: u128, data: &[u8]) -> std::io::Result<super::seal::FileId> {
     use std::io::Write;
     let parent = path.parent().unwrap_or(dir);
     let tmp = parent.join(format!(".{key:032x}.{}.{:x}.tmp", std::process::id(), unique()));
@@ -153,13 +154,16 @@ pub(super) fn write_entry(path: &Path, dir: &Path, key: u128, data: &[u8]) -> st
             trailer.add(piece);
             f.write_all(piece)?;
         }
-        f.write_all(&trailer.finish(key))
+        f.write_all(&trailer.finish(key))?;
+        f.metadata().map(|m| super::seal::FileId::of(&m))
     });
-    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
+    match written.and_then(|id| std::fs::rename(&tmp, path).map(|()| id)) {
+        Ok(id) => Ok(id),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -152,6 +152,11 @@ impl Store {
         }
     }
 
+    /// Whether reads go through a disk cache (remote stores opened with one).
+    pub(crate) fn has_disk_cache(&self) -> bool {
+        self.remote_reader().and_then(|r| r.cache()).is_some_and(|c| c.disk_limit().is_some())
+    }
+
     /// Requests and bytes served so far.
     pub fn counters(&self) -> IoCounters {
         let mut c = IoCounters {

@@ -243,7 +243,16 @@ impl Inner {
         // Shards are requested in the order they are needed; the fetch layer bounds how many
         // requests are in flight.
         let held: Vec<Vec<_>> = futures::stream::iter(reads).buffered(self.concurrency).try_collect().await?;
-        Ok(self.held.hold(held.into_iter().flatten().collect()).spanning(spanned))
+        let mut held: Vec<_> = held.into_iter().flatten().collect();
+        if self.store.has_disk_cache() {
+            // What the disk cache just took, the window's batches read from its files (the hit
+            // path), as they do a window it held before: once the writes are on disk, the
+            // memory copy goes. Held as well, two windows of bytes would sit in memory twice
+            // (in the process and in the page cache).
+            self.store.flush().await;
+            held.retain(|(shard, r, _)| !self.store.servable_directly(&self.shards[*shard].obj, [r]));
+        }
+        Ok(self.held.hold(held).spanning(spanned))
     }
 }
 
