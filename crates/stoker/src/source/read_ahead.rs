@@ -80,8 +80,9 @@ struct Held {
 }
 
 impl HeldSpans {
-    /// Hold `spans` (object, byte range, its bytes) until the returned guard is dropped.
-    pub(crate) fn hold(self: &Arc<Self>, spans: Vec<(usize, Range<u64>, Bytes)>) -> ReadAhead {
+    /// Hold `spans` (object, byte range, its bytes) until the returned guard is dropped; and
+    /// the holder's number, for [`let_go`](Self::let_go).
+    pub(crate) fn hold(self: &Arc<Self>, spans: Vec<(usize, Range<u64>, Bytes)>) -> (ReadAhead, u64) {
         let id = self.next_id.fetch_add(1, Relaxed);
         let total = spans.iter().map(|(_, _, b)| b.len() as u64).sum();
         let mut objects = Vec::with_capacity(spans.len());
@@ -94,7 +95,7 @@ impl HeldSpans {
         }
         // Weak: a guard outliving its source must not keep the source's memory alive.
         let me = Arc::downgrade(self);
-        ReadAhead::new(total, move || {
+        let guard = ReadAhead::new(total, move || {
             let Some(me) = me.upgrade() else { return };
             let mut map = me.spans.lock().unwrap_or_else(|e| e.into_inner());
             for object in objects {
@@ -105,7 +106,26 @@ impl HeldSpans {
                     }
                 }
             }
-        })
+        });
+        (guard, id)
+    }
+
+    /// Let go of the spans of holder `id` that `elsewhere` says are now served from elsewhere
+    /// (the disk cache's files); reads of them go there. Returns the bytes let go. The holder's
+    /// guard still reports them in [`ReadAhead::bytes`]: a read-ahead paced by it reads no
+    /// further ahead for this.
+    pub(crate) fn let_go(&self, id: u64, elsewhere: impl Fn(usize, &Range<u64>) -> bool) -> u64 {
+        let mut gone = 0;
+        let mut map = self.spans.lock().unwrap_or_else(|e| e.into_inner());
+        for (&object, held) in map.iter_mut() {
+            held.retain(|h| {
+                let keep = h.id != id || !elsewhere(object, &h.range);
+                gone += if keep { 0 } else { h.bytes.len() as u64 };
+                keep
+            });
+        }
+        map.retain(|_, held| !held.is_empty());
+        gone
     }
 
     /// `range` of `object` if one held span covers it (a slice, no copy).
@@ -124,15 +144,34 @@ mod tests {
     #[test]
     fn spans_serve_until_their_guard_goes() {
         let held = Arc::new(HeldSpans::default());
-        let a = held.hold(vec![(3, 100..110, Bytes::from_static(b"0123456789"))]);
+        let (a, _) = held.hold(vec![(3, 100..110, Bytes::from_static(b"0123456789"))]);
         assert_eq!(a.bytes(), 10);
         assert_eq!(held.get(3, &(102..105)).as_deref(), Some(&b"234"[..]));
         assert_eq!(held.get(3, &(105..111)), None, "not covered whole");
         assert_eq!(held.get(4, &(102..105)), None, "another object");
-        let b = held.hold(vec![(3, 100..110, Bytes::from_static(b"abcdefghij"))]);
+        let (b, _) = held.hold(vec![(3, 100..110, Bytes::from_static(b"abcdefghij"))]);
         drop(a);
         assert_eq!(held.get(3, &(100..101)).as_deref(), Some(&b"a"[..]), "the other holder's span stays");
         drop(b);
         assert_eq!(held.get(3, &(100..101)), None);
+    }
+
+    #[test]
+    fn a_holder_lets_go_of_the_spans_served_elsewhere_and_keeps_the_rest() {
+        let held = Arc::new(HeldSpans::default());
+        let bytes = |b: &'static [u8]| Bytes::from_static(b);
+        let (a, id) = held.hold(vec![(1, 0..4, bytes(b"abcd")), (1, 10..14, bytes(b"efgh")), (2, 0..2, bytes(b"ij"))]);
+        let (other, _) = held.hold(vec![(1, 0..4, bytes(b"ABCD"))]);
+        // Object 1's first span is on disk now: that span of this holder goes, the rest stays.
+        assert_eq!(held.let_go(id, |o, r| o == 1 && r.start == 0), 4);
+        assert_eq!(held.get(1, &(1..2)).as_deref(), Some(&b"B"[..]), "the other holder's span of it stays");
+        assert_eq!(held.get(1, &(11..12)).as_deref(), Some(&b"f"[..]));
+        assert_eq!(held.get(2, &(0..2)).as_deref(), Some(&b"ij"[..]));
+        assert_eq!(a.bytes(), 10, "the guard still counts what it fetched");
+        drop(other);
+        assert_eq!(held.get(1, &(0..1)), None, "gone from memory: read from elsewhere");
+        assert_eq!(held.let_go(id, |_, _| true), 6);
+        assert_eq!(held.get(2, &(0..2)), None);
+        drop(a);
     }
 }

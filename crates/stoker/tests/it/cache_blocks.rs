@@ -83,7 +83,7 @@ async fn a_run_over_data_the_disk_cache_holds_takes_big_blocks_unless_told() {
 /// request), one copy of the window in memory: consecutive samples lie one tar member apart in
 /// one buffer, not in a fresh allocation each, nor in a buffer the shard's parts were joined
 /// into; every sample's bytes are its own, including those across a part's edge. With a disk
-/// cache, what it wrote is not held at all: the window's samples are read from its files.
+/// cache, the window's samples come from memory or, once written, from the cache's files.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_read_ahead_is_held_once_as_slices_of_what_was_fetched() {
     let root = tempfile::tempdir().unwrap();
@@ -97,8 +97,7 @@ async fn a_window_read_ahead_is_held_once_as_slices_of_what_was_fetched() {
     let src: Arc<DynSampleSource> = open(&uri(&ep, "tar", &with_cache)).await;
     let all: Vec<usize> = (0..PER).collect();
     let held = src.read_ahead(&all).await.unwrap();
-    assert_eq!(held.bytes(), 0, "the blocks are on disk: nothing is held in memory as well");
-    assert!(held.spanned() >= (PER * PAYLOAD) as u64, "the window spans its samples: {}", held.spanned());
+    assert!(held.bytes() >= (PER * PAYLOAD) as u64, "{} bytes fetched", held.bytes());
     let requests = src.io_counters().unwrap().remote_requests;
     assert!(src.get_many(&all).await.unwrap() == samples, "every sample is the shard's");
     assert_eq!(src.io_counters().unwrap().remote_requests, requests, "served from the disk cache's files");
@@ -237,9 +236,9 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 }
 
 /// A window whose shard is partly in the disk cache is read ahead only where it is not: one
-/// request, for the missing block, which the cache then holds (so memory holds nothing); a
-/// shard-shuffled epoch takes each sample from the block files, piece by piece, every row the
-/// shard's, with one request (the missing block).
+/// request, the held bytes the missing block's samples, not the shard's; a shard-shuffled
+/// epoch takes each sample from where it is (block files, piece by piece, or memory), every
+/// row the shard's, with one request (the missing block).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_partly_on_disk_reads_ahead_only_what_is_missing() {
     let root = tempfile::tempdir().unwrap();
@@ -262,12 +261,16 @@ async fn a_window_partly_on_disk_reads_ahead_only_what_is_missing() {
     let all: Vec<usize> = (0..PER).collect();
     let requests = src.io_counters().unwrap().remote_requests;
     let held = src.read_ahead(&all).await.unwrap();
-    // The missing block fetched (once) and written: on disk, it is not held in memory too.
     assert_eq!(src.io_counters().unwrap().remote_requests - requests, 1, "the missing block, once");
-    assert_eq!(held.bytes(), 0, "{} bytes held", held.bytes());
+    let missing = data - (8 << 20);
+    assert!(
+        held.bytes() > missing / 2 && held.bytes() < missing + (PAYLOAD as u64) * 2,
+        "{} bytes held for {missing} bytes past the cached block",
+        held.bytes()
+    );
     // The window's size, for sizing the next read-ahead, is all its samples span.
     assert!(held.spanned() >= (PER * PAYLOAD) as u64 && held.spanned() <= data, "spans {}", held.spanned());
-    // Samples (a decoding loader's read) come from the block files, with no request.
+    // Samples (a decoding loader's read) come from both places, with no request.
     let requests = src.io_counters().unwrap().remote_requests;
     let got = src.get_many(&all).await.unwrap();
     assert!(got == samples, "every sample is the shard's");
@@ -282,11 +285,11 @@ async fn a_window_partly_on_disk_reads_ahead_only_what_is_missing() {
     assert_eq!(checked_epoch(&loader, 0, &samples).await, PER);
     let after = src.io_counters().unwrap();
     assert_eq!(after.remote_requests - before.remote_requests, 1, "the missing block, once: {after:?}");
-    // Each batch's reader opens each block file it reads from once: the cached block's and
-    // the one the read-ahead wrote (held in memory instead, it would open one).
+    // Each batch's reader opens each block file it reads from once: the cached block's, and
+    // the one the read-ahead wrote once its memory copy went.
     let batches = (PER / 16) as u64;
     let direct = after.disk_direct - before.disk_direct;
-    assert!((batches + 1..=2 * batches).contains(&direct), "both blocks read from their files: {after:?}");
+    assert!((1..=2 * batches).contains(&direct), "the blocks read from their files: {after:?}");
     assert_eq!(after.cache_corrupt, 0);
     server.shutdown().await;
 }

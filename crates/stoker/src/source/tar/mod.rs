@@ -243,16 +243,28 @@ impl Inner {
         // Shards are requested in the order they are needed; the fetch layer bounds how many
         // requests are in flight.
         let held: Vec<Vec<_>> = futures::stream::iter(reads).buffered(self.concurrency).try_collect().await?;
-        let mut held: Vec<_> = held.into_iter().flatten().collect();
-        if self.store.has_disk_cache() {
-            // What the disk cache just took, the window's batches read from its files (the hit
-            // path), as they do a window it held before: once the writes are on disk, the
-            // memory copy goes. Held as well, two windows of bytes would sit in memory twice
-            // (in the process and in the page cache).
-            self.store.flush().await;
-            held.retain(|(shard, r, _)| !self.store.servable_directly(&self.shards[*shard].obj, [r]));
+        let held: Vec<_> = held.into_iter().flatten().collect();
+        let written: HashMap<usize, Object> = if self.store.has_disk_cache() {
+            held.iter().map(|(s, _, _)| (*s, self.shards[*s].obj.clone())).collect()
+        } else {
+            HashMap::new()
+        };
+        let (ahead, id) = self.held.hold(held);
+        if !written.is_empty() {
+            // What the disk cache took, the window's batches read from its files once it is on
+            // disk (the hit path), as they do a window the cache held before: the memory copy
+            // goes then. Held to the window's end, two windows of bytes sat in memory twice (in
+            // the process and in the page cache). In the background: the read-ahead goes on to
+            // the next window meanwhile, paced as before by what it fetched.
+            let (store, spans) = (self.store.clone(), Arc::downgrade(&self.held));
+            tokio::spawn(async move {
+                store.flush().await;
+                if let Some(spans) = spans.upgrade() {
+                    spans.let_go(id, |s, r| written.get(&s).is_some_and(|o| store.servable_directly(o, [r])));
+                }
+            });
         }
-        Ok(self.held.hold(held).spanning(spanned))
+        Ok(ahead.spanning(spanned))
     }
 }
 
