@@ -141,7 +141,6 @@ class StokerDatasource(_ShownArgs, Datasource):
             tasks.append(ReadTask(read_fn, meta, per_task_row_limit=per_task_row_limit))
         return tasks
 
-
     def _task_listings(self, spans: List[tuple]) -> List[tuple]:
         """What each read task of ``spans`` opens the source from: ``(listing, part)``, where
         ``listing`` is a snapshot (its bytes, or their object-store reference when large) and

@@ -250,14 +250,15 @@ impl Inner {
             HashMap::new()
         };
         let (ahead, id) = self.held.hold(held);
-        if !written.is_empty() {
+        // (Without a tokio runtime to run it on, the window keeps its bytes to its end.)
+        if let (false, Ok(runtime)) = (written.is_empty(), tokio::runtime::Handle::try_current()) {
             // What the disk cache took, the window's batches read from its files once it is on
             // disk (the hit path), as they do a window the cache held before: the memory copy
             // goes then. Held to the window's end, two windows of bytes sat in memory twice (in
             // the process and in the page cache). In the background: the read-ahead goes on to
             // the next window meanwhile, paced as before by what it fetched.
             let (store, spans) = (self.store.clone(), Arc::downgrade(&self.held));
-            tokio::spawn(async move {
+            runtime.spawn(async move {
                 store.flush().await;
                 if let Some(spans) = spans.upgrade() {
                     spans.let_go(id, |s, r| written.get(&s).is_some_and(|o| store.servable_directly(o, [r])));
