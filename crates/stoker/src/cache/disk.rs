@@ -288,7 +288,7 @@ impl DiskCache {
         }
         let mut buf = crate::buffer::take(whole as usize);
         let verified = self.verified_of(key, FileId::of(&meta), len as u64);
-        let chunks = 0..(len as u64).div_ceil(seal::CHUNK);
+        let chunks = seal::chunks(len as u64);
         let checked = match file.read_exact_at(&mut buf[..whole as usize], 0) {
             Ok(()) if !self.verify || verified.all(chunks.clone()) => Ok(()),
             Ok(()) => seal::check_file(key, len as u64, &buf[..whole as usize]),
@@ -421,7 +421,7 @@ impl DiskCache {
         // identity; replaced or changed, it is checked again). The next epoch reads it without
         // hashing it again.
         let len = data.len() as u64;
-        self.verified_of(key, written, len).mark(0..len.div_ceil(seal::CHUNK));
+        self.verified_of(key, written, len).mark(seal::chunks(len));
         self.writes.fetch_add(1, Relaxed);
         {
             // A rescan while the file was being written may have taken it for gone.

@@ -23,6 +23,11 @@ use twox_hash::XxHash3_64;
 /// bytes a small read touches (at most two chunks) against the trailer's size (8 bytes per
 /// chunk: 1 KiB for a 1 MiB block).
 pub(crate) const CHUNK: u64 = 8 << 10;
+
+/// The chunks of a block of `len` bytes (the last one short).
+pub(crate) fn chunks(len: u64) -> std::ops::Range<u64> {
+    0..len.div_ceil(CHUNK)
+}
 /// The fixed end of a trailer: magic, key, length, digest of the rest of the trailer.
 const TAIL: usize = 8 + 16 + 8 + 8;
 const MAGIC: &[u8; 8] = b"stkblk02";

@@ -152,9 +152,14 @@ impl Store {
         }
     }
 
-    /// Whether reads go through a disk cache (remote stores opened with one).
-    pub(crate) fn has_disk_cache(&self) -> bool {
-        self.remote_reader().and_then(|r| r.cache()).is_some_and(|c| c.disk_limit().is_some())
+    /// A future that is done once what reads have fetched so far is in the disk cache (the
+    /// writes behind them landed), and can then be read with no request
+    /// ([`servable_directly`](Self::servable_directly)); `None` where nothing fetched is kept
+    /// on disk (a local store, or no disk cache).
+    pub(crate) fn stored(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let disk = self.remote_reader()?.cache()?.disk_limit().is_some();
+        let store = self.clone();
+        disk.then_some(async move { store.flush().await })
     }
 
     /// Requests and bytes served so far.

@@ -244,14 +244,14 @@ impl Inner {
         // requests are in flight.
         let held: Vec<Vec<_>> = futures::stream::iter(reads).buffered(self.concurrency).try_collect().await?;
         let held: Vec<_> = held.into_iter().flatten().collect();
-        let written: HashMap<usize, Object> = if self.store.has_disk_cache() {
-            held.iter().map(|(s, _, _)| (*s, self.shards[*s].obj.clone())).collect()
-        } else {
-            HashMap::new()
+        // (Without a tokio runtime to run it on, the window keeps its bytes to its end.)
+        let stored = self.store.stored().zip(tokio::runtime::Handle::try_current().ok());
+        let shards: HashMap<usize, Object> = match stored {
+            Some(_) => held.iter().map(|(s, _, _)| (*s, self.shards[*s].obj.clone())).collect(),
+            None => HashMap::new(),
         };
         let (ahead, id) = self.held.hold(held);
-        // (Without a tokio runtime to run it on, the window keeps its bytes to its end.)
-        if let (false, Ok(runtime)) = (written.is_empty(), tokio::runtime::Handle::try_current()) {
+        if let Some((stored, runtime)) = stored {
             // What the disk cache took, the window's batches read from its files once it is on
             // disk (the hit path), as they do a window the cache held before: the memory copy
             // goes then. Held to the window's end, two windows of bytes sat in memory twice (in
@@ -259,9 +259,9 @@ impl Inner {
             // the next window meanwhile, paced as before by what it fetched.
             let (store, spans) = (self.store.clone(), Arc::downgrade(&self.held));
             runtime.spawn(async move {
-                store.flush().await;
+                stored.await;
                 if let Some(spans) = spans.upgrade() {
-                    spans.let_go(id, |s, r| written.get(&s).is_some_and(|o| store.servable_directly(o, [r])));
+                    spans.let_go(id, |s, r| shards.get(&s).is_some_and(|o| store.servable_directly(o, [r])));
                 }
             });
         }
