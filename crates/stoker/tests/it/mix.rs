@@ -216,6 +216,21 @@ fn resume_mid_epoch_delivers_the_rest_once_also_at_another_world_size() {
 }
 
 #[test]
+fn a_mix_is_not_numbered_as_the_part_of_a_larger_source() {
+    // first_index numbers a part of one source by the whole's indices; a mix's indices name
+    // its sources' samples by position, so a Loader refuses one rather than mislabel them.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let f = fixture();
+    let src = rt.block_on(open_mix(&f.root, MIX_TOML)).unwrap();
+    let mut cfg = shuffled(16, 5);
+    cfg.first_index = 10;
+    let e = Loader::new(src.clone(), cfg).err().expect("refused");
+    assert_eq!(e.kind(), stoker::ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains("first_index") && e.to_string().contains("is a mix"), "{e}");
+    assert!(Loader::new(src, shuffled(16, 5)).is_ok(), "numbered from 0, the mix reads");
+}
+
+#[test]
 fn missing_fields_fail_naming_source_and_field_unless_filled() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let f = fixture();
