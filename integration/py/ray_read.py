@@ -104,8 +104,8 @@ def main():
             return {"node": [ray.get_runtime_context().get_node_id()] * len(batch["__index__"])}
 
         read_nodes = {r["node"] for r in stoker.ray.read(out, override_num_blocks=6).map_batches(node).take_all()}
-        # A listing whose snapshot passes Ray's 1 MiB "large read task" mark (12,000 files):
-        # it goes to the object store once, and the tasks read every file from it.
+        # A directory of 12,000 files, listed by name only on the driver: each task looks up
+        # and reads the files of its part of the listing.
         many = os.path.join(os.path.dirname(os.path.abspath(out)), "many")
         for i in range(12_000):
             d = os.path.join(many, f"{i // 1000:02d}")
@@ -124,7 +124,11 @@ def main():
             for task in source.get_read_tasks(parts):
                 listing, part = task.read_fn.args[-2:]
                 data = ray.get(listing) if isinstance(listing, ray.ObjectRef) else listing
-                out.append((part, len(json.loads(data)["objects"]), task.metadata.num_rows))
+                snapshot = json.loads(data)
+                # A local directory of files is listed by name only; other listings are looked up.
+                by_name = "names" in snapshot
+                listed = snapshot["names"] if by_name else snapshot["objects"]
+                out.append((part, len(listed), task.metadata.num_rows, by_name))
             return out
 
         many_parts = listings(stoker.ray.StokerDatasource(many), 3)
@@ -163,7 +167,7 @@ def main():
                     "many_files": [len(many_rows), many_ok],
                     "many_parts": many_parts,
                     "decoded_parts": decoded_parts,
-                    "tar_parts": [(part, rows) for part, _, rows in tar_parts],
+                    "tar_parts": [(part, rows) for part, _, rows, _ in tar_parts],
                 }
             )
         )

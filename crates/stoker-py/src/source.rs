@@ -85,23 +85,20 @@ impl Source {
         Ok(s)
     }
 
-    /// Open `uri` and take a snapshot of its listing (`stoker::source::open_and_snapshot`):
-    /// the source, and the snapshot's bytes (`None` where opening lists nothing) for
-    /// `Source(uri, options, listing)` in other processes.
+    /// Open `uri` for a read split among processes (`stoker::source::list_for_tasks`): its
+    /// samples, the index of each shard's first sample, and the listing snapshot (`None`
+    /// where opening lists nothing) for `Source(uri, options, listing)` in those processes.
     #[staticmethod]
     #[pyo3(signature = (uri, options = "{}"))]
-    fn open_and_snapshot<'py>(
+    fn list_for_tasks<'py>(
         py: Python<'py>,
         uri: String,
         options: &str,
-    ) -> PyResult<(Self, Option<Bound<'py, PyBytes>>)> {
+    ) -> PyResult<(usize, Vec<u64>, Option<Bound<'py, PyBytes>>)> {
         let opts = SourceOptions::from_json(options).map_err(err)?;
-        let u = uri.clone();
-        let (src, snap) =
-            block_on(py, async move { stoker::source::open_and_snapshot(&u, opts).await })?.map_err(err)?;
-        let bytes = snap.as_deref().map(|b| py_bytes(py, b)).transpose()?;
-        let s = Source { uri, options: options.to_string(), listing: snap, opened: Mutex::new(Some(Local::new(src))) };
-        Ok((s, bytes))
+        let listed = block_on(py, async move { stoker::source::list_for_tasks(&uri, opts).await })?.map_err(err)?;
+        let bytes = listed.snapshot.as_deref().map(|b| py_bytes(py, b)).transpose()?;
+        Ok((listed.samples, listed.shard_starts, bytes))
     }
 
     /// The parts of listing `snapshot` that readers of the sample runs `spans` need

@@ -43,11 +43,12 @@ def test_ray_read_on_two_nodes_gives_stokers_bytes_and_tensors(tmp_path):
     assert got["decoded_rows"] == 60 and got["decoded_equal"] and got["seed_matters"], got
     assert got["png_shape"] == [32, 32, 3], got
     assert got["read_nodes"] == 2, f"the read tasks ran on {got['read_nodes']} of the 2 nodes"
-    # 12,000 files: a listing snapshot over Ray's 1 MiB task mark, through the object store.
+    # 12,000 files, every one read once with its index in the whole directory.
     assert got["many_files"] == [12_000, True], got
-    # Three read tasks, each with the part of the listing it reads: 4,000 files, not 12,000.
-    assert got["many_parts"] == [[True, 4000, 4000]] * 3, got
-    assert got["decoded_parts"] == [[True, 4000, 4000]] * 3, got
+    # Three read tasks, each with the part of the listing it reads: 4,000 files, not 12,000,
+    # by name (the driver looks none up, each task its own).
+    assert got["many_parts"] == [[True, 4000, 4000, True]] * 3, got
+    assert got["decoded_parts"] == [[True, 4000, 4000, True]] * 3, got
     assert got["tar_parts"] == [[False, 20]] * 3, got
     # Decoded from parts of a listing of files: the Loader's crops, drawn by whole-source index.
     assert got["files_decoded_equal"], got

@@ -105,12 +105,14 @@ class StokerDatasource(_ShownArgs, Datasource):
         self._decode = _decode_json(decode)
         self._seed, self._epoch, self._rows = seed, epoch, rows_per_block
         self._threads = decode_threads
-        # Opened once here with a snapshot of its listing, which every read task opens from: a
-        # directory or prefix of 10^5 objects is listed once, not once per task (0.24 s on one
-        # core for 100,000 local files, a request per thousand objects remotely).
-        source, self._listing = _stoker.Source.open_and_snapshot(self._args.uri, self._args.json())
-        self._len = len(source)
-        self._shard_starts = source.shard_starts()
+        # Listed once here into a snapshot, which every read task opens from: a directory or
+        # prefix of 10^5 objects is listed once, not once per task (a request per thousand
+        # objects remotely). A local directory of files is listed by name only, each task
+        # looking up its own part's files: on one core 0.04 s here for 100,000 files instead
+        # of 0.3, the rest spread over the tasks.
+        self._len, self._shard_starts, self._listing = _stoker.Source.list_for_tasks(
+            self._args.uri, self._args.json()
+        )
         # Parts of the listing by the runs they were cut for (Ray plans a read more than once).
         self._parts: Dict[tuple, Optional[List[bytes]]] = {}
 

@@ -31,6 +31,12 @@ pub(crate) struct Manifest {
     objects: Vec<Object>,
     /// One index per tar shard, in `objects` order (empty for other layouts).
     pub tar: Vec<ShardIndex>,
+    /// A local directory's files by path alone, sorted, in place of `objects` (only in a
+    /// listing snapshot of the `objects` layout, [`Manifest::names_only`]): whoever opens from
+    /// it looks them up, so a Ray driver lists 10^5 files without looking up each and every
+    /// read task looks up its own part, in parallel.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    names: Vec<String>,
 }
 
 impl Manifest {
@@ -49,31 +55,62 @@ impl Manifest {
                 })
                 .collect(),
             tar,
+            names: Vec::new(),
         }
     }
 
-    /// The objects in the order of the samples they hold, for the `objects` layout (one object a
-    /// sample, in path order, as [`ObjectsSource`](super::ObjectsSource) numbers them); `None`
-    /// for the other layouts.
-    pub(crate) fn objects_in_sample_order(&self) -> Option<Vec<&Object>> {
+    /// A listing snapshot of a local directory read one file a sample: its files' `names`
+    /// (sorted) only, looked up by whoever opens from it ([`Manifest::take_names`]).
+    pub(crate) fn names_only(names: Vec<String>) -> Self {
+        Manifest {
+            format: FORMAT.into(),
+            version: VERSION,
+            layout: Layout::Objects,
+            objects: Vec::new(),
+            tar: Vec::new(),
+            names,
+        }
+    }
+
+    /// The names of a names-only snapshot, moved out; `None` for a listing with sizes and
+    /// versions.
+    pub(crate) fn take_names(&mut self) -> Option<Vec<String>> {
+        (!self.names.is_empty()).then(|| std::mem::take(&mut self.names))
+    }
+
+    /// The parts of this listing that hold the sample runs `spans`, for the `objects` layout
+    /// (one object a sample, in path order, as [`ObjectsSource`](super::ObjectsSource) numbers
+    /// them): each the objects (or names) of its run only. `None` for the other layouts; a span
+    /// that is not a run of the samples is an error.
+    pub(crate) fn sample_spans(&self, spans: &[std::ops::Range<usize>]) -> Option<Result<Vec<Manifest>>> {
         if self.layout != Layout::Objects || !self.tar.is_empty() {
             return None;
         }
         // The ones a source opened from it keeps (all, in a snapshot taken by opening).
         let mut objects: Vec<&Object> = self.objects.iter().filter(|o| Layout::Objects.holds(&o.path)).collect();
         objects.sort_by(|a, b| a.path.cmp(&b.path));
-        Some(objects)
-    }
-
-    /// This manifest with `objects` in place of its own.
-    pub(crate) fn with_objects(&self, objects: &[&Object]) -> Manifest {
-        Manifest {
-            format: self.format.clone(),
-            version: self.version,
-            layout: self.layout,
-            objects: objects.iter().map(|&o| o.clone()).collect(),
-            tar: Vec::new(),
-        }
+        let mut names: Vec<&String> = self.names.iter().filter(|n| Layout::Objects.holds(n)).collect();
+        names.sort();
+        let samples = objects.len() + names.len();
+        let part = |span: &std::ops::Range<usize>| {
+            if span.start >= span.end || span.end > samples {
+                return Err(Error::invalid_option(format!(
+                    "samples {}..{} are not a run of the snapshot's {samples} samples",
+                    span.start, span.end
+                )));
+            }
+            // One of the two is empty: a snapshot holds objects looked up, or names.
+            let run = |all: usize| span.start.min(all)..span.end.min(all);
+            Ok(Manifest {
+                format: self.format.clone(),
+                version: self.version,
+                layout: self.layout,
+                objects: objects[run(objects.len())].iter().map(|&o| o.clone()).collect(),
+                tar: Vec::new(),
+                names: names[run(names.len())].iter().map(|&n| n.clone()).collect(),
+            })
+        };
+        Some(spans.iter().map(part).collect())
     }
 
     /// The objects as a listing, moved out (a snapshot of 10^5 objects is opened by every
@@ -125,7 +162,11 @@ pub(crate) fn parse(bytes: &[u8], shown: &str) -> Result<Manifest> {
     }
     // Paths are relative to the dataset root: one that climbs out of it (or is absolute) would
     // read, and index next to, files the dataset does not own.
-    for path in m.objects.iter().map(|o| &o.path).chain(m.tar.iter().map(|t| &t.shard)) {
+    if !m.names.is_empty() && (m.layout != Layout::Objects || !m.objects.is_empty() || !m.tar.is_empty()) {
+        return Err(bad("it lists files by name only and also as objects or shards, which no listing does".into()));
+    }
+    let names = m.names.iter();
+    for path in m.objects.iter().map(|o| &o.path).chain(m.tar.iter().map(|t| &t.shard)).chain(names) {
         if !is_clean_relative(path) {
             return Err(bad(format!("object path `{}` is not a plain path inside the dataset", path.escape_debug())));
         }

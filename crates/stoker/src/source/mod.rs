@@ -332,10 +332,53 @@ async fn open_and_snapshot_here(uri: &str, options: SourceOptions) -> Result<Sna
     Ok((resolve::construct(resolved).await?, snapshot))
 }
 
+/// What the driver of a read split among processes (Ray read tasks) needs, from
+/// [`list_for_tasks`].
+#[derive(Debug)]
+pub struct TaskListing {
+    /// The source's samples.
+    pub samples: usize,
+    /// The index of each shard's first sample, in order (`[0]` for a source without shards):
+    /// where a split keeps shards whole.
+    pub shard_starts: Vec<u64>,
+    /// The listing snapshot the processes open from ([`open_with_listing`]), `None` where
+    /// opening lists nothing; [`snapshot_spans`] cuts it into each process's part.
+    pub snapshot: Option<Vec<u8>>,
+}
+
+/// Open `uri` for a read split among processes that each open it from a listing snapshot:
+/// its samples, shard starts and snapshot. A local directory read one file a sample (10^5 or
+/// 10^8 images) is listed by name only: no file is looked up here (the listing takes a tenth
+/// of the time), and each process looks up the files of its own part when it opens from it,
+/// all of them in parallel. Anything else is opened as [`open_and_snapshot`] opens it.
+pub async fn list_for_tasks(uri: &str, options: SourceOptions) -> Result<TaskListing> {
+    list_for_tasks_boxed(uri, options).await
+}
+
+/// [`list_for_tasks`], compiled here.
+fn list_for_tasks_boxed(uri: &str, options: SourceOptions) -> BoxFuture<'_, Result<TaskListing>> {
+    async move {
+        let request = resolve::Request::new(uri, options.clone())?;
+        if let Some(names) = request.names_only().await? {
+            let samples = names.len();
+            let snapshot = serde_json::to_vec(&manifest::Manifest::names_only(names))
+                .map_err(|e| Error::internal(format!("listing snapshot: {e}")))?;
+            return Ok(TaskListing { samples, shard_starts: vec![0], snapshot: Some(snapshot) });
+        }
+        let (src, snapshot) = open_and_snapshot_here(uri, options).await?;
+        let shards = crate::loader::shard_layout(&*src)?;
+        let shard_starts = (0..shards.num_shards()).filter_map(|s| shards.range(s).map(|r| r.start)).collect();
+        Ok(TaskListing { samples: src.len(), shard_starts, snapshot })
+    }
+    .boxed()
+}
+
 /// Open `uri` with the listing `snapshot` that [`open_and_snapshot`] took in another process,
 /// instead of listing its directory or prefix again. Objects are read as listed then (sizes
 /// and versions included): a file removed or rewritten since fails its read, as it would
-/// after any open. Local shards are looked up again, as with a manifest.
+/// after any open. Local shards are looked up again, as with a manifest, and so are the files
+/// of a snapshot of names only ([`list_for_tasks`]): one gone since fails the open, naming it
+/// (under `on_damage=skip`, its read fails and it is skipped).
 pub async fn open_with_listing(uri: &str, options: SourceOptions, snapshot: &[u8]) -> Result<Arc<DynSampleSource>> {
     open_with_listing_boxed(uri, options, snapshot).await
 }
@@ -358,21 +401,10 @@ fn open_with_listing_boxed<'a>(
 /// directory of 10^7 files parses its own share of the listing, not the whole of it.
 pub fn snapshot_spans(snapshot: &[u8], spans: &[std::ops::Range<usize>]) -> Result<Option<Vec<Vec<u8>>>> {
     let m = manifest::parse(snapshot, "the listing snapshot")?;
-    let Some(objects) = m.objects_in_sample_order() else { return Ok(None) };
-    spans
+    let Some(parts) = m.sample_spans(spans) else { return Ok(None) };
+    parts?
         .iter()
-        .map(|span| {
-            if span.start >= span.end || span.end > objects.len() {
-                return Err(Error::invalid_option(format!(
-                    "samples {}..{} are not a run of the snapshot's {} samples",
-                    span.start,
-                    span.end,
-                    objects.len()
-                )));
-            }
-            let part = m.with_objects(&objects[span.clone()]);
-            serde_json::to_vec(&part).map_err(|e| Error::internal(format!("listing snapshot part: {e}")))
-        })
+        .map(|part| serde_json::to_vec(part).map_err(|e| Error::internal(format!("listing snapshot part: {e}"))))
         .collect::<Result<Vec<_>>>()
         .map(Some)
 }

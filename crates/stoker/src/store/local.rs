@@ -77,10 +77,10 @@ impl Local {
     }
 
     /// Every file under the root, in no order, as object_store's listing gives them (see
-    /// [`super::walk`]): the root read first, then its directories walked `walks` at once
-    /// (each a depth-first walk on a blocking thread), spreading the per-file lookups over
-    /// the cores.
-    pub(super) async fn list_all(&self, walks: usize) -> Result<Vec<super::ObjectInfo>> {
+    /// [`super::walk`]), looked up or by name only (`F`): the root read first, then its
+    /// directories walked `walks` at once (each a depth-first walk on a blocking thread),
+    /// spreading the per-file lookups over the cores.
+    pub(super) async fn list_all<F: super::walk::Found>(&self, walks: usize) -> Result<Vec<F>> {
         use futures::{StreamExt, TryStreamExt};
         let dir = self.dir.clone();
         let (mut out, dirs) = tokio::task::spawn_blocking(move || {
@@ -98,10 +98,33 @@ impl Local {
             .await
             .map_err(Error::task)?
         });
-        let parts: Vec<Vec<super::ObjectInfo>> =
-            futures::stream::iter(walked).buffer_unordered(walks.max(1)).try_collect().await?;
+        let parts: Vec<Vec<F>> = futures::stream::iter(walked).buffer_unordered(walks.max(1)).try_collect().await?;
         out.extend(parts.into_iter().flatten());
         Ok(out)
+    }
+
+    /// Look up `names` (paths under the root, as a names-only listing gave them), in order,
+    /// `walks` runs of them at once on blocking threads (see [`super::walk::stat_names`]):
+    /// None for a file gone since it was listed.
+    pub(super) async fn stat_names(
+        &self,
+        names: std::sync::Arc<Vec<String>>,
+        walks: usize,
+    ) -> Result<Vec<Option<super::ObjectInfo>>> {
+        use futures::{StreamExt, TryStreamExt};
+        let run = names.len().div_ceil(walks.max(1)).max(1);
+        let runs = (0..names.len()).step_by(run).map(|start| {
+            let (names, root) = (names.clone(), self.dir.clone());
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    super::walk::stat_names(&root, &names[start..(start + run).min(names.len())])
+                })
+                .await
+                .map_err(Error::task)?
+            }
+        });
+        let parts: Vec<Vec<_>> = futures::stream::iter(runs).buffered(walks.max(1)).try_collect().await?;
+        Ok(parts.into_iter().flatten().collect())
     }
 
     /// The file behind `path` (relative to the root).
@@ -275,6 +298,11 @@ mod tests {
             std::fs::write(root.join(path), bytes).unwrap();
         }
         std::fs::create_dir_all(root.join("empty")).unwrap();
+        // Times before 1970 and between microseconds have their own rules in the tags.
+        let file = |p: &str| std::fs::File::options().write(true).open(root.join(p)).unwrap();
+        let epoch = std::time::UNIX_EPOCH;
+        file("b/three.cls").set_modified(epoch - std::time::Duration::from_nanos(1_500_000_500)).unwrap();
+        file("a/one.jpg").set_modified(epoch + std::time::Duration::from_nanos(1_700_000_000_123_456_789)).unwrap();
         std::os::unix::fs::symlink(root.join("a"), root.join("linked")).unwrap();
         std::os::unix::fs::symlink(root.join("b/three.cls"), root.join("c/file-link.cls")).unwrap();
         std::os::unix::fs::symlink(root.join("nowhere"), root.join("c/broken")).unwrap();
@@ -302,7 +330,8 @@ mod tests {
             .collect();
         want.sort();
         for walks in [1, 2, 8] {
-            let mut got: Vec<_> = local.list_all(walks).await.unwrap().iter().map(key).collect();
+            let mut got: Vec<_> =
+                local.list_all::<super::super::ObjectInfo>(walks).await.unwrap().iter().map(key).collect();
             got.sort();
             assert_eq!(got, want, "{walks} walks");
         }
@@ -310,6 +339,38 @@ mod tests {
         assert!(names.contains(&"linked/deep/two.jpg") && names.contains(&"c/file-link.cls"), "{names:?}");
         assert!(names.contains(&"c/tag#v2") && !names.contains(&"c/upload#123"), "{names:?}");
         assert_eq!(want.len(), 11, "{names:?}");
+    }
+
+    /// A walk of names only finds the same paths, and looking them up afterwards gives the
+    /// entries a full walk gives (symlinked files and directories followed), in the order
+    /// asked; a name gone since is None, one that is now a directory an error naming it.
+    #[tokio::test]
+    async fn names_looked_up_later_give_the_walks_own_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        tree(root);
+        let local = Local::new(root).unwrap();
+        let key = |m: &super::super::ObjectInfo| (m.path.clone(), m.size, m.e_tag.clone(), m.modified_us);
+        let mut want: Vec<_> = local.list_all::<super::super::ObjectInfo>(2).await.unwrap().iter().map(key).collect();
+        want.sort();
+        for walks in [1, 2, 8] {
+            let mut names: Vec<String> = local.list_all(walks).await.unwrap();
+            names.sort();
+            assert_eq!(names, want.iter().map(|k| k.0.clone()).collect::<Vec<_>>(), "{walks} walks");
+            // Any order, any number of runs: each answer is its own name's.
+            names.reverse();
+            let got = local.stat_names(std::sync::Arc::new(names.clone()), walks).await.unwrap();
+            let mut got: Vec<_> = got.iter().map(|m| key(m.as_ref().unwrap())).collect();
+            assert_eq!(got.iter().map(|k| k.0.clone()).collect::<Vec<_>>(), names);
+            got.sort();
+            assert_eq!(got, want, "{walks} walks");
+        }
+        let asked = |names: &[&str]| std::sync::Arc::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>());
+        let got = local.stat_names(asked(&["a/one.jpg", "a/gone.jpg", "nowhere/x.jpg", "b/three.cls"]), 2).await;
+        let got: Vec<bool> = got.unwrap().iter().map(Option::is_some).collect();
+        assert_eq!(got, [true, false, false, true]);
+        let err = local.stat_names(asked(&["a/one.jpg", "a"]), 1).await.unwrap_err().to_string();
+        assert!(err.contains("no longer a regular file"), "{err}");
     }
 
     #[tokio::test]
@@ -322,7 +383,7 @@ mod tests {
         std::fs::write(odd.join("x.bin"), b"1").unwrap();
         let local = Local::new(root).unwrap();
         assert!(local.fs.list(None).try_collect::<Vec<_>>().await.is_err(), "object_store refuses it too");
-        let err = local.list_all(2).await.unwrap_err().to_string();
+        let err = local.list_all::<super::super::ObjectInfo>(2).await.unwrap_err().to_string();
         assert!(err.contains("x.bin") && err.contains("not UTF-8"), "{err}");
     }
 
@@ -335,7 +396,7 @@ mod tests {
         std::os::unix::fs::symlink(root.join("a"), root.join("a/b/up")).unwrap();
         let local = Local::new(root).unwrap();
         assert!(local.fs.list(None).try_collect::<Vec<_>>().await.is_err(), "object_store refuses it too");
-        let err = local.list_all(2).await.unwrap_err().to_string();
+        let err = local.list_all::<super::super::ObjectInfo>(2).await.unwrap_err().to_string();
         assert!(err.contains("a/b/up") && err.contains("loop"), "{err}");
     }
 }

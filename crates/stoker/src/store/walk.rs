@@ -4,12 +4,17 @@
 //! one `statx` a file, made relative to its directory's descriptor. object_store makes three a
 //! file, each walking the whole path from `/`: 5.5 µs a file on the project's VM, 0.55 s of an
 //! open of 100,000 files, and the part of a Ray write that runs on the driver before any task.
+//!
+//! A walk may also list names only ([`Found`] for `String`): no lookup of a regular file at
+//! all (the directory entry says what it is), the same paths. Those names are looked up later
+//! by [`stat_names`], each relative to its directory's descriptor: a Ray driver lists a
+//! directory of 10^5 files in a tenth of the time, and its read tasks look up their own parts
+//! in parallel.
 
 use std::fs::{DirEntry, Metadata};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use super::ObjectInfo;
 use crate::error::{Error, Result};
@@ -32,8 +37,33 @@ impl Dir {
     }
 }
 
+/// What a walk keeps of each file it finds.
+pub(super) trait Found: Sized + Send + 'static {
+    /// Whether the walk looks every file up (its size and version): with `false` a regular
+    /// file's directory entry is enough, and `found` gets no metadata for it.
+    const LOOKED_UP: bool;
+    /// The entry for the file at `rel`, with its metadata when the walk has it.
+    fn found(rel: String, md: Option<&Metadata>) -> Option<Self>;
+}
+
+impl Found for ObjectInfo {
+    const LOOKED_UP: bool = true;
+    fn found(rel: String, md: Option<&Metadata>) -> Option<Self> {
+        // Always there: a walk that looks files up skips one it could not look up.
+        md.map(|md| info(rel, md.len(), md.ino(), md.mtime(), md.mtime_nsec()))
+    }
+}
+
+/// Names only: the path.
+impl Found for String {
+    const LOOKED_UP: bool = false;
+    fn found(rel: String, _: Option<&Metadata>) -> Option<Self> {
+        Some(rel)
+    }
+}
+
 /// Every file under `dir` into `out`, depth first.
-pub(super) fn tree(dir: Dir, out: &mut Vec<ObjectInfo>) -> Result<()> {
+pub(super) fn tree<F: Found>(dir: Dir, out: &mut Vec<F>) -> Result<()> {
     let mut stack = vec![dir];
     while let Some(d) = stack.pop() {
         stack.extend(read_dir(&d, out)?);
@@ -43,7 +73,7 @@ pub(super) fn tree(dir: Dir, out: &mut Vec<ObjectInfo>) -> Result<()> {
 
 /// The files directly in `dir` into `out`, and its subdirectories (symlinked ones included)
 /// returned, to be walked in turn.
-pub(super) fn read_dir(dir: &Dir, out: &mut Vec<ObjectInfo>) -> Result<Vec<Dir>> {
+pub(super) fn read_dir<F: Found>(dir: &Dir, out: &mut Vec<F>) -> Result<Vec<Dir>> {
     let mut subdirs = Vec::new();
     let entries = match std::fs::read_dir(&dir.path) {
         Ok(e) => e,
@@ -57,7 +87,9 @@ pub(super) fn read_dir(dir: &Dir, out: &mut Vec<ObjectInfo>) -> Result<Vec<Dir>>
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(Error::io(dir.path.display(), e)),
         };
-        let Some(md) = resolved(&entry).map_err(|e| Error::io(entry.path().display(), e))? else { continue };
+        let Some(kind) = resolved(&entry, F::LOOKED_UP).map_err(|e| Error::io(entry.path().display(), e))? else {
+            continue;
+        };
         let name = entry.file_name();
         let name = name.to_str();
         let rel = match (&dir.rel, name) {
@@ -65,8 +97,7 @@ pub(super) fn read_dir(dir: &Dir, out: &mut Vec<ObjectInfo>) -> Result<Vec<Dir>>
             (Some(up), Some(name)) => Some(format!("{up}/{name}")),
             _ => None,
         };
-        if md.is_dir() {
-            let id = (md.dev(), md.ino());
+        if let Kind::Dir(id) = kind {
             if dir.ancestors.contains(&id) {
                 return Err(bad(
                     &entry.path(),
@@ -76,7 +107,7 @@ pub(super) fn read_dir(dir: &Dir, out: &mut Vec<ObjectInfo>) -> Result<Vec<Dir>>
             let mut ancestors = dir.ancestors.clone();
             ancestors.push(id);
             subdirs.push(Dir { path: entry.path(), rel, ancestors });
-        } else if md.is_file() {
+        } else if let Kind::File(md) = kind {
             let (Some(rel), Some(name)) = (rel, name) else {
                 return Err(bad(&entry.path(), "a path that is not UTF-8 (object paths are text): rename it"));
             };
@@ -84,16 +115,25 @@ pub(super) fn read_dir(dir: &Dir, out: &mut Vec<ObjectInfo>) -> Result<Vec<Dir>>
             // as it does there, before its rule for reserved names.
             object_store::path::Path::parse(&rel).map_err(|e| bad(&entry.path(), &e.to_string()))?;
             if !reserved_by_object_store(name) {
-                out.push(info(rel, &md));
+                out.extend(F::found(rel, md.as_ref()));
             }
         }
     }
     Ok(subdirs)
 }
 
-/// The metadata of what `entry` names, a symlink followed; None for a broken symlink or an
-/// entry gone since the directory was read.
-fn resolved(entry: &DirEntry) -> io::Result<Option<Metadata>> {
+/// What a directory entry is, a symlink followed.
+enum Kind {
+    /// A directory, by (device, inode).
+    Dir((u64, u64)),
+    /// A regular file, with its metadata when it was looked up.
+    File(Option<Metadata>),
+}
+
+/// What `entry` names, a symlink followed (a regular file looked up only with `look_up`);
+/// None for a broken symlink, an entry gone since the directory was read, or anything but a
+/// file or directory.
+fn resolved(entry: &DirEntry, look_up: bool) -> io::Result<Option<Kind>> {
     let ty = match entry.file_type() {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -104,14 +144,31 @@ fn resolved(entry: &DirEntry) -> io::Result<Option<Metadata>> {
     // be looked up (gone since, or in a directory that may be read but not searched) is
     // skipped; a broken symlink is skipped, one whose target cannot be looked up for another
     // reason (a loop of links, a target it may not reach) fails the listing.
-    if !ty.is_symlink() {
-        return Ok(entry.metadata().ok());
-    }
-    match std::fs::metadata(entry.path()) {
-        Ok(m) => Ok(Some(m)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
+    let md = if ty.is_symlink() {
+        match std::fs::metadata(entry.path()) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    } else if ty.is_file() && !look_up {
+        // Names only: the entry's type says enough (a file gone since is listed, and its
+        // lookup later says so).
+        return Ok(Some(Kind::File(None)));
+    } else if ty.is_file() || ty.is_dir() {
+        match entry.metadata() {
+            Ok(m) => m,
+            Err(_) => return Ok(None),
+        }
+    } else {
+        return Ok(None);
+    };
+    Ok(if md.is_dir() {
+        Some(Kind::Dir((md.dev(), md.ino())))
+    } else if md.is_file() {
+        Some(Kind::File(Some(md)))
+    } else {
+        None
+    })
 }
 
 /// object_store's rule (`is_valid_file_path`): a name ending in `#` and digits is one of its
@@ -124,24 +181,63 @@ fn reserved_by_object_store(name: &str) -> bool {
 }
 
 /// The entry as the store lists it: object_store's entity tag (`"inode-mtime_us-size"` in hex,
-/// quoted) and modification time, to the microsecond.
-fn info(path: String, md: &Metadata) -> ObjectInfo {
-    let modified = md.modified().ok();
-    let since = modified.map(|m| m.duration_since(SystemTime::UNIX_EPOCH));
-    let tag_us = since.as_ref().and_then(|d| d.as_ref().ok()).copied().unwrap_or_default().as_micros();
-    let modified_us = match since {
-        Some(Ok(d)) => i64::try_from(d.as_micros()).unwrap_or(i64::MAX),
-        // Before 1970: chrono's timestamp_micros of the time, rounded down.
-        Some(Err(e)) => -i64::try_from(e.duration().as_nanos().div_ceil(1000)).unwrap_or(i64::MAX),
-        None => 0,
+/// quoted) and modification time (`secs`, `nanos` since 1970), to the microsecond.
+fn info(path: String, size: u64, ino: u64, secs: i64, nanos: i64) -> ObjectInfo {
+    let at = i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+    let (tag_us, modified_us) = if at >= 0 {
+        let us = at / 1000;
+        (us, i64::try_from(us).unwrap_or(i64::MAX))
+    } else {
+        // Before 1970: chrono's timestamp_micros of the time, rounded down; no time in the tag.
+        (0, -i64::try_from((-at + 999) / 1000).unwrap_or(i64::MAX))
     };
-    ObjectInfo {
-        path,
-        size: md.len(),
-        modified_us,
-        e_tag: Some(format!("\"{:x}-{tag_us:x}-{:x}\"", md.ino(), md.len())),
-        recorded: false,
+    ObjectInfo { path, size, modified_us, e_tag: Some(format!("\"{ino:x}-{tag_us:x}-{size:x}\"")), recorded: false }
+}
+
+/// Look up each of `names` (relative paths under `root`, as a names-only walk gave them),
+/// symlinks followed, in order: each relative to its directory's descriptor, opened once for a
+/// run of names in the same directory (sorted names keep a directory's files together). A name
+/// that is gone gives None; one that is no longer a regular file, or cannot be looked up for
+/// another reason, fails with its path.
+pub(super) fn stat_names(root: &Path, names: &[String]) -> Result<Vec<Option<ObjectInfo>>> {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    let mut out = Vec::with_capacity(names.len());
+    let mut open: Option<(&str, std::os::fd::OwnedFd)> = None;
+    for rel in names {
+        let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel.as_str()));
+        if open.as_ref().is_none_or(|(d, _)| *d != dir) {
+            let path = root.join(dir);
+            let fd = rustix::fs::open(&path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty());
+            match fd {
+                Ok(fd) => open = Some((dir, fd)),
+                Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => {
+                    open = None;
+                    out.push(None);
+                    continue;
+                }
+                Err(e) => return Err(Error::io(path.display(), e.into())),
+            }
+        }
+        let Some((_, fd)) = &open else { continue };
+        let st = match rustix::fs::statat(fd, name, AtFlags::empty()) {
+            Ok(st) => st,
+            Err(rustix::io::Errno::NOENT) => {
+                out.push(None);
+                continue;
+            }
+            Err(e) => return Err(Error::io(root.join(rel).display(), e.into())),
+        };
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(bad(&root.join(rel), "no longer a regular file since it was listed: list the directory again"));
+        }
+        let size = u64::try_from(st.st_size).unwrap_or(0);
+        // The fields' types differ between architectures.
+        #[allow(clippy::useless_conversion)]
+        let (ino, secs) = (u64::from(st.st_ino), i64::from(st.st_mtime));
+        let nanos = i64::try_from(st.st_mtime_nsec).unwrap_or(0);
+        out.push(Some(info(rel.clone(), size, ino, secs, nanos)));
     }
+    Ok(out)
 }
 
 /// An entry the listing refuses, named.

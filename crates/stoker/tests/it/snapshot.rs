@@ -1,8 +1,8 @@
 //! Listing snapshots: a source opened in one process from the listing another took gives the
 //! same samples without listing (what Ray read tasks do), and a damaged snapshot is refused.
 
-use stoker::source::{open_and_snapshot, open_with_listing, snapshot_spans};
-use stoker::ErrorKind;
+use stoker::source::{list_for_tasks, open_and_snapshot, open_with_listing, snapshot_spans};
+use stoker::{DamagePolicy, ErrorKind, SourceOptions};
 
 fn samples(src: &stoker::DynSampleSource) -> Vec<(String, Vec<u8>)> {
     (0..src.len())
@@ -93,4 +93,118 @@ async fn each_part_of_a_snapshot_of_files_holds_its_run_of_samples_and_no_other(
     }
     let one = std::slice::from_ref(&(0..1));
     assert_eq!(snapshot_spans(b"{not json", one).unwrap_err().kind(), ErrorKind::Corrupt);
+}
+
+/// A local directory of files listed for tasks is listed by name only (nothing looked up on
+/// the driver), and each task's part, looked up where it opens, gives the whole source's run:
+/// the same keys, bytes and sizes. A file gone between the two is named at the task's open
+/// (or, under `on_damage=skip`, skipped as damage when read).
+#[tokio::test]
+async fn a_directory_listed_for_tasks_by_name_gives_each_part_its_files_looked_up_there() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in (0..9).rev() {
+        std::fs::create_dir_all(dir.path().join(format!("d{}", i / 4))).unwrap();
+        std::fs::write(dir.path().join(format!("d{}/{i:03}.bin", i / 4)), vec![i as u8; 5 + i]).unwrap();
+    }
+    std::fs::write(dir.path().join(".hidden"), b"not a sample").unwrap();
+    std::os::unix::fs::symlink(dir.path().join("d0/001.bin"), dir.path().join("d2/linked.bin")).unwrap();
+    let uri = dir.path().display().to_string();
+    let whole = stoker::open(&uri, Default::default()).await.unwrap();
+    let all = samples(&*whole);
+    assert_eq!(all.len(), 10);
+    let listed = list_for_tasks(&uri, Default::default()).await.unwrap();
+    assert_eq!((listed.samples, listed.shard_starts.clone()), (10, vec![0]));
+    let snap = listed.snapshot.expect("a listed directory has a snapshot");
+    let text = String::from_utf8(snap.clone()).unwrap();
+    assert!(text.contains("\"names\"") && !text.contains("e_tag") && !text.contains(".hidden"), "{text}");
+    let runs = [0..3, 3..4, 4..10];
+    let parts = snapshot_spans(&snap, &runs).unwrap().expect("files are one object a sample");
+    for (run, part) in runs.iter().zip(&parts) {
+        let src = open_with_listing(&uri, Default::default(), part).await.unwrap();
+        assert_eq!(samples(&*src), all[run.clone()], "samples {run:?}");
+        for (k, i) in run.clone().enumerate() {
+            let (a, b) = (src.meta(k).await.unwrap(), whole.meta(i).await.unwrap());
+            assert_eq!((a.key, a.fields), (b.key, b.fields), "sample {i}");
+        }
+    }
+    // The whole snapshot opens too (a read in one task).
+    assert_eq!(samples(&*open_with_listing(&uri, Default::default(), &snap).await.unwrap()), all);
+
+    // Gone since the listing: named at the open, or skipped when read under on_damage=skip.
+    std::fs::remove_file(dir.path().join("d0/002.bin")).unwrap();
+    let e = open_with_listing(&uri, Default::default(), &parts[0]).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert!(e.to_string().contains("002.bin") && e.to_string().contains("gone since"), "{e}");
+    let skip = SourceOptions { on_damage: Some(DamagePolicy::Skip), ..Default::default() };
+    let src = open_with_listing(&uri, skip, &parts[0]).await.unwrap();
+    assert_eq!(src.len(), 3, "the part keeps its numbering");
+    assert!(src.get(2).await.is_err(), "the gone file is not read as an empty sample");
+    assert_eq!(src.get(1).await.unwrap().fields[0].data.len(), 6);
+}
+
+/// What a names-only snapshot may hold, checked: paths inside the dataset, names alone (not
+/// beside objects or shards), read as files (not under another layout), and looked up in a
+/// local directory only.
+#[tokio::test]
+async fn a_snapshot_of_names_that_escape_mix_or_change_layout_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.bin"), b"a").unwrap();
+    std::fs::write(dir.path().join("b.bin"), b"b").unwrap();
+    let uri = dir.path().display().to_string();
+    let snap = list_for_tasks(&uri, Default::default()).await.unwrap().snapshot.unwrap();
+    let text = String::from_utf8(snap).unwrap();
+    let escaping = text.replacen("a.bin", "../a.bin", 1);
+    let e = open_with_listing(&uri, Default::default(), escaping.as_bytes()).await.unwrap_err();
+    assert!(e.to_string().contains("not a plain path inside the dataset"), "{e}");
+    let both = text.replacen(
+        "\"objects\":[]",
+        "\"objects\":[{\"path\":\"a.bin\",\"size\":1,\"modified_us\":0,\"e_tag\":null}]",
+        1,
+    );
+    assert_ne!(both, text);
+    let e = open_with_listing(&uri, Default::default(), both.as_bytes()).await.unwrap_err();
+    assert!(e.to_string().contains("by name only and also as objects"), "{e}");
+    let tar = SourceOptions { layout: Some(stoker::Layout::Tar), ..Default::default() };
+    let e = open_with_listing(&uri, tar, text.as_bytes()).await.unwrap_err();
+    assert!(e.to_string().contains("layout=tar was asked"), "{e}");
+}
+
+/// Only a directory of files is listed by name: tar shards, a directory with a manifest and
+/// named files get the snapshot (or none) an open takes, and an unfinished pack's output is
+/// refused here as an open refuses it.
+#[tokio::test]
+async fn listing_for_tasks_looks_up_what_is_not_a_directory_of_files_and_refuses_what_an_open_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    for s in 0..2 {
+        let mut b = tar::Builder::new(Vec::new());
+        for i in 0..3 {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(1);
+            h.set_mode(0o644);
+            b.append_data(&mut h, format!("{s}{i:03}.txt"), &b"x"[..]).unwrap();
+        }
+        std::fs::write(dir.path().join(format!("s-{s}.tar")), b.into_inner().unwrap()).unwrap();
+    }
+    let uri = dir.path().display().to_string();
+    let listed = list_for_tasks(&uri, Default::default()).await.unwrap();
+    assert_eq!((listed.samples, listed.shard_starts), (6, vec![0, 3]));
+    let text = String::from_utf8(listed.snapshot.unwrap()).unwrap();
+    assert!(text.contains("e_tag") && !text.contains("\"names\""), "shards are looked up: {text}");
+
+    let files = tempfile::tempdir().unwrap();
+    std::fs::write(files.path().join("a.bin"), b"a").unwrap();
+    let uri = files.path().display().to_string();
+    stoker::source::index(&uri, Default::default()).await.unwrap();
+    let text = String::from_utf8(list_for_tasks(&uri, Default::default()).await.unwrap().snapshot.unwrap()).unwrap();
+    assert!(text.contains("e_tag") && !text.contains("\"names\""), "a manifest is read, not a listing: {text}");
+    let named = files.path().join("a.bin").display().to_string();
+    assert!(list_for_tasks(&named, Default::default()).await.unwrap().snapshot.is_none());
+
+    std::fs::write(files.path().join(".stoker-pack.json"), br#"{"complete": false}"#).unwrap();
+    std::fs::remove_file(files.path().join(".stoker-manifest.json")).unwrap();
+    let e = list_for_tasks(&uri, Default::default()).await.unwrap_err();
+    assert!(e.to_string().contains("did not finish"), "{e}");
+    let empty = tempfile::tempdir().unwrap();
+    let e = list_for_tasks(&empty.path().display().to_string(), Default::default()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Empty, "{e}");
 }

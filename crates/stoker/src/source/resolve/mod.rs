@@ -114,6 +114,44 @@ impl Request {
         Ok(Request { listing: Some(Box::new(m)), ..self })
     }
 
+    /// A local directory read one file a sample, without a manifest: the paths of its files,
+    /// sorted, none looked up ([`Store::list_names`]): what a listing snapshot of names only
+    /// holds. `None` for anything else (remote, a manifest, another layout, a listing given),
+    /// which [`Request::resolve`] lists as usual. Refused as an open would refuse it: empty, or
+    /// holding an unfinished pack's output.
+    pub(crate) async fn names_only(&self) -> Result<Option<Vec<String>>> {
+        let Target::At(location @ Location::Local(path)) = &self.target else { return Ok(None) };
+        let opts = &self.options;
+        let objects = matches!(opts.layout, None | Some(Layout::Objects));
+        if self.listing.is_some() || self.own_record.is_some() || !objects || !local_meta(path)?.is_dir() {
+            return Ok(None);
+        }
+        if lmdb_dir(location, opts.layout, &self.display)?.is_some() {
+            return Ok(None);
+        }
+        let store = Store::local_for(path, opts)?;
+        let Some(all) = store.list_names().await? else { return Ok(None) };
+        let listed = |path: &str| all.binary_search_by(|n| n.as_str().cmp(path)).is_ok();
+        // A manifest is read instead of the listing: one read, what resolving does.
+        if opts.manifest.unwrap_or(true) && listed(manifest::MANIFEST) {
+            return Ok(None);
+        }
+        unfinished(&store, listed, &self.display, None).await?;
+        let names: Vec<String> = all.into_iter().filter(|n| is_dataset_file(n)).collect();
+        if listed_layout(&store, opts, &names.iter().map(String::as_str).collect::<Vec<_>>()).await? != Layout::Objects
+        {
+            return Ok(None);
+        }
+        let names: Vec<String> = names.into_iter().filter(|n| Layout::Objects.holds(n)).collect();
+        if names.is_empty() {
+            return Err(Error::Empty {
+                uri: self.display.clone(),
+                reason: "no files found (hidden files and Stoker indexes are ignored)".into(),
+            });
+        }
+        Ok(Some(names))
+    }
+
     /// Whether this names a mix (several sources) rather than one location.
     pub(crate) fn is_mix(&self) -> bool {
         matches!(self.target, Target::Mix(_))
@@ -439,6 +477,18 @@ async fn listed(
     };
     if let Some(mut m) = found {
         let layout = opts.layout.unwrap_or(m.layout);
+        if let Some(names) = m.take_names() {
+            // A snapshot of names only ([`Request::names_only`]): looked up here, in parallel
+            // with the other readers of the same directory, each its own part.
+            if layout != Layout::Objects {
+                return Err(Error::invalid_option(format!(
+                    "{display}: its listing snapshot names files read one a sample, and layout={layout} was asked; \
+                     open it with the options the snapshot was taken with"
+                )));
+            }
+            let names = names.into_iter().filter(|n| layout.holds(n)).collect();
+            return Ok((layout, store.stat_names(names, opts.skip_damage()).await?, None));
+        }
         let mut listing: Vec<ObjectInfo> = m.take_listing().into_iter().filter(|o| layout.holds(&o.path)).collect();
         if layout != Layout::Objects && store.local_root().is_some() {
             // Local shards are stat'ed again (cheap, concurrent): one rewritten since
@@ -454,16 +504,24 @@ async fn listed(
         return Ok((layout, topmost_indexes(layout, listing), known));
     }
     let all = store.list().await?;
-    unfinished(store, &all, display, own).await?;
+    unfinished(store, |record| all.iter().any(|o| o.path == record), display, own).await?;
     let listing: Vec<ObjectInfo> = all.into_iter().filter(|o| is_dataset_file(&o.path)).collect();
-    let mut layout = infer(opts.layout, listing.iter().map(|o| o.path.as_str()));
-    if opts.layout.is_none() && layout == Layout::Objects {
-        // Only the index at the root: one in a subdirectory may belong to files read as files.
-        let root = listing.iter().map(|o| o.path.as_str()).filter(|p| *p == INDEX_FILE);
-        let beside: Vec<&str> = listing.iter().map(|o| o.path.as_str()).filter(|p| !p.contains('/')).collect();
-        layout = sniff_indexes(store, root, &beside, false).await?.unwrap_or(layout);
-    }
+    let layout = listed_layout(store, opts, &listing.iter().map(|o| o.path.as_str()).collect::<Vec<_>>()).await?;
     Ok((layout, topmost_indexes(layout, listing.into_iter().filter(|o| layout.holds(&o.path)).collect()), None))
+}
+
+/// The layout of a listed directory or prefix whose dataset files are `paths`: forced by the
+/// options, or inferred from the names, and for one file a sample, from an `index.json` at
+/// the root if there is one.
+async fn listed_layout(store: &Store, opts: &SourceOptions, paths: &[&str]) -> Result<Layout> {
+    let layout = infer(opts.layout, paths.iter().copied());
+    if opts.layout.is_some() || layout != Layout::Objects {
+        return Ok(layout);
+    }
+    // Only the index at the root: one in a subdirectory may belong to files read as files.
+    let root = paths.iter().copied().filter(|p| *p == INDEX_FILE);
+    let beside: Vec<&str> = paths.iter().copied().filter(|p| !p.contains('/')).collect();
+    Ok(sniff_indexes(store, root, &beside, false).await?.unwrap_or(layout))
 }
 
 /// For a layout read from `index.json` files (MDS, LitData): the indexes not below another
@@ -509,9 +567,9 @@ fn finished(record: &str, json: &serde_json::Value) -> Option<bool> {
 /// files are only part of the dataset, and without a manifest (written last) nothing else
 /// would tell. A record that is not one of ours (not JSON, no `complete`) is no dataset file
 /// and is ignored.
-async fn unfinished(store: &Store, listing: &[ObjectInfo], display: &str, own: Option<&str>) -> Result<()> {
+async fn unfinished(store: &Store, listed: impl Fn(&str) -> bool, display: &str, own: Option<&str>) -> Result<()> {
     for record in [PACK_RECORD, WRITE_RECORD, TOKENS_RECORD] {
-        if own == Some(record) || !listing.iter().any(|o| o.path == record) {
+        if own == Some(record) || !listed(record) {
             continue;
         }
         // A plan is about 100 bytes a shard; one past this is not ours.
