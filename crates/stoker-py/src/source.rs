@@ -85,7 +85,7 @@ impl Source {
         Ok(s)
     }
 
-    /// Open `uri` for a read split among processes (`stoker::source::list_for_tasks`): its
+    /// Open `uri` for a read split among processes (`stoker::loader::list_for_tasks`): its
     /// samples, the index of each shard's first sample, and the listing snapshot (`None`
     /// where opening lists nothing) for `Source(uri, options, listing)` in those processes.
     #[staticmethod]
@@ -96,7 +96,7 @@ impl Source {
         options: &str,
     ) -> PyResult<(usize, Vec<u64>, Option<Bound<'py, PyBytes>>)> {
         let opts = SourceOptions::from_json(options).map_err(err)?;
-        let listed = block_on(py, async move { stoker::source::list_for_tasks(&uri, opts).await })?.map_err(err)?;
+        let listed = block_on(py, async move { stoker::loader::list_for_tasks(&uri, opts).await })?.map_err(err)?;
         let bytes = listed.snapshot.as_deref().map(|b| py_bytes(py, b)).transpose()?;
         Ok((listed.samples, listed.shard_starts, bytes))
     }

@@ -24,12 +24,14 @@ mod config;
 mod epoch;
 mod plan;
 mod producer;
+mod tasks;
 
 pub(crate) use config::other_mix_sources;
 pub use config::{ErrorPolicy, HostBuffers, LoaderConfig, LoaderState, Transform};
 pub use epoch::{EpochIter, EpochStream};
 use producer::Producer;
 pub(crate) use producer::{pool_and_copier, split_even};
+pub use tasks::{list_for_tasks, TaskListing};
 
 struct Progress {
     /// The sampler of the run in progress and how many of its positions were delivered.

@@ -332,43 +332,28 @@ async fn open_and_snapshot_here(uri: &str, options: SourceOptions) -> Result<Sna
     Ok((resolve::construct(resolved).await?, snapshot))
 }
 
-/// What the driver of a read split among processes (Ray read tasks) needs, from
-/// [`list_for_tasks`].
-#[derive(Debug)]
-pub struct TaskListing {
-    /// The source's samples.
-    pub samples: usize,
-    /// The index of each shard's first sample, in order (`[0]` for a source without shards):
-    /// where a split keeps shards whole.
-    pub shard_starts: Vec<u64>,
-    /// The listing snapshot the processes open from ([`open_with_listing`]), `None` where
-    /// opening lists nothing; [`snapshot_spans`] cuts it into each process's part.
-    pub snapshot: Option<Vec<u8>>,
+/// For a local directory read one file a sample (10^5 or 10^8 images), without a manifest:
+/// its samples and a listing snapshot of its files' names only, for [`open_with_listing`] in
+/// other processes; no file is looked up (the listing takes a tenth of the time of one that
+/// looks each up), and each process looks up the files of its own part
+/// ([`snapshot_spans`]) when it opens from it. `None` for anything else (remote, other
+/// layouts, a manifest): [`open_and_snapshot`] takes those. Refused as an open refuses it:
+/// an empty directory, or one holding an unfinished pack's output.
+pub async fn names_snapshot(uri: &str, options: SourceOptions) -> Result<Option<NamesSnapshot>> {
+    names_snapshot_boxed(uri, options).await
 }
 
-/// Open `uri` for a read split among processes that each open it from a listing snapshot:
-/// its samples, shard starts and snapshot. A local directory read one file a sample (10^5 or
-/// 10^8 images) is listed by name only: no file is looked up here (the listing takes a tenth
-/// of the time), and each process looks up the files of its own part when it opens from it,
-/// all of them in parallel. Anything else is opened as [`open_and_snapshot`] opens it.
-pub async fn list_for_tasks(uri: &str, options: SourceOptions) -> Result<TaskListing> {
-    list_for_tasks_boxed(uri, options).await
-}
+/// A [`names_snapshot`]: the samples, and the snapshot's bytes.
+pub type NamesSnapshot = (usize, Vec<u8>);
 
-/// [`list_for_tasks`], compiled here.
-fn list_for_tasks_boxed(uri: &str, options: SourceOptions) -> BoxFuture<'_, Result<TaskListing>> {
+/// [`names_snapshot`], compiled here.
+fn names_snapshot_boxed(uri: &str, options: SourceOptions) -> BoxFuture<'_, Result<Option<NamesSnapshot>>> {
     async move {
-        let request = resolve::Request::new(uri, options.clone())?;
-        if let Some(names) = request.names_only().await? {
-            let samples = names.len();
-            let snapshot = serde_json::to_vec(&manifest::Manifest::names_only(names))
-                .map_err(|e| Error::internal(format!("listing snapshot: {e}")))?;
-            return Ok(TaskListing { samples, shard_starts: vec![0], snapshot: Some(snapshot) });
-        }
-        let (src, snapshot) = open_and_snapshot_here(uri, options).await?;
-        let shards = crate::loader::shard_layout(&*src)?;
-        let shard_starts = (0..shards.num_shards()).filter_map(|s| shards.range(s).map(|r| r.start)).collect();
-        Ok(TaskListing { samples: src.len(), shard_starts, snapshot })
+        let Some(names) = resolve::Request::new(uri, options)?.names_only().await? else { return Ok(None) };
+        let samples = names.len();
+        let snapshot = serde_json::to_vec(&manifest::Manifest::names_only(names))
+            .map_err(|e| Error::internal(format!("listing snapshot: {e}")))?;
+        Ok(Some((samples, snapshot)))
     }
     .boxed()
 }
@@ -377,7 +362,7 @@ fn list_for_tasks_boxed(uri: &str, options: SourceOptions) -> BoxFuture<'_, Resu
 /// instead of listing its directory or prefix again. Objects are read as listed then (sizes
 /// and versions included): a file removed or rewritten since fails its read, as it would
 /// after any open. Local shards are looked up again, as with a manifest, and so are the files
-/// of a snapshot of names only ([`list_for_tasks`]): one gone since fails the open, naming it
+/// of a snapshot of names only ([`names_snapshot`]): one gone since fails the open, naming it
 /// (under `on_damage=skip`, its read fails and it is skipped).
 pub async fn open_with_listing(uri: &str, options: SourceOptions, snapshot: &[u8]) -> Result<Arc<DynSampleSource>> {
     open_with_listing_boxed(uri, options, snapshot).await

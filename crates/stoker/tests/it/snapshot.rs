@@ -1,7 +1,8 @@
 //! Listing snapshots: a source opened in one process from the listing another took gives the
 //! same samples without listing (what Ray read tasks do), and a damaged snapshot is refused.
 
-use stoker::source::{list_for_tasks, open_and_snapshot, open_with_listing, snapshot_spans};
+use stoker::loader::list_for_tasks;
+use stoker::source::{open_and_snapshot, open_with_listing, snapshot_spans};
 use stoker::{DamagePolicy, ErrorKind, SourceOptions};
 
 fn samples(src: &stoker::DynSampleSource) -> Vec<(String, Vec<u8>)> {

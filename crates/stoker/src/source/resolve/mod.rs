@@ -20,6 +20,13 @@ use crate::error::{Error, Result};
 use crate::store::{ObjectInfo, Store};
 use crate::uri::{self, Layout, Location, RemoteLocation, SourceOptions, INDEX_FILE};
 
+mod sniff;
+mod unfinished;
+
+use sniff::sniff_indexes;
+use unfinished::unfinished;
+pub(crate) use unfinished::{PACK_RECORD, WRITE_RECORD};
+
 /// A URI read, with the options that apply to it: the step before any I/O.
 ///
 /// [`diagnose`](crate::diagnose::diagnose) changes the options between this step and opening
@@ -269,80 +276,6 @@ pub(crate) fn infer<'a>(forced: Option<Layout>, names: impl IntoIterator<Item = 
     forced.unwrap_or_else(|| names.into_iter().find_map(Layout::of_shard_name).unwrap_or(Layout::Objects))
 }
 
-/// The layout whose `index.json` is among `indexes`, told by what it holds: MosaicML
-/// Streaming's lists `shards` (each with a `format`, `mds`), LitData's lists `chunks` beside a
-/// `config`. An `index.json` that is neither (or not JSON) is left to be read as a file, unless
-/// files named as those layouts' shards lie among `beside`: then it is their damaged index,
-/// and reading every file as a sample would hand shards' bytes to training as samples. Nor is
-/// it read as a file when it was `named_alone` (the dataset it indexes was meant).
-async fn sniff_indexes<'a>(
-    store: &Store,
-    indexes: impl Iterator<Item = &'a str>,
-    beside: &[&str],
-    named_alone: bool,
-) -> Result<Option<Layout>> {
-    for path in indexes {
-        let bytes = store.get(path).await?;
-        if let Some(layout) = index_signature(&bytes) {
-            return Ok(Some(layout));
-        }
-        let shard = beside.iter().find(|p| records_shard_name(p));
-        if shard.is_none() && !named_alone {
-            continue;
-        }
-        let why = match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
-            Err(e) => format!("it is not JSON ({e})"),
-            Ok(_) => "it lists neither MosaicML Streaming's `shards` nor LitData's `chunks` and `config`".into(),
-        };
-        let reason = match shard {
-            Some(shard) => format!(
-                "{why}, yet `{shard}` beside it is named as their shards are: the index is damaged; write it again, \
-                 or give ?layout=objects to read every file as one sample"
-            ),
-            // Named alone, the dataset it indexes was meant, not one sample of its JSON.
-            None => format!(
-                "{why}: not an index Stoker reads (damaged?); to read the file itself as one sample, give \
-                 ?layout=objects"
-            ),
-        };
-        return Err(Error::BadIndex { path: store.describe(path), reason });
-    }
-    Ok(None)
-}
-
-/// Whether `path` is named as MosaicML Streaming's shards (`shard.00000.mds`, compressed
-/// `shard.00000.mds.zstd`) or LitData's chunks (`chunk-0-0.bin`) are.
-fn records_shard_name(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    (name.starts_with("shard.") && name.contains(".mds")) || (name.starts_with("chunk-") && name.ends_with(".bin"))
-}
-
-/// Which indexed layout an `index.json`'s bytes belong to, if any (see [`sniff_indexes`]).
-pub(crate) fn index_signature(bytes: &[u8]) -> Option<Layout> {
-    use serde::de::IgnoredAny;
-    /// Only what tells the layouts apart: a shard entry's `format`; whether `chunks` is a
-    /// list and `config` an object. Everything else is skipped unparsed, so a huge index
-    /// costs no tree of it.
-    #[derive(serde::Deserialize)]
-    struct Sniff {
-        shards: Option<Vec<Format>>,
-        chunks: Option<Vec<IgnoredAny>>,
-        config: Option<std::collections::HashMap<String, IgnoredAny>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Format {
-        format: Option<serde_json::Value>,
-    }
-    let v: Sniff = serde_json::from_slice(bytes).ok()?;
-    let is_mds = v.shards.is_some_and(|s| s.iter().any(|f| f.format.as_ref().and_then(|f| f.as_str()) == Some("mds")));
-    let is_litdata = v.chunks.is_some() && v.config.is_some();
-    match (is_mds, is_litdata) {
-        (true, false) => Some(Layout::Mds),
-        (false, true) => Some(Layout::Litdata),
-        _ => None,
-    }
-}
-
 /// The LMDB rule: LMDB is memory-mapped, so it is a local directory holding `data.mdb`
 /// (named by the directory or by `data.mdb` itself), opened as LMDB unless another layout is
 /// forced; `layout=lmdb` makes a local path's directory LMDB and is an error anywhere else.
@@ -540,62 +473,6 @@ fn topmost_indexes(layout: Layout, listing: Vec<ObjectInfo>) -> Vec<ObjectInfo> 
             || (!dir.is_empty() && dirs.contains(""))
     };
     listing.into_iter().filter(|o| !below_another(&o.path)).collect()
-}
-
-/// The record `stoker pack` keeps in its destination (`complete` once the pack is whole).
-pub(crate) const PACK_RECORD: &str = ".stoker-pack.json";
-/// The record a shard writer's job ([`crate::pack::ShardWriter::begin`]) keeps in its
-/// destination (`complete` once its `finish` has indexed it).
-pub(crate) const WRITE_RECORD: &str = ".stoker-write.json";
-/// The manifest a token pack (`stoker pack --layout tokens`) rewrites after every part: the
-/// source's documents, and those of its parts so far.
-const TOKENS_RECORD: &str = ".stoker-tokens.json";
-
-/// Whether a record's JSON says its writer finished: `complete`, or for a token pack's
-/// manifest, parts holding every document. `None`: not a record of ours.
-fn finished(record: &str, json: &serde_json::Value) -> Option<bool> {
-    if record != TOKENS_RECORD {
-        return json.get("complete")?.as_bool();
-    }
-    let documents = json.get("documents")?.as_u64()?;
-    let parts = json.get("parts")?.as_array()?;
-    let done = parts.iter().map(|p| p.get("documents").and_then(|d| d.as_u64())).sum::<Option<u64>>()?;
-    Some(done >= documents)
-}
-
-/// Refuse a directory whose pack, write or token pack record says it did not finish: its
-/// files are only part of the dataset, and without a manifest (written last) nothing else
-/// would tell. A record that is not one of ours (not JSON, no `complete`) is no dataset file
-/// and is ignored.
-async fn unfinished(store: &Store, listed: impl Fn(&str) -> bool, display: &str, own: Option<&str>) -> Result<()> {
-    for record in [PACK_RECORD, WRITE_RECORD, TOKENS_RECORD] {
-        if own == Some(record) || !listed(record) {
-            continue;
-        }
-        // A plan is about 100 bytes a shard; one past this is not ours.
-        let bytes = match store.get_at_most(record, 64 << 20).await {
-            Ok(b) => b,
-            Err(e) if matches!(e.kind(), crate::ErrorKind::NotFound | crate::ErrorKind::Corrupt) => continue,
-            Err(e) => return Err(e),
-        };
-        let complete = serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| finished(record, &v));
-        if complete == Some(false) {
-            let (what, finish) = match record {
-                PACK_RECORD => ("a `stoker pack`", "rerun the same `stoker pack` command to finish it"),
-                TOKENS_RECORD => ("a token pack", "rerun the same `stoker pack --layout tokens` command to finish it"),
-                _ => ("a shard writer's job (such as `stoker.ray.write`)", "rerun that write to finish it"),
-            };
-            return Err(Error::InvalidUri {
-                uri: display.to_string(),
-                reason: format!(
-                    "it holds the output of {what} that did not finish (as its {record} records), so its files are \
-                     only part of the dataset; {finish} (to read the files already there meanwhile, name them with a \
-                     pattern such as `DIR/*.tar`)"
-                ),
-            });
-        }
-    }
-    Ok(())
 }
 
 /// Files that are never samples or shards: hidden files (any path component starting with
