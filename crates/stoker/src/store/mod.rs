@@ -260,7 +260,7 @@ impl Store {
     /// listing [`Store::list`] gives without sizes and versions, in a tenth of its time (each
     /// directory entry says what it is). `None` for a remote store, whose listing gives
     /// those anyway. [`Store::stat_names`] looks them up later, in parts.
-    pub async fn list_names(&self) -> Result<Option<Vec<String>>> {
+    pub(crate) async fn list_names(&self) -> Result<Option<Vec<String>>> {
         match &self.0.backend {
             Backend::Local(l) => {
                 let mut names: Vec<String> = l.list_all(local_walks()).await?;
