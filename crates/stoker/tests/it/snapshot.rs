@@ -14,6 +14,23 @@ fn samples(src: &stoker::DynSampleSource) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
+/// Two tar shards of three samples each, `s-0.tar` and `s-1.tar`.
+fn two_tar_shards() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for s in 0..2 {
+        let mut b = tar::Builder::new(Vec::new());
+        for i in 0..3 {
+            let data = format!("shard {s} sample {i}");
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            b.append_data(&mut h, format!("{s}{i:03}.txt"), data.as_bytes()).unwrap();
+        }
+        std::fs::write(dir.path().join(format!("s-{s}.tar")), b.into_inner().unwrap()).unwrap();
+    }
+    dir
+}
+
 #[tokio::test]
 async fn a_source_opened_from_a_snapshot_reads_what_the_snapshot_listed() {
     let dir = tempfile::tempdir().unwrap();
@@ -46,18 +63,7 @@ async fn a_source_opened_from_a_snapshot_reads_what_the_snapshot_listed() {
 
 #[tokio::test]
 async fn tar_shards_opened_from_a_snapshot_keep_their_indexes() {
-    let dir = tempfile::tempdir().unwrap();
-    for s in 0..2 {
-        let mut b = tar::Builder::new(Vec::new());
-        for i in 0..3 {
-            let data = format!("shard {s} sample {i}");
-            let mut h = tar::Header::new_gnu();
-            h.set_size(data.len() as u64);
-            h.set_mode(0o644);
-            b.append_data(&mut h, format!("{s}{i:03}.txt"), data.as_bytes()).unwrap();
-        }
-        std::fs::write(dir.path().join(format!("s-{s}.tar")), b.into_inner().unwrap()).unwrap();
-    }
+    let dir = two_tar_shards();
     let uri = dir.path().display().to_string();
     let (first, snap) = open_and_snapshot(&uri, Default::default()).await.unwrap();
     let snap = snap.unwrap();
@@ -175,17 +181,7 @@ async fn a_snapshot_of_names_that_escape_mix_or_change_layout_is_refused() {
 /// refused here as an open refuses it.
 #[tokio::test]
 async fn listing_for_tasks_looks_up_what_is_not_a_directory_of_files_and_refuses_what_an_open_refuses() {
-    let dir = tempfile::tempdir().unwrap();
-    for s in 0..2 {
-        let mut b = tar::Builder::new(Vec::new());
-        for i in 0..3 {
-            let mut h = tar::Header::new_gnu();
-            h.set_size(1);
-            h.set_mode(0o644);
-            b.append_data(&mut h, format!("{s}{i:03}.txt"), &b"x"[..]).unwrap();
-        }
-        std::fs::write(dir.path().join(format!("s-{s}.tar")), b.into_inner().unwrap()).unwrap();
-    }
+    let dir = two_tar_shards();
     let uri = dir.path().display().to_string();
     let listed = list_for_tasks(&uri, Default::default()).await.unwrap();
     assert_eq!((listed.samples, listed.shard_starts), (6, vec![0, 3]));
