@@ -257,8 +257,8 @@ impl Store {
     }
 
     /// The paths of every file under a local root (recursively), sorted, none looked up: the
-    /// listing [`Store::list`] gives without sizes and versions, in a tenth of its time (each
-    /// directory entry says what it is). `None` for a remote store, whose listing gives
+    /// listing [`Store::list`] gives without sizes and versions, in a fraction of its time
+    /// (each directory entry says what it is). `None` for a remote store, whose listing gives
     /// those anyway. [`Store::stat_names`] looks them up later, in parts.
     pub(crate) async fn list_names(&self) -> Result<Option<Vec<String>>> {
         match &self.0.backend {

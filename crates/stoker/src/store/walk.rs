@@ -8,8 +8,9 @@
 //! A walk may also list names only ([`Found`] for `String`): no lookup of a regular file at
 //! all (the directory entry says what it is), the same paths. Those names are looked up later
 //! by [`stat_names`], each relative to its directory's descriptor: a Ray driver lists a
-//! directory of 10^5 files in a tenth of the time, and its read tasks look up their own parts
-//! in parallel.
+//! directory of 100,000 files in a quarter of the time (0.07 s against 0.31 s on one core of
+//! the project's VM, its snapshot included), and its read tasks look up their own parts in
+//! parallel.
 
 use std::fs::{DirEntry, Metadata};
 use std::io;

@@ -146,6 +146,9 @@ async fn a_directory_listed_for_tasks_by_name_gives_each_part_its_files_looked_u
     let src = open_with_listing(&uri, skip, &parts[0]).await.unwrap();
     assert_eq!(src.len(), 3, "the part keeps its numbering");
     assert!(src.get(2).await.is_err(), "the gone file is not read as an empty sample");
+    // Nor one put back before its read: it is held to what the open found (nothing there).
+    std::fs::write(dir.path().join("d0/002.bin"), b"back again").unwrap();
+    assert!(src.get(2).await.is_err(), "a file put back since the open is not read");
     assert_eq!(src.get(1).await.unwrap().fields[0].data.len(), 6);
 }
 
