@@ -136,13 +136,14 @@ impl Request {
         if lmdb_dir(location, opts.layout, &self.display)?.is_some() {
             return Ok(None);
         }
+        // A manifest is read instead of any listing (one read, what resolving does): looked
+        // for before the directory is listed.
+        if opts.manifest.unwrap_or(true) && path.join(manifest::MANIFEST).exists() {
+            return Ok(None);
+        }
         let store = Store::local_for(path, opts)?;
         let Some(all) = store.list_names().await? else { return Ok(None) };
         let listed = |path: &str| all.binary_search_by(|n| n.as_str().cmp(path)).is_ok();
-        // A manifest is read instead of the listing: one read, what resolving does.
-        if opts.manifest.unwrap_or(true) && listed(manifest::MANIFEST) {
-            return Ok(None);
-        }
         unfinished(&store, listed, &self.display, None).await?;
         let names: Vec<String> = all.into_iter().filter(|n| is_dataset_file(n)).collect();
         if listed_layout(&store, opts, &names.iter().map(String::as_str).collect::<Vec<_>>()).await? != Layout::Objects
