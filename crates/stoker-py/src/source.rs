@@ -167,15 +167,6 @@ impl Source {
         all.and_then(|v| serde_json::to_string(&v)).map_err(|e| StokerError::new_err(e.to_string()))
     }
 
-    /// The index of each shard's first sample, in index order, where the source's shards hold
-    /// runs of consecutive indices (tar, Parquet, TFRecord...): where a reader that splits the
-    /// samples into parts keeps shards whole. A source without shards is one, starting at 0.
-    fn shard_starts(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
-        let src = self.get_src(py)?;
-        let layout = py.detach(|| stoker::loader::shard_layout(&*src)).map_err(err)?;
-        Ok((0..layout.num_shards()).filter_map(|s| layout.range(s).map(|r| r.start)).collect())
-    }
-
     /// Layout, shards, samples and the URI (credentials redacted).
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let src = self.get_src(py)?;

@@ -86,8 +86,8 @@ class StokerDatasource(_ShownArgs, Datasource):
     """The Ray Data datasource behind :func:`read` (for ``ray.data.read_datasource``).
 
     The source is listed on the driver to count its samples and find its shards; each read
-    task opens it from that listing in its worker (its URI and options, credentials included, travel in
-    the task's pickle: keep them private, as Ray's own readers' credentials)."""
+    task opens it from that listing in its worker (its URI and options, credentials included,
+    travel in the task's pickle: keep them private, as Ray's own readers' credentials)."""
 
     def __init__(
         self,
@@ -113,8 +113,10 @@ class StokerDatasource(_ShownArgs, Datasource):
         self._len, self._shard_starts, self._listing = _stoker.Source.list_for_tasks(
             self._args.uri, self._args.json()
         )
-        # Parts of the listing by the runs they were cut for (Ray plans a read more than once).
+        # Parts of the listing by the runs they were cut for (Ray plans a read more than once),
+        # and the whole listing's object-store reference, put once.
         self._parts: Dict[tuple, Optional[List[bytes]]] = {}
+        self._whole: Any = None
 
     def default_tasks(self, cpus: int) -> int:
         """Read tasks when the caller does not say (Ray's own default, 200 or more, would make
@@ -165,8 +167,9 @@ class StokerDatasource(_ShownArgs, Datasource):
             parts = self._parts[key]
         if parts is None:
             # The snapshot goes to the object store once; each task carries its reference.
-            whole = ray.put(self._listing)
-            return [(whole, False)] * len(spans)
+            if self._whole is None:
+                self._whole = ray.put(self._listing)
+            return [(self._whole, False)] * len(spans)
         return [(_by_value(p), True) for p in parts]
 
 

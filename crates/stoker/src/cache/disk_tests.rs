@@ -58,7 +58,7 @@ fn a_block_this_process_wrote_is_not_hashed_again_but_another_file_in_its_place_
     let cache = DiskCache::open(dir.path(), Some(1 << 30)).unwrap();
     let c = seal::CHUNK as usize;
     let data: Vec<u8> = (0..3 * c + 5).map(|i| (i * 7 % 253) as u8).collect();
-    let (len, chunks) = (data.len() as u64, 0..(data.len() as u64).div_ceil(seal::CHUNK));
+    let (len, chunks) = (data.len() as u64, seal::chunks(data.len() as u64));
     cache.write(7, &data);
     // Its digests were taken from these bytes as they were written: to this process, that
     // file is verified.

@@ -65,6 +65,15 @@ pub struct ObjectInfo {
     pub recorded: bool,
 }
 
+impl ObjectInfo {
+    /// An object named (in a URI or a listing) that is not there, kept under a damage policy
+    /// that skips what cannot be read: size 0 and no version, so its read fails (nothing is
+    /// there, or something of another size now) and the policy skips it, reported as damage.
+    pub(crate) fn missing(path: String) -> Self {
+        ObjectInfo { path, size: 0, modified_us: 0, e_tag: None, recorded: false }
+    }
+}
+
 pub use crate::stats::IoCounters;
 
 /// The most bytes [`Store::get`] reads of one file: an index, a manifest or a list of names
@@ -291,9 +300,7 @@ impl Store {
             .zip(found)
             .map(|(path, info)| match info {
                 Some(info) => Ok(info),
-                None if missing_ok => {
-                    Ok(ObjectInfo { path: path.clone(), size: 0, modified_us: 0, e_tag: None, recorded: false })
-                }
+                None if missing_ok => Ok(ObjectInfo::missing(path.clone())),
                 None => Err(Error::NotFound {
                     what: self.describe(path),
                     hint: Some("listed when the source was opened, and gone since: open it again".into()),

@@ -14,6 +14,17 @@ fn samples(src: &stoker::DynSampleSource) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
+/// Files `dD/NNN.bin` for N in 0..n, `per_dir` to a directory, file N holding N repeated
+/// `base + N` times; written last to first, so directory order is not path order.
+fn files_in_dirs(n: usize, per_dir: usize, base: usize) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for i in (0..n).rev() {
+        std::fs::create_dir_all(dir.path().join(format!("d{}", i / per_dir))).unwrap();
+        std::fs::write(dir.path().join(format!("d{}/{i:03}.bin", i / per_dir)), vec![i as u8; base + i]).unwrap();
+    }
+    dir
+}
+
 /// Two tar shards of three samples each, `s-0.tar` and `s-1.tar`.
 fn two_tar_shards() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -76,12 +87,8 @@ async fn tar_shards_opened_from_a_snapshot_keep_their_indexes() {
 
 #[tokio::test]
 async fn each_part_of_a_snapshot_of_files_holds_its_run_of_samples_and_no_other() {
-    let dir = tempfile::tempdir().unwrap();
     // Listed in directory order, numbered in path order: the parts follow the numbering.
-    for i in (0..7).rev() {
-        std::fs::create_dir_all(dir.path().join(format!("d{}", i / 3))).unwrap();
-        std::fs::write(dir.path().join(format!("d{}/{i:03}.bin", i / 3)), vec![i as u8; 3 + i]).unwrap();
-    }
+    let dir = files_in_dirs(7, 3, 3);
     let uri = dir.path().display().to_string();
     let (whole, snap) = open_and_snapshot(&uri, Default::default()).await.unwrap();
     let (snap, all) = (snap.unwrap(), samples(&*whole));
@@ -108,11 +115,7 @@ async fn each_part_of_a_snapshot_of_files_holds_its_run_of_samples_and_no_other(
 /// (or, under `on_damage=skip`, skipped as damage when read).
 #[tokio::test]
 async fn a_directory_listed_for_tasks_by_name_gives_each_part_its_files_looked_up_there() {
-    let dir = tempfile::tempdir().unwrap();
-    for i in (0..9).rev() {
-        std::fs::create_dir_all(dir.path().join(format!("d{}", i / 4))).unwrap();
-        std::fs::write(dir.path().join(format!("d{}/{i:03}.bin", i / 4)), vec![i as u8; 5 + i]).unwrap();
-    }
+    let dir = files_in_dirs(9, 4, 5);
     std::fs::write(dir.path().join(".hidden"), b"not a sample").unwrap();
     std::os::unix::fs::symlink(dir.path().join("d0/001.bin"), dir.path().join("d2/linked.bin")).unwrap();
     let uri = dir.path().display().to_string();

@@ -493,9 +493,7 @@ async fn head_all(store: &Store, names: &[String], concurrency: usize, missing_o
         .iter()
         .map(|p| async move {
             match store.head(p).await {
-                Err(e) if missing_ok && e.kind() == crate::ErrorKind::NotFound => {
-                    Ok(ObjectInfo { path: p.clone(), size: 0, modified_us: 0, e_tag: None, recorded: false })
-                }
+                Err(e) if missing_ok && e.kind() == crate::ErrorKind::NotFound => Ok(ObjectInfo::missing(p.clone())),
                 other => other,
             }
         })
