@@ -26,6 +26,23 @@ async fn objects_via_file_uri_and_forced_layout() {
     run_all(open(&uri).await, &expected, "file://", &[]).await;
 }
 
+/// Opened from a listing of names only (what a Ray read task opens from): the whole, and
+/// its part of the samples, each looking its files up where it opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_from_a_listing_of_names_and_from_a_part_of_it() {
+    use stoker::source::{open_with_listing, snapshot_spans};
+    let dir = tempfile::tempdir().unwrap();
+    let expected = objects_dir(dir.path());
+    let uri = dir.path().to_str().unwrap();
+    let snap = stoker::loader::list_for_tasks(uri, Default::default()).await.unwrap().snapshot.unwrap();
+    assert!(String::from_utf8_lossy(&snap).contains("\"names\""), "listed by name");
+    run_all(open_with_listing(uri, Default::default(), &snap).await.unwrap(), &expected, uri, &[]).await;
+    let half = expected.len() / 2;
+    let parts = snapshot_spans(&snap, &[0..half, half..expected.len()]).unwrap().unwrap();
+    let part = open_with_listing(uri, Default::default(), &parts[1]).await.unwrap();
+    run_all(part, &expected[half..], uri, &[]).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tar_directory_of_shards() {
     let dir = tempfile::tempdir().unwrap();
