@@ -23,6 +23,7 @@ pub mod loader;
 mod npy;
 pub mod pack;
 pub mod pinned;
+mod prefetch;
 pub mod ranges;
 mod redact;
 pub mod sample;

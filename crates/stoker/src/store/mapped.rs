@@ -80,14 +80,18 @@ impl MappedObject {
             usize::try_from(s.start).ok().zip(usize::try_from(s.end).ok()).and_then(|(a, z)| bytes.get(a..z))
         };
         for s in spans.iter().take(AHEAD) {
-            slice(s).map(prefetch);
+            if let Some(b) = slice(s) {
+                crate::prefetch::lines(b, PREFETCH_CAP);
+            }
         }
         let mut total = 0u64;
         for (i, s) in spans.iter().enumerate() {
             let Some(b) = slice(s) else {
                 return Err(Error::internal(format!("bytes {s:?} of a map of {} bytes", bytes.len())));
             };
-            spans.get(i + AHEAD).and_then(slice).map(prefetch);
+            if let Some(b) = spans.get(i + AHEAD).and_then(slice) {
+                crate::prefetch::lines(b, PREFETCH_CAP);
+            }
             each(b)?;
             total += b.len() as u64;
         }
@@ -101,19 +105,6 @@ const AHEAD: usize = 4;
 /// At most this much of a span is prefetched: past it, the hardware prefetcher has found the
 /// stream.
 const PREFETCH_CAP: usize = 4096;
-
-/// Ask for the cache lines of (the start of) `bytes` ahead of their use; no effect on the
-/// program's meaning, nothing on targets without the instruction.
-#[inline]
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in bytes[..bytes.len().min(PREFETCH_CAP)].chunks(64) {
-        // SAFETY: a prefetch is a hint that never faults, and the address is in `bytes`.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
-}
 
 #[cfg(test)]
 mod tests {

@@ -227,6 +227,11 @@ impl TokenDocs for TokenMix {
         self.parts[k].docs.tokens_in(local)
     }
 
+    fn prefetch_len(&self, doc: u64) {
+        let (k, local) = self.locate(doc);
+        self.parts[k].docs.prefetch_len(local);
+    }
+
     fn shard_sizes(&self) -> Vec<u64> {
         self.parts.iter().flat_map(|p| p.docs.shard_sizes()).collect()
     }
@@ -302,6 +307,10 @@ impl TokenDocs for SourceDocs {
 
     fn tokens_in(&self, doc: u64) -> u64 {
         self.docs().tokens_in(doc)
+    }
+
+    fn prefetch_len(&self, doc: u64) {
+        self.docs().prefetch_len(doc);
     }
 
     fn shard_sizes(&self) -> Vec<u64> {

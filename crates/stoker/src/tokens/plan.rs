@@ -277,6 +277,9 @@ const KEEP_ORDER: u64 = 1 << 22;
 /// A kept length that does not fit: the document's length is looked up instead.
 const LONG: u32 = u32::MAX;
 
+/// Documents whose lengths a plan's pass asks for before reading the first of them.
+const LOOKAHEAD: usize = 32;
+
 /// What the pass over an epoch's documents finds.
 struct Pass {
     /// Every `stride`th document's first token offset in the stream.
@@ -313,17 +316,32 @@ fn checkpoints(
         let mut kept = keep.then(|| Vec::with_capacity((hi - lo) as usize));
         let mut kept_lens = keep.then(|| Vec::with_capacity((hi - lo) as usize));
         let mut total = 0u64;
-        for (i, doc) in in_order.enumerate() {
-            if (i as u64).is_multiple_of(stride) {
-                cps.push(total);
+        // Documents taken a run at a time, their lengths asked for first (see
+        // `TokenDocs::prefetch_len`): in shuffled order each is a miss at a random place of
+        // the index, and a run's misses overlap.
+        let mut run_of = [0u64; LOOKAHEAD];
+        let mut in_order = in_order.peekable();
+        let mut i = 0u64;
+        while in_order.peek().is_some() {
+            let mut got = 0;
+            for (slot, doc) in run_of.iter_mut().zip(in_order.by_ref()) {
+                docs.prefetch_len(doc);
+                *slot = doc;
+                got += 1;
             }
-            let len = docs.tokens_in(doc);
-            if let (Some(k), Some(l)) = (&mut kept, &mut kept_lens) {
-                // Below KEEP_ORDER documents, every document number fits.
-                k.push(doc as u32);
-                l.push(u32::try_from(len).ok().filter(|&l| l != LONG).unwrap_or(LONG));
+            for &doc in &run_of[..got] {
+                if i.is_multiple_of(stride) {
+                    cps.push(total);
+                }
+                i += 1;
+                let len = docs.tokens_in(doc);
+                if let (Some(k), Some(l)) = (&mut kept, &mut kept_lens) {
+                    // Below KEEP_ORDER documents, every document number fits.
+                    k.push(doc as u32);
+                    l.push(u32::try_from(len).ok().filter(|&l| l != LONG).unwrap_or(LONG));
+                }
+                total = total.checked_add(len + extra).ok_or_else(too_many)?;
             }
-            total = total.checked_add(len + extra).ok_or_else(too_many)?;
         }
         Ok(Pass { checkpoints: cps, total, kept, kept_lens })
     };

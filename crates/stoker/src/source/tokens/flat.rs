@@ -57,6 +57,15 @@ impl FileDocs {
             FileDocs::Flat(f) => f.header + f.starts[i] * f.ty.size() as u64,
         }
     }
+
+    /// Ask the memory system for document `i`'s length (and with `pointer` its offset) ahead
+    /// of their use: see [`crate::prefetch`].
+    pub(crate) fn prefetch(&self, i: usize, pointer: bool) {
+        match self {
+            FileDocs::Megatron(idx) => idx.prefetch(i, pointer),
+            FileDocs::Flat(f) => crate::prefetch::item(&f.starts, i),
+        }
+    }
 }
 
 impl Flat {

@@ -353,6 +353,15 @@ impl Index {
     pub(crate) fn pointer(&self, i: usize) -> u64 {
         i64_at(&self.bytes, FIXED + 4 * self.sequences + 8 * i) as u64
     }
+
+    /// Ask the memory system for sequence `i`'s length (and with `pointer` its offset) ahead
+    /// of [`size`](Self::size) and [`pointer`](Self::pointer): see [`crate::prefetch`].
+    pub(crate) fn prefetch(&self, i: usize, pointer: bool) {
+        crate::prefetch::item(&self.bytes, FIXED + 4 * i);
+        if pointer {
+            crate::prefetch::item(&self.bytes, FIXED + 4 * self.sequences + 8 * i);
+        }
+    }
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
