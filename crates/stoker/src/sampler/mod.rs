@@ -204,7 +204,7 @@ impl Sampler {
     /// Iterates over this sampler's indices in order.
     pub fn iter(&self) -> SamplerIter<'_> {
         let (next, len, cache) = (0, self.len(), GroupCache::default());
-        SamplerIter { sampler: self, next, len, cache }
+        SamplerIter { sampler: self, next, len, cache, ahead: [0; permutation::LANES * 2], ahead_at: 0, ahead_len: 0 }
     }
 
     /// The state after every rank has taken `rank_steps` samples this run
@@ -275,6 +275,11 @@ pub struct SamplerIter<'a> {
     next: u64,
     len: u64,
     cache: GroupCache,
+    /// A shuffle's next indices, computed a run at a time ([`Permutation::apply_all`]):
+    /// `ahead[ahead_at..ahead_len]` are those of `next..`.
+    ahead: [u64; permutation::LANES * 2],
+    ahead_at: usize,
+    ahead_len: usize,
 }
 
 impl Iterator for SamplerIter<'_> {
@@ -282,11 +287,35 @@ impl Iterator for SamplerIter<'_> {
 
     fn next(&mut self) -> Option<u64> {
         let k = self.next;
+        if let Plan::Shuffle(perm) = &self.sampler.plan {
+            if k >= self.len {
+                return None;
+            }
+            if self.ahead_at == self.ahead_len {
+                let run = (self.len - k).min(self.ahead.len() as u64) as usize;
+                for (j, slot) in self.ahead[..run].iter_mut().enumerate() {
+                    // `k + j < len`: a position exists, and `n > 0`.
+                    *slot = self.sampler.position(k + j as u64).map_or(0, |p| p % self.sampler.cfg.n);
+                }
+                perm.apply_all(&mut self.ahead[..run]);
+                (self.ahead_at, self.ahead_len) = (0, run);
+            }
+            self.ahead_at += 1;
+            self.next = k + 1;
+            return Some(self.ahead[self.ahead_at - 1]);
+        }
         self.next = k.saturating_add(1).min(self.len);
         self.sampler.at(k, Some(&mut self.cache))
     }
 
     fn nth(&mut self, n: usize) -> Option<u64> {
+        let left = (self.ahead_len - self.ahead_at) as u64;
+        let skip = (n as u64).min(self.len - self.next);
+        if skip < left {
+            self.ahead_at += skip as usize; // still within the run computed ahead
+        } else {
+            (self.ahead_at, self.ahead_len) = (0, 0);
+        }
         self.next = self.next.saturating_add(n as u64).min(self.len);
         self.next()
     }

@@ -4,6 +4,8 @@
 /// two more cover the one-bit imbalance and the cheap round function.
 const ROUNDS: usize = 6;
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+/// Elements [`Permutation::apply_all`] runs side by side.
+pub(crate) const LANES: usize = 8;
 
 /// splitmix64's finaliser: a cheap bijective mixer with full avalanche.
 fn mix(z: u64) -> u64 {
@@ -79,6 +81,45 @@ impl Permutation {
         }
     }
 
+    /// [`apply`](Self::apply) of every element of `xs`, in place: the same values, computed
+    /// [`LANES`] at a time. One element's rounds are a chain of multiplications, each waiting
+    /// on the last; those of independent elements overlap, and the cycle-walking branch (taken
+    /// for up to half of them, at random) is left to the elements that need it.
+    pub fn apply_all(&self, xs: &mut [u64]) {
+        for chunk in xs.chunks_mut(LANES) {
+            let mut lanes = [0u64; LANES];
+            lanes[..chunk.len()].copy_from_slice(chunk);
+            self.encrypt_lanes(&mut lanes);
+            for (x, mut y) in chunk.iter_mut().zip(lanes) {
+                if *x >= self.n {
+                    continue; // out of range: unchanged, as `apply` leaves it
+                }
+                while y >= self.n {
+                    y = self.encrypt(y);
+                }
+                *x = y;
+            }
+        }
+    }
+
+    /// [`encrypt`](Self::encrypt) of each lane, the lanes' rounds side by side.
+    fn encrypt_lanes(&self, xs: &mut [u64; LANES]) {
+        let (mut wl, mut wr) = (self.left_bits, self.right_bits);
+        let mut l = xs.map(|x| x >> wr);
+        let mut r = xs.map(|x| x & low_mask(wr));
+        for &k in &self.round_keys {
+            let m = low_mask(wl);
+            for (l, r) in l.iter_mut().zip(r.iter_mut()) {
+                let f = mix(*r ^ k) & m;
+                (*l, *r) = (*r, *l ^ f);
+            }
+            (wl, wr) = (wr, wl);
+        }
+        for ((x, l), r) in xs.iter_mut().zip(l).zip(r) {
+            *x = (l << wr) | r;
+        }
+    }
+
     fn encrypt(&self, x: u64) -> u64 {
         let (mut wl, mut wr) = (self.left_bits, self.right_bits);
         let (mut l, mut r) = (x >> wr, x & low_mask(wr));
@@ -90,5 +131,35 @@ impl Permutation {
             (wl, wr) = (wr, wl);
         }
         (l << wr) | r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_all_gives_apply_of_each_element() {
+        let sizes = [0u64, 1, 2, 3, 7, 8, 9, 1000, 1 << 20, (1 << 20) + 1, 675_188, u64::MAX / 3, u64::MAX];
+        for (i, &n) in sizes.iter().enumerate() {
+            let p = Permutation::new(n, 7, i as u64);
+            // In range and out of it, runs of every length around the lane count.
+            let mut xs: Vec<u64> =
+                (0..37u64).map(|j| if j % 5 == 4 { n.saturating_add(j) } else { mix(j ^ n) % n.max(1) }).collect();
+            for len in [0, 1, LANES - 1, LANES, LANES + 1, xs.len()] {
+                let want: Vec<u64> = xs[..len].iter().map(|&x| p.apply(x)).collect();
+                let mut got = xs[..len].to_vec();
+                p.apply_all(&mut got);
+                assert_eq!(got, want, "n = {n}, {len} elements");
+            }
+            xs.truncate(0);
+        }
+        // A whole small range stays a bijection.
+        let p = Permutation::new(1000, 3, 4);
+        let mut all: Vec<u64> = (0..1000).collect();
+        p.apply_all(&mut all);
+        assert_eq!(all, (0..1000).map(|i| p.apply(i)).collect::<Vec<_>>());
+        all.sort_unstable();
+        assert_eq!(all, (0..1000).collect::<Vec<_>>());
     }
 }

@@ -99,6 +99,35 @@ proptest! {
     fn permutation_bijection_random(n in 0u64..100_000, seed: u64, epoch: u64) {
         assert_bijection(&Permutation::new(n, seed, epoch));
     }
+
+    /// The iterator (which computes a shuffle's indices a run at a time) gives `get(k)` for
+    /// every k, also after `nth` skips inside and past a run, at every rank and tail.
+    #[test]
+    fn iter_and_nth_give_get_of_each_position(
+        (order, sizes) in order_strategy(),
+        n in 0u64..3_000,
+        world in 1u64..4,
+        tail in tail_strategy(),
+        skips in prop::collection::vec(0usize..40, 0..30),
+    ) {
+        let base = config(&order, &sizes, n);
+        for rank in 0..world {
+            let s = Sampler::new(with_rank(&base, rank, world, tail)).unwrap();
+            let want: Vec<u64> = (0..s.len()).map(|k| s.get(k).unwrap()).collect();
+            prop_assert_eq!(s.iter().collect::<Vec<_>>(), want.clone());
+            let mut it = s.iter();
+            let mut k = 0usize;
+            for &skip in &skips {
+                let got = it.nth(skip);
+                k = k.saturating_add(skip);
+                prop_assert_eq!(got, want.get(k).copied(), "nth({}) at position {}", skip, k);
+                k += 1;
+                prop_assert_eq!(it.len(), want.len().saturating_sub(k));
+            }
+            let rest: Vec<u64> = it.collect();
+            prop_assert_eq!(&rest[..], want.get(k.min(want.len())..).unwrap_or(&[]));
+        }
+    }
 }
 
 proptest! {
