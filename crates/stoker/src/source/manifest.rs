@@ -14,6 +14,10 @@ use crate::uri::Layout;
 pub const MANIFEST: &str = ".stoker-manifest.json";
 const FORMAT: &str = "stoker-manifest";
 const VERSION: u32 = 1;
+/// A listing snapshot of names only: a version of its own, so a Stoker from before them
+/// (a Ray worker older than its driver) refuses it by its version instead of reading no
+/// objects and calling the directory empty.
+const NAMES_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Object {
@@ -64,7 +68,7 @@ impl Manifest {
     pub(crate) fn names_only(names: Vec<String>) -> Self {
         Manifest {
             format: FORMAT.into(),
-            version: VERSION,
+            version: NAMES_VERSION,
             layout: Layout::Objects,
             objects: Vec::new(),
             tar: Vec::new(),
@@ -147,7 +151,18 @@ pub(crate) async fn load(store: &Store) -> Result<Option<Manifest>> {
         }
         Err(e) => return Err(e),
     };
-    parse(&bytes, &store.describe(MANIFEST)).map(Some)
+    let m = parse(&bytes, &store.describe(MANIFEST))?;
+    if !m.names.is_empty() {
+        // Names to look up are what a listing snapshot passes between processes; a manifest
+        // at a dataset's root records what was indexed, sizes and versions included.
+        return Err(Error::BadIndex {
+            path: store.describe(MANIFEST),
+            reason: "it lists files by name only, as only a listing snapshot does; rebuild it with `stoker index`, \
+                     or open with ?manifest=false"
+                .into(),
+        });
+    }
+    Ok(Some(m))
 }
 
 /// Parse and check a manifest's bytes; `shown` names it in errors.
@@ -157,13 +172,18 @@ pub(crate) fn parse(bytes: &[u8], shown: &str) -> Result<Manifest> {
         reason: format!("{reason}; rebuild it with `stoker index`, or open with ?manifest=false"),
     };
     let m: Manifest = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
-    if m.format != FORMAT || m.version != VERSION {
-        return Err(bad(format!("format {} v{} is not {FORMAT} v{VERSION}", m.format, m.version)));
+    let version = if m.names.is_empty() { VERSION } else { NAMES_VERSION };
+    if m.format != FORMAT || m.version != version {
+        return Err(bad(format!("format {} v{} is not {FORMAT} v{version}", m.format, m.version)));
     }
     // Paths are relative to the dataset root: one that climbs out of it (or is absolute) would
     // read, and index next to, files the dataset does not own.
     if !m.names.is_empty() && (m.layout != Layout::Objects || !m.objects.is_empty() || !m.tar.is_empty()) {
         return Err(bad("it lists files by name only and also as objects or shards, which no listing does".into()));
+    }
+    // Names come sorted, each once (a walk's paths): a name twice would be read as two samples.
+    if let Some(w) = m.names.windows(2).find(|w| w[0] >= w[1]) {
+        return Err(bad(format!("its names are not sorted, or `{}` is listed twice", w[1].escape_debug())));
     }
     let names = m.names.iter();
     for path in m.objects.iter().map(|o| &o.path).chain(m.tar.iter().map(|t| &t.shard)).chain(names) {

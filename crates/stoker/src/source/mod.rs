@@ -363,7 +363,8 @@ fn names_snapshot_boxed(uri: &str, options: SourceOptions) -> BoxFuture<'_, Resu
 /// and versions included): a file removed or rewritten since fails its read, as it would
 /// after any open. Local shards are looked up again, as with a manifest, and so are the files
 /// of a snapshot of names only ([`names_snapshot`]): one gone since fails the open, naming it
-/// (under `on_damage=skip`, its read fails and it is skipped).
+/// (under `on_damage=skip`, its read fails and it is skipped); one rewritten since is read as
+/// it is at this open (its size and version are taken here, not when the names were listed).
 pub async fn open_with_listing(uri: &str, options: SourceOptions, snapshot: &[u8]) -> Result<Arc<DynSampleSource>> {
     open_with_listing_boxed(uri, options, snapshot).await
 }

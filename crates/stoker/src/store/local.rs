@@ -341,6 +341,34 @@ mod tests {
         assert_eq!(want.len(), 11, "{names:?}");
     }
 
+    /// A directory that may be read but not searched: the names walk lists what the full walk
+    /// and object_store list (its files skipped, as their lookups fail; as root, which may
+    /// search any directory, all three list them).
+    #[tokio::test]
+    async fn a_directory_that_cannot_be_searched_is_listed_alike_by_names() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("open.jpg"), b"o").unwrap();
+        std::fs::create_dir(root.join("locked")).unwrap();
+        std::fs::write(root.join("locked/in.jpg"), b"i").unwrap();
+        std::fs::set_permissions(root.join("locked"), std::fs::Permissions::from_mode(0o444)).unwrap();
+        let local = Local::new(root).unwrap();
+        let listed = local.fs.list(None).try_collect::<Vec<_>>().await;
+        let full = local.list_all::<super::super::ObjectInfo>(2).await;
+        let names = local.list_all::<String>(2).await;
+        std::fs::set_permissions(root.join("locked"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut want: Vec<String> = listed.unwrap().into_iter().map(|m| m.location.to_string()).collect();
+        want.sort();
+        let mut full: Vec<String> = full.unwrap().into_iter().map(|m| m.path).collect();
+        full.sort();
+        let mut names = names.unwrap();
+        names.sort();
+        assert!(want.contains(&"open.jpg".to_string()), "{want:?}");
+        assert_eq!(full, want);
+        assert_eq!(names, want);
+    }
+
     /// A walk of names only finds the same paths, and looking them up afterwards gives the
     /// entries a full walk gives (symlinked files and directories followed), in the order
     /// asked; a name gone since is None, one that is now a directory an error naming it.

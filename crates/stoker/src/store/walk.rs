@@ -76,6 +76,10 @@ pub(super) fn tree<F: Found>(dir: Dir, out: &mut Vec<F>) -> Result<()> {
 /// returned, to be walked in turn.
 pub(super) fn read_dir<F: Found>(dir: &Dir, out: &mut Vec<F>) -> Result<Vec<Dir>> {
     let mut subdirs = Vec::new();
+    // Names only: whether this directory's files can be looked up, asked of its first file
+    // once. One that may be read but not searched gives names whose lookups fail: the full
+    // walk skips them (as object_store does), so this one does too.
+    let mut searchable: Option<bool> = None;
     let entries = match std::fs::read_dir(&dir.path) {
         Ok(e) => e,
         // Gone since it was seen: as object_store, nothing to list.
@@ -91,6 +95,13 @@ pub(super) fn read_dir<F: Found>(dir: &Dir, out: &mut Vec<F>) -> Result<Vec<Dir>
         let Some(kind) = resolved(&entry, F::LOOKED_UP).map_err(|e| Error::io(entry.path().display(), e))? else {
             continue;
         };
+        if matches!(kind, Kind::File(None))
+            && !*searchable.get_or_insert_with(
+                || !matches!(entry.metadata(), Err(e) if e.kind() == io::ErrorKind::PermissionDenied),
+            )
+        {
+            continue;
+        }
         let name = entry.file_name();
         let name = name.to_str();
         let rel = match (&dir.rel, name) {
@@ -141,7 +152,8 @@ fn resolved(entry: &DirEntry, look_up: bool) -> io::Result<Option<Kind>> {
         Err(e) => return Err(e),
     };
     // A symlink: its target's (path-based); anything else: one statx relative to the
-    // directory's descriptor (std's DirEntry::metadata). As object_store: an entry that cannot
+    // directory's descriptor (std's DirEntry::metadata), but for a regular file in a walk of
+    // names only (see `read_dir`). As object_store: an entry that cannot
     // be looked up (gone since, or in a directory that may be read but not searched) is
     // skipped; a broken symlink is skipped, one whose target cannot be looked up for another
     // reason (a loop of links, a target it may not reach) fails the listing.
@@ -197,7 +209,8 @@ fn info(path: String, size: u64, ino: u64, secs: i64, nanos: i64) -> ObjectInfo 
 
 /// Look up each of `names` (relative paths under `root`, as a names-only walk gave them),
 /// symlinks followed, in order: each relative to its directory's descriptor, opened once for a
-/// run of names in the same directory (sorted names keep a directory's files together). A name
+/// run of names in the same directory (sorted names keep most of a directory's files together;
+/// a subdirectory's names sorted between them cost the directory one more open). A name
 /// that is gone gives None; one that is no longer a regular file, or cannot be looked up for
 /// another reason, fails with its path.
 pub(super) fn stat_names(root: &Path, names: &[String]) -> Result<Vec<Option<ObjectInfo>>> {

@@ -180,6 +180,23 @@ async fn a_snapshot_of_names_that_escape_mix_or_change_layout_is_refused() {
     let tar = SourceOptions { layout: Some(stoker::Layout::Tar), ..Default::default() };
     let e = open_with_listing(&uri, tar, text.as_bytes()).await.unwrap_err();
     assert!(e.to_string().contains("layout=tar was asked"), "{e}");
+    // A name twice would be two samples of one file; out of order, the parts would differ.
+    for (from, to) in [("\"b.bin\"", "\"a.bin\""), ("\"a.bin\",\"b.bin\"", "\"b.bin\",\"a.bin\"")] {
+        let changed = text.replacen(from, to, 1);
+        assert_ne!(changed, text);
+        let e = open_with_listing(&uri, Default::default(), changed.as_bytes()).await.unwrap_err();
+        assert!(e.to_string().contains("not sorted, or `"), "{e}");
+    }
+    // Names under the version of snapshots without them (what a Stoker from before them would
+    // write, or read as no objects at all) are refused by their version.
+    let old = text.replacen("\"version\":2", "\"version\":1", 1);
+    assert_ne!(old, text);
+    let e = open_with_listing(&uri, Default::default(), old.as_bytes()).await.unwrap_err();
+    assert!(e.to_string().contains("v1 is not stoker-manifest v2"), "{e}");
+    // Names to look up belong to snapshots only: a dataset's manifest holding them is refused.
+    std::fs::write(dir.path().join(".stoker-manifest.json"), &text).unwrap();
+    let e = stoker::open(&uri, Default::default()).await.unwrap_err();
+    assert!(e.to_string().contains("lists files by name only"), "{e}");
 }
 
 /// Only a directory of files is listed by name: tar shards, a directory with a manifest and
