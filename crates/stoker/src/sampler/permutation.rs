@@ -82,7 +82,7 @@ impl Permutation {
     }
 
     /// [`apply`](Self::apply) of every element of `xs`, in place: the same values, computed
-    /// [`LANES`] at a time. One element's rounds are a chain of multiplications, each waiting
+    /// eight at a time. One element's rounds are a chain of multiplications, each waiting
     /// on the last; those of independent elements overlap, and the cycle-walking branch (taken
     /// for up to half of them, at random) is left to the elements that need it.
     pub fn apply_all(&self, xs: &mut [u64]) {
