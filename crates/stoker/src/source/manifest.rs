@@ -191,6 +191,11 @@ pub(crate) fn parse(bytes: &[u8], shown: &str) -> Result<Manifest> {
             return Err(bad(format!("object path `{}` is not a plain path inside the dataset", path.escape_debug())));
         }
     }
+    // A path twice would be read twice, its samples delivered twice an epoch (no listing
+    // gives one twice): a manifest or snapshot that says so was damaged or made by hand.
+    if let Some(twice) = listed_twice(m.objects.iter().map(|o| o.path.as_str())) {
+        return Err(bad(format!("it lists `{}` twice", twice.escape_debug())));
+    }
     // No indexes at all: a listing snapshot taken before the shards were indexed.
     if m.layout == Layout::Tar && !m.tar.is_empty() {
         let shards = m.objects.iter().filter(|o| Layout::Tar.holds(&o.path)).count();
@@ -202,6 +207,19 @@ pub(crate) fn parse(bytes: &[u8], shown: &str) -> Result<Manifest> {
         }
     }
     Ok(m)
+}
+
+/// A path `paths` holds more than once. Listings come sorted, checked in one pass; anything
+/// else is sorted first.
+fn listed_twice<'a>(paths: impl Iterator<Item = &'a str> + Clone) -> Option<&'a str> {
+    let mut ahead = paths.clone();
+    ahead.next();
+    if paths.clone().zip(ahead).all(|(a, b)| a < b) {
+        return None;
+    }
+    let mut all: Vec<&str> = paths.collect();
+    all.sort_unstable();
+    all.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
 }
 
 /// A `/`-separated relative path with no empty, `.` or `..` component and no NUL.

@@ -70,6 +70,13 @@ async fn a_source_opened_from_a_snapshot_reads_what_the_snapshot_listed() {
     let escaping = String::from_utf8(snap.clone()).unwrap().replacen("d0/000.bin", "../000.bin", 1);
     let e = open_with_listing(&uri, Default::default(), escaping.as_bytes()).await.unwrap_err();
     assert!(e.to_string().contains("not a plain path inside the dataset"), "{e}");
+    // A file listed twice (out of order, or next to itself) would be read twice.
+    for (from, to) in [("d0/000.bin", "d1/003.bin"), ("d0/002.bin", "d0/000.bin")] {
+        let twice = String::from_utf8(snap.clone()).unwrap().replacen(from, to, 1);
+        assert_ne!(twice.as_bytes(), &snap[..]);
+        let e = open_with_listing(&uri, Default::default(), twice.as_bytes()).await.unwrap_err();
+        assert!(e.to_string().contains("twice"), "{e}");
+    }
 }
 
 #[tokio::test]
