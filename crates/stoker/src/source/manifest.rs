@@ -93,8 +93,8 @@ impl Manifest {
         // The ones a source opened from it keeps (all, in a snapshot taken by opening).
         let mut objects: Vec<&Object> = self.objects.iter().filter(|o| Layout::Objects.holds(&o.path)).collect();
         objects.sort_by(|a, b| a.path.cmp(&b.path));
-        let mut names: Vec<&String> = self.names.iter().filter(|n| Layout::Objects.holds(n)).collect();
-        names.sort();
+        // Names are sorted already (`parse` refuses them otherwise).
+        let names: Vec<&String> = self.names.iter().filter(|n| Layout::Objects.holds(n)).collect();
         let samples = objects.len() + names.len();
         let part = |span: &std::ops::Range<usize>| {
             if span.start >= span.end || span.end > samples {

@@ -308,10 +308,16 @@ impl TokensSource {
         let mut located = Vec::with_capacity(pieces.len());
         for (doc, span) in pieces {
             let (f, s) = self.locate(*doc).ok_or_else(|| Error::internal(format!("document {doc} out of range")))?;
-            if span.start > span.end || span.end > self.files[f].index.size(s) {
+            // A batch's pieces are documents at random places of the index: all their lengths
+            // and offsets are asked for before the first is read (below), so the misses
+            // overlap instead of coming in turn.
+            self.files[f].index.prefetch(s, true);
+            located.push((f, s, span.clone()));
+        }
+        for ((f, s, span), (doc, _)) in located.iter().zip(pieces) {
+            if span.start > span.end || span.end > self.files[*f].index.size(*s) {
                 return Err(Error::internal(format!("tokens {span:?} of document {doc} are past its end")));
             }
-            located.push((f, s, span.clone()));
         }
         Ok(located)
     }
@@ -385,13 +391,6 @@ impl TokenDocs for TokensSource {
         // Straight from each file's map into the batch: the pieces grouped by file (one map
         // lookup and one size check per file per batch), each copied, widened to the ids'
         // width, into its own slot.
-        // A batch's pieces are documents at random places of the index: their lengths and
-        // offsets asked for all at once, so the misses overlap instead of coming in turn.
-        for (doc, _) in pieces {
-            if let Some((f, s)) = self.locate(*doc) {
-                self.files[f].index.prefetch(s, true);
-            }
-        }
         let located = self.located(pieces)?;
         for group in by_file(&located).chunk_by(|&a, &b| located[a].0 == located[b].0) {
             let f = located[group[0]].0;
