@@ -12,6 +12,17 @@
 //! `pread` would report and a mapping cannot: touching a page past a file's new end raises
 //! `SIGBUS` (as for numpy's `memmap`, Megatron's and nanoGPT's readers, and Arrow's
 //! memory-mapped files); `docs/reliability.md` says so.
+//!
+//! A reader whose files fit in memory asks for them in huge pages (`MADV_HUGEPAGE`): spans
+//! at random places of a file each cost a TLB miss through 4 KiB pages (two-dimensional page
+//! walks on a VM), and file pages faulted in at random through a plain map land in the page
+//! cache as 4 KiB folios for good, where read-ahead for an advised map brings 2 MiB ones,
+//! mapped whole. On the project's VM, a 1 GB corpus evicted and then read by a shuffled
+//! loader (three alternating rounds): its later epochs went from 1.48-1.65 to 1.56-1.81 G
+//! tokens/s in batches of 8 rows and from 1.69-2.31 to 2.48-2.72 in batches of 64; a plain
+//! `read` of the page cache the loader left, from 2.47-2.85 to 2.92-3.13. A file already in
+//! the page cache keeps the folios it has. Where the files do not fit, each fault would read
+//! 2-4 MiB where a document needs 2 KiB: plain pages there.
 
 use std::ops::Range;
 
@@ -28,6 +39,69 @@ pub(crate) struct MappedObject {
     map: Option<memmap2::Mmap>,
 }
 
+/// How a reader's files are to be mapped (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct MapAdvice {
+    /// Ask for huge pages.
+    pub(crate) huge_pages: bool,
+}
+
+impl MapAdvice {
+    /// The advice for a reader that maps files of `bytes` in all: huge pages where they fit
+    /// in half the memory this process may use (the machine's, or its cgroup's limit), so
+    /// the page cache holds them and what the reader does not map.
+    pub(crate) fn for_files(bytes: u64) -> Self {
+        MapAdvice { huge_pages: memory_bytes().is_some_and(|m| fits_huge(bytes, m)) }
+    }
+}
+
+/// Huge pages for `bytes` of files in `memory`: at least one huge page's worth, at most half.
+fn fits_huge(bytes: u64, memory: u64) -> bool {
+    (HUGE_PAGE..=memory / 2).contains(&bytes)
+}
+
+/// The size of a huge page of a file's map (x86-64's and aarch64's 2 MiB with 4 KiB pages).
+const HUGE_PAGE: u64 = 2 << 20;
+
+/// The memory this process may use: the machine's (`MemTotal`), or less where its cgroup
+/// (v2 `memory.max`, v1 `memory.limit_in_bytes`) limits it. `None` where none can be read.
+fn memory_bytes() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| meminfo_total(&m));
+    let limit = std::fs::read_to_string("/proc/self/cgroup").ok().and_then(|c| {
+        cgroup_limit_files(&c)
+            .into_iter()
+            .find_map(|f| std::fs::read_to_string(f).ok().and_then(|v| v.trim().parse::<u64>().ok()))
+    });
+    match (total, limit) {
+        (Some(t), Some(l)) => Some(t.min(l)),
+        (t, l) => t.or(l),
+    }
+}
+
+/// `MemTotal` of a `/proc/meminfo`, in bytes.
+fn meminfo_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find_map(|l| l.strip_prefix("MemTotal:"))?;
+    let kib: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The files holding the memory limit of the cgroup a `/proc/self/cgroup` names (v2's
+/// unified line `0::PATH`, v1's memory controller's `N:memory:PATH`), under the usual mount.
+fn cgroup_limit_files(cgroup: &str) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for line in cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let path = path.trim_start_matches('/');
+        if controllers.is_empty() {
+            files.push(std::path::Path::new("/sys/fs/cgroup").join(path).join("memory.max"));
+        } else if controllers.split(',').any(|c| c == "memory") {
+            files.push(std::path::Path::new("/sys/fs/cgroup/memory").join(path).join("memory.limit_in_bytes"));
+        }
+    }
+    files
+}
+
 impl std::fmt::Debug for MappedObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MappedObject").field("object", &self.obj.path()).field("size", &self.obj.size()).finish()
@@ -35,9 +109,9 @@ impl std::fmt::Debug for MappedObject {
 }
 
 impl Store {
-    /// Map local `obj` read-only (see the module docs); a remote store is refused. The file
-    /// must still have the size `obj` was listed at.
-    pub(crate) fn map_local(&self, obj: &Object) -> Result<MappedObject> {
+    /// Map local `obj` read-only, as `advice` says (see the module docs); a remote store is
+    /// refused. The file must still have the size `obj` was listed at.
+    pub(crate) fn map_local(&self, obj: &Object, advice: MapAdvice) -> Result<MappedObject> {
         let Backend::Local(l) = &self.0.backend else {
             return Err(Error::internal("map_local on a remote store"));
         };
@@ -57,6 +131,13 @@ impl Store {
                     .map_err(|e| Error::resource(format!("a memory map of {}", shown()), e))?,
             ),
         };
+        #[cfg(target_os = "linux")]
+        if let (Some(m), true) = (&map, advice.huge_pages) {
+            // Advice only: a kernel without transparent huge pages for files maps 4 KiB pages.
+            let _ = m.advise(memmap2::Advice::HugePage);
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = advice;
         Ok(MappedObject { store: self.clone(), obj: obj.clone(), path: full, map })
     }
 }
@@ -116,7 +197,7 @@ mod tests {
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(dir.path().join("t.bin"), &data).unwrap();
         let s = Store::local(dir.path()).unwrap();
-        let m = s.map_local(&s.open_object("t.bin").await.unwrap()).unwrap();
+        let m = s.map_local(&s.open_object("t.bin").await.unwrap(), MapAdvice::default()).unwrap();
         let mut got = Vec::new();
         m.spans(&[10..20, 9_990..10_000, 5..5], |b| {
             got.push(b.to_vec());
@@ -138,12 +219,80 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("e.bin"), b"").unwrap();
         let s = Store::local(dir.path()).unwrap();
-        let m = s.map_local(&s.open_object("e.bin").await.unwrap()).unwrap();
+        let m = s.map_local(&s.open_object("e.bin").await.unwrap(), MapAdvice { huge_pages: true }).unwrap();
         m.spans(std::slice::from_ref(&(0..0)), |b| {
             assert!(b.is_empty());
             Ok(())
         })
         .unwrap();
         assert!(m.spans(std::slice::from_ref(&(0..1)), |_| Ok(())).is_err());
+    }
+
+    /// The flags (`VmFlags`) of the mapping of this process that holds `addr`.
+    #[cfg(target_os = "linux")]
+    fn vm_flags_at(addr: usize) -> Vec<String> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line.split_whitespace().next().and_then(|r| r.split_once('-'));
+            if let Some((a, z)) = range.filter(|(a, _)| a.chars().all(|c| c.is_ascii_hexdigit())) {
+                let (a, z) = (usize::from_str_radix(a, 16).unwrap(), usize::from_str_radix(z, 16).unwrap());
+                inside = (a..z).contains(&addr);
+            } else if let (true, Some(flags)) = (inside, line.strip_prefix("VmFlags:")) {
+                return flags.split_whitespace().map(str::to_string).collect();
+            }
+        }
+        panic!("no mapping holds {addr:#x}")
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_map_asks_for_huge_pages_only_when_advised_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 241) as u8).collect();
+        std::fs::write(dir.path().join("h.bin"), &data).unwrap();
+        let s = Store::local(dir.path()).unwrap();
+        let obj = s.open_object("h.bin").await.unwrap();
+        for huge in [true, false] {
+            let m = s.map_local(&obj, MapAdvice { huge_pages: huge }).unwrap();
+            let addr = m.map.as_deref().unwrap().as_ptr() as usize;
+            // `hg`: the map was advised MADV_HUGEPAGE.
+            assert_eq!(vm_flags_at(addr).iter().any(|f| f == "hg"), huge, "{:?}", vm_flags_at(addr));
+            let mut got = Vec::new();
+            m.spans(std::slice::from_ref(&(3_000_000..3_000_100)), |b| {
+                got.extend_from_slice(b);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(got, data[3_000_000..3_000_100]);
+        }
+    }
+
+    #[test]
+    fn huge_pages_are_asked_for_files_that_fit_in_half_the_memory() {
+        let gib = 1u64 << 30;
+        assert!(fits_huge(gib, 4 * gib));
+        assert!(fits_huge(2 * gib, 4 * gib));
+        assert!(!fits_huge(2 * gib + 1, 4 * gib), "more than half the memory");
+        assert!(!fits_huge(HUGE_PAGE - 1, 4 * gib), "less than one huge page");
+        assert!(!fits_huge(HUGE_PAGE, 0));
+        let meminfo = "MemTotal:       24683792 kB\nMemFree:        1000 kB\n";
+        assert_eq!(meminfo_total(meminfo), Some(24_683_792 * 1024));
+        assert_eq!(meminfo_total("MemFree: 1 kB\n"), None);
+        assert_eq!(meminfo_total("MemTotal: lots kB\n"), None);
+        // v1's memory controller and v2's unified hierarchy, as /proc/self/cgroup lists them.
+        let v1 = "9:name=systemd:/\n4:memory:/jobs/a1\n1:cpu:/\n";
+        assert_eq!(
+            cgroup_limit_files(v1),
+            vec![std::path::PathBuf::from("/sys/fs/cgroup/memory/jobs/a1/memory.limit_in_bytes")]
+        );
+        assert_eq!(
+            cgroup_limit_files("0::/user.slice/x\n"),
+            vec![std::path::PathBuf::from("/sys/fs/cgroup/user.slice/x/memory.max")]
+        );
+        assert!(cgroup_limit_files("garbage\n1:cpu,cpuacct:/\n").is_empty());
+        // The process's own reading gives some memory on Linux, and never panics.
+        #[cfg(target_os = "linux")]
+        assert!(memory_bytes().is_some_and(|m| m > 0));
     }
 }

@@ -26,7 +26,7 @@ pub(crate) use self::idx::Index;
 use super::{check_index, Capability, DynSampleSource, SampleSource, SourceInfo};
 use crate::error::{Error, Result};
 use crate::sample::Sample;
-use crate::store::{Cancel, IoCounters, MappedObject, Object, ObjectInfo, Store};
+use crate::store::{Cancel, IoCounters, MapAdvice, MappedObject, Object, ObjectInfo, Store};
 use crate::uri::{Layout, SourceOptions};
 
 /// The suffix of the index files this layout is opened from; the tokens are in the file of
@@ -97,6 +97,9 @@ pub(crate) struct TokensSource {
     /// [`MAPPED_FILES`], so a corpus of thousands of files holds a bounded number of maps (a
     /// map holds no descriptor).
     maps: std::sync::Mutex<lru::LruCache<usize, Arc<MappedObject>>>,
+    /// How they are mapped: decided for all the `.bin` files together, which an epoch reads
+    /// whole.
+    advice: MapAdvice,
 }
 
 /// Local token files a source keeps mapped at once.
@@ -268,7 +271,11 @@ async fn open_flat(store: &Store, info: &ObjectInfo, separator: i64, opts: &Sour
 impl TokensSource {
     fn new(store: Store, files: Vec<TokenFile>, starts: Vec<u64>, display: String) -> Self {
         let maps = std::sync::Mutex::new(lru::LruCache::new(MAPPED_FILES));
-        TokensSource { store, files, starts, display, maps }
+        let advice = match store.is_remote() {
+            true => MapAdvice::default(),
+            false => MapAdvice::for_files(files.iter().map(|f| f.bin.size()).sum()),
+        };
+        TokensSource { store, files, starts, display, maps, advice }
     }
 
     /// Local file `f` mapped (see [`MappedObject`]), from the maps kept or mapped now.
@@ -278,7 +285,7 @@ impl TokensSource {
         }
         // Mapped outside the lock: another thread mapping the same file meanwhile costs a
         // second map, not a wait.
-        let m = Arc::new(self.store.map_local(&self.files[f].bin)?);
+        let m = Arc::new(self.store.map_local(&self.files[f].bin, self.advice)?);
         let evicted = self.maps.lock().unwrap_or_else(|e| e.into_inner()).push(f, m.clone());
         // Unmapped outside the lock (an unmap makes every core drop its cached translations).
         drop(evicted);
