@@ -13,7 +13,8 @@
 //! `SIGBUS` (as for numpy's `memmap`, Megatron's and nanoGPT's readers, and Arrow's
 //! memory-mapped files); `docs/reliability.md` says so.
 //!
-//! A reader whose files fit in memory asks for them in huge pages (`MADV_HUGEPAGE`): spans
+//! A reader whose files fit in memory asks for them in huge pages (`MADV_HUGEPAGE`, unless
+//! the machine has transparent huge pages turned off): spans
 //! at random places of a file each cost a TLB miss through 4 KiB pages (two-dimensional page
 //! walks on a VM), and file pages faulted in at random through a plain map land in the page
 //! cache as 4 KiB folios for good, where read-ahead for an advised map brings 2 MiB ones,
@@ -50,9 +51,18 @@ impl MapAdvice {
     /// The advice for a reader that maps files of `bytes` in all: huge pages where they fit
     /// in half the memory this process may use (the machine's, or its cgroup's limit), so
     /// the page cache holds them and what the reader does not map.
+    /// Not where the machine's administrator turned transparent huge pages off (`never`).
     pub(crate) fn for_files(bytes: u64) -> Self {
-        MapAdvice { huge_pages: memory_bytes().is_some_and(|m| fits_huge(bytes, m)) }
+        let allowed = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|mode| huge_pages_allowed(&mode));
+        MapAdvice { huge_pages: allowed && memory_bytes().is_some_and(|m| fits_huge(bytes, m)) }
     }
+}
+
+/// Whether a `transparent_hugepage/enabled` setting (`always [madvise] never`: the one in
+/// brackets is in force) lets a map advised so have huge pages.
+fn huge_pages_allowed(mode: &str) -> bool {
+    mode.contains("[always]") || mode.contains("[madvise]")
 }
 
 /// Huge pages for `bytes` of files in `memory`: at least one huge page's worth, at most half.
@@ -293,6 +303,10 @@ mod tests {
             vec![std::path::PathBuf::from("/sys/fs/cgroup/user.slice/x/memory.max")]
         );
         assert!(cgroup_limit_files("garbage\n1:cpu,cpuacct:/\n").is_empty());
+        assert!(huge_pages_allowed("always [madvise] never\n"));
+        assert!(huge_pages_allowed("[always] madvise never\n"));
+        assert!(!huge_pages_allowed("always madvise [never]\n"));
+        assert!(!huge_pages_allowed(""));
         // The process's own reading gives some memory on Linux, and never panics.
         #[cfg(target_os = "linux")]
         assert!(memory_bytes().is_some_and(|m| m > 0));
