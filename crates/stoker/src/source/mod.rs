@@ -199,6 +199,14 @@ pub trait SampleSource: fmt::Debug + fmt::Display + Send + Sync + 'static {
     /// disk, so another process, or the next epoch's hit path, finds it there.
     async fn flush(&self) {}
 
+    /// A digest of what this source reads: every object's location and version (size, and
+    /// entity tag or modification time), for caches derived from its samples (the tokens of
+    /// a text corpus), which a changed or another file must not be served from. `None` where
+    /// the layout does not say.
+    fn fingerprint(&self) -> Option<u64> {
+        None
+    }
+
     /// Damage stepped over when the source was opened under `on_damage=skip`: what is not
     /// part of it. Empty for a healthy source and for layouts that cannot step over damage.
     fn damage(&self) -> Vec<crate::stats::Damage> {

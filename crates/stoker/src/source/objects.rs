@@ -158,6 +158,12 @@ impl SampleSource for ObjectsSource {
         Some(self.store.counters())
     }
 
+    fn fingerprint(&self) -> Option<u64> {
+        let version = |i: &ObjectInfo| crate::store::version_key(i.e_tag.as_deref(), i.modified_us, i.size);
+        let objects = self.objects.iter().map(|e| (e.info.path.as_str(), version(&e.info)));
+        Some(crate::store::objects_fingerprint(&self.store, objects))
+    }
+
     async fn flush(&self) {
         self.store.flush().await
     }

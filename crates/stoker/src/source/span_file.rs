@@ -144,6 +144,11 @@ impl SpanFiles {
         self.files.len()
     }
 
+    /// The files' digest (see [`SampleSource::fingerprint`](super::SampleSource::fingerprint)).
+    pub(crate) fn fingerprint(&self) -> u64 {
+        crate::store::objects_fingerprint(&self.store, self.files.iter().map(|f| (f.obj.path(), f.obj.version_key())))
+    }
+
     /// The file and the span in it of sample `i`.
     pub(crate) fn locate(&self, i: u64) -> Option<(usize, usize)> {
         super::locate(&self.starts, i)

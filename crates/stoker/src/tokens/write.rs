@@ -448,8 +448,11 @@ fn text_of<'a>(s: &'a crate::Sample, field: Option<&str>, src: &DynSampleSource)
 /// sharing the cache directory (the ranks of a node) take a lock on it: the first tokenizes
 /// (on all cores, resumable part by part), the others wait and then read its files; another
 /// node tokenizes the same text into the same ids. A directory already complete is opened at
-/// once. A corpus changed in place with the same count and the same first, middle and last
-/// documents would reuse stale tokens: remove `$STOKER_CACHE_DIR/tokens` after editing one.
+/// once. The directory is keyed by the source's files, each at its version
+/// (`SampleSource::fingerprint`: its size and modification time or entity tag), so a file
+/// edited or replaced is tokenized again; for a layout that does not give them (LMDB, HDF5)
+/// by the source's name, its document count and its first, middle and last documents, where
+/// an edit elsewhere would reuse stale tokens: remove `$STOKER_CACHE_DIR/tokens` after one.
 ///
 /// With `skip_errors`, documents whose bytes are bad are written empty (see
 /// [`TokenizeOptions::skip_errors`]); how many, and the first reasons, are said on stderr.
@@ -486,6 +489,12 @@ async fn tokenized_here(
     let n = src.len();
     let mut h = twox_hash::XxHash64::with_seed(0);
     h.write(src.to_string().as_bytes());
+    // Every file's location and version where the layout says them: a corpus edited in
+    // place, or another one opened by the same relative path, is tokenized afresh.
+    match src.fingerprint() {
+        Some(f) => h.write_u64(f),
+        None => h.write_u8(0),
+    }
     h.write_u64(n as u64);
     match &tok {
         Some(t) => {

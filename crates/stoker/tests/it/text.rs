@@ -376,6 +376,66 @@ async fn bad_documents_are_packed_empty_and_listed_under_skip_errors() {
     assert_eq!(ids, vec![vec![1, 2, 3], vec![], vec![], vec![2, 3], vec![], vec![1, 1, 3]]);
 }
 
+/// The tokens cache is keyed by the corpus's files at their versions: a line damaged in place
+/// (not the first, middle or last document) is read again and its error named, not served
+/// from the cache; a second corpus of the same name and document count in another directory
+/// gets its own tokens; the same files opened again reuse theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tokens_cache_follows_the_files_not_their_name_or_a_sample_of_documents() {
+    use stoker::tokens::tokenized;
+    let dir = tempfile::tempdir().unwrap();
+    let vocab = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+"model":{"type":"WordLevel","vocab":{"[UNK]":0,"hello":1,"world":2},"unk_token":"[UNK]"}}"#;
+    let tok = Arc::new(TextTokenizer::from_bytes(vocab.as_bytes(), "words").unwrap());
+    let corpus = |root: &Path, word: &str| {
+        let data = root.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        // Documents 0, 4 and 8 (the first, middle and last) are alike in every corpus.
+        let text = |i: usize| if i % 4 == 0 { "hello".to_string() } else { [word; 3][..1 + i % 3].join(" ") };
+        let body: String = (0..9).map(|i| format!("{{\"text\": \"{}\"}}\n", text(i))).collect();
+        std::fs::write(data.join("a.jsonl"), body).unwrap();
+        data
+    };
+    let cache = dir.path().join("cache");
+    let ids = |t: Arc<stoker::DynSampleSource>| async move {
+        let got = t.get_many(&(0..t.len()).collect::<Vec<_>>()).await.unwrap();
+        got.iter().map(ids_u16).collect::<Vec<_>>()
+    };
+    // Opened through a link (as a relative path is, from another working directory): the
+    // name stays, the files behind it change.
+    let hello = corpus(&dir.path().join("one"), "hello");
+    let world = corpus(&dir.path().join("two"), "world");
+    let link = dir.path().join("current");
+    std::os::unix::fs::symlink(dir.path().join("one"), &link).unwrap();
+    let named = link.join("data");
+    let src = || async { open(named.to_str().unwrap()).await };
+    let first = ids(tokenized(src().await, Some(tok.clone()), None, &cache, false).await.unwrap()).await;
+    assert_eq!(first[..3], [vec![1], vec![1, 1], vec![1, 1, 1]]);
+    let made = files_under(&cache);
+    let again = ids(tokenized(src().await, Some(tok.clone()), None, &cache, false).await.unwrap()).await;
+    assert_eq!((again, files_under(&cache)), (first.clone(), made.clone()), "the same files reuse their tokens");
+
+    // Another corpus under the same name, of the same count: its own tokens.
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("two"), &link).unwrap();
+    let theirs = ids(tokenized(src().await, Some(tok.clone()), None, &cache, false).await.unwrap()).await;
+    assert_eq!(theirs[..3], [vec![1], vec![2, 2], vec![2, 2, 2]]);
+    assert_eq!(world, dir.path().join("two").join("data"));
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("one"), &link).unwrap();
+
+    // Line 2 (neither the first, the middle nor the last document) damaged in place, at the
+    // same size: tokenized again, which names the bad line.
+    let a = hello.join("a.jsonl");
+    let mut body = std::fs::read(&a).unwrap();
+    let at = body.iter().enumerate().filter(|(_, &b)| b == b'\n').nth(0).unwrap().0 + 1;
+    body[at] = b'x';
+    std::fs::write(&a, &body).unwrap();
+    let e = tokenized(src().await, Some(tok.clone()), None, &cache, false).await.unwrap_err().to_string();
+    assert!(e.contains("a.jsonl") && e.contains("JSON"), "{e}");
+}
+
 /// The texts of documents `0..n` of `src`.
 async fn texts(src: &Arc<stoker::DynSampleSource>) -> Vec<String> {
     let got = src.get_many(&(0..src.len()).collect::<Vec<_>>()).await.unwrap();

@@ -242,6 +242,10 @@ impl SampleSource for JsonlSource {
     fn io_counters(&self) -> Option<IoCounters> {
         Some(self.files.store().counters())
     }
+
+    fn fingerprint(&self) -> Option<u64> {
+        Some(self.files.fingerprint())
+    }
 }
 
 #[cfg(test)]

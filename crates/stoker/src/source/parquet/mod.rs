@@ -519,6 +519,11 @@ impl SampleSource for ParquetSource {
         Some(self.inner.store.counters())
     }
 
+    fn fingerprint(&self) -> Option<u64> {
+        let files = self.inner.files.iter().map(|f| (f.obj.path(), f.obj.version_key()));
+        Some(crate::store::objects_fingerprint(&self.inner.store, files))
+    }
+
     /// Also waits for decoded groups being written to the spill.
     async fn flush(&self) {
         let writes = std::mem::take(&mut *self.inner.writes.lock().unwrap_or_else(|e| e.into_inner()));

@@ -389,6 +389,17 @@ impl SampleSource for RecordsSource {
         Some(self.inner.store.counters())
     }
 
+    /// Every object listed at open (the index files and the shards), by path.
+    fn fingerprint(&self) -> Option<u64> {
+        let mut listed: Vec<&ObjectInfo> = self.inner.listed.values().collect();
+        listed.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        let version = |i: &ObjectInfo| crate::store::version_key(i.e_tag.as_deref(), i.modified_us, i.size);
+        Some(crate::store::objects_fingerprint(
+            &self.inner.store,
+            listed.into_iter().map(|i| (i.path.as_str(), version(i))),
+        ))
+    }
+
     async fn flush(&self) {
         self.inner.store.flush().await
     }

@@ -427,6 +427,11 @@ impl SampleSource for TarSource {
         Some(self.inner.store.counters())
     }
 
+    fn fingerprint(&self) -> Option<u64> {
+        let shards = self.inner.shards.iter().map(|s| (s.obj.path(), s.obj.version_key()));
+        Some(crate::store::objects_fingerprint(&self.inner.store, shards))
+    }
+
     async fn flush(&self) {
         self.inner.store.flush().await
     }

@@ -234,6 +234,10 @@ impl SampleSource for TfRecordSource {
     fn io_counters(&self) -> Option<IoCounters> {
         Some(self.files.store().counters())
     }
+
+    fn fingerprint(&self) -> Option<u64> {
+        Some(self.files.fingerprint())
+    }
 }
 
 /// The fuzz target's body (see [`crate::fuzzing::tfrecord`]): spans the walk hands out
