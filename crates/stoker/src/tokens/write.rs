@@ -437,9 +437,9 @@ fn text_of<'a>(s: &'a crate::Sample, field: Option<&str>, src: &DynSampleSource)
 }
 
 /// The token source for a text source: its documents tokenized with `tok` once, into a
-/// directory of the user's cache named by what made it (the source as shown, its document
-/// count and the hash of three of its documents, the tokenizer's hash, the field), then read as
-/// a Megatron dataset. Without a tokenizer, the documents must be arrays of ids already (see
+/// directory of the user's cache named by what made it (the source's files at their versions,
+/// its count, three of its documents, the tokenizer's hash, the field), then read as a
+/// Megatron dataset. Without a tokenizer, the documents must be arrays of ids already (see
 /// [`pack_arrays`]: MDS `ndarray` columns, Parquet integer lists), copied once the same way;
 /// a source of anything else is refused at its first document.
 ///
@@ -448,11 +448,7 @@ fn text_of<'a>(s: &'a crate::Sample, field: Option<&str>, src: &DynSampleSource)
 /// sharing the cache directory (the ranks of a node) take a lock on it: the first tokenizes
 /// (on all cores, resumable part by part), the others wait and then read its files; another
 /// node tokenizes the same text into the same ids. A directory already complete is opened at
-/// once. The directory is keyed by the source's files, each at its version
-/// (`SampleSource::fingerprint`: its size and modification time or entity tag), so a file
-/// edited or replaced is tokenized again; for a layout that does not give them (LMDB, HDF5)
-/// by the source's name, its document count and its first, middle and last documents, where
-/// an edit elsewhere would reuse stale tokens: remove `$STOKER_CACHE_DIR/tokens` after one.
+/// once. LMDB and HDF5 give no file versions: docs/tokens.md says what that means.
 ///
 /// With `skip_errors`, documents whose bytes are bad are written empty (see
 /// [`TokenizeOptions::skip_errors`]); how many, and the first reasons, are said on stderr.
@@ -489,12 +485,9 @@ async fn tokenized_here(
     let n = src.len();
     let mut h = twox_hash::XxHash64::with_seed(0);
     h.write(src.to_string().as_bytes());
-    // Every file's location and version where the layout says them: a corpus edited in
-    // place, or another one opened by the same relative path, is tokenized afresh.
-    match src.fingerprint() {
-        Some(f) => h.write_u64(f),
-        None => h.write_u8(0),
-    }
+    // Every file at its version where the layout says (edited in place, or another corpus
+    // under the same relative path: tokenized afresh).
+    h.write_u64(src.fingerprint().unwrap_or_default());
     h.write_u64(n as u64);
     match &tok {
         Some(t) => {

@@ -392,7 +392,7 @@ async fn the_tokens_cache_follows_the_files_not_their_name_or_a_sample_of_docume
         let data = root.join("data");
         std::fs::create_dir_all(&data).unwrap();
         // Documents 0, 4 and 8 (the first, middle and last) are alike in every corpus.
-        let text = |i: usize| if i % 4 == 0 { "hello".to_string() } else { [word; 3][..1 + i % 3].join(" ") };
+        let text = |i: usize| if i.is_multiple_of(4) { "hello".to_string() } else { [word; 3][..1 + i % 3].join(" ") };
         let body: String = (0..9).map(|i| format!("{{\"text\": \"{}\"}}\n", text(i))).collect();
         std::fs::write(data.join("a.jsonl"), body).unwrap();
         data
@@ -429,7 +429,7 @@ async fn the_tokens_cache_follows_the_files_not_their_name_or_a_sample_of_docume
     // same size: tokenized again, which names the bad line.
     let a = hello.join("a.jsonl");
     let mut body = std::fs::read(&a).unwrap();
-    let at = body.iter().enumerate().filter(|(_, &b)| b == b'\n').nth(0).unwrap().0 + 1;
+    let at = body.iter().enumerate().find(|(_, &b)| b == b'\n').unwrap().0 + 1;
     body[at] = b'x';
     std::fs::write(&a, &body).unwrap();
     let e = tokenized(src().await, Some(tok.clone()), None, &cache, false).await.unwrap_err().to_string();
