@@ -319,6 +319,14 @@ impl Index {
             if size < 0 || ptr < 0 {
                 return Err(format!("sequence {i} has size {size} at byte {ptr}"));
             }
+            // A pointer inside a token would read every token of the document shifted, each
+            // one's bytes half from its neighbour: ids, but not the document's.
+            if ptr as u128 % item != 0 {
+                return Err(format!(
+                    "sequence {i} starts at byte {ptr}, inside a token ({item}-byte tokens): the .idx's pointers \
+                     are not the .bin's"
+                ));
+            }
             let end = ptr as u128 + size as u128 * item;
             if end > u128::from(bin_len) {
                 return Err(format!(
@@ -514,6 +522,11 @@ mod tests {
         assert!(Index::parse(Bytes::from(float), 16).unwrap_err().contains("float"));
         assert!(Index::parse(Bytes::from(&b"NOTANIDX-and-more-bytes-than-the-header"[..]), 16).is_err());
         assert!(Index::parse(Bytes::from(good[..good.len() - 3].to_vec()), 16).is_err());
+        // A pointer one byte into a token.
+        let mut odd = good.clone();
+        let at = FIXED + 4 * 2 + 8;
+        odd[at..at + 8].copy_from_slice(&7i64.to_le_bytes());
+        assert!(Index::parse(Bytes::from(odd), 16).unwrap_err().contains("inside a token"));
         // Document indices out of order.
         let mut docs = good;
         let at = FIXED + 12 * 2 + 8;
