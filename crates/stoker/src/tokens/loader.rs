@@ -164,6 +164,10 @@ impl TokenLoader {
             (None, None) => return Err(Error::internal("a token loader with no documents")),
         };
         let documents = docs.documents();
+        // A training loop over nothing would end at once without a word.
+        if documents == 0 {
+            return Err(Error::Empty { uri: docs.to_string(), reason: "it holds no token documents".into() });
+        }
         let weights = mix.as_ref().map_or(Vec::new(), |m| vec![(0, m.weights())]);
         let sources = mix.as_ref().map_or(0, |m| m.names().len());
         let (runtime, owned) = match tokio::runtime::Handle::try_current() {
@@ -481,6 +485,17 @@ impl TokenLoader {
             self.plan_ahead(next);
         }
         let end = self.batches(epoch)?;
+        if end == 0 {
+            let rows = self.cfg.global_batch;
+            let (tokens, window) = (self.tokens(epoch)?, self.cfg.window());
+            return Err(Error::Empty {
+                uri: self.docs.to_string(),
+                reason: format!(
+                    "epoch {epoch}'s stream holds {tokens} tokens, not one global batch of {rows} rows of {window}: \
+                     nothing to train on (pad_tail=True delivers what there is, padded; or a smaller batch)"
+                ),
+            });
+        }
         let start = {
             let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
             let weights = weights_for(&p, epoch);

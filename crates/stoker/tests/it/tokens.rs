@@ -319,3 +319,55 @@ async fn a_negative_token_id_is_an_error_naming_its_file() {
     }
     server.shutdown().await;
 }
+
+/// A Megatron pair of `docs` int32 documents of `len` tokens each, in `dir`.
+fn megatron_pair(dir: &Path, docs: usize, len: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let tokens: Vec<u8> = (0..(docs * len) as i32).flat_map(|t| t.to_le_bytes()).collect();
+    std::fs::write(dir.join("x.bin"), tokens).unwrap();
+    let mut idx = b"MMIDIDX\0\0".to_vec();
+    idx.extend(1u64.to_le_bytes());
+    idx.push(4); // int32
+    idx.extend((docs as u64).to_le_bytes());
+    idx.extend((docs as u64 + 1).to_le_bytes());
+    idx.extend((0..docs).flat_map(|_| (len as i32).to_le_bytes()));
+    idx.extend((0..docs).flat_map(|d| ((d * len * 4) as i64).to_le_bytes()));
+    idx.extend((0..=docs).flat_map(|d| (d as i64).to_le_bytes()));
+    std::fs::write(dir.join("x.idx"), idx).unwrap();
+}
+
+/// A corpus of no documents, or of documents with no tokens, or of fewer tokens than one
+/// global batch, is an error naming it (a training loop over it would end at once, without a
+/// word); with `pad_tail` the tokens there are come, padded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_corpus_or_one_short_of_a_batch_is_said_not_an_empty_epoch() {
+    let root = tempfile::tempdir().unwrap();
+    let none = root.path().join("none");
+    megatron_pair(&none, 0, 0);
+    let e = TokenLoader::new(open(none.to_str().unwrap()).await, PackConfig::new(8, 2)).err().unwrap();
+    assert_eq!(e.kind(), stoker::ErrorKind::Empty, "{e}");
+    assert!(e.to_string().contains("none") && e.to_string().contains("no token documents"), "{e}");
+
+    for (name, docs, len) in [("blank", 1000, 0), ("short", 3, 5)] {
+        let dir = root.path().join(name);
+        megatron_pair(&dir, docs, len);
+        let src = open(dir.to_str().unwrap()).await;
+        // 3 x 5 tokens: not one batch of 2 rows of 9 (8 and a shifted label).
+        let mut c = PackConfig::new(8, 2);
+        (c.labels, c.ids) = (true, stoker::tokens::IdType::Int64);
+        let e = TokenLoader::new(src.clone(), c.clone()).unwrap().epoch(0).err().unwrap();
+        assert_eq!(e.kind(), stoker::ErrorKind::Empty, "{name}: {e}");
+        let text = e.to_string();
+        assert!(text.contains(name) && text.contains(&format!("{} tokens", docs * len)), "{name}: {text}");
+        c.pad_tail = true;
+        let padded = TokenLoader::new(src, c).unwrap().epoch(0);
+        match docs * len {
+            0 => assert_eq!(padded.err().unwrap().kind(), stoker::ErrorKind::Empty, "{name}"),
+            _ => {
+                let got = padded.unwrap().collect().await.unwrap();
+                assert_eq!(got.len(), 1, "{name}: one padded batch");
+                assert_eq!(rows(&got[0])[0], (0..9).collect::<Vec<i64>>(), "{name}: the corpus's first row");
+            }
+        }
+    }
+}
