@@ -486,15 +486,12 @@ impl TokenLoader {
         }
         let end = self.batches(epoch)?;
         if end == 0 {
-            let rows = self.cfg.global_batch;
-            let (tokens, window) = (self.tokens(epoch)?, self.cfg.window());
-            return Err(Error::Empty {
-                uri: self.docs.to_string(),
-                reason: format!(
-                    "epoch {epoch}'s stream holds {tokens} tokens, not one global batch of {rows} rows of {window}: \
-                     nothing to train on (pad_tail=True delivers what there is, padded; or a smaller batch)"
-                ),
-            });
+            let (tokens, rows, window) = (self.tokens(epoch)?, self.cfg.global_batch, self.cfg.window());
+            let reason = format!(
+                "epoch {epoch}'s stream holds {tokens} tokens, not one global batch of {rows} rows of {window}: \
+                 nothing to train on (pad_tail=True delivers what there is, padded; or a smaller batch)"
+            );
+            return Err(Error::Empty { uri: self.docs.to_string(), reason });
         }
         let start = {
             let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());

@@ -321,7 +321,7 @@ impl Index {
             }
             // A pointer inside a token would read every token of the document shifted, each
             // one's bytes half from its neighbour: ids, but not the document's.
-            if ptr as u128 % item != 0 {
+            if !(ptr as u128).is_multiple_of(item) {
                 return Err(format!(
                     "sequence {i} starts at byte {ptr}, inside a token ({item}-byte tokens): the .idx's pointers \
                      are not the .bin's"
