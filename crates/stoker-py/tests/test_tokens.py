@@ -226,6 +226,13 @@ def test_text_is_tokenized_in_rust_once_and_packed_like_the_wheels_ids(text, tmp
         bad = tmp_path / "bad.json"
         bad.write_text("{}")
         stoker.TokenLoader(str(path), seq_len=128, global_batch=4, tokenizer=str(bad))
+    # A named pipe (its open would wait for a writer) or a device in the tokenizer's place is
+    # refused unread.
+    fifo = tmp_path / "tok.fifo"
+    os.mkfifo(fifo)
+    for odd in (fifo, "/dev/zero"):
+        with pytest.raises(stoker.InvalidInputError, match="not a regular file"):
+            stoker.TokenLoader(str(path), seq_len=128, global_batch=4, tokenizer=str(odd))
 
 
 @pytest.mark.parametrize("kind", ["mds", "litdata"])

@@ -11,14 +11,30 @@ pub const SMALL_FILE_BYTES: u64 = 64 << 20;
 
 /// The bytes of a small file the user names (a tokenizer, a mix file), at most `cap` of them:
 /// a path given by mistake (a corpus of gigabytes, a device that never ends) is refused, not
-/// read into memory. A larger one is an `InvalidData` error saying so.
+/// read into memory. A larger one is an `InvalidData` error saying so, as is anything but a
+/// regular file (after links): a named pipe would block the open until some writer came, a
+/// device would be read up to the cap.
 pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     use io::Read;
     let larger = || io::Error::new(io::ErrorKind::InvalidData, format!("it is larger than {cap} bytes"));
+    // Looked at before it is opened: opening a named pipe waits for a writer.
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "it is not a regular file (a pipe, device or directory)",
+        ));
+    }
     let file = std::fs::File::open(path)?;
-    // A file that says it is larger is refused unread; one that says nothing (a device, a
-    // pipe) is read up to the cap.
-    if file.metadata()?.len() > cap {
+    // A file that says it is larger is refused unread; the size is asked again of what was
+    // opened (the path may have been replaced in between), and the read is capped anyway.
+    let md = file.metadata()?;
+    if !md.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "it is not a regular file (a pipe, device or directory)",
+        ));
+    }
+    if md.len() > cap {
         return Err(larger());
     }
     let mut bytes = Vec::new();
@@ -42,9 +58,17 @@ mod tests {
         let e = read_capped(&path, 4).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
         assert!(e.to_string().contains("larger than 4 bytes"), "{e}");
-        // A device that never ends is refused after the cap, not read until memory runs out.
-        let e = read_capped(Path::new("/dev/zero"), 1 << 20).unwrap_err();
-        assert!(e.to_string().contains("larger than 1048576 bytes"), "{e}");
+        // A device that never ends, a directory, and a named pipe no one writes to (whose
+        // open would wait for ever) are refused unread.
+        for odd in [Path::new("/dev/zero"), dir.path()] {
+            let e = read_capped(odd, 1 << 20).unwrap_err();
+            assert!(e.to_string().contains("not a regular file"), "{}: {e}", odd.display());
+        }
+        let fifo = dir.path().join("fifo");
+        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a plain system call given a valid, NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        assert!(read_capped(&fifo, 5).unwrap_err().to_string().contains("not a regular file"));
         assert_eq!(read_capped(&dir.path().join("missing"), 5).unwrap_err().kind(), io::ErrorKind::NotFound);
     }
 }

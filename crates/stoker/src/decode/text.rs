@@ -7,8 +7,7 @@ use super::engine::Engine;
 use crate::error::{Error, Result};
 
 /// The largest `tokenizer.json` loaded (256 MiB; the largest published are tens of MB). A
-/// device named in its place (`/dev/zero`) is read up to it: the memory that costs is twice
-/// the cap at most, as the buffer grows.
+/// device or a named pipe given in its place is refused unread.
 pub const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
 
 /// A loaded `tokenizer.json`.
