@@ -153,9 +153,13 @@ pub(crate) fn npy_header(b: &[u8]) -> std::result::Result<(TokenType, u64, u64),
     }
 }
 
-/// How far a flat file's document index may grow past the file's own size before it is
-/// refused (see [`walk`]): small files of short documents are fine.
-const INDEX_SLACK: u64 = 1 << 20;
+/// A flat file whose documents average fewer tokens than this, once past
+/// [`INDEX_SLACK_DOCS`] of them, is refused (see [`walk`]).
+const MIN_MEAN_TOKENS: u64 = 4;
+
+/// Documents a flat file may have before [`MIN_MEAN_TOKENS`] applies (512 KiB of index):
+/// small files of short documents are fine.
+const INDEX_SLACK_DOCS: u64 = 1 << 16;
 
 /// Walk flat token file `obj` (`header` bytes first, then tokens of `ty`), cutting documents
 /// after every `separator`.
@@ -193,21 +197,27 @@ pub(crate) fn walk(
         ty.extend(&buf[..whole], &mut tokens);
         for (i, &t) in tokens.iter().enumerate() {
             if t == separator {
+                // Grown fallibly: where memory runs out this is an error, not an abort.
+                if starts.len() == starts.capacity() {
+                    starts.try_reserve(starts.len()).map_err(|e| {
+                        Error::resource(format!("the document index of {shown}"), std::io::Error::other(e))
+                    })?;
+                }
                 starts.push(n + i as u64 + 1);
             }
         }
         n += tokens.len() as u64;
-        // A document costs 8 bytes of index in memory for the source's life. An index larger
-        // than the whole file means documents of a token or two: the separator or the token
-        // type is wrong (a uint32 file read as uint16 with separator=0 ends a document at every
-        // high half), and the index would take more memory than the data.
-        let index_bytes = (starts.len() as u64).saturating_mul(8);
-        if index_bytes > bytes.saturating_add(INDEX_SLACK) {
+        // A document costs 8 bytes of index in memory for the source's life. Documents of a
+        // token or two on average mean the separator or the token type is wrong (a uint32
+        // file read as uint16 with separator=0 ends a document at every high half; a file of
+        // zeros split at 0), and the index would take as much memory as the data or more.
+        let docs = starts.len() as u64 - 1;
+        if docs > INDEX_SLACK_DOCS && docs.saturating_mul(MIN_MEAN_TOKENS) > n {
             return Err(Error::invalid_option(format!(
-                "{shown}: {} documents in its first {n} tokens, an index of {index_bytes} bytes for a file of {bytes}: \
-                 the separator ({separator}) or token_dtype= ({}) is likely wrong (a uint32 file read as uint16 \
-                 ends a document at every high half equal to the separator)",
-                starts.len() - 1,
+                "{shown}: {docs} documents in its first {n} tokens (fewer than {MIN_MEAN_TOKENS} tokens a \
+                 document; an index of {} bytes): the separator ({separator}) or token_dtype= ({}) is likely \
+                 wrong (a uint32 file read as uint16 ends a document at every high half equal to the separator)",
+                docs * 8,
                 ty.name()
             )));
         }
