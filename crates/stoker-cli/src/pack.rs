@@ -256,13 +256,15 @@ async fn tokens(
     pb.finish_and_clear();
     let m = m?;
     let tokens: u64 = m.parts.iter().map(|p| p.tokens).sum();
+    // The first reasons each part kept, and how many documents were bad in all.
     let skipped: Vec<&(u64, String)> = m.parts.iter().flat_map(|p| &p.skipped).collect();
+    let bad: u64 = m.parts.iter().map(|p| p.skipped_documents()).sum();
     let secs = started.elapsed().as_secs_f64();
     let text = if args.json {
         let skipped: Vec<_> = skipped.iter().map(|(d, why)| serde_json::json!({"document": d, "error": why})).collect();
         serde_json::json!({
             "dest": shown, "layout": "tokens", "documents": m.documents, "tokens": tokens,
-            "parts": m.parts.len(), "seconds": secs, "skipped": skipped,
+            "parts": m.parts.len(), "seconds": secs, "skipped": skipped, "skipped_documents": bad,
         })
         .to_string()
     } else {
@@ -273,8 +275,8 @@ async fn tokens(
             shown,
             human_duration(std::time::Duration::from_secs_f64(secs))
         );
-        if !skipped.is_empty() {
-            t += &format!("\n{} bad document(s) written empty (--skip-errors):", skipped.len());
+        if bad > 0 {
+            t += &format!("\n{bad} bad document(s) written empty (--skip-errors):");
             for (d, why) in skipped.iter().take(10) {
                 t += &format!("\n  document {d}: {why}");
             }

@@ -36,15 +36,62 @@ pub struct Part {
     pub name: String,
     /// Documents in it.
     pub documents: u64,
-    /// Documents (numbered as in the source) written empty under `skip_errors`, and why.
+    /// Documents (numbered as in the source) written empty under `skip_errors`, and why: the
+    /// first [`LISTED_SKIPS`] of the part (a file of millions of bad lines would otherwise
+    /// keep a message for each, in memory and in this manifest).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<(u64, String)>,
+    /// How many documents were written empty in all (see [`Part::skipped_documents`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_count: u64,
     /// Tokens in it.
     pub tokens: u64,
     /// Size of its `.bin`.
     pub bin_bytes: u64,
     /// xxh64 of its `.bin`, hex.
     pub bin_xxh64: String,
+}
+
+impl Part {
+    /// Documents written empty under `skip_errors`, listed or not (a manifest written before
+    /// the count lists them all).
+    pub fn skipped_documents(&self) -> u64 {
+        self.skipped_count.max(self.skipped.len() as u64)
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Reasons a part keeps for its documents written empty ([`Part::skipped`]).
+pub const LISTED_SKIPS: usize = 100;
+
+/// A reason is cut to this many bytes: an error may quote what it found.
+const REASON_BYTES: usize = 1000;
+
+/// Documents written empty under `skip_errors` while a part is written: the first
+/// [`LISTED_SKIPS`] with their reasons, and how many.
+#[derive(Debug, Default)]
+pub(crate) struct Skipped {
+    pub(crate) listed: Vec<(u64, String)>,
+    pub(crate) count: u64,
+}
+
+impl Skipped {
+    /// Document `doc` was bad, for `why`.
+    pub(crate) fn note(&mut self, doc: u64, why: String) {
+        self.count += 1;
+        if self.listed.len() < LISTED_SKIPS {
+            let mut why = why;
+            if why.len() > REASON_BYTES {
+                let cut = (0..=REASON_BYTES).rev().find(|&i| why.is_char_boundary(i)).unwrap_or(0);
+                why.truncate(cut);
+                why.push_str("...");
+            }
+            self.listed.push((doc, why));
+        }
+    }
 }
 
 /// The manifest in `out`, if there is one: read as a store reads every file it holds whole
@@ -106,4 +153,41 @@ pub(super) async fn kept_parts(out: &Store, mut m: TokenizedManifest) -> Result<
 pub(super) async fn write_manifest(out: &Store, m: &TokenizedManifest) -> Result<()> {
     let json = serde_json::to_vec_pretty(m).map_err(|e| Error::internal(e.to_string()))?;
     out.put_whole(MANIFEST, json.into()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_keeps_the_first_reasons_cut_short_and_counts_every_bad_document() {
+        let mut s = Skipped::default();
+        // Multi-byte characters across the cut: it falls on a character boundary.
+        let long = "é".repeat(REASON_BYTES);
+        for d in 0..(LISTED_SKIPS as u64 + 50) {
+            s.note(d, if d == 0 { long.clone() } else { format!("bad {d}") });
+        }
+        assert_eq!((s.count, s.listed.len()), (LISTED_SKIPS as u64 + 50, LISTED_SKIPS));
+        assert!(s.listed[0].1.len() <= REASON_BYTES + 3 && s.listed[0].1.ends_with("..."), "{}", s.listed[0].1.len());
+        assert_eq!(s.listed[1], (1, "bad 1".to_string()));
+        let part = |skipped: Vec<(u64, String)>, skipped_count| Part {
+            name: "p".into(),
+            documents: 200,
+            skipped,
+            skipped_count,
+            tokens: 0,
+            bin_bytes: 0,
+            bin_xxh64: String::new(),
+        };
+        assert_eq!(part(s.listed, s.count).skipped_documents(), 150);
+        // A manifest from before the count: its list is the count.
+        let old: Part = serde_json::from_str(
+            r#"{"name":"p","documents":3,"skipped":[[1,"x"],[2,"y"]],"tokens":0,"bin_bytes":0,"bin_xxh64":""}"#,
+        )
+        .unwrap();
+        assert_eq!(old.skipped_documents(), 2);
+        // A part with nothing skipped writes neither field.
+        let json = serde_json::to_string(&part(Vec::new(), 0)).unwrap();
+        assert!(!json.contains("skipped"), "{json}");
+    }
 }

@@ -44,7 +44,7 @@ use crate::sampler::{Order, Partition};
 pub use crate::decode::TextTokenizer;
 pub use epoch::TokenEpoch;
 pub use loader::{TextInput, TokenLoader};
-pub use manifest::{Part, TokenizedManifest, MANIFEST};
+pub use manifest::{Part, TokenizedManifest, LISTED_SKIPS, MANIFEST};
 pub use mix::{MixPart, SourceDocs, TokenMix};
 pub use state::{TokenState, TokenStream};
 pub use write::{pack_arrays, pretokenize, tokenized, TokenizeOptions};

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::manifest::{kept_parts, read_manifest, write_manifest, Part, TokenizedManifest};
+use super::manifest::{kept_parts, read_manifest, write_manifest, Part, Skipped, TokenizedManifest};
 use crate::decode::TextTokenizer;
 use crate::error::{Error, Result};
 use crate::source::tokens::write_idx;
@@ -206,7 +206,7 @@ async fn write_part(
     let mut hasher = twox_hash::XxHash64::with_seed(0);
     let (mut sizes, mut bytes) = (Vec::with_capacity((docs.end - docs.start) as usize), 0u64);
     let mut at = docs.start;
-    let mut skipped: Vec<(u64, String)> = Vec::new();
+    let mut skipped = Skipped::default();
     while at < docs.end {
         let upto = (at + CHUNK as u64).min(docs.end);
         let indices: Vec<usize> = (at as usize..upto as usize).collect();
@@ -289,7 +289,8 @@ async fn write_part(
     Ok(Part {
         name: name.to_string(),
         documents: docs.end - docs.start,
-        skipped,
+        skipped_count: skipped.count,
+        skipped: skipped.listed,
         tokens: sizes.iter().sum(),
         bin_bytes: bytes,
         bin_xxh64: format!("{:016x}", hasher.finish()),
@@ -302,7 +303,7 @@ async fn read(
     src: &Arc<DynSampleSource>,
     indices: &[usize],
     skip: bool,
-    skipped: &mut Vec<(u64, String)>,
+    skipped: &mut Skipped,
 ) -> Result<Vec<Option<crate::Sample>>> {
     match src.get_many(indices).await {
         Ok(s) => Ok(s.into_iter().map(Some).collect()),
@@ -319,16 +320,11 @@ async fn read(
 }
 
 /// `got`, or under `skip` `None` with the document recorded when its data is bad.
-fn kept<T>(
-    got: Result<Option<T>>,
-    doc: u64,
-    skip: bool,
-    skipped: &mut Vec<(u64, String)>,
-) -> Result<Option<Option<T>>> {
+fn kept<T>(got: Result<Option<T>>, doc: u64, skip: bool, skipped: &mut Skipped) -> Result<Option<Option<T>>> {
     match got {
         Ok(v) => Ok(Some(v)),
         Err(e) if skip && bad_data(&e) => {
-            skipped.push((doc, e.to_string()));
+            skipped.note(doc, e.to_string());
             Ok(None)
         }
         Err(e) => Err(e),
@@ -501,7 +497,8 @@ async fn tokenized_here(
     h.write(field.as_deref().unwrap_or("").as_bytes());
     h.write_u8(skip_errors as u8);
     let probes: Vec<usize> = if n == 0 { Vec::new() } else { vec![0, n / 2, n - 1] };
-    let probed: Vec<_> = read(&src, &probes, skip_errors, &mut Vec::new()).await?.into_iter().flatten().collect();
+    let probed: Vec<_> =
+        read(&src, &probes, skip_errors, &mut Skipped::default()).await?.into_iter().flatten().collect();
     for s in &probed {
         for f in &s.fields {
             h.write(&f.data);
@@ -560,15 +557,14 @@ async fn tokenized_here(
         None => write_parts(src.clone(), ids, &dir, &opts, &|_| {}).await,
     };
     drop(lock);
-    let skipped: Vec<(u64, String)> = done?.parts.into_iter().flat_map(|p| p.skipped).collect();
-    if !skipped.is_empty() {
-        let first: Vec<String> = skipped.iter().take(5).map(|(d, why)| format!("  document {d}: {why}")).collect();
+    let parts = done?.parts;
+    let bad: u64 = parts.iter().map(Part::skipped_documents).sum();
+    if bad > 0 {
+        let first = parts.iter().flat_map(|p| &p.skipped).take(5).map(|(d, why)| format!("  document {d}: {why}"));
         eprintln!(
-            "stoker: warning: {} of {n} documents of {} were bad and are packed empty (skip_errors):\n{}{}",
-            skipped.len(),
-            src,
-            first.join("\n"),
-            if skipped.len() > 5 { "\n  ..." } else { "" }
+            "stoker: warning: {bad} of {n} documents of {src} were bad and are packed empty (skip_errors):\n{}{}",
+            first.collect::<Vec<_>>().join("\n"),
+            if bad > 5 { "\n  ..." } else { "" }
         );
     }
     let opened = crate::source::open(&dir.display().to_string(), Default::default()).await?;

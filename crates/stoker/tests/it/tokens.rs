@@ -371,3 +371,16 @@ async fn an_empty_corpus_or_one_short_of_a_batch_is_said_not_an_empty_epoch() {
         }
     }
 }
+
+/// A flat file of int64 zeros split at 0: a document a token, whose index (8 bytes a
+/// document) is no larger than the file, is refused naming the likely cause, not indexed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flat_file_of_one_token_documents_is_refused_at_any_width() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.bin"), vec![0u8; 1 << 20]).unwrap();
+    for dtype in ["uint16", "int64"] {
+        let uri = format!("{}?layout=tokens&separator=0&token_dtype={dtype}", dir.path().display());
+        let e = stoker::open(&uri, Default::default()).await.err().unwrap().to_string();
+        assert!(e.contains("t.bin") && e.contains("likely wrong") && e.contains(dtype), "{dtype}: {e}");
+    }
+}
