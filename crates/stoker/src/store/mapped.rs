@@ -75,7 +75,7 @@ const HUGE_PAGE: u64 = 2 << 20;
 
 /// The memory this process may use: the machine's (`MemTotal`), or less where its cgroup
 /// (v2 `memory.max`, v1 `memory.limit_in_bytes`) limits it. `None` where none can be read.
-fn memory_bytes() -> Option<u64> {
+pub(crate) fn memory_bytes() -> Option<u64> {
     let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| meminfo_total(&m));
     let limit = std::fs::read_to_string("/proc/self/cgroup").ok().and_then(|c| {
         cgroup_limit_files(&c)

@@ -45,7 +45,7 @@ pub(crate) use blocking::Cancel;
 pub(crate) use blocking::RangeReader;
 pub(crate) use direct::{gone, is_gone, DirectReader};
 pub(crate) use local::{create_fresh, is_temp_name, publish, temp_name, temp_target};
-pub(crate) use mapped::{MapAdvice, MappedObject};
+pub(crate) use mapped::{memory_bytes, MapAdvice, MappedObject};
 pub use object::Object;
 pub use write::ObjectWriter;
 

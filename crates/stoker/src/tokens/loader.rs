@@ -32,7 +32,7 @@ pub struct TextInput {
 
 /// At most this many threads build one loader's batches of local documents (each a loop over
 /// every `n`th batch; see [`TokenLoader::epoch`]).
-const MAX_PRODUCERS: usize = 4;
+pub(super) const MAX_PRODUCERS: usize = 4;
 
 /// Tokens a producer of local batches builds before handing them over together: one handoff
 /// wakes the consumer (and, when the consumer is behind, the producer) once for the group, not
@@ -164,8 +164,8 @@ impl TokenLoader {
             (None, None) => return Err(Error::internal("a token loader with no documents")),
         };
         let documents = docs.documents();
-        // A training loop over nothing would end at once without a word.
         if documents == 0 {
+            // A training loop over nothing would end at once without a word.
             return Err(Error::Empty { uri: docs.to_string(), reason: "it holds no token documents".into() });
         }
         let weights = mix.as_ref().map_or(Vec::new(), |m| vec![(0, m.weights())]);

@@ -228,6 +228,26 @@ impl PackConfig {
         self.global_batch / self.partition.world_size.max(1) as usize
     }
 
+    /// Refuse a batch so large that the `held` of them the loader keeps at once (read ahead,
+    /// being built, with the consumer) would take more than half of `memory` (the machine's
+    /// or cgroup's): the first allocation that failed would end the process.
+    fn check_memory(&self, held: u64, memory: Option<u64>) -> Result<()> {
+        let c = &self.columns;
+        let per_token = self.ids_width() + 4 * usize::from(c.position_ids) + usize::from(c.loss_mask);
+        let batch = (self.rows() as u64).saturating_mul(self.window() as u64).saturating_mul(per_token as u64);
+        match memory {
+            Some(m) if batch.saturating_mul(held) > m / 2 => Err(Error::invalid_option(format!(
+                "a batch of {} rows of {} tokens takes {batch} bytes, and the loader holds {held} at once (prefetch \
+                 {} and those being built): more than half of the {m} bytes of memory here; give a smaller \
+                 global_batch, seq_len or prefetch",
+                self.rows(),
+                self.window(),
+                self.prefetch
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     fn check(&self) -> Result<()> {
         let extra = usize::from(self.bos.is_some()) + usize::from(self.eos.is_some());
         if self.seq_len == 0 || self.window() <= extra {
@@ -248,6 +268,7 @@ impl PackConfig {
             return Err(Error::invalid_option("a batch of more than 2^31 tokens (cu_seqlens are int32)"));
         }
         crate::loader::check_prefetch(self.prefetch)?;
+        self.check_memory((self.prefetch + 2 + loader::MAX_PRODUCERS) as u64, crate::store::memory_bytes())?;
         if self.mask_boundaries && !self.columns.loss_mask {
             return Err(Error::invalid_option("mask_boundaries masks loss_mask, which the columns leave out"));
         }
@@ -268,4 +289,21 @@ impl PackConfig {
         }
         Ok(())
     }
+}
+
+#[cfg(test)]
+#[test]
+fn a_batch_past_half_the_memory_is_refused_saying_what_to_change() {
+    let gib = 1u64 << 30;
+    let mut c = PackConfig::new(2048, 64);
+    // 64 rows of 2,048 int32 ids, positions and mask bytes: 1.2 MB, six held.
+    assert!(c.check_memory(6, Some(gib)).is_ok());
+    c.global_batch = 1 << 18;
+    let e = c.check_memory(6, Some(16 * gib)).unwrap_err().to_string();
+    assert!(e.contains("262144 rows") && e.contains("global_batch") && e.contains("prefetch"), "{e}");
+    assert!(c.check_memory(6, None).is_ok(), "memory unknown: nothing refused");
+    // The ids alone at uint16: 2 bytes a token, against the default columns' 9.
+    c.columns = TokenColumns { position_ids: false, loss_mask: false, cu_seqlens: false };
+    c.ids = IdType::Uint16;
+    assert!(c.check_memory(6, Some(16 * gib)).is_ok());
 }
