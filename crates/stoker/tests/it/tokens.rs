@@ -384,3 +384,16 @@ async fn a_flat_file_of_one_token_documents_is_refused_at_any_width() {
         assert!(e.contains("t.bin") && e.contains("likely wrong") && e.contains(dtype), "{dtype}: {e}");
     }
 }
+
+/// Megatron keeps index caches as `.npy` beside its pairs (`*_doc_idx.npy`): they are not
+/// token files, with `separator=` given or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn megatrons_npy_caches_beside_its_pairs_are_not_read_as_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    megatron_pair(dir.path(), 3, 5);
+    std::fs::write(dir.path().join("x_doc_idx.npy"), b"not tokens").unwrap();
+    for q in ["", "?separator=0"] {
+        let src = stoker::open(&format!("{}{q}", dir.path().display()), Default::default()).await.unwrap();
+        assert_eq!(src.len(), 3, "{q}");
+    }
+}

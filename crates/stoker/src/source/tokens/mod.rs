@@ -122,7 +122,8 @@ impl fmt::Display for TokensSource {
 
 /// Open the token files of `listing` (sorted by path: their documents come in that order):
 /// each `.idx` with its `.bin`; with the `separator` option, also flat arrays (a `.bin` without
-/// an `.idx`, or an `.npy`), split into documents after every separator token.
+/// an `.idx`, or an `.npy` where there are no indexed pairs), split into documents after every
+/// separator token.
 pub(crate) async fn open(
     store: Store,
     mut listing: Vec<ObjectInfo>,
@@ -132,9 +133,12 @@ pub(crate) async fn open(
     listing.sort_by(|a, b| a.path.cmp(&b.path));
     let paired: std::collections::HashSet<String> =
         listing.iter().filter_map(|o| o.path.strip_suffix(IDX_SUFFIX).map(|n| format!("{n}.bin"))).collect();
+    // Beside indexed pairs an .npy is one of Megatron's own index caches (`*_doc_idx.npy`,
+    // `*_sample_idx.npy`), not tokens, separator or not.
+    let indexed = !paired.is_empty();
     let flat: Vec<&ObjectInfo> = listing
         .iter()
-        .filter(|o| (o.path.ends_with(".bin") && !paired.contains(&o.path)) || o.path.ends_with(".npy"))
+        .filter(|o| (o.path.ends_with(".bin") && !paired.contains(&o.path)) || (o.path.ends_with(".npy") && !indexed))
         .collect();
     if !flat.is_empty() && opts.separator.is_none() && !listing.iter().any(|o| o.path.ends_with(IDX_SUFFIX)) {
         return Err(Error::invalid_option(format!(
