@@ -180,6 +180,10 @@ def test_bad_input_is_a_clear_error(corpus, tmp_path):
     loader = stoker.TokenLoader(str(path), seq_len=32, global_batch=2)
     with pytest.raises(stoker.InvalidInputError, match="seq_len"):
         loader.load_state_dict({"epoch": 0, "batch": 1, "documents": 105, "seq_len": 64, "global_batch": 2})
+    # A mix's state (naming its sources) is not taken by a loader of one corpus.
+    with pytest.raises(stoker.InvalidInputError, match="reads no mix"):
+        loader.load_state_dict({**loader.state_dict(), "sources": ["x", "y"]})
+    loader.load_state_dict(loader.state_dict())
 
 
 @pytest.fixture(scope="module")
@@ -390,8 +394,9 @@ def test_weights_change_between_iterations_not_while_one_is_under_way(token_mix)
     ids = numpy.concatenate([b["input_ids"].ravel() for b in loader])
     share_a = float(numpy.mean(ids < 30000))
     assert abs(share_a - 0.9) < 0.05, share_a
-    with pytest.raises(stoker.InvalidInputError, match="weights"):
-        loader.set_weights(["a", 1])
+    for bad in (["a", 1], 5, "0.5,0.5"):
+        with pytest.raises(stoker.InvalidInputError, match="weights"):
+            loader.set_weights(bad)
     # An argument the loader does not know, beside an open dataset: refused, not dropped.
     with pytest.raises(stoker.InvalidInputError, match="'suffle'"):
         stoker.TokenLoader(mixed, seq_len=16, global_batch=2, suffle=True)

@@ -204,6 +204,8 @@ class TokenLoader:
             )
         from . import _real
 
+        if isinstance(weights, (str, bytes)) or not hasattr(weights, "__iter__"):
+            raise InvalidInputError(f"weights must be a sequence of numbers, one per source, not {weights!r}")
         self._loader.set_weights([_real("weights", w) for w in weights])
 
     def stats(self) -> Dict[str, Any]:

@@ -403,8 +403,8 @@ impl TokenLoader {
         let sources = names.as_ref().map_or(0, Vec::len);
         let bad = |why: String| Err(Error::invalid_option(format!("the saved state's mix weights: {why}")));
         match (sources, state.weights.first()) {
-            (0, None) => {}
-            (0, Some(_)) => return bad("this loader reads no mix".into()),
+            (0, None) if state.sources.is_none() => {} // sources named, or weights: a mix's state
+            (0, _) => return bad("this loader reads no mix".into()),
             (_, None) => return bad(format!("none, for a mix of {sources} sources")),
             (_, Some((first, _))) if *first != 0 => return bad("the first does not start at batch 0".into()),
             _ => {}

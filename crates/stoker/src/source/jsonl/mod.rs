@@ -187,7 +187,7 @@ pub(crate) fn text_field(line: &[u8], field: &str) -> std::result::Result<String
             format!(
                 "a string holds a lone UTF-16 surrogate escape such as \\ud800 ({e}), which is no Unicode character: \
              the writer's text was not valid (Python writes these for text read with errors=\"surrogateescape\"); \
-             repair the text, or skip such lines (on_damage=skip)"
+             repair the text, or skip such lines (on_damage=skip; skip_errors=True for a TokenLoader)"
             )
         }
         Ok(_) => format!("not a JSON object with a string `{field}`: {e}"),
