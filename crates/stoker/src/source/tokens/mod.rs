@@ -182,7 +182,7 @@ pub(crate) async fn open(
             Error::NotFound { .. } => Error::BadIndex {
                 path: store.describe(&info.path),
                 reason: format!(
-                    "its tokens file {} is missing: an indexed dataset is a .bin beside its .idx",
+                    "its tokens file {} is missing (or not a plain file): an indexed dataset is a .bin beside its .idx",
                     store.describe(&bin_path)
                 ),
             },
