@@ -11,29 +11,31 @@ pub const SMALL_FILE_BYTES: u64 = 64 << 20;
 
 /// The bytes of a small file the user names (a tokenizer, a mix file), at most `cap` of them:
 /// a path given by mistake (a corpus of gigabytes, a device that never ends) is refused, not
-/// read into memory. A larger one is an `InvalidData` error saying so, as is anything but a
-/// regular file (after links): a named pipe would block the open until some writer came, a
-/// device would be read up to the cap.
+/// read into memory. A larger one is an `InvalidData` error saying so, as is a device or a
+/// directory. A pipe (a shell's `<(command)`, which keeps a secret off the disk) is read to
+/// its end, up to the cap; opened without waiting for a writer, so a named pipe nobody writes
+/// to reads as empty instead of hanging.
 pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     use io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let larger = || io::Error::new(io::ErrorKind::InvalidData, format!("it is larger than {cap} bytes"));
-    // Looked at before it is opened: opening a named pipe waits for a writer.
-    if !std::fs::metadata(path)?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "it is not a regular file (a pipe, device or directory)",
-        ));
-    }
-    let file = std::fs::File::open(path)?;
-    // A file that says it is larger is refused unread; the size is asked again of what was
-    // opened (the path may have been replaced in between), and the read is capped anyway.
+    // Non-blocking: opening a named pipe would otherwise wait for a writer.
+    let file = std::fs::File::options().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
     let md = file.metadata()?;
-    if !md.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "it is not a regular file (a pipe, device or directory)",
-        ));
+    if !md.file_type().is_file() && !md.file_type().is_fifo() {
+        let odd = "it is not a regular file or a pipe (a device or directory)";
+        return Err(io::Error::new(io::ErrorKind::InvalidData, odd));
     }
+    // Reads wait again: a pipe's writer may be slower than this reader.
+    // SAFETY: plain system calls on a descriptor `file` holds open; no memory is passed.
+    unsafe {
+        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    // A file that says it is larger is refused unread; the read is capped anyway.
     if md.len() > cap {
         return Err(larger());
     }
@@ -58,17 +60,28 @@ mod tests {
         let e = read_capped(&path, 4).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
         assert!(e.to_string().contains("larger than 4 bytes"), "{e}");
-        // A device that never ends, a directory, and a named pipe no one writes to (whose
-        // open would wait for ever) are refused unread.
+        // A device that never ends and a directory are refused unread.
         for odd in [Path::new("/dev/zero"), dir.path()] {
             let e = read_capped(odd, 1 << 20).unwrap_err();
-            assert!(e.to_string().contains("not a regular file"), "{}: {e}", odd.display());
+            assert!(e.to_string().contains("not a regular file or a pipe"), "{}: {e}", odd.display());
         }
+        // A named pipe no one writes to reads as empty at once (its open does not wait).
         let fifo = dir.path().join("fifo");
         let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: a plain system call given a valid, NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
-        assert!(read_capped(&fifo, 5).unwrap_err().to_string().contains("not a regular file"));
+        assert_eq!(read_capped(&fifo, 5).unwrap(), b"");
+        // A pipe as a shell's `<(command)` hands it (`/dev/fd/N`) is read to its end.
+        let mut ends = [0; 2];
+        // SAFETY: `pipe` fills the two descriptors of the array it is given.
+        assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+        // SAFETY: the write end is this test's own, owned from here on (closed on drop).
+        let mut w = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(ends[1]) };
+        io::Write::write_all(&mut w, b"abc").unwrap();
+        drop(w);
+        assert_eq!(read_capped(Path::new(&format!("/dev/fd/{}", ends[0])), 5).unwrap(), b"abc");
+        // SAFETY: the read end is this test's own and used no more.
+        unsafe { libc::close(ends[0]) };
         assert_eq!(read_capped(&dir.path().join("missing"), 5).unwrap_err().kind(), io::ErrorKind::NotFound);
     }
 }

@@ -204,7 +204,8 @@ class TokenLoader:
             )
         from . import _real
 
-        if isinstance(weights, (str, bytes)) or not hasattr(weights, "__iter__"):
+        # In order, one per source: a set or a dict has no order to match the sources by.
+        if isinstance(weights, (str, bytes, dict, set, frozenset)) or not hasattr(weights, "__getitem__"):
             raise InvalidInputError(f"weights must be a sequence of numbers, one per source, not {weights!r}")
         self._loader.set_weights([_real("weights", w) for w in weights])
 

@@ -7,7 +7,7 @@ use super::engine::Engine;
 use crate::error::{Error, Result};
 
 /// The largest `tokenizer.json` loaded (256 MiB; the largest published are tens of MB). A
-/// device or a named pipe given in its place is refused unread.
+/// device given in its place is refused unread; a pipe is read up to it.
 pub const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
 
 /// A loaded `tokenizer.json`.

@@ -159,9 +159,9 @@ impl SampleSource for ObjectsSource {
     }
 
     fn fingerprint(&self) -> Option<u64> {
-        let version = |i: &ObjectInfo| crate::store::version_key(i.e_tag.as_deref(), i.modified_us, i.size);
-        let objects = self.objects.iter().map(|e| (e.info.path.as_str(), version(&e.info)));
-        Some(crate::store::objects_fingerprint(&self.store, objects))
+        let pinned =
+            |i: &ObjectInfo| crate::fetch::Expect { size: i.size, e_tag: i.e_tag.clone(), modified_us: i.modified_us };
+        Some(self.store.fingerprint(self.objects.iter().map(|e| (e.info.path.as_str(), pinned(&e.info)))))
     }
 
     async fn flush(&self) {

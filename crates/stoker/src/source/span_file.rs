@@ -146,7 +146,7 @@ impl SpanFiles {
 
     /// The files' digest (see [`SampleSource::fingerprint`](super::SampleSource::fingerprint)).
     pub(crate) fn fingerprint(&self) -> u64 {
-        crate::store::objects_fingerprint(&self.store, self.files.iter().map(|f| (f.obj.path(), f.obj.version_key())))
+        self.store.fingerprint(self.files.iter().map(|f| (f.obj.path(), f.obj.pinned())))
     }
 
     /// The file and the span in it of sample `i`.

@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 
 mod blocking;
 mod direct;
+mod fingerprint;
 mod local;
 mod mapped;
 mod object;
@@ -463,23 +464,6 @@ impl Store {
 /// a missing time as the epoch) leaves nothing to tell this version from the next of the same
 /// size: such an object's key is this process's own, so what is kept of it (disk cache
 /// blocks, indexes) serves this run and no later one, which could be reading a replaced object.
-/// A digest of `objects` (each a path in `store` and its [`version_key`]), in the order given:
-/// what a cache derived from a source's samples (the tokens of a text corpus) is keyed by, so
-/// a file edited, replaced or read from another directory is not served from another's.
-pub(crate) fn objects_fingerprint<'a>(store: &Store, objects: impl IntoIterator<Item = (&'a str, String)>) -> u64 {
-    use std::hash::Hasher;
-    let mut h = twox_hash::XxHash64::with_seed(0);
-    h.write(store.describe("").as_bytes());
-    for (path, version) in objects {
-        // Lengths first: no two lists run together into the same bytes.
-        h.write_u64(path.len() as u64);
-        h.write(path.as_bytes());
-        h.write_u64(version.len() as u64);
-        h.write(version.as_bytes());
-    }
-    h.finish()
-}
-
 pub(crate) fn version_key(e_tag: Option<&str>, modified_us: i64, size: u64) -> String {
     match e_tag {
         Some(tag) => format!("{tag}/{size}"),

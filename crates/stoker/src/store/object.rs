@@ -85,6 +85,11 @@ impl Object {
         self.version().key
     }
 
+    /// The version every read is held to (see the module docs).
+    pub(crate) fn pinned(&self) -> Expect {
+        self.version().expect
+    }
+
     fn version(&self) -> Version {
         self.0.version.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }

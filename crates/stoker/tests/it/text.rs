@@ -316,6 +316,11 @@ async fn text_from_txt_files_tar_mds_litdata_and_parquet_tokenizes_like_the_whee
     ] {
         let src = open(root.path().join(dir).to_str().unwrap()).await;
         assert_eq!(src.info().known_layout(), Some(layout), "{dir}");
+        // What the tokens cache is keyed by follows the files: the same opened again, another
+        // once every file's time moved (an edit).
+        let fingerprint = src.fingerprint();
+        assert!(fingerprint.is_some(), "{dir}");
+        assert_eq!(open(root.path().join(dir).to_str().unwrap()).await.fingerprint(), fingerprint, "{dir}");
         let tokens = tokenized(src, Some(tok.clone()), Some(field.into()), &cache, false).await.unwrap();
         assert_eq!(tokens.len(), want.len(), "{dir}");
         let got = tokens.get_many(&(0..tokens.len()).collect::<Vec<_>>()).await.unwrap();
@@ -323,6 +328,11 @@ async fn text_from_txt_files_tar_mds_litdata_and_parquet_tokenizes_like_the_whee
             let ids = ids_u16(s);
             assert_eq!(&ids, w, "{dir}: document {i}");
         }
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+        for f in files_under(&root.path().join(dir)) {
+            std::fs::File::options().write(true).open(&f).unwrap().set_modified(later).unwrap();
+        }
+        assert_ne!(open(root.path().join(dir).to_str().unwrap()).await.fingerprint(), fingerprint, "{dir}");
     }
     // A tokenized copy whose part lost its .idx is not taken as finished (it would open with
     // that part's documents missing): the next open writes the part again, every id right.

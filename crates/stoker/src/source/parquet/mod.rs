@@ -520,8 +520,7 @@ impl SampleSource for ParquetSource {
     }
 
     fn fingerprint(&self) -> Option<u64> {
-        let files = self.inner.files.iter().map(|f| (f.obj.path(), f.obj.version_key()));
-        Some(crate::store::objects_fingerprint(&self.inner.store, files))
+        Some(self.inner.store.fingerprint(self.inner.files.iter().map(|f| (f.obj.path(), f.obj.pinned()))))
     }
 
     /// Also waits for decoded groups being written to the spill.

@@ -389,15 +389,22 @@ impl SampleSource for RecordsSource {
         Some(self.inner.store.counters())
     }
 
-    /// Every object listed at open (the index files and the shards), by path.
+    /// Remote: every object listed at open (the index files and the shards), by path. Local
+    /// (nothing is listed): each shard's file, as it is now.
     fn fingerprint(&self) -> Option<u64> {
-        let mut listed: Vec<&ObjectInfo> = self.inner.listed.values().collect();
-        listed.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-        let version = |i: &ObjectInfo| crate::store::version_key(i.e_tag.as_deref(), i.modified_us, i.size);
-        Some(crate::store::objects_fingerprint(
-            &self.inner.store,
-            listed.into_iter().map(|i| (i.path.as_str(), version(i))),
-        ))
+        use crate::fetch::Expect;
+        let pinned = |i: &ObjectInfo| Expect { size: i.size, e_tag: i.e_tag.clone(), modified_us: i.modified_us };
+        let store = &self.inner.store;
+        if store.is_remote() {
+            let mut listed: Vec<&ObjectInfo> = self.inner.listed.values().collect();
+            listed.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+            return Some(store.fingerprint(listed.into_iter().map(|i| (i.path.as_str(), pinned(i)))));
+        }
+        let files = self.inner.shards.iter().map(|s| match &s.storage {
+            Storage::Whole { path, .. } => path.as_str(),
+            _ => s.path.as_str(),
+        });
+        Some(store.fingerprint(files.map(|f| (f, Expect { size: 0, e_tag: None, modified_us: 0 }))))
     }
 
     async fn flush(&self) {

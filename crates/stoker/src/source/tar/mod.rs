@@ -428,8 +428,7 @@ impl SampleSource for TarSource {
     }
 
     fn fingerprint(&self) -> Option<u64> {
-        let shards = self.inner.shards.iter().map(|s| (s.obj.path(), s.obj.version_key()));
-        Some(crate::store::objects_fingerprint(&self.inner.store, shards))
+        Some(self.inner.store.fingerprint(self.inner.shards.iter().map(|s| (s.obj.path(), s.obj.pinned()))))
     }
 
     async fn flush(&self) {

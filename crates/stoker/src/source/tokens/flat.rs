@@ -211,8 +211,10 @@ pub(crate) fn walk(
         // token or two on average mean the separator or the token type is wrong (a uint32
         // file read as uint16 with separator=0 ends a document at every high half; a file of
         // zeros split at 0), and the index would take as much memory as the data or more.
+        // Against the whole file's tokens, so a file whose short documents come first (sorted
+        // by length) is not refused for its start.
         let docs = starts.len() as u64 - 1;
-        if docs > INDEX_SLACK_DOCS && docs.saturating_mul(MIN_MEAN_TOKENS) > n {
+        if docs > INDEX_SLACK_DOCS && docs.saturating_mul(MIN_MEAN_TOKENS) > bytes / ty.size() as u64 {
             return Err(Error::invalid_option(format!(
                 "{shown}: {docs} documents in its first {n} tokens (fewer than {MIN_MEAN_TOKENS} tokens a \
                  document; an index of {} bytes): the separator ({separator}) or token_dtype= ({}) is likely \

@@ -120,10 +120,25 @@ impl fmt::Display for TokensSource {
     }
 }
 
+/// Whether `path` is an `.npy` of tokens: not one of the index caches Megatron keeps beside
+/// its data (`*_doc_idx.npy`, `*_sample_idx.npy`, `*_shuffle_idx.npy`; Megatron-Core's
+/// `*-document_index.npy`, `*-sample_index.npy`, `*-shuffle_index.npy`).
+fn flat_npy(path: &str) -> bool {
+    const CACHES: [&str; 6] = [
+        "_doc_idx.npy",
+        "_sample_idx.npy",
+        "_shuffle_idx.npy",
+        "document_index.npy",
+        "sample_index.npy",
+        "shuffle_index.npy",
+    ];
+    path.ends_with(".npy") && !CACHES.iter().any(|c| path.ends_with(c))
+}
+
 /// Open the token files of `listing` (sorted by path: their documents come in that order):
 /// each `.idx` with its `.bin`; with the `separator` option, also flat arrays (a `.bin` without
-/// an `.idx`, or an `.npy` where there are no indexed pairs), split into documents after every
-/// separator token.
+/// an `.idx`, or an `.npy` not named as Megatron's index caches are), split into documents
+/// after every separator token.
 pub(crate) async fn open(
     store: Store,
     mut listing: Vec<ObjectInfo>,
@@ -133,12 +148,9 @@ pub(crate) async fn open(
     listing.sort_by(|a, b| a.path.cmp(&b.path));
     let paired: std::collections::HashSet<String> =
         listing.iter().filter_map(|o| o.path.strip_suffix(IDX_SUFFIX).map(|n| format!("{n}.bin"))).collect();
-    // Beside indexed pairs an .npy is one of Megatron's own index caches (`*_doc_idx.npy`,
-    // `*_sample_idx.npy`), not tokens, separator or not.
-    let indexed = !paired.is_empty();
     let flat: Vec<&ObjectInfo> = listing
         .iter()
-        .filter(|o| (o.path.ends_with(".bin") && !paired.contains(&o.path)) || (o.path.ends_with(".npy") && !indexed))
+        .filter(|o| (o.path.ends_with(".bin") && !paired.contains(&o.path)) || flat_npy(&o.path))
         .collect();
     if !flat.is_empty() && opts.separator.is_none() && !listing.iter().any(|o| o.path.ends_with(IDX_SUFFIX)) {
         return Err(Error::invalid_option(format!(
