@@ -479,6 +479,10 @@ async fn tokenized_here(
 ) -> Result<Arc<DynSampleSource>> {
     use std::hash::Hasher;
     let n = src.len();
+    if n == 0 {
+        // Said of the source, not of the empty cache directory it would be tokenized into.
+        return Err(Error::Empty { uri: src.to_string(), reason: "it holds no documents to tokenize".into() });
+    }
     let mut h = twox_hash::XxHash64::with_seed(0);
     h.write(src.to_string().as_bytes());
     // Every file at its version where the layout says (edited in place, or another corpus

@@ -444,6 +444,14 @@ async fn the_tokens_cache_follows_the_files_not_their_name_or_a_sample_of_docume
     std::fs::write(&a, &body).unwrap();
     let e = tokenized(src().await, Some(tok.clone()), None, &cache, false).await.unwrap_err().to_string();
     assert!(e.contains("a.jsonl") && e.contains("JSON"), "{e}");
+
+    // A corpus of blank lines holds no documents: said of it, not of the cache directory.
+    let blank = dir.path().join("blank");
+    std::fs::create_dir_all(&blank).unwrap();
+    std::fs::write(blank.join("a.jsonl"), "\n\n\n").unwrap();
+    let e = tokenized(open(blank.to_str().unwrap()).await, Some(tok), None, &cache, false).await.err().unwrap();
+    assert_eq!(e.kind(), stoker::ErrorKind::Empty, "{e}");
+    assert!(e.to_string().contains("blank") && !e.to_string().contains("cache"), "{e}");
 }
 
 /// The texts of documents `0..n` of `src`.
