@@ -25,7 +25,7 @@ MAX_LINES = 600
 # store) under the layouts (source), which decoding and the loader build on; the tools
 # (pack, diagnose) and the test entry points (conformance, fuzzing) sit on top.
 FLOORS = [
-    {"redact", "escape", "ranges", "fork", "npy", "small_file", "prefetch"},
+    {"redact", "escape", "ranges", "fork", "npy", "small_file", "prefetch", "memory"},
     {"buffer"},
     {"error"},
     {"sample", "uri", "stats"},

@@ -20,6 +20,7 @@ pub mod fork;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod loader;
+mod memory;
 mod npy;
 pub mod pack;
 pub mod pinned;

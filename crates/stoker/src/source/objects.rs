@@ -159,9 +159,7 @@ impl SampleSource for ObjectsSource {
     }
 
     fn fingerprint(&self) -> Option<u64> {
-        let pinned =
-            |i: &ObjectInfo| crate::fetch::Expect { size: i.size, e_tag: i.e_tag.clone(), modified_us: i.modified_us };
-        Some(self.store.fingerprint(self.objects.iter().map(|e| (e.info.path.as_str(), pinned(&e.info)))))
+        Some(self.store.fingerprint(self.objects.iter().map(|e| (e.info.path.as_str(), Some(e.info.expect())))))
     }
 
     async fn flush(&self) {

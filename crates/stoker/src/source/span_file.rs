@@ -146,7 +146,7 @@ impl SpanFiles {
 
     /// The files' digest (see [`SampleSource::fingerprint`](super::SampleSource::fingerprint)).
     pub(crate) fn fingerprint(&self) -> u64 {
-        self.store.fingerprint(self.files.iter().map(|f| (f.obj.path(), f.obj.pinned())))
+        self.store.fingerprint(self.files.iter().map(|f| (f.obj.path(), Some(f.obj.pinned()))))
     }
 
     /// The file and the span in it of sample `i`.

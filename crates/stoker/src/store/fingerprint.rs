@@ -8,8 +8,8 @@ use super::{Backend, Store};
 use crate::fetch::Expect;
 
 impl Store {
-    /// A digest of `objects` (each a path in this store and the version this run pins it to),
-    /// in the order given, with the store's root.
+    /// A digest of `objects` (each a path in this store and the version this run pins it to,
+    /// where the source knows one), in the order given, with the store's root.
     ///
     /// A local file is looked up now, and keyed by its size and modification time: not by its
     /// inode (a copy of the data to each node's own disk, or one made again with `rsync -a`,
@@ -18,7 +18,7 @@ impl Store {
     /// keyed by its entity tag, else its modification time, with its size; one that has
     /// neither by its size alone, never by anything of this process's own: the ranks of a
     /// node must agree on the key to share one tokenizing pass.
-    pub(crate) fn fingerprint<'a>(&self, objects: impl IntoIterator<Item = (&'a str, Expect)>) -> u64 {
+    pub(crate) fn fingerprint<'a>(&self, objects: impl IntoIterator<Item = (&'a str, Option<Expect>)>) -> u64 {
         let mut h = twox_hash::XxHash64::with_seed(0);
         h.write(self.describe("").as_bytes());
         for (path, pinned) in objects {
@@ -27,7 +27,7 @@ impl Store {
                     Ok(file) => local_version(&file),
                     Err(_) => "outside the root".to_string(),
                 },
-                Backend::Remote { .. } => remote_version(&pinned),
+                Backend::Remote { .. } => pinned.as_ref().map_or_else(|| "unknown".to_string(), remote_version),
             };
             // Lengths first: no two lists run together into the same bytes.
             for part in [path, version.as_str()] {
@@ -67,7 +67,7 @@ mod tests {
         std::fs::write(dir.path().join("a"), b"12345").unwrap();
         let s = Store::local(dir.path()).unwrap();
         let pinned = s.open_object("a").await.unwrap().pinned();
-        let key = || s.fingerprint([("a", pinned.clone())]);
+        let key = || s.fingerprint([("a", Some(pinned.clone()))]);
         let first = key();
         assert_eq!(key(), first, "the same file, the same key");
         // Copied anew (another inode) at the same size and time: the same key.
@@ -86,7 +86,7 @@ mod tests {
         let other = tempfile::tempdir().unwrap();
         std::fs::copy(dir.path().join("a"), other.path().join("a")).unwrap();
         let o = Store::local(other.path()).unwrap();
-        assert_ne!(o.fingerprint([("a", pinned.clone())]), key());
+        assert_ne!(o.fingerprint([("a", Some(pinned.clone()))]), key());
 
         let tagged = Expect { size: 5, e_tag: Some("\"abc\"".into()), modified_us: 7 };
         assert_eq!(remote_version(&tagged), "\"abc\"/5");

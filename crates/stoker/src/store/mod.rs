@@ -46,7 +46,7 @@ pub(crate) use blocking::Cancel;
 pub(crate) use blocking::RangeReader;
 pub(crate) use direct::{gone, is_gone, DirectReader};
 pub(crate) use local::{create_fresh, is_temp_name, publish, temp_name, temp_target};
-pub(crate) use mapped::{memory_bytes, MapAdvice, MappedObject};
+pub(crate) use mapped::{MapAdvice, MappedObject};
 pub use object::Object;
 pub use write::ObjectWriter;
 
@@ -67,6 +67,11 @@ pub struct ObjectInfo {
 }
 
 impl ObjectInfo {
+    /// What a read of this version expects of the store's answer (its size, tag and time).
+    pub(crate) fn expect(&self) -> crate::fetch::Expect {
+        crate::fetch::Expect { size: self.size, e_tag: self.e_tag.clone(), modified_us: self.modified_us }
+    }
+
     /// An object named (in a URI or a listing) that is not there, kept under a damage policy
     /// that skips what cannot be read: size 0 and no version, so its read fails (nothing is
     /// there, or something of another size now) and the policy skips it, reported as damage.

@@ -106,7 +106,7 @@ impl Object {
 impl Version {
     fn of(info: &ObjectInfo, confirmed: bool) -> Self {
         Version {
-            expect: Expect { size: info.size, e_tag: info.e_tag.clone(), modified_us: info.modified_us },
+            expect: info.expect(),
             key: version_key(info.e_tag.as_deref(), info.modified_us, info.size),
             confirmed,
         }

@@ -500,7 +500,7 @@ async fn tokenized_here(
     }
     h.write(field.as_deref().unwrap_or("").as_bytes());
     h.write_u8(skip_errors as u8);
-    let probes: Vec<usize> = if n == 0 { Vec::new() } else { vec![0, n / 2, n - 1] };
+    let probes = vec![0, n / 2, n - 1];
     let probed: Vec<_> =
         read(&src, &probes, skip_errors, &mut Skipped::default()).await?.into_iter().flatten().collect();
     for s in &probed {

@@ -520,7 +520,7 @@ impl SampleSource for ParquetSource {
     }
 
     fn fingerprint(&self) -> Option<u64> {
-        Some(self.inner.store.fingerprint(self.inner.files.iter().map(|f| (f.obj.path(), f.obj.pinned()))))
+        Some(self.inner.store.fingerprint(self.inner.files.iter().map(|f| (f.obj.path(), Some(f.obj.pinned())))))
     }
 
     /// Also waits for decoded groups being written to the spill.

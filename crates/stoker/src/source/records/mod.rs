@@ -392,19 +392,17 @@ impl SampleSource for RecordsSource {
     /// Remote: every object listed at open (the index files and the shards), by path. Local
     /// (nothing is listed): each shard's file, as it is now.
     fn fingerprint(&self) -> Option<u64> {
-        use crate::fetch::Expect;
-        let pinned = |i: &ObjectInfo| Expect { size: i.size, e_tag: i.e_tag.clone(), modified_us: i.modified_us };
         let store = &self.inner.store;
         if store.is_remote() {
             let mut listed: Vec<&ObjectInfo> = self.inner.listed.values().collect();
             listed.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-            return Some(store.fingerprint(listed.into_iter().map(|i| (i.path.as_str(), pinned(i)))));
+            return Some(store.fingerprint(listed.into_iter().map(|i| (i.path.as_str(), Some(i.expect())))));
         }
         let files = self.inner.shards.iter().map(|s| match &s.storage {
             Storage::Whole { path, .. } => path.as_str(),
             _ => s.path.as_str(),
         });
-        Some(store.fingerprint(files.map(|f| (f, Expect { size: 0, e_tag: None, modified_us: 0 }))))
+        Some(store.fingerprint(files.map(|f| (f, None))))
     }
 
     async fn flush(&self) {

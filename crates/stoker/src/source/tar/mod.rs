@@ -428,7 +428,7 @@ impl SampleSource for TarSource {
     }
 
     fn fingerprint(&self) -> Option<u64> {
-        Some(self.inner.store.fingerprint(self.inner.shards.iter().map(|s| (s.obj.path(), s.obj.pinned()))))
+        Some(self.inner.store.fingerprint(self.inner.shards.iter().map(|s| (s.obj.path(), Some(s.obj.pinned())))))
     }
 
     async fn flush(&self) {
