@@ -389,20 +389,14 @@ impl SampleSource for RecordsSource {
         Some(self.inner.store.counters())
     }
 
-    /// Remote: every object listed at open (the index files and the shards), by path. Local
-    /// (nothing is listed): each shard's file, as it is now.
+    /// Each shard's file, at the version listed at open where the store lists (the store
+    /// looks a local one up).
     fn fingerprint(&self) -> Option<u64> {
-        let store = &self.inner.store;
-        if store.is_remote() {
-            let mut listed: Vec<&ObjectInfo> = self.inner.listed.values().collect();
-            listed.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-            return Some(store.fingerprint(listed.into_iter().map(|i| (i.path.as_str(), Some(i.expect())))));
-        }
         let files = self.inner.shards.iter().map(|s| match &s.storage {
             Storage::Whole { path, .. } => path.as_str(),
             _ => s.path.as_str(),
         });
-        Some(store.fingerprint(files.map(|f| (f, None))))
+        Some(self.inner.store.fingerprint(files.map(|f| (f, self.inner.listed.get(f).map(ObjectInfo::expect)))))
     }
 
     async fn flush(&self) {

@@ -287,10 +287,7 @@ async fn open_flat(store: &Store, info: &ObjectInfo, separator: i64, opts: &Sour
 impl TokensSource {
     fn new(store: Store, files: Vec<TokenFile>, starts: Vec<u64>, display: String) -> Self {
         let maps = std::sync::Mutex::new(lru::LruCache::new(MAPPED_FILES));
-        let advice = match store.is_remote() {
-            true => MapAdvice::default(),
-            false => MapAdvice::for_files(files.iter().map(|f| f.bin.size()).sum()),
-        };
+        let advice = MapAdvice::for_files(files.iter().map(|f| f.bin.size()).sum());
         TokensSource { store, files, starts, display, maps, advice }
     }
 
