@@ -121,7 +121,8 @@ fn parse_remote(scheme: &str, rest: &str) -> std::result::Result<RemoteLocation,
         return Ok(RemoteLocation { scheme: scheme.to_string(), bucket, prefix, names: Some(names) });
     }
     let last = path.rsplit('/').next().unwrap_or("");
-    if scheme.starts_with("http") || Layout::of_shard_name(last).is_some() {
+    // A `.bin` is a token file (a Megatron pair's, by its `.bin`, or a flat one), not a prefix.
+    if scheme.starts_with("http") || Layout::of_shard_name(last).is_some() || last.ends_with(".bin") {
         // HTTP cannot list: a URI there names a file (a shard, or the list's directory).
         if last.contains('.') {
             let (prefix, name) = path.rsplit_once('/').map_or(("", path.as_str()), |(d, n)| (d, n));

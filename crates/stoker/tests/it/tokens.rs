@@ -397,3 +397,38 @@ async fn megatrons_npy_caches_beside_its_pairs_are_not_read_as_tokens() {
         assert_eq!(src.len(), 3, "{q}");
     }
 }
+
+/// A Megatron pair is named as Megatron-LM names it, by its data prefix (`/data/x` for
+/// `x.bin` and `x.idx`), or by its `.bin`, locally and over S3: the pair is read, not the
+/// `.bin` as one file of bytes. A `.bin` without an `.idx` stays a file, and a prefix of a
+/// bucket that lists nothing says how to name the pair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_megatron_pair_is_opened_by_its_data_prefix_or_its_bin() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("data").join("m");
+    megatron_pair(&dir, 3, 5);
+    let d = dir.display();
+    for uri in [format!("{d}/x"), format!("{d}/x.bin"), format!("{d}/x.bin?layout=tokens")] {
+        let src = open(&uri).await;
+        assert_eq!((src.info().known_layout(), src.len()), (Some(Layout::Tokens), 3), "{uri}");
+        let mut c = PackConfig::new(5, 3);
+        c.ids = stoker::tokens::IdType::Int64;
+        let got = TokenLoader::new(src, c).unwrap().epoch(0).unwrap().collect().await.unwrap();
+        assert_eq!(rows(&got[0]), (0..15).collect::<Vec<i64>>().chunks(5).map(<[i64]>::to_vec).collect::<Vec<_>>());
+    }
+    // `separator=` makes the .bin a flat token file, its .idx unread.
+    let flat = open(&format!("{d}/x.bin?layout=tokens&separator=0&token_dtype=int32")).await;
+    assert_eq!(flat.len(), 2, "ids 0..15 ended at each 0: [0] and 1..15");
+    std::fs::write(dir.join("lone.bin"), b"bytes").unwrap();
+    let lone = open(&format!("{d}/lone.bin")).await;
+    assert_eq!((lone.info().known_layout(), lone.len()), (Some(Layout::Objects), 1));
+    let e = stoker::open(&format!("{d}/y"), Default::default()).await.err().unwrap();
+    assert_eq!(e.kind(), stoker::ErrorKind::NotFound, "{e}");
+
+    let server = common::s3::serve(root.path()).await;
+    let src = open(&uri(&server.endpoint(), "m/x.bin", "")).await;
+    assert_eq!((src.info().known_layout(), src.len()), (Some(Layout::Tokens), 3));
+    let e = stoker::open(&uri(&server.endpoint(), "m/x", ""), Default::default()).await.err().unwrap();
+    assert!(e.to_string().contains("name its .idx"), "{e}");
+    server.shutdown().await;
+}

@@ -130,7 +130,8 @@ impl Request {
         let Target::At(location @ Location::Local(path)) = &self.target else { return Ok(None) };
         let opts = &self.options;
         let objects = matches!(opts.layout, None | Some(Layout::Objects));
-        if self.listing.is_some() || self.own_record.is_some() || !objects || !local_meta(path)?.is_dir() {
+        let pair = megatron_prefix(path).is_some();
+        if self.listing.is_some() || self.own_record.is_some() || !objects || pair || !local_meta(path)?.is_dir() {
             return Ok(None);
         }
         if lmdb_dir(location, opts.layout, &self.display)?.is_some() {
@@ -201,6 +202,7 @@ impl Request {
         }
         let (store, names) = match &location {
             Location::Local(path) => {
+                let path = &megatron_prefix(path).unwrap_or_else(|| path.clone());
                 if local_meta(path)?.is_file() {
                     let (parent, name) = split_file(path);
                     (Store::local_for(&parent, &opts)?, Some(vec![name]))
@@ -224,10 +226,19 @@ impl Request {
             None => listed(&store, &opts, given.map(|m| *m), &display, own_record).await?,
         };
         if listing.is_empty() {
-            let reason = match layout {
+            let mut reason = match layout {
                 Layout::Objects => "no files found (hidden files and Stoker indexes are ignored)".to_string(),
                 other => format!("no {other} shards found"),
             };
+            // Megatron names a dataset by its data prefix; a prefix of a bucket lists nothing.
+            if let Location::Remote(RemoteLocation { prefix, names: None, .. }) = &location {
+                if prefix.rsplit('/').next().is_some_and(|last| !last.is_empty() && !last.contains('.')) {
+                    reason.push_str(
+                        "; for a Megatron dataset named by its data prefix, name its .idx (PREFIX.idx) or the \
+                         directory holding its pairs",
+                    );
+                }
+            }
             return Err(Error::Empty { uri: display, reason });
         }
         let whole = matches!(&location, Location::Local(p) if p.is_dir())
@@ -305,6 +316,16 @@ pub(crate) fn lmdb_dir(location: &Location, forced: Option<Layout>, display: &st
     }
 }
 
+/// The `.idx` of the Megatron pair a local `path` names by its data prefix (`/data/corpus` for
+/// `corpus.bin` and `corpus.idx`, as Megatron-LM's `--data-path` takes it), when nothing is
+/// at `path` itself.
+fn megatron_prefix(path: &Path) -> Option<PathBuf> {
+    let mut idx = path.as_os_str().to_owned();
+    idx.push(tokens::IDX_SUFFIX);
+    let idx = PathBuf::from(idx);
+    (!path.exists() && idx.is_file()).then_some(idx)
+}
+
 /// A local path's metadata, or an error saying it is not there.
 fn local_meta(path: &Path) -> Result<std::fs::Metadata> {
     std::fs::metadata(path).map_err(|e| match e.kind() {
@@ -367,6 +388,14 @@ async fn named(
         let alone = !names.is_empty() && names.iter().all(|n| n.rsplit('/').next() == Some(INDEX_FILE));
         layout = sniff_indexes(store, indexes, &beside, alone).await?.unwrap_or(layout);
     }
+    // A Megatron pair named by its `.bin` (a flat token file is one only with `separator=`).
+    let names = match megatron_bins(store, layout, opts, &names).await? {
+        Some(idx) => {
+            layout = Layout::Tokens;
+            idx
+        }
+        None => names,
+    };
     if let Some(stray) = names.iter().find(|n| !layout.holds(n)) {
         // A file named on purpose is never dropped in silence.
         return Err(Error::invalid_option(format!(
@@ -392,6 +421,33 @@ async fn named(
         e => e,
     })?;
     Ok((layout, listing, None))
+}
+
+/// The `.idx` names of Megatron pairs `names` gives by their `.bin` files: `Some` when every
+/// name is a `.bin` with its `.idx` beside it, the layout is inferred as one file a sample (a
+/// lone `.bin` is no shard) or forced to tokens, and no `separator=` makes them flat token
+/// files.
+async fn megatron_bins(
+    store: &Store,
+    layout: Layout,
+    opts: &SourceOptions,
+    names: &[String],
+) -> Result<Option<Vec<String>>> {
+    let inferred = opts.layout.is_none() && layout == Layout::Objects;
+    let forced = opts.layout == Some(Layout::Tokens) && opts.separator.is_none();
+    if !(inferred || forced) || names.is_empty() || !names.iter().all(|n| n.ends_with(".bin")) {
+        return Ok(None);
+    }
+    let idx: Vec<String> = names.iter().map(|n| format!("{}{}", &n[..n.len() - 4], tokens::IDX_SUFFIX)).collect();
+    // In turn, stopping at the first miss: a directory of `.bin` samples costs one lookup.
+    for i in &idx {
+        match store.head(i).await {
+            Ok(_) => {}
+            Err(Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(idx))
 }
 
 /// A directory or prefix: from its manifest when there is one (one read, no listing), else
