@@ -245,6 +245,7 @@ async fn tokens(
         append_eos,
         documents_per_part: args.documents_per_part.max(1),
         skip_errors: args.skip_errors,
+        force: args.force,
         ..TokenizeOptions::default()
     };
     let pb = crate::index::bar(args.quiet, "{spinner} tokenizing [{bar:40}] {pos}/{len} documents {per_sec} eta {eta}");

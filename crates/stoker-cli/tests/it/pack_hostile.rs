@@ -144,7 +144,14 @@ fn a_shard_changed_in_place_before_a_resume_is_written_again() {
 
 /// `pack TEXT DEST --layout tokens --tokenize TOK` in parts of `per` documents.
 fn tokens(text: &Path, dest: &str, tok: &Path, per: &str) -> std::process::Output {
-    stoker(&["pack", s(text), dest, "--layout", "tokens", "--tokenize", s(tok), "--documents-per-part", per, "--json"])
+    tokens_with(text, dest, tok, per, &[])
+}
+
+fn tokens_with(text: &Path, dest: &str, tok: &Path, per: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["pack", s(text), dest, "--layout", "tokens", "--tokenize", s(tok), "--documents-per-part", per];
+    args.extend_from_slice(extra);
+    args.push("--json");
+    stoker(&args)
 }
 
 #[test]
@@ -187,18 +194,106 @@ fn a_token_pack_redoes_or_removes_parts_it_cannot_vouch_for() {
     ok(&tokens(&text, s(&dest), &tok, "10"));
     assert!(files(&dest) == clean, "every part and index as an uninterrupted run's");
 
-    // Its manifest lost, a rerun in larger parts leaves no part of the first run behind.
-    std::fs::remove_file(dest.join(".stoker-tokens.json")).unwrap();
-    ok(&tokens(&text, s(&dest), &tok, "20"));
+    // A pointer of part 2's index changed in place, every count kept (document 1 starts where
+    // document 0 does): the rerun writes the index again.
+    let idx = dest.join("tokens-00002.idx");
+    let mut b = std::fs::read(&idx).unwrap();
+    let pointers = 34 + 4 * 10;
+    b.copy_within(pointers..pointers + 8, pointers + 8);
+    std::fs::write(&idx, b).unwrap();
+    ok(&tokens(&text, s(&dest), &tok, "10"));
+    assert!(files(&dest) == clean, "every index as an uninterrupted run's");
+
+    // Another pair, or a file named like a part past the last, would be read with the
+    // dataset: refused by name, and left where it is.
+    for stray in ["mine-00000", "tokens-00042"] {
+        for ext in ["bin", "idx"] {
+            std::fs::copy(dest.join(format!("tokens-00000.{ext}")), dest.join(format!("{stray}.{ext}"))).unwrap();
+        }
+        let e = err(&tokens(&text, s(&dest), &tok, "10"));
+        assert!(e.contains(stray) && e.contains("move it away"), "{stray}: {e}");
+        for ext in ["bin", "idx"] {
+            std::fs::remove_file(dest.join(format!("{stray}.{ext}"))).unwrap();
+        }
+    }
+
+    // Another job's parts (other part sizes) are replaced with --force only.
+    let e = err(&tokens(&text, s(&dest), &tok, "20"));
+    assert!(e.contains("another job") && e.contains("--force"), "{e}");
+    ok(&tokens_with(&text, s(&dest), &tok, "20", &["--force"]));
     let parts: Vec<String> = names_of(&dest).into_iter().filter(|n| !n.starts_with('.')).collect();
     assert_eq!(parts, ["tokens-00000.bin", "tokens-00000.idx", "tokens-00001.bin", "tokens-00001.idx"]);
+
+    // Its manifest lost, a rerun in smaller parts cannot vouch for the parts it finds, nor
+    // tell whose the ones past its own are: those are refused, not deleted.
+    std::fs::remove_file(dest.join(".stoker-tokens.json")).unwrap();
+    ok(&tokens(&text, s(&dest), &tok, "10"));
+    assert!(files(&dest) == clean, "the parts written again");
+    std::fs::remove_file(dest.join(".stoker-tokens.json")).unwrap();
+    let e = err(&tokens(&text, s(&dest), &tok, "20"));
+    assert!(e.contains("tokens-00002") && e.contains("move it away"), "{e}");
+    assert!(dest.join("tokens-00002.bin").exists());
+
+    // The source rewritten at its size (its time moves) is another job's source.
+    ok(&tokens(&text, s(&dest), &tok, "10"));
+    let a = text.join("a.jsonl");
+    let edited = std::fs::read_to_string(&a).unwrap().replacen("hello", "jello", 1);
+    std::fs::write(&a, edited).unwrap();
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    std::fs::File::options().write(true).open(&a).unwrap().set_modified(later).unwrap();
+    let e = err(&tokens(&text, s(&dest), &tok, "10"));
+    assert!(e.contains("source has changed") && e.contains("--force"), "{e}");
+    ok(&tokens_with(&text, s(&dest), &tok, "10", &["--force"]));
 
     // A directory holding anything else is not a token pack's.
     let other = dir.path().join("other");
     std::fs::create_dir(&other).unwrap();
     std::fs::write(other.join("notes.txt"), b"mine").unwrap();
     let e = err(&tokens(&text, s(&other), &tok, "10"));
-    assert!(e.contains("notes.txt") && e.contains("not empty"), "{e}");
+    assert!(e.contains("notes.txt") && e.contains("move it away"), "{e}");
+}
+
+#[test]
+fn a_pack_into_its_own_source_is_refused_and_the_source_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, packed) = (dir.path().join("a"), dir.path().join("packed"));
+    image_dir(&src, 30);
+    ok(&pack(&src, &packed, &[], None));
+    let before = files(&packed);
+    // Re-sharding in place: --force deleted the shards it was about to read.
+    let pattern = format!("{}/shard-{{000000..000002}}.tar", s(&packed));
+    for from in [s(&packed), pattern.as_str()] {
+        let e = err(&stoker(&["pack", from, s(&packed), "--samples-per-shard", "5", "--force", "--json"]));
+        assert!(e.contains("where the source") && e.contains("another directory"), "{from}: {e}");
+        assert!(files(&packed) == before, "{from}: the source is as it was");
+    }
+    // Nor inside a directory it reads (a rerun would read its own output as input); a
+    // sibling whose name begins the same is another directory.
+    let e = err(&pack(&src, &src.join("out"), &[], None));
+    assert!(e.contains("where the source"), "{e}");
+    assert!(!src.join("out").exists(), "nothing written");
+    ok(&pack(&src, &dir.path().join("a2"), &[], None));
+}
+
+#[test]
+fn a_source_rewritten_at_its_size_between_runs_is_another_pack() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest, clean) = (dir.path().join("a"), dir.path().join("out"), dir.path().join("clean"));
+    image_dir(&src, 30);
+    assert!(!pack(&src, &dest, &[], Some(15)).status.success(), "the injected abort");
+    // A file rewritten in place at its size (its time moves): the landed shards hold its old
+    // bytes, which the resume kept as the pack's.
+    let f = src.join("part0").join("img0003.jpg");
+    let other: Vec<u8> = std::fs::read(&f).unwrap().iter().map(|b| b ^ 0x5a).collect();
+    std::fs::write(&f, other).unwrap();
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    std::fs::File::options().write(true).open(&f).unwrap().set_modified(later).unwrap();
+    let e = err(&pack(&src, &dest, &[], None));
+    assert!(e.contains("source has changed") && e.contains("--force"), "{e}");
+    ok(&pack(&src, &dest, &["--force"], None));
+    ok(&pack(&src, &clean, &[], None));
+    let tars = |d: &Path| files(d).into_iter().filter(|(n, _)| n.ends_with(".tar")).collect::<Vec<_>>();
+    assert!(tars(&dest) == tars(&clean), "every shard as a pack of the source as it is now");
 }
 
 #[test]

@@ -212,9 +212,20 @@ async fn pack_here(
     check_prefix(&opts.prefix)?;
     let parsed = uri::parse(dest)?;
     let shown = parsed.display.clone();
+    if plan::writes_into_source(&src.to_string(), dest) {
+        return Err(Error::Pack {
+            dest: shown,
+            reason: format!(
+                "it is where the source {src} reads (or inside it): the pack would write among the samples it \
+                 reads, and --force would delete an earlier pack's shards before reading them; write to another \
+                 directory, then move it into place"
+            ),
+        });
+    }
     // Planning first: a source that cannot be packed as asked leaves no trace at DEST.
     let metas = plan::metas(&src).await?;
     let mut plan = plan::make(metas, opts, &src.to_string(), &shown)?;
+    plan.file.source_version = src.fingerprint().map(|v| format!("{v:016x}"));
     if opts.layout == Layout::Lmdb && matches!(parsed.location, Location::Remote(_)) {
         return Err(Error::NotSupported {
             what: format!("{shown}: LMDB is written to a local directory; pack it locally and copy it"),
@@ -225,8 +236,10 @@ async fn pack_here(
     let fail = |reason: String| Error::Pack { dest: shown.clone(), reason };
 
     let previous = read_plan(&out).await.map_err(|r| fail(format!("{PLAN_FILE}: {r}")))?;
+    // A plan from before versions were kept cannot tell: its source is taken as it is.
+    let same_source = |old: &PlanFile| old.source_version.is_none() || old.source_version == plan.file.source_version;
     let resume = match previous {
-        Some(old) if old.fingerprint == plan.file.fingerprint => {
+        Some(old) if old.fingerprint == plan.file.fingerprint && same_source(&old) => {
             // A tar shard that came into the destination since would be indexed into the
             // pack's manifest as its own.
             if !opts.force && opts.layout == Layout::Tar {
@@ -245,13 +258,17 @@ async fn pack_here(
             false
         }
         Some(old) => {
+            let what = match old.fingerprint == plan.file.fingerprint {
+                true => "whose source has changed since (a file rewritten: its time or size moved)",
+                false => "with other contents or settings",
+            };
             return Err(fail(format!(
-                "it holds {} pack of {} samples from {} with other contents or settings; rerun with the same \
-                 source and options to finish it, pass --force to replace it, or choose another destination",
+                "it holds {} pack of {} samples from {} {what}; rerun with the same source and options to finish \
+                 it, pass --force to replace it, or choose another destination",
                 if old.complete { "a finished" } else { "an unfinished" },
                 old.samples,
                 old.source
-            )))
+            )));
         }
         None => {
             if !opts.force {

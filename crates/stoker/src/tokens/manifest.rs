@@ -25,6 +25,12 @@ pub struct TokenizedManifest {
     pub field: Option<String>,
     /// Documents per part.
     pub documents_per_part: u64,
+    /// The source's version when the run began (its files' sizes and times or entity tags:
+    /// [`crate::SampleSource::fingerprint`]), hex: a rerun over a source changed since is
+    /// another job, not one to finish. `None` where the layout does not say, and in manifests
+    /// written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_version: Option<String>,
     /// Parts finished so far, in order.
     pub parts: Vec<Part>,
 }
@@ -50,6 +56,10 @@ pub struct Part {
     pub bin_bytes: u64,
     /// xxh64 of its `.bin`, hex.
     pub bin_xxh64: String,
+    /// xxh64 of its `.idx`, hex (`None` in manifests written before it was kept): a pointer
+    /// changed in place cuts the tokens into other documents without changing a count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idx_xxh64: Option<String>,
 }
 
 impl Part {
@@ -112,7 +122,7 @@ pub(super) async fn read_manifest(out: &Store) -> Result<Option<TokenizedManifes
 /// at a time: a part is gigabytes, a million documents by default), each with an index of
 /// its documents that fits its tokens; the first that is not ends the list (it and those
 /// after it are written again). A part of another size is not read.
-pub(super) async fn kept_parts(out: &Store, mut m: TokenizedManifest) -> Result<TokenizedManifest> {
+async fn kept_parts(out: &Store, mut m: TokenizedManifest) -> Result<TokenizedManifest> {
     use crate::source::tokens::{Index, IDX_SUFFIX};
     let mut whole = 0;
     for p in &m.parts {
@@ -128,7 +138,8 @@ pub(super) async fn kept_parts(out: &Store, mut m: TokenizedManifest) -> Result<
                 && p.tokens.checked_mul(i.ty.size() as u64) == Some(bin.size)
         };
         let idx = out.get(&format!("{}{IDX_SUFFIX}", p.name)).await.ok();
-        if !idx.is_some_and(|b| Index::parse(b, bin.size).is_ok_and(fits)) {
+        let same_idx = |b: &bytes::Bytes| p.idx_xxh64.as_ref().is_none_or(|want| xxh64(b) == *want);
+        if !idx.is_some_and(|b| same_idx(&b) && Index::parse(b, bin.size).is_ok_and(fits)) {
             break;
         }
         let (store, want) = (out.clone(), p.bin_xxh64.clone());
@@ -146,6 +157,82 @@ pub(super) async fn kept_parts(out: &Store, mut m: TokenizedManifest) -> Result<
     }
     m.parts.truncate(whole);
     Ok(m)
+}
+
+/// What a run of the job `want` starts from in `out` (the directory `dest`): the parts of its
+/// own earlier run still whole ([`kept_parts`]); with `force`, nothing, another job's parts
+/// removed; refused when another job's are there, or anything it does not write (another pair
+/// would be read with the dataset, a file named like a part past the last taken for one).
+pub(super) async fn resume_or_refuse(
+    out: &Store,
+    want: TokenizedManifest,
+    force: bool,
+    name: &str,
+    dest: &std::path::Path,
+) -> Result<TokenizedManifest> {
+    let refuse = |reason: String| Error::Pack { dest: dest.display().to_string(), reason };
+    // A manifest written before versions were kept cannot tell: its source is taken as it is.
+    let same_job = |m: &TokenizedManifest| {
+        let version = m.source_version.clone().or(want.source_version.clone());
+        TokenizedManifest { parts: Vec::new(), source_version: version, ..m.clone() } == want
+    };
+    let parts = want.documents.div_ceil(want.documents_per_part.max(1));
+    let done = match read_manifest(out).await? {
+        Some(m) if same_job(&m) => kept_parts(out, m).await?,
+        Some(m) if force => {
+            remove_parts(out, &m).await?;
+            want
+        }
+        Some(m) => {
+            let changed = TokenizedManifest { source_version: want.source_version.clone(), ..m.clone() };
+            let what = match same_job(&changed) {
+                true => "this job, whose source has changed since (a file rewritten: its time or size moved)",
+                false => "another job",
+            };
+            return Err(refuse(format!(
+                "it holds tokens of {what} ({} documents of {}, tokenizer {}); use an empty directory, or pass \
+                 --force to replace them",
+                m.documents, m.source, m.tokenizer
+            )));
+        }
+        // No manifest: nothing of a token pack but an interrupted first part.
+        None => want,
+    };
+    if let Some(found) = foreign_file(out, name, parts).await? {
+        return Err(refuse(format!(
+            "it holds `{found}`, which this pack does not write; move it away, or use an empty or new directory"
+        )));
+    }
+    Ok(done)
+}
+
+/// xxh64 of `bytes`, hex, as the manifest keeps it.
+pub(super) fn xxh64(bytes: &[u8]) -> String {
+    format!("{:016x}", twox_hash::XxHash64::oneshot(0, bytes))
+}
+
+/// The number of the part `file` (a `.bin` or `.idx` named `{name}-NNNNN`) is, if it is one.
+pub(super) fn part_of(file: &str, name: &str) -> Option<u64> {
+    let stem = file.strip_suffix(".bin").or_else(|| file.strip_suffix(crate::source::tokens::IDX_SUFFIX))?;
+    let digits = stem.strip_prefix(name)?.strip_prefix('-')?;
+    (digits.len() >= 5 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok()).flatten()
+}
+
+/// A file in `out` that a run writing `parts` parts named `name` does not write (hidden files
+/// aside: the manifest, temporary files): it would be read with the dataset (another pair), or
+/// be taken for one of its parts.
+async fn foreign_file(out: &Store, name: &str, parts: u64) -> Result<Option<String>> {
+    let own = |e: &str| e.starts_with('.') || part_of(e, name).is_some_and(|p| p < parts);
+    Ok(out.entries().await?.into_iter().find(|e| !own(e)))
+}
+
+/// Remove the parts `m` names and the manifest (`force` over another job's directory).
+async fn remove_parts(out: &Store, m: &TokenizedManifest) -> Result<()> {
+    for p in &m.parts {
+        out.delete(&format!("{}.bin", p.name)).await?;
+        out.delete(&format!("{}{}", p.name, crate::source::tokens::IDX_SUFFIX)).await?;
+    }
+    out.delete(MANIFEST).await
 }
 
 /// Write the manifest, whole or not at all (synced, renamed, the directory synced: it never
@@ -179,6 +266,7 @@ mod tests {
             tokens: 0,
             bin_bytes: 0,
             bin_xxh64: String::new(),
+            idx_xxh64: None,
         };
         assert_eq!(part(s.listed, s.count).skipped_documents(), 150);
         // A manifest from before the count: its list is the count.

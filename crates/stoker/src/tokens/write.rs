@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::manifest::{kept_parts, read_manifest, write_manifest, Part, Skipped, TokenizedManifest};
+use super::manifest::{read_manifest, resume_or_refuse, write_manifest, xxh64, Part, Skipped, TokenizedManifest};
 use crate::decode::TextTokenizer;
 use crate::error::{Error, Result};
 use crate::source::tokens::write_idx;
@@ -46,6 +46,8 @@ pub struct TokenizeOptions {
     /// of the store (I/O, remote) still fail it: a later run resumes. Not part of what a
     /// directory holds: a run that stopped at a bad document resumes with it on.
     pub skip_errors: bool,
+    /// Replace another job's parts (the ones its manifest names) instead of refusing them.
+    pub force: bool,
 }
 
 impl Default for TokenizeOptions {
@@ -56,6 +58,7 @@ impl Default for TokenizeOptions {
             documents_per_part: 1 << 20,
             name: "tokens".into(),
             skip_errors: false,
+            force: false,
         }
     }
 }
@@ -122,33 +125,10 @@ async fn write_parts_here(
         append_eos: opts.append_eos,
         field: opts.field.clone(),
         documents_per_part: per,
+        source_version: src.fingerprint().map(|v| format!("{v:016x}")),
         parts: Vec::new(),
     };
-    let mut done = match read_manifest(&out).await? {
-        Some(m) if TokenizedManifest { parts: Vec::new(), ..m.clone() } == want => kept_parts(&out, m).await?,
-        Some(m) => {
-            return Err(Error::Pack {
-                dest: dest.display().to_string(),
-                reason: format!(
-                    "it holds tokens of another job ({} documents of {}, tokenizer {}); use an empty directory",
-                    m.documents, m.source, m.tokenizer
-                ),
-            })
-        }
-        None => {
-            // A directory with no manifest holds nothing of a token pack but an interrupted
-            // first part: anything else is someone else's (and would be read as parts).
-            if let Some(found) =
-                out.entries().await?.into_iter().find(|e| !e.starts_with('.') && part_of(e, &opts.name).is_none())
-            {
-                return Err(Error::Pack {
-                    dest: dest.display().to_string(),
-                    reason: format!("it is not empty (it holds `{found}`); use an empty or new directory"),
-                });
-            }
-            want.clone()
-        }
-    };
+    let mut done = resume_or_refuse(&out, want, opts.force, &opts.name, dest).await?;
     // uint16 when every id fits (the vocabulary's size bounds them; the check below catches a
     // vocabulary with gaps), int32 otherwise.
     let wide = match &ids {
@@ -167,21 +147,7 @@ async fn write_parts_here(
     if n == 0 {
         write_manifest(&out, &done).await?;
     }
-    // Parts past the last (of an earlier run with smaller parts whose manifest was lost)
-    // would be read with the dataset.
-    for e in out.entries().await? {
-        if part_of(&e, &opts.name).is_some_and(|p| p >= done.parts.len() as u64) {
-            out.delete(&e).await?;
-        }
-    }
     Ok(done)
-}
-
-/// The number of the part `file` (a `.bin` or `.idx` named `{name}-NNNNN`) is, if it is one.
-fn part_of(file: &str, name: &str) -> Option<u64> {
-    let stem = file.strip_suffix(".bin").or_else(|| file.strip_suffix(crate::source::tokens::IDX_SUFFIX))?;
-    let digits = stem.strip_prefix(name)?.strip_prefix('-')?;
-    (digits.len() >= 5 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok()).flatten()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -284,7 +250,9 @@ async fn write_part(
     }
     let (code, item) = if wide { (4, 4) } else { (8, 2) };
     bin.finish().await?;
-    out.put_whole(&format!("{name}.idx"), write_idx(code, &sizes, item).into()).await?;
+    let idx = write_idx(code, &sizes, item);
+    let idx_xxh64 = Some(xxh64(&idx));
+    out.put_whole(&format!("{name}.idx"), idx.into()).await?;
     use std::hash::Hasher;
     Ok(Part {
         name: name.to_string(),
@@ -294,6 +262,7 @@ async fn write_part(
         tokens: sizes.iter().sum(),
         bin_bytes: bytes,
         bin_xxh64: format!("{:016x}", hasher.finish()),
+        idx_xxh64,
     })
 }
 
