@@ -202,7 +202,8 @@ async fn lmdb_output_reads_in_py_lmdb_and_stoker_and_multi_field_samples_need_a_
     let mut want: Vec<Sample> =
         grouped.iter().map(|s| sample(&s.key, &[("data", s.field("jpg").unwrap().to_vec())])).collect();
     want.sort_by(|a, b| a.key.cmp(&b.key));
-    assert_eq!(names_of(&dest), [".stoker-pack.json", "data.mdb"], "only the data and the plan remain");
+    let kept = [".data.mdb.landed.json", ".stoker-pack.json", "data.mdb"];
+    assert_eq!(names_of(&dest), kept, "only the data, its landing record and the plan remain");
     assert_same(&py("read-lmdb", &dest, None), &want, "py-lmdb");
     conformance(s(&dest), &want).await;
 }

@@ -315,4 +315,14 @@ fn an_lmdb_that_is_not_the_packs_is_written_again() {
     // The pack's own is kept.
     let r = ok(&run());
     assert_eq!(r["resumed_shards"].as_u64(), Some(1), "{r}");
+    // A byte changed in place (LMDB keeps no checksums: the record would read back changed,
+    // without an error): no longer what landed, so written again.
+    let data = dest.join("data.mdb");
+    let mut b = std::fs::read(&data).unwrap();
+    let at = b.iter().rposition(|&x| x == b'e').unwrap();
+    b[at] = b'E';
+    std::fs::write(&data, b).unwrap();
+    let r = ok(&run());
+    assert_eq!((r["resumed_shards"].as_u64(), r["written_samples"].as_u64()), (Some(0), Some(20)), "{r}");
+    assert_eq!(std::fs::read(&data).unwrap()[at], b'e', "the changed byte is written again");
 }

@@ -51,12 +51,14 @@ pub(crate) async fn write(
     let final_path = dir.join(DATA);
     let all: u64 = plan.file.payload_bytes;
     if resume {
-        // data.mdb is only ever renamed into place whole, after every record: one there that
-        // is not an LMDB of as many records (an empty file, another environment) was not put
-        // there by this pack, and is written again.
+        // data.mdb is only ever renamed into place whole, after every record, then recorded
+        // as landed: one there that is not an LMDB of as many records (an empty file, another
+        // environment), or no longer what landed (changed in place: LMDB keeps no checksums
+        // of its own), was not put there by this pack as it is, and is written again.
         if let Ok(m) = std::fs::metadata(&final_path) {
             let records = crate::source::lmdb::check_data_file(&final_path).ok();
-            if records == Some(plan.outs.len() as u64) {
+            let as_landed = super::tar_out::landed_as(out, DATA, None).await?.is_some();
+            if records == Some(plan.outs.len() as u64) && as_landed {
                 progress.advance(plan.outs.len() as u64, all);
                 return Ok(Written { bytes: m.len(), resumed: 1, written_samples: 0, sums: Default::default() });
             }
@@ -122,6 +124,7 @@ pub(crate) async fn write(
     let written = writer.await.map_err(Error::task)?;
     fed?;
     let bytes = written?;
+    super::tar_out::record_landed(out, DATA).await?;
     Ok(Written { bytes, resumed: 0, written_samples: plan.outs.len() - start, sums: Default::default() })
 }
 

@@ -326,7 +326,17 @@ async fn pack_here(
 pub(crate) fn dest_store(location: Location, options: &SourceOptions, shown: &str) -> Result<Store> {
     match location {
         Location::Local(path) => {
-            std::fs::create_dir_all(&path).map_err(|e| Error::io(path.display(), e))?;
+            std::fs::create_dir_all(&path).map_err(|e| match e.kind() {
+                // A file there, or a link to nowhere: a bare "File exists" says neither.
+                std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotADirectory => Error::Pack {
+                    dest: shown.to_string(),
+                    reason: format!(
+                        "{} is not a directory ({e}); a pack writes a directory of files: name a new or empty one",
+                        path.display()
+                    ),
+                },
+                _ => Error::io(path.display(), e),
+            })?;
             Store::local(&path)
         }
         Location::Remote(loc) if loc.names.is_none() => Store::remote(&loc, options, shown),
@@ -408,7 +418,8 @@ async fn remove_pack(out: &Store, old: &PlanFile) -> std::result::Result<(), Str
                     or choose another destination"
             .into());
     };
-    let mut names: Vec<String> = vec![crate::source::manifest::MANIFEST.into(), lmdb_out::DATA.into()];
+    let mut names: Vec<String> =
+        vec![crate::source::manifest::MANIFEST.into(), lmdb_out::DATA.into(), tar_out::record_name(lmdb_out::DATA)];
     for s in &old.shards {
         names.push(crate::source::tar_index::sidecar_path(&s.name));
         names.push(tar_out::record_name(&s.name));

@@ -107,14 +107,19 @@ pub(super) fn is_record_name(name: &str) -> bool {
 /// holds the bytes it landed with (the same version, or the same hash); `None` if it is to be
 /// written (again). A shard without its record (the run died between the two) is written again.
 async fn landed(out: &Store, s: &ShardPlan) -> Result<Option<Vec<u64>>> {
-    let Ok(info) = out.head(&s.name).await else { return Ok(None) };
-    if info.size != s.bytes {
+    landed_as(out, &s.name, Some(s.bytes)).await
+}
+
+/// [`landed`] for the file `name` of `bytes` (any size, if `None`: LMDB's, known once written).
+pub(super) async fn landed_as(out: &Store, name: &str, bytes: Option<u64>) -> Result<Option<Vec<u64>>> {
+    let Ok(info) = out.head(name).await else { return Ok(None) };
+    if bytes.is_some_and(|b| b != info.size) {
         return Ok(None);
     }
     // About 21 bytes of record a member, and every member takes at least a 512-byte header:
     // a record far past that is not this pack's.
-    let most = 64 * 1024 + s.bytes / 512 * 32;
-    let record: Landed = match out.get_at_most(&record_name(&s.name), most).await {
+    let most = 64 * 1024 + info.size / 512 * 32;
+    let record: Landed = match out.get_at_most(&record_name(name), most).await {
         Ok(bytes) => match serde_json::from_slice(&bytes) {
             Ok(r) => r,
             Err(_) => return Ok(None),
@@ -131,6 +136,20 @@ async fn landed(out: &Store, s: &ShardPlan) -> Result<Option<Vec<u64>>> {
     let (store, obj) = (out.clone(), info.clone());
     let hash = tokio::task::spawn_blocking(move || super::stream::hash_of(&store, &obj)).await.map_err(Error::task)?;
     Ok((hash.map(hex128).as_deref() == Some(record.xxh3_128.as_str())).then_some(record.sums))
+}
+
+/// Record the file `name`, written whole in `out` by other means (LMDB's compacted copy), as
+/// landed: read once to hash it, so a rerun keeps it only while it holds those bytes.
+pub(super) async fn record_landed(out: &Store, name: &str) -> Result<()> {
+    let info = out.head(name).await?;
+    let (store, obj) = (out.clone(), info.clone());
+    let hash = tokio::task::spawn_blocking(move || super::stream::hash_of(&store, &obj))
+        .await
+        .map_err(Error::task)?
+        .ok_or_else(|| Error::internal(format!("{name}: not read back to hash it")))?;
+    let record = Landed { bytes: info.size, version: version(&info), xxh3_128: hex128(hash), sums: Vec::new() };
+    let json = serde_json::to_vec(&record).map_err(|e| Error::internal(format!("{name}: {e}")))?;
+    out.put_whole(&record_name(name), bytes::Bytes::from(json)).await
 }
 
 fn hex128(h: u128) -> String {

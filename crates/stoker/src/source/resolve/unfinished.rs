@@ -46,17 +46,23 @@ pub(super) async fn unfinished(
         };
         let complete = serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| finished(record, &v));
         if complete == Some(false) {
-            let (what, finish) = match record {
-                PACK_RECORD => ("a `stoker pack`", "rerun the same `stoker pack` command to finish it"),
-                TOKENS_RECORD => ("a token pack", "rerun the same `stoker pack --layout tokens` command to finish it"),
-                _ => ("a shard writer's job (such as `stoker.ray.write`)", "rerun that write to finish it"),
+            let (what, finish, files) = match record {
+                PACK_RECORD => ("a `stoker pack`", "rerun the same `stoker pack` command to finish it", "DIR/*.tar"),
+                TOKENS_RECORD => (
+                    "a token pack",
+                    "rerun the same `stoker pack --layout tokens` command to finish it",
+                    "DIR/tokens-00000.idx",
+                ),
+                _ => {
+                    ("a shard writer's job (such as `stoker.ray.write`)", "rerun that write to finish it", "DIR/*.tar")
+                }
             };
             return Err(Error::InvalidUri {
                 uri: display.to_string(),
                 reason: format!(
                     "it holds the output of {what} that did not finish (as its {record} records), so its files are \
-                     only part of the dataset; {finish} (to read the files already there meanwhile, name them with a \
-                     pattern such as `DIR/*.tar`)"
+                     only part of the dataset; {finish} (to read the files already there meanwhile, name them, such \
+                     as `{files}`)"
                 ),
             });
         }
