@@ -275,6 +275,25 @@ fn a_pack_into_its_own_source_is_refused_and_the_source_kept() {
     ok(&pack(&src, &dir.path().join("a2"), &[], None));
 }
 
+/// A second pack into a destination another holds (its directory locked) is refused by name,
+/// for every layout; they raced before, one failing on a file gone under it.
+#[test]
+fn a_destination_another_pack_is_writing_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("a"), dir.path().join("out"));
+    image_dir(&src, 10);
+    std::fs::create_dir(&dest).unwrap();
+    let held = std::fs::File::open(&dest).unwrap();
+    held.lock().unwrap();
+    for layout in ["tar", "lmdb", "tokens"] {
+        let e = err(&stoker(&["pack", s(&src), s(&dest), "--layout", layout, "--group", "--field", "jpg"]));
+        assert!(e.contains("another pack is writing it"), "{layout}: {e}");
+    }
+    assert!(names_of(&dest).is_empty(), "nothing written");
+    held.unlock().unwrap();
+    ok(&pack(&src, &dest, &[], None));
+}
+
 #[test]
 fn a_source_rewritten_at_its_size_between_runs_is_another_pack() {
     let dir = tempfile::tempdir().unwrap();

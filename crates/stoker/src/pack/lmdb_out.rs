@@ -59,6 +59,8 @@ pub(crate) async fn write(
             let records = crate::source::lmdb::check_data_file(&final_path).ok();
             let as_landed = super::tar_out::landed_as(out, DATA, None).await?.is_some();
             if records == Some(plan.outs.len() as u64) && as_landed {
+                // A run stopped between landing data.mdb and removing its working copy.
+                remove_work(dir).map_err(|e| Error::io(dir.join(WORK_DIR).display(), e))?;
                 progress.advance(plan.outs.len() as u64, all);
                 return Ok(Written { bytes: m.len(), resumed: 1, written_samples: 0, sums: Default::default() });
             }

@@ -233,6 +233,7 @@ async fn pack_here(
     }
     let dest_opts = opts.dest_options.clone().merged(parsed.options);
     let out = dest_store(parsed.location, &dest_opts, &shown)?;
+    let _held = out.local_root().map(|dir| crate::store::lock_dest(dir, &shown)).transpose()?;
     let fail = |reason: String| Error::Pack { dest: shown.clone(), reason };
 
     let previous = read_plan(&out).await.map_err(|r| fail(format!("{PLAN_FILE}: {r}")))?;

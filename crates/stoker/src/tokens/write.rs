@@ -112,6 +112,7 @@ async fn write_parts_here(
         return Err(Error::invalid_option(format!("append_eos {e}: token ids are below 2^31")));
     }
     std::fs::create_dir_all(dest).map_err(|e| Error::io(dest.display(), e))?;
+    let _held = crate::store::lock_dest(dest, &dest.display().to_string())?;
     let out = Store::local(dest)?;
     let n = src.len() as u64;
     let per = opts.documents_per_part.max(1);
