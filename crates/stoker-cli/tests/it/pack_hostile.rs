@@ -4,6 +4,7 @@
 //! tampered with. Each is refused, redone or removed; nothing is overwritten outside the
 //! destination, and nothing the pack did not write is kept as its own.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::bench::TOKENIZER;
@@ -155,7 +156,7 @@ fn tokens_with(text: &Path, dest: &str, tok: &Path, per: &str, extra: &[&str]) -
 }
 
 #[test]
-fn a_token_pack_redoes_or_removes_parts_it_cannot_vouch_for() {
+fn a_token_pack_redoes_or_refuses_parts_it_cannot_vouch_for() {
     let dir = tempfile::tempdir().unwrap();
     let text = dir.path().join("text");
     std::fs::create_dir(&text).unwrap();
@@ -217,12 +218,35 @@ fn a_token_pack_redoes_or_removes_parts_it_cannot_vouch_for() {
         }
     }
 
-    // Another job's parts (other part sizes) are replaced with --force only.
+    // What the reader leaves be stays: a README, Megatron's index caches.
+    std::fs::write(dest.join("README.md"), b"notes").unwrap();
+    std::fs::write(dest.join("tokens-00000_doc_idx.npy"), b"a cache").unwrap();
+    ok(&tokens(&text, s(&dest), &tok, "10"));
+
+    // Another job's parts (other part sizes) are replaced with --force only, and not while
+    // something else would stop the run: nothing is removed before every check.
     let e = err(&tokens(&text, s(&dest), &tok, "20"));
     assert!(e.contains("another job") && e.contains("--force"), "{e}");
+    for ext in ["bin", "idx"] {
+        std::fs::copy(dest.join(format!("tokens-00000.{ext}")), dest.join(format!("mine-00000.{ext}"))).unwrap();
+    }
+    let e = err(&tokens_with(&text, s(&dest), &tok, "20", &["--force"]));
+    assert!(e.contains("mine-00000"), "{e}");
+    let parts = |all: BTreeMap<String, Vec<u8>>| {
+        all.into_iter().filter(|(n, _)| n.starts_with("tokens-") && !n.ends_with(".npy")).collect::<Vec<_>>()
+    };
+    assert!(parts(files(&dest)) == parts(clean.clone()), "no part removed");
+    for ext in ["bin", "idx"] {
+        std::fs::remove_file(dest.join(format!("mine-00000.{ext}"))).unwrap();
+    }
     ok(&tokens_with(&text, s(&dest), &tok, "20", &["--force"]));
-    let parts: Vec<String> = names_of(&dest).into_iter().filter(|n| !n.starts_with('.')).collect();
+    let parts: Vec<String> =
+        names_of(&dest).into_iter().filter(|n| n.ends_with(".bin") || n.ends_with(".idx")).collect();
     assert_eq!(parts, ["tokens-00000.bin", "tokens-00000.idx", "tokens-00001.bin", "tokens-00001.idx"]);
+
+    // Without a manifest, a directory holding anything but parts is someone else's.
+    std::fs::remove_file(dest.join("README.md")).unwrap();
+    std::fs::remove_file(dest.join("tokens-00000_doc_idx.npy")).unwrap();
 
     // Its manifest lost, a rerun in smaller parts cannot vouch for the parts it finds, nor
     // tell whose the ones past its own are: those are refused, not deleted.
@@ -244,6 +268,10 @@ fn a_token_pack_redoes_or_removes_parts_it_cannot_vouch_for() {
     let e = err(&tokens(&text, s(&dest), &tok, "10"));
     assert!(e.contains("source has changed") && e.contains("--force"), "{e}");
     ok(&tokens_with(&text, s(&dest), &tok, "10", &["--force"]));
+
+    // Nor into the directory it reads.
+    let e = err(&tokens(&text, s(&text), &tok, "10"));
+    assert!(e.contains("where the source"), "{e}");
 
     // A directory holding anything else is not a token pack's.
     let other = dir.path().join("other");

@@ -212,7 +212,7 @@ async fn pack_here(
     check_prefix(&opts.prefix)?;
     let parsed = uri::parse(dest)?;
     let shown = parsed.display.clone();
-    if plan::writes_into_source(&src.to_string(), dest) {
+    if uri::writes_into(&src.to_string(), dest) {
         return Err(Error::Pack {
             dest: shown,
             reason: format!(
@@ -254,6 +254,9 @@ async fn pack_here(
             }
             true
         }
+        // Only the source changed: the same shards under the same names, each written again
+        // over its old self (which a remote store, where nothing is removed, needs).
+        Some(old) if opts.force && old.fingerprint == plan.file.fingerprint => false,
         Some(old) if opts.force => {
             remove_pack(&out, &old).await.map_err(fail)?;
             false
@@ -332,7 +335,8 @@ pub(crate) fn dest_store(location: Location, options: &SourceOptions, shown: &st
                 std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotADirectory => Error::Pack {
                     dest: shown.to_string(),
                     reason: format!(
-                        "{} is not a directory ({e}); a pack writes a directory of files: name a new or empty one",
+                        "{} or a directory above it is not a directory ({e}); a pack writes a directory of files: \
+                         name a new or empty one",
                         path.display()
                     ),
                 },

@@ -311,50 +311,6 @@ fn location(source: &str) -> String {
     std::fs::canonicalize(bare).map_or_else(|_| bare.to_string(), |p| p.display().to_string())
 }
 
-/// Whether `dest` (a destination URI) is where `source` (a source's display) reads: its
-/// directory or prefix (a file's or a brace pattern's is the one holding them), or for a
-/// directory or prefix, anywhere inside it. The pack would write among the samples it reads (a
-/// rerun then reads its own output as input), and `--force` first deletes an earlier pack's
-/// shards, which are the source's own when a pack is packed again in place.
-pub(super) fn writes_into_source(source: &str, dest: &str) -> bool {
-    let src = location(source);
-    let (root, whole) = if src.contains('{') {
-        (src.split('{').next().unwrap_or_default().rsplit_once('/').map_or("", |(d, _)| d).to_string(), false)
-    } else if std::path::Path::new(&src).is_file() || crate::uri::Layout::of_shard_name(&src).is_some() {
-        (src.rsplit_once('/').map_or("", |(d, _)| d).to_string(), false)
-    } else {
-        (src, true)
-    };
-    let root = std::fs::canonicalize(&root).map_or(root, |p| p.display().to_string());
-    let dest = resolved(dest.split('?').next().unwrap_or_default());
-    let (root, dest) = (root.trim_end_matches('/'), dest.trim_end_matches('/'));
-    !root.is_empty() && (dest == root || (whole && dest.strip_prefix(root).is_some_and(|rest| rest.starts_with('/'))))
-}
-
-/// A local `path` absolute with its links resolved, also where its last parts do not exist
-/// yet (a new destination); anything else as it is.
-fn resolved(path: &str) -> String {
-    let p = std::path::Path::new(path);
-    if path.contains("://") {
-        return path.to_string();
-    }
-    let mut rest = Vec::new();
-    let mut at = p;
-    loop {
-        if let Ok(found) = std::fs::canonicalize(at) {
-            let whole = rest.iter().rev().fold(found, |acc: std::path::PathBuf, part| acc.join(part));
-            return whole.display().to_string();
-        }
-        match (at.parent(), at.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_os_string());
-                at = if parent.as_os_str().is_empty() { std::path::Path::new(".") } else { parent };
-            }
-            _ => return path.to_string(),
-        }
-    }
-}
-
 /// FNV-1a over everything that shapes the output, two lanes for 128 bits: the options, every
 /// key, field name and size, and where the source is (its display without the options, which
 /// may change between runs: credentials, concurrency). Keys and sizes alone let a rerun from

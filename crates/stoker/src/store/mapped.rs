@@ -216,7 +216,7 @@ mod tests {
 
     /// A file renamed over a held one is seen at the next check of the path, the reads until
     /// then getting the mapped file's bytes (the ones indexed); without a held file, at the
-    /// next read. A cut of the held file is seen at once (the test above).
+    /// next read. A cut of the held file is seen at once (the test below).
     #[tokio::test]
     async fn a_file_renamed_over_a_mapped_one_is_changed_within_path_every_reads() {
         let dir = tempfile::tempdir().unwrap();

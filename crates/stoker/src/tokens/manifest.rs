@@ -124,7 +124,7 @@ pub(super) async fn read_manifest(out: &Store) -> Result<Option<TokenizedManifes
 /// after it are written again). A part of another size is not read.
 async fn kept_parts(out: &Store, mut m: TokenizedManifest) -> Result<TokenizedManifest> {
     use crate::source::tokens::{Index, IDX_SUFFIX};
-    let mut whole = 0;
+    let (mut whole, mut idx_sums) = (0, Vec::new());
     for p in &m.parts {
         let Some(bin) = out.head(&format!("{}.bin", p.name)).await.ok().filter(|b| b.size == p.bin_bytes) else {
             break;
@@ -137,9 +137,9 @@ async fn kept_parts(out: &Store, mut m: TokenizedManifest) -> Result<TokenizedMa
                 && tokens == Some(p.tokens)
                 && p.tokens.checked_mul(i.ty.size() as u64) == Some(bin.size)
         };
-        let idx = out.get(&format!("{}{IDX_SUFFIX}", p.name)).await.ok();
-        let same_idx = |b: &bytes::Bytes| p.idx_xxh64.as_ref().is_none_or(|want| xxh64(b) == *want);
-        if !idx.is_some_and(|b| same_idx(&b) && Index::parse(b, bin.size).is_ok_and(fits)) {
+        let Some(idx) = out.get(&format!("{}{IDX_SUFFIX}", p.name)).await.ok() else { break };
+        let idx_sum = xxh64(&idx);
+        if p.idx_xxh64.as_ref().is_some_and(|want| *want != idx_sum) || !Index::parse(idx, bin.size).is_ok_and(fits) {
             break;
         }
         let (store, want) = (out.clone(), p.bin_xxh64.clone());
@@ -154,15 +154,21 @@ async fn kept_parts(out: &Store, mut m: TokenizedManifest) -> Result<TokenizedMa
             break;
         }
         whole += 1;
+        idx_sums.push(idx_sum);
     }
     m.parts.truncate(whole);
+    // A manifest from before the indexes were summed: the ones kept are, from now on.
+    for (p, sum) in m.parts.iter_mut().zip(idx_sums) {
+        p.idx_xxh64.get_or_insert(sum);
+    }
     Ok(m)
 }
 
 /// What a run of the job `want` starts from in `out` (the directory `dest`): the parts of its
-/// own earlier run still whole ([`kept_parts`]); with `force`, nothing, another job's parts
-/// removed; refused when another job's are there, or anything it does not write (another pair
-/// would be read with the dataset, a file named like a part past the last taken for one).
+/// own earlier run still whole ([`kept_parts`]), brought up to what a manifest keeps now; with
+/// `force`, nothing, another job's parts removed; refused when another job's are there, or a
+/// file the dataset's reader would take that this run does not write (another pair, a part
+/// past the last: see [`foreign_file`]). Nothing is removed before every check has passed.
 pub(super) async fn resume_or_refuse(
     out: &Store,
     want: TokenizedManifest,
@@ -176,34 +182,39 @@ pub(super) async fn resume_or_refuse(
         let version = m.source_version.clone().or(want.source_version.clone());
         TokenizedManifest { parts: Vec::new(), source_version: version, ..m.clone() } == want
     };
+    let found = read_manifest(out).await?;
+    if let Some(m) = found.as_ref().filter(|m| !same_job(m) && !force) {
+        let changed = TokenizedManifest { source_version: want.source_version.clone(), ..m.clone() };
+        let what = match same_job(&changed) {
+            true => "this job, whose source has changed since (a file rewritten: its time or size moved)",
+            false => "another job",
+        };
+        return Err(refuse(format!(
+            "it holds tokens of {what} ({} documents of {}, tokenizer {}); use an empty directory, or pass --force \
+             to replace them",
+            m.documents, m.source, m.tokenizer
+        )));
+    }
     let parts = want.documents.div_ceil(want.documents_per_part.max(1));
-    let done = match read_manifest(out).await? {
-        Some(m) if same_job(&m) => kept_parts(out, m).await?,
-        Some(m) if force => {
+    let old: Vec<&str> = found.iter().flat_map(|m| m.parts.iter().map(|p| p.name.as_str())).collect();
+    if let Some(file) = foreign_file(out, name, parts, &old, found.is_none()).await? {
+        return Err(refuse(format!(
+            "it holds `{file}`, which this pack does not write; move it away, or use an empty or new directory"
+        )));
+    }
+    Ok(match found {
+        Some(m) if same_job(&m) => {
+            let mut kept = kept_parts(out, m).await?;
+            kept.source_version = want.source_version;
+            kept
+        }
+        Some(m) => {
             remove_parts(out, &m).await?;
             want
         }
-        Some(m) => {
-            let changed = TokenizedManifest { source_version: want.source_version.clone(), ..m.clone() };
-            let what = match same_job(&changed) {
-                true => "this job, whose source has changed since (a file rewritten: its time or size moved)",
-                false => "another job",
-            };
-            return Err(refuse(format!(
-                "it holds tokens of {what} ({} documents of {}, tokenizer {}); use an empty directory, or pass \
-                 --force to replace them",
-                m.documents, m.source, m.tokenizer
-            )));
-        }
         // No manifest: nothing of a token pack but an interrupted first part.
         None => want,
-    };
-    if let Some(found) = foreign_file(out, name, parts).await? {
-        return Err(refuse(format!(
-            "it holds `{found}`, which this pack does not write; move it away, or use an empty or new directory"
-        )));
-    }
-    Ok(done)
+    })
 }
 
 /// xxh64 of `bytes`, hex, as the manifest keeps it.
@@ -212,18 +223,26 @@ pub(super) fn xxh64(bytes: &[u8]) -> String {
 }
 
 /// The number of the part `file` (a `.bin` or `.idx` named `{name}-NNNNN`) is, if it is one.
-pub(super) fn part_of(file: &str, name: &str) -> Option<u64> {
+fn part_of(file: &str, name: &str) -> Option<u64> {
     let stem = file.strip_suffix(".bin").or_else(|| file.strip_suffix(crate::source::tokens::IDX_SUFFIX))?;
     let digits = stem.strip_prefix(name)?.strip_prefix('-')?;
     (digits.len() >= 5 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok()).flatten()
 }
 
-/// A file in `out` that a run writing `parts` parts named `name` does not write (hidden files
-/// aside: the manifest, temporary files): it would be read with the dataset (another pair), or
-/// be taken for one of its parts.
-async fn foreign_file(out: &Store, name: &str, parts: u64) -> Result<Option<String>> {
-    let own = |e: &str| e.starts_with('.') || part_of(e, name).is_some_and(|p| p < parts);
-    Ok(out.entries().await?.into_iter().find(|e| !own(e)))
+/// A file in `out` that a run writing `parts` parts named `name` does not write, nor the
+/// manifest's earlier job (its parts `old`, which `--force` replaces): with a manifest, one
+/// that the dataset's reader would take (another pair, a part past the last; a README or
+/// Megatron's `.npy` index caches beside the pairs are left be); without one (a first run),
+/// any (a directory of someone else's). Hidden files (the manifest, temporary files) aside.
+async fn foreign_file(out: &Store, name: &str, parts: u64, old: &[&str], strict: bool) -> Result<Option<String>> {
+    use crate::uri::Layout;
+    let own = |e: &str| {
+        let stem = e.strip_suffix(".bin").or_else(|| e.strip_suffix(crate::source::tokens::IDX_SUFFIX));
+        part_of(e, name).is_some_and(|p| p < parts) || stem.is_some_and(|s| old.contains(&s))
+    };
+    let read =
+        |e: &str| strict || (Layout::Tokens.holds(e) && !e.ends_with(".npy")) || crate::source::tokens::flat_npy(e);
+    Ok(out.entries().await?.into_iter().find(|e| !e.starts_with('.') && !own(e) && read(e)))
 }
 
 /// Remove the parts `m` names and the manifest (`force` over another job's directory).

@@ -111,6 +111,12 @@ async fn write_parts_here(
     if let Some(e) = opts.append_eos.filter(|&e| e > i32::MAX as u32) {
         return Err(Error::invalid_option(format!("append_eos {e}: token ids are below 2^31")));
     }
+    if crate::uri::writes_into(&src.to_string(), &dest.display().to_string()) {
+        return Err(Error::Pack {
+            dest: dest.display().to_string(),
+            reason: format!("it is where the source {src} reads (or inside it); write the parts to another directory"),
+        });
+    }
     std::fs::create_dir_all(dest).map_err(|e| Error::io(dest.display(), e))?;
     let _held = crate::store::lock_dest(dest, &dest.display().to_string())?;
     let out = Store::local(dest)?;

@@ -165,8 +165,9 @@ async fn bad_text_and_bad_tokenizers_are_clear_errors() {
     );
     let tok = Arc::new(TextTokenizer::from_bytes(words.as_bytes(), "big.json").unwrap());
     let w = tempfile::tempdir().unwrap();
-    std::fs::write(w.path().join("w.jsonl"), "{\"text\": \"w1 big w2\"}\n").unwrap();
-    let src = open(w.path().to_str().unwrap()).await;
+    std::fs::create_dir(w.path().join("src")).unwrap();
+    std::fs::write(w.path().join("src/w.jsonl"), "{\"text\": \"w1 big w2\"}\n").unwrap();
+    let src = open(w.path().join("src").to_str().unwrap()).await;
     let out = w.path().join("out");
     let e = pretokenize(src.clone(), tok.clone(), &out, &TokenizeOptions::default(), &|_| {})
         .await

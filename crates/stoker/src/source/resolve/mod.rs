@@ -226,19 +226,10 @@ impl Request {
             None => listed(&store, &opts, given.map(|m| *m), &display, own_record).await?,
         };
         if listing.is_empty() {
-            let mut reason = match layout {
+            let reason = match layout {
                 Layout::Objects => "no files found (hidden files and Stoker indexes are ignored)".to_string(),
                 other => format!("no {other} shards found"),
             };
-            // Megatron names a dataset by its data prefix; a prefix of a bucket lists nothing.
-            if let Location::Remote(RemoteLocation { prefix, names: None, .. }) = &location {
-                if prefix.rsplit('/').next().is_some_and(|last| !last.is_empty() && !last.contains('.')) {
-                    reason.push_str(
-                        "; for a Megatron dataset named by its data prefix, name its .idx (PREFIX.idx) or the \
-                         directory holding its pairs",
-                    );
-                }
-            }
             return Err(Error::Empty { uri: display, reason });
         }
         let whole = matches!(&location, Location::Local(p) if p.is_dir())
@@ -389,7 +380,7 @@ async fn named(
         layout = sniff_indexes(store, indexes, &beside, alone).await?.unwrap_or(layout);
     }
     // A Megatron pair named by its `.bin` (a flat token file is one only with `separator=`).
-    let names = match megatron_bins(store, layout, opts, &names).await? {
+    let names = match megatron_bins(store, layout, opts, &names).await {
         Some(idx) => {
             layout = Layout::Tokens;
             idx
@@ -424,30 +415,19 @@ async fn named(
 }
 
 /// The `.idx` names of Megatron pairs `names` gives by their `.bin` files: `Some` when every
-/// name is a `.bin` with its `.idx` beside it, the layout is inferred as one file a sample (a
-/// lone `.bin` is no shard) or forced to tokens, and no `separator=` makes them flat token
-/// files.
-async fn megatron_bins(
-    store: &Store,
-    layout: Layout,
-    opts: &SourceOptions,
-    names: &[String],
-) -> Result<Option<Vec<String>>> {
+/// name is a `.bin`, the first has its `.idx` beside it, the layout is inferred as one file a
+/// sample (a lone `.bin` is no shard) or forced to tokens, and no `separator=` makes them flat
+/// token files. The rest are looked up with the pairs (concurrently; a missing one is damage
+/// like any missing shard). The first is only a probe: one it cannot look up (missing, or a
+/// store that answers 403 for a name the credentials cannot list) leaves the names as files.
+async fn megatron_bins(store: &Store, layout: Layout, opts: &SourceOptions, names: &[String]) -> Option<Vec<String>> {
     let inferred = opts.layout.is_none() && layout == Layout::Objects;
     let forced = opts.layout == Some(Layout::Tokens) && opts.separator.is_none();
     if !(inferred || forced) || names.is_empty() || !names.iter().all(|n| n.ends_with(".bin")) {
-        return Ok(None);
+        return None;
     }
     let idx: Vec<String> = names.iter().map(|n| format!("{}{}", &n[..n.len() - 4], tokens::IDX_SUFFIX)).collect();
-    // In turn, stopping at the first miss: a directory of `.bin` samples costs one lookup.
-    for i in &idx {
-        match store.head(i).await {
-            Ok(_) => {}
-            Err(Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(Some(idx))
+    store.head(&idx[0]).await.ok().map(|_| idx)
 }
 
 /// A directory or prefix: from its manifest when there is one (one read, no listing), else

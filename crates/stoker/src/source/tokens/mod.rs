@@ -123,7 +123,7 @@ impl fmt::Display for TokensSource {
 /// Whether `path` is an `.npy` of tokens: not one of the index caches Megatron keeps beside
 /// its data (`*_doc_idx.npy`, `*_sample_idx.npy`, `*_shuffle_idx.npy`; Megatron-Core's
 /// `*-document_index.npy`, `*-sample_index.npy`, `*-shuffle_index.npy`).
-fn flat_npy(path: &str) -> bool {
+pub(crate) fn flat_npy(path: &str) -> bool {
     const CACHES: [&str; 6] = [
         "_doc_idx.npy",
         "_sample_idx.npy",
