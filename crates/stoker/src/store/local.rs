@@ -242,6 +242,15 @@ pub(super) fn held_to(file: &std::fs::File, shown: impl Fn() -> String, want: u6
     sized(file.metadata().map_err(|e| Error::io(shown(), e))?.len(), shown, want)
 }
 
+/// [`held_to`] for a file held open only to be checked (a memory map's): its size by a seek to
+/// its end (0.15 µs on the project's VM, against 0.47 for an `fstat`), the descriptor's offset
+/// being of use to nothing else.
+pub(super) fn end_held_to(file: &std::fs::File, shown: impl Fn() -> String, want: u64) -> Result<()> {
+    use std::io::Seek;
+    let mut held = file;
+    sized(held.seek(io::SeekFrom::End(0)).map_err(|e| Error::io(shown(), e))?, shown, want)
+}
+
 /// [`Error::Changed`] unless the file at `path` is still `want` bytes long: the check of
 /// [`held_to`] for a reader that holds no descriptor (a memory map).
 pub(super) fn path_held_to(path: &std::path::Path, shown: impl Fn() -> String, want: u64) -> Result<()> {
