@@ -45,6 +45,19 @@ pub(crate) fn create_fresh(path: &Path) -> io::Result<std::fs::File> {
     std::fs::File::options().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).open(path)
 }
 
+/// Write `bytes` to `to` whole: under its hidden temporary name ([`temp_name`]), made fresh
+/// ([`create_fresh`]), then renamed over it; its directory made if missing. Not synced.
+pub(super) fn put_aside(to: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    if let Some(dir) = to.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let name = to.file_name().ok_or_else(|| io::Error::other("no file name"))?.to_string_lossy().into_owned();
+    let tmp = to.with_file_name(temp_name(&name));
+    create_fresh(&tmp)?.write_all(bytes)?;
+    std::fs::rename(&tmp, to)
+}
+
 /// Rename a synced temporary file to its final name and sync the directory entry: readers
 /// see the old file or the whole new one, even after a crash.
 pub(crate) fn publish(tmp: &Path, to: &Path) -> Result<()> {
@@ -287,6 +300,27 @@ mod tests {
     use super::*;
     use futures::TryStreamExt;
     use object_store::ObjectStore;
+
+    /// A put lands whole under its name, its directory made: written aside under a hidden
+    /// temporary name (a link planted there replaced, not followed), never object_store's
+    /// `NAME#N`, which a killed writer left in plain sight.
+    #[tokio::test]
+    async fn a_put_is_written_aside_and_renamed_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = crate::store::Store::local(dir.path()).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("sub").join(temp_name("x.json"))).unwrap();
+        s.put("sub/x.json", bytes::Bytes::from_static(b"{}")).await.unwrap();
+        s.put("new/dir/y.json", bytes::Bytes::from_static(b"[]")).await.unwrap();
+        assert_eq!(std::fs::read(dir.path().join("sub/x.json")).unwrap(), b"{}");
+        assert_eq!(std::fs::read(dir.path().join("new/dir/y.json")).unwrap(), b"[]");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep", "the link's target was written");
+        let names: Vec<_> =
+            std::fs::read_dir(dir.path().join("sub")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["x.json"], "nothing left beside it");
+    }
 
     /// A tree with what object_store's own listing has rules for: nested and hidden
     /// directories, odd names, symlinks to a directory and to a file, a broken symlink, a name

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path as ObjPath;
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::ObjectStoreExt;
 
 use crate::cache::RemoteReader;
 use crate::error::{Error, Result};
@@ -441,8 +441,14 @@ impl Store {
     pub async fn put(&self, path: &str, bytes: Bytes) -> Result<()> {
         match &self.0.backend {
             Backend::Local(l) => {
-                l.fs().put(&self.obj_path(path), PutPayload::from(bytes)).await.map_err(|e| self.err(path, e))?;
-                Ok(())
+                // Written aside under a hidden temporary name and renamed whole: object_store's
+                // own put stages at `NAME#N`, which a process killed mid-write left beside the
+                // data, in plain sight. Not synced: what comes through here (index sidecars, an
+                // index_dir's copies) is built again when lost.
+                let (to, shown) = (l.file(&self.obj_path(path))?, self.describe(path));
+                tokio::task::spawn_blocking(move || local::put_aside(&to, &bytes).map_err(|e| Error::io(shown, e)))
+                    .await
+                    .map_err(Error::task)?
             }
             // Retried, each attempt within a time limit, as reads are.
             Backend::Remote { reader, .. } => {

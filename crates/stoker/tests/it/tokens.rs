@@ -399,8 +399,8 @@ async fn megatrons_npy_caches_beside_its_pairs_are_not_read_as_tokens() {
 }
 
 /// A Megatron pair is named as Megatron-LM names it, by its data prefix (`/data/x` for
-/// `x.bin` and `x.idx`), or by its `.bin`, locally and over S3: the pair is read, not the
-/// `.bin` as one file of bytes. A `.bin` without an `.idx` stays a file.
+/// `x.bin` and `x.idx`), or by its `.bin` (over S3 with `layout=tokens`): the pair is read,
+/// not the `.bin` as one file of bytes. A `.bin` without an `.idx` stays a file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_megatron_pair_is_opened_by_its_data_prefix_or_its_bin() {
     let root = tempfile::tempdir().unwrap();
@@ -425,8 +425,11 @@ async fn a_megatron_pair_is_opened_by_its_data_prefix_or_its_bin() {
     assert_eq!(e.kind(), stoker::ErrorKind::NotFound, "{e}");
 
     let server = common::s3::serve(root.path()).await;
-    let src = open(&uri(&server.endpoint(), "m/x.bin", "")).await;
+    // Remotely the pair is asked for (a request to the server) only under layout=tokens.
+    let src = open(&uri(&server.endpoint(), "m/x.bin", "&layout=tokens")).await;
     assert_eq!((src.info().known_layout(), src.len()), (Some(Layout::Tokens), 3));
+    let one = open(&uri(&server.endpoint(), "m/x.bin", "")).await;
+    assert_eq!((one.info().known_layout(), one.len()), (Some(Layout::Objects), 1));
     // A bucket's data prefix is a prefix to list (no object looked up beside it): empty.
     let e = stoker::open(&uri(&server.endpoint(), "m/x", ""), Default::default()).await.err().unwrap();
     assert_eq!(e.kind(), stoker::ErrorKind::Empty, "{e}");

@@ -380,7 +380,7 @@ async fn named(
         layout = sniff_indexes(store, indexes, &beside, alone).await?.unwrap_or(layout);
     }
     // A Megatron pair named by its `.bin` (a flat token file is one only with `separator=`).
-    let names = match megatron_bins(store, layout, opts, &names).await {
+    let names = match megatron_bins(store, layout, opts, &names).await? {
         Some(idx) => {
             layout = Layout::Tokens;
             idx
@@ -418,16 +418,27 @@ async fn named(
 /// name is a `.bin`, the first has its `.idx` beside it, the layout is inferred as one file a
 /// sample (a lone `.bin` is no shard) or forced to tokens, and no `separator=` makes them flat
 /// token files. The rest are looked up with the pairs (concurrently; a missing one is damage
-/// like any missing shard). The first is only a probe: one it cannot look up (missing, or a
-/// store that answers 403 for a name the credentials cannot list) leaves the names as files.
-async fn megatron_bins(store: &Store, layout: Layout, opts: &SourceOptions, names: &[String]) -> Option<Vec<String>> {
-    let inferred = opts.layout.is_none() && layout == Layout::Objects;
+/// like any missing shard). Locally the first is only a probe: one it cannot look up leaves the
+/// names as files. A remote store is asked only under `layout=tokens` (a request to a server
+/// that may redirect, refuse or answer 403 for a name it does not hold, for a `.bin` that is
+/// otherwise one file), and what it answers but "not found" is the open's error.
+async fn megatron_bins(
+    store: &Store,
+    layout: Layout,
+    opts: &SourceOptions,
+    names: &[String],
+) -> Result<Option<Vec<String>>> {
+    let inferred = opts.layout.is_none() && layout == Layout::Objects && !store.is_remote();
     let forced = opts.layout == Some(Layout::Tokens) && opts.separator.is_none();
     if !(inferred || forced) || names.is_empty() || !names.iter().all(|n| n.ends_with(".bin")) {
-        return None;
+        return Ok(None);
     }
     let idx: Vec<String> = names.iter().map(|n| format!("{}{}", &n[..n.len() - 4], tokens::IDX_SUFFIX)).collect();
-    store.head(&idx[0]).await.ok().map(|_| idx)
+    match store.head(&idx[0]).await {
+        Ok(_) => Ok(Some(idx)),
+        Err(e) if store.is_remote() && e.kind() != crate::ErrorKind::NotFound => Err(e),
+        Err(_) => Ok(None),
+    }
 }
 
 /// A directory or prefix: from its manifest when there is one (one read, no listing), else

@@ -217,9 +217,10 @@ impl ShardIndex {
         } else {
             Err(format!(
                 "the tar header in front of sample `{key}` field `{ext}` is not the one indexed: the shard was \
-                 rewritten after it was indexed, keeping its size and time stamp; delete its index \
-                 `{}{SIDECAR_SUFFIX}` (next to it or in the index_dir) and reopen, or run `stoker index` again \
-                 if the dataset has a manifest",
+                 rewritten or damaged after it was indexed, keeping its size and time stamp; rewritten on purpose, \
+                 delete its index `{}{SIDECAR_SUFFIX}` (next to it or in the index_dir) and reopen, or run \
+                 `stoker index` again if the dataset has a manifest; damaged (indexing it again fails), restore \
+                 it from a copy, or delete it and rerun the `stoker pack` that wrote it",
                 self.shard.rsplit('/').next().unwrap_or(&self.shard)
             ))
         }
