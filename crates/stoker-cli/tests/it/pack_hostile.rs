@@ -295,6 +295,17 @@ fn a_pack_into_its_own_source_is_refused_and_the_source_kept() {
         assert!(e.contains("where the source") && e.contains("another directory"), "{from}: {e}");
         assert!(files(&packed) == before, "{from}: the source is as it was");
     }
+    // Nor a mix of it (a mix reads where each of its sources reads), which --force overwrote.
+    let mix = format!(r#"mix:{{"sources":[{{"uri":"{}","weight":1}}]}}"#, s(&packed));
+    let e = err(&stoker(&["pack", &mix, s(&packed), "--samples-per-shard", "5", "--force", "--json"]));
+    assert!(e.contains("where the source"), "{e}");
+    assert!(files(&packed) == before, "the mix's source is as it was");
+    // A remote prefix with a `.`, `..` or empty segment (kept as names there, encoded) is
+    // refused before any request.
+    for bad in ["s3://data/./x", "s3://data/a//b", "s3://data/a/../b"] {
+        let e = err(&stoker(&["pack", s(&src), &format!("{bad}?endpoint=http://127.0.0.1:9&region=us-east-1")]));
+        assert!(e.contains("segment"), "{bad}: {e}");
+    }
     // Nor inside a directory it reads (a rerun would read its own output as input); a
     // sibling whose name begins the same is another directory.
     let e = err(&pack(&src, &src.join("out"), &[], None));
@@ -320,6 +331,28 @@ fn a_destination_another_pack_is_writing_is_refused() {
     assert!(names_of(&dest).is_empty(), "nothing written");
     held.unlock().unwrap();
     ok(&pack(&src, &dest, &[], None));
+}
+
+/// The shards a rerun counts as its own are the ones its plan makes, not a list in the plan
+/// file found there (which nothing vouches for): a name added to it, with a foreign shard
+/// under that name, is refused, not indexed into the manifest.
+#[test]
+fn a_plan_file_naming_a_foreign_shard_does_not_adopt_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("a"), dir.path().join("out"));
+    image_dir(&src, 30);
+    ok(&pack(&src, &dest, &[], None));
+    let plan = dest.join(".stoker-pack.json");
+    let mut p: serde_json::Value = serde_json::from_slice(&std::fs::read(&plan).unwrap()).unwrap();
+    let mut forged = p["shards"][0].clone();
+    forged["name"] = "foreign.tar".into();
+    p["shards"].as_array_mut().unwrap().push(forged);
+    std::fs::write(&plan, serde_json::to_vec(&p).unwrap()).unwrap();
+    std::fs::copy(dest.join("shard-000000.tar"), dest.join("foreign.tar")).unwrap();
+    let e = err(&pack(&src, &dest, &[], None));
+    assert!(e.contains("foreign.tar"), "{e}");
+    std::fs::remove_file(dest.join("foreign.tar")).unwrap();
+    assert_eq!(ok(&pack(&src, &dest, &[], None))["samples"], 30);
 }
 
 #[test]

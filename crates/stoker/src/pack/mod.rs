@@ -212,15 +212,32 @@ async fn pack_here(
     check_prefix(&opts.prefix)?;
     let parsed = uri::parse(dest)?;
     let shown = parsed.display.clone();
-    if uri::writes_into(&src.to_string(), dest) {
+    // A mix reads where each of its sources reads.
+    let reads: Vec<String> = match src.as_mix() {
+        Some(m) => m.sources().map(|s| s.to_string()).collect(),
+        None => vec![src.to_string()],
+    };
+    if let Some(read) = reads.iter().find(|r| uri::writes_into(r, dest)) {
         return Err(Error::Pack {
             dest: shown,
             reason: format!(
-                "it is where the source {src} reads (or inside it): the pack would write among the samples it \
-                 reads, and --force would delete an earlier pack's shards before reading them; write to another \
-                 directory, then move it into place"
+                "it is where the source {read} reads (or inside it): the pack would write among the samples it \
+                 reads, and --force would delete or overwrite an earlier pack's shards before reading them; write \
+                 to another directory, then move it into place"
             ),
         });
+    }
+    if let Location::Remote(loc) = &parsed.location {
+        // An object store keeps `.`, `..` and empty segments as names (encoded), where a
+        // listing of the prefix then cuts the pack's own shard names short.
+        if loc.prefix.contains("//") || loc.prefix.split('/').any(|seg| seg == "." || seg == "..") {
+            return Err(Error::Pack {
+                dest: shown,
+                reason: "its path has an empty, `.` or `..` segment, which an object store keeps as a name: name the \
+                         prefix plainly"
+                    .into(),
+            });
+        }
     }
     // Planning first: a source that cannot be packed as asked leaves no trace at DEST.
     let metas = plan::metas(&src).await?;
@@ -244,7 +261,9 @@ async fn pack_here(
             // A tar shard that came into the destination since would be indexed into the
             // pack's manifest as its own.
             if !opts.force && opts.layout == Layout::Tar {
-                let own: std::collections::HashSet<&str> = old.shards.iter().map(|s| s.name.as_str()).collect();
+                // This run's shards (the same names as the earlier run's, the fingerprint being
+                // the same), not the list in the file found there, which nothing vouches for.
+                let own: std::collections::HashSet<&str> = plan.file.shards.iter().map(|s| s.name.as_str()).collect();
                 if let Some(found) = stray_shard(&out, |p| own.contains(p)).await? {
                     return Err(fail(format!(
                         "it holds `{found}`, which the pack there did not write; move it away (or pass --force to \
@@ -262,13 +281,16 @@ async fn pack_here(
             false
         }
         Some(old) => {
-            let what = match old.fingerprint == plan.file.fingerprint {
-                true => "whose source has changed since (a file rewritten: its time or size moved)",
-                false => "with other contents or settings",
+            let (what, force) = match old.fingerprint == plan.file.fingerprint {
+                true => ("whose source has changed since (a file rewritten: its time or size moved)", "pass --force"),
+                false if out.local_root().is_none() => {
+                    ("with other contents or settings", "delete the prefix (a remote pack is not replaced in place)")
+                }
+                false => ("with other contents or settings", "pass --force"),
             };
             return Err(fail(format!(
                 "it holds {} pack of {} samples from {} {what}; rerun with the same source and options to finish \
-                 it, pass --force to replace it, or choose another destination",
+                 it, {force} to replace it, or choose another destination",
                 if old.complete { "a finished" } else { "an unfinished" },
                 old.samples,
                 old.source
@@ -300,6 +322,17 @@ async fn pack_here(
         _ => lmdb_out::write(&src, &out, &plan, opts.field.as_deref(), resume, progress, &shown).await?,
     };
     if opts.layout == Layout::Tar {
+        // The index lists the destination again: a shard that came in while this pack wrote
+        // would join its manifest as its own (nothing locks a remote prefix).
+        if !opts.force {
+            let own: std::collections::HashSet<&str> = plan.file.shards.iter().map(|s| s.name.as_str()).collect();
+            if let Some(found) = stray_shard(&out, |p| own.contains(p)).await? {
+                return Err(fail(format!(
+                    "`{found}` came into it while the pack wrote, and would be indexed as one of its shards; move it \
+                     away and rerun (the shards written are kept)"
+                )));
+            }
+        }
         progress.stage("indexing");
         let index_uri = match out.local_root() {
             Some(p) => p.display().to_string(),
