@@ -5,6 +5,7 @@ use std::fmt;
 mod cause;
 mod pinned;
 mod sampler;
+mod show;
 
 pub use cause::DamageCause;
 pub use pinned::PinnedError;
@@ -15,6 +16,7 @@ pub use sampler::{SamplerError, SamplerResult};
 // its credentials (a redirect's, an endpoint's userinfo): they are redacted when shown.
 use crate::escape::{display_key, escape_controls};
 use crate::redact::redact_text;
+use show::{Doing, Hint};
 
 /// `: sample `KEY` field `FIELD``, leaving out what is not known (a shard damaged before any
 /// sample of it is read names neither).
@@ -92,10 +94,12 @@ pub enum Error {
         source: StoreError,
     },
 
-    /// A remote read failed for good: not transient, or still failing after every attempt.
+    /// A remote read or write failed for good: not transient, or still failing after every
+    /// attempt.
     #[error(
-        "reading {object} ({what}) failed after {attempts} attempt(s): {}{hint}",
+        "{doing} {object} ({what}) failed after {attempts} attempt(s): {}{hint}",
         redact_text(.message),
+        doing = Doing(.what),
         hint = Hint(.hint)
     )]
     Fetch {
@@ -344,17 +348,6 @@ impl ErrorKind {
 impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-struct Hint<'a>(&'a Option<String>);
-
-impl fmt::Display for Hint<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(h) => write!(f, " ({h})"),
-            None => Ok(()),
-        }
     }
 }
 
