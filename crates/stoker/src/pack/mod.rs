@@ -263,8 +263,7 @@ async fn pack_here(
             if !opts.force && opts.layout == Layout::Tar {
                 // This run's shards (the same names as the earlier run's, the fingerprint being
                 // the same), not the list in the file found there, which nothing vouches for.
-                let own: std::collections::HashSet<&str> = plan.file.shards.iter().map(|s| s.name.as_str()).collect();
-                if let Some(found) = stray_shard(&out, |p| own.contains(p)).await? {
+                if let Some(found) = stray_of(&out, &plan.file).await? {
                     return Err(fail(format!(
                         "it holds `{found}`, which the pack there did not write; move it away (or pass --force to \
                          keep it, and index it with the pack)"
@@ -325,8 +324,7 @@ async fn pack_here(
         // The index lists the destination again: a shard that came in while this pack wrote
         // would join its manifest as its own (nothing locks a remote prefix).
         if !opts.force {
-            let own: std::collections::HashSet<&str> = plan.file.shards.iter().map(|s| s.name.as_str()).collect();
-            if let Some(found) = stray_shard(&out, |p| own.contains(p)).await? {
+            if let Some(found) = stray_of(&out, &plan.file).await? {
                 return Err(fail(format!(
                     "`{found}` came into it while the pack wrote, and would be indexed as one of its shards; move it \
                      away and rerun (the shards written are kept)"
@@ -447,6 +445,12 @@ async fn foreign_entry(out: &Store) -> Result<Option<String>> {
 pub(crate) async fn stray_shard(out: &Store, owns: impl Fn(&str) -> bool) -> Result<Option<String>> {
     let shard = |p: &str| crate::source::resolve::is_dataset_file(p) && Layout::of_shard_name(p).is_some();
     Ok(out.list().await?.into_iter().map(|o| o.path).find(|p| shard(p) && !owns(p)))
+}
+
+/// A [`stray_shard`] of `out` that `plan`'s shards do not name.
+async fn stray_of(out: &Store, plan: &PlanFile) -> Result<Option<String>> {
+    let own: std::collections::HashSet<&str> = plan.shards.iter().map(|s| s.name.as_str()).collect();
+    stray_shard(out, |p| own.contains(p)).await
 }
 
 /// Remove what an earlier pack wrote (its plan names it all), for `force`.

@@ -302,12 +302,7 @@ fn shard(outs: &[Out], opts: &PackOptions) -> Vec<ShardPlan> {
 /// absolute with its links resolved, so a rerun from another directory, or naming it `./data`
 /// or `data/`, is the same pack.
 fn location(source: &str) -> String {
-    // A source shows itself as `LAYOUT:URI` (`tar:./data`): the URI is the location.
-    let uri = match source.split_once(':') {
-        Some((head, rest)) if crate::uri::Layout::ALL.iter().any(|l| l.as_str() == head) => rest,
-        _ => source,
-    };
-    let bare = uri.split('?').next().unwrap_or_default();
+    let bare = crate::uri::source_uri(source).split('?').next().unwrap_or_default();
     std::fs::canonicalize(bare).map_or_else(|_| bare.to_string(), |p| p.display().to_string())
 }
 

@@ -148,7 +148,12 @@ pub(super) async fn record_landed(out: &Store, name: &str) -> Result<()> {
         .map_err(Error::task)?
         .ok_or_else(|| Error::internal(format!("{name}: not read back to hash it")))?;
     let record = Landed { bytes: info.size, version: version(&info), xxh3_128: hex128(hash), sums: Vec::new() };
-    let json = serde_json::to_vec(&record).map_err(|e| Error::internal(format!("{name}: {e}")))?;
+    write_record(out, name, &record).await
+}
+
+/// Write the landing record of `name`, whole.
+async fn write_record(out: &Store, name: &str, record: &Landed) -> Result<()> {
+    let json = serde_json::to_vec(record).map_err(|e| Error::internal(format!("{name}: {e}")))?;
     out.put_whole(&record_name(name), bytes::Bytes::from(json)).await
 }
 
@@ -205,8 +210,7 @@ async fn write_shard(
     // After the shard: a record without its shard would vouch for nothing there.
     let info = out.head(&s.name).await?;
     let record = Landed { bytes: len, version: version(&info), xxh3_128: hex128(hash), sums };
-    let json = serde_json::to_vec(&record).map_err(|e| Error::internal(format!("{}: {e}", s.name)))?;
-    out.put_whole(&record_name(&s.name), bytes::Bytes::from(json)).await?;
+    write_record(out, &s.name, &record).await?;
     Ok(record.sums)
 }
 

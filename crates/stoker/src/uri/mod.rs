@@ -12,7 +12,7 @@ mod overlap;
 pub use braces::expand_braces;
 pub use grammar::{parse, Location, RemoteLocation, SourceUri, SCHEMES};
 pub use options::{option_keys, Behind, DamagePolicy, Eviction, Layout, SourceOptions, INDEX_FILE, MAX_IN_FLIGHT};
-pub(crate) use overlap::writes_into;
+pub(crate) use overlap::{source_uri, writes_into};
 // Redaction sits at the crate root, below the error type that uses it too.
 #[cfg(feature = "fuzzing")]
 pub(crate) use crate::redact::is_secret_key;

@@ -13,11 +13,7 @@ use super::{parse, Layout, Location};
 /// relative path, links and `..` resolved); remote ones by scheme, bucket and prefix (the
 /// endpoint aside: the same names on two endpoints are refused, never the other way).
 pub(crate) fn writes_into(source: &str, dest: &str) -> bool {
-    let uri = match source.split_once(':') {
-        Some((head, rest)) if Layout::ALL.iter().any(|l| l.as_str() == head) => rest,
-        _ => source,
-    };
-    let (Ok(src), Ok(dst)) = (parse(uri), parse(dest)) else { return false };
+    let (Ok(src), Ok(dst)) = (parse(source_uri(source)), parse(dest)) else { return false };
     match (src.location, dst.location) {
         (Location::Local(s), Location::Local(d)) => {
             let (s, d) = (resolved(&s), resolved(&d));
@@ -35,6 +31,14 @@ pub(crate) fn writes_into(source: &str, dest: &str) -> bool {
             s.scheme == d.scheme && s.bucket == d.bucket && (dp == sp || inside)
         }
         _ => false,
+    }
+}
+
+/// The URI in a source's display: a source shows itself as `LAYOUT:URI` (`tar:./data`).
+pub(crate) fn source_uri(display: &str) -> &str {
+    match display.split_once(':') {
+        Some((head, rest)) if Layout::ALL.iter().any(|l| l.as_str() == head) => rest,
+        _ => display,
     }
 }
 
