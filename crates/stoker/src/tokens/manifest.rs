@@ -124,7 +124,8 @@ pub(super) async fn read_manifest(out: &Store) -> Result<Option<TokenizedManifes
 /// after it are written again). A part of another size is not read.
 async fn kept_parts(out: &Store, mut m: TokenizedManifest) -> Result<TokenizedManifest> {
     use crate::source::tokens::{Index, IDX_SUFFIX};
-    let (mut whole, mut idx_sums) = (0, Vec::new());
+    // The kept parts' index sums: as many as the parts kept.
+    let mut idx_sums = Vec::new();
     for p in &m.parts {
         let Some(bin) = out.head(&format!("{}.bin", p.name)).await.ok().filter(|b| b.size == p.bin_bytes) else {
             break;
@@ -153,10 +154,9 @@ async fn kept_parts(out: &Store, mut m: TokenizedManifest) -> Result<TokenizedMa
         if !same {
             break;
         }
-        whole += 1;
         idx_sums.push(idx_sum);
     }
-    m.parts.truncate(whole);
+    m.parts.truncate(idx_sums.len());
     // A manifest from before the indexes were summed: the ones kept are, from now on.
     for (p, sum) in m.parts.iter_mut().zip(idx_sums) {
         p.idx_xxh64.get_or_insert(sum);
