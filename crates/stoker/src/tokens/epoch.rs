@@ -1,5 +1,5 @@
-//! One epoch's batches as the consumer takes them: from the producers' channels in turn,
-//! each carrying its batches in groups.
+//! One epoch's batches as the consumer takes them: groups of consecutive batches from the
+//! producers, put back in order.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -8,24 +8,29 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
+use super::produce::{Claims, Group};
 use super::TokenState;
 use crate::batch::Batch;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::stats::{add_ns, Stats};
 
 /// One epoch's batches for this rank, in order: an async stream or a blocking iterator.
 /// Dropping it stops the reading.
 pub struct TokenEpoch {
-    /// The producers' channels, each carrying its batches in groups: batch `k` of the run
-    /// comes from `rx[k % rx.len()]`.
-    rx: Vec<mpsc::Receiver<Vec<Result<Batch>>>>,
-    /// Batches of each channel's last group not yet taken.
-    held: Vec<VecDeque<Result<Batch>>>,
-    /// Batches taken so far (whose channel is next).
-    turn: usize,
-    /// An error was delivered or a channel ended: the epoch gives nothing more.
+    /// The producers' groups, in the order they were built.
+    rx: mpsc::Receiver<Group>,
+    /// Groups that came before the one due, by their distance past it.
+    early: VecDeque<Option<Vec<Result<Batch>>>>,
+    /// Batches of the group being delivered not yet taken.
+    held: VecDeque<Result<Batch>>,
+    /// The next group to deliver, and how many there are.
+    due: u64,
+    groups: u64,
+    /// The producer threads' claims, told of every group taken and of the end.
+    claims: Option<Arc<Claims>>,
+    /// An error was delivered or the batches ended: the epoch gives nothing more.
     done: bool,
-    /// The async producer, aborted on drop (blocking producers stop at their next send).
+    /// The async producer, aborted on drop.
     task: Option<tokio::task::JoinHandle<()>>,
     stats: Arc<Stats>,
     progress: Arc<Mutex<(TokenState, Option<TokenState>)>>,
@@ -33,23 +38,33 @@ pub struct TokenEpoch {
     left: Arc<AtomicU64>,
 }
 
+/// Where a [`TokenEpoch`]'s batches come from.
+pub(super) struct Producers {
+    pub(super) rx: mpsc::Receiver<Group>,
+    /// Groups in the run.
+    pub(super) groups: u64,
+    pub(super) claims: Option<Arc<Claims>>,
+    pub(super) task: Option<tokio::task::JoinHandle<()>>,
+}
+
 impl TokenEpoch {
-    /// The epoch of batch groups from `rx` (taken in turn), `left` batches long; `task` is
-    /// the async producer to abort on drop, if there is one.
+    /// The epoch of the batches `from` produces, `left` of them.
     pub(super) fn new(
-        rx: Vec<mpsc::Receiver<Vec<Result<Batch>>>>,
-        task: Option<tokio::task::JoinHandle<()>>,
+        from: Producers,
         stats: Arc<Stats>,
         progress: Arc<Mutex<(TokenState, Option<TokenState>)>>,
         epoch: u64,
         left: u64,
     ) -> Self {
         TokenEpoch {
-            held: rx.iter().map(|_| VecDeque::new()).collect(),
-            rx,
-            turn: 0,
+            rx: from.rx,
+            early: VecDeque::new(),
+            held: VecDeque::new(),
+            due: 0,
+            groups: from.groups,
+            claims: from.claims,
             done: false,
-            task,
+            task: from.task,
             stats,
             progress,
             epoch,
@@ -62,29 +77,55 @@ impl TokenEpoch {
         self.left.load(Relaxed)
     }
 
-    /// The next batch if its channel's last group holds it (`Ok(None)` once the epoch is
-    /// done); `Err(channel)` when that channel must be waited on.
-    fn held_next(&mut self) -> Result<Option<Result<Batch>>, usize> {
-        if self.done {
-            return Ok(None);
+    /// The next batch if it has come (`Ok(None)` once the epoch is done); `Err(())` when
+    /// the group due must be waited for.
+    fn held_next(&mut self) -> Result<Option<Result<Batch>>, ()> {
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            if let Some(b) = self.held.pop_front() {
+                return Ok(Some(b));
+            }
+            if self.due >= self.groups {
+                return Ok(None);
+            }
+            match self.early.front_mut().and_then(Option::take) {
+                Some(group) => {
+                    self.early.pop_front();
+                    self.due += 1;
+                    if let Some(c) = &self.claims {
+                        c.took_one();
+                    }
+                    self.held.extend(group);
+                }
+                None => return Err(()),
+            }
         }
-        let c = self.turn % self.rx.len();
-        self.held[c].pop_front().map(Some).ok_or(c)
     }
 
-    /// Keep a group from channel `c` (none: the channel ended) and take its first batch.
-    fn unpack(&mut self, c: usize, group: Option<Vec<Result<Batch>>>) -> Option<Result<Batch>> {
-        self.held[c].extend(group?);
-        self.held[c].pop_front()
+    /// Keep a group that came (`None`: the producers all ended). `Some` is what the epoch
+    /// then ends with: an error when the producers ended before the group due.
+    fn arrived(&mut self, group: Option<Group>) -> Option<Option<Result<Batch>>> {
+        let Some((g, batches)) = group else {
+            return Some((self.due < self.groups && !self.done).then(|| {
+                Err(Error::internal(format!("the token producers ended before group {} of {}", self.due, self.groups)))
+            }));
+        };
+        let Some(at) = g.checked_sub(self.due).and_then(|d| usize::try_from(d).ok()) else {
+            return Some(Some(Err(Error::internal(format!("token batch group {g} came twice")))));
+        };
+        if self.early.len() <= at {
+            self.early.resize_with(at + 1, || None);
+        }
+        self.early[at] = Some(batches);
+        None
     }
 
-    /// Account for what a channel gave: the next turn, or the end after an error or a
-    /// channel's end (the others may still hold batches past the failed one: never delivered
-    /// out of order).
+    /// Account for what was taken: the end after an error or the last batch.
     fn took(&mut self, item: &Option<Result<Batch>>) {
         match item {
             Some(i) => {
-                self.turn += 1;
                 self.done = i.is_err();
                 self.delivered(i);
             }
@@ -108,11 +149,15 @@ impl TokenEpoch {
     /// The next batch (async).
     pub async fn next_batch(&mut self) -> Option<Result<Batch>> {
         let t = Instant::now();
-        let item = match self.held_next() {
-            Ok(item) => item,
-            Err(c) => {
-                let group = self.rx[c].recv().await;
-                self.unpack(c, group)
+        let item = loop {
+            match self.held_next() {
+                Ok(item) => break item,
+                Err(()) => {
+                    let group = self.rx.recv().await;
+                    if let Some(end) = self.arrived(group) {
+                        break end;
+                    }
+                }
             }
         };
         add_ns(&self.stats.consumer_wait_ns, t.elapsed());
@@ -126,13 +171,20 @@ impl TokenEpoch {
     /// a few microseconds of work (small global batches fed to Python), where the wait's own
     /// machinery costs as much as the batch.
     pub fn try_next_batch(&mut self) -> Option<Option<Result<Batch>>> {
-        let item = match self.held_next() {
-            Ok(item) => item,
-            Err(c) => match self.rx[c].try_recv() {
-                Ok(group) => self.unpack(c, Some(group)),
-                Err(mpsc::error::TryRecvError::Empty) => return None,
-                Err(mpsc::error::TryRecvError::Disconnected) => None,
-            },
+        let item = loop {
+            match self.held_next() {
+                Ok(item) => break item,
+                Err(()) => {
+                    let group = match self.rx.try_recv() {
+                        Ok(group) => Some(group),
+                        Err(mpsc::error::TryRecvError::Empty) => return None,
+                        Err(mpsc::error::TryRecvError::Disconnected) => None,
+                    };
+                    if let Some(end) = self.arrived(group) {
+                        break end;
+                    }
+                }
+            }
         };
         self.took(&item);
         Some(item)
@@ -154,11 +206,15 @@ impl Iterator for TokenEpoch {
     /// The next batch, waiting for it (from a plain thread, not inside an async task).
     fn next(&mut self) -> Option<Result<Batch>> {
         let t = Instant::now();
-        let item = match self.held_next() {
-            Ok(item) => item,
-            Err(c) => {
-                let group = self.rx[c].blocking_recv();
-                self.unpack(c, group)
+        let item = loop {
+            match self.held_next() {
+                Ok(item) => break item,
+                Err(()) => {
+                    let group = self.rx.blocking_recv();
+                    if let Some(end) = self.arrived(group) {
+                        break end;
+                    }
+                }
             }
         };
         add_ns(&self.stats.consumer_wait_ns, t.elapsed());
@@ -171,6 +227,9 @@ impl Drop for TokenEpoch {
     fn drop(&mut self) {
         if let Some(t) = &self.task {
             t.abort();
+        }
+        if let Some(c) = &self.claims {
+            c.close();
         }
     }
 }

@@ -8,9 +8,11 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use super::build::Columns;
+use super::epoch::Producers;
 use super::job::Job;
 use super::mix::{MixPart, Segments, SourceDocs, TokenMix};
 use super::plan::EpochPlan;
+use super::produce;
 use super::state::{DataTokens, TokenState, TokenStream};
 use super::{tokenized, PackConfig, TextTokenizer, TokenEpoch};
 use crate::batch::BatchPool;
@@ -517,55 +519,27 @@ impl TokenLoader {
             epoch,
         });
         let prefetch = self.cfg.prefetch.max(1);
-        let (rx, task) = if self.docs.reads_in_place() {
+        let from = if self.docs.reads_in_place() {
             // Local documents are read in place, so a batch is a few dozen copies out of a map and some
             // arithmetic: handing every batch between the runtime and a blocking thread cost
-            // more than building it. Instead `producers` threads each build every
-            // `producers`th batch in a loop, each into its own channel, taken in turn. Plain
-            // threads, not the runtime's blocking pool: a runtime the loader owns waits for
-            // its blocking work when dropped, and a producer waits for room in its channel
-            // while the epoch lives, so dropping the loader before the epoch would hang.
+            // more than building it. Instead `producers` threads build groups of batches in
+            // a loop ([`produce`]). Plain threads, not the runtime's blocking pool: a runtime
+            // the loader owns waits for its blocking work when dropped, and a producer waits
+            // for room while the epoch lives, so dropping the loader before the epoch would hang.
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             let producers = prefetch.min(cores).clamp(1, MAX_PRODUCERS);
             let group = group_size(&self.cfg);
-            let mut rx = Vec::with_capacity(producers);
-            for w in 0..producers {
-                let (tx, r) = mpsc::channel(prefetch.div_ceil(producers).div_ceil(group).max(1));
-                let job = job.clone();
-                std::thread::Builder::new()
-                    .name("stoker-tokens".into())
-                    .spawn(move || {
-                        let mut held = Vec::with_capacity(group);
-                        for b in (start + w as u64..end).step_by(producers) {
-                            // A panic (a bug) is an error in its place, not a channel that
-                            // ends: that would end the epoch early without a word.
-                            let item = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.batch_now(b)))
-                                .unwrap_or_else(|p| {
-                                    Err(Error::internal(format!("building batch {b}: {}", panic_message(p))))
-                                });
-                            let failed = item.is_err();
-                            held.push(item);
-                            // This producer's last batch of the run goes with its group.
-                            let last = b + producers as u64 >= end;
-                            if held.len() < group && !failed && !last {
-                                continue;
-                            }
-                            // The consumer gone (the epoch dropped) ends the loop.
-                            let full = std::mem::replace(&mut held, Vec::with_capacity(group));
-                            if tx.blocking_send(full).is_err() || failed {
-                                break;
-                            }
-                        }
-                    })
-                    .map_err(|e| Error::resource("a token producer thread", e))?;
-                rx.push(r);
-            }
-            (rx, None)
+            // As many groups ahead as the producers' own channels held (each its share of
+            // `prefetch`, and one being handed over).
+            let window = producers * (prefetch.div_ceil(producers).div_ceil(group).max(1) + 1);
+            let (rx, claims) = produce::spawn(&job, (start, end), producers, group as u64, window as u64)?;
+            Producers { rx, groups: (end - start).div_ceil(group as u64), claims: Some(claims), task: None }
         } else {
             let (tx, rx) = mpsc::channel(prefetch);
             let task = self.runtime.spawn(async move {
                 // Each batch its own task, so the runtime's threads build `prefetch` of them at
-                // once (in one task they would take turns on one thread); delivered in order.
+                // once (in one task they would take turns on one thread); delivered in order,
+                // each a group of its own.
                 let mut batches = futures::stream::iter(start..end)
                     .map(|b| {
                         let job = job.clone();
@@ -573,16 +547,18 @@ impl TokenLoader {
                         async move { built.await.map_err(Error::task)? }
                     })
                     .buffered(prefetch);
+                let mut g = 0u64;
                 while let Some(item) = batches.next().await {
                     let failed = item.is_err();
-                    if tx.send(vec![item]).await.is_err() || failed {
+                    if tx.send((g, vec![item])).await.is_err() || failed {
                         break;
                     }
+                    g += 1;
                 }
             });
-            (vec![rx], Some(task))
+            Producers { rx, groups: end - start, claims: None, task: Some(task) }
         };
-        Ok(TokenEpoch::new(rx, task, self.stats.clone(), self.progress.clone(), epoch, end - start))
+        Ok(TokenEpoch::new(from, self.stats.clone(), self.progress.clone(), epoch, end - start))
     }
 }
 

@@ -31,6 +31,7 @@ mod loader;
 mod manifest;
 mod mix;
 pub(crate) mod plan;
+mod produce;
 mod state;
 #[cfg(test)]
 mod tests;

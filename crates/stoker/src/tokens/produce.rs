@@ -1,0 +1,174 @@
+//! Local batches built on plain threads that claim groups of consecutive batches in turn.
+//!
+//! Each producer takes the next group not yet claimed, so a producer that has a core to
+//! itself builds more groups than one sharing its core with the consumer. The first design
+//! gave producer `w` every `n`th batch: on a 2-core VM the scheduler kept the Python consumer
+//! on one producer's core, that producer and the consumer took turns there, and the other
+//! producer, its channel full, waited for the consumer to reach its turn: one core idle
+//! 60% of the time, the three threads in lock-step at about 120 µs a round (`perf sched
+//! timehist`). The consumer puts the groups back in order; at most `window` groups are
+//! claimed and not yet taken by it, which bounds the memory as the per-producer channels did.
+
+use std::sync::{Arc, Condvar, Mutex};
+
+use tokio::sync::mpsc;
+
+use super::job::Job;
+use crate::batch::Batch;
+use crate::error::{panic_message, Error, Result};
+
+/// A group of consecutive batches and its number in the run (0 for the run's first batch).
+pub(super) type Group = (u64, Vec<Result<Batch>>);
+
+/// Which groups of a run the producers have claimed, and how many the consumer has taken.
+pub(super) struct Claims {
+    state: Mutex<ClaimState>,
+    /// Signalled when a producer waiting for room may claim again.
+    room: Condvar,
+    window: u64,
+}
+
+struct ClaimState {
+    /// The next group to claim.
+    next: u64,
+    /// Groups to build: the run's, or fewer after a group that failed.
+    end: u64,
+    /// Groups the consumer has taken, in order.
+    taken: u64,
+    /// The consumer is gone.
+    closed: bool,
+    /// Producers waiting for room (a notification costs a system call; none is made for none).
+    waiting: usize,
+}
+
+impl Claims {
+    fn new(groups: u64, window: u64) -> Self {
+        let state = ClaimState { next: 0, end: groups, taken: 0, closed: false, waiting: 0 };
+        Claims { state: Mutex::new(state), room: Condvar::new(), window: window.max(1) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClaimState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next group to build, waiting while `window` groups are claimed and not taken;
+    /// `None` when every group is claimed or the consumer is gone.
+    fn claim(&self) -> Option<u64> {
+        let mut s = self.lock();
+        loop {
+            if s.closed || s.next >= s.end {
+                return None;
+            }
+            if s.next < s.taken.saturating_add(self.window) {
+                s.next += 1;
+                return Some(s.next - 1);
+            }
+            s.waiting += 1;
+            s = self.room.wait(s).unwrap_or_else(|e| e.into_inner());
+            s.waiting -= 1;
+        }
+    }
+
+    /// Group `g` ended in an error: the consumer stops there, so no later group is built.
+    fn failed_at(&self, g: u64) {
+        let mut s = self.lock();
+        s.end = s.end.min(g + 1);
+        self.room.notify_all();
+    }
+
+    /// The consumer took the next group in order: room for one more.
+    pub(super) fn took_one(&self) {
+        let mut s = self.lock();
+        s.taken += 1;
+        if s.waiting > 0 {
+            self.room.notify_one();
+        }
+    }
+
+    /// The consumer is gone: producers waiting for room end.
+    pub(super) fn close(&self) {
+        self.lock().closed = true;
+        self.room.notify_all();
+    }
+}
+
+/// Start `producers` threads building batches `start..end` of `job` in groups of `group`, at
+/// most `window` groups ahead of the consumer: the groups' channel and their claims.
+pub(super) fn spawn(
+    job: &Arc<Job>,
+    (start, end): (u64, u64),
+    producers: usize,
+    group: u64,
+    window: u64,
+) -> Result<(mpsc::Receiver<Group>, Arc<Claims>)> {
+    let group = group.max(1);
+    let claims = Arc::new(Claims::new(end.saturating_sub(start).div_ceil(group), window));
+    // Never full: a group is in it only between its claim and its taking.
+    let (tx, rx) = mpsc::channel(claims.window as usize);
+    for _ in 0..producers.max(1) {
+        let (job, claims_here, tx) = (job.clone(), claims.clone(), tx.clone());
+        let spawned = std::thread::Builder::new().name("stoker-tokens".into()).spawn(move || {
+            while let Some(g) = claims_here.claim() {
+                let first = start + g * group;
+                let mut built = Vec::with_capacity(group as usize);
+                for b in first..(first + group).min(end) {
+                    // A panic (a bug) is an error in its place, not a group never sent: the
+                    // consumer would end the epoch short of it.
+                    let item = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.batch_now(b)))
+                        .unwrap_or_else(|p| Err(Error::internal(format!("building batch {b}: {}", panic_message(p)))));
+                    let failed = item.is_err();
+                    built.push(item);
+                    if failed {
+                        claims_here.failed_at(g);
+                        break;
+                    }
+                }
+                // The consumer gone (the epoch dropped) ends the loop.
+                if tx.blocking_send((g, built)).is_err() {
+                    break;
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            // Those started would wait for room that never comes.
+            claims.close();
+            return Err(Error::resource("a token producer thread", e));
+        }
+    }
+    Ok((rx, claims))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A producer waits for room past the window, claims again once the consumer takes a
+    /// group, and ends when the consumer is gone; a failed group stops the claims after it.
+    #[test]
+    fn claims_keep_the_window_and_stop_where_told() {
+        let c = Arc::new(Claims::new(10, 2));
+        assert_eq!((c.claim(), c.claim()), (Some(0), Some(1)));
+        let waiter = {
+            let c = c.clone();
+            std::thread::spawn(move || (c.claim(), c.claim()))
+        };
+        // The waiter's first claim needs room: given once, it gets group 2, then waits again
+        // until the close ends it.
+        while c.lock().waiting == 0 {
+            std::thread::yield_now();
+        }
+        c.took_one();
+        while c.lock().next < 3 || c.lock().waiting == 0 {
+            std::thread::yield_now();
+        }
+        c.close();
+        assert_eq!(waiter.join().unwrap(), (Some(2), None));
+
+        let c = Claims::new(10, 8);
+        assert_eq!(c.claim(), Some(0));
+        c.failed_at(0);
+        assert_eq!(c.claim(), None, "nothing past a failed group");
+        let c = Claims::new(1, 8);
+        assert_eq!((c.claim(), c.claim()), (Some(0), None));
+    }
+}
