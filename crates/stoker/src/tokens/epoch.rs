@@ -233,3 +233,59 @@ impl Drop for TokenEpoch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::BatchPool;
+
+    fn epoch_of(rx: mpsc::Receiver<Group>, groups: u64, left: u64) -> TokenEpoch {
+        let state = TokenState {
+            epoch: 0,
+            batch: 0,
+            documents: 1,
+            seq_len: 1,
+            global_batch: 1,
+            weights: Vec::new(),
+            stream: None,
+            tokens: None,
+            sources: None,
+        };
+        let from = Producers { rx, groups, claims: None, task: None };
+        TokenEpoch::new(from, Arc::default(), Arc::new(Mutex::new((state, None))), 0, left)
+    }
+
+    /// Groups handed over out of order (a producer with a core to itself runs ahead) are
+    /// delivered in order, whether waited for or taken when ready; producers that end short of
+    /// the groups due are an error, never an epoch that ends early without a word.
+    #[tokio::test]
+    async fn groups_that_come_out_of_order_are_delivered_in_order() {
+        let pool = BatchPool::new(8);
+        let group = |g: u64| (g, (2 * g..2 * g + 2).map(|n| Ok(pool.builder().finish(0, n))).collect::<Vec<_>>());
+        let (tx, rx) = mpsc::channel(8);
+        let mut e = epoch_of(rx, 3, 6);
+        for g in [2, 0] {
+            tx.send(group(g)).await.unwrap();
+        }
+        let mut got = Vec::new();
+        while let Some(Some(b)) = e.try_next_batch() {
+            got.push(b.unwrap().number);
+        }
+        assert_eq!(got, [0, 1], "group 0 only: group 1 has not come");
+        tx.send(group(1)).await.unwrap();
+        drop(tx);
+        while let Some(b) = e.next_batch().await {
+            got.push(b.unwrap().number);
+        }
+        assert_eq!(got, [0, 1, 2, 3, 4, 5]);
+        assert_eq!(e.remaining(), 0);
+
+        let (tx, rx) = mpsc::channel(8);
+        let mut e = epoch_of(rx, 3, 6);
+        tx.send(group(1)).await.unwrap();
+        drop(tx);
+        let end = e.next_batch().await.unwrap().unwrap_err().to_string();
+        assert!(end.contains("before group 0 of 3"), "{end}");
+        assert!(e.next_batch().await.is_none(), "nothing after the error");
+    }
+}

@@ -32,23 +32,6 @@ pub struct TextInput {
     pub skip_errors: bool,
 }
 
-/// At most this many threads build one loader's batches of local documents (each a loop over
-/// every `n`th batch; see [`TokenLoader::epoch`]).
-pub(super) const MAX_PRODUCERS: usize = 4;
-
-/// Tokens a producer of local batches builds before handing them over together: one handoff
-/// wakes the consumer (and, when the consumer is behind, the producer) once for the group, not
-/// once a batch. At 8 rows of 2,049 tokens a batch takes about 10 µs to build and each
-/// handoff a few microseconds of wake-ups on a 2-core VM.
-const GROUP_TOKENS: usize = 1 << 18;
-/// At most this many batches to a group.
-const MAX_GROUP: usize = 8;
-
-/// Batches a producer of local batches hands over at once under `cfg` (see [`GROUP_TOKENS`]).
-fn group_size(cfg: &PackConfig) -> usize {
-    (GROUP_TOKENS / (cfg.rows() * cfg.window()).max(1)).clamp(1, MAX_GROUP)
-}
-
 /// An epoch planned: its number, the mixture weights it was planned under, the plan.
 type Planned = (u64, Box<Segments>, Arc<EpochPlan>);
 /// An epoch being planned ahead: its number, weights, and the thread making the plan.
@@ -200,8 +183,8 @@ impl TokenLoader {
             mix,
             source_tokens: Arc::new((0..sources).map(|_| AtomicU64::new(0)).collect()),
             cols: Arc::new(Columns::new(&cfg)),
-            // Each producer may hold a group being built and one handed over.
-            pool: BatchPool::new(cfg.prefetch + 2 + 2 * MAX_PRODUCERS * group_size(&cfg)),
+            // The groups in flight, the consumer's, and the batches it holds.
+            pool: BatchPool::new(produce::Shape::of(&cfg).batches_kept(cfg.prefetch)),
             stats: Arc::new(Stats::default()),
             plan: Mutex::new(None),
             ahead: Mutex::new(None),
@@ -526,14 +509,9 @@ impl TokenLoader {
             // a loop ([`produce`]). Plain threads, not the runtime's blocking pool: a runtime
             // the loader owns waits for its blocking work when dropped, and a producer waits
             // for room while the epoch lives, so dropping the loader before the epoch would hang.
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let producers = prefetch.min(cores).clamp(1, MAX_PRODUCERS);
-            let group = group_size(&self.cfg);
-            // As many groups ahead as the producers' own channels held (each its share of
-            // `prefetch`, and one being handed over).
-            let window = producers * (prefetch.div_ceil(producers).div_ceil(group).max(1) + 1);
-            let (rx, claims) = produce::spawn(&job, (start, end), producers, group as u64, window as u64)?;
-            Producers { rx, groups: (end - start).div_ceil(group as u64), claims: Some(claims), task: None }
+            let shape = produce::Shape::of(&self.cfg);
+            let (rx, claims) = produce::spawn(&job, (start, end), shape)?;
+            Producers { rx, groups: (end - start).div_ceil(shape.group), claims: Some(claims), task: None }
         } else {
             let (tx, rx) = mpsc::channel(prefetch);
             let task = self.runtime.spawn(async move {

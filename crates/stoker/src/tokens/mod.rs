@@ -269,7 +269,7 @@ impl PackConfig {
             return Err(Error::invalid_option("a batch of more than 2^31 tokens (cu_seqlens are int32)"));
         }
         crate::loader::check_prefetch(self.prefetch)?;
-        self.check_memory((self.prefetch + 2 + loader::MAX_PRODUCERS) as u64, crate::memory::memory_bytes())?;
+        self.check_memory((self.prefetch + 2 + produce::MAX_PRODUCERS) as u64, crate::memory::memory_bytes())?;
         if self.mask_boundaries && !self.columns.loss_mask {
             return Err(Error::invalid_option("mask_boundaries masks loss_mask, which the columns leave out"));
         }
