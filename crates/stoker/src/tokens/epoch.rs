@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
-use super::produce::{Claims, Group};
+use super::produce::{Claims, Group, Producers};
 use super::TokenState;
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -38,15 +38,6 @@ pub struct TokenEpoch {
     left: Arc<AtomicU64>,
 }
 
-/// Where a [`TokenEpoch`]'s batches come from.
-pub(super) struct Producers {
-    pub(super) rx: mpsc::Receiver<Group>,
-    /// Groups in the run.
-    pub(super) groups: u64,
-    pub(super) claims: Option<Arc<Claims>>,
-    pub(super) task: Option<tokio::task::JoinHandle<()>>,
-}
-
 impl TokenEpoch {
     /// The epoch of the batches `from` produces, `left` of them.
     pub(super) fn new(
@@ -70,6 +61,12 @@ impl TokenEpoch {
             epoch,
             left: Arc::new(AtomicU64::new(left)),
         }
+    }
+
+    /// Producer threads waiting for room to claim another group.
+    #[cfg(test)]
+    pub(super) fn producers_waiting(&self) -> usize {
+        self.claims.as_ref().map_or(0, |c| c.waiting())
     }
 
     /// Batches this run still delivers.

@@ -8,11 +8,10 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use super::build::Columns;
-use super::epoch::Producers;
 use super::job::Job;
 use super::mix::{MixPart, Segments, SourceDocs, TokenMix};
 use super::plan::EpochPlan;
-use super::produce;
+use super::produce::{self, Producers};
 use super::state::{DataTokens, TokenState, TokenStream};
 use super::{tokenized, PackConfig, TextTokenizer, TokenEpoch};
 use crate::batch::BatchPool;
@@ -202,6 +201,12 @@ impl TokenLoader {
     /// seconds), waited for here when it has not ended.
     fn data_tokens(&self) -> u64 {
         self.data_tokens.lock().unwrap_or_else(|e| e.into_inner()).get(&*self.docs)
+    }
+
+    /// Epochs whose producers still run or wait (each holds the loader's columns).
+    #[cfg(test)]
+    pub(super) fn epochs_alive(&self) -> usize {
+        Arc::strong_count(&self.cols) - 1
     }
 
     /// The configuration in use.
@@ -510,8 +515,7 @@ impl TokenLoader {
             // the loader owns waits for its blocking work when dropped, and a producer waits
             // for room while the epoch lives, so dropping the loader before the epoch would hang.
             let shape = produce::Shape::of(&self.cfg);
-            let (rx, claims) = produce::spawn(&job, (start, end), shape)?;
-            Producers { rx, groups: (end - start).div_ceil(shape.group), claims: Some(claims), task: None }
+            produce::spawn(&job, (start, end), shape)?
         } else {
             let (tx, rx) = mpsc::channel(prefetch);
             let task = self.runtime.spawn(async move {

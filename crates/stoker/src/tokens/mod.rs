@@ -179,9 +179,10 @@ pub struct PackConfig {
     /// Whether `loss_mask` is 0 on a document's first token after another document in the
     /// same row.
     pub mask_boundaries: bool,
-    /// Global batches being read at once, ahead of the consumer (local batches are handed
-    /// over in groups of up to 256k tokens, so small ones may be read up to two groups ahead
-    /// a producer thread).
+    /// Global batches being read at once, ahead of the consumer. Local batches are built in
+    /// groups of consecutive batches (up to 2^20 tokens and 64 batches; one batch when it is
+    /// larger), at most `max(threads + 1, prefetch / group)` groups ahead, so small batches
+    /// are read up to a few million tokens ahead.
     pub prefetch: usize,
     /// The columns besides `input_ids` each batch carries.
     pub columns: TokenColumns,
@@ -269,7 +270,8 @@ impl PackConfig {
             return Err(Error::invalid_option("a batch of more than 2^31 tokens (cu_seqlens are int32)"));
         }
         crate::loader::check_prefetch(self.prefetch)?;
-        self.check_memory((self.prefetch + 2 + produce::MAX_PRODUCERS) as u64, crate::memory::memory_bytes())?;
+        let held = produce::Shape::of(self).batches_kept(self.prefetch);
+        self.check_memory(held as u64, crate::memory::memory_bytes())?;
         if self.mask_boundaries && !self.columns.loss_mask {
             return Err(Error::invalid_option("mask_boundaries masks loss_mask, which the columns leave out"));
         }

@@ -7,7 +7,8 @@
 //! producer, its channel full, waited for the consumer to reach its turn: one core idle
 //! 60% of the time, the three threads in lock-step at about 120 µs a round (`perf sched
 //! timehist`). The consumer puts the groups back in order; at most `window` groups are
-//! claimed and not yet taken by it, which bounds the memory as the per-producer channels did.
+//! claimed and not yet taken by it, which bounds the memory: with the larger groups, small
+//! batches are read a few million tokens ahead (the per-producer channels held up to 2^21).
 
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -26,7 +27,8 @@ pub(super) const MAX_PRODUCERS: usize = 4;
 /// rows of 2,049 tokens a batch takes about 6 µs to build and a handoff tens of microseconds
 /// of wake-ups on a 2-core VM; five alternating rounds there (uint16 ids, 8 rows) gave a
 /// median of 2.36 G tokens/s with groups of 2^18 tokens (8 batches), 2.61 with 2^19 and 2.68
-/// with 2^20. A group holds at most 9 MiB (int32 ids, positions and mask bytes).
+/// with 2^20. A group of several batches holds at most 9 MiB (int32 ids, positions and mask
+/// bytes); a batch larger than this is a group of its own.
 const GROUP_TOKENS: u64 = 1 << 20;
 /// At most this many batches to a group.
 const MAX_GROUP: u64 = 64;
@@ -36,7 +38,7 @@ const MAX_GROUP: u64 = 64;
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Shape {
     producers: usize,
-    pub(super) group: u64,
+    group: u64,
     window: u64,
 }
 
@@ -60,6 +62,15 @@ impl Shape {
 
 /// A group of consecutive batches and its number in the run (0 for the run's first batch).
 pub(super) type Group = (u64, Vec<Result<Batch>>);
+
+/// Where a [`TokenEpoch`](super::TokenEpoch)'s batches come from.
+pub(super) struct Producers {
+    pub(super) rx: mpsc::Receiver<Group>,
+    /// Groups in the run.
+    pub(super) groups: u64,
+    pub(super) claims: Option<Arc<Claims>>,
+    pub(super) task: Option<tokio::task::JoinHandle<()>>,
+}
 
 /// Which groups of a run the producers have claimed, and how many the consumer has taken.
 pub(super) struct Claims {
@@ -126,6 +137,11 @@ impl Claims {
         }
     }
 
+    #[cfg(test)]
+    pub(super) fn waiting(&self) -> usize {
+        self.lock().waiting
+    }
+
     /// The consumer is gone: producers waiting for room end.
     pub(super) fn close(&self) {
         self.lock().closed = true;
@@ -133,15 +149,11 @@ impl Claims {
     }
 }
 
-/// Start the threads building batches `start..end` of `job` as `shape` says: the groups'
-/// channel and their claims.
-pub(super) fn spawn(
-    job: &Arc<Job>,
-    (start, end): (u64, u64),
-    shape: Shape,
-) -> Result<(mpsc::Receiver<Group>, Arc<Claims>)> {
+/// Start the threads building batches `start..end` of `job` as `shape` says.
+pub(super) fn spawn(job: &Arc<Job>, (start, end): (u64, u64), shape: Shape) -> Result<Producers> {
     let group = shape.group.max(1);
-    let claims = Arc::new(Claims::new(end.saturating_sub(start).div_ceil(group), shape.window));
+    let groups = end.saturating_sub(start).div_ceil(group);
+    let claims = Arc::new(Claims::new(groups, shape.window));
     // Never full: a group is in it only between its claim and its taking.
     let (tx, rx) = mpsc::channel(claims.window as usize);
     for _ in 0..shape.producers.max(1) {
@@ -174,7 +186,7 @@ pub(super) fn spawn(
             return Err(Error::resource("a token producer thread", e));
         }
     }
-    Ok((rx, claims))
+    Ok(Producers { rx, groups, claims: Some(claims), task: None })
 }
 
 #[cfg(test)]
@@ -209,5 +221,44 @@ mod tests {
         assert_eq!(c.claim(), None, "nothing past a failed group");
         let c = Claims::new(1, 8);
         assert_eq!((c.claim(), c.claim()), (Some(0), None));
+    }
+
+    /// Over an epoch of many groups built by two producers: a resume in the middle of a group
+    /// goes on with the uninterrupted epoch's batches, and an epoch dropped while its producers
+    /// wait for room ends their threads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_resume_mid_group_goes_on_in_order_and_a_dropped_epoch_ends_its_threads() {
+        use crate::tokens::tests::{corpus, ids, open};
+        use crate::tokens::{PackConfig, TokenLoader};
+        let dir = tempfile::tempdir().unwrap();
+        corpus(dir.path(), &[50u64; 200]);
+        // Rows of 4 tokens: 2,500 batches in groups of 64.
+        let mut cfg = PackConfig::new(4, 1);
+        cfg.prefetch = 2;
+        let loader = TokenLoader::new(open(dir.path()).await, cfg).unwrap();
+        let all = loader.epoch(0).unwrap().collect().await.unwrap();
+        assert_eq!(all.len(), 2_500);
+        let mut state = loader.state();
+        (state.epoch, state.batch) = (0, 100);
+        loader.load_state(state).unwrap();
+        let rest = loader.epoch(0).unwrap().collect().await.unwrap();
+        assert_eq!(rest.len(), 2_400);
+        for (got, want) in rest.iter().zip(&all[100..]) {
+            assert_eq!((got.number, ids(got)), (want.number, ids(want)));
+        }
+
+        let mut epoch = loader.epoch(1).unwrap();
+        assert_eq!(epoch.next_batch().await.unwrap().unwrap().number, 0);
+        assert_eq!(loader.epochs_alive(), 1);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while epoch.producers_waiting() == 0 {
+            assert!(std::time::Instant::now() < deadline, "no producer came to wait for room");
+            std::thread::yield_now();
+        }
+        drop(epoch);
+        while loader.epochs_alive() > 0 {
+            assert!(std::time::Instant::now() < deadline, "the dropped epoch's producers still wait for room");
+            std::thread::yield_now();
+        }
     }
 }

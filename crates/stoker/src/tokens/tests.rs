@@ -30,7 +30,7 @@ fn corpus_from(dir: &std::path::Path, lens: &[u64], base: u64, cap: u64) {
     std::fs::write(dir.join("c.idx"), write_idx(8, lens, 2)).unwrap();
 }
 
-async fn open(dir: &std::path::Path) -> Arc<DynSampleSource> {
+pub(super) async fn open(dir: &std::path::Path) -> Arc<DynSampleSource> {
     crate::source::open(dir.to_str().unwrap(), Default::default()).await.unwrap()
 }
 
@@ -39,7 +39,7 @@ fn column<T: Copy>(b: &Batch, name: &str, f: fn(&[u8]) -> T, width: usize) -> Ve
     (0..c.len()).map(|i| c.get(i).unwrap().chunks_exact(width).map(f).collect()).collect()
 }
 
-fn ids(b: &Batch) -> Vec<Vec<i64>> {
+pub(super) fn ids(b: &Batch) -> Vec<Vec<i64>> {
     column(b, "input_ids", |c| i64::from(i32::from_ne_bytes(c.try_into().unwrap())), 4)
 }
 
@@ -272,8 +272,8 @@ async fn bad_configurations_and_sources_are_clear_errors() {
     assert_eq!(crate::source::open(&uri, Default::default()).await.unwrap().len(), 2);
 }
 
-/// Local documents are built by several producer threads, each into its own channel: a batch
-/// that fails (here a token that does not fit the int32 ids asked for) ends the epoch after
+/// Local documents are built by several producer threads, each claiming groups of batches: a
+/// batch that fails (here a token that does not fit the int32 ids asked for) ends the epoch after
 /// every earlier batch, in order, and nothing is delivered after the error. A `.bin` rewritten
 /// at another size under a running loader fails at once: its bytes are not the indexed ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -321,7 +321,7 @@ async fn a_failing_batch_ends_the_epoch_in_order_and_a_rewritten_bin_is_refused(
 
 /// A loader made outside any runtime owns one, and a runtime waits for its blocking work when
 /// dropped: dropping the loader while one of its epochs is still held (its producers waiting
-/// for room in their channels) must still return at once, and the epoch end when dropped.
+/// for room to claim more) must still return at once, and the epoch end when dropped.
 #[test]
 fn a_loader_dropped_before_its_epoch_does_not_wait_for_it() {
     let dir = tempfile::tempdir().unwrap();
