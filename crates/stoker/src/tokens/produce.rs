@@ -27,8 +27,8 @@ pub(super) const MAX_PRODUCERS: usize = 4;
 /// rows of 2,049 tokens a batch takes about 6 µs to build and a handoff tens of microseconds
 /// of wake-ups on a 2-core VM; five alternating rounds there (uint16 ids, 8 rows) gave a
 /// median of 2.36 G tokens/s with groups of 2^18 tokens (8 batches), 2.61 with 2^19 and 2.68
-/// with 2^20. A group of several batches holds at most 9 MiB (int32 ids, positions and mask
-/// bytes); a batch larger than this is a group of its own.
+/// with 2^20. A group of several batches holds at most 9 MiB at int32 ids with positions
+/// and mask bytes (13 MiB at int64); a batch larger than 2^20 tokens is a group of its own.
 const GROUP_TOKENS: u64 = 1 << 20;
 /// At most this many batches to a group.
 const MAX_GROUP: u64 = 64;
