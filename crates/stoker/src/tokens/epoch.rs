@@ -168,23 +168,32 @@ impl TokenEpoch {
     /// a few microseconds of work (small global batches fed to Python), where the wait's own
     /// machinery costs as much as the batch.
     pub fn try_next_batch(&mut self) -> Option<Option<Result<Batch>>> {
-        let item = loop {
+        let item = self.take_with(|rx| match rx.try_recv() {
+            Ok(group) => Some(Some(group)),
+            Err(mpsc::error::TryRecvError::Empty) => None,
+            Err(mpsc::error::TryRecvError::Disconnected) => Some(None),
+        })?;
+        self.took(&item);
+        Some(item)
+    }
+
+    /// The next batch, the groups due received by `recv` (`None`: none has come, and the
+    /// batch is not ready; `Some(None)`: the producers all ended). Not yet accounted for.
+    fn take_with(
+        &mut self,
+        mut recv: impl FnMut(&mut mpsc::Receiver<Group>) -> Option<Option<Group>>,
+    ) -> Option<Option<Result<Batch>>> {
+        loop {
             match self.held_next() {
-                Ok(item) => break item,
+                Ok(item) => return Some(item),
                 Err(()) => {
-                    let group = match self.rx.try_recv() {
-                        Ok(group) => Some(group),
-                        Err(mpsc::error::TryRecvError::Empty) => return None,
-                        Err(mpsc::error::TryRecvError::Disconnected) => None,
-                    };
+                    let group = recv(&mut self.rx)?;
                     if let Some(end) = self.arrived(group) {
-                        break end;
+                        return Some(end);
                     }
                 }
             }
-        };
-        self.took(&item);
-        Some(item)
+        }
     }
 
     /// All the remaining batches (async), for tests and tools.
@@ -203,17 +212,7 @@ impl Iterator for TokenEpoch {
     /// The next batch, waiting for it (from a plain thread, not inside an async task).
     fn next(&mut self) -> Option<Result<Batch>> {
         let t = Instant::now();
-        let item = loop {
-            match self.held_next() {
-                Ok(item) => break item,
-                Err(()) => {
-                    let group = self.rx.blocking_recv();
-                    if let Some(end) = self.arrived(group) {
-                        break end;
-                    }
-                }
-            }
-        };
+        let item = self.take_with(|rx| Some(rx.blocking_recv())).flatten();
         add_ns(&self.stats.consumer_wait_ns, t.elapsed());
         self.took(&item);
         item

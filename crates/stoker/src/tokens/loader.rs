@@ -47,6 +47,8 @@ pub struct TokenLoader {
     cfg: PackConfig,
     cols: Arc<Columns>,
     pool: BatchPool,
+    /// How local batches are built: made once, the machine's cores looked up with it.
+    shape: produce::Shape,
     stats: Arc<Stats>,
     /// The last epoch planned, under which weights, and its plan.
     plan: Mutex<Option<Planned>>,
@@ -177,13 +179,15 @@ impl TokenLoader {
             sources: mix.as_ref().map(|m| m.names()),
         };
         let data_tokens = Mutex::new(DataTokens::start(&docs));
+        let shape = produce::Shape::of(&cfg);
         Ok(TokenLoader {
             docs,
             mix,
             source_tokens: Arc::new((0..sources).map(|_| AtomicU64::new(0)).collect()),
             cols: Arc::new(Columns::new(&cfg)),
             // The groups in flight, the consumer's, and the batches it holds.
-            pool: BatchPool::new(produce::Shape::of(&cfg).batches_kept(cfg.prefetch)),
+            pool: BatchPool::new(shape.batches_kept(cfg.prefetch)),
+            shape,
             stats: Arc::new(Stats::default()),
             plan: Mutex::new(None),
             ahead: Mutex::new(None),
@@ -514,8 +518,7 @@ impl TokenLoader {
             // a loop ([`produce`]). Plain threads, not the runtime's blocking pool: a runtime
             // the loader owns waits for its blocking work when dropped, and a producer waits
             // for room while the epoch lives, so dropping the loader before the epoch would hang.
-            let shape = produce::Shape::of(&self.cfg);
-            produce::spawn(&job, (start, end), shape)?
+            produce::spawn(&job, (start, end), self.shape)?
         } else {
             let (tx, rx) = mpsc::channel(prefetch);
             let task = self.runtime.spawn(async move {

@@ -20,7 +20,7 @@ use crate::batch::Batch;
 use crate::error::{panic_message, Error, Result};
 
 /// At most this many threads build one loader's batches of local documents.
-pub(super) const MAX_PRODUCERS: usize = 4;
+const MAX_PRODUCERS: usize = 4;
 
 /// Tokens a producer builds before handing them over together: one handoff wakes the consumer
 /// (and, when the consumer is behind, a producer) once for the group, not once a batch. At 8
