@@ -16,6 +16,7 @@ import os
 import random
 import sys
 import tarfile
+import warnings
 
 import numpy as np
 from PIL import Image
@@ -49,7 +50,8 @@ def main():
     import stoker.ray
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    cluster.add_node(num_cpus=1)
+    # The second node carries a label, for a read that names it (Ray's named parameters).
+    second = cluster.add_node(num_cpus=1, labels={"stoker-test": "reader"})
     ray.init(address=cluster.address, log_to_driver=False)
     try:
         cluster.wait_for_nodes()
@@ -104,6 +106,33 @@ def main():
             return {"node": [ray.get_runtime_context().get_node_id()] * len(batch["__index__"])}
 
         read_nodes = {r["node"] for r in stoker.ray.read(out, override_num_blocks=6).map_batches(node).take_all()}
+        # Ray's named read parameters (Ray Data 2.60 deprecates ray_remote_args for them) reach
+        # the read tasks: with label_selector naming the second node's label, every task runs
+        # there (the map inherits the selector, so it is fused into the read and notes the
+        # read's node; without the selector the reads run on both nodes, as read_nodes shows).
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            labelled = stoker.ray.read(out, override_num_blocks=4, label_selector={"stoker-test": "reader"})
+            labelled_nodes = {r["node"] for r in labelled.map_batches(node).take_all()}
+        named_warnings = [str(w.message) for w in caught if "ray_remote_args" in str(w.message)]
+        # A Ray whose readers take no named parameters: an error naming them, not its TypeError.
+        real_read = ray.data.read_datasource
+
+        def older_ray(datasource, *, override_num_blocks=None, concurrency=None, ray_remote_args=None):
+            return real_read(datasource, override_num_blocks=override_num_blocks, concurrency=concurrency,
+                             ray_remote_args=ray_remote_args)
+
+        ray.data.read_datasource = older_ray
+        try:
+            stoker.ray.read(out, num_cpus=1, max_calls=2)
+            older_error = None
+        except stoker.InvalidInputError as e:
+            older_error = str(e)
+        finally:
+            ray.data.read_datasource = real_read
+        slots = stoker.ray.task_slots
+        task_slots = [slots(16, 1, None), slots(16, 4, None), slots(2, 0.1, None), slots(16, 0, None),
+                      slots(16, 1, 3), slots(2, 4, None)]
         # A directory of 12,000 files, listed by name only on the driver: each task looks up
         # and reads the files of its part of the listing.
         many = os.path.join(os.path.dirname(os.path.abspath(out)), "many")
@@ -164,6 +193,10 @@ def main():
                     "png_shape": list(rows[0]["png"].shape),
                     "nodes": nodes,
                     "read_nodes": len(read_nodes),
+                    "labelled_on_second": labelled_nodes == {second.node_id},
+                    "named_warnings": named_warnings,
+                    "older_error": older_error,
+                    "task_slots": task_slots,
                     "many_files": [len(many_rows), many_ok],
                     "many_parts": many_parts,
                     "decoded_parts": decoded_parts,

@@ -43,6 +43,14 @@ def test_ray_read_on_two_nodes_gives_stokers_bytes_and_tensors(tmp_path):
     assert got["decoded_rows"] == 60 and got["decoded_equal"] and got["seed_matters"], got
     assert got["png_shape"] == [32, 32, 3], got
     assert got["read_nodes"] == 2, f"the read tasks ran on {got['read_nodes']} of the 2 nodes"
+    # Ray's named read parameters reach the tasks, without Ray's ray_remote_args warning; a Ray
+    # that takes none is an error naming them.
+    assert got["labelled_on_second"], "label_selector= did not keep the read tasks on the labelled node"
+    assert got["named_warnings"] == [], got["named_warnings"]
+    assert "num_cpus=, max_calls=" in got["older_error"] and "ray_remote_args=" in got["older_error"], got
+    # Tasks the cluster runs at once: CPUs over each task's num_cpus (0: one a CPU), at most
+    # concurrency, at least one.
+    assert got["task_slots"] == [16, 4, 20, 16, 3, 1], got["task_slots"]
     # 12,000 files, every one read once with its index in the whole directory.
     assert got["many_files"] == [12_000, True], got
     # Three read tasks, each with the part of the listing it reads: 4,000 files, not 12,000,

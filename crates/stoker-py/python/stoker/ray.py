@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import inspect
 import json
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence
@@ -60,6 +61,16 @@ def read(
     decode_threads: Optional[int] = None,
     override_num_blocks: Optional[int] = None,
     concurrency: Optional[int] = None,
+    num_cpus: Optional[float] = None,
+    num_gpus: Optional[float] = None,
+    memory: Optional[float] = None,
+    resources: Optional[Dict[str, float]] = None,
+    accelerator_type: Optional[str] = None,
+    runtime_env: Optional[Dict[str, Any]] = None,
+    label_selector: Optional[Dict[str, str]] = None,
+    fallback_strategy: Optional[List[Dict[str, Any]]] = None,
+    max_calls: Optional[int] = None,
+    compute: Any = None,
     ray_remote_args: Optional[Dict[str, Any]] = None,
     **options: Any,
 ) -> "ray.data.Dataset":
@@ -68,18 +79,62 @@ def read(
     for ``stoker.open`` (``columns=``, ``endpoint=``, ``layout=``...); ``decode`` takes the
     Loader's specs (``stoker.Image``, ``stoker.Int``, ``stoker.Npy``, ``stoker.Bytes``), run on
     ``decode_threads`` Rust threads in each task (default: the CPUs Ray granted the task). Ray's own
-    ``override_num_blocks`` (the number of read tasks), ``concurrency`` and
-    ``ray_remote_args`` behave as for Ray's readers; without ``override_num_blocks``, a task
-    per shard, or one per cluster CPU, but no task of fewer than ``MIN_TASK_SAMPLES`` samples."""
+    ``override_num_blocks`` (the number of read tasks), ``concurrency``, the named remote
+    parameters of its readers (``num_cpus``, ``num_gpus``, ``memory``, ``resources``,
+    ``accelerator_type``, ``runtime_env``, ``label_selector``, ``fallback_strategy``,
+    ``max_calls``, ``compute``: Ray Data 2.60 and later) and ``ray_remote_args`` (deprecated by
+    Ray for them) behave as for Ray's readers; a named parameter the installed Ray's readers do
+    not take is an error naming it. Without ``override_num_blocks``: a task per shard, or one
+    per task slot of the cluster (its CPUs over each task's ``num_cpus``, at most
+    ``concurrency``), but no task of fewer than ``MIN_TASK_SAMPLES`` samples."""
     if rows_per_block < 1:
         raise InvalidInputError(f"rows_per_block must be at least 1, not {rows_per_block}")
     source = StokerDatasource(uri, decode=decode, seed=seed, epoch=epoch, rows_per_block=rows_per_block,
                               decode_threads=decode_threads, **options)
-    if override_num_blocks is None:
-        override_num_blocks = source.default_tasks(int(ray.cluster_resources().get("CPU", 1)))
-    return ray.data.read_datasource(
-        source, override_num_blocks=override_num_blocks, concurrency=concurrency, ray_remote_args=ray_remote_args
+    named = _named_read_params(
+        num_cpus=num_cpus, num_gpus=num_gpus, memory=memory, resources=resources, accelerator_type=accelerator_type,
+        runtime_env=runtime_env, label_selector=label_selector, fallback_strategy=fallback_strategy,
+        max_calls=max_calls, compute=compute,
     )
+    if override_num_blocks is None:
+        cpus = float(ray.cluster_resources().get("CPU", 1))
+        per_task = named.get("num_cpus", (ray_remote_args or {}).get("num_cpus", 1))
+        override_num_blocks = source.default_tasks(task_slots(cpus, per_task, concurrency))
+    return ray.data.read_datasource(
+        source, override_num_blocks=override_num_blocks, concurrency=concurrency, ray_remote_args=ray_remote_args,
+        **named,
+    )
+
+
+def _named_read_params(**given: Any) -> Dict[str, Any]:
+    """The named remote parameters of a read that were given (not ``None``), each checked to be
+    one the installed Ray's ``read_datasource`` takes: Ray Data 2.60 added them (and deprecated
+    ``ray_remote_args`` for them), so an older Ray would otherwise fail with a ``TypeError``
+    about its own function, or, as before they were named here, as an unknown source option."""
+    named = {k: v for k, v in given.items() if v is not None}
+    takes = inspect.signature(ray.data.read_datasource).parameters
+    missing = [k for k in named if k not in takes]
+    if missing:
+        raise InvalidInputError(
+            f"this Ray ({ray.__version__}) reads take no {', '.join(f'{k}=' for k in missing)}: pass "
+            f"ray_remote_args={{{', '.join(repr(k) + ': ...' for k in missing)}}} instead, or upgrade ray"
+        )
+    return named
+
+
+def task_slots(cpus: float, per_task: Any, concurrency: Optional[int]) -> int:
+    """How many read tasks the cluster runs at once: its ``cpus`` over each task's
+    ``num_cpus`` (``per_task``; a task of no CPU is not limited by them, so one per CPU), at most
+    ``concurrency`` when given."""
+    try:
+        per_task = float(per_task)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"num_cpus is a number of CPUs, not {per_task!r}") from None
+    # The small excess keeps 2.0 CPUs over 0.1 a task at 20 slots, not 19.
+    slots = int(cpus / per_task + 1e-9) if per_task > 0 else int(cpus)
+    if isinstance(concurrency, int):
+        slots = min(slots, concurrency)
+    return max(1, slots)
 
 
 class StokerDatasource(_ShownArgs, Datasource):
@@ -118,15 +173,16 @@ class StokerDatasource(_ShownArgs, Datasource):
         self._parts: Dict[tuple, Optional[List[bytes]]] = {}
         self._whole: Any = None
 
-    def default_tasks(self, cpus: int) -> int:
+    def default_tasks(self, slots: int) -> int:
         """Read tasks when the caller does not say (Ray's own default, 200 or more, would make
         tasks of a few samples each, and every task opens the source and starts a Loader: 2048
         images read at 475/s in 200 tasks and 1,200/s in 4, on 2 CPUs). At least
-        ``MIN_TASK_SAMPLES`` samples a task; within that, a task per shard, or one per CPU: a
-        second wave of tasks costs each CPU a task's start and the gap before Ray Data submits
-        it (a two-node write of 100,000 files took 1.18-1.31 s in one wave, 1.32-1.39 s in two)."""
+        ``MIN_TASK_SAMPLES`` samples a task; within that, a task per shard, or one per task
+        slot (``slots``, see :func:`task_slots`): a second wave of tasks costs each slot a task's
+        start and the gap before Ray Data submits it (a two-node write of 100,000 files took
+        1.18-1.31 s in one wave, 1.32-1.39 s in two)."""
         by_size = max(1, -(-self._len // MIN_TASK_SAMPLES))
-        return max(1, min(by_size, max(cpus, len(self._shard_starts))))
+        return max(1, min(by_size, max(slots, len(self._shard_starts))))
 
     def get_name(self) -> str:
         return "Stoker"
