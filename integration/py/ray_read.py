@@ -132,7 +132,7 @@ def main():
             ray.data.read_datasource = real_read
         slots = stoker.ray.task_slots
         task_slots = [slots(16, 1, None), slots(16, 4, None), slots(2, 0.1, None), slots(16, 0, None),
-                      slots(16, 1, 3), slots(2, 4, None)]
+                      slots(16, 1, 3), slots(2, 4, None), slots(4, None, None)]
         # A directory of 12,000 files, listed by name only on the driver: each task looks up
         # and reads the files of its part of the listing.
         many = os.path.join(os.path.dirname(os.path.abspath(out)), "many")

@@ -50,7 +50,7 @@ def test_ray_read_on_two_nodes_gives_stokers_bytes_and_tensors(tmp_path):
     assert "num_cpus=, max_calls=" in got["older_error"] and "ray_remote_args=" in got["older_error"], got
     # Tasks the cluster runs at once: CPUs over each task's num_cpus (0: one a CPU), at most
     # concurrency, at least one.
-    assert got["task_slots"] == [16, 4, 20, 16, 3, 1], got["task_slots"]
+    assert got["task_slots"] == [16, 4, 20, 16, 3, 1, 4], got["task_slots"]
     # 12,000 files, every one read once with its index in the whole directory.
     assert got["many_files"] == [12_000, True], got
     # Three read tasks, each with the part of the listing it reads: 4,000 files, not 12,000,

@@ -98,7 +98,7 @@ def read(
     )
     if override_num_blocks is None:
         cpus = float(ray.cluster_resources().get("CPU", 1))
-        per_task = named.get("num_cpus", (ray_remote_args or {}).get("num_cpus", 1))
+        per_task = named.get("num_cpus", (ray_remote_args or {}).get("num_cpus"))
         override_num_blocks = source.default_tasks(task_slots(cpus, per_task, concurrency))
     return ray.data.read_datasource(
         source, override_num_blocks=override_num_blocks, concurrency=concurrency, ray_remote_args=ray_remote_args,
@@ -124,8 +124,10 @@ def _named_read_params(**given: Any) -> Dict[str, Any]:
 
 def task_slots(cpus: float, per_task: Any, concurrency: Optional[int]) -> int:
     """How many read tasks the cluster runs at once: its ``cpus`` over each task's
-    ``num_cpus`` (``per_task``; a task of no CPU is not limited by them, so one per CPU), at most
-    ``concurrency`` when given."""
+    ``num_cpus`` (``per_task``; ``None`` is Ray's default of one; a task of no CPU is not
+    limited by them, so one per CPU), at most ``concurrency`` when given."""
+    if per_task is None:
+        per_task = 1
     try:
         per_task = float(per_task)
     except (TypeError, ValueError):
