@@ -14,6 +14,7 @@ import io
 import json
 import os
 import random
+import re
 import sys
 import tarfile
 import warnings
@@ -130,9 +131,19 @@ def main():
             older_error = str(e)
         finally:
             ray.data.read_datasource = real_read
+        # Tasks the cluster runs at once, for the default task count: the fewest of each
+        # resource a task asks for over the cluster's total, at most concurrency or the pool's size.
         slots = stoker.ray.task_slots
-        task_slots = [slots(16, 1, None), slots(16, 4, None), slots(2, 0.1, None), slots(16, 0, None),
-                      slots(16, 1, 3), slots(2, 4, None), slots(4, None, None)]
+        big = {"CPU": 16.0, "GPU": 2.0, "memory": 64e9, "disk": 4.0}
+        task_slots = [
+            slots(big, {}, None), slots(big, {"num_cpus": 4}, None), slots({"CPU": 2.0}, {"num_cpus": 0.1}, None),
+            slots(big, {"num_cpus": 0}, None), slots(big, {}, 3), slots({"CPU": 2.0}, {"num_cpus": 4}, None),
+            slots(big, {"num_cpus": None}, None), slots(big, {"num_gpus": 1}, None),
+            slots(big, {"memory": 16e9}, None), slots(big, {"resources": {"disk": 1}}, None),
+            slots(big, {"resources": {"tpu": 1}}, None),
+            slots(big, {}, None, ray.data.ActorPoolStrategy(size=5)), slots(big, {}, 7, ray.data.TaskPoolStrategy(size=5)),
+            slots(big, {}, None, ray.data.ActorPoolStrategy(min_size=1)),
+        ]
         # A directory of 12,000 files, listed by name only on the driver: each task looks up
         # and reads the files of its part of the listing.
         many = os.path.join(os.path.dirname(os.path.abspath(out)), "many")
@@ -146,6 +157,21 @@ def main():
         many_ok = sorted(int.from_bytes(bytes(r["bin"]), "little") for r in many_rows) == list(range(12_000)) and all(
             r["__index__"] == int.from_bytes(bytes(r["bin"]), "little") for r in many_rows
         )
+
+        # The default task count in a read: the slots with num_cpus named or in ray_remote_args,
+        # at most concurrency (12,000 files: up to 24 tasks, none of fewer than 512 samples).
+        def read_tasks(**kw):
+            done = stoker.ray.read(many, **kw).materialize()
+            return int(re.search(r"(\d+) tasks executed", done.stats()).group(1))
+
+        planned = [read_tasks(), read_tasks(num_cpus=0.5), read_tasks(ray_remote_args={"num_cpus": 0.5}),
+                   read_tasks(num_cpus=0.25, concurrency=3)]
+        bad_args = []
+        for kw in ({"num_cpus": "2"}, {"concurrency": (1, 4)}, {"resources": {"disk": True}}):
+            try:
+                stoker.ray.read(many, **kw)
+            except stoker.InvalidInputError as e:
+                bad_args.append(str(e))
         # Each read task carries the part of the listing its run covers, not the whole of it,
         # decoding or not; a tar read's tasks carry the whole (its samples are not one file each).
         def listings(source, parts):
@@ -197,6 +223,8 @@ def main():
                     "named_warnings": named_warnings,
                     "older_error": older_error,
                     "task_slots": task_slots,
+                    "planned": planned,
+                    "bad_args": bad_args,
                     "many_files": [len(many_rows), many_ok],
                     "many_parts": many_parts,
                     "decoded_parts": decoded_parts,

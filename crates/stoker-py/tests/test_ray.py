@@ -48,9 +48,16 @@ def test_ray_read_on_two_nodes_gives_stokers_bytes_and_tensors(tmp_path):
     assert got["labelled_on_second"], "label_selector= did not keep the read tasks on the labelled node"
     assert got["named_warnings"] == [], got["named_warnings"]
     assert "num_cpus=, max_calls=" in got["older_error"] and "ray_remote_args=" in got["older_error"], got
-    # Tasks the cluster runs at once: CPUs over each task's num_cpus (0: one a CPU), at most
-    # concurrency, at least one.
-    assert got["task_slots"] == [16, 4, 20, 16, 3, 1, 4], got["task_slots"]
+    # Tasks the cluster runs at once: the cluster's CPUs (GPUs, memory, custom resources) over
+    # each task's share (num_cpus=0: one a CPU), at most concurrency (or the pool's size), at
+    # least one.
+    assert got["task_slots"] == [16, 4, 20, 16, 3, 1, 16, 2, 4, 4, 1, 5, 7, 16], got["task_slots"]
+    # And a read's default task count follows them on the two one-CPU nodes.
+    assert got["planned"] == [2, 4, 4, 3], got["planned"]
+    assert len(got["bad_args"]) == 3, got["bad_args"]
+    assert "num_cpus is an amount" in got["bad_args"][0] and "'2'" in got["bad_args"][0], got["bad_args"]
+    assert "concurrency" in got["bad_args"][1] and "(1, 4)" in got["bad_args"][1], got["bad_args"]
+    assert "resources['disk']" in got["bad_args"][2], got["bad_args"]
     # 12,000 files, every one read once with its index in the whole directory.
     assert got["many_files"] == [12_000, True], got
     # Three read tasks, each with the part of the listing it reads: 4,000 files, not 12,000,

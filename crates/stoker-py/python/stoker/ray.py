@@ -85,21 +85,26 @@ def read(
     ``max_calls``, ``compute``: Ray Data 2.60 and later) and ``ray_remote_args`` (deprecated by
     Ray for them) behave as for Ray's readers; a named parameter the installed Ray's readers do
     not take is an error naming it. Without ``override_num_blocks``: a task per shard, or one
-    per task slot of the cluster (its CPUs over each task's ``num_cpus``, at most
-    ``concurrency``), but no task of fewer than ``MIN_TASK_SAMPLES`` samples."""
+    per task slot of the cluster (see :func:`task_slots`: its CPUs over each task's
+    ``num_cpus``, and so for GPUs, memory and custom resources, at most ``concurrency``), but
+    no task of fewer than ``MIN_TASK_SAMPLES`` samples."""
     if rows_per_block < 1:
         raise InvalidInputError(f"rows_per_block must be at least 1, not {rows_per_block}")
-    source = StokerDatasource(uri, decode=decode, seed=seed, epoch=epoch, rows_per_block=rows_per_block,
-                              decode_threads=decode_threads, **options)
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)):
+        raise InvalidInputError(f"a read's concurrency is how many read tasks run at once (an int), not {concurrency!r}")
+    # Checked before the source is listed, which may take many requests.
     named = _named_read_params(
         num_cpus=num_cpus, num_gpus=num_gpus, memory=memory, resources=resources, accelerator_type=accelerator_type,
         runtime_env=runtime_env, label_selector=label_selector, fallback_strategy=fallback_strategy,
         max_calls=max_calls, compute=compute,
     )
+    source = StokerDatasource(uri, decode=decode, seed=seed, epoch=epoch, rows_per_block=rows_per_block,
+                              decode_threads=decode_threads, **options)
     if override_num_blocks is None:
-        cpus = float(ray.cluster_resources().get("CPU", 1))
-        per_task = named.get("num_cpus", (ray_remote_args or {}).get("num_cpus"))
-        override_num_blocks = source.default_tasks(task_slots(cpus, per_task, concurrency))
+        # A named parameter overrides its ray_remote_args entry, as in Ray.
+        asks = {**(ray_remote_args or {}), **named}
+        slots = task_slots(ray.cluster_resources(), asks, concurrency, named.get("compute"))
+        override_num_blocks = source.default_tasks(slots)
     return ray.data.read_datasource(
         source, override_num_blocks=override_num_blocks, concurrency=concurrency, ray_remote_args=ray_remote_args,
         **named,
@@ -108,34 +113,62 @@ def read(
 
 def _named_read_params(**given: Any) -> Dict[str, Any]:
     """The named remote parameters of a read that were given (not ``None``), each checked to be
-    one the installed Ray's ``read_datasource`` takes: Ray Data 2.60 added them (and deprecated
-    ``ray_remote_args`` for them), so an older Ray would otherwise fail with a ``TypeError``
-    about its own function, or, as before they were named here, as an unknown source option."""
+    one the installed Ray's ``read_datasource`` takes. Ray Data 2.60 added them (and deprecated
+    ``ray_remote_args`` for them); an older Ray would pass them on to the datasource as its
+    options, where each would be refused as an unknown source option."""
     named = {k: v for k, v in given.items() if v is not None}
     takes = inspect.signature(ray.data.read_datasource).parameters
     missing = [k for k in named if k not in takes]
     if missing:
+        # compute is a strategy, not an option of ray.remote: no ray_remote_args can carry it.
+        remote = [k for k in missing if k != "compute"]
+        how = "upgrade Ray"
+        if remote:
+            how += f", or pass them in ray_remote_args={{{', '.join(repr(k) + ': ...' for k in remote)}}}"
         raise InvalidInputError(
-            f"this Ray ({ray.__version__}) reads take no {', '.join(f'{k}=' for k in missing)}: pass "
-            f"ray_remote_args={{{', '.join(repr(k) + ': ...' for k in missing)}}} instead, or upgrade ray"
+            f"Ray {ray.__version__}'s read_datasource takes no {', '.join(f'{k}=' for k in missing)} (Ray Data 2.60 "
+            f"added them): {how}"
         )
     return named
 
 
-def task_slots(cpus: float, per_task: Any, concurrency: Optional[int]) -> int:
-    """How many read tasks the cluster runs at once: its ``cpus`` over each task's
-    ``num_cpus`` (``per_task``; ``None`` is Ray's default of one; a task of no CPU is not
-    limited by them, so one per CPU), at most ``concurrency`` when given."""
-    if per_task is None:
-        per_task = 1
-    try:
-        per_task = float(per_task)
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"num_cpus is a number of CPUs, not {per_task!r}") from None
+def task_slots(cluster: Dict[str, float], asks: Dict[str, Any], concurrency: Optional[int], compute: Any = None) -> int:
+    """How many read tasks the cluster runs at once. For each resource a task asks for in
+    ``asks`` (Ray's remote parameters: ``num_cpus``, one when not given, as in Ray; ``num_gpus``;
+    ``memory``; each of ``resources``), the ``cluster``'s total over the task's share; the
+    fewest of those (one a CPU when a task asks for nothing), at most ``concurrency``, or else
+    the size of ``compute``'s pool. Counted over the whole cluster's totals: a task too large
+    for any one node, or a ``label_selector`` that leaves some nodes out, is not seen here."""
+
+    def amount(name: str, value: Any) -> Optional[float]:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidInputError(f"{name} is an amount of a resource a read task takes (a number), not {value!r}")
+        return float(value)
+
+    share = {
+        "CPU": amount("num_cpus", asks.get("num_cpus")),
+        "GPU": amount("num_gpus", asks.get("num_gpus")),
+        "memory": amount("memory", asks.get("memory")),
+    }
+    if share["CPU"] is None:
+        share["CPU"] = 1.0
+    for name, value in (asks.get("resources") or {}).items():
+        share[name] = amount(f"resources[{name!r}]", value)
     # The small excess keeps 2.0 CPUs over 0.1 a task at 20 slots, not 19.
-    slots = int(cpus / per_task + 1e-9) if per_task > 0 else int(cpus)
-    if isinstance(concurrency, int):
+    fits = [int(cluster.get(name, 0) / s + 1e-9) for name, s in share.items() if s is not None and s > 0]
+    slots = min(fits) if fits else int(cluster.get("CPU", 1))
+    if concurrency is not None:
         slots = min(slots, concurrency)
+    elif compute is not None:
+        # Ray's read takes concurrency over compute; a task pool has a size, an actor pool a
+        # largest size (infinite when unbounded).
+        size = getattr(compute, "size", None)
+        if size is None:
+            size = getattr(compute, "max_size", None)
+        if isinstance(size, (int, float)) and size != float("inf"):
+            slots = min(slots, int(size))
     return max(1, slots)
 
 
@@ -274,8 +307,9 @@ def _read_span(
     if threads is None:
         # The task's own share of its node: Ray runs a task per CPU it grants, and decode
         # threads beyond the CPUs granted would only contend with the node's other tasks.
+        # A task granted no CPU (num_cpus=0) is not to take every core: one thread.
         cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
-        threads = max(1, int(cpus)) if cpus else None
+        threads = max(1, int(cpus)) if cpus else 1
     if isinstance(listing, ray.ObjectRef):
         listing = ray.get(listing)
     source = _stoker.Source(args.uri, args.json(), listing)
