@@ -11,9 +11,14 @@ Rows (each epoch consumed with iter_batches(batch_size=256, batch_format="numpy"
                     decode + torchvision RandomResizedCrop(224) + RandomHorizontalFlip
   ray-images        ray.data.read_images(files, mode="RGB") (Ray's PIL decode of whole images)
                     then map_batches with the same crop and flip on the decoded arrays
+  stoker-parquet    stoker.ray.read(parquet, decode=...) as the stoker row, of the same samples
+                    in Parquet files (columns __key__, jpg as binary, cls as int64)
+  ray-parquet       ray.data.read_parquet(parquet) then map_batches as ray-webdataset's
 
 Data: integration/bench_decode_data.py's ImageNet-like JPEGs (shards/ and files/), as
-bench_augment.py uses them. Run with the venv that has stoker, Ray Data and torchvision:
+bench_augment.py uses them; parquet/ is written from shards/ on the first run (8 files of 256
+rows, row groups of 128: a Hugging Face dataset's export has row groups of this order). Run
+with the venv that has stoker, Ray Data and torchvision:
 
     .venv-peers/bin/python integration/bench_ray.py --dir /work/bench_aug [--rounds 3] [--cpus 2]
 
@@ -30,12 +35,43 @@ import time
 from pathlib import Path
 
 
-def stoker_ds(root: Path):
+def stoker_ds(root: Path, layout: str = "shards"):
     import stoker
     import stoker.ray
 
     spec = {"jpg": stoker.Image(224, crop="random_resized", flip=True), "cls": stoker.Int()}
-    return stoker.ray.read(str(root / "shards"), decode=spec, seed=0)
+    return stoker.ray.read(str(root / layout), decode=spec, seed=0)
+
+
+def make_parquet(root: Path) -> Path:
+    """root/parquet: the samples of root/shards as Parquet files, written once."""
+    import tarfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = root / "parquet"
+    if (out / "done").exists():
+        return out
+    out.mkdir(exist_ok=True)
+    rows: dict = {}
+    for shard in sorted((root / "shards").glob("*.tar")):
+        with tarfile.open(shard) as t:
+            for m in t.getmembers():
+                key, ext = m.name.split(".", 1)
+                rows.setdefault(key, {})[ext] = t.extractfile(m).read()
+    keys = sorted(rows)
+    per = -(-len(keys) // 8)
+    for i in range(0, len(keys), per):
+        part = keys[i : i + per]
+        table = pa.table({
+            "__key__": part,
+            "jpg": pa.array([rows[k]["jpg"] for k in part], pa.binary()),
+            "cls": pa.array([int(rows[k]["cls"]) for k in part], pa.int64()),
+        })
+        pq.write_table(table, out / f"train-{i // per:03d}.parquet", row_group_size=128)
+    (out / "done").touch()
+    return out
 
 
 def _crop_flip(img, t):
@@ -50,24 +86,33 @@ def _transform():
     return v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()])
 
 
+def _decode(batch):
+    """A batch of JPEG bytes and labels decoded with PIL, cropped and flipped."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    t = _transform()
+    out = []
+    for data in batch["jpg"]:
+        with Image.open(io.BytesIO(data)) as im:
+            out.append(_crop_flip(im.convert("RGB"), t))
+    return {"jpg": np.stack(out), "cls": np.array([int(c) for c in batch["cls"]])}
+
+
 def webdataset_ds(root: Path):
     import ray.data
 
-    def decode(batch):
-        import io
-
-        import numpy as np
-        from PIL import Image
-
-        t = _transform()
-        out = []
-        for data in batch["jpg"]:
-            with Image.open(io.BytesIO(data)) as im:
-                out.append(_crop_flip(im.convert("RGB"), t))
-        return {"jpg": np.stack(out), "cls": np.array([int(c) for c in batch["cls"]])}
-
     files = sorted(str(p) for p in (root / "shards").glob("*.tar"))
-    return ray.data.read_webdataset(files, decoder=None).map_batches(decode, batch_size=64)
+    return ray.data.read_webdataset(files, decoder=None).map_batches(_decode, batch_size=64)
+
+
+def parquet_ds(root: Path):
+    import ray.data
+
+    files = sorted(str(p) for p in (root / "parquet").glob("*.parquet"))
+    return ray.data.read_parquet(files).map_batches(_decode, batch_size=64)
 
 
 def images_ds(root: Path):
@@ -84,7 +129,15 @@ def images_ds(root: Path):
     return ray.data.read_images(files, mode="RGB").map_batches(crop, batch_size=64)
 
 
-ROWS = {"stoker": stoker_ds, "ray-webdataset": webdataset_ds, "ray-images": images_ds}
+ROWS = {
+    "stoker": stoker_ds,
+    "ray-webdataset": webdataset_ds,
+    "ray-images": images_ds,
+    "stoker-parquet": lambda root: stoker_ds(root, "parquet"),
+    "ray-parquet": parquet_ds,
+}
+#: Each Ray row against the Stoker row of the same data.
+AGAINST = {"ray-webdataset": "stoker", "ray-images": "stoker", "ray-parquet": "stoker-parquet"}
 
 
 def epoch(ds, column: str) -> int:
@@ -105,6 +158,7 @@ def main() -> None:
     args = ap.parse_args()
     import ray
 
+    make_parquet(args.dir)
     ray.init(num_cpus=args.cpus, log_to_driver=False, include_dashboard=False)
     rows = args.rows.split(",")
     results: dict = {r: [] for r in rows}
@@ -121,11 +175,10 @@ def main() -> None:
     print(f"machine: {args.cpus} Ray CPUs, load average {os.getloadavg()}")
     for r in rows:
         print(f"{r:16s} " + " / ".join(f"{x:,.0f}" for x in results[r]) + " images/s")
-    if "stoker" in results:
-        for r in rows:
-            if r != "stoker":
-                ratios = " / ".join(f"{a / b:.2f}x" for a, b in zip(results["stoker"], results[r]))
-                print(f"stoker / {r}: {ratios} (round by round)")
+    for r, s in AGAINST.items():
+        if r in results and s in results:
+            ratios = " / ".join(f"{a / b:.2f}x" for a, b in zip(results[s], results[r]))
+            print(f"{s} / {r}: {ratios} (round by round)")
     print(json.dumps(results))
 
 
