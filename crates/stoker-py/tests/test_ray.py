@@ -1,7 +1,8 @@
 """stoker.ray on a real two-node local Ray cluster (integration/py/ray_read.py), run with the
 venv that has Ray Data (.venv-peers, as the format writers: Ray pins what this venv cannot
 take) and this build of stoker on its path: every sample exactly once with stoker.open's bytes,
-decoded tensors equal to stoker.Loader's for the same (seed, epoch, index), read tasks on both
+for each layout (tar, files, Parquet, MDS, LitData, TFRecord, HDF5, JSONL, LMDB, a mix:
+integration/py/ray_layouts.py), decoded tensors equal to stoker.Loader's for the same (seed, epoch, index), read tasks on both
 nodes; stoker.ray.write (integration/py/ray_write.py) writing every row once, on both nodes,
 resuming after a killed worker with the same bytes, to a directory, LMDB and S3. And without Ray, a
 clear error naming the extra."""
@@ -67,6 +68,58 @@ def test_ray_read_on_two_nodes_gives_stokers_bytes_and_tensors(tmp_path):
     assert got["tar_parts"] == [[False, 20]] * 3, got
     # Decoded from parts of a listing of files: the Loader's crops, drawn by whole-source index.
     assert got["files_decoded_equal"], got
+
+
+def test_ray_read_gives_each_layout_as_stoker_opens_it(tmp_path):
+    """Every layout Stoker opens, read by stoker.ray.read in three tasks on two nodes: each
+    sample once, with stoker.open's key and bytes (integration/py/ray_layouts.py)."""
+    import io
+    import random
+    import tarfile
+
+    from test_formats import write
+
+    rng = random.Random(5)
+    tars = tmp_path / "tar"
+    tars.mkdir()
+    for shard in range(3):
+        with tarfile.open(tars / f"shard-{shard:04d}.tar", "w") as t:
+            for i in range(shard * 30, shard * 30 + 30):
+                for ext, data in (("jpg", rng.randbytes(rng.randrange(1, 3000))), ("cls", str(i % 7).encode())):
+                    info = tarfile.TarInfo(f"{i:06d}.{ext}")
+                    info.size = len(data)
+                    t.addfile(info, io.BytesIO(data))
+    files = tmp_path / "files"
+    for i in range(70):
+        (files / f"{i % 3}").mkdir(parents=True, exist_ok=True)
+        (files / f"{i % 3}" / f"f{i:03d}.bin").write_bytes(rng.randbytes(rng.randrange(0, 500)))
+    for script, kind in (("write_parquet.py", "hf"), ("write_records.py", "mds"), ("write_records.py", "litdata"),
+                         ("write_tfrecord.py", "example"), ("write_hdf5.py", "mixed"), ("write_text.py", "jsonl")):
+        write(script, kind, tmp_path / kind)
+    stoker.pack(str(tars), str(tmp_path / "lmdb"), layout="lmdb", field="jpg")
+    mix = tmp_path / "two.mix.json"
+    mix.write_text(json.dumps({"sources": [{"uri": "tar/shard-0000.tar", "weight": 1},
+                                           {"uri": "tar/shard-{0001..0002}.tar", "weight": 2}]}))
+    uris = {
+        "tar": tars, "files": files, "parquet": tmp_path / "hf", "mds": tmp_path / "mds",
+        "litdata": tmp_path / "litdata", "tfrecord": tmp_path / "example", "hdf5": tmp_path / "mixed",
+        "jsonl": tmp_path / "jsonl" / "corpus-b.jsonl.gz", "lmdb": tmp_path / "lmdb", "mix": mix,
+    }
+    out = subprocess.run(
+        [writers_python(), str(ROOT / "integration/py/ray_layouts.py"), *(f"{k}={v}" for k, v in uris.items())],
+        capture_output=True, text=True, env=peers_env(tmp_path), timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert sorted(got) == sorted(uris), got
+    for name, result in got.items():
+        assert isinstance(result, list), f"{name}: {result}"
+        samples, tasks, once, equal = result
+        assert samples > 0 and tasks >= 1, (name, result)
+        assert once, f"{name}: stoker.ray.read did not give each of its {samples} samples once"
+        assert equal, f"{name}: stoker.ray.read's keys or bytes differ from stoker.open's"
+    # Each was cut into the three tasks asked for (within or between its shards).
+    assert {k: r[1] for k, r in got.items()} == {k: 3 for k in uris}, got
 
 
 def test_ray_write_packs_every_row_resumes_after_a_killed_worker_and_refuses_what_cannot_be_written(tmp_path, s3):
