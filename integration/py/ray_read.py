@@ -116,7 +116,8 @@ def main():
             labelled = stoker.ray.read(out, override_num_blocks=4, label_selector={"stoker-test": "reader"})
             labelled_nodes = {r["node"] for r in labelled.map_batches(node).take_all()}
         named_warnings = [str(w.message) for w in caught if "ray_remote_args" in str(w.message)]
-        # A Ray whose readers take no named parameters: an error naming them, not its TypeError.
+        # A Ray whose readers take no named parameters: an error naming them and saying how (such
+        # a Ray would hand them to the datasource, as unknown source options).
         real_read = ray.data.read_datasource
 
         def older_ray(datasource, *, override_num_blocks=None, concurrency=None, ray_remote_args=None):

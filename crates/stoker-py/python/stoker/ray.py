@@ -78,7 +78,8 @@ def read(
     ``randomize_block_order()`` or ``random_shuffle()``). ``options`` are the source's, as
     for ``stoker.open`` (``columns=``, ``endpoint=``, ``layout=``...); ``decode`` takes the
     Loader's specs (``stoker.Image``, ``stoker.Int``, ``stoker.Npy``, ``stoker.Bytes``), run on
-    ``decode_threads`` Rust threads in each task (default: the CPUs Ray granted the task). Ray's own
+    ``decode_threads`` Rust threads in each task (default: the CPUs Ray granted the task, one for
+    a task granted none). Ray's own
     ``override_num_blocks`` (the number of read tasks), ``concurrency``, the named remote
     parameters of its readers (``num_cpus``, ``num_gpus``, ``memory``, ``resources``,
     ``accelerator_type``, ``runtime_env``, ``label_selector``, ``fallback_strategy``,
