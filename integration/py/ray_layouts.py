@@ -14,18 +14,12 @@ import sys
 
 
 def main():
-    import ray
-    from ray.cluster_utils import Cluster
-
     import stoker
     import stoker.ray
+    from ray_cluster import two_nodes
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    cluster.add_node(num_cpus=1)
-    ray.init(address=cluster.address, log_to_driver=False)
     found = {}
-    try:
-        cluster.wait_for_nodes()
+    with two_nodes():
         for arg in sys.argv[1:]:
             name, uri = arg.split("=", 1)
             try:
@@ -46,9 +40,6 @@ def main():
                 found[name] = [len(ds), tasks, once, equal]
             except Exception as e:  # noqa: BLE001 - reported per layout, the test names it
                 found[name] = f"error: {type(e).__name__}: {e}"
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     print(json.dumps(found))
 
 

@@ -45,17 +45,13 @@ def main():
     out = sys.argv[1]
     write_shards(out)
     import ray
-    from ray.cluster_utils import Cluster
 
     import stoker
     import stoker.ray
+    from ray_cluster import two_nodes
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     # The second node carries a label, for a read that names it (Ray's named parameters).
-    second = cluster.add_node(num_cpus=1, labels={"stoker-test": "reader"})
-    ray.init(address=cluster.address, log_to_driver=False)
-    try:
-        cluster.wait_for_nodes()
+    with two_nodes(labels={"stoker-test": "reader"}) as second:
         nodes = len([n for n in ray.nodes() if n["Alive"]])
 
         ds = stoker.open(out)
@@ -233,9 +229,6 @@ def main():
                 }
             )
         )
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 if __name__ == "__main__":

@@ -49,17 +49,13 @@ def main():
     import pyarrow
     import ray
     import webdataset as wds
-    from ray.cluster_utils import Cluster
 
     import stoker
     import stoker.ray
+    from ray_cluster import two_nodes
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    cluster.add_node(num_cpus=1)
-    ray.init(address=cluster.address, log_to_driver=False)
     found = {}
-    try:
-        cluster.wait_for_nodes()
+    with two_nodes():
         want = {s["__key__"]: s for s in stoker.open(src)}
 
         def same(samples):
@@ -251,9 +247,6 @@ def main():
             lambda: stoker.ray.write(big, os.path.join(out, "big"), layout="tokens")
         )
         print(json.dumps(found))
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 if __name__ == "__main__":
