@@ -10,7 +10,10 @@ The same samples (random bytes, the id in the first 8 bytes, a label) are writte
 own writer: MosaicML's ``MDSWriter``, ``litdata.optimize``, and ``webdataset.TarWriter`` shards
 indexed by ``stoker index`` for Stoker, all the same shard size, uploaded through the S3 API to
 the embedded S3 server (s3s-fs). Readers go through the fault proxy, which adds ``--latency-ms``
-to every request. Each row runs in its own process with fresh cache directories and reads two
+to every request and, with ``--link-mib-s N``, carries every response body over one shared link of
+N MiB/s: the server, the proxy and the reader share this machine's cores, so without a link rate
+the bound is what the cores allow all three, where a node reading from a real store is bound by
+its network with cores to spare. Each row runs in its own process with fresh cache directories and reads two
 shuffled epochs; the peers through a torch DataLoader with one worker per core, Stoker through
 ``stoker.Loader``. Every epoch is checked: each sample exactly once, payload matching id and
 label. Requests and bytes are counted at the proxy for every row; peak memory is sampled from
@@ -417,7 +420,7 @@ def run_ranks(args: argparse.Namespace, spec: Dict[str, Any], env: Dict[str, str
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     m = pc.machine()
     work = Path(tempfile.mkdtemp(prefix="stoker-bench-remote-", dir=args.work_dir))
-    servers = pc.Servers(work, args.latency_ms).start()
+    servers = pc.Servers(work, args.latency_ms, args.link_mib_s).start()
     report: Dict[str, Any] = {"machine": m, "versions": pc.versions(), "args": vars(args), "rows": []}
     try:
         selected = rows(args)
@@ -479,7 +482,9 @@ def render(report: Dict[str, Any]) -> str:
     prep = report.get("prepare", {})
     out = [f"Remote epochs: {a['samples']:,} samples x {a['size']:,} B, {a['shard_mib']} MiB shards "
            f"({prep.get('per_shard', '?')} samples per tar shard), embedded S3 server (s3s-fs) + proxy adding "
-           f"{a['latency_ms']} ms to every request, batch {a['batch']}, peers through a DataLoader with "
+           f"{a['latency_ms']} ms to every request"
+           + (f" and carrying every body over one link of {a['link_mib_s']:,} MiB/s" if a.get("link_mib_s") else "")
+           + f", batch {a['batch']}, peers through a DataLoader with "
            f"{a['workers']} workers; {a.get('epochs', 2)} shuffled epochs per row, each row a fresh process with cold "
            "caches" + (f", every reader's cache limited to {a['cache_fraction']:.0%} of the data"
                        if a.get("cache_fraction") else "")
@@ -607,6 +612,9 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=20_000)
     ap.add_argument("--size", type=int, default=64 << 10, help="bytes per sample (default 65536)")
     ap.add_argument("--latency-ms", type=int, default=25, help="added by the proxy to every request")
+    ap.add_argument("--link-mib-s", type=int, default=0,
+                    help="the proxy carries every response body over one link of this many MiB/s (default 0: "
+                         "no limit, the bound is then what the cores allow the server, proxy and reader together)")
     ap.add_argument("--shard-mib", type=int, default=64,
                     help="shard size for every format (MDS size_limit, LitData chunk_bytes, tar shard)")
     ap.add_argument("--batch", type=int, default=64)

@@ -167,11 +167,13 @@ def _start_announcing(cmd: List[str], log: Path) -> Tuple[subprocess.Popen, str]
 @dataclass
 class Servers:
     """The embedded S3 server (s3s-fs, bodies in 1 MiB reads) and the fault proxy in front of it
-    adding ``latency_ms`` to every request. Uploads go to the server directly; readers go
+    adding ``latency_ms`` to every request and, with ``link_mib_s``, carrying every response
+    body over one shared link of that rate. Uploads go to the server directly; readers go
     through the proxy."""
 
     root: Path
     latency_ms: int
+    link_mib_s: int = 0
     server: Optional[subprocess.Popen] = None
     proxy: Optional[subprocess.Popen] = None
     server_addr: str = ""
@@ -186,7 +188,8 @@ class Servers:
             self.root / "s3_server.log",
         )
         self.proxy, self.proxy_addr = _start_announcing(
-            [str(_binary("fault_proxy")), "--upstream", self.server_addr, "--latency-ms", str(self.latency_ms)],
+            [str(_binary("fault_proxy")), "--upstream", self.server_addr, "--latency-ms", str(self.latency_ms),
+             "--link-mib-s", str(self.link_mib_s)],
             self.root / "fault_proxy.log",
         )
         return self

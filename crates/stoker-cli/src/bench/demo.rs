@@ -216,7 +216,7 @@ fn query_value(value: &str) -> String {
         .collect()
 }
 
-/// The running demo servers: S3 on loopback, and the latency proxy in front when asked.
+/// The running demo servers: S3 on loopback, and the proxy in front when asked.
 pub(crate) struct Servers {
     s3: ServerHandle,
     proxy: Option<ProxyHandle>,
@@ -237,16 +237,23 @@ impl Servers {
         )
     }
 
-    /// Where the S3 server listens, and the latency the proxy adds, for the report.
+    /// Where the S3 server listens, and what the proxy adds, for the report.
     pub(crate) fn describe(&self) -> String {
         let server = match &self.proxy {
             None => format!("embedded S3 server (s3s-fs) on {}", self.s3.addr()),
-            Some(p) => format!(
-                "embedded S3 server (s3s-fs) on {}, through a proxy on {} adding {} ms per request",
-                self.s3.addr(),
-                p.addr(),
-                p.control.config().latency_ms
-            ),
+            Some(p) => {
+                let c = p.control.config();
+                let link = match c.link_mib_s {
+                    0 => String::new(),
+                    n => format!(", every body over one link of {n} MiB/s"),
+                };
+                format!(
+                    "embedded S3 server (s3s-fs) on {}, through a proxy on {} adding {} ms per request{link}",
+                    self.s3.addr(),
+                    p.addr(),
+                    c.latency_ms
+                )
+            }
         };
         format!("{server}; the disk cache starts empty")
     }
@@ -272,8 +279,14 @@ impl Servers {
 }
 
 /// Start the S3 server over the dataset's `s3/` directory, upload the objects and shards
-/// through its API unless an earlier run did, and put the latency proxy in front if asked.
-pub(crate) async fn serve(data: &mut Dataset, latency_ms: Option<u64>, ui: &Ui) -> Result<Servers> {
+/// through its API unless an earlier run did, and put the proxy in front if asked for latency
+/// or a link rate.
+pub(crate) async fn serve(
+    data: &mut Dataset,
+    latency_ms: Option<u64>,
+    link_mib_s: Option<u64>,
+    ui: &Ui,
+) -> Result<Servers> {
     let root = data.s3_root();
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     let cfg = S3ServerConfig::new(&root).with_credentials(ACCESS_KEY, SECRET_KEY).with_bucket(BUCKET);
@@ -289,10 +302,11 @@ pub(crate) async fn serve(data: &mut Dataset, latency_ms: Option<u64>, ui: &Ui) 
         data.upload_s = started.elapsed().as_secs_f64();
         data.write_marker(true)?;
     }
-    if let Some(ms) = latency_ms {
+    if latency_ms.is_some() || link_mib_s.is_some() {
         let mut cfg = ProxyConfig::new(servers.s3.addr());
-        cfg.faults.latency_ms = ms;
-        let p = proxy::serve(cfg).await.context("cannot start the latency proxy")?;
+        cfg.faults.latency_ms = latency_ms.unwrap_or(0);
+        cfg.faults.link_mib_s = link_mib_s.unwrap_or(0);
+        let p = proxy::serve(cfg).await.context("cannot start the proxy")?;
         servers.proxy = Some(p);
     }
     Ok(servers)

@@ -82,6 +82,12 @@ pub(crate) struct BenchArgs {
     /// Demo: latency added to every S3 request by a proxy in front of the server (e.g. 25ms).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     latency: Option<Duration>,
+    /// Demo: the rate of one network link every S3 response shares, per second, through the
+    /// proxy (e.g. 512MiB for 512 MiB/s). Without it the S3 rows' bound is what the cores
+    /// allow the server, the proxy and the reader together; with it, the link, as for a node
+    /// reading from a store over its network.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    link: Option<u64>,
     /// Demo: which rows to run, comma-separated (default all): raw, files, tar, lmdb,
     /// s3-bound, s3-objects, s3-tar.
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
@@ -163,6 +169,7 @@ async fn orchestrate(args: &BenchArgs, params: &LoaderParams, ui: &Ui) -> Result
         ("--size", args.size.is_some()),
         ("--dir", args.dir.is_some()),
         ("--latency", args.latency.is_some()),
+        ("--link", args.link.is_some()),
         ("--backends", !args.backends.is_empty()),
     ];
     if let Some((flag, _)) = demo_only.iter().find(|(_, set)| *set) {
@@ -238,6 +245,11 @@ async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: rep
             stoker_testkit::proxy::MAX_DELAY_MS / 1000
         )));
     }
+    // The proxy paces in whole MiB/s.
+    let link_mib_s = args.link.map(|b| b >> 20);
+    if link_mib_s == Some(0) {
+        return Err(CliError::Message("--link is at least 1MiB (a second)".into()));
+    }
     ui.note(&format!(
         "demo dataset: {samples} samples x {} = {}, in {}; {} cores",
         crate::human_bytes(size),
@@ -249,7 +261,7 @@ async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: rep
     if data.reused {
         ui.note(&format!("reusing the dataset in {}", data.root.display()));
     }
-    let servers = demo::serve(&mut data, latency_ms, ui).await?;
+    let servers = demo::serve(&mut data, latency_ms, link_mib_s, ui).await?;
     let mut rows = Vec::new();
     let result = async {
         for name in wanted {
@@ -293,6 +305,7 @@ async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: rep
             upload_s: data.upload_s,
             servers: described,
             latency_ms,
+            link_mib_s,
         }),
     };
     report::print(&run, &rows, args.json)?;

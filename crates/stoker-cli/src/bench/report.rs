@@ -81,6 +81,8 @@ pub(crate) struct Demo {
     pub upload_s: f64,
     pub servers: String,
     pub latency_ms: Option<u64>,
+    /// The link rate the proxy carries every body at (`--link`), in MiB/s.
+    pub link_mib_s: Option<u64>,
 }
 
 /// Everything about the run that is not a row.
@@ -125,7 +127,7 @@ fn run_json(run: &Run) -> Value {
         json!({
             "samples": d.samples, "sample_bytes": d.sample_bytes, "total_bytes": d.samples * d.sample_bytes,
             "dir": d.dir, "kept": d.kept, "reused": d.reused, "write_s": d.write_s, "upload_s": d.upload_s,
-            "servers": d.servers, "latency_ms": d.latency_ms,
+            "servers": d.servers, "latency_ms": d.latency_ms, "link_mib_s": d.link_mib_s,
         })
     });
     json!({
@@ -333,11 +335,13 @@ fn table(run: &Run, rows: &[Row], refs: Refs) -> Vec<String> {
     }
     out.push(rss + ".");
     if let Some(d) = &run.demo {
-        if let Some(ms) = d.latency_ms {
+        if d.latency_ms.is_some() || d.link_mib_s.is_some() {
             let through: Vec<String> =
                 rows.iter().filter_map(|r| r.proxy_requests.map(|n| format!("{} {n}", r.backend))).collect();
+            let link = d.link_mib_s.map_or(String::new(), |n| format!(", every body over one {n} MiB/s link"));
             out.push(format!(
-                "latency: {ms} ms added to every S3 request; requests through the proxy: {}.",
+                "latency: {} ms added to every S3 request{link}; requests through the proxy: {}.",
+                d.latency_ms.unwrap_or(0),
                 through.join(", ")
             ));
         }

@@ -278,6 +278,38 @@ fn latency_goes_through_the_proxy() {
 }
 
 #[test]
+fn link_rate_bounds_the_s3_rows() {
+    let (samples, size) = (40u64, 16u64 << 10);
+    let (run, rows) = json_run(&[
+        "bench",
+        "--samples",
+        "40",
+        "--size",
+        "16KiB",
+        "--link",
+        "1MiB",
+        "--backends",
+        "s3-bound",
+        "--json",
+    ]);
+    assert_eq!(run["demo"]["link_mib_s"], 1, "{run}");
+    assert!(run["demo"]["servers"].as_str().unwrap().contains("one link of 1 MiB/s"), "{run}");
+    assert_eq!(rows.len(), 1);
+    check_row(&rows[0], samples);
+    // The bound reads the shards whole (every sample's bytes and the tar headers), every byte
+    // over the 1 MiB/s link.
+    assert!(f(&rows[0], "bytes") > (samples * size) as f64, "{}", rows[0]);
+    assert!(f(&rows[0], "mib_per_s") <= 1.0, "faster than the link: {}", rows[0]);
+
+    let out = stoker(&["bench", "--samples", "40", "--link", "100KiB"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--link is at least 1MiB"), "{}", text(&out.stderr));
+    let out = stoker(&["bench", "somewhere", "--link", "1MiB"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--link applies to the embedded demo only"), "{}", text(&out.stderr));
+}
+
+#[test]
 fn shard_shuffle_flags_reach_the_loader() {
     use stoker_testkit::s3::{serve, S3ServerConfig};
     let root = tempfile::tempdir().unwrap();

@@ -8,7 +8,7 @@ use clap::{CommandFactory, Parser};
 use stoker_testkit::proxy::{self, FaultConfig, ProxyConfig};
 
 /// Forward HTTP/1.1 to --upstream, injecting latency, 503 SlowDown, resets
-/// and truncated bodies.
+/// and truncated bodies, optionally through a link of limited bandwidth.
 ///
 /// Prints `listening on IP:PORT` once bound; stops on SIGINT/SIGTERM.
 /// Runtime control: GET /__proxy/stats, GET|POST /__proxy/config.
@@ -45,6 +45,9 @@ struct Args {
     /// RNG seed: the same seed and request order give the same faults.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The rate of the link all response bodies share, in MiB/s (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    link_mib_s: u64,
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         spike_prob: args.spike_prob,
         spike_ms: args.spike_ms,
         seed: args.seed,
+        link_mib_s: args.link_mib_s,
     };
     if let Err(msg) = faults.validate() {
         Args::command().error(ErrorKind::ValueValidation, msg).exit();

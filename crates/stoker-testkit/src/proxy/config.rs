@@ -35,6 +35,10 @@ pub struct FaultConfig {
     pub spike_ms: u64,
     /// RNG seed; setting it (even to the same value) restarts the sequence.
     pub seed: u64,
+    /// The rate of the link every response body shares, in MiB/s; 0 for no limit. Models
+    /// a network link as the bound where the server shares the client's cores.
+    #[serde(default)]
+    pub link_mib_s: u64,
 }
 
 impl Default for FaultConfig {
@@ -49,6 +53,7 @@ impl Default for FaultConfig {
             spike_prob: 0.0,
             spike_ms: 0,
             seed: 1,
+            link_mib_s: 0,
         }
     }
 }
@@ -90,6 +95,7 @@ impl FaultConfig {
             spike_prob: patch.spike_prob.unwrap_or(self.spike_prob),
             spike_ms: patch.spike_ms.unwrap_or(self.spike_ms),
             seed: patch.seed.unwrap_or(self.seed),
+            link_mib_s: patch.link_mib_s.unwrap_or(self.link_mib_s),
         }
     }
 }
@@ -126,6 +132,9 @@ pub struct FaultPatch {
     /// See [`FaultConfig::seed`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// See [`FaultConfig::link_mib_s`].
+    #[serde(default, alias = "link-mib-s", skip_serializing_if = "Option::is_none")]
+    pub link_mib_s: Option<u64>,
 }
 
 /// Counters, as served by `GET /__proxy/stats`.

@@ -3,7 +3,8 @@
 //! Put it between an S3 client and [`crate::s3`] to make the pipeline see
 //! what real object stores do under load: added latency with jitter, rare
 //! latency spikes (for hedged requests), `503 SlowDown`, connections reset
-//! mid-request, and bodies cut short.
+//! mid-request, and bodies cut short; and, for benchmarks, a link of limited
+//! bandwidth that every response body shares.
 //!
 //! Every proxied request draws the same five random numbers from one seeded
 //! RNG, in arrival order, whatever the knobs are set to; the fault pattern
@@ -43,12 +44,14 @@ use crate::ServerHandle;
 
 mod config;
 mod faults;
+mod link;
 
 pub use config::*;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type ProxyBody = BoxBody<Bytes, BoxError>;
 use faults::{InjectedReset, ResettableStream, TruncatedBody};
+use link::{Link, PacedBody};
 
 #[derive(Default)]
 struct Counters {
@@ -77,6 +80,8 @@ struct Shared {
     /// The last [`LOG_LEN`] requests, oldest first.
     log: Mutex<std::collections::VecDeque<LoggedRequest>>,
     client: Client<HttpConnector, Incoming>,
+    /// The link response bodies share when `link_mib_s` is set.
+    link: Arc<Link>,
 }
 
 /// Requests kept in the log ([`ProxyControl::recent_requests`]).
@@ -97,6 +102,8 @@ pub struct LoggedRequest {
 /// What to do with one request, drawn up front.
 struct Decision {
     delay: Duration,
+    /// The link's rate when the request was taken (0: no limit).
+    link_mib_s: u64,
     spike: bool,
     slowdown: bool,
     reset: bool,
@@ -121,7 +128,14 @@ impl Shared {
         let reset = rng.chance(c.reset);
         let truncate = rng.chance(c.truncate);
         let spike_ms = if spike { c.spike_ms } else { 0 };
-        Decision { delay: Duration::from_millis(c.latency_ms + jitter + spike_ms), spike, slowdown, reset, truncate }
+        Decision {
+            delay: Duration::from_millis(c.latency_ms + jitter + spike_ms),
+            link_mib_s: c.link_mib_s,
+            spike,
+            slowdown,
+            reset,
+            truncate,
+        }
     }
 }
 
@@ -240,6 +254,7 @@ async fn serve_here(config: ProxyConfig) -> io::Result<ProxyHandle> {
         counters: Counters::default(),
         log: Mutex::default(),
         client,
+        link: Arc::default(),
     });
     let control = ProxyControl { shared: shared.clone() };
 
@@ -313,20 +328,30 @@ async fn handle(
 
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    if !truncate {
-        return Ok(Response::from_parts(parts, body.map_err(BoxError::from).boxed()));
+    let body = if truncate {
+        bump(&c.truncations);
+        let declared =
+            parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        if is_head || declared == Some(0) {
+            // Nothing to cut (HEAD, empty body): end the connection right after
+            // the headers instead, which is what a dying server looks like there.
+            parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            body.map_err(BoxError::from).boxed()
+        } else {
+            TruncatedBody::new(body, declared.map(|n| n / 2)).boxed()
+        }
+    } else {
+        body.map_err(BoxError::from).boxed()
+    };
+    Ok(Response::from_parts(parts, paced(&shared, d.link_mib_s, body)))
+}
+
+/// `body` through the shared link at `mib_s` MiB/s, or as it is when there is no limit.
+fn paced(shared: &Shared, mib_s: u64, body: ProxyBody) -> ProxyBody {
+    if mib_s == 0 {
+        return body;
     }
-    bump(&c.truncations);
-    let declared =
-        parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if is_head || declared == Some(0) {
-        // Nothing to cut (HEAD, empty body): end the connection right after
-        // the headers instead, which is what a dying server looks like there.
-        parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-        return Ok(Response::from_parts(parts, body.map_err(BoxError::from).boxed()));
-    }
-    let cut = TruncatedBody::new(body, declared.map(|n| n / 2));
-    Ok(Response::from_parts(parts, cut.boxed()))
+    PacedBody::new(body, shared.link.clone(), mib_s).boxed()
 }
 
 /// Rewrites a client request for the upstream: absolute URI, hop-by-hop

@@ -383,6 +383,36 @@ async fn runtime_reconfiguration_over_http() {
     .await;
 }
 
+#[tokio::test]
+async fn link_rate_paces_bodies_on_one_shared_link() {
+    bounded(async {
+        let stack = Stack::start(FaultConfig::default()).await;
+        let (a, b) = (pattern(1 << 20), pattern((1 << 20) + 7));
+        stack.seed_object("a", a.clone()).await;
+        stack.seed_object("b", b.clone()).await;
+        let store = stack.proxied_store();
+        store.head(&Path::from("a")).await.expect("no limit yet");
+
+        let resp = proxy_configure(stack.proxy.addr(), r#"{"link-mib-s": 8}"#).await;
+        assert_eq!(resp.status, 200);
+        let cfg: FaultConfig = serde_json::from_slice(&resp.body).unwrap();
+        assert_eq!(cfg.link_mib_s, 8);
+
+        // Two GETs at once share the link: 2 MiB at 8 MiB/s take at least 250 ms, where
+        // a link per connection would carry both in 125 ms.
+        let t = Instant::now();
+        let get = |key: &'static str| {
+            let store = store.clone();
+            async move { store.get(&Path::from(key)).await?.bytes().await }
+        };
+        let (got_a, got_b) = tokio::try_join!(get("a"), get("b")).unwrap();
+        let elapsed = t.elapsed();
+        assert_eq!((&got_a[..], &got_b[..]), (&a[..], &b[..]), "paced bodies must arrive whole");
+        assert!(elapsed >= Duration::from_millis(250), "two 1 MiB GETs at 8 MiB/s took {elapsed:?}");
+    })
+    .await;
+}
+
 async fn status_sequence(proxy: SocketAddr, n: usize) -> Vec<u16> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
