@@ -10,7 +10,7 @@ The same samples (random bytes, the id in the first 8 bytes, a label) are writte
 own writer: MosaicML's ``MDSWriter``, ``litdata.optimize``, and ``webdataset.TarWriter`` shards
 indexed by ``stoker index`` for Stoker, all the same shard size, uploaded through the S3 API to
 the embedded S3 server (s3s-fs). Readers go through the fault proxy, which adds ``--latency-ms``
-to every request and, with ``--link-mib-s N``, carries every response body over one shared link of
+to every request and, with ``--link-mib-s N``, carries every forwarded response body over one shared link of
 N MiB/s: the server, the proxy and the reader share this machine's cores, so without a link rate
 the bound is what the cores allow all three, where a node reading from a real store is bound by
 its network with cores to spare. Each row runs in its own process with fresh cache directories and reads two
@@ -604,6 +604,13 @@ def ratios(report: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def _not_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more, got {value}")
+    return value
+
+
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         child(json.loads(sys.argv[2]))
@@ -612,7 +619,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=20_000)
     ap.add_argument("--size", type=int, default=64 << 10, help="bytes per sample (default 65536)")
     ap.add_argument("--latency-ms", type=int, default=25, help="added by the proxy to every request")
-    ap.add_argument("--link-mib-s", type=int, default=0,
+    ap.add_argument("--link-mib-s", type=_not_negative, default=0,
                     help="the proxy carries every response body over one link of this many MiB/s (default 0: "
                          "no limit, the bound is then what the cores allow the server, proxy and reader together)")
     ap.add_argument("--shard-mib", type=int, default=64,

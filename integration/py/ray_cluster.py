@@ -7,17 +7,19 @@ import contextlib
 
 @contextlib.contextmanager
 def two_nodes(labels=None):
-    """Start the cluster, connect, wait for both nodes; yield the second node (its
-    ``node_id``), which carries ``labels`` when given; shut it all down after."""
+    """Start the cluster, connect, wait for both nodes; yield the second node's ``Node``
+    (``.node_id``), which carries ``labels`` when given; shut it all down after, also when
+    starting it failed part way."""
     import ray
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    second = cluster.add_node(num_cpus=1, **({"labels": labels} if labels else {}))
-    ray.init(address=cluster.address, log_to_driver=False)
     try:
+        second = cluster.add_node(num_cpus=1, **({"labels": labels} if labels else {}))
+        ray.init(address=cluster.address, log_to_driver=False)
         cluster.wait_for_nodes()
         yield second
     finally:
-        ray.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()
         cluster.shutdown()

@@ -245,11 +245,13 @@ async fn demo_run(args: &BenchArgs, params: &LoaderParams, ui: &Ui, machine: rep
             stoker_testkit::proxy::MAX_DELAY_MS / 1000
         )));
     }
-    // The proxy paces in whole MiB/s.
-    let link_mib_s = args.link.map(|b| b >> 20);
-    if link_mib_s == Some(0) {
-        return Err(CliError::Message("--link is at least 1MiB (a second)".into()));
+    // The proxy paces in whole MiB/s: another rate would be changed without a word.
+    if let Some(b) = args.link.filter(|&b| b == 0 || b % (1 << 20) != 0) {
+        return Err(CliError::Message(format!(
+            "--link is a whole number of MiB a second, at least 1MiB (e.g. 512MiB), got {b} bytes"
+        )));
     }
+    let link_mib_s = args.link.map(|b| b >> 20);
     ui.note(&format!(
         "demo dataset: {samples} samples x {} = {}, in {}; {} cores",
         crate::human_bytes(size),

@@ -338,12 +338,14 @@ fn table(run: &Run, rows: &[Row], refs: Refs) -> Vec<String> {
         if d.latency_ms.is_some() || d.link_mib_s.is_some() {
             let through: Vec<String> =
                 rows.iter().filter_map(|r| r.proxy_requests.map(|n| format!("{} {n}", r.backend))).collect();
-            let link = d.link_mib_s.map_or(String::new(), |n| format!(", every body over one {n} MiB/s link"));
-            out.push(format!(
-                "latency: {} ms added to every S3 request{link}; requests through the proxy: {}.",
-                d.latency_ms.unwrap_or(0),
-                through.join(", ")
-            ));
+            let mut adds = Vec::new();
+            if let Some(ms) = d.latency_ms {
+                adds.push(format!("{ms} ms added to every S3 request"));
+            }
+            if let Some(n) = d.link_mib_s {
+                adds.push(format!("every S3 body over one {n} MiB/s link"));
+            }
+            out.push(format!("proxy: {}; requests through it: {}.", adds.join(", "), through.join(", ")));
         }
     }
     out

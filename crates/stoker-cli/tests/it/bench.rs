@@ -297,13 +297,16 @@ fn link_rate_bounds_the_s3_rows() {
     assert_eq!(rows.len(), 1);
     check_row(&rows[0], samples);
     // The bound reads the shards whole (every sample's bytes and the tar headers), every byte
-    // over the 1 MiB/s link.
+    // over the 1 MiB/s link: no faster, but for the millisecond or so the link gives back for
+    // its timers (about 0.7 MiB take 0.7 s).
     assert!(f(&rows[0], "bytes") > (samples * size) as f64, "{}", rows[0]);
-    assert!(f(&rows[0], "mib_per_s") <= 1.0, "faster than the link: {}", rows[0]);
+    assert!(f(&rows[0], "mib_per_s") <= 1.05, "faster than the link: {}", rows[0]);
 
-    let out = stoker(&["bench", "--samples", "40", "--link", "100KiB"]);
-    assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("--link is at least 1MiB"), "{}", text(&out.stderr));
+    for bad in ["100KiB", "1500KiB", "100MB"] {
+        let out = stoker(&["bench", "--samples", "40", "--link", bad]);
+        assert!(!out.status.success(), "--link {bad} was taken");
+        assert!(text(&out.stderr).contains("--link is a whole number of MiB a second"), "{}", text(&out.stderr));
+    }
     let out = stoker(&["bench", "somewhere", "--link", "1MiB"]);
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("--link applies to the embedded demo only"), "{}", text(&out.stderr));

@@ -45,7 +45,7 @@ struct Args {
     /// RNG seed: the same seed and request order give the same faults.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// The rate of the link all response bodies share, in MiB/s (0: no limit).
+    /// The rate of the link all forwarded response bodies share, in MiB/s (0: no limit).
     #[arg(long, default_value_t = 0)]
     link_mib_s: u64,
 }

@@ -35,7 +35,7 @@ pub struct FaultConfig {
     pub spike_ms: u64,
     /// RNG seed; setting it (even to the same value) restarts the sequence.
     pub seed: u64,
-    /// The rate of the link every response body shares, in MiB/s; 0 for no limit. Models
+    /// The rate of the link every forwarded response body shares, in MiB/s; 0 for no limit. Models
     /// a network link as the bound where the server shares the client's cores.
     #[serde(default)]
     pub link_mib_s: u64,

@@ -4,7 +4,7 @@
 //! what real object stores do under load: added latency with jitter, rare
 //! latency spikes (for hedged requests), `503 SlowDown`, connections reset
 //! mid-request, and bodies cut short; and, for benchmarks, a link of limited
-//! bandwidth that every response body shares.
+//! bandwidth that every forwarded response body shares.
 //!
 //! Every proxied request draws the same five random numbers from one seeded
 //! RNG, in arrival order, whatever the knobs are set to; the fault pattern
