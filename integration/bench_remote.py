@@ -620,7 +620,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=64 << 10, help="bytes per sample (default 65536)")
     ap.add_argument("--latency-ms", type=int, default=25, help="added by the proxy to every request")
     ap.add_argument("--link-mib-s", type=_not_negative, default=0,
-                    help="the proxy carries every response body over one link of this many MiB/s (default 0: "
+                    help="the proxy carries every forwarded response body over one link of this many MiB/s (default 0: "
                          "no limit, the bound is then what the cores allow the server, proxy and reader together)")
     ap.add_argument("--shard-mib", type=int, default=64,
                     help="shard size for every format (MDS size_limit, LitData chunk_bytes, tar shard)")

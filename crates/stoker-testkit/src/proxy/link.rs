@@ -1,4 +1,4 @@
-//! A link of limited bandwidth shared by every response the proxy sends.
+//! A link of limited bandwidth shared by every response body the proxy forwards.
 //!
 //! On one machine the S3 server, the proxy and the client share the cores, so a benchmark's
 //! bound is what the CPUs allow; a real node reads over a network link whose rate is the
