@@ -70,40 +70,23 @@ def test_ray_read_on_two_nodes_gives_stokers_bytes_and_tensors(tmp_path):
     assert got["files_decoded_equal"], got
 
 
-def test_ray_read_gives_each_layout_as_stoker_opens_it(tmp_path):
+def test_ray_read_gives_each_layout_as_stoker_opens_it(tmp_path, data):
     """Every layout Stoker opens, read by stoker.ray.read in three tasks on two nodes: each
-    sample once, with stoker.open's key and bytes (integration/py/ray_layouts.py)."""
-    import io
-    import random
-    import tarfile
-
+    sample once, with stoker.open's key and bytes (integration/py/ray_layouts.py). Tar, files
+    and LMDB are the session's data (conftest.py); the rest are written by their own writers."""
     from test_formats import write
 
-    rng = random.Random(5)
-    tars = tmp_path / "tar"
-    tars.mkdir()
-    for shard in range(3):
-        with tarfile.open(tars / f"shard-{shard:04d}.tar", "w") as t:
-            for i in range(shard * 30, shard * 30 + 30):
-                for ext, data in (("jpg", rng.randbytes(rng.randrange(1, 3000))), ("cls", str(i % 7).encode())):
-                    info = tarfile.TarInfo(f"{i:06d}.{ext}")
-                    info.size = len(data)
-                    t.addfile(info, io.BytesIO(data))
-    files = tmp_path / "files"
-    for i in range(70):
-        (files / f"{i % 3}").mkdir(parents=True, exist_ok=True)
-        (files / f"{i % 3}" / f"f{i:03d}.bin").write_bytes(rng.randbytes(rng.randrange(0, 500)))
     for script, kind in (("write_parquet.py", "hf"), ("write_records.py", "mds"), ("write_records.py", "litdata"),
                          ("write_tfrecord.py", "example"), ("write_hdf5.py", "mixed"), ("write_text.py", "jsonl")):
         write(script, kind, tmp_path / kind)
-    stoker.pack(str(tars), str(tmp_path / "lmdb"), layout="lmdb", field="jpg")
+    tars = data / "bucket" / "tar"
     mix = tmp_path / "two.mix.json"
-    mix.write_text(json.dumps({"sources": [{"uri": "tar/shard-0000.tar", "weight": 1},
-                                           {"uri": "tar/shard-{0001..0002}.tar", "weight": 2}]}))
+    mix.write_text(json.dumps({"sources": [{"uri": str(tars / "shard-0.tar"), "weight": 1},
+                                           {"uri": str(tars / "shard-{1..2}.tar"), "weight": 2}]}))
     uris = {
-        "tar": tars, "files": files, "parquet": tmp_path / "hf", "mds": tmp_path / "mds",
+        "tar": tars, "files": data / "bucket" / "files", "parquet": tmp_path / "hf", "mds": tmp_path / "mds",
         "litdata": tmp_path / "litdata", "tfrecord": tmp_path / "example", "hdf5": tmp_path / "mixed",
-        "jsonl": tmp_path / "jsonl" / "corpus-b.jsonl.gz", "lmdb": tmp_path / "lmdb", "mix": mix,
+        "jsonl": tmp_path / "jsonl" / "corpus-b.jsonl.gz", "lmdb": data / "lmdb", "mix": mix,
     }
     out = subprocess.run(
         [writers_python(), str(ROOT / "integration/py/ray_layouts.py"), *(f"{k}={v}" for k, v in uris.items())],
